@@ -1,0 +1,1 @@
+"""Proposers: where the next one-change experiment comes from."""

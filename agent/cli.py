@@ -1,0 +1,242 @@
+"""The `overnight` command line (typer): parse, wire, call. No loop logic lives here."""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import statistics
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from agent.config import CONFIG_FILE, load_config
+from agent.domain import Sweep
+from agent.errors import OvernightError
+from agent.report import experiment_row, improvement, results_tsv
+
+app = typer.Typer(help="overnight: autonomous ML research loops while you sleep.",
+                  no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
+console = Console()
+err = Console(stderr=True)
+
+DbOpt = Annotated[Path | None, typer.Option("--db", help="SQLite database (default "
+                                            "$OVERNIGHT_DB or ~/.overnight/overnight.db)")]
+TEMPLATES = Path(__file__).resolve().parent.parent / "experiments"
+
+
+def _db(db: Path | None) -> Path:
+    from agent.wiring import default_db
+
+    return (db or default_db()).expanduser()
+
+
+def _store(db: Path | None):  # type: ignore[no-untyped-def]
+    from db.engine import open_database
+    from db.store import SqlStore
+
+    return SqlStore(open_database(_db(db)))
+
+
+def fail(message: str) -> None:
+    err.print(f"[red]error:[/red] {message}")
+    raise typer.Exit(2)
+
+
+@app.command()
+def init(
+    path: Annotated[Path, typer.Argument(help="folder for the new target repository")],
+    template: Annotated[str, typer.Option(help="template under experiments/")] = "gpt",
+) -> None:
+    """Create a target repository from a template (a git repo with overnight.toml)."""
+    src = TEMPLATES / template
+    if not (src / CONFIG_FILE).is_file():
+        choices = sorted(p.name for p in TEMPLATES.iterdir() if (p / CONFIG_FILE).is_file())
+        fail(f"unknown template {template!r} (available: {', '.join(choices)})")
+    init_target(src, path)
+    console.print(f"created target [bold]{path}[/bold] from template {template}")
+    console.print(f"next: overnight run --target {path} --experiments 20 --budget 300")
+
+
+def init_target(src: Path, path: Path) -> None:
+    from agent.gitrepo import init_repo
+
+    if path.exists() and any(path.iterdir()):
+        fail(f"{path} exists and is not empty")
+    shutil.copytree(src, path, dirs_exist_ok=True,
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "__init__.py"))
+    (path / ".gitignore").write_text("__pycache__/\n*.log\n")
+    init_repo(path)
+
+
+def _print_results(sweep: Sweep, store, fmt: str) -> None:  # type: ignore[no-untyped-def]
+    from agent.console import results_table
+
+    exps = store.list_experiments(sweep.id)
+    if fmt == "tsv":
+        sys.stdout.write(results_tsv(sweep, exps))
+    elif fmt == "json":
+        print(json.dumps({"sweep": sweep.name, "metric": sweep.metric,
+                          "baseline": sweep.baseline_metric, "best": sweep.best_metric,
+                          "best_commit": sweep.best_commit,
+                          "experiments": [experiment_row(e) for e in exps]}, indent=2))
+    elif fmt == "table":
+        console.print(results_table(sweep, exps))
+        rel = improvement(sweep)
+        if sweep.best_metric is not None:
+            console.print(f"baseline {sweep.baseline_metric:.6f} -> best {sweep.best_metric:.6f}"
+                          + (f" ({rel:+.2%})" if rel is not None else ""))
+    else:
+        fail(f"--format must be tsv, table or json, got {fmt!r}")
+
+
+def run_foreground(db: Path, target: Path, *, sweep_name: str | None, experiments: int,
+                   budget: float | None, proposer: str, device: str | None,
+                   timeout: float | None = None, quiet: bool = False) -> Sweep:
+    from agent.console import LiveView
+    from agent.gitrepo import GitError, GitRepo
+    from agent.loop import Loop, LoopSettings
+    from agent.sweeps import create_sweep, default_sweep_name
+    from agent.wiring import SubprocessRunner, make_proposer, work_dir_for
+
+    config = load_config(target).with_budget(budget, timeout)
+    store = _store(db)
+    try:
+        repo = GitRepo(target)
+    except GitError as exc:
+        raise OvernightError(str(exc)) from None
+    name = sweep_name or default_sweep_name(store)
+    sweep = create_sweep(store, repo, target, name=name, proposer=proposer, config=config,
+                         max_experiments=experiments)
+    console.print(f"sweep [bold]{name}[/bold] on branch {sweep.branch}: baseline + "
+                  f"{experiments} experiments, budget {config.budget_s:g}s, db {db}")
+    view = LiveView(console, sweep)
+    loop = Loop(store, repo, SubprocessRunner(), LoopSettings(work_dir_for(db), device=device),
+                proposer=make_proposer(proposer, sweep.seed), on_event=None if quiet else
+                view.on_event)
+    if quiet:
+        return loop.run_sweep(name)
+    with view.live:
+        return loop.run_sweep(name)
+
+
+@app.command()
+def run(
+    target: Annotated[Path, typer.Option(help="target git repository with overnight.toml")],
+    experiments: Annotated[int, typer.Option(min=0, help="experiments after the baseline")] = 20,
+    budget: Annotated[float | None, typer.Option(help="training seconds per run")] = None,
+    sweep: Annotated[str | None, typer.Option(help="sweep name (default: a date tag)")] = None,
+    proposer: Annotated[str, typer.Option(help="knobs | llm:<profile>")] = "knobs",
+    device: Annotated[str | None, typer.Option(help="OVERNIGHT_DEVICE for the script")] = None,
+    db: DbOpt = None,
+) -> None:
+    """Run a sweep in the foreground: baseline, then one change at a time."""
+    done = run_foreground(_db(db), target, sweep_name=sweep, experiments=experiments,
+                          budget=budget, proposer=proposer, device=device)
+    _print_results(done, _store(db), "table")
+
+
+@app.command()
+def results(
+    sweep: Annotated[str | None, typer.Option(help="sweep name")] = None,
+    target: Annotated[Path | None, typer.Option(help="latest sweep of this target")] = None,
+    format: Annotated[str, typer.Option("--format", help="tsv | table | json")] = "table",
+    db: DbOpt = None,
+) -> None:
+    """Print a sweep's results (tsv = autoresearch's results.tsv)."""
+    store = _store(db)
+    _print_results(find_sweep(store, sweep, target), store, format)
+
+
+def find_sweep(store, name: str | None, target: Path | None) -> Sweep:  # type: ignore[no-untyped-def]
+    if name:
+        return store.get_sweep(name)
+    sweeps = store.list_sweeps()
+    if target is not None:
+        want = str(target.resolve())
+        sweeps = [s for s in sweeps if s.target_path == want]
+    if not sweeps:
+        fail("no sweep found" + (f" for target {target}" if target else "") +
+             " (give --sweep NAME or --target PATH)")
+    return sweeps[-1]
+
+
+@app.command()
+def status(db: DbOpt = None) -> None:
+    """One line per sweep: status, counts, baseline → best."""
+    from rich.table import Table
+
+    from agent.domain import ExperimentStatus as S
+
+    store = _store(db)
+    table = Table(title=f"sweeps in {_db(db)}")
+    for col in ("sweep", "status", "runs", "kept", "discarded", "crashed", "baseline", "best",
+                "gain", "target"):
+        table.add_column(col)
+    for s in store.list_sweeps():
+        def n(*st: S, sid: int = s.id) -> str:
+            return str(store.count_experiments(sid, st))
+        rel = improvement(s)
+        table.add_row(s.name, s.status.value, n(S.KEPT, S.DISCARDED, S.CRASHED, S.TIMEOUT),
+                      n(S.KEPT), n(S.DISCARDED), n(S.CRASHED, S.TIMEOUT),
+                      f"{s.baseline_metric:.4f}" if s.baseline_metric is not None else "-",
+                      f"{s.best_metric:.4f}" if s.best_metric is not None else "-",
+                      f"{rel:+.2%}" if rel is not None else "", s.target_path)
+    console.print(table)
+
+
+@app.command()
+def demo(
+    budget: Annotated[float, typer.Option(help="training seconds per run")] = 15.0,
+    experiments: Annotated[int, typer.Option(min=1, help="experiments after baseline")] = 8,
+    dir: Annotated[Path | None, typer.Option("--dir", help="where to make the target")] = None,
+    db: DbOpt = None,
+) -> None:
+    """A real short sweep on CPU: makes a throw-away gpt target, runs baseline + knobs."""
+    from agent.gitrepo import GitRepo
+    from agent.sweeps import default_sweep_name
+
+    db_path = _db(db)
+    store = _store(db)
+    name = "demo-" + default_sweep_name(store)
+    while any(s.name == name for s in store.list_sweeps()):
+        name += "x"
+    target = (dir or db_path.parent / "demo-targets" / name).expanduser()
+    init_target(TEMPLATES / "gpt", target)
+    console.print(f"demo target: {target}")
+    done = run_foreground(db_path, target, sweep_name=name, experiments=experiments,
+                          budget=budget, proposer="knobs", device="cpu",
+                          timeout=max(budget * 4, budget + 120))
+    store = _store(db)
+    _print_results(done, store, "table")
+    console.print("\n[bold]results.tsv[/bold]")
+    _print_results(done, store, "tsv")
+    console.print(f"\n[bold]git log {done.branch}[/bold] (baseline + kept only)")
+    for sha, subject in GitRepo(target).log(done.branch, limit=20):
+        console.print(f"  {sha} {subject}")
+    gaps = _overheads(store, done)
+    if gaps:
+        console.print(f"\nservice overhead between runs: median {statistics.median(gaps):.3f}s")
+    console.print(f"\nsee it in the dashboard: overnight serve --db {db_path}  then open "
+                  "http://127.0.0.1:8000/")
+
+
+def _overheads(store, sweep: Sweep) -> list[float]:  # type: ignore[no-untyped-def]
+    """Seconds from one run's exit to the next run's start."""
+    times = [t for t in store.timestamps(sweep.id) if t[0] and t[1]]
+    return [(b[0] - a[1]).total_seconds() for a, b in zip(times, times[1:], strict=False)]
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        app()
+    except OvernightError as exc:
+        err.print(f"[red]error:[/red] {exc}")
+        sys.exit(2)
+    except KeyboardInterrupt:
+        err.print("interrupted")
+        sys.exit(130)

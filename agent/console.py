@@ -1,0 +1,80 @@
+"""Rich terminal output for the CLI: the live run panel and result tables."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.progress_bar import ProgressBar
+from rich.table import Table
+from rich.text import Text
+
+from agent.domain import Experiment, ExperimentStatus, Sweep
+from agent.report import fmt_delta, fmt_metric, memory_gb
+
+STYLE = {
+    ExperimentStatus.KEPT: "green",
+    ExperimentStatus.DISCARDED: "grey50",
+    ExperimentStatus.CRASHED: "red",
+    ExperimentStatus.TIMEOUT: "magenta",
+    ExperimentStatus.REJECTED: "yellow",
+    ExperimentStatus.CANCELLED: "yellow",
+    ExperimentStatus.INTERRUPTED: "yellow",
+}
+
+
+def results_table(sweep: Sweep, experiments: list[Experiment], title: str | None = None) -> Table:
+    table = Table(title=title or f"sweep {sweep.name} ({sweep.metric}, {sweep.direction.value})")
+    for col in ("#", "commit", "status", sweep.metric, "delta", "mem GB", "train s",
+                "description"):
+        table.add_column(col, overflow="fold")
+    for exp in experiments:
+        status = exp.status.value + (f" ({exp.crash_kind.value})" if exp.crash_kind else "")
+        secs = exp.summary.get("training_seconds")
+        table.add_row(
+            str(exp.id), (exp.commit or "")[:7], Text(status, style=STYLE.get(exp.status, "")),
+            fmt_metric(exp.metric), fmt_delta(exp.delta), f"{memory_gb(exp):.1f}",
+            f"{secs:.1f}" if isinstance(secs, float) else "",
+            exp.description + (f"  [{exp.reason}]" if exp.reason and exp.status not in (
+                ExperimentStatus.KEPT, ExperimentStatus.DISCARDED) else ""),
+        )
+    return table
+
+
+class LiveView:
+    """Current run (elapsed vs budget, last loss) above the last finished experiments."""
+
+    def __init__(self, console: Console, sweep: Sweep) -> None:
+        self.console, self.sweep = console, sweep
+        self.finished: list[Experiment] = []
+        self.current: Experiment | None = None
+        self.started = 0.0
+        self.budget = sweep.budget_s
+        self.last_loss: float | None = None
+        self.live = Live(self.render(), console=console, refresh_per_second=4, transient=False,
+                         get_renderable=self.render)
+
+    def render(self) -> Group:
+        parts: list[Any] = []
+        if self.finished:
+            parts.append(results_table(self.sweep, self.finished[-12:], title="recent"))
+        if self.current is not None:
+            elapsed = time.monotonic() - self.started
+            loss = f"{self.last_loss:.4f}" if self.last_loss is not None else "-"
+            parts.append(Text(f"running #{self.current.id}: {self.current.description}  "
+                              f"elapsed {elapsed:5.1f}s / budget {self.budget:g}s  loss {loss}"))
+            parts.append(ProgressBar(total=self.budget, completed=min(elapsed, self.budget),
+                                     width=60))
+        return Group(*parts)
+
+    def on_event(self, kind: str, exp: Experiment, data: dict[str, Any]) -> None:
+        if kind == "started":
+            self.current, self.started, self.last_loss = exp, time.monotonic(), None
+        elif kind == "line" and data.get("point") is not None:
+            self.last_loss = data["point"].loss
+        elif kind == "finished":
+            self.finished.append(exp)
+            if self.current is not None and self.current.id == exp.id:
+                self.current = None

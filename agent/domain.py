@@ -1,0 +1,178 @@
+"""The loop's vocabulary: statuses, crash classes, plain dataclasses and allowed transitions.
+
+Pure: imports only the stdlib. Nothing here touches git, processes, SQL or HTTP.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+
+def utcnow() -> datetime:
+    """The one clock helper: timezone-aware UTC."""
+    return datetime.now(UTC)
+
+
+class ExperimentStatus(str, enum.Enum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    KEPT = "kept"
+    DISCARDED = "discarded"
+    CRASHED = "crashed"
+    TIMEOUT = "timeout"
+    REJECTED = "rejected"
+    CANCELLED = "cancelled"
+    INTERRUPTED = "interrupted"
+
+    def is_finished(self) -> bool:
+        return self not in (ExperimentStatus.QUEUED, ExperimentStatus.RUNNING)
+
+
+FINISHED_STATUSES = frozenset(s for s in ExperimentStatus if s.is_finished())
+
+# Which status may follow which. Finished records are read-only: they have no successors.
+ALLOWED_TRANSITIONS: dict[ExperimentStatus, frozenset[ExperimentStatus]] = {
+    ExperimentStatus.QUEUED: frozenset(
+        {ExperimentStatus.RUNNING, ExperimentStatus.CANCELLED, ExperimentStatus.REJECTED}
+    ),
+    ExperimentStatus.RUNNING: frozenset(
+        {
+            ExperimentStatus.KEPT,
+            ExperimentStatus.DISCARDED,
+            ExperimentStatus.CRASHED,
+            ExperimentStatus.TIMEOUT,
+            ExperimentStatus.REJECTED,
+            ExperimentStatus.CANCELLED,
+            ExperimentStatus.INTERRUPTED,
+        }
+    ),
+    **{s: frozenset() for s in FINISHED_STATUSES},
+}
+
+
+def can_transition(old: ExperimentStatus, new: ExperimentStatus) -> bool:
+    return new in ALLOWED_TRANSITIONS[old]
+
+
+class CrashKind(str, enum.Enum):
+    TRIVIAL = "trivial"  # the idea may be fine, the code is wrong: fix and retry
+    FUNDAMENTAL = "fundamental"  # OOM, NaN, divergence, crash mid-training: log and move on
+    TIMEOUT = "timeout"  # killed at the hard limit
+
+
+class SweepStatus(str, enum.Enum):
+    RUNNING = "running"
+    PAUSED = "paused"
+    STOPPED = "stopped"
+    DONE = "done"
+
+    def is_finished(self) -> bool:
+        return self in (SweepStatus.STOPPED, SweepStatus.DONE)
+
+
+class Direction(str, enum.Enum):
+    MINIMIZE = "minimize"
+    MAXIMIZE = "maximize"
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """One change: a one-line description and a unified diff against the sweep head."""
+
+    description: str
+    diff: str
+    proposer: str = "external"
+    parent_id: int | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Sweep:
+    id: int
+    name: str
+    target_path: str
+    branch: str
+    status: SweepStatus
+    proposer: str
+    config: dict[str, Any]
+    max_experiments: int | None
+    seed: int
+    baseline_metric: float | None
+    best_metric: float | None
+    best_commit: str | None
+    best_experiment_id: int | None
+    created_at: datetime
+    deadline: datetime | None = None
+    window: dict[str, str] | None = None
+    min_delta: float = 0.0
+
+    @property
+    def direction(self) -> Direction:
+        return Direction(self.config.get("direction", "minimize"))
+
+    @property
+    def metric(self) -> str:
+        return str(self.config["metric"])
+
+    @property
+    def budget_s(self) -> float:
+        return float(self.config["budget_s"])
+
+    @property
+    def timeout_s(self) -> float:
+        return float(self.config["timeout_s"])
+
+
+@dataclass(frozen=True)
+class Experiment:
+    id: int
+    sweep_id: int
+    status: ExperimentStatus
+    description: str
+    diff: str
+    proposer: str
+    parent_id: int | None = None
+    attempt: int = 0
+    is_baseline: bool = False
+    priority: int = 0
+    base_commit: str | None = None
+    commit: str | None = None
+    ref: str | None = None
+    crash_kind: CrashKind | None = None
+    reason: str | None = None
+    metric: float | None = None
+    best_before: float | None = None
+    summary: dict[str, Any] = field(default_factory=dict)
+    log_path: str | None = None
+    log_tail: str | None = None
+    pgid: int | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+    created_at: datetime | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    run_started_at: datetime | None = None
+    run_ended_at: datetime | None = None
+
+    @property
+    def delta(self) -> float | None:
+        if self.metric is None or self.best_before is None:
+            return None
+        return self.metric - self.best_before
+
+
+@dataclass(frozen=True)
+class Finish:
+    """Everything recorded when an experiment reaches a finished status."""
+
+    status: ExperimentStatus
+    crash_kind: CrashKind | None = None
+    reason: str | None = None
+    metric: float | None = None
+    best_before: float | None = None
+    summary: dict[str, Any] = field(default_factory=dict)
+    log_tail: str | None = None
+    run_started_at: datetime | None = None
+    run_ended_at: datetime | None = None

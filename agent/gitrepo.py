@@ -1,0 +1,167 @@
+"""Git adapter (gitpython): commits proposals without touching any checkout, runs worktrees.
+
+Commits are built in a throw-away index (GIT_INDEX_FILE) so the user's checkout, index and
+branches are never touched; only `overnight/<sweep>` and `refs/overnight/...` refs move.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+import git
+
+logger = logging.getLogger(__name__)
+
+# Commits made by the service carry a fixed identity so they work on machines with no git config.
+IDENTITY = {
+    "GIT_AUTHOR_NAME": "overnight",
+    "GIT_AUTHOR_EMAIL": "overnight@localhost",
+    "GIT_COMMITTER_NAME": "overnight",
+    "GIT_COMMITTER_EMAIL": "overnight@localhost",
+}
+
+
+class GitError(RuntimeError):
+    """A git command failed; the message is git's own stderr."""
+
+
+class GitRepo:
+    def __init__(self, path: Path | str) -> None:
+        try:
+            self._repo = git.Repo(path)
+        except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+            raise GitError(f"{path}: not a git repository") from None
+        self.path = Path(self._repo.working_tree_dir or path)
+
+    def _git(self, *args: str, env: dict[str, str] | None = None) -> str:
+        try:
+            out = self._repo.git.execute(["git", *args], env={**IDENTITY, **(env or {})})
+            return str(out).strip()
+        except git.GitCommandError as exc:
+            raise GitError(f"git {args[0]}: {(exc.stderr or exc.stdout or str(exc)).strip()}") from None
+
+    def head(self, ref: str) -> str:
+        return self._git("rev-parse", "--verify", f"{ref}^{{commit}}")
+
+    def has_ref(self, ref: str) -> bool:
+        try:
+            self.head(ref)
+            return True
+        except GitError:
+            return False
+
+    def ensure_branch(self, branch: str, start: str = "HEAD") -> str:
+        ref = f"refs/heads/{branch}"
+        if not self.has_ref(ref):
+            self._git("update-ref", ref, self.head(start), "")
+        return self.head(ref)
+
+    def _with_index(self, base: str, diff: str, *, check_only: bool) -> str:
+        fd, index = tempfile.mkstemp(prefix="overnight-index-")
+        os.close(fd)
+        os.unlink(index)
+        env = {"GIT_INDEX_FILE": index}
+        try:
+            self._git("read-tree", base, env=env)
+            patch = diff if diff.endswith("\n") else diff + "\n"
+            args = ["apply", "--cached", "--recount", "--whitespace=nowarn"]
+            self._apply(args + (["--check"] if check_only else []), patch, env)
+            return "" if check_only else self._git("write-tree", env=env)
+        finally:
+            if os.path.exists(index):
+                os.unlink(index)
+
+    def _apply(self, args: list[str], patch: str, env: dict[str, str]) -> None:
+        # gitpython cannot feed stdin text portably; a plain subprocess keeps git's message.
+        proc = subprocess.run(
+            ["git", *args, "-"], input=patch, text=True, capture_output=True,
+            cwd=self.path, env={**os.environ, **IDENTITY, **env},
+        )
+        if proc.returncode != 0:
+            raise GitError((proc.stderr or proc.stdout).strip() or "git apply failed")
+
+    def check_applies(self, base: str, diff: str) -> str | None:
+        try:
+            self._with_index(base, diff, check_only=True)
+        except GitError as exc:
+            return str(exc)
+        return None
+
+    def commit_diff(self, base: str, diff: str, message: str) -> str:
+        tree = self._with_index(base, diff, check_only=False) if diff.strip() else self._git(
+            "rev-parse", f"{base}^{{tree}}"
+        )
+        return self._git("commit-tree", tree, "-p", base, "-m", message)
+
+    def set_ref(self, ref: str, sha: str) -> None:
+        self._git("update-ref", ref, sha)
+
+    def delete_ref(self, ref: str) -> None:
+        self._git("update-ref", "-d", ref)
+
+    def advance_branch(self, branch: str, sha: str, expected_old: str) -> None:
+        self._git("update-ref", "-m", "overnight: keep", f"refs/heads/{branch}", sha, expected_old)
+
+    def add_worktree(self, path: Path, sha: str) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._git("worktree", "add", "--detach", "--force", str(path), sha)
+
+    def remove_worktree(self, path: Path) -> None:
+        try:
+            self._git("worktree", "remove", "--force", str(path))
+        except GitError as exc:
+            logger.warning("worktree remove failed (%s); deleting the folder", exc)
+            shutil.rmtree(path, ignore_errors=True)
+            self._git("worktree", "prune")
+
+    def prune_worktrees(self) -> None:
+        self._git("worktree", "prune")
+
+    def read_file(self, sha: str, path: str) -> str:
+        return self._git("show", f"{sha}:{path}") + "\n"
+
+    def file_hashes(self, sha: str, paths: Sequence[str]) -> dict[str, str]:
+        out = {}
+        for p in paths:
+            try:
+                out[p] = self._git("rev-parse", f"{sha}:{p}")
+            except GitError:
+                out[p] = "missing"
+        return out
+
+    def log(self, branch: str, limit: int = 100) -> list[tuple[str, str]]:
+        text = self._git("log", f"-n{limit}", "--format=%h%x09%s", branch)
+        return [tuple(line.split("\t", 1)) for line in text.splitlines() if line]  # type: ignore[misc]
+
+    def diff(self, old: str, new: str) -> str:
+        return self._git("diff", old, new) + "\n"
+
+
+def hash_worktree_files(root: Path, paths: Sequence[str]) -> dict[str, str]:
+    """Git blob ids of files on disk (to catch a run that rewrote a protected file)."""
+    out = {}
+    for p in paths:
+        f = root / p
+        if not f.is_file():
+            out[p] = "missing"
+            continue
+        data = f.read_bytes()
+        out[p] = hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+    return out
+
+
+def init_repo(path: Path, message: str = "overnight: initial target") -> str:
+    """git init a folder (if needed) and commit everything in it; return the head sha."""
+    repo = git.Repo.init(path)
+    env = {**os.environ, **IDENTITY}
+    repo.git.add(A=True, env=env)
+    if repo.is_dirty(index=True, untracked_files=False) or not repo.head.is_valid():
+        repo.git.commit("-m", message, "--allow-empty", env=env)
+    return repo.head.commit.hexsha

@@ -1,0 +1,322 @@
+"""One experiment at a time: claim → commit → worktree → run → classify → decide → record.
+
+The core of the product. Talks to git, the database, the runner and the proposer only through
+the ports in agent.ports. Every run's outcome is recorded; only unexpected errors re-raise.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from agent.classify import CrashFacts, classify
+from agent.config import TargetConfig
+from agent.decide import is_improvement
+from agent.domain import (
+    CrashKind,
+    Experiment,
+    ExperimentStatus,
+    Finish,
+    Sweep,
+    SweepStatus,
+    utcnow,
+)
+from agent.gitrepo import hash_worktree_files
+from agent.ports import Proposer, Repo, Runner, Store
+from agent.sweeps import proposal_context, submit
+from runner.process import resolve_command
+from runner.result import Outcome, RunResult
+from runner.summary import ProgressPoint, parse_progress
+
+logger = logging.getLogger(__name__)
+MAX_REPAIRS = 2
+REPAIR_PRIORITY = 50
+FLUSH_EVERY_S = 2.0
+COUNTED = tuple(s for s in ExperimentStatus if s not in (
+    ExperimentStatus.CANCELLED, ExperimentStatus.INTERRUPTED))
+
+EventFn = Callable[[str, Experiment, dict[str, Any]], None]
+
+
+@dataclass
+class LoopSettings:
+    work_dir: Path  # worktrees/ and logs/ live below it
+    device: str | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    grace_s: float = 5.0
+    max_repairs: int = MAX_REPAIRS
+
+
+class _LineSink:
+    """Collects progress points from log lines; flushes them to the store every few seconds."""
+
+    def __init__(self, store: Store, exp: Experiment, emit: EventFn) -> None:
+        self.store, self.exp, self.emit = store, exp, emit
+        self.pending: list[ProgressPoint] = []
+        self.count = 0
+        self.last_flush = time.monotonic()
+
+    def __call__(self, line: str) -> None:
+        point = parse_progress(line)
+        self.emit("line", self.exp, {"line": line, "point": point})
+        if point is None:
+            return
+        self.count += 1
+        self.pending.append(point)
+        if time.monotonic() - self.last_flush > FLUSH_EVERY_S:
+            self.flush()
+
+    def flush(self) -> None:
+        points, self.pending = self.pending, []
+        self.last_flush = time.monotonic()
+        if points:
+            self.store.add_loss_points(self.exp.id, points)
+
+
+class Loop:
+    def __init__(
+        self, store: Store, repo: Repo, runner: Runner, settings: LoopSettings,
+        proposer: Proposer | None = None, on_event: EventFn | None = None,
+    ) -> None:
+        self.store, self.repo, self.runner = store, repo, runner
+        self.settings, self.proposer = settings, proposer
+        self.on_event = on_event
+        self._stops: dict[int, threading.Event] = {}
+        self._lock = threading.Lock()
+
+    def emit(self, kind: str, exp: Experiment, data: dict[str, Any] | None = None) -> None:
+        if self.on_event is not None:
+            try:
+                self.on_event(kind, exp, data or {})
+            except Exception:  # a display problem must never stop the night
+                logger.exception("event handler failed for %s", kind)
+
+    # --- driving a sweep ----------------------------------------------------------------
+    def limit_reached(self, sweep: Sweep) -> str | None:
+        if sweep.max_experiments is not None:
+            done = self.store.count_experiments(sweep.id, COUNTED) - 1  # minus the baseline
+            if done >= sweep.max_experiments:
+                return f"reached max_experiments={sweep.max_experiments}"
+        if sweep.deadline is not None and utcnow() >= sweep.deadline:
+            return "reached the deadline"
+        return None
+
+    def next_experiment(self, sweep: Sweep) -> Experiment | None:
+        """Claim the next queued experiment, asking the proposer when the queue is empty."""
+        exp = self.store.claim_next(sweep.id)
+        if exp is not None or self.proposer is None or self.limit_reached(sweep):
+            return exp
+        for _ in range(5):  # a few rejected proposals in a row are tolerated
+            proposal = self.proposer.propose(proposal_context(self.store, self.repo, sweep))
+            if proposal is None:
+                return None
+            queued = submit(self.store, self.repo, sweep, proposal, record_rejection=True)
+            if queued.status is ExperimentStatus.REJECTED:
+                self.emit("finished", queued)
+                continue
+            return self.store.claim(queued.id)
+        return None
+
+    def run_sweep(self, name: str, stop: threading.Event | None = None) -> Sweep:
+        """Run a sweep in the foreground until its limits, the proposer's end, or `stop`."""
+        while not (stop and stop.is_set()):
+            sweep = self.store.get_sweep(name)
+            if sweep.status is not SweepStatus.RUNNING:
+                break
+            exp = self.next_experiment(sweep)
+            if exp is None:
+                reason = self.limit_reached(sweep) or "no more proposals"
+                logger.info("sweep %s done: %s", name, reason)
+                return self.store.set_sweep_status(name, SweepStatus.DONE)
+            done = self.execute(sweep, exp)
+            if done.is_baseline and done.status is not ExperimentStatus.KEPT:
+                logger.error("baseline of %s failed (%s); stopping the sweep", name, done.reason)
+                return self.store.set_sweep_status(name, SweepStatus.STOPPED)
+        return self.store.get_sweep(name)
+
+    def cancel(self, experiment_id: int) -> bool:
+        """Ask a running experiment to stop; it is recorded as cancelled. False if not here."""
+        with self._lock:
+            ev = self._stops.get(experiment_id)
+        if ev is None:
+            return False
+        ev.set()
+        return True
+
+    # --- one experiment -----------------------------------------------------------------
+    def execute(self, sweep: Sweep, exp: Experiment) -> Experiment:
+        """Run a claimed (running) experiment to a finished record. Never leaves it running."""
+        wt = self.settings.work_dir / "worktrees" / sweep.name / f"exp-{exp.id}"
+        stop = threading.Event()
+        with self._lock:
+            self._stops[exp.id] = stop
+        added_worktree = False
+        try:
+            prepared = self._prepare(sweep, exp)
+            if isinstance(prepared, Experiment):
+                return prepared
+            head, commit = prepared
+            self.repo.add_worktree(wt, commit)
+            added_worktree = True
+            result, sink = self._run(sweep, exp, wt, stop)
+            return self._record(sweep, exp, result, sink.count > 0, head, commit, wt)
+        except BaseException as exc:
+            self._record_failure(exp, exc)
+            raise
+        finally:
+            with self._lock:
+                self._stops.pop(exp.id, None)
+            if added_worktree:
+                self.repo.remove_worktree(wt)
+
+    def _prepare(self, sweep: Sweep, exp: Experiment) -> tuple[str, str] | Experiment:
+        """Commit the diff on the current head; reject if it no longer applies."""
+        head = self.repo.head(sweep.branch)
+        if exp.is_baseline:
+            commit = head
+        else:
+            problem = self.repo.check_applies(head, exp.diff)
+            if problem:
+                return self._finish(exp, Finish(ExperimentStatus.REJECTED, reason=(
+                    f"diff no longer applies to the sweep head {head[:7]}: {problem}")))
+            commit = self.repo.commit_diff(head, exp.diff, f"{exp.description}\n\novernight "
+                                           f"experiment {exp.id} in sweep {sweep.name}")
+        ref = f"refs/overnight/{sweep.name}/{exp.id}"
+        self.repo.set_ref(ref, commit)
+        config = TargetConfig.from_dict(sweep.config)
+        expected = self.store.protected_hashes(sweep.id)
+        actual = self.repo.file_hashes(commit, config.protected)
+        changed = sorted(p for p in expected if actual.get(p) != expected[p])
+        if changed:
+            return self._finish(exp, Finish(ExperimentStatus.REJECTED, reason=(
+                f"protected file(s) changed on the sweep branch: {', '.join(changed)}")))
+        self.store.mark_started(exp.id, commit=commit, ref=ref, base_commit=head)
+        return head, commit
+
+    def _run(self, sweep: Sweep, exp: Experiment, wt: Path,
+             stop: threading.Event) -> tuple[RunResult, _LineSink]:
+        config = TargetConfig.from_dict(sweep.config)
+        log_path = self.settings.work_dir / "logs" / sweep.name / f"{exp.id}.log"
+        env = {
+            "OVERNIGHT_BUDGET_S": f"{config.budget_s:g}",
+            "OVERNIGHT_SEED": str(sweep.seed),
+            "OVERNIGHT_EXPERIMENT_ID": str(exp.id),
+            **self.settings.env,
+        }
+        if self.settings.device:
+            env["OVERNIGHT_DEVICE"] = self.settings.device
+        self.store.mark_started(exp.id, log_path=str(log_path), run_started_at=utcnow())
+        sink = _LineSink(self.store, exp, self.emit)
+        self.emit("started", self.store.get_experiment(exp.id), {"budget_s": config.budget_s})
+
+        def on_start(pid: int, pgid: int) -> None:
+            self.store.mark_started(exp.id, pgid=pgid)
+
+        try:
+            result = self.runner.run(
+                resolve_command(config.command), cwd=wt, log_path=log_path,
+                timeout_s=config.timeout_s, env=env, on_start=on_start, on_line=sink,
+                stop_event=stop,
+            )
+        finally:
+            sink.flush()
+        return result, sink
+
+    def _record(self, sweep: Sweep, exp: Experiment, result: RunResult, started: bool,
+                head: str, commit: str, wt: Path) -> Experiment:
+        config = TargetConfig.from_dict(sweep.config)
+        ended = utcnow()
+        common: dict[str, Any] = {"summary": result.summary, "log_tail": result.log_tail,
+                                  "run_ended_at": ended}
+        if result.outcome is Outcome.STOPPED:
+            return self._finish(exp, Finish(ExperimentStatus.CANCELLED,
+                                            reason="cancelled while running", **common))
+        tampered = self._tampered(sweep, config, wt)
+        raw = result.summary.get(config.metric)
+        metric = float(raw) if isinstance(raw, int | float) else None
+        if tampered:
+            return self._finish(exp, Finish(
+                ExperimentStatus.CRASHED, CrashKind.FUNDAMENTAL,
+                f"the run modified protected file(s): {', '.join(tampered)}", **common))
+        if result.ok and metric is not None and math.isfinite(metric):
+            return self._decide(sweep, exp, metric, head, commit, common)
+        verdict = classify(CrashFacts(
+            timed_out=result.outcome is Outcome.TIMED_OUT, fail_marker=result.fail_marker,
+            exit_code=result.exit_code, signal=result.signal if result.outcome is
+            Outcome.SIGNALED else None, error=result.error, log_tail=result.log_tail,
+            training_started=started, has_metric=metric is not None,
+        ))
+        status = (ExperimentStatus.TIMEOUT if verdict.kind is CrashKind.TIMEOUT
+                  else ExperimentStatus.CRASHED)
+        done = self._finish(exp, Finish(status, verdict.kind, verdict.reason, metric=metric,
+                                        best_before=self.store.get_sweep(sweep.name).best_metric,
+                                        **common))
+        if verdict.kind is CrashKind.TRIVIAL:
+            self._repair(sweep, done)
+        return done
+
+    def _tampered(self, sweep: Sweep, config: TargetConfig, wt: Path) -> list[str]:
+        expected = self.store.protected_hashes(sweep.id)
+        actual = hash_worktree_files(wt, config.protected)
+        return sorted(p for p in expected if actual.get(p) != expected[p])
+
+    def _decide(self, sweep: Sweep, exp: Experiment, metric: float, head: str, commit: str,
+                common: dict[str, Any]) -> Experiment:
+        current = self.store.get_sweep(sweep.name)
+        best = current.best_metric
+        if exp.is_baseline:
+            return self._finish(exp, Finish(ExperimentStatus.KEPT, metric=metric,
+                                            best_before=None, **common), keep_commit=commit)
+        if not is_improvement(metric, best, current.direction, current.min_delta):
+            return self._finish(exp, Finish(ExperimentStatus.DISCARDED, metric=metric,
+                                            best_before=best, **common))
+        now_head = self.repo.head(sweep.branch)
+        keep = commit
+        if now_head != head:  # another slot kept something meanwhile: replay onto it
+            if self.repo.check_applies(now_head, exp.diff):
+                return self._finish(exp, Finish(
+                    ExperimentStatus.DISCARDED, reason="improved, but conflicts with a change "
+                    "kept meanwhile", metric=metric, best_before=best, **common))
+            keep = self.repo.commit_diff(now_head, exp.diff, exp.description)
+        # The DB learns first: a kill before the branch moves is repaired from the DB on start.
+        done = self._finish(exp, Finish(ExperimentStatus.KEPT, metric=metric, best_before=best,
+                                        **common), keep_commit=keep)
+        self.repo.advance_branch(sweep.branch, keep, now_head)
+        return done
+
+    def _repair(self, sweep: Sweep, failed: Experiment) -> None:
+        if self.proposer is None or failed.attempt >= self.settings.max_repairs:
+            return
+        if failed.proposer not in (self.proposer.name, "baseline"):
+            return
+        ctx = proposal_context(self.store, self.repo, self.store.get_sweep(sweep.name))
+        fix = self.proposer.repair(ctx, failed)
+        if fix is None:
+            return
+        fix = replace(fix, parent_id=failed.id)
+        child = submit(self.store, self.repo, sweep, fix, record_rejection=True,
+                       attempt=failed.attempt + 1, priority=REPAIR_PRIORITY)
+        self.emit("queued" if child.status is ExperimentStatus.QUEUED else "finished", child)
+
+    def _finish(self, exp: Experiment, finish: Finish, keep_commit: str | None = None) -> Experiment:
+        done = self.store.finish(exp.id, finish, keep_commit=keep_commit)
+        self.emit("finished", done)
+        return done
+
+    def _record_failure(self, exp: Experiment, exc: BaseException) -> None:
+        """An unexpected error (or Ctrl-C): never leave the row `running`."""
+        try:
+            current = self.store.get_experiment(exp.id)
+            if current.status.is_finished():
+                return
+            status = (ExperimentStatus.CANCELLED if isinstance(exc, KeyboardInterrupt)
+                      else ExperimentStatus.INTERRUPTED)
+            self.store.finish(exp.id, Finish(status, reason=f"service error: {exc!r}"[:500]))
+        except Exception:
+            logger.exception("could not record the failure of experiment %s", exp.id)

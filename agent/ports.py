@@ -1,0 +1,180 @@
+"""The loop's collaborators as Protocols: Store, Repo, Runner, Proposer, Clock.
+
+Core modules depend on these, never on SQLAlchemy, git or subprocess directly.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+from agent.domain import Experiment, ExperimentStatus, Finish, Proposal, Sweep, SweepStatus
+from runner.result import RunResult
+from runner.summary import ProgressPoint
+
+
+class Clock(Protocol):
+    def now(self) -> datetime: ...
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    name: str
+    target_path: str
+    branch: str
+    proposer: str
+    config: dict[str, Any]
+    max_experiments: int | None = None
+    seed: int = 42
+    deadline: datetime | None = None
+    window: dict[str, str] | None = None
+    min_delta: float = 0.0
+    protected_hashes: dict[str, str] = field(default_factory=dict)
+
+
+class Store(Protocol):
+    """Persistent record of sweeps, experiments and loss points.
+
+    Contract: every method is its own short transaction; a finished experiment is never
+    modified (finish/transition on it raise ConflictError); claims are guarded updates so two
+    workers never run the same experiment. Unknown ids/names raise NotFoundError.
+    """
+
+    def create_sweep(self, spec: SweepSpec) -> Sweep:
+        """Raises ConflictError if the name is taken."""
+
+    def get_sweep(self, name: str) -> Sweep:
+        """Raises NotFoundError."""
+
+    def get_sweep_by_id(self, sweep_id: int) -> Sweep: ...
+
+    def list_sweeps(self) -> list[Sweep]: ...
+
+    def set_sweep_status(self, name: str, status: SweepStatus) -> Sweep: ...
+
+    def set_best(self, sweep_id: int, experiment_id: int, metric: float, commit: str,
+                 baseline: bool) -> None:
+        """Record a new best (and the baseline metric when `baseline`)."""
+
+    def add_experiment(
+        self,
+        sweep_id: int,
+        proposal: Proposal,
+        *,
+        status: ExperimentStatus = ExperimentStatus.QUEUED,
+        reason: str | None = None,
+        is_baseline: bool = False,
+        attempt: int = 0,
+        priority: int = 0,
+        base_commit: str | None = None,
+    ) -> Experiment:
+        """Insert a queued (or directly rejected) experiment."""
+
+    def get_experiment(self, experiment_id: int) -> Experiment: ...
+
+    def list_experiments(
+        self,
+        sweep_id: int | None = None,
+        statuses: Sequence[ExperimentStatus] | None = None,
+        limit: int | None = None,
+        newest_first: bool = False,
+    ) -> list[Experiment]: ...
+
+    def count_experiments(self, sweep_id: int, statuses: Sequence[ExperimentStatus] | None = None,
+                          include_rejected: bool = True) -> int: ...
+
+    def claim_next(self, sweep_id: int | None = None) -> Experiment | None:
+        """Move the next queued experiment (priority, then FIFO) to running and return it."""
+
+    def claim(self, experiment_id: int) -> Experiment | None:
+        """Guarded queued → running for one experiment; None if it was not queued."""
+
+    def mark_started(self, experiment_id: int, *, commit: str | None = None, ref: str | None = None,
+                     base_commit: str | None = None, log_path: str | None = None,
+                     pgid: int | None = None, run_started_at: datetime | None = None) -> None:
+        """Fill run details on a running experiment."""
+
+    def finish(self, experiment_id: int, finish: Finish, keep_commit: str | None = None) -> Experiment:
+        """Move a queued/running experiment to a finished status. ConflictError if finished.
+
+        With `keep_commit`, the sweep's best (and baseline, for the baseline) is updated in the
+        same transaction."""
+
+    def has_diff(self, sweep_id: int, diff: str) -> Experiment | None:
+        """An earlier non-rejected experiment of the sweep with the same normalized diff."""
+
+    def protected_hashes(self, sweep_id: int) -> dict[str, str]: ...
+
+    def add_loss_points(self, experiment_id: int, points: Sequence[ProgressPoint]) -> None: ...
+
+    def loss_points(self, experiment_id: int) -> list[ProgressPoint]: ...
+
+
+class Repo(Protocol):
+    """The target's git repository. Never moves the user's own branches or checkout."""
+
+    def head(self, ref: str) -> str: ...
+
+    def ensure_branch(self, branch: str, start: str = "HEAD") -> str:
+        """Create `branch` at `start` if missing; return its sha."""
+
+    def check_applies(self, base: str, diff: str) -> str | None:
+        """None if `diff` applies cleanly on `base`, else git's message."""
+
+    def commit_diff(self, base: str, diff: str, message: str) -> str:
+        """Create a commit of `diff` on `base` without touching any worktree; return its sha."""
+
+    def set_ref(self, ref: str, sha: str) -> None: ...
+
+    def advance_branch(self, branch: str, sha: str, expected_old: str) -> None:
+        """Move `branch` to `sha` only if it still points at `expected_old`."""
+
+    def add_worktree(self, path: Path, sha: str) -> None: ...
+
+    def remove_worktree(self, path: Path) -> None: ...
+
+    def read_file(self, sha: str, path: str) -> str: ...
+
+    def file_hashes(self, sha: str, paths: Sequence[str]) -> dict[str, str]: ...
+
+    def log(self, branch: str, limit: int = 100) -> list[tuple[str, str]]:
+        """(short sha, subject) newest first."""
+
+
+class Runner(Protocol):
+    def run(
+        self,
+        argv: list[str],
+        *,
+        cwd: Path,
+        log_path: Path,
+        timeout_s: float,
+        env: Mapping[str, str] | None = None,
+        on_start: Callable[[int, int], None] | None = None,
+        on_line: Callable[[str], None] | None = None,
+        stop_event: threading.Event | None = None,
+    ) -> RunResult: ...
+
+
+@dataclass(frozen=True)
+class ProposalContext:
+    """What a proposer may look at: the target, the current best files and the history."""
+
+    sweep: Sweep
+    files: dict[str, str]  # editable path -> content at the sweep head
+    history: list[Experiment]  # oldest first, this sweep only
+    program: str = ""  # the target's program.md, if any
+
+
+class Proposer(Protocol):
+    name: str
+
+    def propose(self, ctx: ProposalContext) -> Proposal | None:
+        """The next one-change proposal, or None when out of ideas."""
+
+    def repair(self, ctx: ProposalContext, failed: Experiment) -> Proposal | None:
+        """A fixed diff for a trivially crashed experiment, or None to give up."""

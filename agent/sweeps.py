@@ -1,0 +1,135 @@
+"""Sweep-level operations shared by the CLI, the loop and the API: create, admit, submit.
+
+Uses the Store and Repo ports only; no SQL, no HTTP.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from datetime import datetime
+from pathlib import Path
+
+from agent.admit import check_proposal, clean_description
+from agent.config import TargetConfig, load_config
+from agent.domain import Experiment, ExperimentStatus, Proposal, Sweep, utcnow
+from agent.errors import AdmissionError, ConfigError
+from agent.ports import ProposalContext, Repo, Store, SweepSpec
+
+logger = logging.getLogger(__name__)
+BRANCH_PREFIX = "overnight/"
+_SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+BASELINE_DESCRIPTION = "baseline"
+
+
+def check_sweep_name(name: str) -> str:
+    if not _SAFE_NAME.match(name or "") or ".." in name or name.endswith((".lock", ".")):
+        raise ConfigError(
+            f"sweep name {name!r} is not a safe git ref name: use letters, digits, '.', '_' or '-'"
+            " (up to 64, starting with a letter or digit)"
+        )
+    return name
+
+
+def default_sweep_name(store: Store, now: datetime | None = None) -> str:
+    """A date tag such as 'nov29', made unique with a suffix ('nov29-2')."""
+    base = (now or utcnow()).strftime("%b%d").lower()
+    taken = {s.name for s in store.list_sweeps()}
+    if base not in taken:
+        return base
+    n = 2
+    while f"{base}-{n}" in taken:
+        n += 1
+    return f"{base}-{n}"
+
+
+def create_sweep(
+    store: Store,
+    repo: Repo,
+    target: Path,
+    *,
+    name: str,
+    proposer: str = "knobs",
+    config: TargetConfig | None = None,
+    max_experiments: int | None = None,
+    deadline: datetime | None = None,
+    window: dict[str, str] | None = None,
+    start: str = "HEAD",
+) -> Sweep:
+    """Create the sweep row and its branch `overnight/<name>`, and queue the baseline."""
+    check_sweep_name(name)
+    config = config or load_config(target)
+    branch = BRANCH_PREFIX + name
+    head = repo.ensure_branch(branch, start)
+    hashes = repo.file_hashes(head, config.protected)
+    missing = [p for p, h in hashes.items() if h == "missing"]
+    if missing:
+        raise ConfigError(f"protected: {', '.join(missing)} not found in the target at {head[:7]}")
+    sweep = store.create_sweep(
+        SweepSpec(
+            name=name, target_path=str(Path(target).resolve()), branch=branch, proposer=proposer,
+            config=config.to_dict(), max_experiments=max_experiments, seed=config.seed,
+            deadline=deadline, window=window, min_delta=config.min_delta, protected_hashes=hashes,
+        )
+    )
+    store.add_experiment(
+        sweep.id,
+        Proposal(description=BASELINE_DESCRIPTION, diff="", proposer="baseline"),
+        is_baseline=True, priority=100, base_commit=head,
+    )
+    logger.info("sweep %s created on %s at %s", name, branch, head[:7])
+    return sweep
+
+
+def admit(store: Store, repo: Repo, sweep: Sweep, proposal: Proposal) -> str:
+    """All admission checks; returns the sweep head the diff applies to. Raises AdmissionError."""
+    config = TargetConfig.from_dict(sweep.config)
+    check_proposal(proposal, config)
+    earlier = store.has_diff(sweep.id, proposal.diff)
+    if earlier is not None:
+        raise AdmissionError(
+            "duplicate", f"the same change was already tried as experiment {earlier.id} "
+            f"({earlier.status.value}): {earlier.description}"
+        )
+    head = repo.head(sweep.branch)
+    problem = repo.check_applies(head, proposal.diff)
+    if problem:
+        raise AdmissionError("does_not_apply", f"diff does not apply to the sweep head "
+                             f"{head[:7]}: {problem}", 409)
+    return head
+
+
+def submit(
+    store: Store, repo: Repo, sweep: Sweep, proposal: Proposal, *,
+    record_rejection: bool, attempt: int = 0, priority: int = 0,
+) -> Experiment:
+    """Admit and queue a proposal.
+
+    With `record_rejection` a refused proposal is stored as `rejected` (its reason kept) and
+    returned; without it the AdmissionError propagates and nothing is written.
+    """
+    description = proposal.description
+    try:
+        description = clean_description(proposal.description)
+        head = admit(store, repo, sweep, proposal)
+    except AdmissionError as exc:
+        if not record_rejection:
+            raise
+        rejected = Proposal(description or "(no description)", proposal.diff, proposal.proposer,
+                            proposal.parent_id, {**proposal.meta, "rejection": exc.code})
+        return store.add_experiment(sweep.id, rejected, status=ExperimentStatus.REJECTED,
+                                    reason=exc.message, attempt=attempt)
+    clean = Proposal(description, proposal.diff, proposal.proposer, proposal.parent_id,
+                     proposal.meta)
+    return store.add_experiment(sweep.id, clean, attempt=attempt, priority=priority,
+                                base_commit=head)
+
+
+def proposal_context(store: Store, repo: Repo, sweep: Sweep) -> ProposalContext:
+    config = TargetConfig.from_dict(sweep.config)
+    head = repo.head(sweep.branch)
+    files = {p: repo.read_file(head, p) for p in config.editable}
+    program_path = Path(sweep.target_path) / "program.md"
+    program = program_path.read_text(encoding="utf-8") if program_path.is_file() else ""
+    history = store.list_experiments(sweep.id)
+    return ProposalContext(sweep=sweep, files=files, history=history, program=program)

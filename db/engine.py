@@ -1,0 +1,57 @@
+"""Engine factory for SQLite: WAL, foreign keys, busy timeout; migrations on open.
+
+Nothing is created at import time: callers (app factory, CLI) build an engine from a path.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event
+
+logger = logging.getLogger(__name__)
+BUSY_TIMEOUT_MS = 30_000
+
+
+def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+    cur = dbapi_conn.cursor()
+    cur.execute("PRAGMA journal_mode=WAL")
+    cur.execute("PRAGMA foreign_keys=ON")
+    cur.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+    cur.execute("PRAGMA synchronous=NORMAL")
+    cur.close()
+
+
+def make_engine(path: Path | str) -> Engine:
+    """An engine for the SQLite file at `path` (parent folders are created)."""
+    path = Path(path).expanduser()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    engine = create_engine(
+        f"sqlite:///{path}",
+        connect_args={"check_same_thread": False, "timeout": BUSY_TIMEOUT_MS / 1000},
+        pool_size=8,
+        max_overflow=16,
+    )
+    event.listen(engine, "connect", _on_connect)
+    return engine
+
+
+def migrate(engine: Engine) -> None:
+    """Bring the schema to the newest Alembic revision (a no-op when already there)."""
+    from alembic import command
+    from alembic.config import Config
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(Path(__file__).parent / "migrations"))
+    cfg.attributes["connection"] = None
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "head")
+
+
+def open_database(path: Path | str) -> Engine:
+    engine = make_engine(path)
+    migrate(engine)
+    return engine

@@ -1,0 +1,30 @@
+"""Alembic environment: runs migrations on the connection handed in by db.engine.migrate."""
+
+from __future__ import annotations
+
+from alembic import context
+from sqlalchemy import create_engine
+
+from db.models import Base
+
+config = context.config
+target_metadata = Base.metadata
+
+
+def run() -> None:
+    connection = config.attributes.get("connection")
+    if connection is None:  # `alembic` CLI use: OVERNIGHT_DB or sqlalchemy.url
+        url = config.get_main_option("sqlalchemy.url")
+        engine = create_engine(url)
+        with engine.begin() as conn:
+            context.configure(connection=conn, target_metadata=target_metadata,
+                              render_as_batch=True)
+            with context.begin_transaction():
+                context.run_migrations()
+        return
+    context.configure(connection=connection, target_metadata=target_metadata, render_as_batch=True)
+    with context.begin_transaction():
+        context.run_migrations()
+
+
+run()

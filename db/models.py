@@ -1,0 +1,109 @@
+"""SQLAlchemy 2.0 typed models. The schema's history lives in db/migrations (Alembic)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import JSON, Boolean, DateTime, Float, ForeignKey, Index, Integer, String, Text
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.types import TypeDecorator
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Stores aware UTC datetimes; SQLite drops tzinfo, so put it back on the way out."""
+
+    impl = DateTime
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Any) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            raise ValueError("naive datetime given; use agent.domain.utcnow()")
+        return value.replace(tzinfo=None) if value is not None else None
+
+    def process_result_value(self, value: datetime | None, dialect: Any) -> datetime | None:
+        from datetime import UTC
+
+        return value.replace(tzinfo=UTC) if value is not None else None
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class SweepRow(Base):
+    __tablename__ = "sweeps"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(100), unique=True)
+    target_path: Mapped[str] = mapped_column(Text)
+    branch: Mapped[str] = mapped_column(String(200))
+    status: Mapped[str] = mapped_column(String(20), index=True)
+    proposer: Mapped[str] = mapped_column(String(100))
+    config: Mapped[dict[str, Any]] = mapped_column(JSON)
+    protected_hashes: Mapped[dict[str, str]] = mapped_column(JSON, default=dict)
+    max_experiments: Mapped[int | None] = mapped_column(Integer)
+    seed: Mapped[int] = mapped_column(Integer, default=42)
+    min_delta: Mapped[float] = mapped_column(Float, default=0.0)
+    deadline: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    window: Mapped[dict[str, str] | None] = mapped_column(JSON)
+    baseline_metric: Mapped[float | None] = mapped_column(Float)
+    best_metric: Mapped[float | None] = mapped_column(Float)
+    best_commit: Mapped[str | None] = mapped_column(String(64))
+    best_experiment_id: Mapped[int | None] = mapped_column(Integer)
+    llm_tokens_in: Mapped[int] = mapped_column(Integer, default=0)
+    llm_tokens_out: Mapped[int] = mapped_column(Integer, default=0)
+    llm_usd: Mapped[float] = mapped_column(Float, default=0.0)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class ExperimentRow(Base):
+    __tablename__ = "experiments"
+    __table_args__ = (
+        Index("ix_experiments_queue", "status", "priority", "id"),
+        Index("ix_experiments_sweep_id", "sweep_id", "id"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    sweep_id: Mapped[int] = mapped_column(ForeignKey("sweeps.id", ondelete="CASCADE"))
+    parent_id: Mapped[int | None] = mapped_column(ForeignKey("experiments.id"))
+    attempt: Mapped[int] = mapped_column(Integer, default=0)
+    is_baseline: Mapped[bool] = mapped_column(Boolean, default=False)
+    priority: Mapped[int] = mapped_column(Integer, default=0)
+    proposer: Mapped[str] = mapped_column(String(100))
+    description: Mapped[str] = mapped_column(Text)
+    diff: Mapped[str] = mapped_column(Text)
+    diff_key: Mapped[str | None] = mapped_column(String(64), index=True)
+    status: Mapped[str] = mapped_column(String(20))
+    crash_kind: Mapped[str | None] = mapped_column(String(20))
+    reason: Mapped[str | None] = mapped_column(Text)
+    base_commit: Mapped[str | None] = mapped_column(String(64))
+    commit: Mapped[str | None] = mapped_column(String(64))
+    ref: Mapped[str | None] = mapped_column(String(300))
+    metric: Mapped[float | None] = mapped_column(Float)
+    best_before: Mapped[float | None] = mapped_column(Float)
+    summary: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    meta: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    log_path: Mapped[str | None] = mapped_column(Text)
+    log_tail: Mapped[str | None] = mapped_column(Text)
+    pgid: Mapped[int | None] = mapped_column(Integer)
+    llm_tokens_in: Mapped[int] = mapped_column(Integer, default=0)
+    llm_tokens_out: Mapped[int] = mapped_column(Integer, default=0)
+    llm_usd: Mapped[float] = mapped_column(Float, default=0.0)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    run_started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    run_ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+
+class LossPointRow(Base):
+    __tablename__ = "loss_points"
+    __table_args__ = (Index("ix_loss_points_experiment", "experiment_id", "step"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    experiment_id: Mapped[int] = mapped_column(ForeignKey("experiments.id", ondelete="CASCADE"))
+    step: Mapped[int] = mapped_column(Integer)
+    loss: Mapped[float] = mapped_column(Float)
+    elapsed_s: Mapped[float | None] = mapped_column(Float)

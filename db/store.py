@@ -1,0 +1,354 @@
+"""SqlStore: the agent.ports.Store contract on SQLAlchemy 2.0 (sync sessions, short transactions).
+
+Finished experiments are read-only; queued → running is a guarded UPDATE so two workers
+never claim the same row; every driver error surfaces as one StoreError naming the action.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Engine, func, select, update
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
+from sqlalchemy.orm import Session, sessionmaker
+
+from agent.admit import normalize_diff
+from agent.domain import (
+    CrashKind,
+    Experiment,
+    ExperimentStatus,
+    Finish,
+    Proposal,
+    Sweep,
+    SweepStatus,
+    utcnow,
+)
+from agent.errors import ConflictError, NotFoundError, StoreError
+from agent.ports import SweepSpec
+from db.models import ExperimentRow, LossPointRow, SweepRow
+from runner.summary import ProgressPoint
+
+logger = logging.getLogger(__name__)
+
+
+def diff_key(diff: str) -> str | None:
+    return hashlib.sha256(normalize_diff(diff).encode()).hexdigest() if diff.strip() else None
+
+
+def to_sweep(row: SweepRow) -> Sweep:
+    return Sweep(
+        id=row.id, name=row.name, target_path=row.target_path, branch=row.branch,
+        status=SweepStatus(row.status), proposer=row.proposer, config=dict(row.config),
+        max_experiments=row.max_experiments, seed=row.seed,
+        baseline_metric=row.baseline_metric, best_metric=row.best_metric,
+        best_commit=row.best_commit, best_experiment_id=row.best_experiment_id,
+        created_at=row.created_at, deadline=row.deadline, window=row.window,
+        min_delta=row.min_delta,
+    )
+
+
+def to_experiment(row: ExperimentRow) -> Experiment:
+    return Experiment(
+        id=row.id, sweep_id=row.sweep_id, status=ExperimentStatus(row.status),
+        description=row.description, diff=row.diff, proposer=row.proposer,
+        parent_id=row.parent_id, attempt=row.attempt, is_baseline=row.is_baseline,
+        priority=row.priority, base_commit=row.base_commit, commit=row.commit, ref=row.ref,
+        crash_kind=CrashKind(row.crash_kind) if row.crash_kind else None, reason=row.reason,
+        metric=row.metric, best_before=row.best_before, summary=dict(row.summary or {}),
+        log_path=row.log_path, log_tail=row.log_tail, pgid=row.pgid, meta=dict(row.meta or {}),
+        created_at=row.created_at, started_at=row.started_at, finished_at=row.finished_at,
+        run_started_at=row.run_started_at, run_ended_at=row.run_ended_at,
+    )
+
+
+class SqlStore:
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self._sessions = sessionmaker(engine, expire_on_commit=False)
+
+    @contextmanager
+    def session(self, action: str) -> Iterator[Session]:
+        """One transaction: commit on success, roll back on error, one readable StoreError."""
+        with self._sessions() as s:
+            try:
+                yield s
+                s.commit()
+            except (NotFoundError, ConflictError):
+                s.rollback()
+                raise
+            except SQLAlchemyError as exc:
+                s.rollback()
+                raise StoreError(f"database error while {action}: {exc.__class__.__name__}: "
+                                 f"{getattr(exc, 'orig', exc)}") from exc
+            except BaseException:
+                s.rollback()
+                raise
+
+    # --- sweeps -------------------------------------------------------------------------
+    def create_sweep(self, spec: SweepSpec) -> Sweep:
+        now = utcnow()
+        row = SweepRow(
+            name=spec.name, target_path=spec.target_path, branch=spec.branch,
+            status=SweepStatus.RUNNING.value, proposer=spec.proposer, config=spec.config,
+            protected_hashes=spec.protected_hashes, max_experiments=spec.max_experiments,
+            seed=spec.seed, min_delta=spec.min_delta, deadline=spec.deadline, window=spec.window,
+            created_at=now, updated_at=now,
+        )
+        try:
+            with self.session("creating a sweep") as s:
+                s.add(row)
+                s.flush()
+                return to_sweep(row)
+        except StoreError as exc:
+            if isinstance(exc.__cause__, IntegrityError):
+                raise ConflictError(f"a sweep named {spec.name!r} already exists") from None
+            raise
+
+    def _sweep_row(self, s: Session, name: str) -> SweepRow:
+        row = s.scalar(select(SweepRow).where(SweepRow.name == name))
+        if row is None:
+            raise NotFoundError(f"no sweep named {name!r}")
+        return row
+
+    def get_sweep(self, name: str) -> Sweep:
+        with self.session("reading a sweep") as s:
+            return to_sweep(self._sweep_row(s, name))
+
+    def get_sweep_by_id(self, sweep_id: int) -> Sweep:
+        with self.session("reading a sweep") as s:
+            row = s.get(SweepRow, sweep_id)
+            if row is None:
+                raise NotFoundError(f"no sweep with id {sweep_id}")
+            return to_sweep(row)
+
+    def protected_hashes(self, sweep_id: int) -> dict[str, str]:
+        with self.session("reading a sweep") as s:
+            row = s.get(SweepRow, sweep_id)
+            return dict(row.protected_hashes) if row else {}
+
+    def list_sweeps(self) -> list[Sweep]:
+        with self.session("listing sweeps") as s:
+            return [to_sweep(r) for r in s.scalars(select(SweepRow).order_by(SweepRow.id))]
+
+    def set_sweep_status(self, name: str, status: SweepStatus) -> Sweep:
+        with self.session("updating a sweep") as s:
+            row = self._sweep_row(s, name)
+            row.status = status.value
+            row.updated_at = utcnow()
+            return to_sweep(row)
+
+    def set_best(self, sweep_id: int, experiment_id: int, metric: float, commit: str,
+                 baseline: bool) -> None:
+        with self.session("recording a new best") as s:
+            row = s.get(SweepRow, sweep_id)
+            if row is None:
+                raise NotFoundError(f"no sweep with id {sweep_id}")
+            if baseline:
+                row.baseline_metric = metric
+            row.best_metric, row.best_commit, row.best_experiment_id = metric, commit, experiment_id
+            row.updated_at = utcnow()
+
+    def add_llm_usage(self, sweep_id: int, experiment_id: int | None, tokens_in: int,
+                      tokens_out: int, usd: float) -> None:
+        with self.session("recording LLM usage") as s:
+            sweep = s.get(SweepRow, sweep_id)
+            if sweep is not None:
+                sweep.llm_tokens_in += tokens_in
+                sweep.llm_tokens_out += tokens_out
+                sweep.llm_usd += usd
+            exp = s.get(ExperimentRow, experiment_id) if experiment_id else None
+            if exp is not None:
+                exp.llm_tokens_in += tokens_in
+                exp.llm_tokens_out += tokens_out
+                exp.llm_usd += usd
+
+    def llm_usage(self, sweep_id: int) -> tuple[int, int, float]:
+        with self.session("reading LLM usage") as s:
+            row = s.get(SweepRow, sweep_id)
+            return (row.llm_tokens_in, row.llm_tokens_out, row.llm_usd) if row else (0, 0, 0.0)
+
+    # --- experiments --------------------------------------------------------------------
+    def add_experiment(
+        self, sweep_id: int, proposal: Proposal, *,
+        status: ExperimentStatus = ExperimentStatus.QUEUED, reason: str | None = None,
+        is_baseline: bool = False, attempt: int = 0, priority: int = 0,
+        base_commit: str | None = None,
+    ) -> Experiment:
+        now = utcnow()
+        row = ExperimentRow(
+            sweep_id=sweep_id, parent_id=proposal.parent_id, attempt=attempt,
+            is_baseline=is_baseline, priority=priority, proposer=proposal.proposer,
+            description=proposal.description, diff=proposal.diff, diff_key=diff_key(proposal.diff),
+            status=status.value, reason=reason, base_commit=base_commit, meta=dict(proposal.meta),
+            summary={}, created_at=now, finished_at=now if status.is_finished() else None,
+        )
+        with self.session("queueing an experiment") as s:
+            if s.get(SweepRow, sweep_id) is None:
+                raise NotFoundError(f"no sweep with id {sweep_id}")
+            s.add(row)
+            s.flush()
+            return to_experiment(row)
+
+    def get_experiment(self, experiment_id: int) -> Experiment:
+        with self.session("reading an experiment") as s:
+            row = s.get(ExperimentRow, experiment_id)
+            if row is None:
+                raise NotFoundError(f"no experiment with id {experiment_id}")
+            return to_experiment(row)
+
+    def list_experiments(
+        self, sweep_id: int | None = None, statuses: Sequence[ExperimentStatus] | None = None,
+        limit: int | None = None, newest_first: bool = False, before_id: int | None = None,
+        crash_kind: CrashKind | None = None,
+    ) -> list[Experiment]:
+        q = select(ExperimentRow)
+        if sweep_id is not None:
+            q = q.where(ExperimentRow.sweep_id == sweep_id)
+        if statuses:
+            q = q.where(ExperimentRow.status.in_([st.value for st in statuses]))
+        if crash_kind is not None:
+            q = q.where(ExperimentRow.crash_kind == crash_kind.value)
+        if before_id is not None:
+            q = q.where(ExperimentRow.id < before_id)
+        q = q.order_by(ExperimentRow.id.desc() if newest_first else ExperimentRow.id)
+        if limit is not None:
+            q = q.limit(limit)
+        with self.session("listing experiments") as s:
+            return [to_experiment(r) for r in s.scalars(q)]
+
+    def count_experiments(self, sweep_id: int, statuses: Sequence[ExperimentStatus] | None = None,
+                          include_rejected: bool = True) -> int:
+        q = select(func.count(ExperimentRow.id)).where(ExperimentRow.sweep_id == sweep_id)
+        if statuses:
+            q = q.where(ExperimentRow.status.in_([st.value for st in statuses]))
+        if not include_rejected:
+            q = q.where(ExperimentRow.status != ExperimentStatus.REJECTED.value)
+        with self.session("counting experiments") as s:
+            return int(s.scalar(q) or 0)
+
+    def has_diff(self, sweep_id: int, diff: str) -> Experiment | None:
+        key = diff_key(diff)
+        if key is None:
+            return None
+        q = (select(ExperimentRow).where(ExperimentRow.sweep_id == sweep_id,
+                                         ExperimentRow.diff_key == key,
+                                         ExperimentRow.status != ExperimentStatus.REJECTED.value)
+             .order_by(ExperimentRow.id).limit(1))
+        with self.session("looking up a diff") as s:
+            row = s.scalar(q)
+            return to_experiment(row) if row else None
+
+    def _claim(self, s: Session, experiment_id: int) -> ExperimentRow | None:
+        now = utcnow()
+        res = s.execute(
+            update(ExperimentRow)
+            .where(ExperimentRow.id == experiment_id,
+                   ExperimentRow.status == ExperimentStatus.QUEUED.value)
+            .values(status=ExperimentStatus.RUNNING.value, started_at=now)
+        )
+        if res.rowcount != 1:  # type: ignore[attr-defined]
+            return None
+        return s.get(ExperimentRow, experiment_id, populate_existing=True)
+
+    def claim(self, experiment_id: int) -> Experiment | None:
+        with self.session("claiming an experiment") as s:
+            row = self._claim(s, experiment_id)
+            return to_experiment(row) if row else None
+
+    def claim_next(self, sweep_id: int | None = None) -> Experiment | None:
+        q = select(ExperimentRow.id).where(ExperimentRow.status == ExperimentStatus.QUEUED.value)
+        if sweep_id is not None:
+            q = q.where(ExperimentRow.sweep_id == sweep_id)
+        q = q.order_by(ExperimentRow.priority.desc(), ExperimentRow.id).limit(5)
+        with self.session("claiming the next experiment") as s:
+            for exp_id in list(s.scalars(q)):
+                row = self._claim(s, exp_id)
+                if row is not None:
+                    return to_experiment(row)
+            return None
+
+    def mark_started(self, experiment_id: int, **fields: Any) -> None:
+        allowed = {"commit", "ref", "base_commit", "log_path", "pgid", "run_started_at"}
+        bad = set(fields) - allowed
+        if bad:
+            raise ValueError(f"mark_started: unknown field(s) {sorted(bad)}")
+        with self.session("recording a run start") as s:
+            row = s.get(ExperimentRow, experiment_id)
+            if row is None:
+                raise NotFoundError(f"no experiment with id {experiment_id}")
+            if ExperimentStatus(row.status).is_finished():
+                raise ConflictError(f"experiment {experiment_id} is finished ({row.status})")
+            for key, value in fields.items():
+                if value is not None:
+                    setattr(row, key, value)
+
+    def finish(self, experiment_id: int, finish: Finish, keep_commit: str | None = None) -> Experiment:
+        """Record the end of an experiment; with `keep_commit`, also make it the sweep's best
+        in the same transaction (so a kill between the two can never split them)."""
+        if not finish.status.is_finished():
+            raise ValueError(f"finish needs a finished status, got {finish.status.value}")
+        with self.session("finishing an experiment") as s:
+            row = s.get(ExperimentRow, experiment_id)
+            if row is None:
+                raise NotFoundError(f"no experiment with id {experiment_id}")
+            old = ExperimentStatus(row.status)
+            if old.is_finished():
+                raise ConflictError(f"experiment {experiment_id} is already {old.value}")
+            row.status = finish.status.value
+            row.crash_kind = finish.crash_kind.value if finish.crash_kind else None
+            row.reason = finish.reason
+            row.metric, row.best_before = finish.metric, finish.best_before
+            row.summary = dict(finish.summary)
+            row.log_tail = finish.log_tail
+            row.run_started_at = finish.run_started_at or row.run_started_at
+            row.run_ended_at = finish.run_ended_at
+            row.finished_at = utcnow()
+            if keep_commit is not None:
+                if finish.metric is None:
+                    raise ValueError("keep_commit needs a metric")
+                row.commit = keep_commit
+                sweep = s.get(SweepRow, row.sweep_id)
+                assert sweep is not None
+                if row.is_baseline:
+                    sweep.baseline_metric = finish.metric
+                sweep.best_metric, sweep.best_commit = finish.metric, keep_commit
+                sweep.best_experiment_id = row.id
+                sweep.updated_at = utcnow()
+            return to_experiment(row)
+
+    def interrupt_running(self) -> list[Experiment]:
+        """Mark every `running` experiment `interrupted` (a dead process left them)."""
+        with self.session("reaping interrupted experiments") as s:
+            rows = list(s.scalars(select(ExperimentRow).where(
+                ExperimentRow.status == ExperimentStatus.RUNNING.value)))
+            now = utcnow()
+            for row in rows:
+                row.status = ExperimentStatus.INTERRUPTED.value
+                row.reason = "the service stopped while this experiment was running"
+                row.finished_at = now
+            return [to_experiment(r) for r in rows]
+
+    # --- loss curve ---------------------------------------------------------------------
+    def add_loss_points(self, experiment_id: int, points: Sequence[ProgressPoint]) -> None:
+        if not points:
+            return
+        with self.session("recording loss points") as s:
+            s.add_all(LossPointRow(experiment_id=experiment_id, step=p.step, loss=p.loss,
+                                   elapsed_s=p.elapsed_s) for p in points)
+
+    def loss_points(self, experiment_id: int) -> list[ProgressPoint]:
+        q = (select(LossPointRow).where(LossPointRow.experiment_id == experiment_id)
+             .order_by(LossPointRow.step, LossPointRow.id))
+        with self.session("reading loss points") as s:
+            return [ProgressPoint(r.step, r.loss, r.elapsed_s) for r in s.scalars(q)]
+
+    def timestamps(self, sweep_id: int) -> list[tuple[datetime | None, datetime | None]]:
+        q = (select(ExperimentRow.run_started_at, ExperimentRow.run_ended_at)
+             .where(ExperimentRow.sweep_id == sweep_id).order_by(ExperimentRow.id))
+        with self.session("reading run times") as s:
+            return [(a, b) for a, b in s.execute(q)]

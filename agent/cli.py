@@ -240,3 +240,7 @@ def main() -> None:
     except KeyboardInterrupt:
         err.print("interrupted")
         sys.exit(130)
+
+
+# Commands that live in their own modules register themselves on `app` when imported.
+from agent import cli_agents, cli_service  # noqa: E402,F401

@@ -1,0 +1,1 @@
+"""The HTTP service: FastAPI app factory, routes, dashboard, MCP mount. Nothing imports api."""

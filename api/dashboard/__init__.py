@@ -1,0 +1,1 @@
+"""Server-rendered dashboard (Jinja2 + inline SVG): sweeps overview, sweep page, experiment page."""

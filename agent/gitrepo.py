@@ -11,6 +11,7 @@ import logging
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -72,7 +73,17 @@ class GitRepo:
             self._git("read-tree", base, env=env)
             patch = diff if diff.endswith("\n") else diff + "\n"
             args = ["apply", "--cached", "--recount", "--whitespace=nowarn"]
-            self._apply(args + (["--check"] if check_only else []), patch, env)
+            args += ["--check"] if check_only else []
+            try:
+                self._apply(args, patch, env)
+            except GitError:
+                # Hunks written without context lines (common from language models) only
+                # apply with --unidiff-zero; git's first message is the one worth showing.
+                first = sys.exc_info()[1]
+                try:
+                    self._apply(args + ["--unidiff-zero"], patch, env)
+                except GitError:
+                    raise first from None
             return "" if check_only else self._git("write-tree", env=env)
         finally:
             if os.path.exists(index):

@@ -1,0 +1,46 @@
+"""Shared fixtures: a real git target from the fake trainer, a real SQLite store, a loop."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from agent.gitrepo import GitRepo, init_repo
+from agent.loop import Loop, LoopSettings
+from agent.wiring import SubprocessRunner
+from db.engine import open_database
+from db.store import SqlStore
+
+FIXTURES = Path(__file__).parent / "fixtures"
+REPO_ROOT = Path(__file__).parent.parent
+
+
+def make_target(dest: Path, source: Path = FIXTURES / "fake_target",
+                edits: dict[str, str] | None = None) -> Path:
+    """Copy a target folder, apply whole-file `edits`, git init and commit it."""
+    shutil.copytree(source, dest, ignore=shutil.ignore_patterns("__pycache__"))
+    for rel, text in (edits or {}).items():
+        (dest / rel).write_text(text)
+    init_repo(dest)
+    return dest
+
+
+@pytest.fixture
+def target(tmp_path: Path) -> Path:
+    return make_target(tmp_path / "target")
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> SqlStore:
+    return SqlStore(open_database(tmp_path / "db" / "overnight.db"))
+
+
+@pytest.fixture
+def make_loop(tmp_path: Path, store: SqlStore):
+    def _make(target: Path, proposer=None, **settings) -> Loop:
+        return Loop(store, GitRepo(target), SubprocessRunner(grace_s=0.5),
+                    LoopSettings(work_dir=tmp_path / "work", **settings), proposer=proposer)
+
+    return _make

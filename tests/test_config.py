@@ -1,0 +1,68 @@
+from pathlib import Path
+
+import pytest
+
+from agent.config import load_config, parse_config
+from agent.errors import ConfigError
+
+GOOD = {
+    "command": "python train.py", "editable": ["train.py"],
+    "protected": ["prepare.py", "overnight.toml"], "metric": "val_bpb",
+    "direction": "minimize", "budget_s": 300, "timeout_s": 900,
+}
+
+
+def test_good_config_round_trips():
+    cfg = parse_config(GOOD)
+    assert cfg.budget_s == 300 and cfg.editable == ("train.py",)
+    assert parse_config(cfg.to_dict()) == cfg
+
+
+@pytest.mark.parametrize("change, key", [
+    ({"bogus": 1}, "bogus"),
+    ({"metric": None}, "metric"),
+    ({"command": "  "}, "command"),
+    ({"budget_s": 0}, "budget_s"),
+    ({"budget_s": -5}, "budget_s"),
+    ({"timeout_s": 300}, "timeout_s"),
+    ({"editable": []}, "editable"),
+    ({"editable": ["../x.py"]}, "editable"),
+    ({"protected": ["train.py"]}, "train.py"),
+    ({"direction": "up"}, "direction"),
+])
+def test_bad_config_names_the_key(change, key):
+    data = {**GOOD, **change}
+    data = {k: v for k, v in data.items() if v is not None}
+    with pytest.raises(ConfigError) as exc:
+        parse_config(data)
+    assert key in str(exc.value)
+
+
+def test_missing_file_and_bad_toml(tmp_path: Path):
+    with pytest.raises(ConfigError, match="not found"):
+        load_config(tmp_path)
+    (tmp_path / "overnight.toml").write_text("[target\n")
+    with pytest.raises(ConfigError, match="invalid TOML"):
+        load_config(tmp_path)
+    (tmp_path / "overnight.toml").write_text("[other]\nx=1\n")
+    with pytest.raises(ConfigError, match="other"):
+        load_config(tmp_path)
+
+
+def test_budget_override_keeps_timeout_above_budget():
+    cfg = parse_config(GOOD).with_budget(10)
+    assert cfg.budget_s == 10 and cfg.timeout_s > 10
+    assert parse_config(GOOD).with_budget(600).timeout_s >= 1200
+
+
+def test_cli_reports_config_error_without_traceback(tmp_path: Path, target: Path):
+    import subprocess
+    import sys
+
+    (target / "overnight.toml").write_text('[target]\ncommand=""\neditable=["train.py"]\n'
+                                           'metric="val_bpb"\nbudget_s=1\n')
+    overnight = Path(sys.executable).parent / "overnight"
+    proc = subprocess.run([str(overnight), "run", "--target", str(target), "--db",
+                           str(tmp_path / "x.db")], capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert "command" in proc.stderr and "Traceback" not in proc.stderr + proc.stdout

@@ -1,0 +1,196 @@
+"""The loop on a real git repo with the fake trainer: keep/reset, refs, crashes, repairs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import git
+
+from agent.config import load_config
+from agent.domain import CrashKind, ExperimentStatus, Proposal, SweepStatus
+from agent.gitrepo import GitRepo
+from agent.proposers.knobs import KnobsProposer, make_diff
+from agent.sweeps import create_sweep
+from conftest import make_target
+
+
+def edit(target: Path, old: str, new: str, path: str = "train.py") -> str:
+    text = (target / path).read_text()
+    assert old in text
+    return make_diff(path, text, text.replace(old, new, 1))
+
+
+class Scripted:
+    """A proposer that plays back proposals, and fixes for repairs."""
+
+    name = "scripted"
+
+    def __init__(self, proposals, fixes=()):
+        self.proposals, self.fixes = list(proposals), list(fixes)
+        self.repairs_asked = []
+
+    def propose(self, ctx):
+        if not self.proposals:
+            return None
+        item = self.proposals.pop(0)
+        if isinstance(item, tuple):  # (description, old, new): a diff against the current head
+            desc, old, new = item
+            text = ctx.files["train.py"]
+            return Proposal(desc, make_diff("train.py", text, text.replace(old, new, 1)), self.name)
+        return item
+
+    def repair(self, ctx, failed):
+        self.repairs_asked.append(failed.id)
+        return self.fixes.pop(0) if self.fixes else None
+
+
+def start(store, target, name="s1", **kw):
+    return create_sweep(store, GitRepo(target), target, name=name, config=load_config(target), **kw)
+
+
+def test_keep_and_reset_move_only_the_sweep_branch(store, target, make_loop, tmp_path):
+    user = git.Repo(target)
+    user_head = user.head.commit.hexsha
+    props = [
+        ("lr 0.02", "LR = 0.01", "LR = 0.02"),  # better
+        ("width 32", "WIDTH = 64", "WIDTH = 32"),  # worse
+        ("width 128", "WIDTH = 64", "WIDTH = 128"),  # better
+        ("trick", "USE_TRICK = False", "USE_TRICK = True"),  # better
+    ]
+    sweep = start(store, target)
+    done = make_loop(target, Scripted(props)).run_sweep(sweep.name)
+    assert done.status is SweepStatus.DONE
+
+    exps = store.list_experiments(sweep.id)
+    assert [e.status for e in exps] == [ExperimentStatus.KEPT, ExperimentStatus.KEPT,
+                                        ExperimentStatus.DISCARDED, ExperimentStatus.KEPT,
+                                        ExperimentStatus.KEPT]
+    assert exps[0].is_baseline and exps[0].metric == 1.3
+    # the branch log is baseline + kept only, newest first
+    log = GitRepo(target).log(sweep.branch)
+    assert [s for _, s in log] == ["trick", "width 128", "lr 0.02", "overnight: initial target"]
+    assert done.best_metric == exps[-1].metric and done.best_commit == exps[-1].commit
+    assert done.baseline_metric == 1.3
+    # the discarded commit survives under a hidden ref and is not on the branch
+    discarded = exps[2]
+    assert discarded.ref == f"refs/overnight/s1/{discarded.id}"
+    assert user.git.rev_parse(discarded.ref) == discarded.commit
+    assert not user.is_ancestor(discarded.commit, user.git.rev_parse(sweep.branch))
+    assert "WIDTH = 32" in user.git.show(f"{discarded.commit}:train.py")
+    # the user's checkout and branch never moved; no worktrees left behind
+    assert user.head.commit.hexsha == user_head and not user.is_dirty(untracked_files=True)
+    assert len(user.git.worktree("list").splitlines()) == 1
+    assert not any((tmp_path / "work" / "worktrees" / "s1").iterdir())
+    # deltas are against the best at the time; loss curve stored
+    assert abs(discarded.delta - (discarded.metric - discarded.best_before)) < 1e-12
+    assert discarded.best_before == exps[1].metric
+    assert [p.step for p in store.loss_points(exps[1].id)] == [1, 2, 3]
+    assert Path(exps[1].log_path).read_text().count("step ") == 3
+
+
+def test_crash_classes_and_trivial_repair(store, target, make_loop):
+    typo = edit(target, "budget = float(", "budget = flaot(")
+    fixed = edit(target, "LR = 0.01", "LR = 0.02")
+    oom = edit(target, "value = score(", "raise MemoryError()\nvalue = score(")
+    hang = edit(target, "value = score(", "time.sleep(60)\nvalue = score(")
+    nan = edit(target, "value = score(LR, WIDTH, USE_TRICK)", "value = float('nan')")
+    proposer = Scripted(
+        [Proposal("typo", typo, "scripted"), Proposal("oom", oom, "scripted"),
+         Proposal("late typo", edit(target, "score(LR,", "score(LRR,"), "scripted"),
+         Proposal("hang", hang, "scripted"), Proposal("nan", nan, "scripted")],
+        fixes=[Proposal("typo, fixed", fixed, "scripted")],
+    )
+    (target / "overnight.toml").write_text((target / "overnight.toml").read_text().replace(
+        "timeout_s = 20", "timeout_s = 2"))
+    git.Repo(target).git.commit("-am", "short timeout", env={
+        "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@t"})
+    sweep = start(store, target)
+    make_loop(target, proposer).run_sweep(sweep.name)
+    by_desc = {e.description: e for e in store.list_experiments(sweep.id)}
+
+    typo_exp = by_desc["typo"]
+    assert typo_exp.status is ExperimentStatus.CRASHED
+    assert typo_exp.crash_kind is CrashKind.TRIVIAL and "NameError" in typo_exp.reason
+    late_typo = by_desc["late typo"]  # the same error class after training started
+    assert late_typo.crash_kind is CrashKind.FUNDAMENTAL and "after training" in late_typo.reason
+    child = by_desc["typo, fixed"]
+    assert child.parent_id == typo_exp.id and child.attempt == 1
+    assert child.status is ExperimentStatus.KEPT
+    assert proposer.repairs_asked == [typo_exp.id]  # fundamental/timeout are not repaired
+
+    assert by_desc["oom"].crash_kind is CrashKind.FUNDAMENTAL
+    assert "memory" in by_desc["oom"].reason
+    assert by_desc["hang"].status is ExperimentStatus.TIMEOUT
+    assert by_desc["hang"].crash_kind is CrashKind.TIMEOUT
+    assert by_desc["nan"].status is ExperimentStatus.CRASHED
+    assert "FAIL" in by_desc["nan"].reason
+    assert all(e.log_tail for e in by_desc.values() if not e.is_baseline)
+    # crashes never move the branch: the target's two commits + the repaired keep only
+    assert [s for _, s in GitRepo(target).log(sweep.branch)][0] == "typo, fixed"
+    assert len(GitRepo(target).log(sweep.branch)) == 3
+
+
+def test_repair_attempts_are_bounded(store, target, make_loop):
+    typo = edit(target, "budget = float(", "budget = flaot(")
+    typo2 = edit(target, "budget = float(", "budget = floaat(")
+    typo3 = edit(target, "budget = float(", "budget = floaaat(")
+    proposer = Scripted([Proposal("typo", typo, "scripted")],
+                        fixes=[Proposal("fix 1", typo2, "scripted"),
+                               Proposal("fix 2", typo3, "scripted"),
+                               Proposal("fix 3", edit(target, "LR = 0.01", "LR = 0.02"),
+                                        "scripted")])
+    sweep = start(store, target)
+    make_loop(target, proposer).run_sweep(sweep.name)
+    exps = store.list_experiments(sweep.id)
+    assert [e.attempt for e in exps[1:]] == [0, 1, 2]
+    assert all(e.status is ExperimentStatus.CRASHED for e in exps[1:])
+    assert len(proposer.repairs_asked) == 2
+
+
+def test_run_that_rewrites_a_protected_file_is_not_kept(store, target, make_loop):
+    tamper = edit(target, "value = score(LR, WIDTH, USE_TRICK)",
+                  "open('prepare.py', 'a').write('# x')\nvalue = 0.1")
+    sweep = start(store, target)
+    make_loop(target, Scripted([Proposal("cheat", tamper, "scripted")])).run_sweep(sweep.name)
+    cheat = store.list_experiments(sweep.id)[-1]
+    assert cheat.status is ExperimentStatus.CRASHED and "prepare.py" in cheat.reason
+    assert store.get_sweep(sweep.name).best_metric == 1.3
+
+
+def test_failed_baseline_stops_the_sweep(tmp_path, store, make_loop):
+    broken = make_target(tmp_path / "broken")
+    (broken / "train.py").write_text("import nope\n")
+    git.Repo(broken).git.commit("-am", "break", env={
+        "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@t"})
+    sweep = start(store, broken)
+    done = make_loop(broken, KnobsProposer()).run_sweep(sweep.name)
+    assert done.status is SweepStatus.STOPPED
+    assert [e.status for e in store.list_experiments(sweep.id)] == [ExperimentStatus.CRASHED]
+
+
+def test_knobs_sweep_respects_limit_and_improves(store, target, make_loop):
+    sweep = start(store, target, max_experiments=6)
+    done = make_loop(target, KnobsProposer(seed=1)).run_sweep(sweep.name)
+    exps = store.list_experiments(sweep.id)
+    assert len(exps) == 7 and done.status is SweepStatus.DONE
+    assert done.best_metric < done.baseline_metric
+    diffs = [e.diff for e in exps]
+    assert len(set(diffs)) == len(diffs)  # never repeats a change
+    assert all(e.status in (ExperimentStatus.KEPT, ExperimentStatus.DISCARDED) for e in exps)
+
+
+def test_diff_queued_against_an_old_head_is_rejected_if_it_conflicts(store, target, make_loop):
+    from agent.sweeps import submit
+
+    sweep = start(store, target)
+    repo = GitRepo(target)
+    a = submit(store, repo, sweep, Proposal("lr .02", edit(target, "LR = 0.01", "LR = 0.02")),
+               record_rejection=False)
+    b = submit(store, repo, sweep, Proposal("lr .03", edit(target, "LR = 0.01", "LR = 0.03")),
+               record_rejection=False)
+    make_loop(target).run_sweep(sweep.name)
+    assert store.get_experiment(a.id).status is ExperimentStatus.KEPT
+    late = store.get_experiment(b.id)
+    assert late.status is ExperimentStatus.REJECTED and "no longer applies" in late.reason

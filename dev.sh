@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Set up and run overnight from a checkout: `./dev.sh demo` (the main job) or `./dev.sh test`.
+#
+# Creates .venv, installs a torch build that fits the machine, installs overnight (editable,
+# with dev extras) and then runs the demo or the test suite. Safe to re-run: steps that are
+# already done are skipped.
+#   TORCH_SPEC   override the torch requirement (e.g. "torch==2.13.0" or "torch>=2.3")
+#   PYTHON       interpreter to build the venv with (default python3; needs >= 3.11)
+set -euo pipefail
+cd "$(dirname "$0")"
+VENV=.venv
+PY="$VENV/bin/python"
+PIP=("$PY" -m pip install -q --disable-pip-version-check)
+
+setup() {
+  if [[ ! -x "$PY" ]]; then
+    "${PYTHON:-python3}" -m venv "$VENV"
+  fi
+  if ! "$PY" -c "import torch" 2>/dev/null; then
+    # A bare `torch` requirement would let pip pick the newest (multi-GB CUDA) build. On a
+    # machine with an NVIDIA driver that is what we want; without one, pin the CPU build that
+    # these machines keep on disk (elsewhere PyPI serves the same version).
+    local spec="${TORCH_SPEC:-}"
+    if [[ -z "$spec" ]]; then
+      if command -v nvidia-smi >/dev/null 2>&1; then spec="torch>=2.3"; else spec="torch==2.13.0"; fi
+    fi
+    echo "installing $spec ..."
+    "${PIP[@]}" "$spec" numpy
+  fi
+  if ! "$PY" -c "import agent, db, runner, api, fastapi, mcp, playwright" 2>/dev/null \
+     || [[ pyproject.toml -nt "$VENV/.installed" ]]; then
+    echo "installing overnight ..."
+    "${PIP[@]}" -e ".[dev]"
+    touch "$VENV/.installed"
+  fi
+}
+
+browser() {
+  # Debian's Chromium for the dashboard tests (never `playwright install`).
+  if [[ ! -x /usr/bin/chromium ]] && command -v apt-get >/dev/null 2>&1 && [[ $(id -u) == 0 ]]; then
+    echo "installing chromium ..."
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+  fi
+}
+
+cmd="${1:-demo}"
+shift || true
+case "$cmd" in
+  setup) setup ;;
+  demo) setup; exec "$VENV/bin/overnight" demo "$@" ;;
+  test) setup; browser; exec "$PY" -m pytest "$@" ;;
+  *) echo "usage: ./dev.sh demo|test|setup [args...]" >&2; exit 2 ;;
+esac

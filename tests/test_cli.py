@@ -1,0 +1,90 @@
+"""The `overnight` command as a user runs it: real subprocesses, real git, a real SQLite file."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import git
+import pytest
+
+OVERNIGHT = str(Path(sys.executable).parent / "overnight")
+
+
+def run(*args: str, env: dict[str, str] | None = None, check: bool = True, timeout: int = 300):
+    proc = subprocess.run([OVERNIGHT, *args], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "COLUMNS": "200", **(env or {})})
+    if check:
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc
+
+
+def test_run_results_and_status(tmp_path: Path, target: Path):
+    db = str(tmp_path / "o.db")
+    out = run("run", "--target", str(target), "--experiments", "5", "--db", db,
+              "--sweep", "night1").stdout
+    assert "sweep night1" in out and "baseline" in out
+    tsv = run("results", "--sweep", "night1", "--format", "tsv", "--db", db).stdout
+    lines = tsv.splitlines()
+    assert lines[0].split("\t") == ["commit", "val_bpb", "memory_gb", "status", "description"]
+    assert len(lines) == 7
+    rows = [line.split("\t") for line in lines[1:]]
+    assert rows[0][1:4] == ["1.300000", "2.0", "keep"] and rows[0][4] == "baseline"
+    assert all(len(r[0]) == 7 for r in rows)
+    assert {r[3] for r in rows} <= {"keep", "discard", "crash"}
+    data = json.loads(run("results", "--target", str(target), "--format", "json",
+                          "--db", db).stdout)
+    assert data["sweep"] == "night1" and len(data["experiments"]) == 6
+    assert data["best"] < data["baseline"]
+    assert "night1" in run("status", "--db", db).stdout
+    # the default sweep name is a date tag, made unique
+    env = {"OVERNIGHT_DB": db}
+    run("run", "--target", str(target), "--experiments", "1", env=env)
+    run("run", "--target", str(target), "--experiments", "1", env=env)
+    names = [s for s in run("status", env=env).stdout.split() if s[:3].isalpha() and
+             s[3:5].isdigit()]
+    assert len(set(names)) >= 2
+
+
+def test_user_errors_are_one_line(tmp_path: Path, target: Path):
+    db = str(tmp_path / "o.db")
+    proc = run("run", "--target", str(tmp_path / "missing"), "--db", db, check=False)
+    assert proc.returncode == 2 and "overnight.toml" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    proc = run("run", "--target", str(target), "--sweep", "bad name!", "--db", db, check=False)
+    assert proc.returncode == 2 and "sweep name" in proc.stderr
+    run("run", "--target", str(target), "--sweep", "dup", "--experiments", "0", "--db", db)
+    proc = run("run", "--target", str(target), "--sweep", "dup", "--db", db, check=False)
+    assert proc.returncode == 2 and "already exists" in proc.stderr
+    proc = run("results", "--sweep", "nope", "--db", db, check=False)
+    assert proc.returncode == 2 and "nope" in proc.stderr
+    proc = run("init", str(tmp_path / "t"), "--template", "nope", check=False)
+    assert proc.returncode == 2 and "gpt" in proc.stderr
+
+
+def test_init_makes_a_committed_gpt_target(tmp_path: Path):
+    dest = tmp_path / "night"
+    run("init", str(dest), "--template", "gpt")
+    repo = git.Repo(dest)
+    assert not repo.is_dirty(untracked_files=True)
+    files = set(repo.git.ls_files().split())
+    assert {"train.py", "prepare.py", "overnight.toml", "program.md"} <= files
+    proc = run("init", str(dest), check=False)
+    assert proc.returncode == 2 and "not empty" in proc.stderr
+
+
+@pytest.mark.slow
+def test_demo_on_the_real_gpt_target(tmp_path: Path):
+    """The README's main job, shortened: a real CPU sweep of the gpt target."""
+    db = tmp_path / "demo.db"
+    out = run("demo", "--budget", "3", "--experiments", "2", "--db", str(db),
+              "--dir", str(tmp_path / "demo-target"), timeout=600).stdout
+    assert "results.tsv" in out and "git log overnight/demo-" in out
+    tsv = out.split("results.tsv", 1)[1].split("git log", 1)[0]
+    rows = [line.split("\t") for line in tsv.strip().splitlines()[1:]]
+    assert rows[0][3] == "keep" and rows[0][4] == "baseline"
+    assert 0 < float(rows[0][1]) < 8.0  # bits per byte below a uniform guess
+    assert len(rows) == 3

@@ -32,7 +32,7 @@ def test_find_knobs_reads_module_constants_only():
 
 def test_candidates_per_type():
     knobs = {k.name: k for k in find_knobs("train.py", SRC)}
-    assert candidates(knobs["D_MODEL"]) == [(1, "256"), (-1, "64")]
+    assert candidates(knobs["D_MODEL"])[:4] == [(1, "256"), (-1, "64"), (1, "129"), (-1, "127")]
     assert candidates(knobs["DEPTH"])[0] == (1, "8")
     assert candidates(knobs["USE_MUON"]) == [(1, "True")]
     lr = [v for _, v in candidates(knobs["LR"])]

@@ -21,7 +21,8 @@ _CONST = re.compile(
     r"(?P<value>True|False|[-+]?(?:\d[\d_]*\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?))"
     r"(?P<rest>\s*(?:#.*)?)$"
 )
-FLOAT_FACTORS = (2.0, 0.5, 1.5, 0.67)
+# Nearby factors first; the wider ones are tried once the near ones are used up.
+FLOAT_FACTORS = (2.0, 0.5, 1.5, 0.67, 1.25, 0.8, 3.0, 0.33)
 
 
 @dataclass(frozen=True)
@@ -66,14 +67,14 @@ def candidates(knob: Knob) -> list[tuple[int, str]]:
     if isinstance(v, bool):
         return [(1 if not v else -1, "False" if v else "True")]
     if isinstance(v, int):
-        out = []
-        if v >= 2 and v & (v - 1) == 0:
+        out: list[tuple[int, str]] = []
+        if v >= 2 and v & (v - 1) == 0:  # powers of two stay powers of two first
             out += [(1, str(v * 2)), (-1, str(v // 2))]
-        else:
-            out += [(1, str(v + 1))]
-            if v - 1 >= (1 if v >= 1 else v - 1):
-                out.append((-1, str(v - 1)))
-        return out
+        out += [(1, str(v + 1))] + ([(-1, str(v - 1))] if v > 1 or v <= 0 else [])
+        if v >= 3 and v & (v - 1) != 0:
+            out += [(1, str(v * 2)), (-1, str(max(1, v // 2)))]
+        seen: set[str] = set()
+        return [c for c in out if not (c[1] in seen or seen.add(c[1]))]  # type: ignore[func-returns-value]
     return [(1 if f > 1 else -1, _fmt_float(v * f, knob.raw)) for f in FLOAT_FACTORS]
 
 

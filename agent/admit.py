@@ -55,7 +55,9 @@ def _strip_prefix(raw: str) -> str | None:
 def _check_path(path: str) -> str:
     p = PurePosixPath(path)
     if not path or p.is_absolute() or path.startswith("~"):
-        raise AdmissionError("path_escapes", f"absolute path {path!r} in diff; paths must be relative")
+        raise AdmissionError(
+            "path_escapes", f"absolute path {path!r} in diff; paths must be relative"
+        )
     if ".." in p.parts:
         raise AdmissionError("path_escapes", f"path {path!r} escapes the repository ('..')")
     if p.parts and p.parts[0] == ".git":
@@ -119,10 +121,14 @@ def parse_diff(diff: str) -> list[FilePatch]:
             patches.append(FilePatch(old, new, hunks, tuple(added), tuple(removed)))
             continue
         if _HUNK.match(line):
-            raise AdmissionError("malformed_diff", "hunk without a '--- a/file' / '+++ b/file' header")
+            raise AdmissionError(
+                "malformed_diff", "hunk without a '--- a/file' / '+++ b/file' header"
+            )
         i += 1
     if not patches:
-        raise AdmissionError("malformed_diff", "no '--- a/file' / '+++ b/file' headers: not a unified diff")
+        raise AdmissionError(
+            "malformed_diff", "no '--- a/file' / '+++ b/file' headers: not a unified diff"
+        )
     if all(not p.added and not p.removed for p in patches):
         raise AdmissionError("empty_diff", "the diff changes no lines")
     return patches
@@ -135,7 +141,9 @@ def check_paths(patches: list[FilePatch], config: TargetConfig) -> None:
         for path in {p for p in (patch.old_path, patch.new_path) if p is not None}:
             norm = _check_path(path)
             if norm in protected:
-                raise AdmissionError("protected_file", f"{norm} is protected and may not be changed")
+                raise AdmissionError(
+                    "protected_file", f"{norm} is protected and may not be changed"
+                )
             if norm not in editable:
                 allowed = ", ".join(sorted(editable))
                 raise AdmissionError(
@@ -151,7 +159,9 @@ def normalize_diff(diff: str) -> str:
         return diff.strip()
     parts = []
     for p in sorted(patches, key=lambda p: p.path):
-        body = "\n".join(["-" + r.rstrip() for r in p.removed] + ["+" + a.rstrip() for a in p.added])
+        body = "\n".join(
+            ["-" + r.rstrip() for r in p.removed] + ["+" + a.rstrip() for a in p.added]
+        )
         parts.append(f"{p.path}\n{body}")
     return "\n".join(parts)
 

@@ -33,22 +33,47 @@ class Verdict:
 
 
 # Searched in the log tail too (not just the error line): out-of-memory shows up in many forms.
-_OOM = re.compile(r"out of memory|OutOfMemoryError|MemoryError|Cannot allocate memory", re.I)
+_OOM = re.compile(
+    r"out of memory|OutOfMemoryError|MemoryError|Cannot allocate memory", re.IGNORECASE
+)
 
 # (pattern on the last exception line, kind, reason, only-before-training)
 _RULES: tuple[tuple[re.Pattern[str], CrashKind, str, bool], ...] = (
-    (re.compile(r"\bnan\b|loss.*\binf\b|diverg", re.I),
-     CrashKind.FUNDAMENTAL, "numerical instability (NaN/divergence)", False),
-    (re.compile(r"^(SyntaxError|IndentationError|TabError)\b"),
-     CrashKind.TRIVIAL, "syntax error", False),
-    (re.compile(r"^(NameError|UnboundLocalError|ImportError|ModuleNotFoundError)\b"),
-     CrashKind.TRIVIAL, "undefined name or missing import", True),
-    (re.compile(r"^(AttributeError|TypeError|KeyError|ValueError)\b"),
-     CrashKind.TRIVIAL, "typo-class error (attribute/type/key)", True),
-    (re.compile(r"size mismatch|shapes? cannot be multiplied|must match the size|"
-                r"Expected .*(size|shape|dim)|shape '\[.*\]' is invalid|"
-                r"mat1 and mat2|not broadcastable|dimension out of range", re.I),
-     CrashKind.TRIVIAL, "shape mismatch", True),
+    (
+        re.compile(r"\bnan\b|loss.*\binf\b|diverg", re.IGNORECASE),
+        CrashKind.FUNDAMENTAL,
+        "numerical instability (NaN/divergence)",
+        False,
+    ),
+    (
+        re.compile(r"^(SyntaxError|IndentationError|TabError)\b"),
+        CrashKind.TRIVIAL,
+        "syntax error",
+        False,
+    ),
+    (
+        re.compile(r"^(NameError|UnboundLocalError|ImportError|ModuleNotFoundError)\b"),
+        CrashKind.TRIVIAL,
+        "undefined name or missing import",
+        True,
+    ),
+    (
+        re.compile(r"^(AttributeError|TypeError|KeyError|ValueError)\b"),
+        CrashKind.TRIVIAL,
+        "typo-class error (attribute/type/key)",
+        True,
+    ),
+    (
+        re.compile(
+            r"size mismatch|shapes? cannot be multiplied|must match the size|"
+            r"Expected .*(size|shape|dim)|shape '\[.*\]' is invalid|"
+            r"mat1 and mat2|not broadcastable|dimension out of range",
+            re.IGNORECASE,
+        ),
+        CrashKind.TRIVIAL,
+        "shape mismatch",
+        True,
+    ),
 )
 
 
@@ -65,7 +90,9 @@ def classify(facts: CrashFacts) -> Verdict:
         return Verdict(CrashKind.FUNDAMENTAL, f"killed by {name}")
     error = (facts.error or "").strip()
     if _OOM.search(error) or _OOM.search(facts.log_tail[-4000:]):
-        return Verdict(CrashKind.FUNDAMENTAL, f"out of memory: {error}" if error else "out of memory")
+        return Verdict(
+            CrashKind.FUNDAMENTAL, f"out of memory: {error}" if error else "out of memory"
+        )
     # "torch.nn.modules.module.ModuleAttributeError: x" matches on its last dotted part.
     short = re.sub(r"^(?:\w+\.)+(?=\w+(Error|Exception)\b)", "", error)
     for pattern, kind, reason, before_training_only in _RULES:

@@ -18,13 +18,21 @@ from agent.domain import Sweep
 from agent.errors import OvernightError
 from agent.report import experiment_row, improvement, results_tsv
 
-app = typer.Typer(help="overnight: autonomous ML research loops while you sleep.",
-                  no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
+app = typer.Typer(
+    help="overnight: autonomous ML research loops while you sleep.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
 console = Console()
 err = Console(stderr=True)
 
-DbOpt = Annotated[Path | None, typer.Option("--db", help="SQLite database (default "
-                                            "$OVERNIGHT_DB or ~/.overnight/overnight.db)")]
+DbOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--db", help="SQLite database (default $OVERNIGHT_DB or ~/.overnight/overnight.db)"
+    ),
+]
 TEMPLATES = Path(__file__).resolve().parent.parent / "experiments"
 
 
@@ -66,8 +74,12 @@ def init_target(src: Path, path: Path) -> None:
 
     if path.exists() and any(path.iterdir()):
         fail(f"{path} exists and is not empty")
-    shutil.copytree(src, path, dirs_exist_ok=True,
-                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "__init__.py"))
+    shutil.copytree(
+        src,
+        path,
+        dirs_exist_ok=True,
+        ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "__init__.py"),
+    )
     (path / ".gitignore").write_text("__pycache__/\n*.log\n")
     init_repo(path)
 
@@ -79,23 +91,43 @@ def _print_results(sweep: Sweep, store, fmt: str) -> None:  # type: ignore[no-un
     if fmt == "tsv":
         sys.stdout.write(results_tsv(sweep, exps))
     elif fmt == "json":
-        print(json.dumps({"sweep": sweep.name, "metric": sweep.metric,
-                          "baseline": sweep.baseline_metric, "best": sweep.best_metric,
-                          "best_commit": sweep.best_commit,
-                          "experiments": [experiment_row(e) for e in exps]}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "sweep": sweep.name,
+                    "metric": sweep.metric,
+                    "baseline": sweep.baseline_metric,
+                    "best": sweep.best_metric,
+                    "best_commit": sweep.best_commit,
+                    "experiments": [experiment_row(e) for e in exps],
+                },
+                indent=2,
+            )
+        )
     elif fmt == "table":
         console.print(results_table(sweep, exps))
         rel = improvement(sweep)
         if sweep.best_metric is not None:
-            console.print(f"baseline {sweep.baseline_metric:.6f} -> best {sweep.best_metric:.6f}"
-                          + (f" ({rel:+.2%})" if rel is not None else ""))
+            console.print(
+                f"baseline {sweep.baseline_metric:.6f} -> best {sweep.best_metric:.6f}"
+                + (f" ({rel:+.2%})" if rel is not None else "")
+            )
     else:
         fail(f"--format must be tsv, table or json, got {fmt!r}")
 
 
-def run_foreground(db: Path, target: Path, *, sweep_name: str | None, experiments: int,
-                   budget: float | None, proposer: str, device: str | None,
-                   timeout: float | None = None, quiet: bool = False) -> Sweep:
+def run_foreground(
+    db: Path,
+    target: Path,
+    *,
+    sweep_name: str | None,
+    experiments: int,
+    budget: float | None,
+    proposer: str,
+    device: str | None,
+    timeout: float | None = None,
+    quiet: bool = False,
+) -> Sweep:
     from agent.console import LiveView
     from agent.gitrepo import GitError, GitRepo
     from agent.loop import Loop, LoopSettings
@@ -109,14 +141,28 @@ def run_foreground(db: Path, target: Path, *, sweep_name: str | None, experiment
     except GitError as exc:
         raise OvernightError(str(exc)) from None
     name = sweep_name or default_sweep_name(store)
-    sweep = create_sweep(store, repo, target, name=name, proposer=proposer, config=config,
-                         max_experiments=experiments)
-    console.print(f"sweep [bold]{name}[/bold] on branch {sweep.branch}: baseline + "
-                  f"{experiments} experiments, budget {config.budget_s:g}s, db {db}")
+    sweep = create_sweep(
+        store,
+        repo,
+        target,
+        name=name,
+        proposer=proposer,
+        config=config,
+        max_experiments=experiments,
+    )
+    console.print(
+        f"sweep [bold]{name}[/bold] on branch {sweep.branch}: baseline + "
+        f"{experiments} experiments, budget {config.budget_s:g}s, db {db}"
+    )
     view = LiveView(console, sweep)
-    loop = Loop(store, repo, SubprocessRunner(), LoopSettings(work_dir_for(db), device=device),
-                proposer=make_proposer(proposer, sweep.seed), on_event=None if quiet else
-                view.on_event)
+    loop = Loop(
+        store,
+        repo,
+        SubprocessRunner(),
+        LoopSettings(work_dir_for(db), device=device),
+        proposer=make_proposer(proposer, sweep.seed),
+        on_event=None if quiet else view.on_event,
+    )
     if quiet:
         return loop.run_sweep(name)
     with view.live:
@@ -134,8 +180,15 @@ def run(
     db: DbOpt = None,
 ) -> None:
     """Run a sweep in the foreground: baseline, then one change at a time."""
-    done = run_foreground(_db(db), target, sweep_name=sweep, experiments=experiments,
-                          budget=budget, proposer=proposer, device=device)
+    done = run_foreground(
+        _db(db),
+        target,
+        sweep_name=sweep,
+        experiments=experiments,
+        budget=budget,
+        proposer=proposer,
+        device=device,
+    )
     _print_results(done, _store(db), "table")
 
 
@@ -159,8 +212,11 @@ def find_sweep(store, name: str | None, target: Path | None) -> Sweep:  # type: 
         want = str(target.resolve())
         sweeps = [s for s in sweeps if s.target_path == want]
     if not sweeps:
-        fail("no sweep found" + (f" for target {target}" if target else "") +
-             " (give --sweep NAME or --target PATH)")
+        fail(
+            "no sweep found"
+            + (f" for target {target}" if target else "")
+            + " (give --sweep NAME or --target PATH)"
+        )
     return sweeps[-1]
 
 
@@ -173,18 +229,37 @@ def status(db: DbOpt = None) -> None:
 
     store = _store(db)
     table = Table(title=f"sweeps in {_db(db)}")
-    for col in ("sweep", "status", "runs", "kept", "discarded", "crashed", "baseline", "best",
-                "gain", "target"):
+    for col in (
+        "sweep",
+        "status",
+        "runs",
+        "kept",
+        "discarded",
+        "crashed",
+        "baseline",
+        "best",
+        "gain",
+        "target",
+    ):
         table.add_column(col)
     for s in store.list_sweeps():
+
         def n(*st: S, sid: int = s.id) -> str:
             return str(store.count_experiments(sid, st))
+
         rel = improvement(s)
-        table.add_row(s.name, s.status.value, n(S.KEPT, S.DISCARDED, S.CRASHED, S.TIMEOUT),
-                      n(S.KEPT), n(S.DISCARDED), n(S.CRASHED, S.TIMEOUT),
-                      f"{s.baseline_metric:.4f}" if s.baseline_metric is not None else "-",
-                      f"{s.best_metric:.4f}" if s.best_metric is not None else "-",
-                      f"{rel:+.2%}" if rel is not None else "", s.target_path)
+        table.add_row(
+            s.name,
+            s.status.value,
+            n(S.KEPT, S.DISCARDED, S.CRASHED, S.TIMEOUT),
+            n(S.KEPT),
+            n(S.DISCARDED),
+            n(S.CRASHED, S.TIMEOUT),
+            f"{s.baseline_metric:.4f}" if s.baseline_metric is not None else "-",
+            f"{s.best_metric:.4f}" if s.best_metric is not None else "-",
+            f"{rel:+.2%}" if rel is not None else "",
+            s.target_path,
+        )
     console.print(table)
 
 
@@ -207,9 +282,16 @@ def demo(
     target = (dir or db_path.parent / "demo-targets" / name).expanduser()
     init_target(TEMPLATES / "gpt", target)
     console.print(f"demo target: {target}")
-    done = run_foreground(db_path, target, sweep_name=name, experiments=experiments,
-                          budget=budget, proposer="knobs", device="cpu",
-                          timeout=max(budget * 4, budget + 120))
+    done = run_foreground(
+        db_path,
+        target,
+        sweep_name=name,
+        experiments=experiments,
+        budget=budget,
+        proposer="knobs",
+        device="cpu",
+        timeout=max(budget * 4, budget + 120),
+    )
     store = _store(db)
     _print_results(done, store, "table")
     console.print("\n[bold]results.tsv[/bold]")
@@ -220,8 +302,10 @@ def demo(
     gaps = _overheads(store, done)
     if gaps:
         console.print(f"\nservice overhead between runs: median {statistics.median(gaps):.3f}s")
-    console.print(f"\nsee it in the dashboard: overnight serve --db {db_path}  then open "
-                  "http://127.0.0.1:8000/")
+    console.print(
+        f"\nsee it in the dashboard: overnight serve --db {db_path}  then open "
+        "http://127.0.0.1:8000/"
+    )
 
 
 def _overheads(store, sweep: Sweep) -> list[float]:  # type: ignore[no-untyped-def]
@@ -243,4 +327,4 @@ def main() -> None:
 
 
 # Commands that live in their own modules register themselves on `app` when imported.
-from agent import cli_agents, cli_service  # noqa: E402,F401
+from agent import cli_agents, cli_service  # noqa: E402, F401

@@ -27,18 +27,26 @@ STYLE = {
 
 def results_table(sweep: Sweep, experiments: list[Experiment], title: str | None = None) -> Table:
     table = Table(title=title or f"sweep {sweep.name} ({sweep.metric}, {sweep.direction.value})")
-    for col in ("#", "commit", "status", sweep.metric, "delta", "mem GB", "train s",
-                "description"):
+    for col in ("#", "commit", "status", sweep.metric, "delta", "mem GB", "train s", "description"):
         table.add_column(col, overflow="fold")
     for exp in experiments:
         status = exp.status.value + (f" ({exp.crash_kind.value})" if exp.crash_kind else "")
         secs = exp.summary.get("training_seconds")
         table.add_row(
-            str(exp.id), (exp.commit or "")[:7], Text(status, style=STYLE.get(exp.status, "")),
-            fmt_metric(exp.metric), fmt_delta(exp.delta), f"{memory_gb(exp):.1f}",
+            str(exp.id),
+            (exp.commit or "")[:7],
+            Text(status, style=STYLE.get(exp.status, "")),
+            fmt_metric(exp.metric),
+            fmt_delta(exp.delta),
+            f"{memory_gb(exp):.1f}",
             f"{secs:.1f}" if isinstance(secs, float) else "",
-            exp.description + (f"  [{exp.reason}]" if exp.reason and exp.status not in (
-                ExperimentStatus.KEPT, ExperimentStatus.DISCARDED) else ""),
+            exp.description
+            + (
+                f"  [{exp.reason}]"
+                if exp.reason
+                and exp.status not in (ExperimentStatus.KEPT, ExperimentStatus.DISCARDED)
+                else ""
+            ),
         )
     return table
 
@@ -53,8 +61,13 @@ class LiveView:
         self.started = 0.0
         self.budget = sweep.budget_s
         self.last_loss: float | None = None
-        self.live = Live(self.render(), console=console, refresh_per_second=4, transient=False,
-                         get_renderable=self.render)
+        self.live = Live(
+            self.render(),
+            console=console,
+            refresh_per_second=4,
+            transient=False,
+            get_renderable=self.render,
+        )
 
     def render(self) -> Group:
         parts: list[Any] = []
@@ -63,10 +76,15 @@ class LiveView:
         if self.current is not None:
             elapsed = time.monotonic() - self.started
             loss = f"{self.last_loss:.4f}" if self.last_loss is not None else "-"
-            parts.append(Text(f"running #{self.current.id}: {self.current.description}  "
-                              f"elapsed {elapsed:5.1f}s / budget {self.budget:g}s  loss {loss}"))
-            parts.append(ProgressBar(total=self.budget, completed=min(elapsed, self.budget),
-                                     width=60))
+            parts.append(
+                Text(
+                    f"running #{self.current.id}: {self.current.description}  "
+                    f"elapsed {elapsed:5.1f}s / budget {self.budget:g}s  loss {loss}"
+                )
+            )
+            parts.append(
+                ProgressBar(total=self.budget, completed=min(elapsed, self.budget), width=60)
+            )
         return Group(*parts)
 
     def on_event(self, kind: str, exp: Experiment, data: dict[str, Any]) -> None:

@@ -46,7 +46,9 @@ class GitRepo:
             out = self._repo.git.execute(["git", *args], env={**IDENTITY, **(env or {})})
             return str(out).strip()
         except git.GitCommandError as exc:
-            raise GitError(f"git {args[0]}: {(exc.stderr or exc.stdout or str(exc)).strip()}") from None
+            raise GitError(
+                f"git {args[0]}: {(exc.stderr or exc.stdout or str(exc)).strip()}"
+            ) from None
 
     def head(self, ref: str) -> str:
         return self._git("rev-parse", "--verify", f"{ref}^{{commit}}")
@@ -92,8 +94,12 @@ class GitRepo:
     def _apply(self, args: list[str], patch: str, env: dict[str, str]) -> None:
         # gitpython cannot feed stdin text portably; a plain subprocess keeps git's message.
         proc = subprocess.run(
-            ["git", *args, "-"], input=patch, text=True, capture_output=True,
-            cwd=self.path, env={**os.environ, **IDENTITY, **env},
+            ["git", *args, "-"],
+            input=patch,
+            text=True,
+            capture_output=True,
+            cwd=self.path,
+            env={**os.environ, **IDENTITY, **env},
         )
         if proc.returncode != 0:
             raise GitError((proc.stderr or proc.stdout).strip() or "git apply failed")
@@ -106,8 +112,10 @@ class GitRepo:
         return None
 
     def commit_diff(self, base: str, diff: str, message: str) -> str:
-        tree = self._with_index(base, diff, check_only=False) if diff.strip() else self._git(
-            "rev-parse", f"{base}^{{tree}}"
+        tree = (
+            self._with_index(base, diff, check_only=False)
+            if diff.strip()
+            else self._git("rev-parse", f"{base}^{{tree}}")
         )
         return self._git("commit-tree", tree, "-p", base, "-m", message)
 

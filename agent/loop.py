@@ -38,8 +38,11 @@ logger = logging.getLogger(__name__)
 MAX_REPAIRS = 2
 REPAIR_PRIORITY = 50
 FLUSH_EVERY_S = 2.0
-COUNTED = tuple(s for s in ExperimentStatus if s not in (
-    ExperimentStatus.CANCELLED, ExperimentStatus.INTERRUPTED))
+COUNTED = tuple(
+    s
+    for s in ExperimentStatus
+    if s not in (ExperimentStatus.CANCELLED, ExperimentStatus.INTERRUPTED)
+)
 
 EventFn = Callable[[str, Experiment, dict[str, Any]], None]
 
@@ -81,8 +84,13 @@ class _LineSink:
 
 class Loop:
     def __init__(
-        self, store: Store, repo: Repo, runner: Runner, settings: LoopSettings,
-        proposer: Proposer | None = None, on_event: EventFn | None = None,
+        self,
+        store: Store,
+        repo: Repo,
+        runner: Runner,
+        settings: LoopSettings,
+        proposer: Proposer | None = None,
+        on_event: EventFn | None = None,
     ) -> None:
         self.store, self.repo, self.runner = store, repo, runner
         self.settings, self.proposer = settings, proposer
@@ -183,10 +191,18 @@ class Loop:
         else:
             problem = self.repo.check_applies(head, exp.diff)
             if problem:
-                return self._finish(exp, Finish(ExperimentStatus.REJECTED, reason=(
-                    f"diff no longer applies to the sweep head {head[:7]}: {problem}")))
-            commit = self.repo.commit_diff(head, exp.diff, f"{exp.description}\n\novernight "
-                                           f"experiment {exp.id} in sweep {sweep.name}")
+                return self._finish(
+                    exp,
+                    Finish(
+                        ExperimentStatus.REJECTED,
+                        reason=(f"diff no longer applies to the sweep head {head[:7]}: {problem}"),
+                    ),
+                )
+            commit = self.repo.commit_diff(
+                head,
+                exp.diff,
+                f"{exp.description}\n\novernight experiment {exp.id} in sweep {sweep.name}",
+            )
         ref = f"refs/overnight/{sweep.name}/{exp.id}"
         self.repo.set_ref(ref, commit)
         config = TargetConfig.from_dict(sweep.config)
@@ -194,13 +210,19 @@ class Loop:
         actual = self.repo.file_hashes(commit, config.protected)
         changed = sorted(p for p in expected if actual.get(p) != expected[p])
         if changed:
-            return self._finish(exp, Finish(ExperimentStatus.REJECTED, reason=(
-                f"protected file(s) changed on the sweep branch: {', '.join(changed)}")))
+            return self._finish(
+                exp,
+                Finish(
+                    ExperimentStatus.REJECTED,
+                    reason=(f"protected file(s) changed on the sweep branch: {', '.join(changed)}"),
+                ),
+            )
         self.store.mark_started(exp.id, commit=commit, ref=ref, base_commit=head)
         return head, commit
 
-    def _run(self, sweep: Sweep, exp: Experiment, wt: Path,
-             stop: threading.Event) -> tuple[RunResult, _LineSink]:
+    def _run(
+        self, sweep: Sweep, exp: Experiment, wt: Path, stop: threading.Event
+    ) -> tuple[RunResult, _LineSink]:
         config = TargetConfig.from_dict(sweep.config)
         log_path = self.settings.work_dir / "logs" / sweep.name / f"{exp.id}.log"
         env = {
@@ -220,43 +242,83 @@ class Loop:
 
         try:
             result = self.runner.run(
-                resolve_command(config.command), cwd=wt, log_path=log_path,
-                timeout_s=config.timeout_s, env=env, on_start=on_start, on_line=sink,
+                resolve_command(config.command),
+                cwd=wt,
+                log_path=log_path,
+                timeout_s=config.timeout_s,
+                env=env,
+                on_start=on_start,
+                on_line=sink,
                 stop_event=stop,
             )
         finally:
             sink.flush()
         return result, sink
 
-    def _record(self, sweep: Sweep, exp: Experiment, result: RunResult, started: bool,
-                head: str, commit: str, wt: Path) -> Experiment:
+    def _record(
+        self,
+        sweep: Sweep,
+        exp: Experiment,
+        result: RunResult,
+        started: bool,
+        head: str,
+        commit: str,
+        wt: Path,
+    ) -> Experiment:
         config = TargetConfig.from_dict(sweep.config)
         ended = utcnow()
-        common: dict[str, Any] = {"summary": result.summary, "log_tail": result.log_tail,
-                                  "run_ended_at": ended}
+        common: dict[str, Any] = {
+            "summary": result.summary,
+            "log_tail": result.log_tail,
+            "run_ended_at": ended,
+        }
         if result.outcome is Outcome.STOPPED:
-            return self._finish(exp, Finish(ExperimentStatus.CANCELLED,
-                                            reason="cancelled while running", **common))
+            return self._finish(
+                exp, Finish(ExperimentStatus.CANCELLED, reason="cancelled while running", **common)
+            )
         tampered = self._tampered(sweep, config, wt)
         raw = result.summary.get(config.metric)
         metric = float(raw) if isinstance(raw, int | float) else None
         if tampered:
-            return self._finish(exp, Finish(
-                ExperimentStatus.CRASHED, CrashKind.FUNDAMENTAL,
-                f"the run modified protected file(s): {', '.join(tampered)}", **common))
+            return self._finish(
+                exp,
+                Finish(
+                    ExperimentStatus.CRASHED,
+                    CrashKind.FUNDAMENTAL,
+                    f"the run modified protected file(s): {', '.join(tampered)}",
+                    **common,
+                ),
+            )
         if result.ok and metric is not None and math.isfinite(metric):
             return self._decide(sweep, exp, metric, head, commit, common)
-        verdict = classify(CrashFacts(
-            timed_out=result.outcome is Outcome.TIMED_OUT, fail_marker=result.fail_marker,
-            exit_code=result.exit_code, signal=result.signal if result.outcome is
-            Outcome.SIGNALED else None, error=result.error, log_tail=result.log_tail,
-            training_started=started, has_metric=metric is not None,
-        ))
-        status = (ExperimentStatus.TIMEOUT if verdict.kind is CrashKind.TIMEOUT
-                  else ExperimentStatus.CRASHED)
-        done = self._finish(exp, Finish(status, verdict.kind, verdict.reason, metric=metric,
-                                        best_before=self.store.get_sweep(sweep.name).best_metric,
-                                        **common))
+        verdict = classify(
+            CrashFacts(
+                timed_out=result.outcome is Outcome.TIMED_OUT,
+                fail_marker=result.fail_marker,
+                exit_code=result.exit_code,
+                signal=result.signal if result.outcome is Outcome.SIGNALED else None,
+                error=result.error,
+                log_tail=result.log_tail,
+                training_started=started,
+                has_metric=metric is not None,
+            )
+        )
+        status = (
+            ExperimentStatus.TIMEOUT
+            if verdict.kind is CrashKind.TIMEOUT
+            else ExperimentStatus.CRASHED
+        )
+        done = self._finish(
+            exp,
+            Finish(
+                status,
+                verdict.kind,
+                verdict.reason,
+                metric=metric,
+                best_before=self.store.get_sweep(sweep.name).best_metric,
+                **common,
+            ),
+        )
         if verdict.kind is CrashKind.TRIVIAL:
             self._repair(sweep, done)
         return done
@@ -266,27 +328,48 @@ class Loop:
         actual = hash_worktree_files(wt, config.protected)
         return sorted(p for p in expected if actual.get(p) != expected[p])
 
-    def _decide(self, sweep: Sweep, exp: Experiment, metric: float, head: str, commit: str,
-                common: dict[str, Any]) -> Experiment:
+    def _decide(
+        self,
+        sweep: Sweep,
+        exp: Experiment,
+        metric: float,
+        head: str,
+        commit: str,
+        common: dict[str, Any],
+    ) -> Experiment:
         current = self.store.get_sweep(sweep.name)
         best = current.best_metric
         if exp.is_baseline:
-            return self._finish(exp, Finish(ExperimentStatus.KEPT, metric=metric,
-                                            best_before=None, **common), keep_commit=commit)
+            return self._finish(
+                exp,
+                Finish(ExperimentStatus.KEPT, metric=metric, best_before=None, **common),
+                keep_commit=commit,
+            )
         if not is_improvement(metric, best, current.direction, current.min_delta):
-            return self._finish(exp, Finish(ExperimentStatus.DISCARDED, metric=metric,
-                                            best_before=best, **common))
+            return self._finish(
+                exp, Finish(ExperimentStatus.DISCARDED, metric=metric, best_before=best, **common)
+            )
         now_head = self.repo.head(sweep.branch)
         keep = commit
         if now_head != head:  # another slot kept something meanwhile: replay onto it
             if self.repo.check_applies(now_head, exp.diff):
-                return self._finish(exp, Finish(
-                    ExperimentStatus.DISCARDED, reason="improved, but conflicts with a change "
-                    "kept meanwhile", metric=metric, best_before=best, **common))
+                return self._finish(
+                    exp,
+                    Finish(
+                        ExperimentStatus.DISCARDED,
+                        reason="improved, but conflicts with a change kept meanwhile",
+                        metric=metric,
+                        best_before=best,
+                        **common,
+                    ),
+                )
             keep = self.repo.commit_diff(now_head, exp.diff, exp.description)
         # The DB learns first: a kill before the branch moves is repaired from the DB on start.
-        done = self._finish(exp, Finish(ExperimentStatus.KEPT, metric=metric, best_before=best,
-                                        **common), keep_commit=keep)
+        done = self._finish(
+            exp,
+            Finish(ExperimentStatus.KEPT, metric=metric, best_before=best, **common),
+            keep_commit=keep,
+        )
         self.repo.advance_branch(sweep.branch, keep, now_head)
         return done
 
@@ -300,11 +383,20 @@ class Loop:
         if fix is None:
             return
         fix = replace(fix, parent_id=failed.id)
-        child = submit(self.store, self.repo, sweep, fix, record_rejection=True,
-                       attempt=failed.attempt + 1, priority=REPAIR_PRIORITY)
+        child = submit(
+            self.store,
+            self.repo,
+            sweep,
+            fix,
+            record_rejection=True,
+            attempt=failed.attempt + 1,
+            priority=REPAIR_PRIORITY,
+        )
         self.emit("queued" if child.status is ExperimentStatus.QUEUED else "finished", child)
 
-    def _finish(self, exp: Experiment, finish: Finish, keep_commit: str | None = None) -> Experiment:
+    def _finish(
+        self, exp: Experiment, finish: Finish, keep_commit: str | None = None
+    ) -> Experiment:
         done = self.store.finish(exp.id, finish, keep_commit=keep_commit)
         self.emit("finished", done)
         return done
@@ -315,8 +407,11 @@ class Loop:
             current = self.store.get_experiment(exp.id)
             if current.status.is_finished():
                 return
-            status = (ExperimentStatus.CANCELLED if isinstance(exc, KeyboardInterrupt)
-                      else ExperimentStatus.INTERRUPTED)
+            status = (
+                ExperimentStatus.CANCELLED
+                if isinstance(exc, KeyboardInterrupt)
+                else ExperimentStatus.INTERRUPTED
+            )
             self.store.finish(exp.id, Finish(status, reason=f"service error: {exc!r}"[:500]))
         except Exception:
             logger.exception("could not record the failure of experiment %s", exp.id)

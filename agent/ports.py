@@ -56,8 +56,9 @@ class Store(Protocol):
 
     def set_sweep_status(self, name: str, status: SweepStatus) -> Sweep: ...
 
-    def set_best(self, sweep_id: int, experiment_id: int, metric: float, commit: str,
-                 baseline: bool) -> None:
+    def set_best(
+        self, sweep_id: int, experiment_id: int, metric: float, commit: str, baseline: bool
+    ) -> None:
         """Record a new best (and the baseline metric when `baseline`)."""
 
     def add_experiment(
@@ -84,8 +85,12 @@ class Store(Protocol):
         newest_first: bool = False,
     ) -> list[Experiment]: ...
 
-    def count_experiments(self, sweep_id: int, statuses: Sequence[ExperimentStatus] | None = None,
-                          include_rejected: bool = True) -> int: ...
+    def count_experiments(
+        self,
+        sweep_id: int,
+        statuses: Sequence[ExperimentStatus] | None = None,
+        include_rejected: bool = True,
+    ) -> int: ...
 
     def claim_next(self, sweep_id: int | None = None) -> Experiment | None:
         """Move the next queued experiment (priority, then FIFO) to running and return it."""
@@ -93,12 +98,22 @@ class Store(Protocol):
     def claim(self, experiment_id: int) -> Experiment | None:
         """Guarded queued → running for one experiment; None if it was not queued."""
 
-    def mark_started(self, experiment_id: int, *, commit: str | None = None, ref: str | None = None,
-                     base_commit: str | None = None, log_path: str | None = None,
-                     pgid: int | None = None, run_started_at: datetime | None = None) -> None:
+    def mark_started(
+        self,
+        experiment_id: int,
+        *,
+        commit: str | None = None,
+        ref: str | None = None,
+        base_commit: str | None = None,
+        log_path: str | None = None,
+        pgid: int | None = None,
+        run_started_at: datetime | None = None,
+    ) -> None:
         """Fill run details on a running experiment."""
 
-    def finish(self, experiment_id: int, finish: Finish, keep_commit: str | None = None) -> Experiment:
+    def finish(
+        self, experiment_id: int, finish: Finish, keep_commit: str | None = None
+    ) -> Experiment:
         """Move a queued/running experiment to a finished status. ConflictError if finished.
 
         With `keep_commit`, the sweep's best (and baseline, for the baseline) is updated in the

@@ -37,8 +37,11 @@ def results_tsv(sweep: Sweep, experiments: list[Experiment]) -> str:
             continue
         metric = exp.metric if status != "crash" and exp.metric is not None else 0.0
         desc = " ".join(exp.description.split()).replace("\t", " ")
-        lines.append("\t".join([(exp.commit or "")[:7], f"{metric:.6f}",
-                                f"{memory_gb(exp):.1f}", status, desc]))
+        lines.append(
+            "\t".join(
+                [(exp.commit or "")[:7], f"{metric:.6f}", f"{memory_gb(exp):.1f}", status, desc]
+            )
+        )
     return "\n".join(lines) + "\n"
 
 

@@ -31,15 +31,28 @@ class SubprocessRunner:
         self.grace_s = grace_s
 
     def run(
-        self, argv: list[str], *, cwd: Path, log_path: Path, timeout_s: float,
+        self,
+        argv: list[str],
+        *,
+        cwd: Path,
+        log_path: Path,
+        timeout_s: float,
         env: Mapping[str, str] | None = None,
         on_start: Callable[[int, int], None] | None = None,
         on_line: Callable[[str], None] | None = None,
         stop_event: threading.Event | None = None,
     ) -> RunResult:
-        return run_command(argv, cwd=cwd, log_path=log_path, timeout_s=timeout_s, env=env,
-                           grace_s=self.grace_s, on_start=on_start, on_line=on_line,
-                           stop_event=stop_event)
+        return run_command(
+            argv,
+            cwd=cwd,
+            log_path=log_path,
+            timeout_s=timeout_s,
+            env=env,
+            grace_s=self.grace_s,
+            on_start=on_start,
+            on_line=on_line,
+            stop_event=stop_event,
+        )
 
 
 def make_proposer(spec: str, seed: int, **kwargs: object) -> Proposer | None:

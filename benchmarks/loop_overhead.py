@@ -11,22 +11,20 @@ from __future__ import annotations
 import argparse
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from agent.config import load_config
+from agent.gitrepo import GitRepo, init_repo
+from agent.loop import Loop, LoopSettings
+from agent.proposers.knobs import KnobsProposer
+from agent.sweeps import create_sweep
+from agent.wiring import SubprocessRunner
+from db.engine import open_database
+from db.store import SqlStore
 
-from agent.config import load_config  # noqa: E402
-from agent.gitrepo import GitRepo, init_repo  # noqa: E402
-from agent.loop import Loop, LoopSettings  # noqa: E402
-from agent.proposers.knobs import KnobsProposer  # noqa: E402
-from agent.sweeps import create_sweep  # noqa: E402
-from agent.wiring import SubprocessRunner  # noqa: E402
-from db.engine import open_database  # noqa: E402
-from db.store import SqlStore  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def main() -> None:
@@ -42,22 +40,34 @@ def main() -> None:
         train.write_text(train.read_text().replace("SLEEP_S = 0.0", extra + "SLEEP_S = 0.0"))
         init_repo(target)
         store = SqlStore(open_database(Path(tmp) / "o.db"))
-        sweep = create_sweep(store, GitRepo(target), target, name="bench",
-                             config=load_config(target), max_experiments=args.experiments)
-        loop = Loop(store, GitRepo(target), SubprocessRunner(), LoopSettings(Path(tmp) / "work"),
-                    proposer=KnobsProposer())
+        sweep = create_sweep(
+            store,
+            GitRepo(target),
+            target,
+            name="bench",
+            config=load_config(target),
+            max_experiments=args.experiments,
+        )
+        loop = Loop(
+            store,
+            GitRepo(target),
+            SubprocessRunner(),
+            LoopSettings(Path(tmp) / "work"),
+            proposer=KnobsProposer(),
+        )
         t0 = time.perf_counter()
         loop.run_sweep(sweep.name)
         wall = time.perf_counter() - t0
         times = [t for t in store.timestamps(sweep.id) if t[0] and t[1]]
-        gaps = sorted((b[0] - a[1]).total_seconds() for a, b in zip(times, times[1:]))
+        gaps = sorted((b[0] - a[1]).total_seconds() for a, b in zip(times, times[1:], strict=False))
         runs = [(b - a).total_seconds() for a, b in times]
     print(f"experiments run: {len(times)} in {wall:.1f}s wall")
     print(f"run time (spawn to exit, trivial trainer): median {statistics.median(runs):.3f}s")
-    print(f"overhead exit->next start: median {statistics.median(gaps) * 1000:.0f} ms, "
-          f"p90 {gaps[int(0.9 * (len(gaps) - 1))] * 1000:.0f} ms, max {gaps[-1] * 1000:.0f} ms")
-    print("command: .venv/bin/python benchmarks/loop_overhead.py "
-          f"--experiments {args.experiments}")
+    print(
+        f"overhead exit->next start: median {statistics.median(gaps) * 1000:.0f} ms, "
+        f"p90 {gaps[int(0.9 * (len(gaps) - 1))] * 1000:.0f} ms, max {gaps[-1] * 1000:.0f} ms"
+    )
+    print(f"command: .venv/bin/python benchmarks/loop_overhead.py --experiments {args.experiments}")
 
 
 if __name__ == "__main__":

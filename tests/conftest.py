@@ -17,8 +17,9 @@ FIXTURES = Path(__file__).parent / "fixtures"
 REPO_ROOT = Path(__file__).parent.parent
 
 
-def make_target(dest: Path, source: Path = FIXTURES / "fake_target",
-                edits: dict[str, str] | None = None) -> Path:
+def make_target(
+    dest: Path, source: Path = FIXTURES / "fake_target", edits: dict[str, str] | None = None
+) -> Path:
     """Copy a target folder, apply whole-file `edits`, git init and commit it."""
     shutil.copytree(source, dest, ignore=shutil.ignore_patterns("__pycache__"))
     for rel, text in (edits or {}).items():
@@ -40,7 +41,12 @@ def store(tmp_path: Path) -> SqlStore:
 @pytest.fixture
 def make_loop(tmp_path: Path, store: SqlStore):
     def _make(target: Path, proposer=None, **settings) -> Loop:
-        return Loop(store, GitRepo(target), SubprocessRunner(grace_s=0.5),
-                    LoopSettings(work_dir=tmp_path / "work", **settings), proposer=proposer)
+        return Loop(
+            store,
+            GitRepo(target),
+            SubprocessRunner(grace_s=0.5),
+            LoopSettings(work_dir=tmp_path / "work", **settings),
+            proposer=proposer,
+        )
 
     return _make

@@ -51,8 +51,9 @@ def test_each_rejection_writes_nothing_when_not_recording(store, target, sweep, 
 
 @pytest.mark.parametrize("code", sorted(BAD))
 def test_each_rejection_is_recorded_with_reason(store, target, sweep, code):
-    exp = submit(store, GitRepo(target), sweep, Proposal("try it", BAD[code], "knobs"),
-                 record_rejection=True)
+    exp = submit(
+        store, GitRepo(target), sweep, Proposal("try it", BAD[code], "knobs"), record_rejection=True
+    )
     assert exp.status is ExperimentStatus.REJECTED
     assert exp.reason and exp.meta["rejection"] == code
     assert exp.started_at is None and exp.log_path is None
@@ -60,8 +61,10 @@ def test_each_rejection_is_recorded_with_reason(store, target, sweep, code):
 
 def test_absolute_path_and_dotgit(store, target, sweep):
     for path in ("/etc/passwd", ".git/config"):
-        diff = f"--- a{path if path.startswith('/') else '/' + path}\n+++ b/{path.lstrip('/')}\n" \
-               "@@ -1 +1 @@\n-a\n+b\n"
+        diff = (
+            f"--- a{path if path.startswith('/') else '/' + path}\n+++ b/{path.lstrip('/')}\n"
+            "@@ -1 +1 @@\n-a\n+b\n"
+        )
         with pytest.raises(AdmissionError) as exc:
             submit(store, GitRepo(target), sweep, Proposal("x", diff), record_rejection=False)
         assert exc.value.code in ("path_escapes", "not_editable")
@@ -69,19 +72,18 @@ def test_absolute_path_and_dotgit(store, target, sweep):
 
 def test_duplicate_and_description(store, target, sweep):
     repo = GitRepo(target)
-    first = submit(store, repo, sweep, Proposal("double lr", lr_diff(target)),
-                   record_rejection=False)
+    first = submit(
+        store, repo, sweep, Proposal("double lr", lr_diff(target)), record_rejection=False
+    )
     assert first.status is ExperimentStatus.QUEUED
     with pytest.raises(AdmissionError) as exc:
         submit(store, repo, sweep, Proposal("again", lr_diff(target)), record_rejection=False)
     assert exc.value.code == "duplicate" and str(first.id) in exc.value.message
     with pytest.raises(AdmissionError) as exc:
-        submit(store, repo, sweep, Proposal("  ", lr_diff(target, "0.03")),
-               record_rejection=False)
+        submit(store, repo, sweep, Proposal("  ", lr_diff(target, "0.03")), record_rejection=False)
     assert exc.value.code == "no_description"
     with pytest.raises(AdmissionError) as exc:
-        submit(store, repo, sweep, Proposal("big", "+" * (1024 * 1024 + 1)),
-               record_rejection=False)
+        submit(store, repo, sweep, Proposal("big", "+" * (1024 * 1024 + 1)), record_rejection=False)
     assert exc.value.status_hint == 413
 
 

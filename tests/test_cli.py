@@ -15,8 +15,13 @@ OVERNIGHT = str(Path(sys.executable).parent / "overnight")
 
 
 def run(*args: str, env: dict[str, str] | None = None, check: bool = True, timeout: int = 300):
-    proc = subprocess.run([OVERNIGHT, *args], capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, "COLUMNS": "200", **(env or {})})
+    proc = subprocess.run(
+        [OVERNIGHT, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "COLUMNS": "200", **(env or {})},
+    )
     if check:
         assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc
@@ -24,8 +29,9 @@ def run(*args: str, env: dict[str, str] | None = None, check: bool = True, timeo
 
 def test_run_results_and_status(tmp_path: Path, target: Path):
     db = str(tmp_path / "o.db")
-    out = run("run", "--target", str(target), "--experiments", "5", "--db", db,
-              "--sweep", "night1").stdout
+    out = run(
+        "run", "--target", str(target), "--experiments", "5", "--db", db, "--sweep", "night1"
+    ).stdout
     assert "sweep night1" in out and "baseline" in out
     tsv = run("results", "--sweep", "night1", "--format", "tsv", "--db", db).stdout
     lines = tsv.splitlines()
@@ -35,8 +41,9 @@ def test_run_results_and_status(tmp_path: Path, target: Path):
     assert rows[0][1:4] == ["1.300000", "2.0", "keep"] and rows[0][4] == "baseline"
     assert all(len(r[0]) == 7 for r in rows)
     assert {r[3] for r in rows} <= {"keep", "discard", "crash"}
-    data = json.loads(run("results", "--target", str(target), "--format", "json",
-                          "--db", db).stdout)
+    data = json.loads(
+        run("results", "--target", str(target), "--format", "json", "--db", db).stdout
+    )
     assert data["sweep"] == "night1" and len(data["experiments"]) == 6
     assert data["best"] < data["baseline"]
     assert "night1" in run("status", "--db", db).stdout
@@ -44,8 +51,9 @@ def test_run_results_and_status(tmp_path: Path, target: Path):
     env = {"OVERNIGHT_DB": db}
     run("run", "--target", str(target), "--experiments", "1", env=env)
     run("run", "--target", str(target), "--experiments", "1", env=env)
-    names = [s for s in run("status", env=env).stdout.split() if s[:3].isalpha() and
-             s[3:5].isdigit()]
+    names = [
+        s for s in run("status", env=env).stdout.split() if s[:3].isalpha() and s[3:5].isdigit()
+    ]
     assert len(set(names)) >= 2
 
 
@@ -80,8 +88,18 @@ def test_init_makes_a_committed_gpt_target(tmp_path: Path):
 def test_demo_on_the_real_gpt_target(tmp_path: Path):
     """The README's main job, shortened: a real CPU sweep of the gpt target."""
     db = tmp_path / "demo.db"
-    out = run("demo", "--budget", "3", "--experiments", "2", "--db", str(db),
-              "--dir", str(tmp_path / "demo-target"), timeout=600).stdout
+    out = run(
+        "demo",
+        "--budget",
+        "3",
+        "--experiments",
+        "2",
+        "--db",
+        str(db),
+        "--dir",
+        str(tmp_path / "demo-target"),
+        timeout=600,
+    ).stdout
     assert "results.tsv" in out and "git log overnight/demo-" in out
     tsv = out.split("results.tsv", 1)[1].split("git log", 1)[0]
     rows = [line.split("\t") for line in tsv.strip().splitlines()[1:]]

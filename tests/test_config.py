@@ -6,9 +6,13 @@ from agent.config import load_config, parse_config
 from agent.errors import ConfigError
 
 GOOD = {
-    "command": "python train.py", "editable": ["train.py"],
-    "protected": ["prepare.py", "overnight.toml"], "metric": "val_bpb",
-    "direction": "minimize", "budget_s": 300, "timeout_s": 900,
+    "command": "python train.py",
+    "editable": ["train.py"],
+    "protected": ["prepare.py", "overnight.toml"],
+    "metric": "val_bpb",
+    "direction": "minimize",
+    "budget_s": 300,
+    "timeout_s": 900,
 }
 
 
@@ -18,18 +22,21 @@ def test_good_config_round_trips():
     assert parse_config(cfg.to_dict()) == cfg
 
 
-@pytest.mark.parametrize("change, key", [
-    ({"bogus": 1}, "bogus"),
-    ({"metric": None}, "metric"),
-    ({"command": "  "}, "command"),
-    ({"budget_s": 0}, "budget_s"),
-    ({"budget_s": -5}, "budget_s"),
-    ({"timeout_s": 300}, "timeout_s"),
-    ({"editable": []}, "editable"),
-    ({"editable": ["../x.py"]}, "editable"),
-    ({"protected": ["train.py"]}, "train.py"),
-    ({"direction": "up"}, "direction"),
-])
+@pytest.mark.parametrize(
+    "change, key",
+    [
+        ({"bogus": 1}, "bogus"),
+        ({"metric": None}, "metric"),
+        ({"command": "  "}, "command"),
+        ({"budget_s": 0}, "budget_s"),
+        ({"budget_s": -5}, "budget_s"),
+        ({"timeout_s": 300}, "timeout_s"),
+        ({"editable": []}, "editable"),
+        ({"editable": ["../x.py"]}, "editable"),
+        ({"protected": ["train.py"]}, "train.py"),
+        ({"direction": "up"}, "direction"),
+    ],
+)
 def test_bad_config_names_the_key(change, key):
     data = {**GOOD, **change}
     data = {k: v for k, v in data.items() if v is not None}
@@ -59,10 +66,14 @@ def test_cli_reports_config_error_without_traceback(tmp_path: Path, target: Path
     import subprocess
     import sys
 
-    (target / "overnight.toml").write_text('[target]\ncommand=""\neditable=["train.py"]\n'
-                                           'metric="val_bpb"\nbudget_s=1\n')
+    (target / "overnight.toml").write_text(
+        '[target]\ncommand=""\neditable=["train.py"]\nmetric="val_bpb"\nbudget_s=1\n'
+    )
     overnight = Path(sys.executable).parent / "overnight"
-    proc = subprocess.run([str(overnight), "run", "--target", str(target), "--db",
-                           str(tmp_path / "x.db")], capture_output=True, text=True)
+    proc = subprocess.run(
+        [str(overnight), "run", "--target", str(target), "--db", str(tmp_path / "x.db")],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 2
     assert "command" in proc.stderr and "Traceback" not in proc.stderr + proc.stdout

@@ -7,60 +7,84 @@ from agent.domain import CrashKind, Direction
 NAN = float("nan")
 
 
-@pytest.mark.parametrize("metric, best, direction, min_delta, expected", [
-    (0.99, 1.0, Direction.MINIMIZE, 0.0, True),
-    (1.0, 1.0, Direction.MINIMIZE, 0.0, False),  # equal is not better
-    (1.01, 1.0, Direction.MINIMIZE, 0.0, False),
-    (0.999, 1.0, Direction.MINIMIZE, 0.002, False),  # inside the noise margin
-    (0.997, 1.0, Direction.MINIMIZE, 0.002, True),
-    (2.0, 1.0, Direction.MAXIMIZE, 0.0, True),
-    (NAN, 1.0, Direction.MINIMIZE, 0.0, False),
-    (None, 1.0, Direction.MINIMIZE, 0.0, False),
-    (3.0, None, Direction.MINIMIZE, 0.0, True),
-])
+@pytest.mark.parametrize(
+    "metric, best, direction, min_delta, expected",
+    [
+        (0.99, 1.0, Direction.MINIMIZE, 0.0, True),
+        (1.0, 1.0, Direction.MINIMIZE, 0.0, False),  # equal is not better
+        (1.01, 1.0, Direction.MINIMIZE, 0.0, False),
+        (0.999, 1.0, Direction.MINIMIZE, 0.002, False),  # inside the noise margin
+        (0.997, 1.0, Direction.MINIMIZE, 0.002, True),
+        (2.0, 1.0, Direction.MAXIMIZE, 0.0, True),
+        (NAN, 1.0, Direction.MINIMIZE, 0.0, False),
+        (None, 1.0, Direction.MINIMIZE, 0.0, False),
+        (3.0, None, Direction.MINIMIZE, 0.0, True),
+    ],
+)
 def test_is_improvement(metric, best, direction, min_delta, expected):
     assert is_improvement(metric, best, direction, min_delta) is expected
 
 
 def facts(error=None, tail="", **kw):
-    base = dict(timed_out=False, fail_marker=False, exit_code=1, signal=None, error=error,
-                log_tail=tail or (error or ""), training_started=False, has_metric=False)
+    base = dict(
+        timed_out=False,
+        fail_marker=False,
+        exit_code=1,
+        signal=None,
+        error=error,
+        log_tail=tail or (error or ""),
+        training_started=False,
+        has_metric=False,
+    )
     base.update(kw)
     return CrashFacts(**base)
 
 
-TRACE = "Traceback (most recent call last):\n  File \"train.py\", line 3\n"
+TRACE = 'Traceback (most recent call last):\n  File "train.py", line 3\n'
 
 
-@pytest.mark.parametrize("f, kind", [
-    (facts("SyntaxError: invalid syntax"), CrashKind.TRIVIAL),
-    (facts("IndentationError: unexpected indent"), CrashKind.TRIVIAL),
-    (facts("NameError: name 'lr' is not defined"), CrashKind.TRIVIAL),
-    (facts("ModuleNotFoundError: No module named 'flash_attn'"), CrashKind.TRIVIAL),
-    (facts("ImportError: cannot import name 'x'"), CrashKind.TRIVIAL),
-    (facts("AttributeError: 'GPT' object has no attribute 'blokcs'"), CrashKind.TRIVIAL),
-    (facts("TypeError: forward() takes 2 positional arguments but 3 were given"),
-     CrashKind.TRIVIAL),
-    (facts("RuntimeError: mat1 and mat2 shapes cannot be multiplied (4x128 and 256x128)"),
-     CrashKind.TRIVIAL),
-    # the same shape error once training is under way is not a typo
-    (facts("RuntimeError: mat1 and mat2 shapes cannot be multiplied", training_started=True),
-     CrashKind.FUNDAMENTAL),
-    (facts("NameError: name 'x' is not defined", training_started=True), CrashKind.FUNDAMENTAL),
-    (facts("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"),
-     CrashKind.FUNDAMENTAL),
-    (facts("MemoryError"), CrashKind.FUNDAMENTAL),
-    (facts(None, "step 10 | loss nan\nFAIL\n", fail_marker=True), CrashKind.FUNDAMENTAL),
-    (facts("ValueError: loss is nan"), CrashKind.FUNDAMENTAL),
-    (facts(None, exit_code=None, signal=9), CrashKind.FUNDAMENTAL),
-    (facts(None, timed_out=True, exit_code=None, signal=15), CrashKind.TIMEOUT),
-    (facts(None, exit_code=0), CrashKind.FUNDAMENTAL),  # exited cleanly with no metric
-    (facts("RuntimeError: something odd"), CrashKind.FUNDAMENTAL),
-    (facts("ZeroDivisionError: division by zero"), CrashKind.FUNDAMENTAL),
-    # an OOM reported only in the log tail, with a generic last line
-    (facts("RuntimeError: DataLoader worker exited", TRACE + "Cannot allocate memory\n"),
-     CrashKind.FUNDAMENTAL),
-])
+@pytest.mark.parametrize(
+    "f, kind",
+    [
+        (facts("SyntaxError: invalid syntax"), CrashKind.TRIVIAL),
+        (facts("IndentationError: unexpected indent"), CrashKind.TRIVIAL),
+        (facts("NameError: name 'lr' is not defined"), CrashKind.TRIVIAL),
+        (facts("ModuleNotFoundError: No module named 'flash_attn'"), CrashKind.TRIVIAL),
+        (facts("ImportError: cannot import name 'x'"), CrashKind.TRIVIAL),
+        (facts("AttributeError: 'GPT' object has no attribute 'blokcs'"), CrashKind.TRIVIAL),
+        (
+            facts("TypeError: forward() takes 2 positional arguments but 3 were given"),
+            CrashKind.TRIVIAL,
+        ),
+        (
+            facts("RuntimeError: mat1 and mat2 shapes cannot be multiplied (4x128 and 256x128)"),
+            CrashKind.TRIVIAL,
+        ),
+        # the same shape error once training is under way is not a typo
+        (
+            facts("RuntimeError: mat1 and mat2 shapes cannot be multiplied", training_started=True),
+            CrashKind.FUNDAMENTAL,
+        ),
+        (facts("NameError: name 'x' is not defined", training_started=True), CrashKind.FUNDAMENTAL),
+        (
+            facts("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"),
+            CrashKind.FUNDAMENTAL,
+        ),
+        (facts("MemoryError"), CrashKind.FUNDAMENTAL),
+        (facts(None, "step 10 | loss nan\nFAIL\n", fail_marker=True), CrashKind.FUNDAMENTAL),
+        (facts("ValueError: loss is nan"), CrashKind.FUNDAMENTAL),
+        (facts(None, exit_code=None, signal=9), CrashKind.FUNDAMENTAL),
+        (facts(None, timed_out=True, exit_code=None, signal=15), CrashKind.TIMEOUT),
+        (facts(None, exit_code=0), CrashKind.FUNDAMENTAL),  # exited cleanly with no metric
+        (facts("RuntimeError: something odd"), CrashKind.FUNDAMENTAL),
+        (facts("ZeroDivisionError: division by zero"), CrashKind.FUNDAMENTAL),
+        # an OOM reported only in the log tail, with a generic last line
+        (
+            facts("RuntimeError: DataLoader worker exited", TRACE + "Cannot allocate memory\n"),
+            CrashKind.FUNDAMENTAL,
+        ),
+    ],
+)
 def test_classify_table(f, kind):
     verdict = classify(f)
     assert verdict.kind is kind, verdict

@@ -16,9 +16,22 @@ def f():
 
 
 def sweep():
-    return Sweep(1, "s", "/t", "overnight/s", SweepStatus.RUNNING, "knobs",
-                 {"metric": "val_bpb", "budget_s": 1, "timeout_s": 3}, None, 42, None, None,
-                 None, None, utcnow())
+    return Sweep(
+        1,
+        "s",
+        "/t",
+        "overnight/s",
+        SweepStatus.RUNNING,
+        "knobs",
+        {"metric": "val_bpb", "budget_s": 1, "timeout_s": 3},
+        None,
+        42,
+        None,
+        None,
+        None,
+        None,
+        utcnow(),
+    )
 
 
 def ctx(history=(), src=SRC):
@@ -49,23 +62,33 @@ def test_deterministic_and_never_repeats():
         p = KnobsProposer(seed=7).propose(ctx(history))
         assert p is not None and p.diff not in seen
         seen.add(p.diff)
-        history.append(Experiment(i + 1, 1, ExperimentStatus.DISCARDED, p.description, p.diff,
-                                  "knobs", meta=p.meta))
+        history.append(
+            Experiment(
+                i + 1, 1, ExperimentStatus.DISCARDED, p.description, p.diff, "knobs", meta=p.meta
+            )
+        )
 
 
 def test_prefers_a_direction_that_was_kept_and_backs_off_crashes():
     prop = KnobsProposer(seed=3)
     first = prop.propose(ctx())
-    kept = Experiment(1, 1, ExperimentStatus.KEPT, first.description, first.diff, "knobs",
-                      meta=first.meta)
+    kept = Experiment(
+        1, 1, ExperimentStatus.KEPT, first.description, first.diff, "knobs", meta=first.meta
+    )
     m = first.meta
     head = SRC.replace(f"{m['knob']} = {m['old']}", f"{m['knob']} = {m['new']}")
     nxt = prop.propose(ctx([kept], head))
     # the same knob pushed further in the same direction, from the new head value
     assert (nxt.meta["knob"], nxt.meta["direction"], nxt.meta["old"]) == (
-        m["knob"], m["direction"], m["new"])
-    crashed = Experiment(1, 1, ExperimentStatus.CRASHED, first.description, first.diff,
-                         "knobs", meta=first.meta)
+        m["knob"],
+        m["direction"],
+        m["new"],
+    )
+    crashed = Experiment(
+        1, 1, ExperimentStatus.CRASHED, first.description, first.diff, "knobs", meta=first.meta
+    )
     after_crash = prop.propose(ctx([crashed]))
     assert (after_crash.meta["knob"], after_crash.meta["direction"]) != (
-        first.meta["knob"], first.meta["direction"])
+        first.meta["knob"],
+        first.meta["direction"],
+    )

@@ -5,13 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import git
+from conftest import make_target
 
 from agent.config import load_config
 from agent.domain import CrashKind, ExperimentStatus, Proposal, SweepStatus
 from agent.gitrepo import GitRepo
 from agent.proposers.knobs import KnobsProposer, make_diff
 from agent.sweeps import create_sweep
-from conftest import make_target
 
 
 def edit(target: Path, old: str, new: str, path: str = "train.py") -> str:
@@ -62,9 +62,13 @@ def test_keep_and_reset_move_only_the_sweep_branch(store, target, make_loop, tmp
     assert done.status is SweepStatus.DONE
 
     exps = store.list_experiments(sweep.id)
-    assert [e.status for e in exps] == [ExperimentStatus.KEPT, ExperimentStatus.KEPT,
-                                        ExperimentStatus.DISCARDED, ExperimentStatus.KEPT,
-                                        ExperimentStatus.KEPT]
+    assert [e.status for e in exps] == [
+        ExperimentStatus.KEPT,
+        ExperimentStatus.KEPT,
+        ExperimentStatus.DISCARDED,
+        ExperimentStatus.KEPT,
+        ExperimentStatus.KEPT,
+    ]
     assert exps[0].is_baseline and exps[0].metric == 1.3
     # the branch log is baseline + kept only, newest first
     log = GitRepo(target).log(sweep.branch)
@@ -95,16 +99,28 @@ def test_crash_classes_and_trivial_repair(store, target, make_loop):
     hang = edit(target, "value = score(", "time.sleep(60)\nvalue = score(")
     nan = edit(target, "value = score(LR, WIDTH, USE_TRICK)", "value = float('nan')")
     proposer = Scripted(
-        [Proposal("typo", typo, "scripted"), Proposal("oom", oom, "scripted"),
-         Proposal("late typo", edit(target, "score(LR,", "score(LRR,"), "scripted"),
-         Proposal("hang", hang, "scripted"), Proposal("nan", nan, "scripted")],
+        [
+            Proposal("typo", typo, "scripted"),
+            Proposal("oom", oom, "scripted"),
+            Proposal("late typo", edit(target, "score(LR,", "score(LRR,"), "scripted"),
+            Proposal("hang", hang, "scripted"),
+            Proposal("nan", nan, "scripted"),
+        ],
         fixes=[Proposal("typo, fixed", fixed, "scripted")],
     )
-    (target / "overnight.toml").write_text((target / "overnight.toml").read_text().replace(
-        "timeout_s = 20", "timeout_s = 2"))
-    git.Repo(target).git.commit("-am", "short timeout", env={
-        "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
-        "GIT_COMMITTER_EMAIL": "t@t"})
+    (target / "overnight.toml").write_text(
+        (target / "overnight.toml").read_text().replace("timeout_s = 20", "timeout_s = 2")
+    )
+    git.Repo(target).git.commit(
+        "-am",
+        "short timeout",
+        env={
+            "GIT_AUTHOR_NAME": "t",
+            "GIT_AUTHOR_EMAIL": "t@t",
+            "GIT_COMMITTER_NAME": "t",
+            "GIT_COMMITTER_EMAIL": "t@t",
+        },
+    )
     sweep = start(store, target)
     make_loop(target, proposer).run_sweep(sweep.name)
     by_desc = {e.description: e for e in store.list_experiments(sweep.id)}
@@ -135,11 +151,14 @@ def test_repair_attempts_are_bounded(store, target, make_loop):
     typo = edit(target, "budget = float(", "budget = flaot(")
     typo2 = edit(target, "budget = float(", "budget = floaat(")
     typo3 = edit(target, "budget = float(", "budget = floaaat(")
-    proposer = Scripted([Proposal("typo", typo, "scripted")],
-                        fixes=[Proposal("fix 1", typo2, "scripted"),
-                               Proposal("fix 2", typo3, "scripted"),
-                               Proposal("fix 3", edit(target, "LR = 0.01", "LR = 0.02"),
-                                        "scripted")])
+    proposer = Scripted(
+        [Proposal("typo", typo, "scripted")],
+        fixes=[
+            Proposal("fix 1", typo2, "scripted"),
+            Proposal("fix 2", typo3, "scripted"),
+            Proposal("fix 3", edit(target, "LR = 0.01", "LR = 0.02"), "scripted"),
+        ],
+    )
     sweep = start(store, target)
     make_loop(target, proposer).run_sweep(sweep.name)
     exps = store.list_experiments(sweep.id)
@@ -149,8 +168,11 @@ def test_repair_attempts_are_bounded(store, target, make_loop):
 
 
 def test_run_that_rewrites_a_protected_file_is_not_kept(store, target, make_loop):
-    tamper = edit(target, "value = score(LR, WIDTH, USE_TRICK)",
-                  "open('prepare.py', 'a').write('# x')\nvalue = 0.1")
+    tamper = edit(
+        target,
+        "value = score(LR, WIDTH, USE_TRICK)",
+        "open('prepare.py', 'a').write('# x')\nvalue = 0.1",
+    )
     sweep = start(store, target)
     make_loop(target, Scripted([Proposal("cheat", tamper, "scripted")])).run_sweep(sweep.name)
     cheat = store.list_experiments(sweep.id)[-1]
@@ -161,9 +183,16 @@ def test_run_that_rewrites_a_protected_file_is_not_kept(store, target, make_loop
 def test_failed_baseline_stops_the_sweep(tmp_path, store, make_loop):
     broken = make_target(tmp_path / "broken")
     (broken / "train.py").write_text("import nope\n")
-    git.Repo(broken).git.commit("-am", "break", env={
-        "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
-        "GIT_COMMITTER_EMAIL": "t@t"})
+    git.Repo(broken).git.commit(
+        "-am",
+        "break",
+        env={
+            "GIT_AUTHOR_NAME": "t",
+            "GIT_AUTHOR_EMAIL": "t@t",
+            "GIT_COMMITTER_NAME": "t",
+            "GIT_COMMITTER_EMAIL": "t@t",
+        },
+    )
     sweep = start(store, broken)
     done = make_loop(broken, KnobsProposer()).run_sweep(sweep.name)
     assert done.status is SweepStatus.STOPPED
@@ -186,10 +215,20 @@ def test_diff_queued_against_an_old_head_is_rejected_if_it_conflicts(store, targ
 
     sweep = start(store, target)
     repo = GitRepo(target)
-    a = submit(store, repo, sweep, Proposal("lr .02", edit(target, "LR = 0.01", "LR = 0.02")),
-               record_rejection=False)
-    b = submit(store, repo, sweep, Proposal("lr .03", edit(target, "LR = 0.01", "LR = 0.03")),
-               record_rejection=False)
+    a = submit(
+        store,
+        repo,
+        sweep,
+        Proposal("lr .02", edit(target, "LR = 0.01", "LR = 0.02")),
+        record_rejection=False,
+    )
+    b = submit(
+        store,
+        repo,
+        sweep,
+        Proposal("lr .03", edit(target, "LR = 0.01", "LR = 0.03")),
+        record_rejection=False,
+    )
     make_loop(target).run_sweep(sweep.name)
     assert store.get_experiment(a.id).status is ExperimentStatus.KEPT
     late = store.get_experiment(b.id)

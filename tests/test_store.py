@@ -15,20 +15,27 @@ from db.store import SqlStore
 
 
 def spec(name="s"):
-    return SweepSpec(name=name, target_path="/t", branch=f"overnight/{name}", proposer="knobs",
-                     config={"metric": "val_bpb", "budget_s": 1, "timeout_s": 5,
-                             "direction": "minimize"})
+    return SweepSpec(
+        name=name,
+        target_path="/t",
+        branch=f"overnight/{name}",
+        proposer="knobs",
+        config={"metric": "val_bpb", "budget_s": 1, "timeout_s": 5, "direction": "minimize"},
+    )
 
 
 def test_schema_is_migrated_with_wal(tmp_path):
     engine = open_database(tmp_path / "x.db")
     assert {"sweeps", "experiments", "loss_points", "alembic_version"} <= set(
-        inspect(engine).get_table_names())
+        inspect(engine).get_table_names()
+    )
     with engine.connect() as conn:
         assert conn.execute(text("PRAGMA journal_mode")).scalar() == "wal"
         assert conn.execute(text("PRAGMA foreign_keys")).scalar() == 1
-        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0001" \
+        assert (
+            conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0001"
             or conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
+        )
     open_database(tmp_path / "x.db")  # a second open is a no-op
 
 

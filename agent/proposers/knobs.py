@@ -80,8 +80,11 @@ def candidates(knob: Knob) -> list[tuple[int, str]]:
 
 def make_diff(path: str, old_text: str, new_text: str) -> str:
     lines = difflib.unified_diff(
-        old_text.splitlines(keepends=True), new_text.splitlines(keepends=True),
-        fromfile=f"a/{path}", tofile=f"b/{path}", n=3,
+        old_text.splitlines(keepends=True),
+        new_text.splitlines(keepends=True),
+        fromfile=f"a/{path}",
+        tofile=f"b/{path}",
+        n=3,
     )
     return "".join(lines)
 
@@ -133,11 +136,15 @@ class KnobsProposer:
             for knob in find_knobs(path, text):
                 for rank, (direction, literal) in enumerate(candidates(knob)):
                     new_line = lines[knob.line_no].replace(knob.raw, literal, 1)
-                    new_text = "".join(lines[: knob.line_no] + [new_line] + lines[knob.line_no + 1 :])
+                    new_text = "".join(
+                        lines[: knob.line_no] + [new_line] + lines[knob.line_no + 1 :]
+                    )
                     diff = make_diff(path, text, new_text)
                     if literal in seen.get(knob.name, ()) or normalize_diff(diff) in tried:
                         continue
-                    score = scores.get((knob.name, direction), 0.0) - 0.1 * rank + rng.random() * 0.2
+                    score = (
+                        scores.get((knob.name, direction), 0.0) - 0.1 * rank + rng.random() * 0.2
+                    )
                     options.append((score, knob, direction, literal, diff))
         if not options:
             return None

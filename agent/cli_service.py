@@ -1,3 +1,59 @@
-"""`overnight serve`: the long-running service (uvicorn + APScheduler). Owned by the service work."""
+"""`overnight serve`: the long-running service (uvicorn + APScheduler in one process)."""
 
 from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from agent.cli import DbOpt, _db, app, console, fail
+
+logger = logging.getLogger(__name__)
+
+
+@app.command()
+def serve(
+    db: DbOpt = None,
+    host: Annotated[str, typer.Option(help="address to bind (non-loopback needs auth)")]
+    = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=0, max=65535, help="port (0: any free port)")] = 8000,
+    slots: Annotated[int, typer.Option(min=0, max=64, help="experiments run at once; slot i "
+                                       "gets GPU i when GPUs exist")] = 1,
+    token: Annotated[str | None, typer.Option(envvar="OVERNIGHT_TOKEN", help="bearer token "
+                                              "(default: created beside the database)")] = None,
+    no_auth: Annotated[bool, typer.Option("--no-auth", help="no token at all (loopback only)")]
+    = False,
+    poll: Annotated[float, typer.Option(help="seconds between idle slot checks")] = 1.0,
+    log_level: Annotated[str, typer.Option(help="uvicorn/app log level")] = "info",
+) -> None:
+    """Run the REST API and the experiment scheduler (one process, one worker)."""
+    import uvicorn
+
+    from agent.recovery import InstanceLock, InstanceLockError
+    from api.main import create_app
+    from api.settings import Settings, ensure_token
+
+    db_path = _db(db).resolve()
+    token_path: Path | None = None
+    if not no_auth and not token:
+        token, token_path, created = ensure_token(db_path)
+        console.print(f"token {'created in' if created else 'read from'} {token_path} "
+                      "(send it as 'Authorization: Bearer <token>')")
+    settings = Settings.build(db_path=db_path, host=host, port=port, slots=slots,
+                              token=None if no_auth else token, auth=not no_auth,
+                              poll_interval_s=poll)
+    try:
+        lock = InstanceLock(db_path).acquire()
+    except InstanceLockError as exc:
+        fail(str(exc))
+        return
+    logging.getLogger().setLevel(log_level.upper())
+    console.print(f"overnight serve: db {db_path}, {slots} slot(s), "
+                  f"auth {'off' if no_auth else 'on'}, http://{host}:{port}/")
+    try:
+        uvicorn.run(create_app(settings, lock=lock), host=host, port=port, workers=1,
+                    log_level=log_level, timeout_graceful_shutdown=settings.grace_s + 15)
+    finally:
+        lock.release()

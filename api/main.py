@@ -1,8 +1,120 @@
 """The app factory: the one place (with the CLI) that wires the service's object graph.
 
-SKELETON — owned by the service work (issue 3). Contract other parts rely on:
+Contract other parts rely on:
 - `create_app(settings: api.settings.Settings) -> FastAPI`; `app.state.services` is an
-  `api.deps.Services` (store, settings, scheduler, ...).
+  `api.deps.Services` (store, settings, scheduler, repo_for, cancel).
 - The dashboard's `api.dashboard.routes.router` (an APIRouter serving HTML under `/`) is included.
-- `api.mcp_http.mount_mcp(app, services)` mounts MCP's streamable HTTP under `/mcp`.
+- `api.mcp_http.mount_mcp(app, services)` mounts MCP's streamable HTTP under `/mcp`; if it
+  returns an async context manager, it is entered for the life of the app (the lifespan).
+
+Start-up order (lifespan, when `settings.run_scheduler`): take the single-instance lock →
+restart recovery → start the slot scheduler. Shutdown reverses it.
 """
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import FastAPI
+
+from agent.recovery import InstanceLock, recover
+from agent.scheduler import SchedulerSettings, SlotScheduler, default_loop_factory, gpu_count
+from api.deps import Services
+from api.errors import BodyLimitMiddleware, install_error_handlers
+from api.routes import experiments, sweeps, system
+from api.settings import Settings
+from db.engine import open_database
+from db.store import SqlStore
+
+logger = logging.getLogger(__name__)
+
+
+def _optional(module: str) -> Any:
+    """Import a part another engineer owns; the app works (without it) until it lands."""
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name and module.startswith(exc.name):
+            logger.info("%s not available; skipping it", module)
+            return None
+        raise
+
+
+def _start_scheduler(services: Services) -> SlotScheduler:
+    settings = services.settings
+    sched_settings = SchedulerSettings(
+        db_path=settings.db_path, slots=settings.slots, poll_interval_s=settings.poll_interval_s,
+        gpu_count=gpu_count() if settings.gpu_count is None else settings.gpu_count,
+        grace_s=settings.grace_s,
+    )
+    factory = default_loop_factory(services.store, services.repo_for, settings.resolved_work_dir,
+                                   sched_settings)
+    scheduler = SlotScheduler(services.store, sched_settings, factory)
+    scheduler.start()
+    return scheduler
+
+
+def create_app(settings: Settings, *, lock: InstanceLock | None = None) -> FastAPI:
+    """Build the app. `lock`: an InstanceLock already held by the caller (`overnight serve`)."""
+    engine = open_database(settings.db_path)
+    services = Services(settings=settings, store=SqlStore(engine), engine=engine)
+    extra_lifespans: list[Any] = []
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        held = lock
+        if settings.run_scheduler:
+            if held is None or not held.held:
+                held = InstanceLock(settings.db_path).acquire()
+            services.recovery = recover(services.store, services.repo_for,
+                                        settings.resolved_work_dir)
+            services.scheduler = _start_scheduler(services)  # slots=0: scheduled starts only
+        try:
+            async with contextlib.AsyncExitStack() as stack:
+                for cm in extra_lifespans:
+                    await stack.enter_async_context(cm)
+                yield
+        finally:
+            if services.scheduler is not None:
+                services.scheduler.shutdown(timeout_s=settings.grace_s + 10)
+            if held is not None:
+                held.release()
+            engine.dispose()
+
+    app = FastAPI(title="overnight", version="0.1.0", lifespan=lifespan,
+                  description="Autonomous ML research loops: queue proposals, run them under a "
+                  "fixed budget, keep or reset, all recorded.")
+    app.state.services = services
+    install_error_handlers(app)
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    for module in (system, sweeps, experiments):
+        app.include_router(module.router)
+    dashboard = _optional("api.dashboard.routes")
+    if dashboard is not None:
+        app.include_router(dashboard.router)
+    mcp = _optional("api.mcp_http")
+    if mcp is not None:
+        result = mcp.mount_mcp(app, services)
+        if hasattr(result, "__aenter__"):
+            extra_lifespans.append(result)
+    return app
+
+
+def app_from_env() -> FastAPI:
+    """Factory for `uvicorn --factory api.main:app_from_env` (docker): settings from env."""
+    import os
+    from pathlib import Path
+
+    from agent.wiring import default_db
+    from api.settings import TOKEN_ENV, ensure_token
+
+    db = Path(os.environ.get("OVERNIGHT_DB") or default_db())
+    token = os.environ.get(TOKEN_ENV) or ensure_token(db)[0]
+    host = os.environ.get("OVERNIGHT_HOST", "127.0.0.1")
+    settings = Settings.build(db_path=db, host=host, token=token,
+                              slots=int(os.environ.get("OVERNIGHT_SLOTS", "1")))
+    return create_app(settings)

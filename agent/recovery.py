@@ -1,0 +1,205 @@
+"""Restart recovery and the single-instance lock: make a restart after a crash lose nothing.
+
+On start, before any slot runs: experiments left `running` by a dead process become
+`interrupted` and are re-queued once as new linked rows; their orphaned process groups are
+killed; stale worktrees and ref locks are pruned; each sweep branch is reset to the database's
+best commit if the two disagree (the database is the source of truth: a keep is recorded before
+the branch moves). Idempotent: a recovery killed half-way is completed by the next one.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+from agent.domain import Experiment, ExperimentStatus, Proposal, Sweep
+from agent.ports import Repo, Store
+
+logger = logging.getLogger(__name__)
+
+# An interrupted run whose reason is this was stopped by a clean shutdown: it is re-queued even
+# if it was already a retry. Kept equal to agent.scheduler.SHUTDOWN_REASON.
+SHUTDOWN_REASON = "the service shut down while this experiment was running"
+
+
+class InstanceLockError(RuntimeError):
+    """Another `overnight serve` holds the database."""
+
+
+class InstanceLock:
+    """An exclusive flock on `<db>.lock`, held for the life of the service.
+
+    The kernel drops it when the process dies (kill -9 included), so it is never stale.
+    """
+
+    def __init__(self, db_path: Path) -> None:
+        self.path = Path(str(Path(db_path).expanduser().resolve()) + ".lock")
+        self._fh: IO[str] | None = None
+
+    def acquire(self) -> InstanceLock:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fh = open(self.path, "a+", encoding="utf-8")  # noqa: SIM115 - held until release()
+        try:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            fh.seek(0)
+            holder = fh.read().strip() or "unknown"
+            fh.close()
+            raise InstanceLockError(
+                f"another overnight serve (pid {holder}) is already using this database "
+                f"(lock {self.path}); stop it first or use another --db") from None
+        fh.seek(0)
+        fh.truncate()
+        fh.write(f"{os.getpid()}\n")
+        fh.flush()
+        self._fh = fh
+        return self
+
+    @property
+    def held(self) -> bool:
+        return self._fh is not None
+
+    def release(self) -> None:
+        if self._fh is not None:
+            fcntl.flock(self._fh.fileno(), fcntl.LOCK_UN)
+            self._fh.close()
+            self._fh = None
+
+
+@dataclass
+class RecoveryReport:
+    interrupted: list[int] = field(default_factory=list)  # rows found `running`
+    requeued: dict[int, int] = field(default_factory=dict)  # interrupted id -> retry id
+    not_requeued: list[int] = field(default_factory=list)  # retries interrupted again
+    killed_groups: list[int] = field(default_factory=list)
+    repaired_branches: dict[str, tuple[str, str]] = field(default_factory=dict)  # (was, now)
+    removed_worktrees: list[str] = field(default_factory=list)
+
+
+def _is_our_group(pgid: int, work_dir: Path) -> bool:
+    """Guard against a reused pgid: the leader (if alive) must be running in our work_dir.
+
+    A pid equal to a live group's id cannot be handed out again, so a group whose leader has
+    exited but which still has members is still ours.
+    """
+    try:
+        cwd = os.readlink(f"/proc/{pgid}/cwd")
+    except FileNotFoundError:
+        return True  # leader gone (members may remain) or no such process
+    except OSError:
+        return True  # no /proc (not Linux) or not allowed: trust the record
+    return cwd.startswith(str(work_dir.resolve()))
+
+
+def kill_orphans(exps: list[Experiment], work_dir: Path,
+                 kill: Callable[[int], bool]) -> list[int]:
+    killed = []
+    for exp in exps:
+        if exp.pgid and _is_our_group(exp.pgid, work_dir) and kill(exp.pgid):
+            logger.warning("killed orphaned process group %d of experiment %d", exp.pgid, exp.id)
+            killed.append(exp.pgid)
+    return killed
+
+
+def requeue_interrupted(store: Store, report: RecoveryReport) -> None:
+    """Re-queue every interrupted experiment once, as a new row linked to it.
+
+    Scans all interrupted rows (not only those reaped now) so a recovery that died between
+    reaping and re-queueing is completed here. A retry that was interrupted again by a crash is
+    not re-queued a second time (it may be what kills the service).
+    """
+    sweeps: dict[int, Sweep] = {s.id: s for s in store.list_sweeps()}
+    for exp in store.list_experiments(statuses=[ExperimentStatus.INTERRUPTED]):
+        sweep = sweeps.get(exp.sweep_id)
+        if sweep is None or sweep.status.is_finished():
+            continue
+        if store.retry_of(exp.id) is not None:  # type: ignore[attr-defined]
+            continue
+        if exp.meta.get("retry_of") is not None and exp.reason != SHUTDOWN_REASON:
+            report.not_requeued.append(exp.id)
+            continue
+        retry = store.add_experiment(
+            exp.sweep_id,
+            Proposal(exp.description, exp.diff, exp.proposer, parent_id=exp.id,
+                     meta={**{k: v for k, v in exp.meta.items() if k != "retry_of"},
+                           "retry_of": exp.id}),
+            is_baseline=exp.is_baseline, attempt=exp.attempt, priority=exp.priority,
+            base_commit=exp.base_commit,
+        )
+        report.requeued[exp.id] = retry.id
+        logger.warning("re-queued interrupted experiment %d as %d", exp.id, retry.id)
+
+
+def prune_worktrees(repos: list[Repo], work_dir: Path, report: RecoveryReport) -> None:
+    """Nothing runs yet, so every worktree under work_dir is stale."""
+    root = work_dir / "worktrees"
+    if root.is_dir():
+        for sweep_dir in root.iterdir():
+            for wt in (sweep_dir.iterdir() if sweep_dir.is_dir() else []):
+                shutil.rmtree(wt, ignore_errors=True)
+                report.removed_worktrees.append(str(wt))
+    for repo in repos:
+        try:
+            repo.prune_worktrees()  # type: ignore[attr-defined]
+        except Exception as exc:
+            logger.warning("git worktree prune failed: %s", exc)
+
+
+def remove_stale_ref_locks(repo: Repo) -> None:
+    """A kill during `git update-ref` can leave `<ref>.lock` behind; only our refs are touched."""
+    git_dir = Path(getattr(repo, "path", ".")) / ".git"
+    for sub in ("refs/heads/overnight", "refs/overnight"):
+        base = git_dir / sub
+        if base.is_dir():
+            for lock in base.rglob("*.lock"):
+                logger.warning("removing stale ref lock %s", lock)
+                lock.unlink(missing_ok=True)
+
+
+def repair_branch(repo: Repo, sweep: Sweep, report: RecoveryReport) -> None:
+    if not sweep.best_commit:
+        return
+    try:
+        head = repo.head(sweep.branch)
+    except Exception:
+        head = ""
+    if head != sweep.best_commit:
+        repo.set_ref(f"refs/heads/{sweep.branch}", sweep.best_commit)
+        report.repaired_branches[sweep.name] = (head, sweep.best_commit)
+        logger.warning("sweep %s: branch %s was at %s, reset to the recorded best %s",
+                       sweep.name, sweep.branch, head[:7] or "(missing)", sweep.best_commit[:7])
+
+
+def recover(store: Store, repo_for: Callable[[Sweep], Repo], work_dir: Path,
+            kill: Callable[[int], bool] | None = None) -> RecoveryReport:
+    """Run every recovery step; a target that cannot be opened is logged and skipped."""
+    if kill is None:
+        from runner.groups import kill_process_group
+
+        kill = kill_process_group
+    report = RecoveryReport()
+    reaped = store.interrupt_running()  # type: ignore[attr-defined]
+    report.interrupted = [e.id for e in reaped]
+    report.killed_groups = kill_orphans(reaped, work_dir, kill)
+    repos: dict[str, Repo] = {}
+    for sweep in store.list_sweeps():
+        if sweep.target_path in repos:
+            repo = repos[sweep.target_path]
+        else:
+            try:
+                repo = repos[sweep.target_path] = repo_for(sweep)
+            except Exception as exc:
+                logger.error("sweep %s: cannot open target %s: %s", sweep.name,
+                             sweep.target_path, exc)
+                continue
+            remove_stale_ref_locks(repo)
+        repair_branch(repo, sweep, report)
+    prune_worktrees(list(repos.values()), work_dir, report)
+    requeue_interrupted(store, report)
+    return report

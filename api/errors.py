@@ -1,0 +1,133 @@
+"""JSON error bodies `{"detail": {"code", "message"}}` for every refusal; the body-size limit."""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from agent.errors import AdmissionError, ConfigError, ConflictError, NotFoundError, StoreError
+from agent.gitrepo import GitError
+
+logger = logging.getLogger(__name__)
+
+
+def error_body(code: str, message: str, **extra: Any) -> dict[str, Any]:
+    return {"detail": {"code": code, "message": message, **extra}}
+
+
+def _json(status: int, code: str, message: str, **extra: Any) -> JSONResponse:
+    return JSONResponse(error_body(code, message, **extra), status_code=status)
+
+
+def _validation_message(errors: list[dict[str, Any]]) -> str:
+    parts = []
+    for e in errors[:5]:
+        loc = ".".join(str(x) for x in e.get("loc", ()) if x != "body") or "body"
+        parts.append(f"{loc}: {e.get('msg', 'invalid')}")
+    return "; ".join(parts)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(AdmissionError)
+    def _admission(_r: Request, exc: AdmissionError) -> JSONResponse:
+        return _json(exc.status_hint, exc.code, exc.message)
+
+    @app.exception_handler(NotFoundError)
+    def _not_found(_r: Request, exc: NotFoundError) -> JSONResponse:
+        return _json(404, "not_found", str(exc))
+
+    @app.exception_handler(ConflictError)
+    def _conflict(_r: Request, exc: ConflictError) -> JSONResponse:
+        return _json(409, "conflict", str(exc))
+
+    @app.exception_handler(ConfigError)
+    def _config(_r: Request, exc: ConfigError) -> JSONResponse:
+        return _json(422, "invalid", str(exc))
+
+    @app.exception_handler(GitError)
+    def _git(_r: Request, exc: GitError) -> JSONResponse:
+        return _json(422, "git", str(exc))
+
+    @app.exception_handler(StoreError)
+    def _store(_r: Request, exc: StoreError) -> JSONResponse:
+        logger.error("store error: %s", exc)
+        return _json(503, "database", str(exc))
+
+    @app.exception_handler(RequestValidationError)
+    def _validation(_r: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = [{k: v for k, v in e.items() if k in ("loc", "msg", "type")}
+                  for e in exc.errors()]
+        code = "malformed_json" if any(e.get("type") == "json_invalid" for e in errors) \
+            else "validation"
+        return _json(422, code, _validation_message(errors), errors=errors)
+
+    @app.exception_handler(StarletteHTTPException)
+    def _http(_r: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if isinstance(exc.detail, dict) and "code" in exc.detail:
+            return JSONResponse({"detail": exc.detail}, status_code=exc.status_code,
+                                headers=exc.headers)
+        code = {401: "unauthorized", 404: "not_found", 405: "method_not_allowed"}.get(
+            exc.status_code, "http_error")
+        return JSONResponse(error_body(code, str(exc.detail)), status_code=exc.status_code,
+                            headers=exc.headers)
+
+
+class BodyLimitMiddleware:
+    """Refuse request bodies over `max_bytes` with 413, before the route reads them.
+
+    Checks Content-Length up front and counts streamed (chunked) bodies as they arrive.
+    """
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app, self.max_bytes = app, max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope.get("headers") or [])
+        length = headers.get(b"content-length")
+        if length is not None and length.isdigit() and int(length) > self.max_bytes:
+            await self._reject(send)
+            return
+        seen = 0
+        too_large = False
+        rejected = False
+
+        async def limited() -> Message:
+            nonlocal seen, too_large
+            if too_large:
+                return {"type": "http.disconnect"}
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.max_bytes:  # stop reading; the app's answer is replaced below
+                    too_large = True
+                    return {"type": "http.request", "body": b"", "more_body": False}
+            return message
+
+        async def guarded_send(message: Message) -> None:
+            nonlocal rejected
+            if too_large:
+                if not rejected:
+                    rejected = True
+                    await self._reject(send)
+                return
+            await send(message)
+
+        await self.app(scope, limited, guarded_send)
+
+    async def _reject(self, send: Send) -> None:
+        body = json.dumps(error_body("too_large", f"request body is larger than "
+                                     f"{self.max_bytes} bytes")).encode()
+        await send({"type": "http.response.start", "status": 413,
+                    "headers": [(b"content-type", b"application/json"),
+                                (b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})

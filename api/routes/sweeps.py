@@ -1,0 +1,106 @@
+"""Sweep routes: create, list, read, pause/resume/stop, best, results.tsv."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fastapi import APIRouter, status
+from fastapi.responses import PlainTextResponse
+
+from agent.config import load_config
+from agent.domain import ExperimentStatus, Sweep, SweepStatus
+from agent.errors import ConflictError
+from agent.gitrepo import GitRepo
+from agent.report import results_tsv
+from agent.sweeps import check_sweep_name, create_sweep
+from agent.wiring import make_proposer
+from api.deps import ReadAuth, Services, ServicesDep, WriteAuth
+from api.schemas import BestPublic, KeptChange, Page, SweepCreate, SweepPublic
+
+router = APIRouter(prefix="/sweeps", tags=["sweeps"])
+
+
+def _public(services: Services, sweep: Sweep) -> SweepPublic:
+    starts = services.scheduler.scheduled_starts() if services.scheduler else {}
+    return SweepPublic.of(sweep, services.store.status_counts(sweep.id),
+                          scheduled_start=starts.get(sweep.name))
+
+
+@router.post("", status_code=status.HTTP_201_CREATED, response_model=SweepPublic)
+def create(body: SweepCreate, services: ServicesDep, _auth: WriteAuth) -> SweepPublic:
+    """Create a sweep on branch `overnight/<name>` and queue its baseline."""
+    check_sweep_name(body.name)
+    make_proposer(body.proposer, 0)  # an unknown proposer is refused before anything is made
+    target = Path(body.target).expanduser()
+    config = load_config(target).with_budget(body.budget_s, body.timeout_s)
+    if body.start_at is not None and services.scheduler is None:
+        raise ConflictError("start_at needs the scheduler, which is not running in this server")
+    sweep = create_sweep(
+        services.store, GitRepo(target), target, name=body.name, proposer=body.proposer,
+        config=config, max_experiments=body.max_experiments, deadline=body.deadline,
+        window=body.window.model_dump() if body.window else None,
+    )
+    if body.paused or body.start_at is not None:
+        sweep = services.store.set_sweep_status(sweep.name, SweepStatus.PAUSED)
+    if body.start_at is not None:
+        services.scheduler.schedule_start(sweep.name, body.start_at)
+    return _public(services, sweep)
+
+
+@router.get("", response_model=Page[SweepPublic])
+def list_sweeps(services: ServicesDep, _auth: ReadAuth) -> Page[SweepPublic]:
+    sweeps = services.store.list_sweeps()
+    return Page(data=[_public(services, s) for s in sweeps], count=len(sweeps))
+
+
+@router.get("/{name}", response_model=SweepPublic)
+def get_sweep(name: str, services: ServicesDep, _auth: ReadAuth) -> SweepPublic:
+    return _public(services, services.store.get_sweep(name))
+
+
+def _set_status(services: Services, name: str, new: SweepStatus) -> SweepPublic:
+    sweep = services.store.get_sweep(name)
+    if sweep.status.is_finished():
+        raise ConflictError(f"sweep {name} is {sweep.status.value}; it cannot be changed")
+    return _public(services, services.store.set_sweep_status(name, new))
+
+
+@router.post("/{name}/pause", response_model=SweepPublic)
+def pause(name: str, services: ServicesDep, _auth: WriteAuth) -> SweepPublic:
+    """Nothing new starts; a run in flight finishes."""
+    return _set_status(services, name, SweepStatus.PAUSED)
+
+
+@router.post("/{name}/resume", response_model=SweepPublic)
+def resume(name: str, services: ServicesDep, _auth: WriteAuth) -> SweepPublic:
+    return _set_status(services, name, SweepStatus.RUNNING)
+
+
+@router.post("/{name}/stop", response_model=SweepPublic)
+def stop(name: str, services: ServicesDep, _auth: WriteAuth) -> SweepPublic:
+    """Final: nothing new starts (a run in flight finishes); queued experiments stay queued."""
+    return _set_status(services, name, SweepStatus.STOPPED)
+
+
+@router.get("/{name}/best", response_model=BestPublic)
+def best(name: str, services: ServicesDep, _auth: ReadAuth) -> BestPublic:
+    """The best metric and commit, each editable file at that commit, the kept diffs."""
+    sweep = services.store.get_sweep(name)
+    repo = services.repo_for(sweep)
+    commit = sweep.best_commit or repo.head(sweep.branch)
+    files = {p: repo.read_file(commit, p) for p in sweep.config["editable"]}
+    kept = [KeptChange(id=e.id, description=e.description, metric=e.metric, delta=e.delta,
+                       commit=e.commit, diff=e.diff)
+            for e in services.store.list_experiments(sweep.id, [ExperimentStatus.KEPT])
+            if not e.is_baseline]
+    return BestPublic(sweep=sweep.name, metric_name=sweep.metric, metric=sweep.best_metric,
+                      baseline_metric=sweep.baseline_metric, commit=sweep.best_commit,
+                      experiment_id=sweep.best_experiment_id, files=files, kept=kept)
+
+
+@router.get("/{name}/results.tsv", response_class=PlainTextResponse)
+def results(name: str, services: ServicesDep, _auth: ReadAuth) -> PlainTextResponse:
+    """autoresearch's results.tsv: commit, metric, memory_gb, status, description."""
+    sweep = services.store.get_sweep(name)
+    text = results_tsv(sweep, services.store.list_experiments(sweep.id))
+    return PlainTextResponse(text, media_type="text/tab-separated-values; charset=utf-8")

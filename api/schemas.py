@@ -1,0 +1,172 @@
+"""Request and response models: the `…Create` / `…Public` / `{data, count}` family."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Generic, TypeVar
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator
+
+from agent.domain import Experiment, Sweep
+from agent.report import memory_gb
+from agent.scheduler import parse_hhmm
+
+T = TypeVar("T")
+MAX_LIMIT = 200
+
+
+class Window(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    start: str = Field(examples=["22:00"], description="HH:MM, server local time")
+    stop: str = Field(examples=["07:00"], description="HH:MM; may wrap past midnight")
+
+    @field_validator("start", "stop")
+    @classmethod
+    def _hhmm(cls, v: str) -> str:
+        parse_hhmm(v)
+        return v
+
+
+class SweepCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, max_length=64, examples=["mar8"])
+    target: str = Field(min_length=1, description="path of the target git repository on the "
+                        "server (it must hold overnight.toml)")
+    budget_s: float | None = Field(None, gt=0, le=86400, description="training seconds per run")
+    timeout_s: float | None = Field(None, gt=0, le=4 * 86400)
+    max_experiments: int | None = Field(None, ge=0, le=100_000)
+    deadline: AwareDatetime | None = None
+    window: Window | None = None
+    proposer: str = Field("knobs", max_length=100, description="knobs | queue | llm:<profile>")
+    start_at: AwareDatetime | None = Field(None, description="start paused; resume at this time "
+                                           "(persists across restarts)")
+    paused: bool = False
+
+
+class SweepPublic(BaseModel):
+    id: int
+    name: str
+    status: str
+    target: str
+    branch: str
+    proposer: str
+    metric: str
+    direction: str
+    budget_s: float
+    timeout_s: float
+    max_experiments: int | None
+    deadline: datetime | None
+    window: dict[str, str] | None
+    baseline_metric: float | None
+    best_metric: float | None
+    best_commit: str | None
+    best_experiment_id: int | None
+    created_at: datetime
+    counts: dict[str, int] = Field(default_factory=dict)
+    scheduled_start: datetime | None = None
+
+    @classmethod
+    def of(cls, s: Sweep, counts: dict[str, int] | None = None,
+           scheduled_start: datetime | None = None) -> SweepPublic:
+        return cls(
+            id=s.id, name=s.name, status=s.status.value, target=s.target_path, branch=s.branch,
+            proposer=s.proposer, metric=s.metric, direction=s.direction.value,
+            budget_s=s.budget_s, timeout_s=s.timeout_s, max_experiments=s.max_experiments,
+            deadline=s.deadline, window=s.window, baseline_metric=s.baseline_metric,
+            best_metric=s.best_metric, best_commit=s.best_commit,
+            best_experiment_id=s.best_experiment_id, created_at=s.created_at,
+            counts=counts or {}, scheduled_start=scheduled_start,
+        )
+
+
+class ExperimentCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    sweep: str = Field(min_length=1, max_length=64)
+    description: str = Field(min_length=1, max_length=2000, examples=["halve batch size"])
+    diff: str = Field(min_length=1, description="unified diff against the sweep head")
+    priority: int = Field(0, ge=-1000, le=1000, description="higher runs first (FIFO within)")
+
+
+class ExperimentPublic(BaseModel):
+    id: int
+    sweep: str
+    status: str
+    crash_kind: str | None
+    description: str
+    diff: str | None = None  # only on GET /experiments/{id}
+    metric: float | None
+    delta: float | None
+    best_before: float | None
+    commit: str | None
+    ref: str | None
+    parent_id: int | None
+    attempt: int
+    is_baseline: bool
+    priority: int
+    proposer: str
+    reason: str | None
+    summary: dict[str, Any]
+    memory_gb: float
+    meta: dict[str, Any]
+    created_at: datetime | None
+    started_at: datetime | None
+    finished_at: datetime | None
+    log_path: str | None
+
+    @classmethod
+    def of(cls, e: Experiment, sweep_name: str, with_diff: bool = False) -> ExperimentPublic:
+        return cls(
+            id=e.id, sweep=sweep_name, status=e.status.value,
+            crash_kind=e.crash_kind.value if e.crash_kind else None, description=e.description,
+            diff=e.diff if with_diff else None, metric=e.metric, delta=e.delta,
+            best_before=e.best_before, commit=e.commit, ref=e.ref, parent_id=e.parent_id,
+            attempt=e.attempt, is_baseline=e.is_baseline, priority=e.priority,
+            proposer=e.proposer, reason=e.reason, summary=e.summary, memory_gb=memory_gb(e),
+            meta=e.meta, created_at=e.created_at, started_at=e.started_at,
+            finished_at=e.finished_at, log_path=e.log_path,
+        )
+
+
+class Page(BaseModel, Generic[T]):
+    data: list[T]
+    count: int = Field(description="matching records in total (all pages)")
+    next_cursor: int | None = Field(None, description="pass as ?cursor= for the next page")
+
+
+class KeptChange(BaseModel):
+    id: int
+    description: str
+    metric: float | None
+    delta: float | None
+    commit: str | None
+    diff: str
+
+
+class BestPublic(BaseModel):
+    sweep: str
+    metric_name: str
+    metric: float | None
+    baseline_metric: float | None
+    commit: str | None
+    experiment_id: int | None
+    files: dict[str, str] = Field(description="each editable file at the best commit")
+    kept: list[KeptChange] = Field(description="the stack of kept diffs, oldest first")
+
+
+class CancelPublic(BaseModel):
+    experiment: ExperimentPublic
+    pending: bool = Field(description="true: a running experiment was asked to stop")
+
+
+class HealthPublic(BaseModel):
+    status: str
+    db: str
+    scheduler: str  # running | stopped | disabled
+    slots: int
+    busy: int
+    running: list[int]
+    queue_depth: int
+    version: str = "0.1.0"

@@ -1,0 +1,106 @@
+"""The service's settings: one typed class, validated at start-up, refusing unsafe values."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import secrets
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from agent.errors import ConfigError
+
+MAX_BODY_BYTES = 1024 * 1024
+TOKEN_ENV = "OVERNIGHT_TOKEN"
+LOOPBACK_NAMES = frozenset({"localhost", "ip6-localhost"})
+
+
+def is_loopback(host: str) -> bool:
+    if host in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a hostname we cannot vouch for counts as exposed
+
+
+class Settings(BaseModel):
+    """Everything `create_app` needs. Build it with `Settings(...)`; bad values raise ConfigError
+    (via `Settings.build`) or pydantic's ValidationError."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    db_path: Path
+    host: str = "127.0.0.1"
+    port: int = Field(8000, ge=0, le=65535)
+    slots: int = Field(1, ge=0, le=64)  # 0: API only, nothing runs (tests, read replicas)
+    token: str | None = None
+    auth: bool = True
+    read_auth: bool | None = None  # None: reads need the token only off loopback
+    max_body_bytes: int = Field(MAX_BODY_BYTES, gt=0)
+    work_dir: Path | None = None
+    poll_interval_s: float = Field(1.0, gt=0)
+    grace_s: float = Field(5.0, ge=0)
+    run_scheduler: bool = True  # False: no lock, no recovery, no slots (route tests)
+    gpu_count: int | None = None  # None: detect
+
+    @model_validator(mode="after")
+    def _safe(self) -> Settings:
+        if not self.auth and not is_loopback(self.host):
+            raise ValueError(f"refusing to bind {self.host} with auth disabled: anyone on the "
+                             "network could queue code to run; drop --no-auth or bind 127.0.0.1")
+        if self.auth and not self.token:
+            raise ValueError("auth is on but no token is set (give --token, set "
+                             f"{TOKEN_ENV}, or let `overnight serve` create one)")
+        if self.token is not None and len(self.token) < 16:
+            raise ValueError("the token must be at least 16 characters")
+        return self
+
+    @classmethod
+    def build(cls, **values: object) -> Settings:
+        """Like the constructor, but every problem is one readable ConfigError."""
+        from pydantic import ValidationError
+
+        try:
+            return cls(**values)  # type: ignore[arg-type]
+        except ValidationError as exc:
+            problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'settings'}: "
+                                 f"{e['msg'].removeprefix('Value error, ')}"
+                                 for e in exc.errors())
+            raise ConfigError(problems) from None
+
+    @property
+    def resolved_work_dir(self) -> Path:
+        from agent.wiring import work_dir_for
+
+        return (self.work_dir or work_dir_for(self.db_path)).expanduser().resolve()
+
+    @property
+    def reads_need_token(self) -> bool:
+        if not self.auth:
+            return False
+        return self.read_auth if self.read_auth is not None else not is_loopback(self.host)
+
+
+def token_file(db_path: Path) -> Path:
+    return Path(str(Path(db_path).expanduser().resolve()) + ".token")
+
+
+def ensure_token(db_path: Path) -> tuple[str, Path, bool]:
+    """The token stored beside the database, created (mode 0600) on first use.
+
+    Returns (token, path, created).
+    """
+    path = token_file(db_path)
+    if path.is_file():
+        token = path.read_text(encoding="utf-8").strip()
+        if token:
+            return token, path, False
+    path.parent.mkdir(parents=True, exist_ok=True)
+    token = secrets.token_urlsafe(32)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(token + "\n")
+    os.chmod(path, 0o600)
+    return token, path, True

@@ -42,27 +42,55 @@ def diff_key(diff: str) -> str | None:
 
 def to_sweep(row: SweepRow) -> Sweep:
     return Sweep(
-        id=row.id, name=row.name, target_path=row.target_path, branch=row.branch,
-        status=SweepStatus(row.status), proposer=row.proposer, config=dict(row.config),
-        max_experiments=row.max_experiments, seed=row.seed,
-        baseline_metric=row.baseline_metric, best_metric=row.best_metric,
-        best_commit=row.best_commit, best_experiment_id=row.best_experiment_id,
-        created_at=row.created_at, deadline=row.deadline, window=row.window,
+        id=row.id,
+        name=row.name,
+        target_path=row.target_path,
+        branch=row.branch,
+        status=SweepStatus(row.status),
+        proposer=row.proposer,
+        config=dict(row.config),
+        max_experiments=row.max_experiments,
+        seed=row.seed,
+        baseline_metric=row.baseline_metric,
+        best_metric=row.best_metric,
+        best_commit=row.best_commit,
+        best_experiment_id=row.best_experiment_id,
+        created_at=row.created_at,
+        deadline=row.deadline,
+        window=row.window,
         min_delta=row.min_delta,
     )
 
 
 def to_experiment(row: ExperimentRow) -> Experiment:
     return Experiment(
-        id=row.id, sweep_id=row.sweep_id, status=ExperimentStatus(row.status),
-        description=row.description, diff=row.diff, proposer=row.proposer,
-        parent_id=row.parent_id, attempt=row.attempt, is_baseline=row.is_baseline,
-        priority=row.priority, base_commit=row.base_commit, commit=row.commit, ref=row.ref,
-        crash_kind=CrashKind(row.crash_kind) if row.crash_kind else None, reason=row.reason,
-        metric=row.metric, best_before=row.best_before, summary=dict(row.summary or {}),
-        log_path=row.log_path, log_tail=row.log_tail, pgid=row.pgid, meta=dict(row.meta or {}),
-        created_at=row.created_at, started_at=row.started_at, finished_at=row.finished_at,
-        run_started_at=row.run_started_at, run_ended_at=row.run_ended_at,
+        id=row.id,
+        sweep_id=row.sweep_id,
+        status=ExperimentStatus(row.status),
+        description=row.description,
+        diff=row.diff,
+        proposer=row.proposer,
+        parent_id=row.parent_id,
+        attempt=row.attempt,
+        is_baseline=row.is_baseline,
+        priority=row.priority,
+        base_commit=row.base_commit,
+        commit=row.commit,
+        ref=row.ref,
+        crash_kind=CrashKind(row.crash_kind) if row.crash_kind else None,
+        reason=row.reason,
+        metric=row.metric,
+        best_before=row.best_before,
+        summary=dict(row.summary or {}),
+        log_path=row.log_path,
+        log_tail=row.log_tail,
+        pgid=row.pgid,
+        meta=dict(row.meta or {}),
+        created_at=row.created_at,
+        started_at=row.started_at,
+        finished_at=row.finished_at,
+        run_started_at=row.run_started_at,
+        run_ended_at=row.run_ended_at,
     )
 
 
@@ -83,8 +111,10 @@ class SqlStore:
                 raise
             except SQLAlchemyError as exc:
                 s.rollback()
-                raise StoreError(f"database error while {action}: {exc.__class__.__name__}: "
-                                 f"{getattr(exc, 'orig', exc)}") from exc
+                raise StoreError(
+                    f"database error while {action}: {exc.__class__.__name__}: "
+                    f"{getattr(exc, 'orig', exc)}"
+                ) from exc
             except BaseException:
                 s.rollback()
                 raise
@@ -93,11 +123,20 @@ class SqlStore:
     def create_sweep(self, spec: SweepSpec) -> Sweep:
         now = utcnow()
         row = SweepRow(
-            name=spec.name, target_path=spec.target_path, branch=spec.branch,
-            status=SweepStatus.RUNNING.value, proposer=spec.proposer, config=spec.config,
-            protected_hashes=spec.protected_hashes, max_experiments=spec.max_experiments,
-            seed=spec.seed, min_delta=spec.min_delta, deadline=spec.deadline, window=spec.window,
-            created_at=now, updated_at=now,
+            name=spec.name,
+            target_path=spec.target_path,
+            branch=spec.branch,
+            status=SweepStatus.RUNNING.value,
+            proposer=spec.proposer,
+            config=spec.config,
+            protected_hashes=spec.protected_hashes,
+            max_experiments=spec.max_experiments,
+            seed=spec.seed,
+            min_delta=spec.min_delta,
+            deadline=spec.deadline,
+            window=spec.window,
+            created_at=now,
+            updated_at=now,
         )
         try:
             with self.session("creating a sweep") as s:
@@ -142,8 +181,9 @@ class SqlStore:
             row.updated_at = utcnow()
             return to_sweep(row)
 
-    def set_best(self, sweep_id: int, experiment_id: int, metric: float, commit: str,
-                 baseline: bool) -> None:
+    def set_best(
+        self, sweep_id: int, experiment_id: int, metric: float, commit: str, baseline: bool
+    ) -> None:
         with self.session("recording a new best") as s:
             row = s.get(SweepRow, sweep_id)
             if row is None:
@@ -153,8 +193,9 @@ class SqlStore:
             row.best_metric, row.best_commit, row.best_experiment_id = metric, commit, experiment_id
             row.updated_at = utcnow()
 
-    def add_llm_usage(self, sweep_id: int, experiment_id: int | None, tokens_in: int,
-                      tokens_out: int, usd: float) -> None:
+    def add_llm_usage(
+        self, sweep_id: int, experiment_id: int | None, tokens_in: int, tokens_out: int, usd: float
+    ) -> None:
         with self.session("recording LLM usage") as s:
             sweep = s.get(SweepRow, sweep_id)
             if sweep is not None:
@@ -174,18 +215,35 @@ class SqlStore:
 
     # --- experiments --------------------------------------------------------------------
     def add_experiment(
-        self, sweep_id: int, proposal: Proposal, *,
-        status: ExperimentStatus = ExperimentStatus.QUEUED, reason: str | None = None,
-        is_baseline: bool = False, attempt: int = 0, priority: int = 0,
+        self,
+        sweep_id: int,
+        proposal: Proposal,
+        *,
+        status: ExperimentStatus = ExperimentStatus.QUEUED,
+        reason: str | None = None,
+        is_baseline: bool = False,
+        attempt: int = 0,
+        priority: int = 0,
         base_commit: str | None = None,
     ) -> Experiment:
         now = utcnow()
         row = ExperimentRow(
-            sweep_id=sweep_id, parent_id=proposal.parent_id, attempt=attempt,
-            is_baseline=is_baseline, priority=priority, proposer=proposal.proposer,
-            description=proposal.description, diff=proposal.diff, diff_key=diff_key(proposal.diff),
-            status=status.value, reason=reason, base_commit=base_commit, meta=dict(proposal.meta),
-            summary={}, created_at=now, finished_at=now if status.is_finished() else None,
+            sweep_id=sweep_id,
+            parent_id=proposal.parent_id,
+            attempt=attempt,
+            is_baseline=is_baseline,
+            priority=priority,
+            proposer=proposal.proposer,
+            description=proposal.description,
+            diff=proposal.diff,
+            diff_key=diff_key(proposal.diff),
+            status=status.value,
+            reason=reason,
+            base_commit=base_commit,
+            meta=dict(proposal.meta),
+            summary={},
+            created_at=now,
+            finished_at=now if status.is_finished() else None,
         )
         with self.session("queueing an experiment") as s:
             if s.get(SweepRow, sweep_id) is None:
@@ -202,8 +260,12 @@ class SqlStore:
             return to_experiment(row)
 
     def list_experiments(
-        self, sweep_id: int | None = None, statuses: Sequence[ExperimentStatus] | None = None,
-        limit: int | None = None, newest_first: bool = False, before_id: int | None = None,
+        self,
+        sweep_id: int | None = None,
+        statuses: Sequence[ExperimentStatus] | None = None,
+        limit: int | None = None,
+        newest_first: bool = False,
+        before_id: int | None = None,
         crash_kind: CrashKind | None = None,
     ) -> list[Experiment]:
         q = select(ExperimentRow)
@@ -221,8 +283,12 @@ class SqlStore:
         with self.session("listing experiments") as s:
             return [to_experiment(r) for r in s.scalars(q)]
 
-    def count_experiments(self, sweep_id: int, statuses: Sequence[ExperimentStatus] | None = None,
-                          include_rejected: bool = True) -> int:
+    def count_experiments(
+        self,
+        sweep_id: int,
+        statuses: Sequence[ExperimentStatus] | None = None,
+        include_rejected: bool = True,
+    ) -> int:
         q = select(func.count(ExperimentRow.id)).where(ExperimentRow.sweep_id == sweep_id)
         if statuses:
             q = q.where(ExperimentRow.status.in_([st.value for st in statuses]))
@@ -235,10 +301,16 @@ class SqlStore:
         key = diff_key(diff)
         if key is None:
             return None
-        q = (select(ExperimentRow).where(ExperimentRow.sweep_id == sweep_id,
-                                         ExperimentRow.diff_key == key,
-                                         ExperimentRow.status != ExperimentStatus.REJECTED.value)
-             .order_by(ExperimentRow.id).limit(1))
+        q = (
+            select(ExperimentRow)
+            .where(
+                ExperimentRow.sweep_id == sweep_id,
+                ExperimentRow.diff_key == key,
+                ExperimentRow.status != ExperimentStatus.REJECTED.value,
+            )
+            .order_by(ExperimentRow.id)
+            .limit(1)
+        )
         with self.session("looking up a diff") as s:
             row = s.scalar(q)
             return to_experiment(row) if row else None
@@ -247,8 +319,10 @@ class SqlStore:
         now = utcnow()
         res = s.execute(
             update(ExperimentRow)
-            .where(ExperimentRow.id == experiment_id,
-                   ExperimentRow.status == ExperimentStatus.QUEUED.value)
+            .where(
+                ExperimentRow.id == experiment_id,
+                ExperimentRow.status == ExperimentStatus.QUEUED.value,
+            )
             .values(status=ExperimentStatus.RUNNING.value, started_at=now)
         )
         if res.rowcount != 1:  # type: ignore[attr-defined]
@@ -287,7 +361,9 @@ class SqlStore:
                 if value is not None:
                     setattr(row, key, value)
 
-    def finish(self, experiment_id: int, finish: Finish, keep_commit: str | None = None) -> Experiment:
+    def finish(
+        self, experiment_id: int, finish: Finish, keep_commit: str | None = None
+    ) -> Experiment:
         """Record the end of an experiment; with `keep_commit`, also make it the sweep's best
         in the same transaction (so a kill between the two can never split them)."""
         if not finish.status.is_finished():
@@ -324,8 +400,13 @@ class SqlStore:
     def interrupt_running(self) -> list[Experiment]:
         """Mark every `running` experiment `interrupted` (a dead process left them)."""
         with self.session("reaping interrupted experiments") as s:
-            rows = list(s.scalars(select(ExperimentRow).where(
-                ExperimentRow.status == ExperimentStatus.RUNNING.value)))
+            rows = list(
+                s.scalars(
+                    select(ExperimentRow).where(
+                        ExperimentRow.status == ExperimentStatus.RUNNING.value
+                    )
+                )
+            )
             now = utcnow()
             for row in rows:
                 row.status = ExperimentStatus.INTERRUPTED.value
@@ -338,17 +419,67 @@ class SqlStore:
         if not points:
             return
         with self.session("recording loss points") as s:
-            s.add_all(LossPointRow(experiment_id=experiment_id, step=p.step, loss=p.loss,
-                                   elapsed_s=p.elapsed_s) for p in points)
+            s.add_all(
+                LossPointRow(
+                    experiment_id=experiment_id, step=p.step, loss=p.loss, elapsed_s=p.elapsed_s
+                )
+                for p in points
+            )
 
     def loss_points(self, experiment_id: int) -> list[ProgressPoint]:
-        q = (select(LossPointRow).where(LossPointRow.experiment_id == experiment_id)
-             .order_by(LossPointRow.step, LossPointRow.id))
+        q = (
+            select(LossPointRow)
+            .where(LossPointRow.experiment_id == experiment_id)
+            .order_by(LossPointRow.step, LossPointRow.id)
+        )
         with self.session("reading loss points") as s:
             return [ProgressPoint(r.step, r.loss, r.elapsed_s) for r in s.scalars(q)]
 
     def timestamps(self, sweep_id: int) -> list[tuple[datetime | None, datetime | None]]:
-        q = (select(ExperimentRow.run_started_at, ExperimentRow.run_ended_at)
-             .where(ExperimentRow.sweep_id == sweep_id).order_by(ExperimentRow.id))
+        q = (
+            select(ExperimentRow.run_started_at, ExperimentRow.run_ended_at)
+            .where(ExperimentRow.sweep_id == sweep_id)
+            .order_by(ExperimentRow.id)
+        )
         with self.session("reading run times") as s:
             return [(a, b) for a, b in s.execute(q)]
+
+    # --- service queries (additive: used by the API, the scheduler and restart recovery) ---
+    def count_filtered(
+        self,
+        sweep_id: int | None = None,
+        statuses: Sequence[ExperimentStatus] | None = None,
+        crash_kind: CrashKind | None = None,
+        is_baseline: bool | None = None,
+    ) -> int:
+        """How many experiments match; every filter is optional (None = any)."""
+        q = select(func.count(ExperimentRow.id))
+        if sweep_id is not None:
+            q = q.where(ExperimentRow.sweep_id == sweep_id)
+        if statuses:
+            q = q.where(ExperimentRow.status.in_([st.value for st in statuses]))
+        if crash_kind is not None:
+            q = q.where(ExperimentRow.crash_kind == crash_kind.value)
+        if is_baseline is not None:
+            q = q.where(ExperimentRow.is_baseline == is_baseline)
+        with self.session("counting experiments") as s:
+            return int(s.scalar(q) or 0)
+
+    def status_counts(self, sweep_id: int | None = None) -> dict[str, int]:
+        """Experiments per status, of one sweep or the whole database."""
+        q = select(ExperimentRow.status, func.count(ExperimentRow.id)).group_by(
+            ExperimentRow.status
+        )
+        if sweep_id is not None:
+            q = q.where(ExperimentRow.sweep_id == sweep_id)
+        with self.session("counting experiments") as s:
+            return {status: int(n) for status, n in s.execute(q)}
+
+    def retry_of(self, experiment_id: int) -> Experiment | None:
+        """The row re-queued for an interrupted experiment (meta retry_of == its id), if any."""
+        q = select(ExperimentRow).where(ExperimentRow.parent_id == experiment_id)
+        with self.session("looking up a retry") as s:
+            for row in s.scalars(q):
+                if (row.meta or {}).get("retry_of") == experiment_id:
+                    return to_experiment(row)
+            return None

@@ -1,0 +1,60 @@
+"""Answer parsing, prompts and profiles of the LLM proposer (pure parts, no HTTP)."""
+
+from __future__ import annotations
+
+import pytest
+
+from agent.errors import AdmissionError, ConfigError
+from agent.proposers.llm_config import load_profile, parse_profile
+from agent.proposers.llm_parse import parse_answer
+
+FILE = "import os\n\nLR = 0.01\nWIDTH = 64\n\n\ndef main():\n    print(LR * WIDTH)\n"
+FILES = {"train.py": FILE}
+
+
+def test_unified_diff_with_wrong_line_numbers_is_reanchored():
+    answer = ("Description: double the width\n```diff\n--- a/train.py\n+++ b/train.py\n"
+              "@@ -40,2 +40,2 @@\n LR = 0.01\n-WIDTH = 64\n+WIDTH = 128\n```\n")
+    parsed = parse_answer(answer, FILES)
+    assert parsed.description == "double the width" and parsed.shape == "unified_diff"
+    assert "+WIDTH = 128" in parsed.diff and parsed.diff.startswith("--- a/train.py")
+
+
+def test_search_replace_and_full_file():
+    sr = ("DESCRIPTION: lr up\ntrain.py\n<<<<<<< SEARCH\nLR = 0.01   \n=======\nLR = 0.02\n"
+          ">>>>>>> REPLACE\n")
+    assert "+LR = 0.02" in parse_answer(sr, FILES).diff
+    whole = "DESCRIPTION: print more\n```python train.py\n" + FILE.replace(
+        "print(LR * WIDTH)", "print(LR, WIDTH)") + "```\n"
+    parsed = parse_answer(whole, FILES)
+    assert parsed.shape == "full_file" and "+    print(LR, WIDTH)" in parsed.diff
+
+
+@pytest.mark.parametrize(("answer", "code"), [
+    ("Let's try a better optimizer.", "no_diff"),
+    ("x\ntrain.py\n<<<<<<< SEARCH\nLR = 0.5\n=======\nLR = 1\n>>>>>>> REPLACE\n", "bad_search"),
+    ("x\ntrain.py\n<<<<<<< SEARCH\n\n\n=======\nLR = 1\n>>>>>>> REPLACE\n", "bad_search"),
+    ("```diff\n--- a/prepare.py\n+++ b/prepare.py\n@@ -1 +1 @@\n-a\n+b\n```", "not_editable"),
+    ("DESCRIPTION: same\n```python train.py\n" + FILE + "```", "empty_diff"),
+])
+def test_unusable_answers_name_the_problem(answer, code):
+    with pytest.raises(AdmissionError) as err:
+        parse_answer(answer, FILES)
+    assert err.value.code == code
+
+
+def test_profiles_never_hold_keys(tmp_path, monkeypatch):
+    with pytest.raises(ConfigError, match="environment variable"):
+        parse_profile("p", {"model": "m", "api_key": "sk-x"})
+    cfg = tmp_path / "llm.toml"
+    cfg.write_text('[profiles.local]\nbase_url = "http://127.0.0.1:1/v1"\nmodel = "qwen"\n'
+                   'api_key_env = ""\n[profiles.hosted]\nbackend = "anthropic"\nmodel = "c"\n')
+    monkeypatch.setenv("OVERNIGHT_LLM_CONFIG", str(cfg))
+    assert load_profile("local").api_key() is None
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    hosted = load_profile("hosted")
+    assert hosted.base_url == "https://api.anthropic.com"
+    with pytest.raises(ConfigError, match="ANTHROPIC_API_KEY is not set"):
+        hosted.api_key()
+    with pytest.raises(ConfigError, match="no \\[profiles.nope\\]"):
+        load_profile("nope")

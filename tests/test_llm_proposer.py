@@ -1,0 +1,172 @@
+"""The llm:<profile> proposer end to end: real Loop, real git, fake LLM servers on loopback."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from fake_llm import Error, FakeLLM
+from sqlalchemy import select
+
+from agent.domain import ExperimentStatus as S
+from agent.gitrepo import GitRepo, init_repo
+from agent.loop import Loop, LoopSettings
+from agent.sweeps import create_sweep
+from agent.wiring import SubprocessRunner, make_proposer
+from db.engine import open_database
+from db.models import ExperimentRow
+from db.store import SqlStore
+
+FIXTURE = Path(__file__).parent / "fixtures" / "fake_target"
+KEY = "sk-test-0123456789-do-not-store"
+
+
+def fenced(diff: str, desc: str) -> str:
+    return f"DESCRIPTION: {desc}\n```diff\n{diff}```\n"
+
+
+GOOD_LR = fenced("""--- a/train.py
++++ b/train.py
+@@ -3,3 +3,3 @@
+-LR = 0.01  # best at 0.04
++LR = 0.04  # best at 0.04
+ WIDTH = 64  # best at 256
+""", "raise the learning rate to 0.04")
+NOT_APPLYING = fenced("""--- a/train.py
++++ b/train.py
+@@ -10,2 +10,2 @@
+-LR = 0.02
++LR = 0.03
+""", "tweak the learning rate")
+PROSE = "I think the model would benefit from a wider MLP and a warmup schedule."
+SEARCH_REPLACE = """Widen the model.
+DESCRIPTION: widen the model to 256
+
+train.py
+<<<<<<< SEARCH
+WIDTH = 64  # best at 256
+=======
+WIDTH = 256  # best at 256
+>>>>>>> REPLACE
+"""
+TYPO = fenced("""--- a/train.py
++++ b/train.py
+@@ -12,1 +12,1 @@
+-USE_TRICK = False  # True helps by 0.05
++USE_TRICK = Tru  # True helps by 0.05
+""", "turn on the trick")
+TYPO_FIX = fenced("""--- a/train.py
++++ b/train.py
+@@ -12,1 +12,1 @@
+-USE_TRICK = False  # True helps by 0.05
++USE_TRICK = True  # True helps by 0.05
+""", "turn on the trick (fixed typo)")
+LOWER_LR = fenced("""--- a/train.py
++++ b/train.py
+@@ -10,1 +10,1 @@
+-LR = 0.01  # best at 0.04
++LR = 0.005  # best at 0.04
+""", "halve the learning rate")
+
+
+@pytest.fixture
+def target(tmp_path: Path) -> Path:
+    path = tmp_path / "target"
+    shutil.copytree(FIXTURE, path, ignore=shutil.ignore_patterns("__pycache__"))
+    init_repo(path)
+    return path
+
+
+def write_profile(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake: FakeLLM,
+                  **extra: object) -> Path:
+    values: dict[str, object] = {"backend": fake.kind, "base_url": fake.base_url,
+                                 "model": "fake-1", "api_key_env": "FAKE_LLM_KEY",
+                                 "backoff_s": 0.01, "max_retries": 3, "timeout_s": 10, **extra}
+    body = "".join(f"{k} = {v!r}\n".replace("'", '"') for k, v in values.items())
+    cfg = tmp_path / "llm.toml"
+    cfg.write_text("[profiles.fake]\n" + body)
+    monkeypatch.setenv("OVERNIGHT_LLM_CONFIG", str(cfg))
+    monkeypatch.setenv("FAKE_LLM_KEY", KEY)
+    return cfg
+
+
+def run_llm_sweep(tmp_path: Path, target: Path, max_experiments: int) -> tuple[SqlStore, int]:
+    store = SqlStore(open_database(tmp_path / "db.sqlite"))
+    repo = GitRepo(target)
+    sweep = create_sweep(store, repo, target, name="llm", proposer="llm:fake",
+                         max_experiments=max_experiments)
+    loop = Loop(store, repo, SubprocessRunner(grace_s=1), LoopSettings(tmp_path / "work"),
+                proposer=make_proposer(sweep.proposer, sweep.seed))
+    loop.run_sweep("llm")
+    return store, sweep.id
+
+
+def test_openai_loop_retries_rejects_and_repairs(tmp_path, target, monkeypatch):
+    script = [Error(429, retry_after=0), GOOD_LR,  # 429 then success
+              NOT_APPLYING, PROSE, SEARCH_REPLACE,  # two unusable answers, then s/r
+              PROSE, PROSE, PROSE,  # stays unusable: recorded as rejected
+              TYPO, TYPO_FIX]  # NameError (trivial crash), then the repair
+    with FakeLLM("openai", script) as fake:
+        write_profile(tmp_path, monkeypatch, fake)
+        store, sweep_id = run_llm_sweep(tmp_path, target, max_experiments=5)
+    assert fake.script == []
+    exps = store.list_experiments(sweep_id)
+    assert [e.status for e in exps] == [S.KEPT, S.KEPT, S.KEPT, S.REJECTED, S.CRASHED, S.KEPT]
+    base, lr, width, rejected, typo, fix = exps
+    assert lr.description == "raise the learning rate to 0.04" and lr.meta["llm_usage"][
+        "http_retries"] == 1
+    assert width.meta["answer_shape"] == "search_replace" and len(width.meta["llm_errors"]) == 2
+    assert "does_not_apply" in width.meta["llm_errors"][0]
+    assert rejected.meta["raw_answer"] == PROSE and len(rejected.meta["llm_errors"]) == 3
+    assert rejected.proposer == "llm:fake"
+    assert typo.crash_kind.value == "trivial" and "NameError" in (typo.reason or "")
+    assert fix.parent_id == typo.id and fix.attempt == 1 and fix.metric == pytest.approx(0.95)
+    # The model saw its errors, and the repair prompt carried the log tail.
+    assert "could not be used" in fake.requests[3].last_user
+    assert "does not match the file" in fake.requests[3].last_user
+    assert "NameError" in fake.requests[-1].last_user and "Tru" in fake.requests[-1].last_user
+    assert fake.requests[0].headers["authorization"] == f"Bearer {KEY}"
+    assert all(r.path == "/v1/chat/completions" for r in fake.requests)
+    # Tokens: 9 answered calls of 1000 in / 200 out (the 429 costs nothing).
+    assert store.llm_usage(sweep_id)[:2] == (9_000, 1_800)
+    assert KEY.encode() not in (tmp_path / "db.sqlite").read_bytes()
+
+
+def test_anthropic_duplicate_accounting_and_cap(tmp_path, target, monkeypatch):
+    script = [LOWER_LR, LOWER_LR, TYPO_FIX, GOOD_LR]
+    with FakeLLM("anthropic", script) as fake:
+        write_profile(tmp_path, monkeypatch, fake, usd_per_mtok_in=3.0, usd_per_mtok_out=15.0,
+                      max_llm_tokens=3000)
+        store, sweep_id = run_llm_sweep(tmp_path, target, max_experiments=10)
+    exps = store.list_experiments(sweep_id)
+    assert [e.status for e in exps] == [S.KEPT, S.DISCARDED, S.KEPT]
+    assert "already tried as experiment 2" in fake.requests[2].last_user
+    assert fake.script == [GOOD_LR]  # the cap stopped the sweep before asking again
+    assert store.get_sweep("llm").status.value == "done"
+    assert all(r.path == "/v1/messages" and r.headers["x-api-key"] == KEY for r in fake.requests)
+    assert fake.requests[0].body["system"].startswith("You are an ML research engineer")
+    tokens_in, tokens_out, usd = store.llm_usage(sweep_id)
+    assert (tokens_in, tokens_out) == (3000, 600) and usd == pytest.approx(0.018)
+    with store.session("test") as s:
+        per_exp = {r.id: (r.llm_tokens_in, r.llm_tokens_out, r.llm_usd)
+                   for r in s.scalars(select(ExperimentRow).order_by(ExperimentRow.id))}
+    assert per_exp[2] == (1000, 200, pytest.approx(0.006))
+    assert per_exp[3] == (2000, 400, pytest.approx(0.012))
+    assert KEY.encode() not in (tmp_path / "db.sqlite").read_bytes()
+
+
+def test_server_errors_exhaust_retries_and_end_the_sweep(tmp_path, target, monkeypatch):
+    with FakeLLM("openai", [Error(503)] * 4 + [GOOD_LR]) as fake:
+        write_profile(tmp_path, monkeypatch, fake, max_retries=3)
+        store, sweep_id = run_llm_sweep(tmp_path, target, max_experiments=3)
+    assert len(fake.requests) == 4  # 1 try + 3 retries, then the proposer gives up
+    assert [e.status for e in store.list_experiments(sweep_id)] == [S.KEPT]
+    assert store.llm_usage(sweep_id)[:2] == (0, 0)
+
+
+def test_client_error_is_not_retried(tmp_path, target, monkeypatch):
+    with FakeLLM("openai", [Error(401, '{"error": "bad key"}'), GOOD_LR]) as fake:
+        write_profile(tmp_path, monkeypatch, fake)
+        run_llm_sweep(tmp_path, target, max_experiments=2)
+    assert len(fake.requests) == 1

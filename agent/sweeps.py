@@ -67,15 +67,25 @@ def create_sweep(
         raise ConfigError(f"protected: {', '.join(missing)} not found in the target at {head[:7]}")
     sweep = store.create_sweep(
         SweepSpec(
-            name=name, target_path=str(Path(target).resolve()), branch=branch, proposer=proposer,
-            config=config.to_dict(), max_experiments=max_experiments, seed=config.seed,
-            deadline=deadline, window=window, min_delta=config.min_delta, protected_hashes=hashes,
+            name=name,
+            target_path=str(Path(target).resolve()),
+            branch=branch,
+            proposer=proposer,
+            config=config.to_dict(),
+            max_experiments=max_experiments,
+            seed=config.seed,
+            deadline=deadline,
+            window=window,
+            min_delta=config.min_delta,
+            protected_hashes=hashes,
         )
     )
     store.add_experiment(
         sweep.id,
         Proposal(description=BASELINE_DESCRIPTION, diff="", proposer="baseline"),
-        is_baseline=True, priority=100, base_commit=head,
+        is_baseline=True,
+        priority=100,
+        base_commit=head,
     )
     logger.info("sweep %s created on %s at %s", name, branch, head[:7])
     return sweep
@@ -88,20 +98,28 @@ def admit(store: Store, repo: Repo, sweep: Sweep, proposal: Proposal) -> str:
     earlier = store.has_diff(sweep.id, proposal.diff)
     if earlier is not None:
         raise AdmissionError(
-            "duplicate", f"the same change was already tried as experiment {earlier.id} "
-            f"({earlier.status.value}): {earlier.description}"
+            "duplicate",
+            f"the same change was already tried as experiment {earlier.id} "
+            f"({earlier.status.value}): {earlier.description}",
         )
     head = repo.head(sweep.branch)
     problem = repo.check_applies(head, proposal.diff)
     if problem:
-        raise AdmissionError("does_not_apply", f"diff does not apply to the sweep head "
-                             f"{head[:7]}: {problem}", 409)
+        raise AdmissionError(
+            "does_not_apply", f"diff does not apply to the sweep head {head[:7]}: {problem}", 409
+        )
     return head
 
 
 def submit(
-    store: Store, repo: Repo, sweep: Sweep, proposal: Proposal, *,
-    record_rejection: bool, attempt: int = 0, priority: int = 0,
+    store: Store,
+    repo: Repo,
+    sweep: Sweep,
+    proposal: Proposal,
+    *,
+    record_rejection: bool,
+    attempt: int = 0,
+    priority: int = 0,
 ) -> Experiment:
     """Admit and queue a proposal.
 
@@ -115,14 +133,46 @@ def submit(
     except AdmissionError as exc:
         if not record_rejection:
             raise
-        rejected = Proposal(description or "(no description)", proposal.diff, proposal.proposer,
-                            proposal.parent_id, {**proposal.meta, "rejection": exc.code})
-        return store.add_experiment(sweep.id, rejected, status=ExperimentStatus.REJECTED,
-                                    reason=exc.message, attempt=attempt)
-    clean = Proposal(description, proposal.diff, proposal.proposer, proposal.parent_id,
-                     proposal.meta)
-    return store.add_experiment(sweep.id, clean, attempt=attempt, priority=priority,
-                                base_commit=head)
+        rejected = Proposal(
+            description or "(no description)",
+            proposal.diff,
+            proposal.proposer,
+            proposal.parent_id,
+            {**proposal.meta, "rejection": exc.code},
+        )
+        return _record_usage(
+            store,
+            store.add_experiment(
+                sweep.id,
+                rejected,
+                status=ExperimentStatus.REJECTED,
+                reason=exc.message,
+                attempt=attempt,
+            ),
+        )
+    clean = Proposal(
+        description, proposal.diff, proposal.proposer, proposal.parent_id, proposal.meta
+    )
+    return _record_usage(
+        store,
+        store.add_experiment(sweep.id, clean, attempt=attempt, priority=priority, base_commit=head),
+    )
+
+
+def _record_usage(store: Store, exp: Experiment) -> Experiment:
+    """LLM tokens/dollars a proposer spent on this proposal (meta["llm_usage"]) go on the
+    experiment's and the sweep's counters, when the store keeps them."""
+    usage = exp.meta.get("llm_usage")
+    add = getattr(store, "add_llm_usage", None)
+    if isinstance(usage, dict) and add is not None:
+        add(
+            exp.sweep_id,
+            exp.id,
+            int(usage.get("tokens_in", 0)),
+            int(usage.get("tokens_out", 0)),
+            float(usage.get("usd", 0.0)),
+        )
+    return exp
 
 
 def proposal_context(store: Store, repo: Repo, sweep: Sweep) -> ProposalContext:

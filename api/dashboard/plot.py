@@ -1,0 +1,202 @@
+"""Inline SVG charts drawn on the server: the sweep's progress plot and a run's loss curve.
+
+Pure: stdlib + markupsafe (for the Markup type only). Every text that reaches the SVG is
+escaped. Not guaranteed: pretty ticks for every range (they are evenly spaced, not "nice").
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from html import escape
+
+from markupsafe import Markup
+
+from agent.domain import Experiment, ExperimentStatus
+
+PLOT_W, PLOT_H = 960, 340
+MARGIN_L, MARGIN_R, MARGIN_T, MARGIN_B = 72, 20, 18, 46
+CRASH_BAND_PX = 30  # crashes sit in a band under the metric area
+RUNS = (
+    ExperimentStatus.KEPT,
+    ExperimentStatus.DISCARDED,
+    ExperimentStatus.CRASHED,
+    ExperimentStatus.TIMEOUT,
+)
+
+
+@dataclass(frozen=True)
+class PlotPoint:
+    n: int  # run number within the sweep (x)
+    exp: Experiment
+
+
+def _fmt(v: float) -> str:
+    return f"{v:.4f}" if abs(v) < 1000 else f"{v:.4g}"
+
+
+def _y_range(metrics: Sequence[float], baseline: float | None) -> tuple[float, float]:
+    """Span the kept/discarded metrics, but don't let one wild outlier flatten the rest."""
+    lo, hi = min(metrics), max(metrics)
+    ordered = sorted(metrics)
+    p90 = ordered[int(0.9 * (len(ordered) - 1))]
+    cap = max(p90, baseline if baseline is not None else p90)
+    if hi > cap + (cap - lo) * 0.5:
+        hi = cap + (cap - lo) * 0.15
+    if hi - lo < 1e-12:
+        lo, hi = lo - 0.5 * max(abs(lo) * 0.01, 1e-6), hi + 0.5 * max(abs(hi) * 0.01, 1e-6)
+    pad = (hi - lo) * 0.06
+    return lo - pad, hi + pad
+
+
+def _label(p: PlotPoint, metric_name: str) -> str:
+    e = p.exp
+    parts = [
+        f"#{e.id} ({e.status.value}{'/' + e.crash_kind.value if e.crash_kind else ''})",
+        e.description,
+    ]
+    if e.metric is not None:
+        parts.append(f"{metric_name} {_fmt(e.metric)}")
+    if e.delta is not None:
+        parts.append(f"delta {e.delta:+.6f}")
+    return " · ".join(parts)
+
+
+def progress_svg(
+    experiments: Sequence[Experiment],
+    metric_name: str,
+    baseline: float | None,
+    href: str = "/ui/experiments/{id}#diff",
+) -> Markup:
+    """x = run number, y = metric; kept green on the running-best step line, discarded grey,
+    crashes and timeouts as red/purple marks in the bottom band. Each mark links to `href`."""
+    points = [PlotPoint(i + 1, e) for i, e in enumerate(e for e in experiments if e.status in RUNS)]
+    if not points:
+        return Markup('<p class="empty">No finished runs yet.</p>')
+    scored = [
+        p
+        for p in points
+        if p.exp.metric is not None
+        and math.isfinite(p.exp.metric)
+        and p.exp.status in (ExperimentStatus.KEPT, ExperimentStatus.DISCARDED)
+    ]
+    lo, hi = _y_range([p.exp.metric for p in scored], baseline) if scored else (0.0, 1.0)  # type: ignore[misc]
+    x0, x1 = MARGIN_L, PLOT_W - MARGIN_R
+    y_top, y_bot = MARGIN_T, PLOT_H - MARGIN_B - CRASH_BAND_PX
+    n_max = max(points[-1].n, 2)
+
+    def sx(n: int) -> float:
+        return x0 + (n - 1) / (n_max - 1) * (x1 - x0)
+
+    def sy(v: float) -> float:
+        return y_bot - (min(max(v, lo), hi) - lo) / (hi - lo) * (y_bot - y_top)
+
+    out = [
+        f'<svg class="progress" viewBox="0 0 {PLOT_W} {PLOT_H}" role="img" '
+        f'aria-label="progress plot: {escape(metric_name)} by run number" '
+        f'preserveAspectRatio="xMidYMid meet">'
+    ]
+    out.append(
+        f'<rect class="band" x="{x0}" y="{y_bot + 10}" width="{x1 - x0}" '
+        f'height="{CRASH_BAND_PX - 12}"/>'
+    )
+    for i in range(5):  # y grid and ticks
+        v = lo + (hi - lo) * i / 4
+        y = sy(v)
+        out.append(
+            f'<line class="grid" x1="{x0}" x2="{x1}" y1="{y:.1f}" y2="{y:.1f}"/>'
+            f'<text class="tick" x="{x0 - 6}" y="{y + 4:.1f}" text-anchor="end">'
+            f"{_fmt(v)}</text>"
+        )
+    step = max(1, math.ceil(n_max / 10))
+    for n in range(1, n_max + 1, step):
+        out.append(
+            f'<text class="tick" x="{sx(n):.1f}" y="{PLOT_H - MARGIN_B + 16}" '
+            f'text-anchor="middle">{n}</text>'
+        )
+    out.append(f'<text class="tick" x="{x0 - 6}" y="{y_bot + 23}" text-anchor="end">crash</text>')
+    out.append(
+        f'<text class="axis" x="{(x0 + x1) / 2}" y="{PLOT_H - 8}" text-anchor="middle">'
+        f'experiment #</text><text class="axis" x="14" y="{(y_top + y_bot) / 2}" '
+        f'text-anchor="middle" transform="rotate(-90 14 {(y_top + y_bot) / 2})">'
+        f"{escape(metric_name)}</text>"
+    )
+    kept = [p for p in scored if p.exp.status is ExperimentStatus.KEPT]
+    if kept:  # the running best: flat until the next keep, then a step
+        d = [f"M{sx(kept[0].n):.1f},{sy(kept[0].exp.metric):.1f}"]  # type: ignore[arg-type]
+        for p in kept[1:]:
+            d.append(f"H{sx(p.n):.1f}V{sy(p.exp.metric):.1f}")  # type: ignore[arg-type]
+        d.append(f"H{sx(points[-1].n):.1f}")
+        out.append(f'<path class="best" d="{"".join(d)}"/>')
+    # Discarded first so that kept marks are drawn on top.
+    order = sorted(points, key=lambda p: p.exp.status is ExperimentStatus.KEPT)
+    for p in order:
+        out.append(_mark(p, sx(p.n), sy, y_bot, hi, metric_name, href))
+    out.append("</svg>")
+    return Markup("".join(out))
+
+
+def _mark(
+    p: PlotPoint,
+    x: float,
+    sy,
+    y_bot: float,
+    hi: float,  # type: ignore[no-untyped-def]
+    metric_name: str,
+    href: str,
+) -> str:
+    e = p.exp
+    label = escape(_label(p, metric_name))
+    attrs = (
+        f'class="pt {e.status.value}" href="{escape(href.format(id=e.id))}" '
+        f'data-id="{e.id}" data-n="{p.n}" data-label="{label}"'
+    )
+    if (
+        e.status in (ExperimentStatus.CRASHED, ExperimentStatus.TIMEOUT)
+        or e.metric is None
+        or not math.isfinite(e.metric)
+    ):
+        y = y_bot + 19
+        shape = (
+            f'<path d="M{x - 4:.1f},{y - 4:.1f}l8,8m0,-8l-8,8"/>'
+            f'<rect class="hit" x="{x - 6:.1f}" y="{y - 6:.1f}" width="12" height="12"/>'
+        )
+    elif e.metric > hi:  # clipped outlier: a triangle at the top edge
+        y = sy(hi)
+        shape = f'<path d="M{x:.1f},{y - 1:.1f}l5,9h-10z"/>'
+    else:
+        r = 5.5 if e.status is ExperimentStatus.KEPT else 3.8
+        shape = f'<circle cx="{x:.1f}" cy="{sy(e.metric):.1f}" r="{r}"/>'
+    return f"<a {attrs}><title>{label}</title>{shape}</a>"
+
+
+def loss_svg(points: Sequence[tuple[int, float]], width: int = 360, height: int = 120) -> Markup:
+    """A small loss-vs-step curve; empty text when there are fewer than two finite points."""
+    pts = [(s, v) for s, v in points if math.isfinite(v)]
+    if len(pts) < 2:
+        return Markup('<p class="empty">No loss points yet.</p>')
+    ml, mr, mt, mb = 46, 8, 8, 20
+    s0, s1 = pts[0][0], max(pts[-1][0], pts[0][0] + 1)
+    lo, hi = min(v for _, v in pts), max(v for _, v in pts)
+    if hi - lo < 1e-12:
+        lo, hi = lo - 0.5, hi + 0.5
+
+    def sx(s: int) -> float:
+        return ml + (s - s0) / (s1 - s0) * (width - ml - mr)
+
+    def sy(v: float) -> float:
+        return height - mb - (v - lo) / (hi - lo) * (height - mt - mb)
+
+    line = " ".join(f"{sx(s):.1f},{sy(v):.1f}" for s, v in pts)
+    return Markup(
+        f'<svg class="loss" viewBox="0 0 {width} {height}" role="img" '
+        f'aria-label="training loss by step, last {_fmt(pts[-1][1])}">'
+        f'<line class="grid" x1="{ml}" x2="{width - mr}" y1="{sy(lo):.1f}" y2="{sy(lo):.1f}"/>'
+        f'<line class="grid" x1="{ml}" x2="{width - mr}" y1="{sy(hi):.1f}" y2="{sy(hi):.1f}"/>'
+        f'<text class="tick" x="{ml - 4}" y="{sy(hi) + 4:.1f}" text-anchor="end">{_fmt(hi)}</text>'
+        f'<text class="tick" x="{ml - 4}" y="{sy(lo) + 4:.1f}" text-anchor="end">{_fmt(lo)}</text>'
+        f'<text class="tick" x="{ml}" y="{height - 4}">step {s0}</text>'
+        f'<text class="tick" x="{width - mr}" y="{height - 4}" text-anchor="end">step {s1}</text>'
+        f'<polyline class="curve" points="{line}"/></svg>'
+    )

@@ -1,0 +1,175 @@
+"""Dashboard routes: HTML pages, two small JSON endpoints for the live panels, downloads.
+
+Thin: parse, ask views.py, render. Pages live under `/ui/...` (the overview also at `/`) so
+they never shadow the JSON API's `/sweeps/{name}` and `/experiments/{id}`. Plain `def`
+routes: the store is blocking I/O and FastAPI runs them in its thread pool.
+"""
+
+from __future__ import annotations
+
+import logging
+from functools import lru_cache
+from pathlib import Path
+from typing import Annotated, Any
+
+from fastapi import APIRouter, HTTPException, Query
+from fastapi.responses import (
+    FileResponse,
+    HTMLResponse,
+    JSONResponse,
+    PlainTextResponse,
+    Response,
+)
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+
+from agent.errors import NotFoundError
+
+from . import views
+from ._deps import PageAuth, ReadAuth, StoreDep
+
+logger = logging.getLogger(__name__)
+HERE = Path(__file__).resolve().parent
+STATIC = {"dashboard.css": "text/css", "dashboard.js": "text/javascript"}
+
+Store = StoreDep
+
+router = APIRouter(include_in_schema=False)
+pages = APIRouter(dependencies=[PageAuth], include_in_schema=False)
+json = APIRouter(include_in_schema=False)
+
+
+@lru_cache(maxsize=1)
+def templates() -> Environment:
+    env = Environment(
+        loader=FileSystemLoader(HERE / "templates"),
+        autoescape=select_autoescape(["html"]),
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters.update(metric=_metric, delta=_delta, pct=_pct, secs=_secs, ts=_ts)
+    return env
+
+
+def _metric(v: float | None) -> str:
+    return "–" if v is None else f"{v:.6f}"
+
+
+def _delta(v: float | None) -> str:
+    return "" if v is None else f"{v:+.6f}"
+
+
+def _pct(v: float | None) -> str:
+    return "–" if v is None else f"{v:+.2%}"
+
+
+def _secs(v: float | None) -> str:
+    return "" if v is None else f"{v:.1f}"
+
+
+def _ts(v: Any) -> str:
+    return "" if v is None else v.strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def render(name: str, **ctx: Any) -> HTMLResponse:
+    return HTMLResponse(templates().get_template(name).render(**ctx))
+
+
+def _sweep(store: Any, name: str) -> Any:
+    try:
+        return store.get_sweep(name)
+    except NotFoundError as exc:
+        raise HTTPException(404, str(exc)) from None
+
+
+def _experiment(store: Any, exp_id: int) -> Any:
+    try:
+        return store.get_experiment(exp_id)
+    except NotFoundError as exc:
+        raise HTTPException(404, str(exc)) from None
+
+
+# --- open routes: static files and the token form --------------------------------------------
+@router.get("/ui/static/{name}")
+def static(name: str) -> Response:
+    if name not in STATIC:
+        raise HTTPException(404, "no such file")
+    return FileResponse(
+        HERE / "static" / name, media_type=STATIC[name], headers={"Cache-Control": "max-age=300"}
+    )
+
+
+@router.get("/ui/login", response_class=HTMLResponse)
+def login_form(next: str = "/") -> HTMLResponse:
+    return render("login.html", next=next if next.startswith("/") else "/")
+
+
+# --- pages ---------------------------------------------------------------------------------
+@pages.get("/", response_class=HTMLResponse)
+@pages.get("/ui/", response_class=HTMLResponse)
+def overview_page(store: Store) -> HTMLResponse:
+    return render("overview.html", rows=views.overview(store))
+
+
+@pages.get("/ui/sweeps/{name}", response_class=HTMLResponse)
+def sweep_page(
+    store: Store, name: str, status: str = "all", page: Annotated[int, Query(ge=1)] = 1
+) -> HTMLResponse:
+    return render("sweep.html", **views.sweep_page(store, _sweep(store, name), status, page))
+
+
+@json.get("/ui/sweeps/{name}/live")
+def sweep_live(store: Store, _: ReadAuth, name: str) -> JSONResponse:
+    """The sweep's running experiments (log tail, loss curve, elapsed) for the live panel."""
+    sweep = _sweep(store, name)
+    from agent.domain import ExperimentStatus
+
+    running = store.list_experiments(sweep.id, statuses=[ExperimentStatus.RUNNING])
+    done = store.count_experiments(sweep.id)
+    return JSONResponse(
+        {
+            "sweep": sweep.name,
+            "status": sweep.status.value,
+            "experiments": done,
+            "running": [views.live_run(store, sweep, e) for e in running],
+        },
+        headers={"Cache-Control": "no-store"},
+    )
+
+
+@pages.get("/ui/sweeps/{name}/best/{path:path}")
+def best_download(store: Store, name: str, path: str) -> PlainTextResponse:
+    text = views.best_file(_sweep(store, name), path)
+    if text is None:
+        raise HTTPException(404, f"no editable file {path!r} at the best commit")
+    return PlainTextResponse(
+        text, headers={"Content-Disposition": f'attachment; filename="{Path(path).name}"'}
+    )
+
+
+@pages.get("/ui/experiments/{exp_id}", response_class=HTMLResponse)
+def experiment_page(store: Store, exp_id: int) -> HTMLResponse:
+    return render("experiment.html", **views.experiment_page(store, _experiment(store, exp_id)))
+
+
+@json.get("/ui/experiments/{exp_id}/tail")
+def experiment_tail(store: Store, _: ReadAuth, exp_id: int) -> JSONResponse:
+    e = _experiment(store, exp_id)
+    return JSONResponse(
+        views.live_run(store, store.get_sweep_by_id(e.sweep_id), e),
+        headers={"Cache-Control": "no-store"},
+    )
+
+
+@pages.get("/ui/experiments/{exp_id}/log.txt")
+def experiment_log(store: Store, exp_id: int) -> Response:
+    e = _experiment(store, exp_id)
+    headers = {"Content-Disposition": f'attachment; filename="experiment-{e.id}.log"'}
+    if e.log_path and Path(e.log_path).is_file():
+        return FileResponse(e.log_path, media_type="text/plain; charset=utf-8", headers=headers)
+    if e.log_tail:
+        return PlainTextResponse(e.log_tail, headers=headers)
+    raise HTTPException(404, "this experiment has no log")
+
+
+router.include_router(pages)
+router.include_router(json)

@@ -1,0 +1,238 @@
+"""What each dashboard page shows, computed from the store: plain dicts and dataclasses.
+
+One list query per page: a sweep page reads the sweep and its experiments once and derives the
+plot, table, kept stack and live panel from that list. No HTML here (templates render it).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from agent.domain import Experiment, ExperimentStatus, Sweep, utcnow
+from agent.report import improvement, memory_gb
+from runner.logtail import read_log_end
+from runner.summary import parse_progress
+
+from .diffview import diff_stats, parse_diff
+from .plot import loss_svg, progress_svg
+
+logger = logging.getLogger(__name__)
+S = ExperimentStatus
+PAGE_SIZE = 50
+TAIL_LINES = 40
+TAIL_BYTES = 64 * 1024
+RUNS = (S.KEPT, S.DISCARDED, S.CRASHED, S.TIMEOUT)
+# Status filters offered on the sweep page: label → statuses.
+FILTERS: dict[str, tuple[ExperimentStatus, ...]] = {
+    "all": (),
+    "kept": (S.KEPT,),
+    "discarded": (S.DISCARDED,),
+    "crashed": (S.CRASHED, S.TIMEOUT),
+    "queued": (S.QUEUED, S.RUNNING),
+    "other": (S.REJECTED, S.CANCELLED, S.INTERRUPTED),
+}
+
+
+@dataclass
+class Rollup:
+    """Counts and time used by one sweep."""
+
+    counts: Counter[str] = field(default_factory=Counter)
+    train_s: float = 0.0
+
+    @property
+    def runs(self) -> int:
+        return sum(self.counts[s.value] for s in RUNS)
+
+    @property
+    def crashed(self) -> int:
+        return self.counts[S.CRASHED.value] + self.counts[S.TIMEOUT.value]
+
+    @property
+    def keep_rate(self) -> float | None:
+        # The baseline is always kept; it is not an idea, so leave it out of the rate.
+        tried = self.runs - 1
+        return (self.counts[S.KEPT.value] - 1) / tried if tried > 0 else None
+
+    @property
+    def gpu_hours(self) -> float:
+        return self.train_s / 3600
+
+    def add(
+        self, status: str, started: datetime | None, ended: datetime | None, now: datetime
+    ) -> None:
+        self.counts[status] += 1
+        if started is not None and (ended is not None or status == S.RUNNING.value):
+            self.train_s += max(0.0, ((ended or now) - started).total_seconds())
+
+
+def rollups(store: Any, sweeps: Sequence[Sweep]) -> dict[int, Rollup]:
+    """Per-sweep counts and training time in one query (SqlStore), else one list per sweep."""
+    now = utcnow()
+    out = {s.id: Rollup() for s in sweeps}
+    if hasattr(store, "session"):
+        from sqlalchemy import select
+
+        from db.models import ExperimentRow as R
+
+        q = select(R.sweep_id, R.status, R.run_started_at, R.run_ended_at)
+        with store.session("summarising sweeps") as s:
+            for sweep_id, status, started, ended in s.execute(q):
+                if sweep_id in out:
+                    out[sweep_id].add(status, started, ended, now)
+        return out
+    for sweep in sweeps:
+        for e in store.list_experiments(sweep.id):
+            out[sweep.id].add(e.status.value, e.run_started_at, e.run_ended_at, now)
+    return out
+
+
+def rollup_of(experiments: Sequence[Experiment]) -> Rollup:
+    now = utcnow()
+    r = Rollup()
+    for e in experiments:
+        r.add(e.status.value, e.run_started_at, e.run_ended_at, now)
+    return r
+
+
+def overview(store: Any) -> list[dict[str, Any]]:
+    sweeps = store.list_sweeps()
+    ups = rollups(store, sweeps)
+    return [{"sweep": s, "r": ups[s.id], "improvement": improvement(s)} for s in reversed(sweeps)]
+
+
+# --- sweep page ----------------------------------------------------------------------------
+def sweep_page(store: Any, sweep: Sweep, status: str, page: int) -> dict[str, Any]:
+    exps: list[Experiment] = store.list_experiments(sweep.id)
+    wanted = FILTERS.get(status, ())
+    rows = [e for e in reversed(exps) if not wanted or e.status in wanted]
+    pages = max(1, math.ceil(len(rows) / PAGE_SIZE))
+    page = min(max(page, 1), pages)
+    kept = [e for e in exps if e.status is S.KEPT]
+    running = [e for e in exps if e.status is S.RUNNING]
+    return {
+        "sweep": sweep,
+        "r": rollup_of(exps),
+        "improvement": improvement(sweep),
+        "plot": progress_svg(exps, sweep.metric, sweep.baseline_metric),
+        "rows": [table_row(e) for e in rows[(page - 1) * PAGE_SIZE : page * PAGE_SIZE]],
+        "row_count": len(rows),
+        "status": status if status in FILTERS else "all",
+        "filters": list(FILTERS),
+        "page": page,
+        "pages": pages,
+        "kept": [
+            {"exp": e, "lines": parse_diff(e.diff), "stats": diff_stats(e.diff)} for e in kept
+        ],
+        "best_files": best_files(sweep),
+        "running": [live_run(store, sweep, e, with_points=False) for e in running],
+        "queued": sum(1 for e in exps if e.status is S.QUEUED),
+    }
+
+
+def table_row(e: Experiment) -> dict[str, Any]:
+    secs = e.summary.get("training_seconds")
+    return {
+        "exp": e,
+        "memory_gb": memory_gb(e) if e.summary else None,
+        "train_s": secs if isinstance(secs, int | float) else None,
+    }
+
+
+def best_files(sweep: Sweep) -> list[dict[str, str]]:
+    """The editable file(s) at the best commit; empty if the target repo is gone."""
+    if not sweep.best_commit:
+        return []
+    from agent.gitrepo import GitError, GitRepo
+
+    try:
+        repo = GitRepo(sweep.target_path)
+        return [
+            {"path": p, "text": repo.read_file(sweep.best_commit, p)}
+            for p in sweep.config.get("editable", [])
+        ]
+    except GitError as exc:
+        logger.warning("best file of %s unavailable: %s", sweep.name, exc)
+        return []
+
+
+def best_file(sweep: Sweep, path: str) -> str | None:
+    for f in best_files(sweep):
+        if f["path"] == path:
+            return f["text"]
+    return None
+
+
+# --- live run ------------------------------------------------------------------------------
+def log_text(e: Experiment) -> str:
+    """The log file's end if it is readable, else the tail recorded at finish."""
+    if e.log_path and Path(e.log_path).is_file():
+        return read_log_end(Path(e.log_path), TAIL_BYTES)
+    return e.log_tail or ""
+
+
+def tail(text: str, n: int = TAIL_LINES) -> str:
+    return "\n".join(text.splitlines()[-n:])
+
+
+def live_run(store: Any, sweep: Sweep, e: Experiment, with_points: bool = True) -> dict[str, Any]:
+    """A running (or just finished) experiment as JSON-ready data for the live panel."""
+    text = log_text(e)
+    points = [(p.step, p.loss) for p in store.loss_points(e.id)] if with_points else []
+    if not points:  # loss points reach the DB every few seconds; the log is fresher
+        parsed = (parse_progress(line) for line in text.splitlines())
+        points = [(p.step, p.loss) for p in parsed if p is not None]
+    started = e.run_started_at or e.started_at
+    end = e.run_ended_at or (None if e.status is S.RUNNING else e.finished_at) or utcnow()
+    elapsed = (end - started).total_seconds() if started else 0.0
+    return {
+        "id": e.id,
+        "href": f"/ui/experiments/{e.id}",
+        "description": e.description,
+        "status": e.status.value,
+        "finished": e.status.is_finished(),
+        "elapsed_s": round(max(elapsed, 0.0), 1),
+        "budget_s": sweep.budget_s,
+        "timeout_s": sweep.timeout_s,
+        "last_loss": points[-1][1] if points else None,
+        "loss_svg": str(loss_svg(points)),
+        "log": tail(text),
+    }
+
+
+# --- experiment page -----------------------------------------------------------------------
+def experiment_page(store: Any, e: Experiment) -> dict[str, Any]:
+    sweep = store.get_sweep_by_id(e.sweep_id)
+    siblings: list[Experiment] = store.list_experiments(e.sweep_id)
+    ids = [x.id for x in siblings]
+    i = ids.index(e.id) if e.id in ids else -1
+    points = [(p.step, p.loss) for p in store.loss_points(e.id)]
+    text = log_text(e)
+    if not points:
+        parsed = (parse_progress(line) for line in text.splitlines())
+        points = [(p.step, p.loss) for p in parsed if p is not None]
+    return {
+        "sweep": sweep,
+        "exp": e,
+        "lines": parse_diff(e.diff),
+        "stats": diff_stats(e.diff),
+        "summary": sorted(e.summary.items()),
+        "loss": loss_svg(points, width=640, height=200),
+        "log": tail(text, 200),
+        "has_log_file": bool(e.log_path and Path(e.log_path).is_file()),
+        "parent": next((x for x in siblings if x.id == e.parent_id), None),
+        "retries": [x for x in siblings if x.parent_id == e.id],
+        "prev": siblings[i - 1] if i > 0 else None,
+        "next": siblings[i + 1] if 0 <= i < len(siblings) - 1 else None,
+        "run_no": sum(1 for x in siblings[: i + 1] if x.status in RUNS)
+        if e.status in RUNS
+        else None,
+        "live": live_run(store, sweep, e) if e.status is S.RUNNING else None,
+    }

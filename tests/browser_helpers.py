@@ -1,0 +1,224 @@
+"""Helpers for the dashboard tests: a sweep filled through the real loop, a real uvicorn server,
+and a Chromium launcher that fails loudly under CI when the browser is missing."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agent.config import load_config
+from agent.domain import Experiment, Proposal, Sweep
+from agent.gitrepo import GitRepo, init_repo
+from agent.loop import Loop, LoopSettings
+from agent.ports import ProposalContext
+from agent.proposers.knobs import KnobsProposer, make_diff
+from agent.sweeps import create_sweep, submit
+from agent.wiring import SubprocessRunner
+from db.engine import open_database
+from db.store import SqlStore
+
+FAKE_TARGET = Path(__file__).resolve().parent / "fixtures" / "fake_target"
+REPO_ROOT = Path(__file__).resolve().parent.parent
+SCREENSHOTS = REPO_ROOT / "artifacts" / "screenshots"
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+SLEEP_LINE = "    time.sleep(min(SLEEP_S, budget) / 3)"
+TIMEOUT_S = 4  # the copy's hard limit: a timed-out run costs this plus the grace period
+
+
+def make_target(root: Path, timeout_s: int = TIMEOUT_S) -> Path:
+    """A git copy of the fake trainer with budget 1 s and a short hard limit."""
+    target = root / "target"
+    shutil.copytree(FAKE_TARGET, target, ignore=shutil.ignore_patterns("__pycache__"))
+    toml = target / "overnight.toml"
+    lines = [
+        f"timeout_s = {timeout_s}" if ln.startswith("timeout_s") else ln
+        for ln in toml.read_text().splitlines()
+    ]
+    toml.write_text("\n".join(lines) + "\n")
+    (target / ".gitignore").write_text("__pycache__/\n")
+    init_repo(target)
+    return target
+
+
+def crash_diff(text: str) -> str:
+    new = text.replace(
+        "value = score(LR, WIDTH, USE_TRICK)",
+        'raise MemoryError("CUDA out of memory (fake)")\nvalue = score(LR, WIDTH, USE_TRICK)',
+    )
+    return make_diff("train.py", text, new)
+
+
+def sleep_diff(text: str, steps: int, step_s: float) -> str:
+    """Run `steps` progress steps `step_s` apart (ignores the budget: for live and timeout runs)."""
+    new = text.replace("for step in range(1, 4):", f"for step in range(1, {steps + 1}):")
+    new = new.replace(SLEEP_LINE, f"    time.sleep({step_s})")
+    return make_diff("train.py", text, new)
+
+
+class ScriptedProposer:
+    """The knobs proposer, with a crashing and a too-slow change slipped in at fixed calls."""
+
+    name = "knobs"
+
+    def __init__(self, seed: int, crash_at: int = 3, timeout_at: int = 5) -> None:
+        self.inner = KnobsProposer(seed=seed)
+        self.calls = 0
+        self.crash_at, self.timeout_at = crash_at, timeout_at
+
+    def propose(self, ctx: ProposalContext) -> Proposal | None:
+        self.calls += 1
+        text = ctx.files["train.py"]
+        if self.calls == self.crash_at:
+            return Proposal("allocate a huge activation cache", crash_diff(text), "knobs")
+        if self.calls == self.timeout_at:
+            return Proposal("sleep far past the budget", sleep_diff(text, 3, 30), "knobs")
+        return self.inner.propose(ctx)
+
+    def repair(self, ctx: ProposalContext, failed: Experiment) -> Proposal | None:
+        return None
+
+
+@dataclass
+class Filled:
+    db: Path
+    target: Path
+    work: Path
+    store: SqlStore
+    repo: GitRepo
+    sweep: Sweep
+
+    def loop(self) -> Loop:
+        return Loop(
+            self.store,
+            self.repo,
+            SubprocessRunner(grace_s=0.5),
+            LoopSettings(self.work, grace_s=0.5),
+        )
+
+    def queue_live(self, steps: int = 14, step_s: float = 0.25) -> Experiment:
+        """Queue (and claim) a slow but healthy run; execute it with `loop().execute`."""
+        head = self.repo.head(self.sweep.branch)
+        text = self.repo.read_file(head, "train.py")
+        queued = submit(
+            self.store,
+            self.repo,
+            self.sweep,
+            Proposal("slow run for the live panel", sleep_diff(text, steps, step_s)),
+            record_rejection=False,
+        )
+        claimed = self.store.claim(queued.id)
+        assert claimed is not None
+        return claimed
+
+
+def fill_sweep(root: Path, name: str = "night", experiments: int = 8, seed: int = 7) -> Filled:
+    """A sweep run through the real loop on the fake trainer: baseline, kept and discarded knob
+    changes, one fundamental crash and one timeout."""
+    target = make_target(root)
+    db = root / "overnight.db"
+    store = SqlStore(open_database(db))
+    repo = GitRepo(target)
+    create_sweep(
+        store, repo, target, name=name, config=load_config(target), max_experiments=experiments
+    )
+    work = root / "work"
+    loop = Loop(
+        store,
+        repo,
+        SubprocessRunner(grace_s=0.5),
+        LoopSettings(work, grace_s=0.5),
+        proposer=ScriptedProposer(seed),
+    )  # type: ignore[arg-type]
+    loop.run_sweep(name)
+    return Filled(db, target, work, store, repo, store.get_sweep(name))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def make_app(db: Path, token: str | None = None) -> Any:
+    """The real app (api.main.create_app, API only: no scheduler) once the service provides it,
+    else a minimal app with the same `app.state.services` that includes only the dashboard."""
+    from api.settings import Settings
+
+    settings = Settings(
+        db_path=db,
+        auth=token is not None,
+        token=token,
+        read_auth=True if token else None,
+        slots=0,
+        run_scheduler=False,
+    )
+    import api.main
+
+    if hasattr(api.main, "create_app"):
+        return api.main.create_app(settings)
+    return minimal_app(settings)
+
+
+def minimal_app(settings: Any) -> Any:
+    from fastapi import FastAPI
+
+    from api.dashboard.routes import router
+    from api.deps import Services
+
+    engine = open_database(settings.db_path)
+    app = FastAPI()
+    app.state.services = Services(settings=settings, store=SqlStore(engine), engine=engine)
+    app.include_router(router)
+    return app
+
+
+@contextmanager
+def serve(app: Any) -> Iterator[str]:
+    """Run uvicorn on an ephemeral loopback port in a thread; yields the base URL."""
+    import uvicorn
+
+    port = free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 15
+    while not server.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise RuntimeError("uvicorn did not start")
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+def require_chromium() -> Path:
+    """Debian's Chromium; under CI a missing browser is a failure, locally a skip."""
+    if CHROMIUM.exists():
+        return CHROMIUM
+    message = f"{CHROMIUM} is missing: apt-get install -y chromium (never `playwright install`)"
+    if os.environ.get("CI"):
+        pytest.fail(message)
+    pytest.skip(message)
+    raise AssertionError("unreachable")

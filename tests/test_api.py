@@ -1,0 +1,298 @@
+"""REST routes through TestClient: contracts, every bad-input class, auth on/off, SSE log."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+from service_fixtures import AUTH, TOKEN, knob_diff, make_counting_target
+
+from agent.domain import ExperimentStatus, Finish
+from agent.errors import ConfigError
+from api.main import create_app
+from api.settings import Settings, ensure_token
+
+
+def _client(tmp_path: Path, **overrides: object) -> TestClient:
+    values: dict[str, object] = {"db_path": tmp_path / "db" / "o.db", "token": TOKEN,
+                                 "run_scheduler": False}
+    values.update(overrides)
+    return TestClient(create_app(Settings.build(**values)))
+
+
+@pytest.fixture
+def target(tmp_path: Path) -> Path:
+    return make_counting_target(tmp_path / "target", n_knobs=20)
+
+
+@pytest.fixture
+def client(tmp_path: Path) -> Iterator[TestClient]:
+    with _client(tmp_path) as c:
+        yield c
+
+
+def _sweep(client: TestClient, target: Path, name: str = "s1", **extra: object) -> dict:
+    r = client.post("/sweeps", json={"name": name, "target": str(target), "budget_s": 1,
+                                     "proposer": "queue", **extra}, headers=AUTH)
+    assert r.status_code == 201, r.text
+    return r.json()
+
+
+def _queue(client: TestClient, target: Path, knob: int, value: int = 1, sweep: str = "s1"):
+    return client.post("/experiments", headers=AUTH, json={
+        "sweep": sweep, "description": f"K{knob} = {value}",
+        "diff": knob_diff(target, knob, value)})
+
+
+def _code(r) -> str:  # type: ignore[no-untyped-def]
+    return r.json()["detail"]["code"]
+
+
+def test_sweep_and_experiment_round_trip(client: TestClient, target: Path) -> None:
+    sweep = _sweep(client, target, window={"start": "22:00", "stop": "07:00"},
+                   max_experiments=5)
+    assert sweep["branch"] == "overnight/s1" and sweep["counts"] == {"queued": 1}
+    assert sweep["window"] == {"start": "22:00", "stop": "07:00"}
+    r = _queue(client, target, 3)
+    assert r.status_code == 201, r.text
+    exp = r.json()
+    assert exp["status"] == "queued" and exp["sweep"] == "s1" and exp["diff"] is None
+    assert {"id", "crash_kind", "metric", "delta", "best_before", "commit", "ref", "parent_id",
+            "attempt", "proposer", "reason", "summary", "created_at", "started_at",
+            "finished_at", "log_path"} <= set(exp)
+    one = client.get(f"/experiments/{exp['id']}").json()
+    assert one["diff"].startswith("--- a/train.py")
+    assert client.get(f"/experiments/{exp['id']}/diff").text == one["diff"]
+    assert [s["name"] for s in client.get("/sweeps").json()["data"]] == ["s1"]
+    assert client.get("/sweeps/s1").json()["counts"] == {"queued": 2}
+
+
+def test_list_filters_and_cursor_pagination(client: TestClient, target: Path) -> None:
+    _sweep(client, target)
+    ids = [_queue(client, target, k).json()["id"] for k in range(7)]
+    page = client.get("/experiments", params={"sweep": "s1", "limit": 3}).json()
+    assert page["count"] == 8 and [e["id"] for e in page["data"]] == ids[::-1][:3]
+    assert all(e["diff"] is None for e in page["data"])
+    seen = [e["id"] for e in page["data"]]
+    while page["next_cursor"]:
+        page = client.get("/experiments", params={"sweep": "s1", "limit": 3,
+                                                  "cursor": page["next_cursor"]}).json()
+        seen += [e["id"] for e in page["data"]]
+    assert seen == sorted(ids + [1], reverse=True)
+    services = client.app.state.services  # type: ignore[attr-defined]
+    services.store.claim(ids[0])
+    services.store.finish(ids[0], Finish(ExperimentStatus.CRASHED, crash_kind=None))
+    crashed = client.get("/experiments", params=[("status", "crashed"), ("status", "kept")])
+    assert [e["id"] for e in crashed.json()["data"]] == [ids[0]]
+    assert client.get("/experiments", params={"crash_kind": "trivial"}).json()["count"] == 0
+    assert client.get("/experiments", params={"status": "bogus"}).status_code == 422
+    assert client.get("/experiments", params={"limit": 0}).status_code == 422
+
+
+@pytest.mark.parametrize("case,status,code", [
+    ("malformed_json", 422, "malformed_json"),
+    ("missing_field", 422, "validation"),
+    ("extra_field", 422, "validation"),
+    ("unknown_sweep", 404, "not_found"),
+    ("does_not_apply", 409, "does_not_apply"),
+    ("protected", 422, "protected_file"),
+    ("not_editable", 422, "not_editable"),
+    ("absolute", 422, "path_escapes"),
+    ("dotdot", 422, "path_escapes"),
+    ("symlink", 422, "symlink"),
+    ("binary", 422, "binary"),
+    ("too_large", 413, "too_large"),
+    ("empty_diff", 422, "validation"),
+    ("duplicate", 422, "duplicate"),
+])
+def test_bad_experiment_input_is_refused_and_queues_nothing(
+        client: TestClient, target: Path, case: str, status: int, code: str) -> None:
+    _sweep(client, target)
+    good = knob_diff(target, 1, 1)
+    if case == "duplicate":
+        assert _queue(client, target, 1).status_code == 201
+    before = client.get("/experiments").json()["count"]
+    body: object = {"sweep": "s1", "description": "x", "diff": good}
+    bodies = {
+        "missing_field": {"sweep": "s1", "diff": good},
+        "extra_field": {**body, "shell": "rm -rf /"},  # type: ignore[dict-item]
+        "unknown_sweep": {**body, "sweep": "nope"},  # type: ignore[dict-item]
+        "does_not_apply": {**body, "diff": good.replace("-K1 = 0", "-K1 = 7")},  # type: ignore
+        "protected": {**body, "diff": good.replace("train.py", "prepare.py")},  # type: ignore
+        "not_editable": {**body, "diff": good.replace("train.py", "other.py")},  # type: ignore
+        "absolute": {**body, "diff": good.replace("a/train.py", "/etc/passwd")},  # type: ignore
+        "dotdot": {**body, "diff": good.replace("train.py", "../train.py")},  # type: ignore
+        "symlink": {**body, "diff": "diff --git a/l b/l\nnew file mode 120000\n--- /dev/null\n"
+                    "+++ b/l\n@@ -0,0 +1 @@\n+/etc/passwd\n"},
+        "binary": {**body, "diff": "diff --git a/train.py b/train.py\nGIT binary patch\n"
+                   "literal 1\nIcmZ?wKn(yK\n"},
+        "too_large": {**body, "diff": good + "#" * (1024 * 1024)},  # type: ignore[dict-item]
+        "empty_diff": {**body, "diff": ""},  # type: ignore[dict-item]
+        "duplicate": body,
+    }
+    if case == "malformed_json":
+        r = client.post("/experiments", content=b'{"sweep": "s1", ', headers={
+            **AUTH, "content-type": "application/json"})
+    else:
+        r = client.post("/experiments", json=bodies[case], headers=AUTH)
+    assert r.status_code == status, r.text
+    assert _code(r) == code and r.json()["detail"]["message"]
+    assert client.get("/experiments").json()["count"] == before
+
+
+def test_does_not_apply_names_the_failing_file(client: TestClient, target: Path) -> None:
+    _sweep(client, target)
+    bad = knob_diff(target, 1, 1).replace("-K1 = 0", "-K1 = 7")
+    r = client.post("/experiments", json={"sweep": "s1", "description": "x", "diff": bad},
+                    headers=AUTH)
+    assert r.status_code == 409 and "train.py" in r.json()["detail"]["message"]
+
+
+@pytest.mark.parametrize("body,status", [
+    ({"name": "bad name"}, 422), ({"name": "../x"}, 422), ({"name": "x.lock"}, 422),
+    ({"name": "ok", "target": "/nonexistent"}, 422), ({"name": "ok", "budget_s": -1}, 422),
+    ({"name": "ok", "window": {"start": "25:00", "stop": "07:00"}}, 422),
+    ({"name": "ok", "proposer": "magic"}, 422),
+    ({"name": "ok", "deadline": "2030-01-01T00:00:00"}, 422),  # naive: ambiguous
+])
+def test_bad_sweep_input(client: TestClient, target: Path, body: dict, status: int) -> None:
+    r = client.post("/sweeps", json={"target": str(target), **body}, headers=AUTH)
+    assert r.status_code == status, r.text
+    assert r.json()["detail"]["message"]
+    assert client.get("/sweeps").json()["count"] == 0
+
+
+def test_duplicate_sweep_name_conflicts(client: TestClient, target: Path) -> None:
+    _sweep(client, target)
+    r = client.post("/sweeps", json={"name": "s1", "target": str(target)}, headers=AUTH)
+    assert r.status_code == 409 and _code(r) == "conflict"
+
+
+def test_unknown_ids_are_404(client: TestClient) -> None:
+    for path in ("/sweeps/nope", "/sweeps/nope/best", "/sweeps/nope/results.tsv",
+                 "/experiments/999", "/experiments/999/diff", "/experiments/999/log"):
+        r = client.get(path)
+        assert r.status_code == 404 and _code(r) == "not_found", path
+    assert client.post("/sweeps/nope/pause", headers=AUTH).status_code == 404
+    assert client.delete("/experiments/999", headers=AUTH).status_code == 404
+
+
+def test_cancel_queued_then_finished_is_read_only(client: TestClient, target: Path) -> None:
+    _sweep(client, target)
+    exp_id = _queue(client, target, 2).json()["id"]
+    r = client.delete(f"/experiments/{exp_id}", headers=AUTH)
+    assert r.status_code == 200 and r.json()["experiment"]["status"] == "cancelled"
+    r = client.delete(f"/experiments/{exp_id}", headers=AUTH)
+    assert r.status_code == 409 and "cancelled" in r.json()["detail"]["message"]
+
+
+def test_pause_resume_stop(client: TestClient, target: Path) -> None:
+    _sweep(client, target)
+    assert client.post("/sweeps/s1/pause", headers=AUTH).json()["status"] == "paused"
+    assert client.post("/sweeps/s1/resume", headers=AUTH).json()["status"] == "running"
+    assert client.post("/sweeps/s1/stop", headers=AUTH).json()["status"] == "stopped"
+    r = client.post("/sweeps/s1/resume", headers=AUTH)
+    assert r.status_code == 409
+    r = _queue(client, target, 1)
+    assert r.status_code == 409  # nothing would run it
+
+
+def test_auth_on_loopback(client: TestClient, target: Path) -> None:
+    r = client.post("/sweeps", json={"name": "s1", "target": str(target)})
+    assert r.status_code == 401 and _code(r) == "unauthorized"
+    assert r.headers["www-authenticate"] == "Bearer"
+    r = client.post("/sweeps", json={"name": "s1", "target": str(target)},
+                    headers={"Authorization": "Bearer wrong-token-000000000"})
+    assert r.status_code == 401
+    assert client.get("/sweeps").status_code == 200  # reads are open on loopback
+    assert client.get("/sweeps").json()["count"] == 0
+
+
+def test_reads_need_token_when_exposed(tmp_path: Path) -> None:
+    with _client(tmp_path, host="0.0.0.0") as c:
+        assert c.get("/experiments").status_code == 401
+        assert c.get("/experiments", headers=AUTH).status_code == 200
+        assert c.get("/health").status_code == 200  # liveness probes need no token
+        assert c.get("/login", params={"token": "nope-nope-nope-nope"}).status_code == 401
+        r = c.get("/login", params={"token": TOKEN, "next": "/experiments"},
+                  follow_redirects=False)
+        assert r.status_code == 303 and r.headers["location"] == "/experiments"
+        assert "httponly" in r.headers["set-cookie"].lower()
+        assert c.get("/experiments").status_code == 200  # the cookie now authorises reads
+        r = c.post("/sweeps", json={"name": "x", "target": "/x"})
+        assert r.status_code == 401  # but never writes
+
+
+def test_auth_off(tmp_path: Path, target: Path) -> None:
+    with _client(tmp_path, auth=False, token=None) as c:
+        r = c.post("/sweeps", json={"name": "s1", "target": str(target), "proposer": "queue"})
+        assert r.status_code == 201
+
+
+def test_unsafe_settings_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="auth disabled"):
+        Settings.build(db_path=tmp_path / "x.db", host="0.0.0.0", auth=False)
+    with pytest.raises(ConfigError, match="no token"):
+        Settings.build(db_path=tmp_path / "x.db")
+    with pytest.raises(ConfigError, match="16 characters"):
+        Settings.build(db_path=tmp_path / "x.db", token="short")
+    with pytest.raises(ConfigError, match="slots"):
+        Settings.build(db_path=tmp_path / "x.db", token=TOKEN, slots=-1)
+
+
+def test_token_file_is_private_and_stable(tmp_path: Path) -> None:
+    token, path, created = ensure_token(tmp_path / "o.db")
+    assert created and len(token) >= 32 and (path.stat().st_mode & 0o777) == 0o600
+    assert ensure_token(tmp_path / "o.db") == (token, path, False)
+
+
+def test_best_results_log_and_sse(client: TestClient, target: Path, tmp_path: Path) -> None:
+    from agent.loop import Loop, LoopSettings
+    from agent.wiring import SubprocessRunner
+
+    _sweep(client, target)
+    _queue(client, target, 4, 1)
+    _queue(client, target, 5, -1)
+    services = client.app.state.services  # type: ignore[attr-defined]
+    sweep = services.store.get_sweep("s1")
+    loop = Loop(services.store, services.repo_for(sweep), SubprocessRunner(grace_s=0.5),
+                LoopSettings(work_dir=tmp_path / "work"))
+    for _ in range(3):
+        loop.execute(sweep, services.store.claim_next(sweep.id))
+    tsv = client.get("/sweeps/s1/results.tsv")
+    assert tsv.headers["content-type"].startswith("text/tab-separated-values")
+    rows = [line.split("\t") for line in tsv.text.splitlines()]
+    assert rows[0] == ["commit", "val_bpb", "memory_gb", "status", "description"]
+    assert [r[3] for r in rows[1:]] == ["keep", "keep", "discard"]
+    best = client.get("/sweeps/s1/best").json()
+    assert best["metric"] == pytest.approx(1.299) and len(best["kept"]) == 1
+    assert "K4 = 1" in best["files"]["train.py"] and "K5 = 0" in best["files"]["train.py"]
+    assert best["commit"] == services.repo_for(sweep).head("overnight/s1")
+    log = client.get("/experiments/2/log")
+    assert "val_bpb" in log.text
+    with client.stream("GET", "/experiments/2/log", params={"follow": 1}) as r:
+        assert r.headers["content-type"].startswith("text/event-stream")
+        body = "".join(r.iter_text())
+    assert "data: ---" in body and "event: end" in body
+    end = body.split("event: end\n")[1].splitlines()[0].removeprefix("data: ")
+    assert json.loads(end)["status"] == "kept"
+
+
+def test_health_and_metrics(client: TestClient, target: Path) -> None:
+    _sweep(client, target)
+    h = client.get("/health").json()
+    assert h["db"] == "ok" and h["scheduler"] == "disabled" and h["queue_depth"] == 1
+    m = client.get("/metrics").text
+    assert 'overnight_experiments{status="queued"} 1' in m
+
+
+def test_openapi_lists_every_route(client: TestClient) -> None:
+    paths = client.get("/openapi.json").json()["paths"]
+    for p in ("/sweeps", "/sweeps/{name}", "/sweeps/{name}/pause", "/sweeps/{name}/resume",
+              "/sweeps/{name}/stop", "/sweeps/{name}/best", "/sweeps/{name}/results.tsv",
+              "/experiments", "/experiments/{experiment_id}", "/experiments/{experiment_id}/diff",
+              "/experiments/{experiment_id}/log", "/health", "/metrics"):
+        assert p in paths, p

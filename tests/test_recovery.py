@@ -1,0 +1,144 @@
+"""Restart recovery on a real store and real git: reap, kill orphans, re-queue once, repair."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from service_fixtures import knob_diff, make_counting_target
+
+from agent.domain import ExperimentStatus, Finish, Proposal
+from agent.gitrepo import GitRepo
+from agent.loop import Loop, LoopSettings
+from agent.recovery import SHUTDOWN_REASON, InstanceLock, InstanceLockError, recover
+from agent.sweeps import create_sweep
+from agent.wiring import SubprocessRunner
+from db.engine import open_database
+from db.store import SqlStore
+from runner.groups import process_group_alive
+
+
+@pytest.fixture
+def world(tmp_path: Path):  # type: ignore[no-untyped-def]
+    target = make_counting_target(tmp_path / "target", n_knobs=10)
+    store = SqlStore(open_database(tmp_path / "o.db"))
+    repo = GitRepo(target)
+    sweep = create_sweep(store, repo, target, name="s", proposer="queue")
+    work = tmp_path / "work"
+    loop = Loop(store, repo, SubprocessRunner(grace_s=0.5), LoopSettings(work_dir=work))
+    loop.execute(sweep, store.claim_next(sweep.id))  # the baseline, kept
+    return target, store, repo, work, loop
+
+
+def _orphan(work: Path) -> subprocess.Popen[bytes]:
+    """A 'training run' left behind by a dead service: own session, cwd in a worktree."""
+    wt = work / "worktrees" / "s" / "exp-2"
+    wt.mkdir(parents=True)
+    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], cwd=wt,
+                            start_new_session=True)
+
+
+def test_reap_kill_requeue_once_and_prune(world) -> None:  # type: ignore[no-untyped-def]
+    target, store, repo, work, loop = world
+    sweep = store.get_sweep("s")
+    exp = store.add_experiment(sweep.id, Proposal("K1", knob_diff(target, 1, 1)), priority=3)
+    store.claim(exp.id)
+    child = _orphan(work)
+    store.mark_started(exp.id, pgid=child.pid)
+
+    report = recover(store, lambda s: repo, work)
+    child.wait(10)
+    assert not process_group_alive(child.pid)
+    assert report.interrupted == [exp.id] and report.killed_groups == [child.pid]
+    assert store.get_experiment(exp.id).status is ExperimentStatus.INTERRUPTED
+    retry = store.get_experiment(report.requeued[exp.id])
+    assert retry.status is ExperimentStatus.QUEUED and retry.parent_id == exp.id
+    assert retry.meta["retry_of"] == exp.id and retry.priority == 3 and retry.diff == exp.diff
+    assert not (work / "worktrees" / "s" / "exp-2").exists()
+
+    again = recover(store, lambda s: repo, work)  # idempotent: nothing more to do
+    assert again.interrupted == [] and again.requeued == {}
+
+    # the retry runs, is interrupted by another crash: it is not re-queued a second time
+    store.claim(retry.id)
+    third = recover(store, lambda s: repo, work)
+    assert third.not_requeued == [retry.id] and third.requeued == {}
+    assert store.count_filtered(statuses=[ExperimentStatus.QUEUED]) == 0
+
+
+def test_half_done_recovery_is_completed(world) -> None:  # type: ignore[no-untyped-def]
+    target, store, repo, work, loop = world
+    sweep = store.get_sweep("s")
+    exp = store.add_experiment(sweep.id, Proposal("K2", knob_diff(target, 2, 1)))
+    store.claim(exp.id)
+    store.interrupt_running()  # a recovery killed right after reaping
+    report = recover(store, lambda s: repo, work)
+    assert list(report.requeued) == [exp.id]
+
+
+def test_clean_shutdown_interrupts_are_always_requeued(world) -> None:  # type: ignore
+    target, store, repo, work, loop = world
+    sweep = store.get_sweep("s")
+    first = store.add_experiment(sweep.id, Proposal("K3", knob_diff(target, 3, 1)))
+    store.claim(first.id)
+    retry_id = recover(store, lambda s: repo, work).requeued[first.id]
+    store.claim(retry_id)
+    store.finish(retry_id, Finish(ExperimentStatus.INTERRUPTED, reason=SHUTDOWN_REASON))
+    assert retry_id in recover(store, lambda s: repo, work).requeued
+
+
+def test_branch_repaired_from_the_database(world) -> None:  # type: ignore[no-untyped-def]
+    target, store, repo, work, loop = world
+    sweep = store.get_sweep("s")
+    # a keep recorded in the DB whose branch move was lost (kill -9 between the two)
+    exp = store.add_experiment(sweep.id, Proposal("K4", knob_diff(target, 4, 1)))
+    exp = store.claim(exp.id)
+    head = repo.head(sweep.branch)
+    commit = repo.commit_diff(head, exp.diff, "K4")
+    store.finish(exp.id, Finish(ExperimentStatus.KEPT, metric=1.0, best_before=1.3),
+                 keep_commit=commit)
+    assert repo.head(sweep.branch) == head
+    report = recover(store, lambda s: repo, work)
+    assert repo.head(sweep.branch) == commit == store.get_sweep("s").best_commit
+    assert report.repaired_branches["s"] == (head, commit)
+    # the other way round: a branch that moved past the DB is put back
+    repo.set_ref(f"refs/heads/{sweep.branch}", repo.commit_diff(commit, knob_diff(target, 5, 1),
+                                                                "stray"))
+    recover(store, lambda s: repo, work)
+    assert repo.head(sweep.branch) == commit
+
+
+def test_stale_ref_lock_removed(world) -> None:  # type: ignore[no-untyped-def]
+    target, store, repo, work, loop = world
+    lock = target / ".git" / "refs" / "heads" / "overnight" / "s.lock"
+    lock.write_text("x")
+    recover(store, lambda s: repo, work)
+    assert not lock.exists()
+
+
+def test_reused_pgid_of_a_stranger_is_not_killed(world, tmp_path: Path) -> None:  # type: ignore
+    target, store, repo, work, loop = world
+    sweep = store.get_sweep("s")
+    exp = store.add_experiment(sweep.id, Proposal("K6", knob_diff(target, 6, 1)))
+    store.claim(exp.id)
+    stranger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"],
+                                cwd=tmp_path, start_new_session=True)
+    try:
+        store.mark_started(exp.id, pgid=stranger.pid)
+        time.sleep(0.1)
+        report = recover(store, lambda s: repo, work)
+        assert report.killed_groups == [] and stranger.poll() is None
+    finally:
+        stranger.kill()
+        stranger.wait()
+
+
+def test_instance_lock_is_exclusive(tmp_path: Path) -> None:
+    first = InstanceLock(tmp_path / "o.db").acquire()
+    with pytest.raises(InstanceLockError, match="already using this database"):
+        InstanceLock(tmp_path / "o.db").acquire()
+    first.release()
+    InstanceLock(tmp_path / "o.db").acquire().release()

@@ -1,0 +1,183 @@
+"""Windows and limits with an injectable clock (pure), and slots run synchronously on real git."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+from service_fixtures import knob_diff, make_counting_target
+
+from agent.domain import ExperimentStatus, Proposal, SweepStatus
+from agent.gitrepo import GitRepo, init_repo
+from agent.scheduler import (
+    GateKind,
+    SchedulerSettings,
+    SlotScheduler,
+    SweepFacts,
+    default_loop_factory,
+    gate,
+    in_window,
+    next_opening,
+    parse_hhmm,
+    slot_env,
+)
+from agent.sweeps import create_sweep
+from db.engine import open_database
+from db.store import SqlStore
+
+TZ = timezone(timedelta(hours=2))  # the "server local time" of these tests
+NIGHT = {"start": "22:00", "stop": "07:00"}
+
+
+def at(hh: int, mm: int = 0, day: int = 8) -> datetime:
+    return datetime(2026, 3, day, hh, mm, tzinfo=TZ)
+
+
+class FakeClock:
+    def __init__(self, now: datetime) -> None:
+        self.t = now
+
+    def now(self) -> datetime:
+        return self.t
+
+
+@pytest.mark.parametrize("hhmm,inside", [
+    ((21, 59), False), ((22, 0), True), ((23, 30), True), ((0, 0), True), ((6, 59), True),
+    ((7, 0), False), ((12, 0), False),
+])
+def test_window_wrapping_midnight(hhmm: tuple[int, int], inside: bool) -> None:
+    assert in_window(NIGHT, at(*hhmm), TZ) is inside
+
+
+def test_window_same_day_and_all_day() -> None:
+    day = {"start": "09:00", "stop": "17:00"}
+    assert in_window(day, at(9), TZ) and not in_window(day, at(17), TZ)
+    assert in_window({"start": "00:00", "stop": "00:00"}, at(3), TZ)
+    assert in_window(None, at(3), TZ)
+    # a UTC instant is judged in the server's zone: 20:30 UTC is 22:30 at UTC+2
+    assert in_window(NIGHT, datetime(2026, 3, 8, 20, 30, tzinfo=UTC), TZ)
+
+
+def test_next_opening() -> None:
+    assert next_opening(NIGHT, at(12), TZ) == at(22)
+    assert next_opening(NIGHT, at(23), TZ) == at(23)
+    assert next_opening({"start": "06:00", "stop": "08:00"}, at(9), TZ) == at(6, day=9)
+
+
+def test_parse_hhmm_refuses_nonsense() -> None:
+    for bad in ("24:00", "7:00", "07:60", "", "noon"):
+        with pytest.raises(ValueError):
+            parse_hhmm(bad)
+
+
+def facts(**kw: object) -> SweepFacts:
+    base: dict[str, object] = {"status": SweepStatus.RUNNING, "baseline_kept": True}
+    base.update(kw)
+    return SweepFacts(**base)  # type: ignore[arg-type]
+
+
+def test_gate_rules() -> None:
+    now = at(23)
+    assert gate(facts(), now, TZ).kind is GateKind.START
+    assert gate(facts(status=SweepStatus.PAUSED), now, TZ).kind is GateKind.WAIT
+    assert gate(facts(window=NIGHT), at(12), TZ).kind is GateKind.WAIT
+    assert gate(facts(window=NIGHT), now, TZ).kind is GateKind.START
+    assert gate(facts(max_experiments=3, used=2), now, TZ).kind is GateKind.START
+    done = gate(facts(max_experiments=3, used=3), now, TZ)
+    assert done.kind is GateKind.FINISH and "max_experiments" in done.reason
+    assert gate(facts(deadline=now), now, TZ).kind is GateKind.FINISH
+    assert gate(facts(deadline=now + timedelta(seconds=1)), now, TZ).kind is GateKind.START
+    # limits finish a sweep even outside its window; the baseline runs alone
+    assert gate(facts(window=NIGHT, used=5, max_experiments=5), at(12), TZ).kind is \
+        GateKind.FINISH
+    assert gate(facts(baseline_kept=False, running=1), now, TZ).kind is GateKind.WAIT
+    assert gate(facts(baseline_kept=False, running=0), now, TZ).kind is GateKind.START
+
+
+def test_slot_env_pins_gpus() -> None:
+    assert slot_env(1, 4) == {"CUDA_VISIBLE_DEVICES": "1"}
+    assert slot_env(5, 4) == {"CUDA_VISIBLE_DEVICES": "1"}
+    assert slot_env(0, 0) == {}
+
+
+@pytest.fixture
+def setup(tmp_path: Path):  # type: ignore[no-untyped-def]
+    target = make_counting_target(tmp_path / "target", n_knobs=10)
+    store = SqlStore(open_database(tmp_path / "o.db"))
+    repo = GitRepo(target)
+    settings = SchedulerSettings(db_path=tmp_path / "o.db", slots=1, tz=TZ, grace_s=0.5)
+    clock = FakeClock(at(12))
+    factory = default_loop_factory(store, lambda s: repo, tmp_path / "work", settings)
+    return target, store, repo, SlotScheduler(store, settings, factory, clock=clock), clock
+
+
+def test_window_blocks_then_opens(setup) -> None:  # type: ignore[no-untyped-def]
+    target, store, repo, sched, clock = setup
+    create_sweep(store, repo, target, name="night", proposer="queue", window=NIGHT)
+    assert sched.run_slot(0) == 0  # noon: nothing starts
+    assert store.count_filtered(statuses=[ExperimentStatus.QUEUED]) == 1
+    clock.t = at(22, 30)
+    assert sched.run_slot(0) == 1  # the baseline
+    assert store.get_sweep("night").baseline_metric is not None
+
+
+def test_queue_fifo_within_priority_and_max_experiments(setup) -> None:  # type: ignore
+    target, store, repo, sched, clock = setup
+    sweep = create_sweep(store, repo, target, name="s", proposer="queue", max_experiments=2)
+    ids = []
+    for k, prio in ((0, 0), (1, 5), (2, 0)):
+        exp = store.add_experiment(sweep.id, Proposal(f"K{k}", knob_diff(target, k, 1)),
+                                   priority=prio)
+        ids.append(exp.id)
+    assert sched.run_slot(0) == 3  # baseline, K1 (priority 5), K0 (FIFO), then the limit
+    started = sorted((e for e in store.list_experiments(sweep.id) if e.started_at),
+                     key=lambda e: e.started_at)  # type: ignore[arg-type,return-value]
+    assert [e.id for e in started] == [1, ids[1], ids[0]]
+    assert store.get_sweep("s").status is SweepStatus.DONE
+    assert store.get_experiment(ids[2]).status is ExperimentStatus.QUEUED
+
+
+def test_proposer_sweep_runs_to_done_with_keep_reset(setup) -> None:  # type: ignore
+    target, store, repo, sched, clock = setup
+    create_sweep(store, repo, target, name="k", proposer="knobs", max_experiments=3)
+    assert sched.run_slot(0) == 4
+    sweep = store.get_sweep("k")
+    assert sweep.status is SweepStatus.DONE
+    assert repo.head(sweep.branch) == sweep.best_commit
+    kept = store.list_experiments(sweep.id, [ExperimentStatus.KEPT])
+    assert kept[-1].commit == sweep.best_commit
+
+
+def test_pause_and_failed_baseline(setup, tmp_path: Path) -> None:  # type: ignore
+    target, store, repo, sched, clock = setup
+    create_sweep(store, repo, target, name="p", proposer="queue")
+    store.set_sweep_status("p", SweepStatus.PAUSED)
+    assert sched.run_slot(0) == 0
+    store.set_sweep_status("p", SweepStatus.RUNNING)
+    (target / "train.py").write_text("raise SystemExit(3)\n")
+    init_repo(target, "broken")
+    create_sweep(store, repo, target, name="broken", proposer="knobs")
+    store.set_sweep_status("p", SweepStatus.PAUSED)
+    sched.run_slot(0)
+    assert store.get_sweep("broken").status is SweepStatus.STOPPED
+
+
+def test_scheduled_start_persists_across_restarts(setup) -> None:  # type: ignore
+    target, store, repo, sched, clock = setup
+    create_sweep(store, repo, target, name="later", proposer="queue")
+    store.set_sweep_status("later", SweepStatus.PAUSED)
+    sched.settings.slots = 0
+    sched.start()
+    when = datetime.now(UTC) + timedelta(hours=3)
+    sched.schedule_start("later", when)
+    sched.shutdown()
+    again = SlotScheduler(store, sched.settings, sched.loop_factory, clock=clock)
+    again.start()
+    try:
+        starts = again.scheduled_starts()
+        assert abs((starts["later"] - when).total_seconds()) < 1
+        again.start_now("later")
+        assert store.get_sweep("later").status is SweepStatus.RUNNING
+    finally:
+        again.shutdown()

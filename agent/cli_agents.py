@@ -1,3 +1,48 @@
-"""`overnight mcp`, `overnight tools`, `overnight agent-instructions`. Owned by the proposer work."""
+"""`overnight mcp`, `overnight tools`, `overnight agent-instructions`: coding-agent entry points.
+
+Registers its commands on `agent.cli.app` when imported (agent.cli imports this module).
+"""
 
 from __future__ import annotations
+
+import json
+import logging
+import sys
+from typing import Annotated
+
+import typer
+
+from agent.cli import DbOpt, _db, _store, app, fail
+
+
+@app.command("mcp")
+def mcp_command(db: DbOpt = None) -> None:
+    """Serve the agent tools over MCP stdio (for Claude Code, Codex and other MCP clients)."""
+    from agent.mcp_server import serve_stdio
+
+    # stdout is the protocol channel: everything else goes to stderr.
+    logging.getLogger().setLevel(logging.WARNING)
+    serve_stdio(str(_db(db)))
+
+
+@app.command("tools")
+def tools_command(
+    format: Annotated[str, typer.Option("--format", help="openai | anthropic")] = "openai",
+) -> None:
+    """Print the agent tools as JSON function-calling schemas."""
+    from agent.mcp_server import tool_schemas
+
+    if format not in ("openai", "anthropic"):
+        fail(f"--format must be openai or anthropic, got {format!r}")
+    sys.stdout.write(json.dumps(tool_schemas(format), indent=2) + "\n")
+
+
+@app.command("agent-instructions")
+def agent_instructions_command(
+    sweep: Annotated[str, typer.Option(help="sweep name")],
+    db: DbOpt = None,
+) -> None:
+    """Print a program.md-style brief telling a coding agent how to run the loop via the tools."""
+    from agent.mcp_tools import AgentTools, agent_instructions
+
+    sys.stdout.write(agent_instructions(AgentTools(_store(db)), sweep))

@@ -1,0 +1,358 @@
+"""The coding-agent tools (MCP over stdio and HTTP, JSON function schemas) over Store and Repo.
+
+Each tool is a plain method with typed arguments and a pydantic result, so the MCP server,
+`overnight tools` and tests share one definition. Proposals go through the same admission as
+the API (`agent.sweeps.submit`, nothing written when refused); execution belongs to whichever
+service runs the database's queue. Imports no MCP, no HTTP.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import BaseModel, Field
+
+from agent.config import TargetConfig
+from agent.domain import Experiment, ExperimentStatus, Finish, Proposal, Sweep
+from agent.errors import AdmissionError, ConflictError
+from agent.ports import Repo, Store
+from agent.report import experiment_row, fmt_delta, fmt_metric, results_tsv
+from agent.sweeps import submit
+
+logger = logging.getLogger(__name__)
+MAX_WAIT_S = 3600.0
+POLL_S = 0.5
+LOG_TAIL_LINES = 40
+COUNTED = tuple(s for s in ExperimentStatus
+                if s not in (ExperimentStatus.CANCELLED, ExperimentStatus.INTERRUPTED))
+
+SweepArg = Annotated[str, Field(description="sweep name, e.g. 'nov29'")]
+IdArg = Annotated[int, Field(description="experiment id returned by propose_experiment")]
+
+# One line each, as an LLM reads them in a tool list.
+DESCRIPTIONS = {
+    "get_target": "Read the sweep's rules: program.md, editable/protected files, metric, "
+                  "direction, time budget and how many experiments are left.",
+    "get_best": "Get the current best metric and commit, and the full current content of the "
+                "editable file(s) that your next diff must apply to.",
+    "propose_experiment": "Queue one experiment: a one-line description and a unified diff "
+                          "against the current best files; refused at once with the reason.",
+    "wait_for_experiment": "Block until an experiment finishes (or timeout_s passes); returns "
+                           "status, metric, delta vs best, crash class and the log tail.",
+    "list_experiments": "List the sweep's experiments, newest first (optionally one status).",
+    "get_results_table": "The sweep's results as autoresearch's results.tsv, with baseline and "
+                         "best on top.",
+    "get_log": "The last lines of an experiment's training log (read it after a crash).",
+    "cancel_experiment": "Cancel a queued experiment, or ask a running one to stop.",
+}
+
+
+class TargetInfo(BaseModel):
+    sweep: str
+    status: str
+    proposer: str
+    target_path: str
+    branch: str
+    editable: list[str]
+    protected: list[str]
+    metric: str
+    direction: str
+    budget_s: float
+    timeout_s: float
+    max_experiments: int | None
+    experiments_done: int
+    experiments_left: int | None
+    deadline: str | None
+    program: str
+
+
+class BestInfo(BaseModel):
+    sweep: str
+    metric: str
+    direction: str
+    baseline_metric: float | None
+    best_metric: float | None
+    best_commit: str | None
+    best_experiment_id: int | None
+    head_commit: str
+    files: dict[str, str]
+
+
+class Proposed(BaseModel):
+    id: int
+    status: str
+    queued_ahead: int
+    message: str
+
+
+class ExperimentResult(BaseModel):
+    id: int
+    sweep: str
+    status: str
+    finished: bool
+    description: str
+    metric: float | None
+    best_before: float | None
+    delta: float | None
+    improved: bool
+    best_metric: float | None
+    crash_kind: str | None
+    reason: str | None
+    log_tail: str | None
+    commit: str | None
+    parent_id: int | None
+    waited_s: float
+
+
+class ExperimentRow(BaseModel):
+    id: int
+    status: str
+    crash_kind: str | None
+    metric: float | None
+    delta: float | None
+    commit: str | None
+    memory_gb: float
+    training_seconds: Any
+    description: str
+    parent_id: int | None
+    reason: str | None
+
+
+class ExperimentList(BaseModel):
+    sweep: str
+    count: int
+    data: list[ExperimentRow]
+
+
+class LogTail(BaseModel):
+    id: int
+    status: str
+    lines: int
+    text: str
+
+
+class Cancelled(BaseModel):
+    id: int
+    status: str
+    pending: bool
+    message: str
+
+
+Canceller = Callable[[int], tuple[Experiment, bool]]
+
+
+class AgentTools:
+    """Tool implementations. `repo_for` gives a sweep's Repo; `canceller` (the service's
+    `Services.cancel`) can also stop running experiments; without it only queued ones."""
+
+    def __init__(self, store: Store, repo_for: Callable[[Sweep], Repo] | None = None,
+                 canceller: Canceller | None = None) -> None:
+        self.store = store
+        self.repo_for = repo_for or _git_repo
+        self.canceller = canceller or self._cancel_queued
+
+    # --- reading --------------------------------------------------------------------------
+    def get_target(self, sweep: SweepArg) -> TargetInfo:
+        s = self.store.get_sweep(sweep)
+        config = TargetConfig.from_dict(s.config)
+        done = self.store.count_experiments(s.id, COUNTED) - 1
+        program = Path(s.target_path) / "program.md"
+        return TargetInfo(
+            sweep=s.name, status=s.status.value, proposer=s.proposer, target_path=s.target_path,
+            branch=s.branch, editable=list(config.editable), protected=list(config.protected),
+            metric=config.metric, direction=config.direction, budget_s=config.budget_s,
+            timeout_s=config.timeout_s, max_experiments=s.max_experiments,
+            experiments_done=max(done, 0),
+            experiments_left=None if s.max_experiments is None else max(
+                s.max_experiments - max(done, 0), 0),
+            deadline=s.deadline.isoformat() if s.deadline else None,
+            program=program.read_text(encoding="utf-8") if program.is_file() else "")
+
+    def get_best(self, sweep: SweepArg) -> BestInfo:
+        s = self.store.get_sweep(sweep)
+        repo = self.repo_for(s)
+        head = repo.head(s.branch)
+        config = TargetConfig.from_dict(s.config)
+        return BestInfo(sweep=s.name, metric=s.metric, direction=s.direction.value,
+                        baseline_metric=s.baseline_metric, best_metric=s.best_metric,
+                        best_commit=(s.best_commit or "")[:7] or None,
+                        best_experiment_id=s.best_experiment_id, head_commit=head[:7],
+                        files={p: repo.read_file(head, p) for p in config.editable})
+
+    def list_experiments(
+        self, sweep: SweepArg,
+        status: Annotated[str | None, Field(description="only this status: queued, running, "
+                                            "kept, discarded, crashed, timeout, rejected, "
+                                            "cancelled")] = None,
+        limit: Annotated[int, Field(ge=1, le=500, description="at most this many")] = 50,
+    ) -> ExperimentList:
+        s = self.store.get_sweep(sweep)
+        statuses = [_status(status)] if status else None
+        exps = self.store.list_experiments(s.id, statuses, limit=limit, newest_first=True)
+        return ExperimentList(sweep=s.name, count=len(exps),
+                              data=[ExperimentRow(**experiment_row(e)) for e in exps])
+
+    def get_results_table(self, sweep: SweepArg) -> str:
+        s = self.store.get_sweep(sweep)
+        exps = self.store.list_experiments(s.id)
+        queued = sum(e.status is ExperimentStatus.QUEUED for e in exps)
+        running = sum(e.status is ExperimentStatus.RUNNING for e in exps)
+        head = (f"# sweep {s.name} ({s.status.value}): {s.metric} {s.direction.value}, "
+                f"baseline {fmt_metric(s.baseline_metric)}, best {fmt_metric(s.best_metric)}"
+                f" ({(s.best_commit or '')[:7] or '-'}); {running} running, {queued} queued\n")
+        return head + results_tsv(s, exps)
+
+    def get_log(self, id: IdArg,
+                tail: Annotated[int, Field(ge=1, le=2000, description="lines")] = 100) -> LogTail:
+        exp = self.store.get_experiment(id)
+        text = ""
+        if exp.log_path and Path(exp.log_path).is_file():
+            text = Path(exp.log_path).read_text(encoding="utf-8", errors="replace")
+        text = text or exp.log_tail or exp.reason or ""
+        lines = text.splitlines()[-tail:]
+        return LogTail(id=exp.id, status=exp.status.value, lines=len(lines), text="\n".join(lines))
+
+    # --- acting ---------------------------------------------------------------------------
+    def propose_experiment(
+        self, sweep: SweepArg,
+        description: Annotated[str, Field(description="one line: what changes and why")],
+        diff: Annotated[str, Field(description="unified diff (--- a/train.py, +++ b/train.py, "
+                                   "@@ hunks) against the current best files from get_best")],
+    ) -> Proposed:
+        s = self.store.get_sweep(sweep)
+        if s.status.is_finished():
+            raise ConflictError(f"sweep {s.name} is {s.status.value}; it takes no more "
+                                "experiments")
+        done = self.store.count_experiments(s.id, COUNTED) - 1
+        if s.max_experiments is not None and done >= s.max_experiments:
+            raise ConflictError(f"sweep {s.name} reached max_experiments={s.max_experiments}")
+        proposal = Proposal(description=description, diff=diff, proposer="agent")
+        try:
+            exp = submit(self.store, self.repo_for(s), s, proposal, record_rejection=False)
+        except AdmissionError as exc:
+            raise AdmissionError(exc.code, f"rejected ({exc.code}): {exc.message}",
+                                 exc.status_hint) from None
+        ahead = sum(1 for e in self.store.list_experiments(
+            s.id, [ExperimentStatus.QUEUED, ExperimentStatus.RUNNING]) if e.id < exp.id)
+        return Proposed(id=exp.id, status=exp.status.value, queued_ahead=ahead,
+                        message=f"queued as experiment {exp.id}; call wait_for_experiment("
+                        f"{exp.id}) for the result")
+
+    def experiment_result(self, id: int, waited_s: float = 0.0) -> ExperimentResult:
+        exp = self.store.get_experiment(id)
+        s = self.store.get_sweep_by_id(exp.sweep_id)
+        crashed = exp.status in (ExperimentStatus.CRASHED, ExperimentStatus.TIMEOUT)
+        tail = "\n".join((exp.log_tail or "").splitlines()[-LOG_TAIL_LINES:]) if crashed else None
+        return ExperimentResult(
+            id=exp.id, sweep=s.name, status=exp.status.value, finished=exp.status.is_finished(),
+            description=exp.description, metric=exp.metric, best_before=exp.best_before,
+            delta=exp.delta, improved=exp.status is ExperimentStatus.KEPT,
+            best_metric=s.best_metric, crash_kind=exp.crash_kind.value if exp.crash_kind else None,
+            reason=exp.reason, log_tail=tail, commit=(exp.commit or "")[:7] or None,
+            parent_id=exp.parent_id, waited_s=round(waited_s, 1))
+
+    def wait_for_experiment(
+        self, id: IdArg,
+        timeout_s: Annotated[float, Field(ge=0, le=MAX_WAIT_S, description="seconds to wait at "
+                                          "most; call again if it is still running")] = 600,
+    ) -> ExperimentResult:
+        """Blocking version (the MCP server polls asynchronously with the same reads)."""
+        start = time.monotonic()
+        while True:
+            result = self.experiment_result(id, time.monotonic() - start)
+            if result.finished or time.monotonic() - start >= timeout_s:
+                return result
+            time.sleep(POLL_S)
+
+    def cancel_experiment(self, id: IdArg) -> Cancelled:
+        exp, pending = self.canceller(id)
+        message = (f"experiment {exp.id} was asked to stop; it will be recorded cancelled"
+                   if pending else f"experiment {exp.id} is {exp.status.value}")
+        return Cancelled(id=exp.id, status=exp.status.value, pending=pending, message=message)
+
+    def _cancel_queued(self, experiment_id: int) -> tuple[Experiment, bool]:
+        exp = self.store.get_experiment(experiment_id)
+        if exp.status.is_finished():
+            raise ConflictError(f"experiment {exp.id} is already {exp.status.value}")
+        if exp.status is ExperimentStatus.QUEUED and self.store.claim(exp.id) is not None:
+            return self.store.finish(exp.id, Finish(ExperimentStatus.CANCELLED,
+                                                    reason="cancelled by the agent")), False
+        raise ConflictError(f"experiment {exp.id} is running in the service; stop it through "
+                            "the service (HTTP API or its /mcp endpoint)")
+
+
+TOOL_NAMES = tuple(DESCRIPTIONS)
+
+
+def _status(value: str) -> ExperimentStatus:
+    try:
+        return ExperimentStatus(value)
+    except ValueError:
+        names = ", ".join(s.value for s in ExperimentStatus)
+        raise AdmissionError("bad_status", f"unknown status {value!r} (one of {names})") from None
+
+
+def _git_repo(sweep: Sweep) -> Repo:
+    from agent.gitrepo import GitRepo
+
+    return GitRepo(sweep.target_path)
+
+
+def summary_line(result: ExperimentResult) -> str:
+    """One line for a transcript or a log: id, status, metric, delta."""
+    return (f"#{result.id} {result.status} {fmt_metric(result.metric)} "
+            f"{fmt_delta(result.delta)} {result.crash_kind or ''}").strip()
+
+
+def agent_instructions(tools: AgentTools, sweep: str) -> str:
+    """A program.md-style brief telling a coding agent how to run the loop through the tools."""
+    t = tools.get_target(sweep)
+    better = "lower" if t.direction == "minimize" else "higher"
+    limit = (f"{t.experiments_left} of {t.max_experiments} experiments are left"
+             if t.max_experiments is not None else "the sweep has no experiment limit")
+    if t.deadline:
+        limit += f"; the deadline is {t.deadline}"
+    files = ", ".join(t.editable)
+    text = f"""# Research loop for sweep `{t.sweep}` (driven through the overnight tools)
+
+You are an autonomous researcher. The overnight service owns the git state, the time budget
+and the records: you only propose changes and read results, through these tools
+(MCP server `overnight`): get_target, get_best, propose_experiment, wait_for_experiment,
+get_log, list_experiments, get_results_table, cancel_experiment.
+
+## The setting
+
+- Metric: `{t.metric}`, {better} is better. A change is kept only if it improves the best;
+  otherwise the service resets it. Equal is not better.
+- Every run trains for {t.budget_s:g} s of wall clock (killed at {t.timeout_s:g} s), so a
+  faster change that sees more data can win.
+- You may change only: {files}. Never try to change {', '.join(t.protected) or 'the harness'}:
+  such proposals are refused.
+- Limits: {limit}. The service stops the sweep there.
+
+## The loop (never stop on your own; only the sweep's limits end it)
+
+1. `get_best("{t.sweep}")`: the current best file(s). Every diff must apply to exactly these.
+2. Think of ONE idea. Write a one-line description and a unified diff
+   (`--- a/{t.editable[0]}`, `+++ b/{t.editable[0]}`, `@@` hunks) against those files.
+3. `propose_experiment("{t.sweep}", description, diff)`. If it is refused, read the reason
+   (diff does not apply, duplicate, protected file...), fix the proposal and try again.
+4. `wait_for_experiment(id)`; if it returns still running, call it again.
+5. Read the result: kept (now the new best: fetch get_best again before the next diff),
+   discarded (worse or equal), crashed or timeout.
+6. On a crash call `get_log(id)`. A trivial bug (typo, missing import, wrong shape): fix it
+   and propose the corrected diff again. A fundamental failure (out of memory, NaN, diverging
+   loss): log it mentally and move on to another idea. Timeouts mean the change is too slow.
+7. `get_results_table("{t.sweep}")` now and then to see what was tried; do not repeat it.
+8. Go back to 1.
+
+Prefer small, simple changes; a tiny gain bought with a lot of ugly code is not worth it.
+Seed noise is of the order of many small "wins": treat a keep as evidence, not proof.
+"""
+    if t.program.strip():
+        text += f"\n## The target's program.md\n\n{t.program.strip()}\n"
+    return text

@@ -4,6 +4,7 @@ and a Chromium launcher that fails loudly under CI when the browser is missing."
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import socket
 import threading
@@ -11,13 +12,14 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from agent.config import load_config
-from agent.domain import Experiment, Proposal, Sweep
+from agent.domain import CrashKind, Experiment, ExperimentStatus, Finish, Proposal, Sweep, utcnow
 from agent.gitrepo import GitRepo, init_repo
 from agent.loop import Loop, LoopSettings
 from agent.ports import ProposalContext
@@ -26,6 +28,7 @@ from agent.sweeps import create_sweep, submit
 from agent.wiring import SubprocessRunner
 from db.engine import open_database
 from db.store import SqlStore
+from runner.summary import ProgressPoint
 
 FAKE_TARGET = Path(__file__).resolve().parent / "fixtures" / "fake_target"
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -149,6 +152,74 @@ def fill_sweep(root: Path, name: str = "night", experiments: int = 8, seed: int 
     )  # type: ignore[arg-type]
     loop.run_sweep(name)
     return Filled(db, target, work, store, repo, store.get_sweep(name))
+
+
+LOG = "\n".join(f"step {i} | loss {5 / i:.4f} | elapsed {i * 0.5:.2f}s" for i in range(1, 41))
+
+
+def fill_direct(root: Path, n: int, seed: int = 1, name: str = "bench") -> str:
+    """A sweep of `n` finished experiments written straight through the store (fast): kept,
+    discarded and crashed rows with diffs, summaries, log tails and loss points."""
+    target = make_target(root)
+    store = SqlStore(open_database(root / f"{name}.db"))
+    repo = GitRepo(target)
+    sweep = create_sweep(
+        store, repo, target, name=name, config=load_config(target), max_experiments=n
+    )
+    head = repo.head(sweep.branch)
+    rng = random.Random(seed)
+    best = 1.3
+    base = store.list_experiments(sweep.id)[0]
+    store.claim(base.id)
+    store.finish(base.id, Finish(ExperimentStatus.KEPT, metric=best, summary={}), keep_commit=head)
+    start = utcnow() - timedelta(hours=n / 12)
+    for i in range(1, n):
+        diff = (
+            "--- a/train.py\n+++ b/train.py\n@@ -9,3 +9,3 @@\n"
+            f" from prepare import score\n-LR = 0.01\n+LR = {0.01 + i * 1e-5:.5f}\n WIDTH = 64\n"
+        )
+        exp = store.add_experiment(sweep.id, Proposal(f"LR tweak number {i}", diff, "knobs"))
+        store.claim(exp.id)
+        t0 = start + timedelta(minutes=5 * i)
+        store.mark_started(
+            exp.id, commit=head, ref=f"refs/overnight/{name}/{exp.id}", run_started_at=t0
+        )
+        store.add_loss_points(exp.id, [ProgressPoint(s, 5 / s, s * 0.5) for s in range(1, 21)])
+        roll = rng.random()
+        common = dict(log_tail=LOG, run_started_at=t0, run_ended_at=t0 + timedelta(minutes=5))
+        if roll < 0.08:
+            store.finish(
+                exp.id,
+                Finish(ExperimentStatus.CRASHED, CrashKind.FUNDAMENTAL, "out of memory", **common),
+            )
+            continue
+        metric = best + rng.gauss(0.006, 0.005)
+        summary = {"val_bpb": metric, "training_seconds": 300.1, "peak_memory_mb": 45060.2}
+        if metric < best:
+            store.finish(
+                exp.id,
+                Finish(
+                    ExperimentStatus.KEPT,
+                    metric=metric,
+                    best_before=best,
+                    summary=summary,
+                    **common,
+                ),
+                keep_commit=head,
+            )
+            best = metric
+        else:
+            store.finish(
+                exp.id,
+                Finish(
+                    ExperimentStatus.DISCARDED,
+                    metric=metric,
+                    best_before=best,
+                    summary=summary,
+                    **common,
+                ),
+            )
+    return sweep.name
 
 
 def free_port() -> int:

@@ -22,6 +22,7 @@ from runner.summary import parse_progress
 
 from .diffview import diff_stats, parse_diff
 from .plot import loss_svg, progress_svg
+from .queries import list_brief
 
 logger = logging.getLogger(__name__)
 S = ExperimentStatus
@@ -110,7 +111,7 @@ def overview(store: Any) -> list[dict[str, Any]]:
 
 # --- sweep page ----------------------------------------------------------------------------
 def sweep_page(store: Any, sweep: Sweep, status: str, page: int) -> dict[str, Any]:
-    exps: list[Experiment] = store.list_experiments(sweep.id)
+    exps = list_brief(store, sweep.id)
     wanted = FILTERS.get(status, ())
     rows = [e for e in reversed(exps) if not wanted or e.status in wanted]
     pages = max(1, math.ceil(len(rows) / PAGE_SIZE))
@@ -210,7 +211,7 @@ def live_run(store: Any, sweep: Sweep, e: Experiment, with_points: bool = True) 
 # --- experiment page -----------------------------------------------------------------------
 def experiment_page(store: Any, e: Experiment) -> dict[str, Any]:
     sweep = store.get_sweep_by_id(e.sweep_id)
-    siblings: list[Experiment] = store.list_experiments(e.sweep_id)
+    siblings = list_brief(store, e.sweep_id)
     ids = [x.id for x in siblings]
     i = ids.index(e.id) if e.id in ids else -1
     points = [(p.step, p.loss) for p in store.loss_points(e.id)]

@@ -1,0 +1,247 @@
+"""Dashboard pages over HTTP (TestClient on the real app) and its pure helpers (diff, SVG)."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from browser_helpers import Filled, fill_direct, fill_sweep, make_app
+from fastapi.testclient import TestClient
+
+from agent.domain import Experiment, ExperimentStatus, Proposal, utcnow
+from api.dashboard.diffview import diff_stats, parse_diff
+from api.dashboard.plot import loss_svg, progress_svg
+from api.dashboard.views import PAGE_SIZE
+
+TOKEN = "t" * 24
+
+
+@pytest.fixture(scope="module")
+def filled(tmp_path_factory: pytest.TempPathFactory) -> Filled:
+    return fill_sweep(tmp_path_factory.mktemp("dash"))
+
+
+@pytest.fixture(scope="module")
+def client(filled: Filled) -> TestClient:
+    with TestClient(make_app(filled.db)) as c:
+        yield c
+
+
+def _by_status(filled: Filled) -> dict[str, list[Experiment]]:
+    out: dict[str, list[Experiment]] = {}
+    for e in filled.store.list_experiments(filled.sweep.id):
+        out.setdefault(e.status.value, []).append(e)
+    return out
+
+
+# --- pages on a sweep filled by the real loop -------------------------------------------------
+def test_overview_row(client: TestClient, filled: Filled) -> None:
+    html = client.get("/").text
+    assert '<a href="/ui/sweeps/night">night</a>' in html
+    row = html.split('<a href="/ui/sweeps/night">')[1].split("</tr>")[0]
+    s = filled.store.get_sweep("night")
+    assert f"{s.baseline_metric:.6f}" in row and f"{s.best_metric:.6f}" in row
+    assert "done" in row and "8 / 8" in row
+    assert client.get("/ui/").status_code == 200
+
+
+def test_sweep_page_plot_table_stack(client: TestClient, filled: Filled) -> None:
+    html = client.get("/ui/sweeps/night").text
+    by = _by_status(filled)
+    for status in ("kept", "discarded", "crashed", "timeout"):
+        assert html.count(f'class="pt {status}"') == len(by[status]), status
+    assert '<path class="best"' in html  # the running-best step line
+    crashed = by["crashed"][0]
+    assert f'href="/ui/experiments/{crashed.id}#diff"' in html
+    # Table: newest first, every run listed with a link.
+    ids = [int(m) for m in re.findall(r'<td class="num"><a href="/ui/experiments/(\d+)">', html)]
+    assert ids == sorted(ids, reverse=True) and len(ids) == sum(len(v) for v in by.values())
+    # Kept stack: baseline → best in order; the best file is shown with a download link.
+    stack = html.split('<ol class="stack">')[1].split("</ol>")[0]
+    kept_ids = [int(m) for m in re.findall(r'<summary><a href="/ui/experiments/(\d+)">', stack)]
+    assert kept_ids == [e.id for e in by["kept"]]
+    assert 'href="/ui/sweeps/night/best/train.py" download' in html
+
+
+def test_status_filter_and_unknown_filter(client: TestClient, filled: Filled) -> None:
+    html = client.get("/ui/sweeps/night?status=crashed").text
+    body = html.split('id="experiments"')[1].split("</table>")[0]
+    assert body.count("<tr class=") == 2 and "r-crashed" in body and "r-timeout" in body
+    assert client.get("/ui/sweeps/night?status=bogus").status_code == 200  # falls back to all
+
+
+def test_experiment_page(client: TestClient, filled: Filled) -> None:
+    e = next(x for x in _by_status(filled)["kept"] if not x.is_baseline)
+    html = client.get(f"/ui/experiments/{e.id}").text
+    assert 'class="d-add"' in html and 'class="d-del"' in html
+    assert f"refs/overnight/night/{e.id}" in html and "git -C" in html
+    assert "val_bpb" in html and 'class="loss"' in html
+    assert "step 3 | loss" in html  # log tail
+    assert f'href="/ui/experiments/{e.id}/log.txt" download' in html
+    log = client.get(f"/ui/experiments/{e.id}/log.txt")
+    assert log.status_code == 200 and "---" in log.text
+    assert "attachment" in log.headers["content-disposition"]
+
+
+def test_crashed_experiment_page(client: TestClient, filled: Filled) -> None:
+    e = _by_status(filled)["crashed"][0]
+    html = client.get(f"/ui/experiments/{e.id}").text
+    assert "fundamental" in html and "MemoryError" in html and "reason-box" in html
+
+
+def test_best_file_download_matches_git(client: TestClient, filled: Filled) -> None:
+    s = filled.store.get_sweep("night")
+    r = client.get("/ui/sweeps/night/best/train.py")
+    assert r.status_code == 200 and r.text == filled.repo.read_file(s.best_commit, "train.py")
+    assert client.get("/ui/sweeps/night/best/prepare.py").status_code == 404
+
+
+def test_not_found(client: TestClient) -> None:
+    assert client.get("/ui/sweeps/nope").status_code == 404
+    assert client.get("/ui/experiments/99999").status_code == 404
+    assert client.get("/ui/static/../routes.py").status_code == 404
+    assert (
+        client.get("/ui/static/dashboard.js").headers["content-type"].startswith("text/javascript")
+    )
+
+
+def test_api_routes_not_shadowed(client: TestClient) -> None:
+    """The JSON API keeps /sweeps/{name} and /experiments/{id}; the pages live under /ui."""
+    r = client.get("/sweeps/night")
+    if r.status_code != 404:  # the service's routes are present
+        assert r.headers["content-type"].startswith("application/json")
+
+
+def test_live_endpoint_reads_the_growing_log(client: TestClient, filled: Filled) -> None:
+    sweep = filled.store.get_sweep("night")
+    exp = filled.store.add_experiment(sweep.id, Proposal("hand-made running row", ""))
+    filled.store.claim(exp.id)
+    log = filled.work / "manual.log"
+    log.write_text("step 1 | loss 4.0 | elapsed 0.5s\nstep 2 | loss 3.0 | elapsed 1.0s\n")
+    filled.store.mark_started(
+        exp.id, log_path=str(log), run_started_at=utcnow() - timedelta(seconds=2)
+    )
+    try:
+        data = client.get("/ui/sweeps/night/live").json()
+        (run,) = data["running"]
+        assert run["id"] == exp.id and "step 2" in run["log"] and run["last_loss"] == 3.0
+        assert run["elapsed_s"] >= 2 and "<polyline" in run["loss_svg"]
+        with log.open("a") as fh:
+            fh.write("step 3 | loss 2.5 | elapsed 1.5s\n")
+        assert "step 3" in client.get(f"/ui/experiments/{exp.id}/tail").json()["log"]
+        page = client.get("/ui/sweeps/night").text
+        assert f'data-exp="{exp.id}"' in page and "hand-made running row" in page
+    finally:
+        from agent.domain import Finish
+
+        filled.store.finish(exp.id, Finish(ExperimentStatus.CANCELLED, reason="test"))
+    assert client.get("/ui/sweeps/night/live").json()["running"] == []
+
+
+# --- pagination and speed on a big sweep ----------------------------------------------------
+def test_pagination(tmp_path: Path) -> None:
+    name = fill_direct(tmp_path, 2 * PAGE_SIZE + 7, name="big")
+    with TestClient(make_app(tmp_path / "big.db")) as c:
+        first = c.get(f"/ui/sweeps/{name}").text
+        assert "page 1 of 3" in first and 'rel="next"' in first and 'rel="prev"' not in first
+        last = c.get(f"/ui/sweeps/{name}?page=3").text
+        rows = last.split('id="experiments"')[1].split("</table>")[0].count("<tr class=")
+        assert rows == 7 and 'rel="prev"' in last
+        assert "page 3 of 3" in c.get(f"/ui/sweeps/{name}?page=99").text
+
+
+# --- auth -----------------------------------------------------------------------------------
+def test_pages_need_the_token_when_reads_are_protected(filled: Filled) -> None:
+    with TestClient(make_app(filled.db, token=TOKEN)) as c:
+        r = c.get("/ui/sweeps/night", follow_redirects=False)
+        assert r.status_code == 303
+        assert r.headers["location"] == "/ui/login?next=/ui/sweeps/night"
+        assert c.get("/ui/sweeps/night/live").status_code == 401
+        form = c.get("/ui/login?next=/ui/sweeps/night")
+        assert form.status_code == 200 and 'action="/login"' in form.text
+        ok = c.get("/ui/sweeps/night", headers={"Authorization": f"Bearer {TOKEN}"})
+        assert ok.status_code == 200
+        c.cookies.set("overnight_token", TOKEN)
+        assert c.get("/").status_code == 200
+
+
+# --- pure helpers ---------------------------------------------------------------------------
+DIFF = """\
+--- a/train.py
++++ b/train.py
+@@ -9,3 +9,3 @@
+ from prepare import score
+-LR = 0.01
++LR = 0.02
+ WIDTH = 64
+--- a/other.py
++++ b/other.py
+@@ -1,2 +1,3 @@
+ a = 1
++--- not a header
+ b = 2
+"""
+
+
+def test_parse_diff_kinds_and_line_numbers() -> None:
+    lines = parse_diff(DIFF)
+    kinds = [x.kind for x in lines]
+    assert kinds == [
+        "file",
+        "file",
+        "hunk",
+        "ctx",
+        "del",
+        "add",
+        "ctx",
+        "file",
+        "file",
+        "hunk",
+        "ctx",
+        "add",
+        "ctx",
+    ]
+    assert (lines[4].old_no, lines[5].new_no, lines[6].old_no, lines[6].new_no) == (10, 10, 11, 11)
+    assert lines[11].text == "+--- not a header"
+    assert diff_stats(DIFF) == (2, 1)
+    assert parse_diff("") == [] and parse_diff("garbage\n@@ bad @@\n+x")[-1].kind == "add"
+
+
+def _exp(
+    i: int, status: str, metric: float | None, best: float | None, desc: str = "d"
+) -> Experiment:
+    return Experiment(
+        id=i,
+        sweep_id=1,
+        status=ExperimentStatus(status),
+        description=desc,
+        diff="",
+        proposer="knobs",
+        metric=metric,
+        best_before=best,
+    )
+
+
+def test_progress_svg_marks_clipping_and_escaping() -> None:
+    exps = [
+        _exp(1, "kept", 1.0, None),
+        _exp(2, "discarded", 1.1, 1.0),
+        _exp(3, "crashed", None, 1.0, "<script>alert(1)</script>"),
+        _exp(4, "kept", 0.9, 1.0),
+        _exp(5, "discarded", 50.0, 0.9),  # a wild outlier
+        _exp(6, "queued", None, None),
+        _exp(7, "rejected", None, None),
+    ]
+    svg = str(progress_svg(exps, "val_bpb", 1.0))
+    assert svg.count('class="pt ') == 5  # queued and rejected are not runs
+    assert "<script>" not in svg and "&lt;script&gt;" in svg
+    assert 'data-n="5"' in svg and "l5,9h-10z" in svg  # the outlier is a clipped triangle
+    assert "delta -0.100000" in svg
+    assert "No finished runs" in str(progress_svg([], "val_bpb", None))
+
+
+def test_loss_svg() -> None:
+    assert "<polyline" in str(loss_svg([(1, 5.0), (2, 2.5), (3, float("nan"))]))
+    assert "No loss points" in str(loss_svg([(1, 5.0)]))

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import socket
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -50,10 +52,32 @@ def serve(
         fail(str(exc))
         return
     logging.getLogger().setLevel(log_level.upper())
-    console.print(f"overnight serve: db {db_path}, {slots} slot(s), "
-                  f"auth {'off' if no_auth else 'on'}, http://{host}:{port}/")
     try:
-        uvicorn.run(create_app(settings, lock=lock), host=host, port=port, workers=1,
-                    log_level=log_level, timeout_graceful_shutdown=settings.grace_s + 15)
+        sock = _bind(host, port)
+    except OSError as exc:
+        lock.release()
+        fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}")
+        return
+    bound = sock.getsockname()[1]
+    url_host = f"[{host}]" if ":" in host else host
+    console.print(f"overnight serve: db {db_path}, {slots} slot(s), auth "
+                  f"{'off' if no_auth else 'on'}, listening on http://{url_host}:{bound}/",
+                  soft_wrap=True)
+    sys.stdout.flush()
+    config = uvicorn.Config(create_app(settings, lock=lock), host=host, port=bound, workers=1,
+                            log_level=log_level, timeout_graceful_shutdown=int(settings.grace_s)
+                            + 15)
+    try:
+        uvicorn.Server(config).run(sockets=[sock])
     finally:
         lock.release()
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    """Bind before uvicorn starts so `--port 0` can be reported and a busy port fails early."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.set_inheritable(True)
+    return sock

@@ -142,10 +142,19 @@ class ServerProcess:
             if self.proc.poll() is not None:
                 raise AssertionError(f"server exited with {self.proc.returncode}:\n{self.tail()}")
             text = self.log_path.read_text(errors="replace")[offset:]
-            m = re.search(r"Uvicorn running on (http://127\.0\.0\.1:\d+)", text)
+            m = re.search(r"listening on (http://127\.0\.0\.1:\d+)", text)
             return m.group(1) if m else None
 
-        self.url = wait_for(started, timeout_s, "the server to listen", poll_s=0.05)
+        self.url = wait_for(started, timeout_s, "the server to bind", poll_s=0.05)
+
+        def healthy() -> bool:
+            started()  # raises if the server died during start-up (recovery, lock)
+            try:
+                return httpx.get(f"{self.url}/health", timeout=5).status_code == 200
+            except httpx.TransportError:
+                return False
+
+        wait_for(healthy, timeout_s, "the server to answer /health", poll_s=0.05)
         return self
 
     def client(self, **kw: Any) -> httpx.Client:
@@ -168,3 +177,129 @@ class ServerProcess:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             return self.proc.wait(10)
+
+
+# --- the kill -9 scenario (used by tests/test_service_server.py and benchmarks/api_kill9.py) ---
+FINISHED_RUNS = ("kept", "discarded", "crashed", "timeout")
+
+
+def all_experiments(client: httpx.Client) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    cursor = None
+    while True:
+        params: dict[str, Any] = {"limit": 200, **({"cursor": cursor} if cursor else {})}
+        page = client.get("/experiments", params=params).json()
+        out += page["data"]
+        cursor = page["next_cursor"]
+        if not cursor:
+            return out
+
+
+def idle(client: httpx.Client) -> bool:
+    page = client.get("/experiments", params=[("status", "queued"), ("status", "running"),
+                                              ("limit", 1)]).json()
+    return page["count"] == 0
+
+
+def check_invariants(exps: list[dict[str, Any]], runs: list[int], before: dict[int, Any],
+                     branch_head: str, best_commit: str | None) -> list[str]:
+    """Everything a kill -9 must not break; returns the problems found (empty: all good)."""
+    problems = []
+    counts: dict[int, int] = {}
+    for r in runs:
+        counts[r] = counts.get(r, 0) + 1
+    by_id = {e["id"]: e for e in exps}
+    problems += [f"experiment {i} ran {n} times" for i, n in counts.items() if n > 1]
+    for e in exps:
+        if e["status"] in FINISHED_RUNS and counts.get(e["id"], 0) != 1:
+            problems.append(f"finished experiment {e['id']} has {counts.get(e['id'], 0)} runs")
+        if e["status"] in ("queued", "running"):
+            problems.append(f"experiment {e['id']} still {e['status']}")
+        retry_of = (e.get("meta") or {}).get("retry_of")
+        if retry_of is not None and by_id.get(retry_of, {}).get("status") != "interrupted":
+            problems.append(f"retry {e['id']} of a non-interrupted experiment {retry_of}")
+    retried = {(e.get("meta") or {}).get("retry_of") for e in exps}
+    for e in exps:
+        if e["status"] == "interrupted" and e["id"] not in retried \
+                and not (e.get("meta") or {}).get("retry_of"):
+            problems.append(f"interrupted experiment {e['id']} was not re-queued")
+    for exp_id, (status, metric) in before.items():
+        now = by_id.get(exp_id)
+        if now is None or (now["status"], now["metric"]) != (status, metric):
+            problems.append(f"finished result {exp_id} changed: {(status, metric)} -> "
+                            f"{now and (now['status'], now['metric'])}")
+    if best_commit and branch_head != best_commit:
+        problems.append(f"branch at {branch_head[:7]} but the DB best is {best_commit[:7]}")
+    return problems
+
+
+def branch_head(target: Path, branch: str) -> str:
+    return subprocess.run(["git", "rev-parse", f"refs/heads/{branch}"], cwd=target,
+                          capture_output=True, text=True, check=True).stdout.strip()
+
+
+def kill9_scenario(tmp: Path, kills: int, experiments: int, sleep_s: float = 1.2,
+                   seed: int = 0, log: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Serve, queue `experiments` knob changes, kill -9 the server `kills` times at random
+    moments while something runs, restart each time, let it finish; check the invariants."""
+    import random
+
+    rng = random.Random(seed)
+    target = make_counting_target(tmp / "target", sleep_s=sleep_s, n_knobs=max(experiments, 1))
+    runs_file = tmp / "runs.txt"
+    server = ServerProcess(tmp / "o.db", log=tmp / "server.log",
+                           env={"FAKE_RUN_LOG": str(runs_file)}, poll_s=0.05).start()
+    killed_during: list[int] = []
+    done_kills = 0
+    with server.client() as c:
+        r = c.post("/sweeps", json={"name": "k9", "target": str(target), "proposer": "queue",
+                                    "budget_s": max(sleep_s, 1), "timeout_s": 60})
+        assert r.status_code == 201, r.text
+        for k in range(experiments):
+            r = c.post("/experiments", json={"sweep": "k9", "description": f"K{k}",
+                                              "diff": knob_diff(target, k, rng.choice((1, -1)))})
+            assert r.status_code == 201, r.text
+    for i in range(kills):
+        with server.client() as c:
+            def running() -> list[int]:
+                page = c.get("/experiments", params={"status": "running"}).json()
+                return [e["id"] for e in page["data"]] or (idle(c) and [-1])  # type: ignore
+
+            now_running = wait_for(running, 60, "a running experiment", poll_s=0.02)
+            if now_running == [-1]:
+                break  # everything finished before this kill
+            time.sleep(rng.uniform(0.0, sleep_s * 1.3))  # anywhere in (or just after) the run
+            before = {e["id"]: (e["status"], e["metric"]) for e in all_experiments(c)
+                      if e["status"] in FINISHED_RUNS}
+        server.kill9()
+        done_kills += 1
+        killed_during += now_running
+        if log:
+            log(f"kill {i + 1}: server killed while experiment(s) {now_running} ran")
+        server.start()
+        with server.client() as c:
+            after = {e["id"]: e for e in all_experiments(c)}
+        changed = [k for k, v in before.items() if (after[k]["status"], after[k]["metric"]) != v]
+        assert not changed, f"finished results changed across a restart: {changed}"
+    with server.client() as c:
+        wait_for(lambda: idle(c), 30 + experiments * (sleep_s + 1), "the queue to drain")
+        exps = all_experiments(c)
+        sweep = c.get("/sweeps/k9").json()
+        health = c.get("/health").json()
+    server.stop()
+    runs = read_run_log(runs_file)
+    head = branch_head(target, "overnight/k9")
+    problems = check_invariants(exps, runs, {e["id"]: (e["status"], e["metric"]) for e in exps
+                                              if e["status"] in FINISHED_RUNS},
+                                head, sweep["best_commit"])
+    statuses: dict[str, int] = {}
+    for e in exps:
+        statuses[e["status"]] = statuses.get(e["status"], 0) + 1
+    return {"kills": done_kills, "killed_during": killed_during,
+            "statuses": statuses, "runs": len(runs), "problems": problems,
+            "interrupted": [e["id"] for e in exps if e["status"] == "interrupted"],
+            "retries": {e["meta"]["retry_of"]: e["id"] for e in exps
+                        if (e.get("meta") or {}).get("retry_of")},
+            "abandoned": [e["id"] for e in exps if e["status"] == "interrupted"
+                          and (e.get("meta") or {}).get("retry_of")],
+            "branch_ok": head == sweep["best_commit"], "health": health}

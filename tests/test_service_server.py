@@ -1,0 +1,94 @@
+"""The real server in a subprocess (`overnight serve`, ephemeral loopback port, httpx):
+experiments to completion, the single-instance lock, 200 concurrent POSTs, kill -9 recovery."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+from service_fixtures import (
+    AUTH,
+    ServerProcess,
+    branch_head,
+    kill9_scenario,
+    knob_diff,
+    make_counting_target,
+    wait_for,
+)
+
+
+def test_serve_runs_a_sweep_to_completion_and_refuses_a_second_instance(tmp_path: Path) -> None:
+    target = make_counting_target(tmp_path / "target", n_knobs=4)
+    server = ServerProcess(tmp_path / "o.db", log=tmp_path / "server.log").start()
+    try:
+        with server.client() as c:
+            r = c.post("/sweeps", json={"name": "night", "target": str(target), "budget_s": 1,
+                                        "max_experiments": 3, "proposer": "knobs"})
+            assert r.status_code == 201, r.text
+            r = c.post("/experiments", json={"sweep": "night", "description": "K0 = 1",
+                                              "diff": knob_diff(target, 0, 1), "priority": 9})
+            assert r.status_code == 201, r.text
+            assert httpx.get(f"{server.url}/sweeps").status_code == 200  # loopback reads
+            assert httpx.post(f"{server.url}/sweeps/night/pause").status_code == 401
+
+            second = subprocess.run(ServerProcess(tmp_path / "o.db", log=tmp_path / "2.log")
+                                    .argv, capture_output=True, text=True, timeout=60)
+            assert second.returncode == 2
+            assert "already using this database" in second.stdout + second.stderr
+
+            wait_for(lambda: c.get("/sweeps/night").json()["status"] == "done", 60,
+                     "the sweep to finish")
+            exps = c.get("/experiments", params={"sweep": "night"}).json()
+            sweep = c.get("/sweeps/night").json()
+            health = c.get("/health").json()
+        assert exps["count"] == 4
+        statuses = [e["status"] for e in exps["data"]]
+        assert set(statuses) <= {"kept", "discarded"} and statuses[-1] == "kept"  # baseline
+        queued = next(e for e in exps["data"] if e["description"] == "K0 = 1")
+        assert queued["status"] == "kept" and queued["delta"] < 0
+        assert branch_head(target, "overnight/night") == sweep["best_commit"]
+        assert health["scheduler"] == "running" and health["queue_depth"] == 0
+    finally:
+        # uvicorn re-raises the SIGTERM after its graceful shutdown
+        assert server.stop() in (0, -signal.SIGTERM), server.tail()
+    assert "Traceback" not in server.tail(100_000), server.tail()
+
+
+def test_200_concurrent_posts_are_all_recorded(tmp_path: Path) -> None:
+    target = make_counting_target(tmp_path / "target", n_knobs=200)
+    server = ServerProcess(tmp_path / "o.db", log=tmp_path / "server.log").start()
+    try:
+        with server.client() as c:
+            r = c.post("/sweeps", json={"name": "busy", "target": str(target), "paused": True,
+                                        "proposer": "queue"})
+            assert r.status_code == 201, r.text
+        diffs = [knob_diff(target, k, 1) for k in range(200)]
+        limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
+        with httpx.Client(base_url=server.url, headers=AUTH, timeout=120, limits=limits) as c:
+            def post(k: int) -> httpx.Response:
+                return c.post("/experiments", json={"sweep": "busy", "description": f"K{k}",
+                                                     "diff": diffs[k]})
+
+            with ThreadPoolExecutor(max_workers=50) as pool:
+                responses = list(pool.map(post, range(200)))
+            bad = [(r.status_code, r.text[:200]) for r in responses if r.status_code != 201]
+            assert not bad, bad[:3]
+            ids = {r.json()["id"] for r in responses}
+            assert len(ids) == 200
+            listed = c.get("/experiments", params={"sweep": "busy", "status": "queued"}).json()
+            assert listed["count"] == 201  # + the baseline
+    finally:
+        server.stop()
+    assert "database is locked" not in server.tail(1_000_000)
+
+
+def test_kill9_mid_run_loses_nothing_and_runs_nothing_twice(tmp_path: Path) -> None:
+    result = kill9_scenario(tmp_path, kills=2, experiments=5, sleep_s=1.0, seed=1)
+    assert result["problems"] == [], result
+    assert result["kills"] == 2 and len(result["interrupted"]) >= 1, result
+    assert all(i in result["retries"] for i in result["interrupted"]
+               if i not in result["abandoned"]), result
+    assert result["branch_ok"] and result["statuses"].get("queued", 0) == 0

@@ -138,6 +138,12 @@ def test_live_log_updates_while_a_run_is_in_flight(filled: Filled, browser) -> N
             )
             assert page.locator(f'#live-body article[data-exp="{exp.id}"] svg.loss').count() == 1
             _shot(page, "sweep-live")
+            # The experiment page of the running experiment follows it too.
+            page2 = browser.new_page(viewport={"width": 1280, "height": 900})
+            page2.goto(f"{base}/ui/experiments/{exp.id}")
+            expect(page2.locator("#live .live-log")).to_contain_text("step", timeout=5_000)
+            expect(page2.locator("#live-note")).to_contain_text("finished", timeout=15_000)
+            page2.close()
         finally:
             worker.join(30)
         assert not worker.is_alive()

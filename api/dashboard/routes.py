@@ -46,7 +46,7 @@ def templates() -> Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters.update(metric=_metric, delta=_delta, pct=_pct, secs=_secs, ts=_ts)
+    env.filters.update(metric=_metric, delta=_delta, pct=_pct, secs=_secs, ts=_ts, hours=_hours)
     return env
 
 
@@ -64,6 +64,10 @@ def _pct(v: float | None) -> str:
 
 def _secs(v: float | None) -> str:
     return "" if v is None else f"{v:.1f}"
+
+
+def _hours(v: float) -> str:
+    return f"{v:.2f}" if v >= 0.1 or v == 0 else f"{v:.3f}"
 
 
 def _ts(v: Any) -> str:

@@ -245,3 +245,11 @@ def test_progress_svg_marks_clipping_and_escaping() -> None:
 def test_loss_svg() -> None:
     assert "<polyline" in str(loss_svg([(1, 5.0), (2, 2.5), (3, float("nan"))]))
     assert "No loss points" in str(loss_svg([(1, 5.0)]))
+
+
+def test_nice_ticks() -> None:
+    from api.dashboard.plot import nice_ticks
+
+    assert [t for _, t in nice_ticks(1.088, 1.312)] == ["1.10", "1.15", "1.20", "1.25", "1.30"]
+    assert [t for _, t in nice_ticks(0.99, 1.0)][:2] == ["0.9900", "0.9925"]
+    assert len(nice_ticks(1.0, 1.0)) == 1

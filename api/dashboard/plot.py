@@ -36,6 +36,24 @@ def _fmt(v: float) -> str:
     return f"{v:.4f}" if abs(v) < 1000 else f"{v:.4g}"
 
 
+def nice_ticks(lo: float, hi: float, target: int = 5) -> list[tuple[float, str]]:
+    """Round tick values (1, 2, 2.5 or 5 × 10^k apart) inside [lo, hi], with their labels."""
+    raw = (hi - lo) / target
+    if not (raw > 0 and math.isfinite(raw)):
+        return [(lo, _fmt(lo))]
+    mag = 10 ** math.floor(math.log10(raw))
+    step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
+    decimals = max(0, -math.floor(math.log10(step) + 1e-9) + (1 if step / mag == 2.5 else 0))
+    first = math.ceil(lo / step - 1e-9)
+    ticks = []
+    for k in range(first, first + target * 3):
+        v = k * step
+        if v > hi + step * 1e-9:
+            break
+        ticks.append((v, f"{v:.{decimals}f}"))
+    return ticks
+
+
 def _y_range(metrics: Sequence[float], baseline: float | None) -> tuple[float, float]:
     """Span the kept/discarded metrics, but don't let one wild outlier flatten the rest."""
     lo, hi = min(metrics), max(metrics)
@@ -101,13 +119,12 @@ def progress_svg(
         f'<rect class="band" x="{x0}" y="{y_bot + 10}" width="{x1 - x0}" '
         f'height="{CRASH_BAND_PX - 12}"/>'
     )
-    for i in range(5):  # y grid and ticks
-        v = lo + (hi - lo) * i / 4
+    for v, text in nice_ticks(lo, hi):  # y grid and ticks
         y = sy(v)
         out.append(
             f'<line class="grid" x1="{x0}" x2="{x1}" y1="{y:.1f}" y2="{y:.1f}"/>'
             f'<text class="tick" x="{x0 - 6}" y="{y + 4:.1f}" text-anchor="end">'
-            f"{_fmt(v)}</text>"
+            f"{text}</text>"
         )
     step = max(1, math.ceil(n_max / 10))
     for n in range(1, n_max + 1, step):

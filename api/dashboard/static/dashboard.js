@@ -97,8 +97,11 @@
       runs.forEach(function (run) { if (!run.finished) now[run.id] = true; });
       Object.keys(seen).forEach(function (id) {
         if (!now[id]) {
-          note.textContent = "Run #" + id + " finished" + (single ? " (" + data.status + ")" : "") +
-            ". Reload the page to see it in the plot and the table.";
+          var reload = el("a", "", "Reload");
+          reload.href = window.location.pathname + window.location.search;
+          note.replaceChildren(document.createTextNode("Run #" + id + " finished" +
+            (single ? " (" + data.status + ")" : "") + ". "), reload,
+            document.createTextNode(single ? " to see its results." : " to see it in the plot and the table."));
           delete seen[id];
         }
       });

@@ -16,13 +16,20 @@ from agent.cli import DbOpt, _db, _store, app, fail
 
 
 @app.command("mcp")
-def mcp_command(db: DbOpt = None) -> None:
+def mcp_command(
+    db: DbOpt = None,
+    run: Annotated[bool, typer.Option("--run", help="also execute queued experiments in this "
+                                      "process (when no `overnight serve` uses the database)")]
+    = False,
+    slots: Annotated[int, typer.Option(min=1, max=64, help="with --run: experiments at "
+                                       "once")] = 1,
+) -> None:
     """Serve the agent tools over MCP stdio (for Claude Code, Codex and other MCP clients)."""
     from agent.mcp_server import serve_stdio
 
     # stdout is the protocol channel: everything else goes to stderr.
     logging.getLogger().setLevel(logging.WARNING)
-    serve_stdio(str(_db(db)))
+    serve_stdio(str(_db(db)), run=run, slots=slots)
 
 
 @app.command("tools")

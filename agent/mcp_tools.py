@@ -147,13 +147,16 @@ Canceller = Callable[[int], tuple[Experiment, bool]]
 
 class AgentTools:
     """Tool implementations. `repo_for` gives a sweep's Repo; `canceller` (the service's
-    `Services.cancel`) can also stop running experiments; without it only queued ones."""
+    `Services.cancel`) or `stop_running` (a scheduler's cancel) can also stop running
+    experiments; without either, only queued ones can be cancelled."""
 
     def __init__(self, store: Store, repo_for: Callable[[Sweep], Repo] | None = None,
-                 canceller: Canceller | None = None) -> None:
+                 canceller: Canceller | None = None,
+                 stop_running: Callable[[int], bool] | None = None) -> None:
         self.store = store
         self.repo_for = repo_for or _git_repo
         self.canceller = canceller or self._cancel_queued
+        self.stop_running = stop_running
 
     # --- reading --------------------------------------------------------------------------
     def get_target(self, sweep: SweepArg) -> TargetInfo:
@@ -281,6 +284,8 @@ class AgentTools:
         if exp.status is ExperimentStatus.QUEUED and self.store.claim(exp.id) is not None:
             return self.store.finish(exp.id, Finish(ExperimentStatus.CANCELLED,
                                                     reason="cancelled by the agent")), False
+        if self.stop_running is not None and self.stop_running(exp.id):
+            return self.store.get_experiment(exp.id), True
         raise ConflictError(f"experiment {exp.id} is running in the service; stop it through "
                             "the service (HTTP API or its /mcp endpoint)")
 

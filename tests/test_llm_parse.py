@@ -58,3 +58,23 @@ def test_profiles_never_hold_keys(tmp_path, monkeypatch):
         hosted.api_key()
     with pytest.raises(ConfigError, match="no \\[profiles.nope\\]"):
         load_profile("nope")
+
+
+def test_history_table_keeps_kept_and_recent_within_budget():
+    from dataclasses import replace as dc_replace
+    from datetime import UTC, datetime
+
+    from agent.domain import Experiment, ExperimentStatus, Sweep, SweepStatus
+    from agent.proposers.llm_prompt import estimate_tokens, history_table
+
+    sweep = Sweep(1, "s", "/t", "overnight/s", SweepStatus.RUNNING, "llm:x",
+                  {"metric": "val_bpb", "budget_s": 1, "timeout_s": 5}, None, 1, 1.3, 1.1, "c",
+                  2, datetime.now(UTC))
+    base = Experiment(1, 1, ExperimentStatus.KEPT, "baseline", "", "baseline", metric=1.3)
+    hist = [base, dc_replace(base, id=2, description="kept idea", metric=1.1, best_before=1.3)]
+    hist += [dc_replace(base, id=i, status=ExperimentStatus.DISCARDED, description=f"idea {i}",
+                        metric=1.2, best_before=1.1) for i in range(3, 200)]
+    table = history_table(sweep, hist, budget_tokens=400)
+    assert estimate_tokens(table) < 480
+    assert "kept idea" in table and "idea 199" in table and "idea 3 " not in table
+    assert "older experiments not shown" in table

@@ -170,3 +170,25 @@ def test_client_error_is_not_retried(tmp_path, target, monkeypatch):
         write_profile(tmp_path, monkeypatch, fake)
         run_llm_sweep(tmp_path, target, max_experiments=2)
     assert len(fake.requests) == 1
+
+
+def test_overnight_run_cli_with_llm_profile(tmp_path, target, monkeypatch):
+    """The console script, unattended: `overnight run --proposer llm:fake` incl. a repair."""
+    import os
+    import subprocess
+    import sys
+
+    with FakeLLM("openai", [TYPO, TYPO_FIX]) as fake:
+        cfg = write_profile(tmp_path, monkeypatch, fake)
+        env = {**os.environ, "OVERNIGHT_LLM_CONFIG": str(cfg), "FAKE_LLM_KEY": KEY}
+        proc = subprocess.run(
+            [str(Path(sys.executable).parent / "overnight"), "run", "--target", str(target),
+             "--experiments", "2", "--proposer", "llm:fake", "--sweep", "cli",
+             "--db", str(tmp_path / "cli.sqlite")],
+            env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    store = SqlStore(open_database(tmp_path / "cli.sqlite"))
+    exps = store.list_experiments(store.get_sweep("cli").id)
+    assert [(e.status, e.parent_id) for e in exps] == [(S.KEPT, None), (S.CRASHED, None),
+                                                       (S.KEPT, 2)]
+    assert store.llm_usage(exps[0].sweep_id)[:2] == (2000, 400)

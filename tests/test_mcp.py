@@ -220,3 +220,43 @@ def test_mcp_http_mount_with_token(setup, tmp_path):
     assert unauthorized.status_code == 401
     assert "propose_experiment" in names
     assert table.startswith("# sweep night (running)") and "commit\tval_bpb" in table
+
+
+def test_cli_tools_and_agent_instructions(setup):
+    from typer.testing import CliRunner
+
+    from agent.cli import app
+
+    db, _ = setup
+    runner = CliRunner()
+    openai = json.loads(runner.invoke(app, ["tools", "--format", "openai"]).stdout)
+    anthropic = json.loads(runner.invoke(app, ["tools", "--format", "anthropic"]).stdout)
+    assert [t["function"]["name"] for t in openai] == [t["name"] for t in anthropic]
+    propose = next(t for t in anthropic if t["name"] == "propose_experiment")
+    assert propose["input_schema"]["required"] == ["sweep", "description", "diff"]
+    out = runner.invoke(app, ["agent-instructions", "--sweep", "night", "--db", str(db)])
+    assert out.exit_code == 0 and "# Research loop for sweep `night`" in out.stdout
+    assert runner.invoke(app, ["tools", "--format", "xml"]).exit_code == 2
+
+
+def test_mcp_stdio_run_executes_without_a_service(setup):
+    """`overnight mcp --run`: one config line for an agent; this process runs the queue."""
+    db, _ = setup
+
+    async def session() -> tuple[dict[str, Any], dict[str, Any]]:
+        params = StdioServerParameters(command=str(OVERNIGHT),
+                                       args=["mcp", "--db", str(db), "--run"])
+        async with stdio_client(params) as (read, write), ClientSession(read, write) as s:
+            await s.initialize()
+            t = Transcript(s)
+            _, best = await t.call("get_best", sweep="night")
+            _, proposed = await t.call("propose_experiment", sweep="night",
+                                       description="width 256",
+                                       diff=edit(best["files"], "WIDTH = 64", "WIDTH = 256"))
+            _, done = await t.call("wait_for_experiment", id=proposed["id"], timeout_s=60)
+            _, base = await t.call("wait_for_experiment", id=1, timeout_s=5)
+            return done, base
+
+    done, base = anyio.run(session)
+    assert base["status"] == "kept"
+    assert done["status"] == "kept" and done["delta"] == pytest.approx(-0.1)

@@ -137,7 +137,7 @@ def test_anthropic_duplicate_accounting_and_cap(tmp_path, target, monkeypatch):
     script = [LOWER_LR, LOWER_LR, TYPO_FIX, GOOD_LR]
     with FakeLLM("anthropic", script) as fake:
         write_profile(tmp_path, monkeypatch, fake, usd_per_mtok_in=3.0, usd_per_mtok_out=15.0,
-                      max_llm_tokens=3000)
+                      max_llm_tokens=3000, omit=["temperature"])
         store, sweep_id = run_llm_sweep(tmp_path, target, max_experiments=10)
     exps = store.list_experiments(sweep_id)
     assert [e.status for e in exps] == [S.KEPT, S.DISCARDED, S.KEPT]
@@ -146,6 +146,7 @@ def test_anthropic_duplicate_accounting_and_cap(tmp_path, target, monkeypatch):
     assert store.get_sweep("llm").status.value == "done"
     assert all(r.path == "/v1/messages" and r.headers["x-api-key"] == KEY for r in fake.requests)
     assert fake.requests[0].body["system"].startswith("You are an ML research engineer")
+    assert "temperature" not in fake.requests[0].body  # the profile's `omit`
     tokens_in, tokens_out, usd = store.llm_usage(sweep_id)
     assert (tokens_in, tokens_out) == (3000, 600) and usd == pytest.approx(0.018)
     with store.session("test") as s:

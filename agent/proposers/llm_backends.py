@@ -72,7 +72,9 @@ class HttpChat:
 
     def complete(self, system: str, messages: list[dict[str, str]]) -> ChatReply:
         url = self.profile.base_url + self.path
-        body = self.body(system, messages)
+        body = {**self.body(system, messages), **self.profile.extra_body}
+        for key in self.profile.omit:
+            body.pop(key, None)
         retries = 0
         while True:
             problem = self._post(url, body)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import tomllib
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +42,8 @@ class LLMProfile:
     usd_per_mtok_out: float = 0.0
     max_llm_tokens: int | None = None  # per sweep, tokens in + out
     max_llm_usd: float | None = None  # per sweep
+    extra_body: dict[str, Any] = field(default_factory=dict)  # merged into each request body
+    omit: tuple[str, ...] = ()  # request keys to drop (e.g. "temperature" for some models)
 
     def api_key(self) -> str | None:
         """The key from the environment (None when the profile sends none)."""
@@ -59,7 +61,7 @@ class LLMProfile:
 
 
 _NUMBERS = {f.name for f in fields(LLMProfile)} - {"name", "backend", "model", "base_url",
-                                                   "api_key_env"}
+                                                   "api_key_env", "extra_body", "omit"}
 
 
 def config_path(explicit: Path | str | None = None) -> Path:
@@ -95,6 +97,11 @@ def parse_profile(name: str, table: dict[str, Any], source: str = "llm config") 
         if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
             raise ConfigError(f"{where}: {key} must be a number >= 0, got {value!r}")
         values[key] = value
+    extra, omit = table.get("extra_body", {}), table.get("omit", [])
+    if not isinstance(extra, dict) or not isinstance(omit, list) or not all(
+            isinstance(o, str) for o in omit):
+        raise ConfigError(f"{where}: extra_body must be a table and omit a list of key names")
+    values["extra_body"], values["omit"] = extra, tuple(omit)
     for key in ("max_output_tokens", "max_retries", "answer_retries", "history_tokens",
                 "max_llm_tokens"):
         if key in values:

@@ -23,9 +23,12 @@ from agent.ports import Repo, Store
 
 logger = logging.getLogger(__name__)
 
-# An interrupted run whose reason is this was stopped by a clean shutdown: it is re-queued even
-# if it was already a retry. Kept equal to agent.scheduler.SHUTDOWN_REASON.
+# An interrupted run whose reason is this was stopped by a clean shutdown; such interruptions
+# do not count towards MAX_CRASH_RETRIES.
 SHUTDOWN_REASON = "the service shut down while this experiment was running"
+# A change whose run was interrupted by a service crash this many times in a row is given up:
+# it may be what takes the service down.
+MAX_CRASH_RETRIES = 3
 
 
 class InstanceLockError(RuntimeError):
@@ -76,7 +79,7 @@ class InstanceLock:
 class RecoveryReport:
     interrupted: list[int] = field(default_factory=list)  # rows found `running`
     requeued: dict[int, int] = field(default_factory=dict)  # interrupted id -> retry id
-    not_requeued: list[int] = field(default_factory=list)  # retries interrupted again
+    not_requeued: list[int] = field(default_factory=list)  # given up after MAX_CRASH_RETRIES
     killed_groups: list[int] = field(default_factory=list)
     repaired_branches: dict[str, tuple[str, str]] = field(default_factory=dict)  # (was, now)
     removed_worktrees: list[str] = field(default_factory=list)
@@ -110,9 +113,10 @@ def kill_orphans(exps: list[Experiment], work_dir: Path,
 def requeue_interrupted(store: Store, report: RecoveryReport) -> None:
     """Re-queue every interrupted experiment once, as a new row linked to it.
 
-    Scans all interrupted rows (not only those reaped now) so a recovery that died between
-    reaping and re-queueing is completed here. A retry that was interrupted again by a crash is
-    not re-queued a second time (it may be what kills the service).
+    Each interrupted row gets at most one retry row (retry_of = its id), so recovery is
+    idempotent; it scans all interrupted rows (not only those reaped now) so a recovery that
+    died between reaping and re-queueing is completed here. A chain of retries is cut after
+    MAX_CRASH_RETRIES crash interruptions (meta `crash_retries` counts them).
     """
     sweeps: dict[int, Sweep] = {s.id: s for s in store.list_sweeps()}
     for exp in store.list_experiments(statuses=[ExperimentStatus.INTERRUPTED]):
@@ -121,14 +125,16 @@ def requeue_interrupted(store: Store, report: RecoveryReport) -> None:
             continue
         if store.retry_of(exp.id) is not None:  # type: ignore[attr-defined]
             continue
-        if exp.meta.get("retry_of") is not None and exp.reason != SHUTDOWN_REASON:
+        crashes = int(exp.meta.get("crash_retries", 0)) + (exp.reason != SHUTDOWN_REASON)
+        if crashes > MAX_CRASH_RETRIES:
             report.not_requeued.append(exp.id)
+            logger.error("experiment %d was interrupted by %d service crashes; giving it up",
+                         exp.id, crashes)
             continue
         retry = store.add_experiment(
             exp.sweep_id,
             Proposal(exp.description, exp.diff, exp.proposer, parent_id=exp.id,
-                     meta={**{k: v for k, v in exp.meta.items() if k != "retry_of"},
-                           "retry_of": exp.id}),
+                     meta={**exp.meta, "retry_of": exp.id, "crash_retries": crashes}),
             is_baseline=exp.is_baseline, attempt=exp.attempt, priority=exp.priority,
             base_commit=exp.base_commit,
         )

@@ -323,10 +323,12 @@ class SlotScheduler:
                 elif verdict.kind is GateKind.START:
                     open_sweeps.append(sweep)
             for sweep in open_sweeps:  # queued work of any open sweep before asking a proposer
-                exp = self.store.claim_next(sweep.id)
+                exp = self._claim_queued(sweep)
                 if exp is not None:
                     return self._claimed(slot, sweep, exp)
             for sweep in open_sweeps:
+                if sweep.baseline_metric is None:
+                    continue  # nothing is proposed before the baseline is in
                 loop = self._loop(sweep, slot)
                 if loop.proposer is None:
                     continue  # a queue-only sweep waits for POST /experiments
@@ -337,6 +339,19 @@ class SlotScheduler:
                         sweep.id, [ExperimentStatus.RUNNING, ExperimentStatus.QUEUED]):
                     self._finish_sweep(sweep, loop.limit_reached(sweep) or "no more proposals")
             return None
+
+    def _claim_queued(self, sweep: Sweep) -> Experiment | None:
+        """Priority then FIFO; but until the baseline is kept, only the baseline may run."""
+        if sweep.baseline_metric is not None:
+            return self.store.claim_next(sweep.id)
+        queued = self.store.list_experiments(sweep.id, [ExperimentStatus.QUEUED])
+        base = next((e for e in queued if e.is_baseline), None)
+        if base is None:  # gate() let us in, so nothing of the sweep runs: the baseline is lost
+            logger.error("sweep %s has no baseline to run (cancelled or given up); stopping it",
+                         sweep.name)
+            self.store.set_sweep_status(sweep.name, SweepStatus.STOPPED)
+            return None
+        return self.store.claim(base.id)
 
     def _claimed(self, slot: int, sweep: Sweep, exp: Experiment) -> tuple[Sweep, Experiment, Any]:
         loop = self._loop(sweep, slot)

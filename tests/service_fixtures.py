@@ -201,6 +201,13 @@ def idle(client: httpx.Client) -> bool:
     return page["count"] == 0
 
 
+def given_up(exp: dict[str, Any]) -> bool:
+    """Interrupted by a crash after MAX_CRASH_RETRIES crash retries: not re-queued by design."""
+    from agent.recovery import MAX_CRASH_RETRIES
+
+    return int((exp.get("meta") or {}).get("crash_retries", 0)) >= MAX_CRASH_RETRIES
+
+
 def check_invariants(exps: list[dict[str, Any]], runs: list[int], before: dict[int, Any],
                      branch_head: str, best_commit: str | None) -> list[str]:
     """Everything a kill -9 must not break; returns the problems found (empty: all good)."""
@@ -220,8 +227,7 @@ def check_invariants(exps: list[dict[str, Any]], runs: list[int], before: dict[i
             problems.append(f"retry {e['id']} of a non-interrupted experiment {retry_of}")
     retried = {(e.get("meta") or {}).get("retry_of") for e in exps}
     for e in exps:
-        if e["status"] == "interrupted" and e["id"] not in retried \
-                and not (e.get("meta") or {}).get("retry_of"):
+        if e["status"] == "interrupted" and e["id"] not in retried and not given_up(e):
             problems.append(f"interrupted experiment {e['id']} was not re-queued")
     for exp_id, (status, metric) in before.items():
         now = by_id.get(exp_id)
@@ -231,6 +237,21 @@ def check_invariants(exps: list[dict[str, Any]], runs: list[int], before: dict[i
     if best_commit and branch_head != best_commit:
         problems.append(f"branch at {branch_head[:7]} but the DB best is {best_commit[:7]}")
     return problems
+
+
+def live_orphans(db: Path) -> list[int]:
+    """Process groups recorded for interrupted runs that are still alive (should be none)."""
+    from agent.domain import ExperimentStatus
+    from db.engine import open_database
+    from db.store import SqlStore
+    from runner.groups import process_group_alive
+
+    engine = open_database(db)
+    try:
+        exps = SqlStore(engine).list_experiments(statuses=[ExperimentStatus.INTERRUPTED])
+        return [e.pgid for e in exps if e.pgid and process_group_alive(e.pgid)]
+    finally:
+        engine.dispose()
 
 
 def branch_head(target: Path, branch: str) -> str:
@@ -277,6 +298,8 @@ def kill9_scenario(tmp: Path, kills: int, experiments: int, sleep_s: float = 1.2
         if log:
             log(f"kill {i + 1}: server killed while experiment(s) {now_running} ran")
         server.start()
+        orphans = live_orphans(tmp / "o.db")
+        assert not orphans, f"training process groups alive after restart: {orphans}"
         with server.client() as c:
             after = {e["id"]: e for e in all_experiments(c)}
         changed = [k for k, v in before.items() if (after[k]["status"], after[k]["metric"]) != v]
@@ -301,5 +324,5 @@ def kill9_scenario(tmp: Path, kills: int, experiments: int, sleep_s: float = 1.2
             "retries": {e["meta"]["retry_of"]: e["id"] for e in exps
                         if (e.get("meta") or {}).get("retry_of")},
             "abandoned": [e["id"] for e in exps if e["status"] == "interrupted"
-                          and (e.get("meta") or {}).get("retry_of")],
+                          and given_up(e)],
             "branch_ok": head == sweep["best_commit"], "health": health}

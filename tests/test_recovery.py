@@ -13,7 +13,13 @@ from service_fixtures import knob_diff, make_counting_target
 from agent.domain import ExperimentStatus, Finish, Proposal
 from agent.gitrepo import GitRepo
 from agent.loop import Loop, LoopSettings
-from agent.recovery import SHUTDOWN_REASON, InstanceLock, InstanceLockError, recover
+from agent.recovery import (
+    MAX_CRASH_RETRIES,
+    SHUTDOWN_REASON,
+    InstanceLock,
+    InstanceLockError,
+    recover,
+)
 from agent.sweeps import create_sweep
 from agent.wiring import SubprocessRunner
 from db.engine import open_database
@@ -62,10 +68,16 @@ def test_reap_kill_requeue_once_and_prune(world) -> None:  # type: ignore[no-unt
     again = recover(store, lambda s: repo, work)  # idempotent: nothing more to do
     assert again.interrupted == [] and again.requeued == {}
 
-    # the retry runs, is interrupted by another crash: it is not re-queued a second time
+    # each retry is interrupted by another crash: the chain is cut after MAX_CRASH_RETRIES
+    for n in range(2, MAX_CRASH_RETRIES + 1):
+        store.claim(retry.id)
+        report = recover(store, lambda s: repo, work)
+        assert report.requeued.keys() == {retry.id}
+        retry = store.get_experiment(report.requeued[retry.id])
+        assert retry.meta["crash_retries"] == n and retry.parent_id == report.interrupted[0]
     store.claim(retry.id)
-    third = recover(store, lambda s: repo, work)
-    assert third.not_requeued == [retry.id] and third.requeued == {}
+    last = recover(store, lambda s: repo, work)
+    assert last.not_requeued == [retry.id] and last.requeued == {}
     assert store.count_filtered(statuses=[ExperimentStatus.QUEUED]) == 0
 
 
@@ -79,15 +91,15 @@ def test_half_done_recovery_is_completed(world) -> None:  # type: ignore[no-unty
     assert list(report.requeued) == [exp.id]
 
 
-def test_clean_shutdown_interrupts_are_always_requeued(world) -> None:  # type: ignore
+def test_clean_shutdown_interrupts_do_not_count(world) -> None:  # type: ignore
     target, store, repo, work, loop = world
     sweep = store.get_sweep("s")
-    first = store.add_experiment(sweep.id, Proposal("K3", knob_diff(target, 3, 1)))
-    store.claim(first.id)
-    retry_id = recover(store, lambda s: repo, work).requeued[first.id]
-    store.claim(retry_id)
-    store.finish(retry_id, Finish(ExperimentStatus.INTERRUPTED, reason=SHUTDOWN_REASON))
-    assert retry_id in recover(store, lambda s: repo, work).requeued
+    exp_id = store.add_experiment(sweep.id, Proposal("K3", knob_diff(target, 3, 1))).id
+    for _ in range(MAX_CRASH_RETRIES + 2):
+        store.claim(exp_id)
+        store.finish(exp_id, Finish(ExperimentStatus.INTERRUPTED, reason=SHUTDOWN_REASON))
+        exp_id = recover(store, lambda s: repo, work).requeued[exp_id]
+    assert store.get_experiment(exp_id).meta["crash_retries"] == 0
 
 
 def test_branch_repaired_from_the_database(world) -> None:  # type: ignore[no-untyped-def]

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from service_fixtures import knob_diff, make_counting_target
 
-from agent.domain import ExperimentStatus, Proposal, SweepStatus
+from agent.domain import ExperimentStatus, Finish, Proposal, SweepStatus
 from agent.gitrepo import GitRepo, init_repo
 from agent.scheduler import (
     GateKind,
@@ -181,3 +181,25 @@ def test_scheduled_start_persists_across_restarts(setup) -> None:  # type: ignor
         assert store.get_sweep("later").status is SweepStatus.RUNNING
     finally:
         again.shutdown()
+
+
+def test_baseline_runs_first_even_behind_higher_priorities(setup) -> None:  # type: ignore
+    target, store, repo, sched, clock = setup
+    sweep = create_sweep(store, repo, target, name="b", proposer="queue")
+    urgent = store.add_experiment(sweep.id, Proposal("K0", knob_diff(target, 0, 1)),
+                                  priority=1000)
+    picked = sched.pick(0)
+    assert picked is not None and picked[1].is_baseline
+    assert sched.pick(0) is None  # the baseline runs alone
+    sched._execute(0, *picked)
+    assert sched.pick(0)[1].id == urgent.id  # type: ignore[index]
+
+
+def test_sweep_without_a_baseline_is_stopped(setup) -> None:  # type: ignore
+    target, store, repo, sched, clock = setup
+    sweep = create_sweep(store, repo, target, name="nb", proposer="queue")
+    store.add_experiment(sweep.id, Proposal("K0", knob_diff(target, 0, 1)))
+    store.claim(1)
+    store.finish(1, Finish(ExperimentStatus.CANCELLED))
+    assert sched.run_slot(0) == 0
+    assert store.get_sweep("nb").status is SweepStatus.STOPPED

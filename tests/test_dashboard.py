@@ -253,3 +253,15 @@ def test_nice_ticks() -> None:
     assert [t for _, t in nice_ticks(1.088, 1.312)] == ["1.10", "1.15", "1.20", "1.25", "1.30"]
     assert [t for _, t in nice_ticks(0.99, 1.0)][:2] == ["0.9900", "0.9925"]
     assert len(nice_ticks(1.0, 1.0)) == 1
+
+
+def test_missing_chromium_fails_under_ci_and_skips_locally(monkeypatch: pytest.MonkeyPatch) -> None:
+    import browser_helpers
+
+    monkeypatch.setattr(browser_helpers, "CHROMIUM", Path("/nonexistent/chromium"))
+    monkeypatch.setenv("CI", "1")
+    with pytest.raises(pytest.fail.Exception, match="apt-get install -y chromium"):
+        browser_helpers.require_chromium()
+    monkeypatch.delenv("CI")
+    with pytest.raises(pytest.skip.Exception):
+        browser_helpers.require_chromium()

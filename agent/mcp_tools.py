@@ -197,7 +197,8 @@ class AgentTools:
         statuses = [_status(status)] if status else None
         exps = self.store.list_experiments(s.id, statuses, limit=limit, newest_first=True)
         return ExperimentList(sweep=s.name, count=len(exps),
-                              data=[ExperimentRow(**experiment_row(e)) for e in exps])
+                              data=[ExperimentRow(**{**experiment_row(e),
+                                                     "delta": _round(e.delta)}) for e in exps])
 
     def get_results_table(self, sweep: SweepArg) -> str:
         s = self.store.get_sweep(sweep)
@@ -253,7 +254,7 @@ class AgentTools:
         return ExperimentResult(
             id=exp.id, sweep=s.name, status=exp.status.value, finished=exp.status.is_finished(),
             description=exp.description, metric=exp.metric, best_before=exp.best_before,
-            delta=exp.delta, improved=exp.status is ExperimentStatus.KEPT,
+            delta=_round(exp.delta), improved=exp.status is ExperimentStatus.KEPT,
             best_metric=s.best_metric, crash_kind=exp.crash_kind.value if exp.crash_kind else None,
             reason=exp.reason, log_tail=tail, commit=(exp.commit or "")[:7] or None,
             parent_id=exp.parent_id, waited_s=round(waited_s, 1))
@@ -299,6 +300,11 @@ def _status(value: str) -> ExperimentStatus:
     except ValueError:
         names = ", ".join(s.value for s in ExperimentStatus)
         raise AdmissionError("bad_status", f"unknown status {value!r} (one of {names})") from None
+
+
+def _round(value: float | None) -> float | None:
+    """Deltas without float noise (-0.19999999999999996 → -0.2) for agents to read."""
+    return None if value is None else round(value, 9)
 
 
 def _git_repo(sweep: Sweep) -> Repo:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -296,3 +297,33 @@ def test_openapi_lists_every_route(client: TestClient) -> None:
               "/experiments", "/experiments/{experiment_id}", "/experiments/{experiment_id}/diff",
               "/experiments/{experiment_id}/log", "/health", "/metrics"):
         assert p in paths, p
+
+
+def test_follow_a_running_log_and_cancel_a_running_experiment(tmp_path: Path) -> None:
+    target = make_counting_target(tmp_path / "slow", sleep_s=1.5, n_knobs=4)
+    with _client(tmp_path, run_scheduler=True, poll_interval_s=0.05, grace_s=0.5) as c:
+        _sweep(c, target, budget_s=2)
+        cancel_id = _queue(c, target, 1).json()["id"]
+        with c.stream("GET", "/experiments/1/log", params={"follow": 1}) as r:
+            events = []
+            for line in r.iter_lines():
+                events.append(line)
+                if line.startswith("event: end"):
+                    break
+        assert events[0] == "event: status" and "data: step 1 | loss 5.0000" in "\n".join(
+            events[:8])
+        assert any(e.startswith("data: val_bpb:") for e in events)
+        for _ in range(100):
+            if c.get(f"/experiments/{cancel_id}").json()["status"] == "running":
+                break
+            time.sleep(0.05)
+        r = c.delete(f"/experiments/{cancel_id}", headers=AUTH)
+        assert r.status_code == 202 and r.json()["pending"] is True
+        for _ in range(100):
+            exp = c.get(f"/experiments/{cancel_id}").json()
+            if exp["status"] != "running":
+                break
+            time.sleep(0.05)
+        assert exp["status"] == "cancelled" and exp["reason"] == "cancelled while running"
+        health = c.get("/health").json()
+        assert health["scheduler"] == "running" and health["busy"] == 0

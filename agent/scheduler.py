@@ -8,12 +8,13 @@ holds the instance lock, see agent.recovery.InstanceLock).
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import logging
 import os
 import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, time, timedelta, tzinfo
 from pathlib import Path
@@ -231,6 +232,12 @@ class SlotScheduler:
         if self._aps is not None:
             self._aps.shutdown(wait=True)
         _LIVE.pop(self.db_key, None)
+
+    @contextlib.contextmanager
+    def holding(self) -> Iterator[None]:
+        """No slot picks new work inside this block (e.g. create a sweep and pause it)."""
+        with self._pick_lock:
+            yield
 
     # --- scheduled starts -------------------------------------------------------------------
     def schedule_start(self, sweep_name: str, when: datetime) -> None:

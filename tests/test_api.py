@@ -327,3 +327,15 @@ def test_follow_a_running_log_and_cancel_a_running_experiment(tmp_path: Path) ->
         assert exp["status"] == "cancelled" and exp["reason"] == "cancelled while running"
         health = c.get("/health").json()
         assert health["scheduler"] == "running" and health["busy"] == 0
+
+
+def test_scheduled_start_via_api(tmp_path: Path, target: Path) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    when = (datetime.now(UTC) + timedelta(hours=2)).replace(microsecond=0)
+    with _client(tmp_path, run_scheduler=True, slots=0) as c:
+        sweep = _sweep(c, target, start_at=when.isoformat())
+        assert sweep["status"] == "paused"
+        assert sweep["scheduled_start"].startswith(when.strftime("%Y-%m-%dT%H:%M:%S"))
+    with _client(tmp_path, run_scheduler=True, slots=0) as c:  # a restart keeps it
+        assert c.get("/sweeps/s1").json()["scheduled_start"] is not None

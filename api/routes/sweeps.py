@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 from fastapi import APIRouter, status
@@ -35,13 +36,15 @@ def create(body: SweepCreate, services: ServicesDep, _auth: WriteAuth) -> SweepP
     config = load_config(target).with_budget(body.budget_s, body.timeout_s)
     if body.start_at is not None and services.scheduler is None:
         raise ConflictError("start_at needs the scheduler, which is not running in this server")
-    sweep = create_sweep(
-        services.store, GitRepo(target), target, name=body.name, proposer=body.proposer,
-        config=config, max_experiments=body.max_experiments, deadline=body.deadline,
-        window=body.window.model_dump() if body.window else None,
-    )
-    if body.paused or body.start_at is not None:
-        sweep = services.store.set_sweep_status(sweep.name, SweepStatus.PAUSED)
+    hold = services.scheduler.holding() if services.scheduler else contextlib.nullcontext()
+    with hold:  # a sweep created paused must not have its baseline picked in between
+        sweep = create_sweep(
+            services.store, GitRepo(target), target, name=body.name, proposer=body.proposer,
+            config=config, max_experiments=body.max_experiments, deadline=body.deadline,
+            window=body.window.model_dump() if body.window else None,
+        )
+        if body.paused or body.start_at is not None:
+            sweep = services.store.set_sweep_status(sweep.name, SweepStatus.PAUSED)
     if body.start_at is not None:
         services.scheduler.schedule_start(sweep.name, body.start_at)
     return _public(services, sweep)

@@ -127,33 +127,64 @@ def run_foreground(
     device: str | None,
     timeout: float | None = None,
     quiet: bool = False,
+    resume: bool = False,
+) -> Sweep:
+    """Hold the database's instance lock, recover leftovers, then run one sweep to its end."""
+    from agent.recovery import InstanceLock, InstanceLockError
+
+    try:
+        lock = InstanceLock(db).acquire()
+    except InstanceLockError as exc:
+        raise OvernightError(str(exc)) from None
+    try:
+        return _run_locked(db, target, sweep_name=sweep_name, experiments=experiments,
+                           budget=budget, proposer=proposer, device=device, timeout=timeout,
+                           quiet=quiet, resume=resume)
+    finally:
+        lock.release()
+
+
+def _run_locked(
+    db: Path, target: Path, *, sweep_name: str | None, experiments: int, budget: float | None,
+    proposer: str, device: str | None, timeout: float | None, quiet: bool, resume: bool,
 ) -> Sweep:
     from agent.console import LiveView
+    from agent.domain import SweepStatus
     from agent.gitrepo import GitError, GitRepo
     from agent.loop import Loop, LoopSettings
+    from agent.recovery import recover
     from agent.sweeps import create_sweep, default_sweep_name
     from agent.wiring import SubprocessRunner, make_proposer, work_dir_for
 
-    config = load_config(target).with_budget(budget, timeout)
+    config = None if resume else load_config(target).with_budget(budget, timeout)
     store = _store(db)
     try:
         repo = GitRepo(target)
     except GitError as exc:
         raise OvernightError(str(exc)) from None
-    name = sweep_name or default_sweep_name(store)
-    sweep = create_sweep(
-        store,
-        repo,
-        target,
-        name=name,
-        proposer=proposer,
-        config=config,
-        max_experiments=experiments,
-    )
-    console.print(
-        f"sweep [bold]{name}[/bold] on branch {sweep.branch}: baseline + "
-        f"{experiments} experiments, budget {config.budget_s:g}s, db {db}"
-    )
+    # A foreground run killed earlier leaves rows `running`: interrupt and re-queue them once.
+    report = recover(store, lambda s: GitRepo(s.target_path), work_dir_for(db))
+    if report.interrupted:
+        console.print(f"recovered {len(report.interrupted)} interrupted experiment(s); "
+                      "each is re-queued once")
+    if resume:
+        if not sweep_name:
+            fail("--resume needs --sweep NAME")
+        sweep = store.get_sweep(sweep_name)
+        if Path(sweep.target_path) != target.resolve():
+            fail(f"sweep {sweep_name} belongs to {sweep.target_path}, not {target}")
+        sweep = store.set_sweep_status(sweep_name, SweepStatus.RUNNING)
+        proposer = sweep.proposer
+        console.print(f"resuming sweep [bold]{sweep.name}[/bold] on branch {sweep.branch}")
+    else:
+        assert config is not None
+        name = sweep_name or default_sweep_name(store)
+        sweep = create_sweep(store, repo, target, name=name, proposer=proposer, config=config,
+                             max_experiments=experiments)
+        console.print(
+            f"sweep [bold]{name}[/bold] on branch {sweep.branch}: baseline + "
+            f"{experiments} experiments, budget {config.budget_s:g}s, db {db}"
+        )
     view = LiveView(console, sweep)
     loop = Loop(
         store,
@@ -164,9 +195,9 @@ def run_foreground(
         on_event=None if quiet else view.on_event,
     )
     if quiet:
-        return loop.run_sweep(name)
+        return loop.run_sweep(sweep.name)
     with view.live:
-        return loop.run_sweep(name)
+        return loop.run_sweep(sweep.name)
 
 
 @app.command()
@@ -177,6 +208,7 @@ def run(
     sweep: Annotated[str | None, typer.Option(help="sweep name (default: a date tag)")] = None,
     proposer: Annotated[str, typer.Option(help="knobs | llm:<profile>")] = "knobs",
     device: Annotated[str | None, typer.Option(help="OVERNIGHT_DEVICE for the script")] = None,
+    resume: Annotated[bool, typer.Option(help="continue an existing --sweep after a stop")] = False,
     db: DbOpt = None,
 ) -> None:
     """Run a sweep in the foreground: baseline, then one change at a time."""
@@ -188,6 +220,7 @@ def run(
         budget=budget,
         proposer=proposer,
         device=device,
+        resume=resume,
     )
     _print_results(done, _store(db), "table")
 

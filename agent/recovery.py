@@ -55,8 +55,9 @@ class InstanceLock:
             holder = fh.read().strip() or "unknown"
             fh.close()
             raise InstanceLockError(
-                f"another overnight serve (pid {holder}) is already using this database "
-                f"(lock {self.path}); stop it first or use another --db") from None
+                f"another overnight process (serve, run or mcp --run; pid {holder}) is already "
+                f"using this database (lock {self.path}); queue work through it, stop it first, "
+                "or use another --db") from None
         fh.seek(0)
         fh.truncate()
         fh.write(f"{os.getpid()}\n")

@@ -106,3 +106,59 @@ def test_demo_on_the_real_gpt_target(tmp_path: Path):
     assert rows[0][3] == "keep" and rows[0][4] == "baseline"
     assert 0 < float(rows[0][1]) < 8.0  # bits per byte below a uniform guess
     assert len(rows) == 3
+
+
+def test_kill_9_then_resume_loses_nothing_and_repeats_nothing(tmp_path: Path):
+    """A foreground run killed mid-experiment continues with --resume."""
+    import signal
+    import time
+
+    from conftest import make_target
+
+    from db.engine import open_database
+    from db.store import SqlStore
+
+    fixture = Path(__file__).parent / "fixtures" / "fake_target"
+    text = (fixture / "train.py").read_text().replace("SLEEP_S = 0.0", "SLEEP_S = 1.5")
+    target = make_target(tmp_path / "t", edits={"train.py": text})
+    db = tmp_path / "o.db"
+    args = [OVERNIGHT, "run", "--target", str(target), "--experiments", "3", "--sweep", "k9",
+            "--db", str(db)]
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    store = SqlStore(open_database(db))
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # kill while the second experiment is running
+        exps = store.list_experiments(store.get_sweep("k9").id) if store.list_sweeps() else []
+        if len(exps) >= 2 and exps[1].status.value == "running" and exps[1].pgid:
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    killed = exps[1]
+    out = run("run", "--target", str(target), "--sweep", "k9", "--resume", "--db", str(db))
+    assert "recovered 1 interrupted" in out.stdout
+    exps = store.list_experiments(store.get_sweep("k9").id)
+    statuses = [e.status.value for e in exps]
+    assert statuses.count("interrupted") == 1
+    assert store.get_experiment(killed.id).status.value == "interrupted"
+    retry = [e for e in exps if e.meta.get("retry_of") == killed.id]
+    assert len(retry) == 1 and retry[0].diff == killed.diff
+    assert retry[0].status.value in ("kept", "discarded")
+    assert store.get_sweep("k9").status.value == "done"
+    # each finished experiment ran once: one log per started row, no duplicate diffs kept/run
+    ran = [e for e in exps if e.status.value in ("kept", "discarded")]
+    assert len({e.diff for e in ran}) == len(ran) == 4  # baseline + 3
+    branch_tip = git.Repo(target).git.rev_parse("overnight/k9")
+    assert branch_tip == store.get_sweep("k9").best_commit
+
+
+def test_run_refuses_while_another_process_holds_the_database(tmp_path: Path, target: Path):
+    from agent.recovery import InstanceLock
+
+    db = tmp_path / "o.db"
+    lock = InstanceLock(db).acquire()
+    try:
+        proc = run("run", "--target", str(target), "--db", str(db), check=False)
+    finally:
+        lock.release()
+    assert proc.returncode == 2 and "already using this database" in proc.stderr

@@ -25,7 +25,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 console = Console()
-err = Console(stderr=True)
+err = Console(stderr=True, soft_wrap=True)  # error lines stay whole for grep
 
 DbOpt = Annotated[
     Path | None,

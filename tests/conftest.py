@@ -28,6 +28,15 @@ def make_target(
     return dest
 
 
+def commit_all(repo_path: Path, message: str) -> None:
+    """Commit every tracked change in a test target with the service's fixed identity."""
+    import git
+
+    from agent.gitrepo import IDENTITY
+
+    git.Repo(repo_path).git.commit("-am", message, env=IDENTITY)
+
+
 @pytest.fixture
 def target(tmp_path: Path) -> Path:
     return make_target(tmp_path / "target")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import git
-from conftest import make_target
+from conftest import commit_all, make_target
 
 from agent.config import load_config
 from agent.domain import CrashKind, ExperimentStatus, Proposal, SweepStatus
@@ -111,16 +111,7 @@ def test_crash_classes_and_trivial_repair(store, target, make_loop):
     (target / "overnight.toml").write_text(
         (target / "overnight.toml").read_text().replace("timeout_s = 20", "timeout_s = 2")
     )
-    git.Repo(target).git.commit(
-        "-am",
-        "short timeout",
-        env={
-            "GIT_AUTHOR_NAME": "t",
-            "GIT_AUTHOR_EMAIL": "t@t",
-            "GIT_COMMITTER_NAME": "t",
-            "GIT_COMMITTER_EMAIL": "t@t",
-        },
-    )
+    commit_all(target, "short timeout")
     sweep = start(store, target)
     make_loop(target, proposer).run_sweep(sweep.name)
     by_desc = {e.description: e for e in store.list_experiments(sweep.id)}
@@ -183,16 +174,7 @@ def test_run_that_rewrites_a_protected_file_is_not_kept(store, target, make_loop
 def test_failed_baseline_stops_the_sweep(tmp_path, store, make_loop):
     broken = make_target(tmp_path / "broken")
     (broken / "train.py").write_text("import nope\n")
-    git.Repo(broken).git.commit(
-        "-am",
-        "break",
-        env={
-            "GIT_AUTHOR_NAME": "t",
-            "GIT_AUTHOR_EMAIL": "t@t",
-            "GIT_COMMITTER_NAME": "t",
-            "GIT_COMMITTER_EMAIL": "t@t",
-        },
-    )
+    commit_all(broken, "break")
     sweep = start(store, broken)
     done = make_loop(broken, KnobsProposer()).run_sweep(sweep.name)
     assert done.status is SweepStatus.STOPPED

@@ -3,7 +3,7 @@
 Contract other parts rely on:
 - `create_app(settings: api.settings.Settings) -> FastAPI`; `app.state.services` is an
   `api.deps.Services` (store, settings, scheduler, repo_for, cancel).
-- The dashboard's `api.dashboard.routes.router` (an APIRouter serving HTML under `/`) is included.
+- The dashboard (`api.dashboard.routes.router`, HTML under `/` and `/ui`) is included.
 - `api.mcp_http.mount_mcp(app, services)` mounts MCP's streamable HTTP under `/mcp`; if it
   returns an async context manager, it is entered for the life of the app (the lifespan).
 
@@ -14,7 +14,6 @@ restart recovery → start the slot scheduler. Shutdown reverses it.
 from __future__ import annotations
 
 import contextlib
-import importlib
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
@@ -23,25 +22,16 @@ from fastapi import FastAPI
 
 from agent.recovery import InstanceLock, recover
 from agent.scheduler import SchedulerSettings, SlotScheduler, default_loop_factory, gpu_count
+from api.dashboard import routes as dashboard_routes
 from api.deps import Services
 from api.errors import BodyLimitMiddleware, install_error_handlers
+from api.mcp_http import mount_mcp
 from api.routes import experiments, sweeps, system
 from api.settings import Settings
 from db.engine import open_database
 from db.store import SqlStore
 
 logger = logging.getLogger(__name__)
-
-
-def _optional(module: str) -> Any:
-    """Import a part another engineer owns; the app works (without it) until it lands."""
-    try:
-        return importlib.import_module(module)
-    except ModuleNotFoundError as exc:
-        if exc.name and module.startswith(exc.name):
-            logger.info("%s not available; skipping it", module)
-            return None
-        raise
 
 
 def _start_scheduler(services: Services) -> SlotScheduler:
@@ -93,14 +83,10 @@ def create_app(settings: Settings, *, lock: InstanceLock | None = None) -> FastA
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     for module in (system, sweeps, experiments):
         app.include_router(module.router)
-    dashboard = _optional("api.dashboard.routes")
-    if dashboard is not None:
-        app.include_router(dashboard.router)
-    mcp = _optional("api.mcp_http")
-    if mcp is not None:
-        result = mcp.mount_mcp(app, services)
-        if hasattr(result, "__aenter__"):
-            extra_lifespans.append(result)
+    app.include_router(dashboard_routes.router)
+    session_manager = mount_mcp(app, services)
+    if hasattr(session_manager, "__aenter__"):
+        extra_lifespans.append(session_manager)
     return app
 
 

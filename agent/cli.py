@@ -128,6 +128,7 @@ def run_foreground(
     timeout: float | None = None,
     quiet: bool = False,
     resume: bool = False,
+    llm_config: Path | None = None,
 ) -> Sweep:
     """Hold the database's instance lock, recover leftovers, then run one sweep to its end."""
     from agent.recovery import InstanceLock, InstanceLockError
@@ -139,7 +140,7 @@ def run_foreground(
     try:
         return _run_locked(db, target, sweep_name=sweep_name, experiments=experiments,
                            budget=budget, proposer=proposer, device=device, timeout=timeout,
-                           quiet=quiet, resume=resume)
+                           quiet=quiet, resume=resume, llm_config=llm_config)
     finally:
         lock.release()
 
@@ -147,6 +148,7 @@ def run_foreground(
 def _run_locked(
     db: Path, target: Path, *, sweep_name: str | None, experiments: int, budget: float | None,
     proposer: str, device: str | None, timeout: float | None, quiet: bool, resume: bool,
+    llm_config: Path | None,
 ) -> Sweep:
     from agent.console import LiveView
     from agent.domain import SweepStatus
@@ -191,7 +193,8 @@ def _run_locked(
         repo,
         SubprocessRunner(),
         LoopSettings(work_dir_for(db), device=device),
-        proposer=make_proposer(proposer, sweep.seed),
+        proposer=make_proposer(proposer, sweep.seed, **(
+            {"config_path": llm_config} if llm_config and proposer.startswith("llm:") else {})),
         on_event=None if quiet else view.on_event,
     )
     if quiet:
@@ -209,6 +212,8 @@ def run(
     proposer: Annotated[str, typer.Option(help="knobs | llm:<profile>")] = "knobs",
     device: Annotated[str | None, typer.Option(help="OVERNIGHT_DEVICE for the script")] = None,
     resume: Annotated[bool, typer.Option(help="continue an existing --sweep after a stop")] = False,
+    llm_config: Annotated[Path | None, typer.Option(
+        help="LLM profiles file (default $OVERNIGHT_LLM_CONFIG or ~/.overnight/llm.toml)")] = None,
     db: DbOpt = None,
 ) -> None:
     """Run a sweep in the foreground: baseline, then one change at a time."""
@@ -221,6 +226,7 @@ def run(
         proposer=proposer,
         device=device,
         resume=resume,
+        llm_config=llm_config,
     )
     _print_results(done, _store(db), "table")
 

@@ -181,10 +181,12 @@ def test_overnight_run_cli_with_llm_profile(tmp_path, target, monkeypatch):
 
     with FakeLLM("openai", [TYPO, TYPO_FIX]) as fake:
         cfg = write_profile(tmp_path, monkeypatch, fake)
-        env = {**os.environ, "OVERNIGHT_LLM_CONFIG": str(cfg), "FAKE_LLM_KEY": KEY}
+        env = {k: v for k, v in os.environ.items() if k != "OVERNIGHT_LLM_CONFIG"}
+        env["FAKE_LLM_KEY"] = KEY
         proc = subprocess.run(
             [str(Path(sys.executable).parent / "overnight"), "run", "--target", str(target),
              "--experiments", "2", "--proposer", "llm:fake", "--sweep", "cli",
+             "--llm-config", str(cfg),
              "--db", str(tmp_path / "cli.sqlite")],
             env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr

@@ -52,6 +52,16 @@ def test_candidates_per_type():
     assert lr[:2] == ["6e-3", "1.5e-3"]
 
 
+def test_fraction_like_floats_never_cross_one_and_big_floats_stay_plain():
+    beta = find_knobs("t.py", "BETA2 = 0.95\n")[0]
+    values = [float(v) for _, v in candidates(beta)]
+    assert values[:2] == [0.975, 0.9] and all(0 < v < 1 for v in values)
+    small = find_knobs("t.py", "WARMUP = 0.4\n")[0]
+    assert all(0 < float(v) < 1 for _, v in candidates(small))
+    rope = find_knobs("t.py", "ROPE_BASE = 10000.0\n")[0]
+    assert [v for _, v in candidates(rope)][:2] == ["20000.0", "5000.0"]
+
+
 def test_deterministic_and_never_repeats():
     a = KnobsProposer(seed=7).propose(ctx())
     b = KnobsProposer(seed=7).propose(ctx())

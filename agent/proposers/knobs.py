@@ -57,8 +57,17 @@ def _fmt_float(new: float, raw: str) -> str:
         mant, exp = f"{new:.2e}".split("e")
         mant = mant.rstrip("0").rstrip(".")
         return f"{mant}e{int(exp)}"
-    text = f"{new:.4g}"
+    text = f"{new:.4g}" if abs(new) < 1e4 else f"{round(new, 1):.1f}"
     return text if any(c in text for c in ".e") else text + ".0"
+
+
+def _scaled(v: float, f: float) -> float:
+    """Scale by f; values in (0.5, 1) (betas, momenta, decay fractions) scale their distance
+    to 1 instead, so 0.95 moves to 0.975 or 0.9 and never crosses 1."""
+    if 0.5 < v < 1.0:
+        return 1.0 - (1.0 - v) / f
+    new = v * f
+    return new if not (0 < v < 1 <= new) else 1.0 - (1.0 - v) / f
 
 
 def candidates(knob: Knob) -> list[tuple[int, str]]:
@@ -75,7 +84,8 @@ def candidates(knob: Knob) -> list[tuple[int, str]]:
             out += [(1, str(v * 2)), (-1, str(max(1, v // 2)))]
         seen: set[str] = set()
         return [c for c in out if not (c[1] in seen or seen.add(c[1]))]  # type: ignore[func-returns-value]
-    return [(1 if f > 1 else -1, _fmt_float(v * f, knob.raw)) for f in FLOAT_FACTORS]
+    out = [(1 if f > 1 else -1, _fmt_float(_scaled(v, f), knob.raw)) for f in FLOAT_FACTORS]
+    return [c for c in out if c[1] != knob.raw]
 
 
 def make_diff(path: str, old_text: str, new_text: str) -> str:
@@ -97,8 +107,8 @@ def _score(history: list[Experiment]) -> dict[tuple[str, int], float]:
             continue
         key = (knob, int(direction))
         delta = {
-            ExperimentStatus.KEPT: 3.0,
-            ExperimentStatus.DISCARDED: -0.5,
+            ExperimentStatus.KEPT: 2.0,  # push a kept direction once more...
+            ExperimentStatus.DISCARDED: -1.5,  # ...but move on once it stops paying
             ExperimentStatus.CRASHED: -3.0,
             ExperimentStatus.TIMEOUT: -3.0,
         }.get(exp.status, 0.0)

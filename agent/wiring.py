@@ -20,8 +20,10 @@ def default_db() -> Path:
 
 
 def work_dir_for(db_path: Path) -> Path:
-    """Worktrees and logs live beside the database."""
-    return Path(db_path).expanduser().resolve().parent / "work"
+    """Worktrees and logs live beside the database, in `<db>.work/` (like `<db>.lock` and
+    `<db>.token`), so two databases in one folder never share or prune each other's runs."""
+    db = Path(db_path).expanduser().resolve()
+    return db.with_name(db.name + ".work")
 
 
 class SubprocessRunner:

@@ -200,7 +200,9 @@ def _run_locked(
     if quiet:
         return loop.run_sweep(sweep.name)
     with view.live:
-        return loop.run_sweep(sweep.name)
+        done = loop.run_sweep(sweep.name)
+    console.print()  # the live view's last frame ends without a newline off a terminal
+    return done
 
 
 @app.command()

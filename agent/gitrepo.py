@@ -11,7 +11,6 @@ import logging
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -78,10 +77,10 @@ class GitRepo:
             args += ["--check"] if check_only else []
             try:
                 self._apply(args, patch, env)
-            except GitError:
+            except GitError as exc:
                 # Hunks written without context lines (common from language models) only
                 # apply with --unidiff-zero; git's first message is the one worth showing.
-                first = sys.exc_info()[1]
+                first = exc
                 try:
                     self._apply(args + ["--unidiff-zero"], patch, env)
                 except GitError:

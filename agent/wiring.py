@@ -6,6 +6,7 @@ import os
 import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 from agent.errors import ConfigError
 from agent.ports import Proposer
@@ -57,7 +58,7 @@ class SubprocessRunner:
         )
 
 
-def make_proposer(spec: str, seed: int, **kwargs: object) -> Proposer | None:
+def make_proposer(spec: str, seed: int, **kwargs: Any) -> Proposer | None:
     """`knobs`, `queue` (external proposals only → None) or `llm:<profile>`."""
     if spec == "knobs":
         from agent.proposers.knobs import KnobsProposer
@@ -66,9 +67,7 @@ def make_proposer(spec: str, seed: int, **kwargs: object) -> Proposer | None:
     if spec == "queue":
         return None
     if spec.startswith("llm:"):
-        try:
-            from agent.proposers.llm import make_llm_proposer  # type: ignore[import-not-found]
-        except ImportError:
-            raise ConfigError("proposer: LLM proposers are not available in this build") from None
+        from agent.proposers.llm import make_llm_proposer
+
         return make_llm_proposer(spec.split(":", 1)[1], seed=seed, **kwargs)
     raise ConfigError(f"proposer: unknown proposer {spec!r} (use knobs, queue or llm:<profile>)")

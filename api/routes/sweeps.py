@@ -53,7 +53,7 @@ def create(body: SweepCreate, services: ServicesDep, _auth: WriteAuth) -> SweepP
 @router.get("", response_model=Page[SweepPublic])
 def list_sweeps(services: ServicesDep, _auth: ReadAuth) -> Page[SweepPublic]:
     sweeps = services.store.list_sweeps()
-    return Page(data=[_public(services, s) for s in sweeps], count=len(sweeps))
+    return Page(data=[_public(services, s) for s in sweeps], count=len(sweeps), next_cursor=None)
 
 
 @router.get("/{name}", response_model=SweepPublic)

@@ -15,6 +15,8 @@ def run() -> None:
     connection = config.attributes.get("connection")
     if connection is None:  # `alembic` CLI use: OVERNIGHT_DB or sqlalchemy.url
         url = config.get_main_option("sqlalchemy.url")
+        if not url:
+            raise RuntimeError("set sqlalchemy.url (e.g. sqlite:////path/to/overnight.db)")
         engine = create_engine(url)
         with engine.begin() as conn:
             context.configure(connection=conn, target_metadata=target_metadata,

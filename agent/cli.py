@@ -317,9 +317,11 @@ def demo(
 
     db_path = _db(db)
     store = _store(db)
-    name = "demo-" + default_sweep_name(store)
-    while any(s.name == name for s in store.list_sweeps()):
-        name += "x"
+    taken = {s.name for s in store.list_sweeps()}
+    base = "demo-" + default_sweep_name(store).split("-")[0]
+    name, n = base, 2
+    while name in taken:
+        name, n = f"{base}-{n}", n + 1
     target = (dir or db_path.parent / "demo-targets" / name).expanduser()
     init_target(TEMPLATES / "gpt", target)
     console.print(f"demo target: {target}")

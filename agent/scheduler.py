@@ -179,6 +179,7 @@ class SlotScheduler:
         self._state_lock = threading.Lock()
         self._loops: dict[tuple[int, int], Any] = {}
         self._running: dict[int, tuple[int, Any]] = {}  # exp id -> (slot, loop)
+        self._proposing: set[int] = set()  # sweep ids whose proposer is being asked
         self._stopping = threading.Event()
         self._aps: Any = None
         self.db_key = str(Path(settings.db_path).expanduser().resolve())
@@ -315,37 +316,78 @@ class SlotScheduler:
         )
 
     def pick(self, slot: int) -> tuple[Sweep, Experiment, Any] | None:
-        """Claim the next experiment for `slot`: queued first (priority, FIFO), then proposed."""
+        """Claim the next experiment for `slot`: queued first (priority, FIFO), then proposed.
+
+        Asking a proposer (a language model may take many seconds) happens outside the pick
+        lock, one proposer call per sweep at a time, so other slots and `holding()` callers
+        never wait on it.
+        """
+        tried: set[int] = set()
+        while True:
+            with self._pick_lock:
+                if self._stopping.is_set():
+                    return None
+                open_sweeps = self._open_sweeps()
+                for sweep in open_sweeps:  # queued work of any open sweep before proposing
+                    exp = self._claim_queued(sweep)
+                    if exp is not None:
+                        return self._claimed(slot, sweep, exp)
+                chosen = self._choose_proposer([s for s in open_sweeps if s.id not in tried],
+                                               slot)
+                if chosen is None:
+                    return None
+            sweep, loop = chosen
+            tried.add(sweep.id)
+            picked = self._propose(slot, sweep, loop)
+            if picked is not None:
+                return picked
+
+    def _propose(self, slot: int, sweep: Sweep, loop: Any) -> tuple[Sweep, Experiment, Any] | None:
+        try:
+            exp = loop.next_experiment(sweep)
+        finally:
+            with self._state_lock:
+                self._proposing.discard(sweep.id)
         with self._pick_lock:
-            if self._stopping.is_set():
-                return None
-            now = self.clock.now()
-            open_sweeps = []
-            for sweep in self.store.list_sweeps():
-                if sweep.status is not SweepStatus.RUNNING:
-                    continue
-                verdict = gate(self.facts(sweep), now, self.settings.tz)
-                if verdict.kind is GateKind.FINISH:
-                    self._finish_sweep(sweep, verdict.reason)
-                elif verdict.kind is GateKind.START:
-                    open_sweeps.append(sweep)
-            for sweep in open_sweeps:  # queued work of any open sweep before asking a proposer
-                exp = self._claim_queued(sweep)
-                if exp is not None:
-                    return self._claimed(slot, sweep, exp)
-            for sweep in open_sweeps:
-                if sweep.baseline_metric is None:
-                    continue  # nothing is proposed before the baseline is in
-                loop = self._loop(sweep, slot)
-                if loop.proposer is None:
-                    continue  # a queue-only sweep waits for POST /experiments
-                exp = loop.next_experiment(sweep)
-                if exp is not None:
-                    return self._claimed(slot, sweep, exp)
+            if exp is None:
                 if not self.store.count_filtered(  # type: ignore[attr-defined]
                         sweep.id, [ExperimentStatus.RUNNING, ExperimentStatus.QUEUED]):
                     self._finish_sweep(sweep, loop.limit_reached(sweep) or "no more proposals")
-            return None
+                return None
+            if self._stopping.is_set():  # shut down while proposing: hand it to recovery
+                self.store.finish(exp.id, Finish(ExperimentStatus.INTERRUPTED,
+                                                 reason=SHUTDOWN_REASON))
+                return None
+            return self._claimed(slot, sweep, exp)
+
+    def _open_sweeps(self) -> list[Sweep]:
+        now = self.clock.now()
+        open_sweeps = []
+        for sweep in self.store.list_sweeps():
+            if sweep.status is not SweepStatus.RUNNING:
+                continue
+            verdict = gate(self.facts(sweep), now, self.settings.tz)
+            if verdict.kind is GateKind.FINISH:
+                self._finish_sweep(sweep, verdict.reason)
+            elif verdict.kind is GateKind.START:
+                open_sweeps.append(sweep)
+        return open_sweeps
+
+    def _choose_proposer(self, open_sweeps: list[Sweep], slot: int) -> tuple[Sweep, Any] | None:
+        """The first open sweep with a proposer that nobody is asking right now (marked busy)."""
+        for sweep in open_sweeps:
+            if sweep.baseline_metric is None:
+                continue  # nothing is proposed before the baseline is in
+            with self._state_lock:
+                if sweep.id in self._proposing:
+                    continue
+            loop = self._loop(sweep, slot)
+            if loop.proposer is None:
+                continue  # a queue-only sweep waits for POST /experiments
+            with self._state_lock:
+                self._proposing.add(sweep.id)
+            return sweep, loop
+        return None
 
     def _claim_queued(self, sweep: Sweep) -> Experiment | None:
         """Priority then FIFO; but until the baseline is kept, only the baseline may run."""

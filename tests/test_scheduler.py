@@ -203,3 +203,52 @@ def test_sweep_without_a_baseline_is_stopped(setup) -> None:  # type: ignore
     store.finish(1, Finish(ExperimentStatus.CANCELLED))
     assert sched.run_slot(0) == 0
     assert store.get_sweep("nb").status is SweepStatus.STOPPED
+
+
+def test_a_slow_proposer_blocks_neither_other_slots_nor_sweep_creation(setup) -> None:  # type: ignore
+    """A language model thinking for a long time must not stall the rest of the service."""
+    import threading
+    import time
+
+    target, store, repo, sched, clock = setup
+    release = threading.Event()
+    asked = threading.Event()
+
+    class SlowProposer:
+        name = "slow"
+
+        def propose(self, ctx):  # type: ignore[no-untyped-def]
+            asked.set()
+            release.wait(30)
+            return None
+
+        def repair(self, ctx, failed):  # type: ignore[no-untyped-def]
+            return None
+
+    default = sched.loop_factory
+
+    def factory(sweep, slot):  # type: ignore[no-untyped-def]
+        loop = default(sweep, slot)
+        if sweep.name == "slow":
+            loop.proposer = SlowProposer()
+        return loop
+
+    sched.loop_factory = factory
+    create_sweep(store, repo, target, name="slow", proposer="knobs")
+    sched._execute(0, *sched.pick(0))  # type: ignore[misc]  # its baseline
+    results: list[object] = []
+    t = threading.Thread(target=lambda: results.append(sched.pick(0)))
+    t.start()
+    assert asked.wait(10)
+    t0 = time.monotonic()
+    with sched.holding():  # what POST /sweeps does
+        create_sweep(store, repo, target, name="other", proposer="queue")
+    picked = sched.pick(1)  # another slot gets the other sweep's baseline meanwhile
+    assert time.monotonic() - t0 < 2.0
+    assert picked is not None and picked[0].name == "other" and picked[1].is_baseline
+    assert sched.pick(1) is None  # the slow sweep is being asked by slot 0: not twice
+    release.set()
+    t.join(10)
+    assert results == [None]
+    sched._execute(1, *picked)
+    assert store.get_sweep("slow").status is SweepStatus.DONE

@@ -78,6 +78,7 @@ def setup(tmp_path: Path) -> tuple[Path, Path]:
 
 def edit(files: dict[str, str], old: str, new: str, path: str = "train.py") -> str:
     before = files[path]
+    assert old in before, f"{old!r} not in {path}"  # never build an empty diff by accident
     after = before.replace(old, new, 1)
     return "".join(difflib.unified_diff(before.splitlines(True), after.splitlines(True),
                                         f"a/{path}", f"b/{path}"))
@@ -122,7 +123,7 @@ async def agent_session(db: Path) -> tuple[list[str], dict[str, Any]]:
         _, seen["lr"] = await t.call("wait_for_experiment", id=proposed["id"], timeout_s=30)
         seen["dup"] = await t.call("propose_experiment", sweep="night", description="again",
                                    diff=lr)
-        harness = edit({"prepare.py": (FIXTURE / "prepare.py").read_text()}, "1.0 +", "0.0 +",
+        harness = edit({"prepare.py": (FIXTURE / "prepare.py").read_text()}, "1.0\n", "0.0\n",
                        "prepare.py")
         seen["protected"] = await t.call("propose_experiment", sweep="night",
                                          description="cheat", diff=harness)

@@ -24,7 +24,9 @@ _KEYS = {
     "timeout_s",
     "seed",
     "min_delta",
+    "confirm_runs",
 }
+MAX_CONFIRM_RUNS = 10
 _REQUIRED = ("command", "editable", "metric", "budget_s")
 
 
@@ -39,6 +41,7 @@ class TargetConfig:
     timeout_s: float = 900.0
     seed: int = 42
     min_delta: float = 0.0
+    confirm_runs: int = 0  # extra runs (other seeds) before a keep; the metric is their mean
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -121,6 +124,12 @@ def parse_config(data: dict[str, Any], source: str = CONFIG_FILE) -> TargetConfi
     min_delta = _number(data, "min_delta", 0.0)
     if min_delta < 0:
         raise ConfigError(f"min_delta: must be >= 0, got {min_delta:g}")
+    confirm = data.get("confirm_runs", 0)
+    if isinstance(confirm, bool) or not isinstance(confirm, int) or not (
+        0 <= confirm <= MAX_CONFIRM_RUNS
+    ):
+        raise ConfigError(f"confirm_runs: must be an integer from 0 to {MAX_CONFIRM_RUNS}, "
+                          f"got {confirm!r}")
     return TargetConfig(
         command=command.strip(),
         editable=ed,
@@ -131,6 +140,7 @@ def parse_config(data: dict[str, Any], source: str = CONFIG_FILE) -> TargetConfi
         timeout_s=timeout,
         seed=seed,
         min_delta=min_delta,
+        confirm_runs=confirm,
     )
 
 

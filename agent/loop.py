@@ -173,7 +173,7 @@ class Loop:
             self.repo.add_worktree(wt, commit)
             added_worktree = True
             result, sink = self._run(sweep, exp, wt, stop)
-            return self._record(sweep, exp, result, sink.count > 0, head, commit, wt)
+            return self._record(sweep, exp, result, sink.count > 0, head, commit, wt, stop)
         except BaseException as exc:
             self._record_failure(exp, exc)
             raise
@@ -225,14 +225,7 @@ class Loop:
     ) -> tuple[RunResult, _LineSink]:
         config = TargetConfig.from_dict(sweep.config)
         log_path = self.settings.work_dir / "logs" / sweep.name / f"{exp.id}.log"
-        env = {
-            "OVERNIGHT_BUDGET_S": f"{config.budget_s:g}",
-            "OVERNIGHT_SEED": str(sweep.seed),
-            "OVERNIGHT_EXPERIMENT_ID": str(exp.id),
-            **self.settings.env,
-        }
-        if self.settings.device:
-            env["OVERNIGHT_DEVICE"] = self.settings.device
+        env = self._env(sweep, exp, sweep.seed)
         self.store.mark_started(exp.id, log_path=str(log_path), run_started_at=utcnow())
         sink = _LineSink(self.store, exp, self.emit)
         self.emit("started", self.store.get_experiment(exp.id), {"budget_s": config.budget_s})
@@ -255,6 +248,41 @@ class Loop:
             sink.flush()
         return result, sink
 
+    def _env(self, sweep: Sweep, exp: Experiment, seed: int) -> dict[str, str]:
+        config = TargetConfig.from_dict(sweep.config)
+        env = {
+            "OVERNIGHT_BUDGET_S": f"{config.budget_s:g}",
+            "OVERNIGHT_SEED": str(seed),
+            "OVERNIGHT_EXPERIMENT_ID": str(exp.id),
+            **self.settings.env,
+        }
+        if self.settings.device:
+            env["OVERNIGHT_DEVICE"] = self.settings.device
+        return env
+
+    def _confirm(self, sweep: Sweep, exp: Experiment, wt: Path, stop: threading.Event,
+                 first: float) -> tuple[float | None, str]:
+        """Re-run a would-be keep with other seeds; (mean metric or None, a reason line)."""
+        config = TargetConfig.from_dict(sweep.config)
+        samples = [first]
+        for k in range(1, config.confirm_runs + 1):
+            log = self.settings.work_dir / "logs" / sweep.name / f"{exp.id}.confirm{k}.log"
+            self.emit("confirming", exp, {"run": k, "of": config.confirm_runs})
+            result = self.runner.run(
+                resolve_command(config.command), cwd=wt, log_path=log,
+                timeout_s=config.timeout_s, env=self._env(sweep, exp, sweep.seed + k),
+                stop_event=stop,
+            )
+            value = result.summary.get(config.metric)
+            if not (result.ok and isinstance(value, int | float) and math.isfinite(value)):
+                why = result.error or result.outcome.value
+                return None, f"confirmation run {k} (seed {sweep.seed + k}) failed: {why}"
+            samples.append(float(value))
+        mean = sum(samples) / len(samples)
+        runs = ", ".join(f"{v:.6f}" for v in samples)
+        return mean, f"{config.metric} is the mean of {len(samples)} runs (seeds " \
+                     f"{sweep.seed}..{sweep.seed + config.confirm_runs}): {runs}"
+
     def _record(
         self,
         sweep: Sweep,
@@ -264,6 +292,7 @@ class Loop:
         head: str,
         commit: str,
         wt: Path,
+        stop: threading.Event,
     ) -> Experiment:
         config = TargetConfig.from_dict(sweep.config)
         ended = utcnow()
@@ -290,6 +319,17 @@ class Loop:
                 ),
             )
         if result.ok and metric is not None and math.isfinite(metric):
+            current = self.store.get_sweep(sweep.name)
+            if config.confirm_runs and (exp.is_baseline or is_improvement(
+                    metric, current.best_metric, current.direction, current.min_delta)):
+                mean, note = self._confirm(sweep, exp, wt, stop, metric)
+                if mean is None:
+                    status = (ExperimentStatus.CRASHED if exp.is_baseline
+                              else ExperimentStatus.DISCARDED)
+                    return self._finish(exp, Finish(
+                        status, CrashKind.FUNDAMENTAL if exp.is_baseline else None, note,
+                        metric=metric, best_before=current.best_metric, **common))
+                metric, common["reason"] = mean, note
             return self._decide(sweep, exp, metric, head, commit, common)
         verdict = classify(
             CrashFacts(
@@ -357,10 +397,10 @@ class Loop:
                     exp,
                     Finish(
                         ExperimentStatus.DISCARDED,
-                        reason="improved, but conflicts with a change kept meanwhile",
                         metric=metric,
                         best_before=best,
-                        **common,
+                        **{**common, "reason": "improved, but conflicts with a change kept "
+                           "meanwhile"},
                     ),
                 )
             keep = self.repo.commit_diff(now_head, exp.diff, exp.description)

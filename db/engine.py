@@ -43,6 +43,9 @@ def migrate(engine: Engine) -> None:
     from alembic import command
     from alembic.config import Config
 
+    # Alembic narrates every start at INFO ("setup plugin ..."); keep the service log readable.
+    logging.getLogger("alembic").setLevel(logging.WARNING)
+
     cfg = Config()
     cfg.set_main_option("script_location", str(Path(__file__).parent / "migrations"))
     cfg.attributes["connection"] = None

@@ -21,6 +21,7 @@ from agent.domain import (
     Experiment,
     ExperimentStatus,
     Finish,
+    Proposal,
     Sweep,
     SweepStatus,
     utcnow,
@@ -38,6 +39,15 @@ COUNTED = tuple(
     for s in ExperimentStatus
     if s not in (ExperimentStatus.CANCELLED, ExperimentStatus.INTERRUPTED)
 )
+
+
+_DECISION_LOCKS: dict[tuple[str, str], threading.Lock] = {}
+_DECISION_LOCKS_GUARD = threading.Lock()
+
+
+def _decision_lock(branch: str, target: str) -> threading.Lock:
+    with _DECISION_LOCKS_GUARD:
+        return _DECISION_LOCKS.setdefault((target, branch), threading.Lock())
 
 
 class Loop:
@@ -284,6 +294,20 @@ class Loop:
         commit: str,
         common: dict[str, Any],
     ) -> Experiment:
+        # Slots of one process each have their own Loop: decisions on a sweep take turns so
+        # that reading the best, recording a keep and moving the branch are one step.
+        with _decision_lock(sweep.branch, sweep.target_path):
+            return self._decide_locked(sweep, exp, metric, head, commit, common)
+
+    def _decide_locked(
+        self,
+        sweep: Sweep,
+        exp: Experiment,
+        metric: float,
+        head: str,
+        commit: str,
+        common: dict[str, Any],
+    ) -> Experiment:
         current = self.store.get_sweep(sweep.name)
         best = current.best_metric
         if exp.is_baseline:
@@ -297,22 +321,9 @@ class Loop:
                 exp, Finish(ExperimentStatus.DISCARDED, metric=metric, best_before=best, **common)
             )
         now_head = self.repo.head(sweep.branch)
+        if now_head != head:  # another slot kept a change while this one ran
+            return self._rerun_on_new_head(sweep, exp, metric, best, now_head, common)
         keep = commit
-        if now_head != head:  # another slot kept something meanwhile: replay onto it
-            if self.repo.check_applies(now_head, exp.diff):
-                return self._finish(
-                    exp,
-                    Finish(
-                        ExperimentStatus.DISCARDED,
-                        metric=metric,
-                        best_before=best,
-                        **{
-                            **common,
-                            "reason": "improved, but conflicts with a change kept meanwhile",
-                        },
-                    ),
-                )
-            keep = self.repo.commit_diff(now_head, exp.diff, exp.description)
         # The DB learns first: a kill before the branch moves is repaired from the DB on start.
         done = self._finish(
             exp,
@@ -320,6 +331,43 @@ class Loop:
             keep_commit=keep,
         )
         self.repo.advance_branch(sweep.branch, keep, now_head)
+        return done
+
+    def _rerun_on_new_head(
+        self,
+        sweep: Sweep,
+        exp: Experiment,
+        metric: float,
+        best: float | None,
+        now_head: str,
+        common: dict[str, Any],
+    ) -> Experiment:
+        """It beat the best, but was measured without the change kept meanwhile: the
+        combination has never run, so it is not kept; the same diff is re-queued on the new
+        head (ahead of new proposals) and judged there."""
+        conflict = self.repo.check_applies(now_head, exp.diff)
+        why = (
+            "beat the best but conflicts with the change kept meanwhile"
+            if conflict
+            else "beat the best, but the branch moved while it ran; re-queued on the new head"
+        )
+        done = self._finish(
+            exp,
+            Finish(
+                ExperimentStatus.DISCARDED,
+                metric=metric,
+                best_before=best,
+                **{**common, "reason": why},
+            ),
+        )
+        if not conflict:
+            again = Proposal(
+                exp.description, exp.diff, exp.proposer, exp.id, {**exp.meta, "rerun_of": exp.id}
+            )
+            child = self.store.add_experiment(
+                sweep.id, again, attempt=exp.attempt, priority=REPAIR_PRIORITY, base_commit=now_head
+            )
+            self.emit("queued", child)
         return done
 
     def _repair(self, sweep: Sweep, failed: Experiment) -> None:

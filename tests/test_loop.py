@@ -255,3 +255,51 @@ def test_without_confirmation_the_lucky_seed_is_kept(tmp_path, store, make_loop)
     base, exp = store.list_experiments(sweep.id)
     assert base.metric == 1.2  # one run, seed 42
     assert exp.status is ExperimentStatus.KEPT and exp.reason is None
+
+
+def test_a_keep_measured_on_a_stale_head_is_rerun_on_the_new_head(tmp_path, store, make_loop):
+    """Two slots, one sweep: B beats the best, but ran without A's change kept meanwhile.
+    The combination never ran, so B is not kept; it is re-queued on the new head."""
+    import threading
+
+    fixture = Path(__file__).parent / "fixtures" / "fake_target"
+    text = (fixture / "train.py").read_text()
+    spaced = text.replace("WIDTH = 64", "#\n" * 8 + "WIDTH = 64")  # A's and B's hunks apart
+    target = make_target(tmp_path / "t2", edits={"train.py": spaced})
+    sweep = start(store, target, name="two")
+    loop = make_loop(target)
+    loop.execute(sweep, store.claim_next(sweep.id))  # the baseline: 1.3
+    repo = GitRepo(target)
+    head_text = repo.read_file(repo.head(sweep.branch), "train.py")
+
+    def diff(*pairs):
+        new = head_text
+        for old, rep in pairs:
+            new = new.replace(old, rep, 1)
+        return make_diff("train.py", head_text, new)
+
+    from agent.sweeps import submit
+
+    # A: fast and 0.1 better. B: slower, 0.15 better alone, and 0.25 better together with A.
+    a = submit(store, repo, sweep, Proposal("A: lr 0.02", diff(("LR = 0.01", "LR = 0.02"))),
+               record_rejection=False)
+    b = submit(store, repo, sweep, Proposal("B: width 256 + trick", diff(
+        ("WIDTH = 64", "WIDTH = 256"), ("USE_TRICK = False", "USE_TRICK = True"),
+        ("SLEEP_S = 0.0", "SLEEP_S = 1.5"))), record_rejection=False)
+    claimed = [store.claim(b.id), store.claim(a.id)]
+    threads = [threading.Thread(target=loop.execute, args=(sweep, e)) for e in claimed]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    a_done, b_done = store.get_experiment(a.id), store.get_experiment(b.id)
+    assert a_done.status is ExperimentStatus.KEPT and abs(a_done.metric - 1.2) < 1e-9
+    assert b_done.status is ExperimentStatus.DISCARDED and abs(b_done.metric - 1.15) < 1e-9
+    assert "re-queued on the new head" in b_done.reason
+    rerun = store.claim_next(sweep.id)
+    assert rerun.parent_id == b.id and rerun.meta["rerun_of"] == b.id
+    assert rerun.base_commit == a_done.commit
+    done = loop.execute(store.get_sweep("two"), rerun)
+    assert done.status is ExperimentStatus.KEPT and abs(done.metric - 1.05) < 1e-9
+    assert [s for _, s in repo.log(sweep.branch)][:2] == ["B: width 256 + trick", "A: lr 0.02"]
+    assert store.get_sweep("two").best_commit == repo.head(sweep.branch) == done.commit

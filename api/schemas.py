@@ -8,8 +8,8 @@ from typing import Any, Generic, TypeVar
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator
 
 from agent.domain import Experiment, Sweep
+from agent.gate import parse_hhmm
 from agent.report import memory_gb
-from agent.scheduler import parse_hhmm
 
 T = TypeVar("T")
 MAX_LIMIT = 200

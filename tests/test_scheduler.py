@@ -9,19 +9,9 @@ import pytest
 from service_fixtures import knob_diff, make_counting_target
 
 from agent.domain import ExperimentStatus, Finish, Proposal, SweepStatus
+from agent.gate import GateKind, SweepFacts, gate, in_window, next_opening, parse_hhmm
 from agent.gitrepo import GitRepo, init_repo
-from agent.scheduler import (
-    GateKind,
-    SchedulerSettings,
-    SlotScheduler,
-    SweepFacts,
-    default_loop_factory,
-    gate,
-    in_window,
-    next_opening,
-    parse_hhmm,
-    slot_env,
-)
+from agent.scheduler import SchedulerSettings, SlotScheduler, default_loop_factory, slot_env
 from agent.sweeps import create_sweep
 from db.engine import open_database
 from db.store import SqlStore

@@ -33,6 +33,7 @@ FORBIDDEN = {
     "agent/admit.py": {"db", "api", "sqlalchemy", "fastapi", "git"},
     "agent/classify.py": {"db", "api", "sqlalchemy", "fastapi", "git"},
     "agent/decide.py": {"db", "api", "sqlalchemy", "fastapi", "git"},
+    "agent/gate.py": {"db", "api", "sqlalchemy", "fastapi", "git", "apscheduler"},
     "agent/loop.py": {"db", "api", "sqlalchemy", "fastapi"},
     "agent/training.py": {"db", "api", "sqlalchemy", "fastapi", "git"},
     "agent/sweeps.py": {"db", "api", "sqlalchemy", "fastapi"},

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import shutil
@@ -43,10 +44,16 @@ def _db(db: Path | None) -> Path:
 
 
 def _store(db: Path | None):  # type: ignore[no-untyped-def]
+    return _open_store(_db(db).resolve())
+
+
+@functools.cache
+def _open_store(path: Path):  # type: ignore[no-untyped-def]
+    """One engine per database per process: migrations are checked once, not per call."""
     from db.engine import open_database
     from db.store import SqlStore
 
-    return SqlStore(open_database(_db(db)))
+    return SqlStore(open_database(path))
 
 
 def fail(message: str) -> None:
@@ -317,11 +324,7 @@ def demo(
 
     db_path = _db(db)
     store = _store(db)
-    taken = {s.name for s in store.list_sweeps()}
-    base = "demo-" + default_sweep_name(store).split("-")[0]
-    name, n = base, 2
-    while name in taken:
-        name, n = f"{base}-{n}", n + 1
+    name = default_sweep_name(store, prefix="demo-")
     target = (dir or db_path.parent / "demo-targets" / name).expanduser()
     init_target(TEMPLATES / "gpt", target)
     console.print(f"demo target: {target}")
@@ -335,7 +338,6 @@ def demo(
         device="cpu",
         timeout=max(budget * 4, budget + 120),
     )
-    store = _store(db)
     _print_results(done, store, "table")
     console.print("\n[bold]results.tsv[/bold]")
     _print_results(done, store, "tsv")

@@ -247,7 +247,10 @@ class Loop:
                         ),
                     )
                 metric, common["reason"] = mean, note
-            return self._decide(sweep, exp, metric, head, commit, common)
+            # Slots of one process each have their own Loop: decisions on a sweep take turns
+            # so that reading the best, recording a keep and moving the branch are one step.
+            with _decision_lock(sweep.branch, sweep.target_path):
+                return self._decide(sweep, exp, metric, head, commit, common)
         verdict = classify(
             CrashFacts(
                 timed_out=result.outcome is Outcome.TIMED_OUT,
@@ -286,20 +289,6 @@ class Loop:
         return sorted(p for p in expected if actual.get(p) != expected[p])
 
     def _decide(
-        self,
-        sweep: Sweep,
-        exp: Experiment,
-        metric: float,
-        head: str,
-        commit: str,
-        common: dict[str, Any],
-    ) -> Experiment:
-        # Slots of one process each have their own Loop: decisions on a sweep take turns so
-        # that reading the best, recording a keep and moving the branch are one step.
-        with _decision_lock(sweep.branch, sweep.target_path):
-            return self._decide_locked(sweep, exp, metric, head, commit, common)
-
-    def _decide_locked(
         self,
         sweep: Sweep,
         exp: Experiment,

@@ -31,9 +31,9 @@ def check_sweep_name(name: str) -> str:
     return name
 
 
-def default_sweep_name(store: Store, now: datetime | None = None) -> str:
-    """A date tag such as 'nov29', made unique with a suffix ('nov29-2')."""
-    base = (now or utcnow()).strftime("%b%d").lower()
+def default_sweep_name(store: Store, now: datetime | None = None, prefix: str = "") -> str:
+    """A date tag such as 'nov29' (after `prefix`), made unique with a suffix ('nov29-2')."""
+    base = prefix + (now or utcnow()).strftime("%b%d").lower()
     taken = {s.name for s in store.list_sweeps()}
     if base not in taken:
         return base

@@ -12,7 +12,15 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-from agent.domain import Experiment, ExperimentStatus, Finish, Proposal, Sweep, SweepStatus
+from agent.domain import (
+    CrashKind,
+    Experiment,
+    ExperimentStatus,
+    Finish,
+    Proposal,
+    Sweep,
+    SweepStatus,
+)
 from runner.result import RunResult
 from runner.summary import ProgressPoint
 
@@ -87,10 +95,21 @@ class Store(Protocol):
 
     def count_experiments(
         self,
-        sweep_id: int,
+        sweep_id: int | None = None,
         statuses: Sequence[ExperimentStatus] | None = None,
-        include_rejected: bool = True,
-    ) -> int: ...
+        crash_kind: CrashKind | None = None,
+        is_baseline: bool | None = None,
+    ) -> int:
+        """How many experiments match; every filter is optional (None = any)."""
+
+    def status_counts(self, sweep_id: int | None = None) -> dict[str, int]:
+        """Experiments per status value, of one sweep or the whole database."""
+
+    def retry_of(self, experiment_id: int) -> Experiment | None:
+        """The row re-queued for an interrupted experiment, if any."""
+
+    def interrupt_running(self) -> list[Experiment]:
+        """Mark every `running` experiment `interrupted` (left by a dead process)."""
 
     def claim_next(self, sweep_id: int | None = None) -> Experiment | None:
         """Move the next queued experiment (priority, then FIFO) to running and return it."""
@@ -151,6 +170,8 @@ class Repo(Protocol):
     def add_worktree(self, path: Path, sha: str) -> None: ...
 
     def remove_worktree(self, path: Path) -> None: ...
+
+    def prune_worktrees(self) -> None: ...
 
     def read_file(self, sha: str, path: str) -> str: ...
 

@@ -124,7 +124,7 @@ def requeue_interrupted(store: Store, report: RecoveryReport) -> None:
         sweep = sweeps.get(exp.sweep_id)
         if sweep is None or sweep.status.is_finished():
             continue
-        if store.retry_of(exp.id) is not None:  # type: ignore[attr-defined]
+        if store.retry_of(exp.id) is not None:
             continue
         crashes = int(exp.meta.get("crash_retries", 0)) + (exp.reason != SHUTDOWN_REASON)
         if crashes > MAX_CRASH_RETRIES:
@@ -153,7 +153,7 @@ def prune_worktrees(repos: list[Repo], work_dir: Path, report: RecoveryReport) -
                 report.removed_worktrees.append(str(wt))
     for repo in repos:
         try:
-            repo.prune_worktrees()  # type: ignore[attr-defined]
+            repo.prune_worktrees()
         except Exception as exc:
             logger.warning("git worktree prune failed: %s", exc)
 
@@ -191,7 +191,7 @@ def recover(store: Store, repo_for: Callable[[Sweep], Repo], work_dir: Path,
 
         kill = kill_process_group
     report = RecoveryReport()
-    reaped = store.interrupt_running()  # type: ignore[attr-defined]
+    reaped = store.interrupt_running()
     report.interrupted = [e.id for e in reaped]
     report.killed_groups = kill_orphans(reaped, work_dir, kill)
     repos: dict[str, Repo] = {}

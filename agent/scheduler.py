@@ -227,7 +227,7 @@ class SlotScheduler:
             self.store.set_sweep_status(sweep.name, SweepStatus.STOPPED)
 
     def facts(self, sweep: Sweep) -> SweepFacts:
-        count = self.store.count_filtered  # type: ignore[attr-defined]
+        count = self.store.count_experiments
         return SweepFacts(
             status=sweep.status, max_experiments=sweep.max_experiments, deadline=sweep.deadline,
             window=sweep.window, used=count(sweep.id, USED, is_baseline=False),
@@ -270,7 +270,7 @@ class SlotScheduler:
                 self._proposing.discard(sweep.id)
         with self._pick_lock:
             if exp is None:
-                if not self.store.count_filtered(  # type: ignore[attr-defined]
+                if not self.store.count_experiments(
                         sweep.id, [ExperimentStatus.RUNNING, ExperimentStatus.QUEUED]):
                     self._finish_sweep(sweep, loop.limit_reached(sweep) or "no more proposals")
                 return None
@@ -330,7 +330,7 @@ class SlotScheduler:
         return sweep, exp, loop
 
     def _finish_sweep(self, sweep: Sweep, reason: str) -> None:
-        if self.store.count_filtered(sweep.id, [ExperimentStatus.RUNNING]):  # type: ignore[attr-defined]
+        if self.store.count_experiments(sweep.id, [ExperimentStatus.RUNNING]):
             return  # the in-flight run finishes first (it may still be kept)
         logger.info("sweep %s done: %s", sweep.name, reason)
         self.store.set_sweep_status(sweep.name, SweepStatus.DONE)

@@ -283,20 +283,6 @@ class SqlStore:
         with self.session("listing experiments") as s:
             return [to_experiment(r) for r in s.scalars(q)]
 
-    def count_experiments(
-        self,
-        sweep_id: int,
-        statuses: Sequence[ExperimentStatus] | None = None,
-        include_rejected: bool = True,
-    ) -> int:
-        q = select(func.count(ExperimentRow.id)).where(ExperimentRow.sweep_id == sweep_id)
-        if statuses:
-            q = q.where(ExperimentRow.status.in_([st.value for st in statuses]))
-        if not include_rejected:
-            q = q.where(ExperimentRow.status != ExperimentStatus.REJECTED.value)
-        with self.session("counting experiments") as s:
-            return int(s.scalar(q) or 0)
-
     def has_diff(self, sweep_id: int, diff: str) -> Experiment | None:
         key = diff_key(diff)
         if key is None:
@@ -445,7 +431,7 @@ class SqlStore:
             return [(a, b) for a, b in s.execute(q)]
 
     # --- service queries (additive: used by the API, the scheduler and restart recovery) ---
-    def count_filtered(
+    def count_experiments(
         self,
         sweep_id: int | None = None,
         statuses: Sequence[ExperimentStatus] | None = None,

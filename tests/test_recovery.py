@@ -78,7 +78,7 @@ def test_reap_kill_requeue_once_and_prune(world) -> None:  # type: ignore[no-unt
     store.claim(retry.id)
     last = recover(store, lambda s: repo, work)
     assert last.not_requeued == [retry.id] and last.requeued == {}
-    assert store.count_filtered(statuses=[ExperimentStatus.QUEUED]) == 0
+    assert store.count_experiments(statuses=[ExperimentStatus.QUEUED]) == 0
 
 
 def test_half_done_recovery_is_completed(world) -> None:  # type: ignore[no-untyped-def]

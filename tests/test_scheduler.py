@@ -106,7 +106,7 @@ def test_window_blocks_then_opens(setup) -> None:  # type: ignore[no-untyped-def
     target, store, repo, sched, clock = setup
     create_sweep(store, repo, target, name="night", proposer="queue", window=NIGHT)
     assert sched.run_slot(0) == 0  # noon: nothing starts
-    assert store.count_filtered(statuses=[ExperimentStatus.QUEUED]) == 1
+    assert store.count_experiments(statuses=[ExperimentStatus.QUEUED]) == 1
     clock.t = at(22, 30)
     assert sched.run_slot(0) == 1  # the baseline
     assert store.get_sweep("night").baseline_metric is not None

@@ -56,7 +56,7 @@ def list_experiments(
     sweep_id = services.store.get_sweep(sweep).id if sweep else None
     rows = services.store.list_experiments(sweep_id, status_, limit=limit, newest_first=True,
                                            before_id=cursor, crash_kind=crash_kind)
-    total = services.store.count_filtered(sweep_id, status_, crash_kind)
+    total = services.store.count_experiments(sweep_id, status_, crash_kind)
     nxt = rows[-1].id if len(rows) == limit and rows[-1].id > 1 else None
     return Page(data=[ExperimentPublic.of(e, names.get(e.sweep_id, "?")) for e in rows],
                 count=total, next_cursor=nxt)

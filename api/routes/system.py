@@ -26,7 +26,7 @@ def health(services: ServicesDep) -> HealthPublic:
         db = f"error: {exc.__class__.__name__}"
     sched = services.scheduler
     state = "disabled" if sched is None else ("running" if sched.alive else "stopped")
-    queued = services.store.count_filtered(statuses=[ExperimentStatus.QUEUED]) if db == "ok" \
+    queued = services.store.count_experiments(statuses=[ExperimentStatus.QUEUED]) if db == "ok" \
         else -1
     ok = db == "ok" and state != "stopped"
     return HealthPublic(status="ok" if ok else "degraded", db=db, scheduler=state,

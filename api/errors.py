@@ -34,26 +34,29 @@ def _validation_message(errors: list[dict[str, Any]]) -> str:
     return "; ".join(parts)
 
 
+# Errors whose message is the whole story: exception type -> (HTTP status, code).
+_PLAIN_ERRORS: dict[type[Exception], tuple[int, str]] = {
+    NotFoundError: (404, "not_found"),
+    ConflictError: (409, "conflict"),
+    ConfigError: (422, "invalid"),
+    GitError: (422, "git"),
+}
+
+
+def _plain_handler(status: int, code: str) -> Any:
+    def handle(_r: Request, exc: Exception) -> JSONResponse:
+        return _json(status, code, str(exc))
+
+    return handle
+
+
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(AdmissionError)
     def _admission(_r: Request, exc: AdmissionError) -> JSONResponse:
         return _json(exc.status_hint, exc.code, exc.message)
 
-    @app.exception_handler(NotFoundError)
-    def _not_found(_r: Request, exc: NotFoundError) -> JSONResponse:
-        return _json(404, "not_found", str(exc))
-
-    @app.exception_handler(ConflictError)
-    def _conflict(_r: Request, exc: ConflictError) -> JSONResponse:
-        return _json(409, "conflict", str(exc))
-
-    @app.exception_handler(ConfigError)
-    def _config(_r: Request, exc: ConfigError) -> JSONResponse:
-        return _json(422, "invalid", str(exc))
-
-    @app.exception_handler(GitError)
-    def _git(_r: Request, exc: GitError) -> JSONResponse:
-        return _json(422, "git", str(exc))
+    for exc_type, (status, code) in _PLAIN_ERRORS.items():
+        app.add_exception_handler(exc_type, _plain_handler(status, code))
 
     @app.exception_handler(StoreError)
     def _store(_r: Request, exc: StoreError) -> JSONResponse:

@@ -82,8 +82,7 @@ def candidates(knob: Knob) -> list[tuple[int, str]]:
         out += [(1, str(v + 1))] + ([(-1, str(v - 1))] if v > 1 or v <= 0 else [])
         if v >= 3 and v & (v - 1) != 0:
             out += [(1, str(v * 2)), (-1, str(max(1, v // 2)))]
-        seen: set[str] = set()
-        return [c for c in out if not (c[1] in seen or seen.add(c[1]))]  # type: ignore[func-returns-value]
+        return list(dict.fromkeys(out))  # first occurrence of each (direction, value)
     out = [(1 if f > 1 else -1, _fmt_float(_scaled(v, f), knob.raw)) for f in FLOAT_FACTORS]
     return [c for c in out if c[1] != knob.raw]
 

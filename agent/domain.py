@@ -53,6 +53,18 @@ ALLOWED_TRANSITIONS: dict[ExperimentStatus, frozenset[ExperimentStatus]] = {
 }
 
 
+# What uses up one of a sweep's max_experiments: a run (or a refusal) the proposal caused. Queued
+# ones do not yet; cancelled and interrupted runs are the service's doing, not the proposal's.
+USED_STATUSES = (
+    ExperimentStatus.RUNNING,
+    ExperimentStatus.KEPT,
+    ExperimentStatus.DISCARDED,
+    ExperimentStatus.CRASHED,
+    ExperimentStatus.TIMEOUT,
+    ExperimentStatus.REJECTED,
+)
+
+
 def can_transition(old: ExperimentStatus, new: ExperimentStatus) -> bool:
     return new in ALLOWED_TRANSITIONS[old]
 

@@ -2,8 +2,8 @@
 
 `build_server(tools)` registers every tool as an async function that runs the blocking
 store/git work in a worker thread, so a long `wait_for_experiment` never stalls the event
-loop (it polls the database with async sleeps). `overnight mcp` serves it over stdio; the
-HTTP service mounts the same server under /mcp (api.mcp_http).
+loop (it polls the database with async sleeps). `overnight mcp` serves it over stdio
+(overnight.mcp_stdio); the HTTP service mounts the same server under /mcp (api.mcp_http).
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ import time
 import typing
 from collections.abc import Awaitable, Callable
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 import anyio
@@ -89,63 +88,9 @@ def build_server(tools: AgentTools, **settings: Any) -> FastMCP:
     return server
 
 
-def serve_stdio(db_path: str, *, run: bool = False, slots: int = 1) -> None:
-    """`overnight mcp`: the tools over stdio on the database at `db_path`.
-
-    With `run`, this process also executes queued experiments (the service's slot scheduler,
-    restart recovery and single-instance lock, without HTTP), for when no `overnight serve`
-    uses the database.
-    """
-    from db.engine import open_database
-    from db.store import SqlStore
-
-    store = SqlStore(open_database(db_path))
-    repos: dict[str, Any] = {}
-
-    def repo_for(sweep: Any) -> Any:
-        from agent.gitrepo import GitRepo
-
-        if sweep.target_path not in repos:
-            repos[sweep.target_path] = GitRepo(sweep.target_path)
-        return repos[sweep.target_path]
-
-    if not run:
-        build_server(AgentTools(store, repo_for), log_level="WARNING").run("stdio")
-    else:
-        _serve_and_execute(store, repo_for, Path(db_path), slots)
-
-
-def _serve_and_execute(store: Any, repo_for: Callable[[Any], Any], db_path: Path,
-                       slots: int) -> None:
-    from agent.errors import ConfigError
-    from agent.recovery import InstanceLock, InstanceLockError, recover
-    from agent.scheduler import SchedulerSettings, SlotScheduler, default_loop_factory, gpu_count
-    from agent.wiring import work_dir_for
-
-    try:
-        lock = InstanceLock(db_path).acquire()
-    except InstanceLockError as exc:
-        raise ConfigError(f"{exc} (or drop --run and let that service execute)") from None
-    work = work_dir_for(db_path)
-    settings = SchedulerSettings(db_path=db_path, slots=slots, gpu_count=gpu_count(),
-                                 poll_interval_s=0.5)
-    try:
-        recover(store, repo_for, work)
-        scheduler = SlotScheduler(store, settings,
-                                  default_loop_factory(store, repo_for, work, settings))
-        scheduler.start()
-        try:
-            tools = AgentTools(store, repo_for, stop_running=scheduler.cancel)
-            build_server(tools, log_level="WARNING").run("stdio")
-        finally:
-            scheduler.shutdown(timeout_s=settings.grace_s + 10)
-    finally:
-        lock.release()
-
-
 def tool_schemas(fmt: str) -> list[dict[str, Any]]:
     """The same tools as JSON function-calling schemas ('openai' or 'anthropic')."""
-    server = build_server(AgentTools(store=None))  # type: ignore[arg-type]
+    server = build_server(AgentTools(None))  # type: ignore[arg-type]  # listing only
     listed = anyio.run(server.list_tools)
     if fmt == "anthropic":
         return [{"name": t.name, "description": t.description or "",

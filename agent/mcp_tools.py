@@ -10,25 +10,21 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
-from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import BaseModel, Field
 
 from agent.config import TargetConfig
-from agent.domain import Experiment, ExperimentStatus, Finish, Proposal, Sweep
-from agent.errors import AdmissionError, ConflictError
-from agent.ports import Repo, Store
-from agent.report import experiment_row, fmt_delta, fmt_metric, results_tsv
-from agent.sweeps import submit
+from agent.domain import ExperimentStatus, Proposal
+from agent.errors import AdmissionError
+from agent.ports import Store
+from agent.report import experiment_row, fmt_delta, fmt_metric
+from agent.service import Service, read_log, read_program
 
 logger = logging.getLogger(__name__)
 MAX_WAIT_S = 3600.0
 POLL_S = 0.5
 LOG_TAIL_LINES = 40
-COUNTED = tuple(s for s in ExperimentStatus
-                if s not in (ExperimentStatus.CANCELLED, ExperimentStatus.INTERRUPTED))
 
 SweepArg = Annotated[str, Field(description="sweep name, e.g. 'nov29'")]
 IdArg = Annotated[int, Field(description="experiment id returned by propose_experiment")]
@@ -108,7 +104,7 @@ class ExperimentResult(BaseModel):
     waited_s: float
 
 
-class ExperimentRow(BaseModel):
+class ExperimentBrief(BaseModel):
     id: int
     status: str
     crash_kind: str | None
@@ -125,7 +121,7 @@ class ExperimentRow(BaseModel):
 class ExperimentList(BaseModel):
     sweep: str
     count: int
-    data: list[ExperimentRow]
+    data: list[ExperimentBrief]
 
 
 class LogTail(BaseModel):
@@ -142,49 +138,38 @@ class Cancelled(BaseModel):
     message: str
 
 
-Canceller = Callable[[int], tuple[Experiment, bool]]
-
-
 class AgentTools:
-    """Tool implementations. `repo_for` gives a sweep's Repo; `canceller` (the service's
-    `Services.cancel`) or `stop_running` (a scheduler's cancel) can also stop running
-    experiments; without either, only queued ones can be cancelled."""
+    """Tool implementations on the service layer (agent.service.Service): the same queue,
+    cancel, log and results operations as the REST API and the CLI."""
 
-    def __init__(self, store: Store, repo_for: Callable[[Sweep], Repo] | None = None,
-                 canceller: Canceller | None = None,
-                 stop_running: Callable[[int], bool] | None = None) -> None:
-        self.store = store
-        self.repo_for = repo_for or _git_repo
-        self.canceller = canceller or self._cancel_queued
-        self.stop_running = stop_running
+    def __init__(self, service: Service) -> None:
+        self.service = service
+
+    @property
+    def store(self) -> Store:
+        return self.service.store
 
     # --- reading --------------------------------------------------------------------------
     def get_target(self, sweep: SweepArg) -> TargetInfo:
         s = self.store.get_sweep(sweep)
         config = TargetConfig.from_dict(s.config)
-        done = self.store.count_experiments(s.id, COUNTED) - 1
-        program = Path(s.target_path) / "program.md"
+        usage = self.service.usage(s)
         return TargetInfo(
             sweep=s.name, status=s.status.value, proposer=s.proposer, target_path=s.target_path,
             branch=s.branch, editable=list(config.editable), protected=list(config.protected),
             metric=config.metric, direction=config.direction, budget_s=config.budget_s,
             timeout_s=config.timeout_s, max_experiments=s.max_experiments,
-            experiments_done=max(done, 0),
-            experiments_left=None if s.max_experiments is None else max(
-                s.max_experiments - max(done, 0), 0),
-            deadline=s.deadline.isoformat() if s.deadline else None,
-            program=program.read_text(encoding="utf-8") if program.is_file() else "")
+            experiments_done=usage.used, experiments_left=usage.left,
+            deadline=s.deadline.isoformat() if s.deadline else None, program=read_program(s))
 
     def get_best(self, sweep: SweepArg) -> BestInfo:
         s = self.store.get_sweep(sweep)
-        repo = self.repo_for(s)
-        head = repo.head(s.branch)
-        config = TargetConfig.from_dict(s.config)
+        head, files = self.service.best_files(s)
         return BestInfo(sweep=s.name, metric=s.metric, direction=s.direction.value,
                         baseline_metric=s.baseline_metric, best_metric=s.best_metric,
                         best_commit=(s.best_commit or "")[:7] or None,
                         best_experiment_id=s.best_experiment_id, head_commit=head[:7],
-                        files={p: repo.read_file(head, p) for p in config.editable})
+                        files=files)
 
     def list_experiments(
         self, sweep: SweepArg,
@@ -197,28 +182,25 @@ class AgentTools:
         statuses = [_status(status)] if status else None
         exps = self.store.list_experiments(s.id, statuses, limit=limit, newest_first=True)
         return ExperimentList(sweep=s.name, count=len(exps),
-                              data=[ExperimentRow(**{**experiment_row(e),
+                              data=[ExperimentBrief(**{**experiment_row(e),
                                                      "delta": _round(e.delta)}) for e in exps])
 
     def get_results_table(self, sweep: SweepArg) -> str:
         s = self.store.get_sweep(sweep)
-        exps = self.store.list_experiments(s.id)
-        queued = sum(e.status is ExperimentStatus.QUEUED for e in exps)
-        running = sum(e.status is ExperimentStatus.RUNNING for e in exps)
+        counts = self.store.status_counts(s.id)
+        queued = counts.get(ExperimentStatus.QUEUED.value, 0)
+        running = counts.get(ExperimentStatus.RUNNING.value, 0)
         head = (f"# sweep {s.name} ({s.status.value}): {s.metric} {s.direction.value}, "
                 f"baseline {fmt_metric(s.baseline_metric)}, best {fmt_metric(s.best_metric)}"
                 f" ({(s.best_commit or '')[:7] or '-'}); {running} running, {queued} queued\n")
-        return head + results_tsv(s, exps)
+        return head + self.service.results_tsv(s)
 
     def get_log(self, id: IdArg,
                 tail: Annotated[int, Field(ge=1, le=2000, description="lines")] = 100) -> LogTail:
         exp = self.store.get_experiment(id)
-        text = ""
-        if exp.log_path and Path(exp.log_path).is_file():
-            text = Path(exp.log_path).read_text(encoding="utf-8", errors="replace")
-        text = text or exp.log_tail or exp.reason or ""
-        lines = text.splitlines()[-tail:]
-        return LogTail(id=exp.id, status=exp.status.value, lines=len(lines), text="\n".join(lines))
+        text = read_log(exp, tail_lines=tail)
+        return LogTail(id=exp.id, status=exp.status.value, lines=len(text.splitlines()),
+                       text=text)
 
     # --- acting ---------------------------------------------------------------------------
     def propose_experiment(
@@ -227,21 +209,14 @@ class AgentTools:
         diff: Annotated[str, Field(description="unified diff (--- a/train.py, +++ b/train.py, "
                                    "@@ hunks) against the current best files from get_best")],
     ) -> Proposed:
-        s = self.store.get_sweep(sweep)
-        if s.status.is_finished():
-            raise ConflictError(f"sweep {s.name} is {s.status.value}; it takes no more "
-                                "experiments")
-        done = self.store.count_experiments(s.id, COUNTED) - 1
-        if s.max_experiments is not None and done >= s.max_experiments:
-            raise ConflictError(f"sweep {s.name} reached max_experiments={s.max_experiments}")
         proposal = Proposal(description=description, diff=diff, proposer="agent")
         try:
-            exp = submit(self.store, self.repo_for(s), s, proposal, record_rejection=False)
+            exp = self.service.queue(sweep, proposal)
         except AdmissionError as exc:
             raise AdmissionError(exc.code, f"rejected ({exc.code}): {exc.message}",
                                  exc.status_hint) from None
         ahead = sum(1 for e in self.store.list_experiments(
-            s.id, [ExperimentStatus.QUEUED, ExperimentStatus.RUNNING]) if e.id < exp.id)
+            exp.sweep_id, [ExperimentStatus.QUEUED, ExperimentStatus.RUNNING]) if e.id < exp.id)
         return Proposed(id=exp.id, status=exp.status.value, queued_ahead=ahead,
                         message=f"queued as experiment {exp.id}; call wait_for_experiment("
                         f"{exp.id}) for the result")
@@ -273,22 +248,10 @@ class AgentTools:
             time.sleep(POLL_S)
 
     def cancel_experiment(self, id: IdArg) -> Cancelled:
-        exp, pending = self.canceller(id)
+        exp, pending = self.service.cancel(id, reason="cancelled by the agent")
         message = (f"experiment {exp.id} was asked to stop; it will be recorded cancelled"
                    if pending else f"experiment {exp.id} is {exp.status.value}")
         return Cancelled(id=exp.id, status=exp.status.value, pending=pending, message=message)
-
-    def _cancel_queued(self, experiment_id: int) -> tuple[Experiment, bool]:
-        exp = self.store.get_experiment(experiment_id)
-        if exp.status.is_finished():
-            raise ConflictError(f"experiment {exp.id} is already {exp.status.value}")
-        if exp.status is ExperimentStatus.QUEUED and self.store.claim(exp.id) is not None:
-            return self.store.finish(exp.id, Finish(ExperimentStatus.CANCELLED,
-                                                    reason="cancelled by the agent")), False
-        if self.stop_running is not None and self.stop_running(exp.id):
-            return self.store.get_experiment(exp.id), True
-        raise ConflictError(f"experiment {exp.id} is running in the service; stop it through "
-                            "the service (HTTP API or its /mcp endpoint)")
 
 
 TOOL_NAMES = tuple(DESCRIPTIONS)
@@ -305,12 +268,6 @@ def _status(value: str) -> ExperimentStatus:
 def _round(value: float | None) -> float | None:
     """Deltas without float noise (-0.19999999999999996 → -0.2) for agents to read."""
     return None if value is None else round(value, 9)
-
-
-def _git_repo(sweep: Sweep) -> Repo:
-    from agent.gitrepo import GitRepo
-
-    return GitRepo(sweep.target_path)
 
 
 def summary_line(result: ExperimentResult) -> str:

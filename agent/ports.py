@@ -52,6 +52,9 @@ class Store(Protocol):
     workers never run the same experiment. Unknown ids/names raise NotFoundError.
     """
 
+    def ping(self) -> None:
+        """Raise if the storage cannot be reached (health checks)."""
+
     def create_sweep(self, spec: SweepSpec) -> Sweep:
         """Raises ConflictError if the name is taken."""
 

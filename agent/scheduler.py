@@ -21,7 +21,7 @@ from typing import Any
 from agent.domain import Experiment, ExperimentStatus, Finish, Sweep, SweepStatus, utcnow
 from agent.errors import ConflictError, NotFoundError
 from agent.gate import GateKind, SweepFacts, gate
-from agent.ports import Clock, Repo, Store
+from agent.ports import Clock, Store
 from agent.recovery import SHUTDOWN_REASON
 
 logger = logging.getLogger(__name__)
@@ -83,6 +83,7 @@ class SchedulerSettings:
     grace_s: float = 5.0
     tz: tzinfo | None = None  # window times are in this zone (default: server local time)
     extra_env: dict[str, str] = field(default_factory=dict)
+    device: str | None = None  # OVERNIGHT_DEVICE for every run (e.g. "cpu")
 
 
 LoopFactory = Callable[[Sweep, int], Any]  # (sweep, slot) -> agent.loop.Loop
@@ -344,18 +345,3 @@ class SlotScheduler:
             with self._state_lock:
                 self._loops[key] = loop
         return loop
-
-
-def default_loop_factory(store: Store, repo_for: Callable[[Sweep], Repo], work_dir: Path,
-                         settings: SchedulerSettings) -> LoopFactory:
-    """Loops for the real service: subprocess runner, the sweep's proposer, per-slot GPU env."""
-    from agent.loop import Loop, LoopSettings
-    from agent.wiring import SubprocessRunner, make_proposer
-
-    def make(sweep: Sweep, slot: int) -> Any:
-        env = {**slot_env(slot, settings.gpu_count), **settings.extra_env}
-        loop_settings = LoopSettings(work_dir=work_dir, env=env, grace_s=settings.grace_s)
-        return Loop(store, repo_for(sweep), SubprocessRunner(grace_s=settings.grace_s),
-                    loop_settings, proposer=make_proposer(sweep.proposer, sweep.seed))
-
-    return make

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,7 +16,7 @@ from typing import Any
 from agent.config import TargetConfig
 from agent.domain import Experiment, Sweep, utcnow
 from agent.ports import Runner, Store
-from runner.process import resolve_command
+from runner.process import resolve_command, run_command
 from runner.result import RunResult
 from runner.summary import ProgressPoint, parse_progress
 
@@ -33,6 +33,37 @@ class LoopSettings:
     env: dict[str, str] = field(default_factory=dict)
     grace_s: float = 5.0
     max_repairs: int = MAX_REPAIRS
+
+
+class SubprocessRunner:
+    """The Runner port on runner.process.run_command."""
+
+    def __init__(self, grace_s: float = 5.0) -> None:
+        self.grace_s = grace_s
+
+    def run(
+        self,
+        argv: list[str],
+        *,
+        cwd: Path,
+        log_path: Path,
+        timeout_s: float,
+        env: Mapping[str, str] | None = None,
+        on_start: Callable[[int, int], None] | None = None,
+        on_line: Callable[[str], None] | None = None,
+        stop_event: threading.Event | None = None,
+    ) -> RunResult:
+        return run_command(
+            argv,
+            cwd=cwd,
+            log_path=log_path,
+            timeout_s=timeout_s,
+            env=env,
+            grace_s=self.grace_s,
+            on_start=on_start,
+            on_line=on_line,
+            stop_event=stop_event,
+        )
 
 
 class LineSink:

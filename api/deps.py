@@ -8,63 +8,62 @@ say so) and also accepts the `overnight_token` cookie set by `GET /login?token=.
 from __future__ import annotations
 
 import secrets
-import threading
-from dataclasses import dataclass, field
-from typing import Annotated, Any
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Protocol
 
 from fastapi import Depends, HTTPException, Request
-from sqlalchemy import Engine
 
-from agent.domain import Experiment, ExperimentStatus, Finish, Sweep
-from agent.errors import ConflictError
-from agent.gitrepo import GitRepo
+from agent.domain import Sweep
+from agent.ports import Repo
+from agent.recovery import InstanceLock, RecoveryReport
+from agent.scheduler import SchedulerSettings, SlotScheduler
+from agent.service import Service
 from api.settings import Settings
 from db.store import SqlStore
 
 TOKEN_COOKIE = "overnight_token"
 
 
+class Runtime(Protocol):
+    """What the API uses of the composition root's object graph (overnight.runtime.Runtime)."""
+
+    store: SqlStore
+    service: Service
+    scheduler: SlotScheduler | None
+    recovery: RecoveryReport | None
+
+    def repo_for(self, sweep: Sweep) -> Repo: ...
+
+    def repo_at(self, path: Path) -> Repo: ...
+
+    def start_engine(self, settings: SchedulerSettings, *,
+                     lock: InstanceLock | None = None) -> SlotScheduler: ...
+
+    def close(self, timeout_s: float = 30.0) -> None: ...
+
+
 @dataclass
 class Services:
+    """What a route receives: the service's settings and the runtime it serves."""
+
     settings: Settings
-    store: SqlStore
-    engine: Engine
-    scheduler: Any = None  # agent.scheduler.SlotScheduler once started (None: API only)
-    recovery: Any = None  # agent.recovery.RecoveryReport of this start
-    _repos: dict[str, GitRepo] = field(default_factory=dict)
-    _lock: threading.Lock = field(default_factory=threading.Lock)
+    runtime: Runtime
 
-    def repo_for(self, sweep: Sweep) -> GitRepo:
-        """The sweep's target repository (one adapter per target, shared)."""
-        with self._lock:
-            repo = self._repos.get(sweep.target_path)
-            if repo is None:
-                repo = self._repos[sweep.target_path] = GitRepo(sweep.target_path)
-            return repo
+    @property
+    def store(self) -> SqlStore:
+        return self.runtime.store
 
-    def cancel(self, experiment_id: int) -> tuple[Experiment, bool]:
-        """Cancel a queued experiment now, or ask a running one to stop.
+    @property
+    def service(self) -> Service:
+        return self.runtime.service
 
-        Returns (experiment, pending): pending is True when a running experiment was asked to
-        stop and will be recorded `cancelled` shortly. Raises NotFoundError, ConflictError.
-        """
-        exp = self.store.get_experiment(experiment_id)
-        if exp.status.is_finished():
-            raise ConflictError(f"experiment {exp.id} is already {exp.status.value}; finished "
-                                "records cannot be changed")
-        if exp.status is ExperimentStatus.QUEUED:
-            # Claim first (a guarded update) so no slot can start it while we cancel it.
-            if self.store.claim(exp.id) is not None:
-                done = self.store.finish(exp.id, Finish(ExperimentStatus.CANCELLED,
-                                                        reason="cancelled by request"))
-                return done, False
-        if self.scheduler is not None and self.scheduler.cancel(exp.id):
-            return self.store.get_experiment(exp.id), True
-        exp = self.store.get_experiment(experiment_id)
-        if exp.status.is_finished():
-            raise ConflictError(f"experiment {exp.id} is already {exp.status.value}")
-        raise ConflictError(f"experiment {exp.id} is running but not in this service's slots; "
-                            "it cannot be cancelled from here")
+    @property
+    def scheduler(self) -> SlotScheduler | None:
+        return self.runtime.scheduler
+
+    def repo_for(self, sweep: Sweep) -> Repo:
+        return self.runtime.repo_for(sweep)
 
 
 def get_services(request: Request) -> Services:

@@ -55,7 +55,7 @@ def mount_mcp(app: FastAPI, services: Services) -> contextlib.AbstractAsyncConte
     security = TransportSecuritySettings(
         enable_dns_rebinding_protection=is_loopback(host),
         allowed_hosts=_LOCAL_HOSTS, allowed_origins=_LOCAL_ORIGINS)
-    tools = AgentTools(services.store, services.repo_for, services.cancel)
+    tools = AgentTools(services.service)
     server = build_server(tools, stateless_http=True, transport_security=security,
                           log_level="WARNING")
     server.streamable_http_app()  # creates the session manager the route hands requests to

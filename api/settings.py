@@ -72,7 +72,7 @@ class Settings(BaseModel):
 
     @property
     def resolved_work_dir(self) -> Path:
-        from agent.wiring import work_dir_for
+        from db.paths import work_dir_for
 
         return (self.work_dir or work_dir_for(self.db_path)).expanduser().resolve()
 

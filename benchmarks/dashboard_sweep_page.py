@@ -2,7 +2,7 @@
 
 Fills a fresh SQLite database directly through the store (a sweep on a real git target, 1,000
 finished experiments with diffs, summaries and log tails, loss points), starts the real app
-(api.main.create_app, no scheduler) under uvicorn on an ephemeral port, and times
+(overnight.runtime.service_app, no scheduler) under uvicorn on an ephemeral port, and times
 GET /ui/sweeps/{name} with httpx. Prints p50/p90/max in milliseconds.
 
     .venv/bin/python benchmarks/dashboard_sweep_page.py [--experiments 1000] [--requests 30]

@@ -20,7 +20,7 @@ from agent.gitrepo import GitRepo, init_repo
 from agent.loop import Loop, LoopSettings
 from agent.proposers.knobs import KnobsProposer
 from agent.sweeps import create_sweep
-from agent.wiring import SubprocessRunner
+from agent.training import SubprocessRunner
 from db.engine import open_database
 from db.store import SqlStore
 

@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Engine, func, select, update
+from sqlalchemy import Engine, func, select, text, update
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -120,6 +120,10 @@ class SqlStore:
                 raise
 
     # --- sweeps -------------------------------------------------------------------------
+    def ping(self) -> None:
+        with self.session("checking the database") as s:
+            s.execute(text("SELECT 1"))
+
     def create_sweep(self, spec: SweepSpec) -> Sweep:
         now = utcnow()
         row = SweepRow(

@@ -25,7 +25,7 @@ from agent.loop import Loop, LoopSettings
 from agent.ports import ProposalContext
 from agent.proposers.knobs import KnobsProposer, make_diff
 from agent.sweeps import create_sweep, submit
-from agent.wiring import SubprocessRunner
+from agent.training import SubprocessRunner
 from db.engine import open_database
 from db.store import SqlStore
 from runner.summary import ProgressPoint
@@ -229,9 +229,9 @@ def free_port() -> int:
 
 
 def make_app(db: Path, token: str | None = None) -> Any:
-    """The real app (api.main.create_app, API only: no scheduler) once the service provides it,
-    else a minimal app with the same `app.state.services` that includes only the dashboard."""
+    """The real app (overnight.runtime.service_app, API only: no scheduler)."""
     from api.settings import Settings
+    from overnight.runtime import service_app
 
     settings = Settings(
         db_path=db,
@@ -241,24 +241,7 @@ def make_app(db: Path, token: str | None = None) -> Any:
         slots=0,
         run_scheduler=False,
     )
-    import api.main
-
-    if hasattr(api.main, "create_app"):
-        return api.main.create_app(settings)
-    return minimal_app(settings)
-
-
-def minimal_app(settings: Any) -> Any:
-    from fastapi import FastAPI
-
-    from api.dashboard.routes import router
-    from api.deps import Services
-
-    engine = open_database(settings.db_path)
-    app = FastAPI()
-    app.state.services = Services(settings=settings, store=SqlStore(engine), engine=engine)
-    app.include_router(router)
-    return app
+    return service_app(settings)
 
 
 @contextmanager

@@ -9,7 +9,7 @@ import pytest
 
 from agent.gitrepo import GitRepo, init_repo
 from agent.loop import Loop, LoopSettings
-from agent.wiring import SubprocessRunner
+from agent.training import SubprocessRunner
 from db.engine import open_database
 from db.store import SqlStore
 

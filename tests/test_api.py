@@ -13,15 +13,15 @@ from service_fixtures import AUTH, TOKEN, knob_diff, make_counting_target
 
 from agent.domain import ExperimentStatus, Finish
 from agent.errors import ConfigError
-from api.main import create_app
 from api.settings import Settings, ensure_token
+from overnight.runtime import service_app
 
 
 def _client(tmp_path: Path, **overrides: object) -> TestClient:
     values: dict[str, object] = {"db_path": tmp_path / "db" / "o.db", "token": TOKEN,
                                  "run_scheduler": False}
     values.update(overrides)
-    return TestClient(create_app(Settings.build(**values)))
+    return TestClient(service_app(Settings.build(**values)))
 
 
 @pytest.fixture
@@ -252,7 +252,7 @@ def test_token_file_is_private_and_stable(tmp_path: Path) -> None:
 
 def test_best_results_log_and_sse(client: TestClient, target: Path, tmp_path: Path) -> None:
     from agent.loop import Loop, LoopSettings
-    from agent.wiring import SubprocessRunner
+    from agent.training import SubprocessRunner
 
     _sweep(client, target)
     _queue(client, target, 4, 1)

@@ -12,8 +12,9 @@ from sqlalchemy import select
 from agent.domain import ExperimentStatus as S
 from agent.gitrepo import GitRepo, init_repo
 from agent.loop import Loop, LoopSettings
+from agent.proposers.factory import make_proposer
 from agent.sweeps import create_sweep
-from agent.wiring import SubprocessRunner, make_proposer
+from agent.training import SubprocessRunner
 from db.engine import open_database
 from db.models import ExperimentRow
 from db.store import SqlStore

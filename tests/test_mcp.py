@@ -25,7 +25,7 @@ from mcp.client.streamable_http import streamable_http_client
 from agent.gitrepo import GitRepo, init_repo
 from agent.loop import Loop, LoopSettings
 from agent.sweeps import create_sweep
-from agent.wiring import SubprocessRunner
+from agent.training import SubprocessRunner
 from db.engine import open_database
 from db.store import SqlStore
 
@@ -170,7 +170,9 @@ def test_tools_directly_cancel_and_instructions(setup, tmp_path):
     from agent.mcp_tools import AgentTools, agent_instructions
 
     db, target = setup
-    tools = AgentTools(SqlStore(open_database(db)))
+    from overnight.runtime import Runtime
+
+    tools = AgentTools(Runtime(db).service)
     files = tools.get_best("night").files
     queued = tools.propose_experiment("night", "width up", edit(files, "WIDTH = 64",
                                                                 "WIDTH = 128"))
@@ -188,11 +190,11 @@ def test_tools_directly_cancel_and_instructions(setup, tmp_path):
 def test_mcp_http_mount_with_token(setup, tmp_path):
     import uvicorn
 
-    from api.main import create_app
     from api.settings import Settings
+    from overnight.runtime import service_app
 
     db, target = setup
-    app = create_app(Settings(db_path=db, token=TOKEN, slots=0, run_scheduler=False))
+    app = service_app(Settings(db_path=db, token=TOKEN, slots=0, run_scheduler=False))
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
@@ -226,7 +228,7 @@ def test_mcp_http_mount_with_token(setup, tmp_path):
 def test_cli_tools_and_agent_instructions(setup):
     from typer.testing import CliRunner
 
-    from agent.cli import app
+    from overnight.cli import app
 
     db, _ = setup
     runner = CliRunner()

@@ -21,7 +21,7 @@ from agent.recovery import (
     recover,
 )
 from agent.sweeps import create_sweep
-from agent.wiring import SubprocessRunner
+from agent.training import SubprocessRunner
 from db.engine import open_database
 from db.store import SqlStore
 from runner.groups import process_group_alive

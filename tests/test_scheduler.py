@@ -10,11 +10,10 @@ from service_fixtures import knob_diff, make_counting_target
 
 from agent.domain import ExperimentStatus, Finish, Proposal, SweepStatus
 from agent.gate import GateKind, SweepFacts, gate, in_window, next_opening, parse_hhmm
-from agent.gitrepo import GitRepo, init_repo
-from agent.scheduler import SchedulerSettings, SlotScheduler, default_loop_factory, slot_env
+from agent.gitrepo import init_repo
+from agent.scheduler import SchedulerSettings, SlotScheduler, slot_env
 from agent.sweeps import create_sweep
-from db.engine import open_database
-from db.store import SqlStore
+from overnight.runtime import Runtime
 
 TZ = timezone(timedelta(hours=2))  # the "server local time" of these tests
 NIGHT = {"start": "22:00", "stop": "07:00"}
@@ -94,11 +93,11 @@ def test_slot_env_pins_gpus() -> None:
 @pytest.fixture
 def setup(tmp_path: Path):  # type: ignore[no-untyped-def]
     target = make_counting_target(tmp_path / "target", n_knobs=10)
-    store = SqlStore(open_database(tmp_path / "o.db"))
-    repo = GitRepo(target)
+    runtime = Runtime(tmp_path / "o.db", work_dir=tmp_path / "work")
+    store, repo = runtime.store, runtime.repo_at(target)
     settings = SchedulerSettings(db_path=tmp_path / "o.db", slots=1, tz=TZ, grace_s=0.5)
     clock = FakeClock(at(12))
-    factory = default_loop_factory(store, lambda s: repo, tmp_path / "work", settings)
+    factory = runtime.loop_factory(settings)
     return target, store, repo, SlotScheduler(store, settings, factory, clock=clock), clock
 
 

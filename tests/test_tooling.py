@@ -51,11 +51,62 @@ def test_import_directions(pattern: str):
         assert not bad, f"{f.relative_to(ROOT)} imports {sorted(bad)}"
 
 
-def test_nothing_outside_the_cli_imports_api():
-    for f in sorted((ROOT / "agent").rglob("*.py")) + sorted((ROOT / "db").rglob("*.py")):
-        if f.name.startswith("cli") or f.name == "mcp_server.py":
-            continue
-        assert "api" not in imports_of(f), f"{f.relative_to(ROOT)} imports api"
+# The floors of the house, top to bottom: nothing imports a package on a higher floor.
+FLOORS = {"overnight": 5, "api": 4, "db": 3, "agent": 2, "runner": 1}
+
+
+def test_no_import_runs_back_up_the_floors():
+    """overnight/ -> api/ -> db/ -> agent/ -> runner/, no file exempt (lazy imports included)."""
+    bad = []
+    for pkg, floor in FLOORS.items():
+        for f in sorted((ROOT / pkg).rglob("*.py")):
+            above = {n for n in imports_of(f) if FLOORS.get(n, 0) > floor}
+            bad += [f"{f.relative_to(ROOT)} imports {n}" for n in sorted(above)]
+    assert not bad, "\n".join(bad)
+
+
+def module_graph() -> dict[str, set[str]]:
+    """First-party module -> the first-party modules it imports (anywhere in the file)."""
+    files = {}
+    for pkg in FLOORS:
+        for f in (ROOT / pkg).rglob("*.py"):
+            parts = f.relative_to(ROOT).with_suffix("").parts
+            name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+            files[name] = f
+    graph: dict[str, set[str]] = {}
+    for name, f in files.items():
+        edges = set()
+        for node in ast.walk(ast.parse(f.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                targets = [f"{node.module}.{a.name}" for a in node.names] + [node.module]
+            else:
+                continue
+            edges |= {t for t in targets if t in files and t != name}
+        graph[name] = edges
+    return graph
+
+
+def test_no_import_cycles():
+    graph = module_graph()
+    assert "overnight.runtime" in graph and "agent.loop" in graph
+    state: dict[str, int] = {}  # 1 = on the current path, 2 = done
+    cycles: list[str] = []
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                cycles.append(" -> ".join(path[path.index(nxt):] + [nxt]))
+            elif nxt not in state:
+                visit(nxt, path + [nxt])
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [node])
+    assert not cycles, "\n".join(cycles)
 
 
 def _tool(name: str) -> str:

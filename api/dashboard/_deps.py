@@ -11,6 +11,7 @@ from urllib.parse import quote
 
 from fastapi import Depends, HTTPException, Request
 
+from agent.service import Service
 from api.deps import TOKEN_COOKIE, ReadAuth, ServicesDep, require_read
 
 COOKIE_NAME = TOKEN_COOKIE
@@ -32,6 +33,11 @@ def _store(services: ServicesDep) -> Any:
     return services.store
 
 
+def _service(services: ServicesDep) -> Service:
+    return services.service
+
+
 StoreDep = Annotated[Any, Depends(_store)]
+ServiceDep = Annotated[Service, Depends(_service)]
 PageAuth = Depends(page_auth)
-__all__ = ["COOKIE_NAME", "PageAuth", "ReadAuth", "StoreDep"]
+__all__ = ["COOKIE_NAME", "PageAuth", "ReadAuth", "ServiceDep", "StoreDep"]

@@ -25,7 +25,7 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from agent.errors import NotFoundError
 
 from . import views
-from ._deps import PageAuth, ReadAuth, StoreDep
+from ._deps import PageAuth, ReadAuth, ServiceDep, StoreDep
 
 logger = logging.getLogger(__name__)
 HERE = Path(__file__).resolve().parent
@@ -116,9 +116,10 @@ def overview_page(store: Store) -> HTMLResponse:
 
 @pages.get("/ui/sweeps/{name}", response_class=HTMLResponse)
 def sweep_page(
-    store: Store, name: str, status: str = "all", page: Annotated[int, Query(ge=1)] = 1
+    service: ServiceDep, name: str, status: str = "all", page: Annotated[int, Query(ge=1)] = 1
 ) -> HTMLResponse:
-    return render("sweep.html", **views.sweep_page(store, _sweep(store, name), status, page))
+    sweep = _sweep(service.store, name)
+    return render("sweep.html", **views.sweep_page(service, sweep, status, page))
 
 
 @json.get("/ui/sweeps/{name}/live")
@@ -141,8 +142,8 @@ def sweep_live(store: Store, _: ReadAuth, name: str) -> JSONResponse:
 
 
 @pages.get("/ui/sweeps/{name}/best/{path:path}")
-def best_download(store: Store, name: str, path: str) -> PlainTextResponse:
-    text = views.best_file(_sweep(store, name), path)
+def best_download(service: ServiceDep, name: str, path: str) -> PlainTextResponse:
+    text = views.best_file(service, _sweep(service.store, name), path)
     if text is None:
         raise HTTPException(404, f"no editable file {path!r} at the best commit")
     return PlainTextResponse(

@@ -17,7 +17,7 @@ from typing import Any
 
 from agent.domain import Experiment, ExperimentStatus, Sweep, utcnow
 from agent.report import improvement, memory_gb
-from runner.logtail import read_log_end
+from agent.service import Service, read_log
 from runner.summary import parse_progress
 
 from .diffview import diff_stats, parse_diff
@@ -110,7 +110,8 @@ def overview(store: Any) -> list[dict[str, Any]]:
 
 
 # --- sweep page ----------------------------------------------------------------------------
-def sweep_page(store: Any, sweep: Sweep, status: str, page: int) -> dict[str, Any]:
+def sweep_page(service: Service, sweep: Sweep, status: str, page: int) -> dict[str, Any]:
+    store = service.store
     exps = list_brief(store, sweep.id)
     wanted = FILTERS.get(status, ())
     rows = [e for e in reversed(exps) if not wanted or e.status in wanted]
@@ -132,7 +133,7 @@ def sweep_page(store: Any, sweep: Sweep, status: str, page: int) -> dict[str, An
         "kept": [
             {"exp": e, "lines": parse_diff(e.diff), "stats": diff_stats(e.diff)} for e in kept
         ],
-        "best_files": best_files(sweep),
+        "best_files": best_files(service, sweep),
         "running": [live_run(store, sweep, e, with_points=False) for e in running],
         "queued": sum(1 for e in exps if e.status is S.QUEUED),
     }
@@ -147,25 +148,22 @@ def table_row(e: Experiment) -> dict[str, Any]:
     }
 
 
-def best_files(sweep: Sweep) -> list[dict[str, str]]:
+def best_files(service: Service, sweep: Sweep) -> list[dict[str, str]]:
     """The editable file(s) at the best commit; empty if the target repo is gone."""
     if not sweep.best_commit:
         return []
-    from agent.gitrepo import GitError, GitRepo
+    from agent.gitrepo import GitError
 
     try:
-        repo = GitRepo(sweep.target_path)
-        return [
-            {"path": p, "text": repo.read_file(sweep.best_commit, p)}
-            for p in sweep.config.get("editable", [])
-        ]
+        _, files = service.best_files(sweep, sweep.best_commit)
     except GitError as exc:
         logger.warning("best file of %s unavailable: %s", sweep.name, exc)
         return []
+    return [{"path": p, "text": text} for p, text in files.items()]
 
 
-def best_file(sweep: Sweep, path: str) -> str | None:
-    for f in best_files(sweep):
+def best_file(service: Service, sweep: Sweep, path: str) -> str | None:
+    for f in best_files(service, sweep):
         if f["path"] == path:
             return f["text"]
     return None
@@ -174,9 +172,7 @@ def best_file(sweep: Sweep, path: str) -> str | None:
 # --- live run ------------------------------------------------------------------------------
 def log_text(e: Experiment) -> str:
     """The log file's end if it is readable, else the tail recorded at finish."""
-    if e.log_path and Path(e.log_path).is_file():
-        return read_log_end(Path(e.log_path), TAIL_BYTES)
-    return e.log_tail or ""
+    return read_log(e, max_bytes=TAIL_BYTES)
 
 
 def tail(text: str, n: int = TAIL_LINES) -> str:

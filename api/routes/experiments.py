@@ -11,9 +11,8 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Response, status
 from fastapi.responses import PlainTextResponse, StreamingResponse
 
-from agent.domain import CrashKind, Experiment, ExperimentStatus, Proposal
-from agent.errors import ConflictError
-from agent.sweeps import submit
+from agent.domain import CrashKind, ExperimentStatus, Proposal
+from agent.service import read_log
 from api.deps import ReadAuth, Services, ServicesDep, WriteAuth
 from api.schemas import MAX_LIMIT, CancelPublic, ExperimentCreate, ExperimentPublic, Page
 
@@ -21,7 +20,6 @@ router = APIRouter(prefix="/experiments", tags=["experiments"])
 FOLLOW_POLL_S = 0.25
 STATUS_POLL_S = 1.0
 FOLLOW_MAX_S = 6 * 3600.0
-LOG_READ_LIMIT = 4 * 1024 * 1024
 
 
 def _sweep_names(services: Services) -> dict[int, str]:
@@ -31,13 +29,9 @@ def _sweep_names(services: Services) -> dict[int, str]:
 @router.post("", status_code=status.HTTP_201_CREATED, response_model=ExperimentPublic)
 def queue(body: ExperimentCreate, services: ServicesDep, _auth: WriteAuth) -> ExperimentPublic:
     """Admit and queue one proposal; a refusal queues nothing and says why (409/413/422)."""
-    sweep = services.store.get_sweep(body.sweep)
-    if sweep.status.is_finished():
-        raise ConflictError(f"sweep {sweep.name} is {sweep.status.value}: nothing would run it")
     proposal = Proposal(description=body.description, diff=body.diff, proposer="external")
-    exp = submit(services.store, services.repo_for(sweep), sweep, proposal,
-                 record_rejection=False, priority=body.priority)
-    return ExperimentPublic.of(exp, sweep.name)
+    exp = services.service.queue(body.sweep, proposal, priority=body.priority)
+    return ExperimentPublic.of(exp, body.sweep)
 
 
 @router.get("", response_model=Page[ExperimentPublic])
@@ -81,20 +75,11 @@ def cancel(experiment_id: int, services: ServicesDep, _auth: WriteAuth,
     """Cancel a queued experiment, or stop a running one (recorded `cancelled`); 409 if finished.
 
     202 while a running experiment is being stopped."""
-    exp, pending = services.cancel(experiment_id)
+    exp, pending = services.service.cancel(experiment_id)
     if pending:
         response.status_code = status.HTTP_202_ACCEPTED
     sweep = services.store.get_sweep_by_id(exp.sweep_id)
     return CancelPublic(experiment=ExperimentPublic.of(exp, sweep.name), pending=pending)
-
-
-def _read_log(exp: Experiment) -> str:
-    if exp.log_path and Path(exp.log_path).is_file():
-        with open(exp.log_path, "rb") as fh:
-            size = fh.seek(0, 2)
-            fh.seek(max(0, size - LOG_READ_LIMIT))
-            return fh.read().decode("utf-8", "replace")
-    return exp.log_tail or ""
 
 
 def _sse(event: str | None, data: str) -> str:
@@ -148,6 +133,6 @@ def get_log(experiment_id: int, services: ServicesDep, _auth: ReadAuth,
     """The run's log; with `?follow=1` a text/event-stream of its lines until it finishes."""
     exp = services.store.get_experiment(experiment_id)
     if not follow:
-        return PlainTextResponse(_read_log(exp))
+        return PlainTextResponse(read_log(exp))
     return StreamingResponse(follow_log(services, experiment_id), media_type="text/event-stream",
                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})

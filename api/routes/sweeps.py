@@ -11,10 +11,8 @@ from fastapi.responses import PlainTextResponse
 from agent.config import load_config
 from agent.domain import ExperimentStatus, Sweep, SweepStatus
 from agent.errors import ConflictError
-from agent.gitrepo import GitRepo
-from agent.report import results_tsv
+from agent.proposers.factory import make_proposer
 from agent.sweeps import check_sweep_name, create_sweep
-from agent.wiring import make_proposer
 from api.deps import ReadAuth, Services, ServicesDep, WriteAuth
 from api.schemas import BestPublic, KeptChange, Page, SweepCreate, SweepPublic
 
@@ -34,19 +32,21 @@ def create(body: SweepCreate, services: ServicesDep, _auth: WriteAuth) -> SweepP
     make_proposer(body.proposer, 0)  # an unknown proposer is refused before anything is made
     target = Path(body.target).expanduser()
     config = load_config(target).with_budget(body.budget_s, body.timeout_s)
-    if body.start_at is not None and services.scheduler is None:
+    sched = services.scheduler
+    if body.start_at is not None and sched is None:
         raise ConflictError("start_at needs the scheduler, which is not running in this server")
-    hold = services.scheduler.holding() if services.scheduler else contextlib.nullcontext()
+    hold = sched.holding() if sched else contextlib.nullcontext()
     with hold:  # a sweep created paused must not have its baseline picked in between
         sweep = create_sweep(
-            services.store, GitRepo(target), target, name=body.name, proposer=body.proposer,
-            config=config, max_experiments=body.max_experiments, deadline=body.deadline,
+            services.store, services.runtime.repo_at(target), target, name=body.name,
+            proposer=body.proposer, config=config, max_experiments=body.max_experiments,
+            deadline=body.deadline,
             window=body.window.model_dump() if body.window else None,
         )
         if body.paused or body.start_at is not None:
             sweep = services.store.set_sweep_status(sweep.name, SweepStatus.PAUSED)
-    if body.start_at is not None:
-        services.scheduler.schedule_start(sweep.name, body.start_at)
+    if body.start_at is not None and sched is not None:
+        sched.schedule_start(sweep.name, body.start_at)
     return _public(services, sweep)
 
 
@@ -62,10 +62,7 @@ def get_sweep(name: str, services: ServicesDep, _auth: ReadAuth) -> SweepPublic:
 
 
 def _set_status(services: Services, name: str, new: SweepStatus) -> SweepPublic:
-    sweep = services.store.get_sweep(name)
-    if sweep.status.is_finished():
-        raise ConflictError(f"sweep {name} is {sweep.status.value}; it cannot be changed")
-    return _public(services, services.store.set_sweep_status(name, new))
+    return _public(services, services.service.set_status(name, new))
 
 
 @router.post("/{name}/pause", response_model=SweepPublic)
@@ -89,9 +86,7 @@ def stop(name: str, services: ServicesDep, _auth: WriteAuth) -> SweepPublic:
 def best(name: str, services: ServicesDep, _auth: ReadAuth) -> BestPublic:
     """The best metric and commit, each editable file at that commit, the kept diffs."""
     sweep = services.store.get_sweep(name)
-    repo = services.repo_for(sweep)
-    commit = sweep.best_commit or repo.head(sweep.branch)
-    files = {p: repo.read_file(commit, p) for p in sweep.config["editable"]}
+    _, files = services.service.best_files(sweep, sweep.best_commit)
     kept = [KeptChange(id=e.id, description=e.description, metric=e.metric, delta=e.delta,
                        commit=e.commit, diff=e.diff)
             for e in services.store.list_experiments(sweep.id, [ExperimentStatus.KEPT])
@@ -104,6 +99,5 @@ def best(name: str, services: ServicesDep, _auth: ReadAuth) -> BestPublic:
 @router.get("/{name}/results.tsv", response_class=PlainTextResponse)
 def results(name: str, services: ServicesDep, _auth: ReadAuth) -> PlainTextResponse:
     """autoresearch's results.tsv: commit, metric, memory_gb, status, description."""
-    sweep = services.store.get_sweep(name)
-    text = results_tsv(sweep, services.store.list_experiments(sweep.id))
+    text = services.service.results_tsv(services.store.get_sweep(name))
     return PlainTextResponse(text, media_type="text/tab-separated-values; charset=utf-8")

@@ -6,7 +6,6 @@ from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Query
 from fastapi.responses import PlainTextResponse, RedirectResponse
-from sqlalchemy import text
 
 from agent.domain import ExperimentStatus
 from api.deps import TOKEN_COOKIE, ReadAuth, ServicesDep, token_matches
@@ -19,8 +18,7 @@ router = APIRouter(tags=["service"])
 def health(services: ServicesDep) -> HealthPublic:
     """Scheduler alive, slots busy, queue depth, database reachable. Needs no token."""
     try:
-        with services.engine.connect() as conn:
-            conn.execute(text("SELECT 1"))
+        services.store.ping()
         db = "ok"
     except Exception as exc:  # the point of the route is to say so, not to fail
         db = f"error: {exc.__class__.__name__}"

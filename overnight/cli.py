@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import shutil
@@ -12,53 +11,16 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
 from agent.config import CONFIG_FILE, load_config
 from agent.domain import Sweep
 from agent.errors import OvernightError
 from agent.report import experiment_row, improvement, results_tsv
+from overnight import cli_agents, cli_service  # noqa: F401  (they register their commands)
+from overnight.cli_common import DbOpt, app, console, db_path, err, fail, runtime_for
+from overnight.runtime import Runtime, open_target
 
-app = typer.Typer(
-    help="overnight: autonomous ML research loops while you sleep.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
-console = Console()
-err = Console(stderr=True, soft_wrap=True)  # error lines stay whole for grep
-
-DbOpt = Annotated[
-    Path | None,
-    typer.Option(
-        "--db", help="SQLite database (default $OVERNIGHT_DB or ~/.overnight/overnight.db)"
-    ),
-]
 TEMPLATES = Path(__file__).resolve().parent.parent / "experiments"
-
-
-def _db(db: Path | None) -> Path:
-    from agent.wiring import default_db
-
-    return (db or default_db()).expanduser()
-
-
-def _store(db: Path | None):  # type: ignore[no-untyped-def]
-    return _open_store(_db(db).resolve())
-
-
-@functools.cache
-def _open_store(path: Path):  # type: ignore[no-untyped-def]
-    """One engine per database per process: migrations are checked once, not per call."""
-    from db.engine import open_database
-    from db.store import SqlStore
-
-    return SqlStore(open_database(path))
-
-
-def fail(message: str) -> None:
-    err.print(f"[red]error:[/red] {message}")
-    raise typer.Exit(2)
 
 
 @app.command()
@@ -92,7 +54,7 @@ def init_target(src: Path, path: Path) -> None:
 
 
 def _print_results(sweep: Sweep, store, fmt: str) -> None:  # type: ignore[no-untyped-def]
-    from agent.console import results_table
+    from overnight.console import results_table
 
     exps = store.list_experiments(sweep.id)
     if fmt == "tsv":
@@ -138,41 +100,31 @@ def run_foreground(
     llm_config: Path | None = None,
 ) -> Sweep:
     """Hold the database's instance lock, recover leftovers, then run one sweep to its end."""
-    from agent.recovery import InstanceLock, InstanceLockError
-
+    rt = runtime_for(db)
+    rt.hold_lock()
     try:
-        lock = InstanceLock(db).acquire()
-    except InstanceLockError as exc:
-        raise OvernightError(str(exc)) from None
-    try:
-        return _run_locked(db, target, sweep_name=sweep_name, experiments=experiments,
+        return _run_locked(rt, target, sweep_name=sweep_name, experiments=experiments,
                            budget=budget, proposer=proposer, device=device, timeout=timeout,
                            quiet=quiet, resume=resume, llm_config=llm_config)
     finally:
-        lock.release()
+        rt.release_lock()
 
 
 def _run_locked(
-    db: Path, target: Path, *, sweep_name: str | None, experiments: int, budget: float | None,
-    proposer: str, device: str | None, timeout: float | None, quiet: bool, resume: bool,
-    llm_config: Path | None,
+    rt: Runtime, target: Path, *, sweep_name: str | None, experiments: int,
+    budget: float | None, proposer: str, device: str | None, timeout: float | None, quiet: bool,
+    resume: bool, llm_config: Path | None,
 ) -> Sweep:
-    from agent.console import LiveView
     from agent.domain import SweepStatus
-    from agent.gitrepo import GitError, GitRepo
-    from agent.loop import Loop, LoopSettings
-    from agent.recovery import recover
+    from agent.scheduler import SchedulerSettings
     from agent.sweeps import create_sweep, default_sweep_name
-    from agent.wiring import SubprocessRunner, make_proposer, work_dir_for
+    from overnight.console import LiveView
 
     config = None if resume else load_config(target).with_budget(budget, timeout)
-    store = _store(db)
-    try:
-        repo = GitRepo(target)
-    except GitError as exc:
-        raise OvernightError(str(exc)) from None
+    store = rt.store
+    repo = open_target(target)
     # A foreground run killed earlier leaves rows `running`: interrupt and re-queue them once.
-    report = recover(store, lambda s: GitRepo(s.target_path), work_dir_for(db))
+    report = rt.recover()
     if report.interrupted:
         console.print(f"recovered {len(report.interrupted)} interrupted experiment(s); "
                       "each is re-queued once")
@@ -183,7 +135,6 @@ def _run_locked(
         if Path(sweep.target_path) != target.resolve():
             fail(f"sweep {sweep_name} belongs to {sweep.target_path}, not {target}")
         sweep = store.set_sweep_status(sweep_name, SweepStatus.RUNNING)
-        proposer = sweep.proposer
         console.print(f"resuming sweep [bold]{sweep.name}[/bold] on branch {sweep.branch}")
     else:
         assert config is not None
@@ -192,18 +143,15 @@ def _run_locked(
                              max_experiments=experiments)
         console.print(
             f"sweep [bold]{name}[/bold] on branch {sweep.branch}: baseline + "
-            f"{experiments} experiments, budget {config.budget_s:g}s, db {db}"
+            f"{experiments} experiments, budget {config.budget_s:g}s, db {rt.db_path}"
         )
     view = LiveView(console, sweep)
-    loop = Loop(
-        store,
-        repo,
-        SubprocessRunner(),
-        LoopSettings(work_dir_for(db), device=device),
-        proposer=make_proposer(proposer, sweep.seed, **(
-            {"config_path": llm_config} if llm_config and proposer.startswith("llm:") else {})),
-        on_event=None if quiet else view.on_event,
-    )
+    llm_kwargs = ({"config_path": llm_config}
+                  if llm_config and sweep.proposer.startswith("llm:") else {})
+    make_loop = rt.loop_factory(SchedulerSettings(db_path=rt.db_path, device=device),
+                                on_event=None if quiet else view.on_event,
+                                proposer_kwargs=llm_kwargs)
+    loop = make_loop(sweep, 0)
     if quiet:
         return loop.run_sweep(sweep.name)
     with view.live:
@@ -227,7 +175,7 @@ def run(
 ) -> None:
     """Run a sweep in the foreground: baseline, then one change at a time."""
     done = run_foreground(
-        _db(db),
+        db_path(db),
         target,
         sweep_name=sweep,
         experiments=experiments,
@@ -237,7 +185,7 @@ def run(
         resume=resume,
         llm_config=llm_config,
     )
-    _print_results(done, _store(db), "table")
+    _print_results(done, runtime_for(db).store, "table")
 
 
 @app.command()
@@ -248,7 +196,7 @@ def results(
     db: DbOpt = None,
 ) -> None:
     """Print a sweep's results (tsv = autoresearch's results.tsv)."""
-    store = _store(db)
+    store = runtime_for(db).store
     _print_results(find_sweep(store, sweep, target), store, format)
 
 
@@ -275,8 +223,8 @@ def status(db: DbOpt = None) -> None:
 
     from agent.domain import ExperimentStatus as S
 
-    store = _store(db)
-    table = Table(title=f"sweeps in {_db(db)}")
+    store = runtime_for(db).store
+    table = Table(title=f"sweeps in {db_path(db)}")
     for col in (
         "sweep",
         "status",
@@ -319,17 +267,16 @@ def demo(
     db: DbOpt = None,
 ) -> None:
     """A real short sweep on CPU: makes a throw-away gpt target, runs baseline + knobs."""
-    from agent.gitrepo import GitRepo
     from agent.sweeps import default_sweep_name
 
-    db_path = _db(db)
-    store = _store(db)
+    db_file = db_path(db)
+    store = runtime_for(db).store
     name = default_sweep_name(store, prefix="demo-")
-    target = (dir or db_path.parent / "demo-targets" / name).expanduser()
+    target = (dir or db_file.parent / "demo-targets" / name).expanduser()
     init_target(TEMPLATES / "gpt", target)
     console.print(f"demo target: {target}")
     done = run_foreground(
-        db_path,
+        db_file,
         target,
         sweep_name=name,
         experiments=experiments,
@@ -342,13 +289,13 @@ def demo(
     console.print("\n[bold]results.tsv[/bold]")
     _print_results(done, store, "tsv")
     console.print(f"\n[bold]git log {done.branch}[/bold] (baseline + kept only)")
-    for sha, subject in GitRepo(target).log(done.branch, limit=20):
+    for sha, subject in open_target(target).log(done.branch, limit=20):
         console.print(f"  {sha} {subject}")
     gaps = _overheads(store, done)
     if gaps:
         console.print(f"\nservice overhead between runs: median {statistics.median(gaps):.3f}s")
     console.print(
-        f"\nsee it in the dashboard: overnight serve --db {db_path}  then open "
+        f"\nsee it in the dashboard: overnight serve --db {db_file}  then open "
         "http://127.0.0.1:8000/"
     )
 
@@ -370,6 +317,3 @@ def main() -> None:
         err.print("interrupted")
         sys.exit(130)
 
-
-# Commands that live in their own modules register themselves on `app` when imported.
-from agent import cli_agents, cli_service  # noqa: E402, F401

@@ -1,6 +1,6 @@
 """`overnight mcp`, `overnight tools`, `overnight agent-instructions`: coding-agent entry points.
 
-Registers its commands on `agent.cli.app` when imported (agent.cli imports this module).
+Registers its commands on `overnight.cli_common.app` when imported (overnight.cli imports it).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from agent.cli import DbOpt, _db, _store, app, fail
+from overnight.cli_common import DbOpt, app, db_path, fail, runtime_for
 
 
 @app.command("mcp")
@@ -25,11 +25,11 @@ def mcp_command(
                                        "once")] = 1,
 ) -> None:
     """Serve the agent tools over MCP stdio (for Claude Code, Codex and other MCP clients)."""
-    from agent.mcp_server import serve_stdio
+    from overnight.mcp_stdio import serve_stdio
 
     # stdout is the protocol channel: everything else goes to stderr.
     logging.getLogger().setLevel(logging.WARNING)
-    serve_stdio(str(_db(db)), run=run, slots=slots)
+    serve_stdio(db_path(db), run=run, slots=slots)
 
 
 @app.command("tools")
@@ -52,4 +52,4 @@ def agent_instructions_command(
     """Print a program.md-style brief telling a coding agent how to run the loop via the tools."""
     from agent.mcp_tools import AgentTools, agent_instructions
 
-    sys.stdout.write(agent_instructions(AgentTools(_store(db)), sweep))
+    sys.stdout.write(agent_instructions(AgentTools(runtime_for(db).service), sweep))

@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from agent.cli import DbOpt, _db, app, console, fail
+from overnight.cli_common import DbOpt, app, console, db_path, fail
 
 logger = logging.getLogger(__name__)
 
@@ -34,20 +34,20 @@ def serve(
     import uvicorn
 
     from agent.recovery import InstanceLock, InstanceLockError
-    from api.main import create_app
     from api.settings import Settings, ensure_token
+    from overnight.runtime import service_app
 
-    db_path = _db(db).resolve()
+    db_file = db_path(db).resolve()
     token_path: Path | None = None
     if not no_auth and not token:
-        token, token_path, created = ensure_token(db_path)
+        token, token_path, created = ensure_token(db_file)
         console.print(f"token {'created in' if created else 'read from'} {token_path} "
                       "(send it as 'Authorization: Bearer <token>')")
-    settings = Settings.build(db_path=db_path, host=host, port=port, slots=slots,
+    settings = Settings.build(db_path=db_file, host=host, port=port, slots=slots,
                               token=None if no_auth else token, auth=not no_auth,
                               poll_interval_s=poll)
     try:
-        lock = InstanceLock(db_path).acquire()
+        lock = InstanceLock(db_file).acquire()
     except InstanceLockError as exc:
         fail(str(exc))
         return
@@ -60,11 +60,11 @@ def serve(
         return
     bound = sock.getsockname()[1]
     url_host = f"[{host}]" if ":" in host else host
-    console.print(f"overnight serve: db {db_path}, {slots} slot(s), auth "
+    console.print(f"overnight serve: db {db_file}, {slots} slot(s), auth "
                   f"{'off' if no_auth else 'on'}, listening on http://{url_host}:{bound}/",
                   soft_wrap=True)
     sys.stdout.flush()
-    config = uvicorn.Config(create_app(settings, lock=lock), host=host, port=bound, workers=1,
+    config = uvicorn.Config(service_app(settings, lock=lock), host=host, port=bound, workers=1,
                             log_level=log_level, timeout_graceful_shutdown=int(settings.grace_s)
                             + 15)
     try:

@@ -1,0 +1,23 @@
+"""Build a sweep's proposer from its spec: `knobs`, `queue` (external only) or `llm:<profile>`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agent.errors import ConfigError
+from agent.ports import Proposer
+
+
+def make_proposer(spec: str, seed: int, **kwargs: Any) -> Proposer | None:
+    """`knobs`, `queue` (external proposals only → None) or `llm:<profile>`."""
+    if spec == "knobs":
+        from agent.proposers.knobs import KnobsProposer
+
+        return KnobsProposer(seed=seed)
+    if spec == "queue":
+        return None
+    if spec.startswith("llm:"):
+        from agent.proposers.llm import make_llm_proposer
+
+        return make_llm_proposer(spec.split(":", 1)[1], seed=seed, **kwargs)
+    raise ConfigError(f"proposer: unknown proposer {spec!r} (use knobs, queue or llm:<profile>)")

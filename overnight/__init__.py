@@ -1,0 +1,1 @@
+"""overnight: the composition root: the CLI, the Runtime that builds everything, MCP stdio."""

@@ -1,0 +1,144 @@
+"""The one place that builds the object graph: a Runtime per database.
+
+A Runtime owns the database engine and its Store, one GitRepo per target, the service layer,
+and — once the engine is started — the database's instance lock, restart recovery and the slot
+scheduler. Every entry point (`overnight run`, `serve`, `mcp`, the docker app factory) builds
+a Runtime and hands it down; nothing below this package builds collaborators of its own.
+
+Start order: take the instance lock → recover what a dead process left → start the slots.
+`close()` reverses it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from agent.domain import Sweep
+from agent.errors import OvernightError
+from agent.gitrepo import GitError, GitRepo
+from agent.loop import Loop
+from agent.proposers.factory import make_proposer
+from agent.recovery import InstanceLock, InstanceLockError, RecoveryReport, recover
+from agent.scheduler import SchedulerSettings, SlotScheduler, slot_env
+from agent.service import Service
+from agent.training import EventFn, LoopSettings, SubprocessRunner
+from db.engine import open_database
+from db.paths import work_dir_for
+from db.store import SqlStore
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
+
+    from api.settings import Settings
+
+logger = logging.getLogger(__name__)
+
+
+class Runtime:
+    """Store, repositories, service layer, and (when started) lock, recovery and scheduler."""
+
+    def __init__(self, db_path: Path | str, *, work_dir: Path | None = None) -> None:
+        self.db_path = Path(db_path).expanduser().resolve()
+        self.work_dir = (Path(work_dir).expanduser().resolve() if work_dir
+                         else work_dir_for(self.db_path))
+        self.engine = open_database(self.db_path)
+        self.store = SqlStore(self.engine)
+        self.service = Service(self.store, self.repo_for, stop_running=self.stop_running)
+        self.lock: InstanceLock | None = None
+        self.recovery: RecoveryReport | None = None
+        self.scheduler: SlotScheduler | None = None
+        self._repos: dict[str, GitRepo] = {}
+        self._repos_lock = threading.Lock()
+
+    # --- repositories ----------------------------------------------------------------------
+    def repo_at(self, path: Path | str) -> GitRepo:
+        """The target repository at `path` (one adapter per target, shared). GitError if none."""
+        key = str(Path(path).expanduser().resolve())
+        with self._repos_lock:
+            repo = self._repos.get(key)
+            if repo is None:
+                repo = self._repos[key] = GitRepo(key)
+            return repo
+
+    def repo_for(self, sweep: Sweep) -> GitRepo:
+        return self.repo_at(sweep.target_path)
+
+    # --- the engine ------------------------------------------------------------------------
+    def hold_lock(self, lock: InstanceLock | None = None, hint: str = "") -> InstanceLock:
+        """Take (or adopt) the database's instance lock: one executing process per database."""
+        if self.lock is None or not self.lock.held:
+            if lock is not None and lock.held:
+                self.lock = lock
+            else:
+                try:
+                    self.lock = InstanceLock(self.db_path).acquire()
+                except InstanceLockError as exc:
+                    raise OvernightError(f"{exc}{hint}") from None
+        return self.lock
+
+    def release_lock(self) -> None:
+        if self.lock is not None:
+            self.lock.release()
+            self.lock = None
+
+    def recover(self) -> RecoveryReport:
+        """Interrupt and re-queue what a dead process left running (needs the lock)."""
+        self.hold_lock()
+        self.recovery = recover(self.store, self.repo_for, self.work_dir)
+        return self.recovery
+
+    def loop_factory(self, settings: SchedulerSettings,
+                     on_event: EventFn | None = None,
+                     proposer_kwargs: dict[str, Any] | None = None,
+                     ) -> Callable[[Sweep, int], Loop]:
+        """Loops for the engine's slots: subprocess runner, the sweep's proposer, slot env."""
+
+        def make(sweep: Sweep, slot: int) -> Loop:
+            env = {**slot_env(slot, settings.gpu_count), **settings.extra_env}
+            loop_settings = LoopSettings(work_dir=self.work_dir, env=env, grace_s=settings.grace_s,
+                                         device=settings.device)
+            proposer = make_proposer(sweep.proposer, sweep.seed, **(proposer_kwargs or {}))
+            return Loop(self.store, self.repo_for(sweep), SubprocessRunner(settings.grace_s),
+                        loop_settings, proposer=proposer, on_event=on_event)
+
+        return make
+
+    def start_engine(self, settings: SchedulerSettings, *, lock: InstanceLock | None = None,
+                     hint: str = "") -> SlotScheduler:
+        """Lock → recover → start the slot scheduler (slots=0: scheduled starts only)."""
+        self.hold_lock(lock, hint)
+        self.recover()
+        self.scheduler = SlotScheduler(self.store, settings, self.loop_factory(settings))
+        self.scheduler.start()
+        return self.scheduler
+
+    def stop_running(self, experiment_id: int) -> bool:
+        """Ask the engine to stop a running experiment of this process; False if not here."""
+        return bool(self.scheduler is not None and self.scheduler.cancel(experiment_id))
+
+    def close(self, timeout_s: float = 30.0) -> None:
+        """Stop the engine (runs in flight are recorded interrupted), release the lock."""
+        if self.scheduler is not None:
+            self.scheduler.shutdown(timeout_s=timeout_s)
+            self.scheduler = None
+        self.release_lock()
+        self.engine.dispose()
+
+
+def open_target(path: Path) -> GitRepo:
+    """A target repository for a CLI command, with git's problem as a readable error."""
+    try:
+        return GitRepo(path)
+    except GitError as exc:
+        raise OvernightError(str(exc)) from None
+
+
+def service_app(settings: Settings, *, lock: InstanceLock | None = None) -> FastAPI:
+    """The HTTP service on a new Runtime for `settings.db_path` (api.main.create_app)."""
+    from api.main import create_app
+
+    return create_app(settings, Runtime(settings.db_path, work_dir=settings.work_dir), lock=lock)

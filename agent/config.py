@@ -1,16 +1,16 @@
 """Load and validate a target's overnight.toml into a frozen TargetConfig.
 
-Pure: stdlib only. Every mistake raises ConfigError naming the key.
+Pure: stdlib and agent.errors only. Every mistake raises ConfigError naming the key.
 """
 
 from __future__ import annotations
 
+import enum
 import tomllib
 from dataclasses import asdict, dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from agent.domain import Direction
 from agent.errors import ConfigError
 
 CONFIG_FILE = "overnight.toml"
@@ -30,8 +30,15 @@ MAX_CONFIRM_RUNS = 10
 _REQUIRED = ("command", "editable", "metric", "budget_s")
 
 
+class Direction(str, enum.Enum):
+    MINIMIZE = "minimize"
+    MAXIMIZE = "maximize"
+
+
 @dataclass(frozen=True)
 class TargetConfig:
+    """A target's rules, validated once (parse_config) and carried typed from then on."""
+
     command: str
     editable: tuple[str, ...]
     protected: tuple[str, ...]
@@ -50,7 +57,9 @@ class TargetConfig:
         return d
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> TargetConfig:
+    def from_dict(cls, data: dict[str, Any] | TargetConfig) -> TargetConfig:
+        if isinstance(data, TargetConfig):  # already typed (Sweep.config): nothing to parse
+            return data
         return parse_config(data, source="config")
 
     def with_budget(self, budget_s: float | None, timeout_s: float | None = None) -> TargetConfig:

@@ -1,6 +1,7 @@
 """The loop's vocabulary: statuses, crash classes, plain dataclasses and allowed transitions.
 
-Pure: imports only the stdlib. Nothing here touches git, processes, SQL or HTTP.
+Pure: the stdlib and agent.config (the typed target rules) only. Nothing here touches
+git, processes, SQL or HTTP.
 """
 
 from __future__ import annotations
@@ -9,6 +10,8 @@ import enum
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
+
+from agent.config import Direction, TargetConfig
 
 
 def utcnow() -> datetime:
@@ -85,11 +88,6 @@ class SweepStatus(str, enum.Enum):
         return self in (SweepStatus.STOPPED, SweepStatus.DONE)
 
 
-class Direction(str, enum.Enum):
-    MINIMIZE = "minimize"
-    MAXIMIZE = "maximize"
-
-
 @dataclass(frozen=True)
 class Proposal:
     """One change: a one-line description and a unified diff against the sweep head."""
@@ -109,9 +107,8 @@ class Sweep:
     branch: str
     status: SweepStatus
     proposer: str
-    config: dict[str, Any]
+    config: TargetConfig
     max_experiments: int | None
-    seed: int
     baseline_metric: float | None
     best_metric: float | None
     best_commit: str | None
@@ -119,23 +116,31 @@ class Sweep:
     created_at: datetime
     deadline: datetime | None = None
     window: dict[str, str] | None = None
-    min_delta: float = 0.0
+    start_at: datetime | None = None  # a paused sweep's timed start
 
     @property
     def direction(self) -> Direction:
-        return Direction(self.config.get("direction", "minimize"))
+        return Direction(self.config.direction)
 
     @property
     def metric(self) -> str:
-        return str(self.config["metric"])
+        return self.config.metric
 
     @property
     def budget_s(self) -> float:
-        return float(self.config["budget_s"])
+        return self.config.budget_s
 
     @property
     def timeout_s(self) -> float:
-        return float(self.config["timeout_s"])
+        return self.config.timeout_s
+
+    @property
+    def seed(self) -> int:
+        return self.config.seed
+
+    @property
+    def min_delta(self) -> float:
+        return self.config.min_delta
 
 
 @dataclass(frozen=True)
@@ -147,6 +152,7 @@ class Experiment:
     diff: str
     proposer: str
     parent_id: int | None = None
+    retry_of: int | None = None  # the interrupted experiment this row re-runs
     attempt: int = 0
     is_baseline: bool = False
     priority: int = 0

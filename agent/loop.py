@@ -23,7 +23,6 @@ from agent.domain import (
     Finish,
     Proposal,
     Sweep,
-    SweepStatus,
     utcnow,
 )
 from agent.gitrepo import hash_worktree_files
@@ -34,11 +33,7 @@ from runner.result import Outcome, RunResult
 
 logger = logging.getLogger(__name__)
 REPAIR_PRIORITY = 50
-COUNTED = tuple(
-    s
-    for s in ExperimentStatus
-    if s not in (ExperimentStatus.CANCELLED, ExperimentStatus.INTERRUPTED)
-)
+MAX_REJECTED_IN_A_ROW = 5
 
 
 _DECISION_LOCKS: dict[tuple[str, str], threading.Lock] = {}
@@ -74,48 +69,26 @@ class Loop:
             except Exception:  # a display problem must never stop the night
                 logger.exception("event handler failed for %s", kind)
 
-    # --- driving a sweep ----------------------------------------------------------------
-    def limit_reached(self, sweep: Sweep) -> str | None:
-        if sweep.max_experiments is not None:
-            done = self.store.count_experiments(sweep.id, COUNTED) - 1  # minus the baseline
-            if done >= sweep.max_experiments:
-                return f"reached max_experiments={sweep.max_experiments}"
-        if sweep.deadline is not None and utcnow() >= sweep.deadline:
-            return "reached the deadline"
-        return None
+    # --- asking the proposer -------------------------------------------------------------
+    def propose(self, sweep: Sweep) -> Experiment | None:
+        """Ask the proposer for the next change and queue it; None when it has no more.
 
-    def next_experiment(self, sweep: Sweep) -> Experiment | None:
-        """Claim the next queued experiment, asking the proposer when the queue is empty."""
-        exp = self.store.claim_next(sweep.id)
-        if exp is not None or self.proposer is None or self.limit_reached(sweep):
-            return exp
-        for _ in range(5):  # a few rejected proposals in a row are tolerated
+        A refused proposal is recorded `rejected`; a few in a row are tolerated, then the
+        proposer counts as out of ideas. Claiming (and the sweep's limits) is the engine's job.
+        """
+        if self.proposer is None:
+            return None
+        for _ in range(MAX_REJECTED_IN_A_ROW):
             proposal = self.proposer.propose(proposal_context(self.store, self.repo, sweep))
             if proposal is None:
                 return None
             queued = submit(self.store, self.repo, sweep, proposal, record_rejection=True)
-            if queued.status is ExperimentStatus.REJECTED:
-                self.emit("finished", queued)
-                continue
-            return self.store.claim(queued.id)
+            if queued.status is ExperimentStatus.QUEUED:
+                return queued
+            self.emit("finished", queued)
+        logger.warning("sweep %s: %d proposals in a row were refused; the proposer is out of "
+                       "ideas", sweep.name, MAX_REJECTED_IN_A_ROW)
         return None
-
-    def run_sweep(self, name: str, stop: threading.Event | None = None) -> Sweep:
-        """Run a sweep in the foreground until its limits, the proposer's end, or `stop`."""
-        while not (stop and stop.is_set()):
-            sweep = self.store.get_sweep(name)
-            if sweep.status is not SweepStatus.RUNNING:
-                break
-            exp = self.next_experiment(sweep)
-            if exp is None:
-                reason = self.limit_reached(sweep) or "no more proposals"
-                logger.info("sweep %s done: %s", name, reason)
-                return self.store.set_sweep_status(name, SweepStatus.DONE)
-            done = self.execute(sweep, exp)
-            if done.is_baseline and done.status is not ExperimentStatus.KEPT:
-                logger.error("baseline of %s failed (%s); stopping the sweep", name, done.reason)
-                return self.store.set_sweep_status(name, SweepStatus.STOPPED)
-        return self.store.get_sweep(name)
 
     def cancel(self, experiment_id: int) -> bool:
         """Ask a running experiment to stop; it is recorded as cancelled. False if not here."""
@@ -174,7 +147,7 @@ class Loop:
             )
         ref = f"refs/overnight/{sweep.name}/{exp.id}"
         self.repo.set_ref(ref, commit)
-        config = TargetConfig.from_dict(sweep.config)
+        config = sweep.config
         expected = self.store.protected_hashes(sweep.id)
         actual = self.repo.file_hashes(commit, config.protected)
         changed = sorted(p for p in expected if actual.get(p) != expected[p])
@@ -200,7 +173,7 @@ class Loop:
         wt: Path,
         stop: threading.Event,
     ) -> Experiment:
-        config = TargetConfig.from_dict(sweep.config)
+        config = sweep.config
         ended = utcnow()
         common: dict[str, Any] = {
             "summary": result.summary,

@@ -14,7 +14,6 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, Field
 
-from agent.config import TargetConfig
 from agent.domain import ExperimentStatus, Proposal
 from agent.errors import AdmissionError
 from agent.ports import Store
@@ -152,7 +151,7 @@ class AgentTools:
     # --- reading --------------------------------------------------------------------------
     def get_target(self, sweep: SweepArg) -> TargetInfo:
         s = self.store.get_sweep(sweep)
-        config = TargetConfig.from_dict(s.config)
+        config = s.config
         usage = self.service.usage(s)
         return TargetInfo(
             sweep=s.name, status=s.status.value, proposer=s.proposer, target_path=s.target_path,

@@ -10,8 +10,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
+from agent.config import TargetConfig
 from agent.domain import (
     CrashKind,
     Experiment,
@@ -35,12 +36,10 @@ class SweepSpec:
     target_path: str
     branch: str
     proposer: str
-    config: dict[str, Any]
+    config: TargetConfig
     max_experiments: int | None = None
-    seed: int = 42
     deadline: datetime | None = None
     window: dict[str, str] | None = None
-    min_delta: float = 0.0
     protected_hashes: dict[str, str] = field(default_factory=dict)
 
 
@@ -67,6 +66,9 @@ class Store(Protocol):
 
     def set_sweep_status(self, name: str, status: SweepStatus) -> Sweep: ...
 
+    def set_start_at(self, name: str, when: datetime | None) -> Sweep:
+        """Record (or clear, with None) a paused sweep's timed start."""
+
     def set_best(
         self, sweep_id: int, experiment_id: int, metric: float, commit: str, baseline: bool
     ) -> None:
@@ -83,8 +85,10 @@ class Store(Protocol):
         attempt: int = 0,
         priority: int = 0,
         base_commit: str | None = None,
+        retry_of: int | None = None,
     ) -> Experiment:
-        """Insert a queued (or directly rejected) experiment."""
+        """Insert a queued (or directly rejected) experiment. With `retry_of`, the row re-runs
+        that interrupted experiment; ConflictError if it already has a retry."""
 
     def get_experiment(self, experiment_id: int) -> Experiment: ...
 

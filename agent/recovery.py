@@ -137,7 +137,7 @@ def requeue_interrupted(store: Store, report: RecoveryReport) -> None:
             Proposal(exp.description, exp.diff, exp.proposer, parent_id=exp.id,
                      meta={**exp.meta, "retry_of": exp.id, "crash_retries": crashes}),
             is_baseline=exp.is_baseline, attempt=exp.attempt, priority=exp.priority,
-            base_commit=exp.base_commit,
+            base_commit=exp.base_commit, retry_of=exp.id,
         )
         report.requeued[exp.id] = retry.id
         logger.warning("re-queued interrupted experiment %d as %d", exp.id, retry.id)

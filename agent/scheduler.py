@@ -1,9 +1,12 @@
-"""The service's scheduler: one APScheduler job per execution slot, windows and limits per sweep.
+"""The engine: N execution slots over the store's queue, for the service and the foreground alike.
 
-Whether a sweep may start another run now is agent.gate's pure rule; `SlotScheduler` is the
-adapter that wires APScheduler, the Store, the Loop and the proposers together. Exactly one
-SlotScheduler may run per database (the caller holds the instance lock, see
-agent.recovery.InstanceLock).
+Whether a sweep may start another run now is agent.gate's pure rule; `SlotScheduler` applies it
+for every driver. `start()` runs the slots as worker threads for the life of a service (`serve`,
+`mcp --run`); `run_burst()` runs the same slots until nothing is left to start (rq's burst mode)
+— that is what a foreground `overnight run` is. APScheduler only does what it is for: a sweep's
+timed start (`start_at`, kept on the sweep row so it survives restarts) is a date job that
+resumes the sweep and returns at once. Exactly one SlotScheduler may run per database (the
+caller holds the instance lock, see agent.recovery.InstanceLock).
 """
 
 from __future__ import annotations
@@ -12,32 +15,26 @@ import contextlib
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, tzinfo
-from pathlib import Path
 from typing import Any
 
-from agent.domain import Experiment, ExperimentStatus, Finish, Sweep, SweepStatus, utcnow
+from agent.domain import (
+    USED_STATUSES,
+    Experiment,
+    ExperimentStatus,
+    Finish,
+    Sweep,
+    SweepStatus,
+    utcnow,
+)
 from agent.errors import ConflictError, NotFoundError
-from agent.gate import GateKind, SweepFacts, gate
+from agent.gate import Gate, GateKind, SweepFacts, gate
 from agent.ports import Clock, Store
 from agent.recovery import SHUTDOWN_REASON
 
 logger = logging.getLogger(__name__)
-
-# Statuses that use up one of a sweep's max_experiments (queued ones do not, nor do
-# cancelled/interrupted runs, which are the service's doing, not the proposal's).
-USED = (ExperimentStatus.RUNNING, ExperimentStatus.KEPT, ExperimentStatus.DISCARDED,
-        ExperimentStatus.CRASHED, ExperimentStatus.TIMEOUT, ExperimentStatus.REJECTED)
-
-
-class _SkippedRunFilter(logging.Filter):
-    """A slot busy with a long run makes its interval job 'skip' every tick: that is the design
-    (max_instances=1), not a warning worth a log line."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return "maximum number of running instances reached" not in record.getMessage()
 
 
 class SystemClock:
@@ -58,28 +55,22 @@ def gpu_count() -> int:
         return 0
 
 
-# --- persistent scheduled starts ----------------------------------------------------------
-# APScheduler stores a job as a textual reference to a module-level function plus its args, so
-# the job finds the live scheduler through this registry (keyed by the database path).
-_LIVE: dict[str, SlotScheduler] = {}
-
-
-def scheduled_start(db_key: str, sweep_name: str) -> None:
-    """Job body of a sweep's scheduled start: resume the sweep if it is still paused."""
-    sched = _LIVE.get(db_key)
-    if sched is None:
-        logger.warning("scheduled start of %s: no live scheduler for %s", sweep_name, db_key)
-        return
-    sched.start_now(sweep_name)
+def sweep_facts(store: Store, sweep: Sweep) -> SweepFacts:
+    """What gate() needs, read from the store (the one definition of "used")."""
+    count = store.count_experiments
+    return SweepFacts(
+        status=sweep.status, max_experiments=sweep.max_experiments, deadline=sweep.deadline,
+        window=sweep.window, used=count(sweep.id, USED_STATUSES, is_baseline=False),
+        running=count(sweep.id, [ExperimentStatus.RUNNING]),
+        baseline_kept=sweep.baseline_metric is not None,
+    )
 
 
 @dataclass
 class SchedulerSettings:
-    db_path: Path
     slots: int = 1
-    poll_interval_s: float = 1.0
+    poll_interval_s: float = 1.0  # how often an idle slot looks for work
     gpu_count: int = 0
-    jobs_url: str | None = None  # SQLAlchemy URL of the job store (default: <db>.jobs.sqlite)
     grace_s: float = 5.0
     tz: tzinfo | None = None  # window times are in this zone (default: server local time)
     extra_env: dict[str, str] = field(default_factory=dict)
@@ -90,7 +81,7 @@ LoopFactory = Callable[[Sweep, int], Any]  # (sweep, slot) -> agent.loop.Loop
 
 
 class SlotScheduler:
-    """N slot jobs on a BackgroundScheduler; each runs one experiment at a time."""
+    """N slots; each runs one experiment at a time, taking queued work first, then proposals."""
 
     def __init__(self, store: Store, settings: SchedulerSettings, loop_factory: LoopFactory,
                  clock: Clock | None = None) -> None:
@@ -101,38 +92,55 @@ class SlotScheduler:
         self._loops: dict[tuple[int, int], Any] = {}
         self._running: dict[int, tuple[int, Any]] = {}  # exp id -> (slot, loop)
         self._proposing: set[int] = set()  # sweep ids whose proposer is being asked
+        self._only: frozenset[str] | None = None  # burst mode: only these sweeps
         self._stopping = threading.Event()
+        self._wake = threading.Condition()
+        self._threads: list[threading.Thread] = []
         self._aps: Any = None
-        self.db_key = str(Path(settings.db_path).expanduser().resolve())
 
     # --- lifecycle ------------------------------------------------------------------------
     def start(self) -> None:
-        from apscheduler.executors.pool import ThreadPoolExecutor
-        from apscheduler.jobstores.memory import MemoryJobStore
-        from apscheduler.jobstores.sqlalchemy import SQLAlchemyJobStore
+        """Service mode: slot worker threads, and a date job for every scheduled start."""
         from apscheduler.schedulers.background import BackgroundScheduler
 
-        url = self.settings.jobs_url or f"sqlite:///{self.db_key}.jobs.sqlite"
-        self._aps = BackgroundScheduler(
-            jobstores={"default": MemoryJobStore(), "persistent": SQLAlchemyJobStore(url=url)},
-            executors={"default": ThreadPoolExecutor(max(self.settings.slots, 1) + 2)},
-            job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None},
-        )
-        aps_log = logging.getLogger("apscheduler.scheduler")
-        if not any(isinstance(f, _SkippedRunFilter) for f in aps_log.filters):
-            aps_log.addFilter(_SkippedRunFilter())
-        _LIVE[self.db_key] = self
-        for slot in range(self.settings.slots):
-            self._aps.add_job(self.run_slot, "interval", args=[slot], id=f"slot-{slot}",
-                              seconds=self.settings.poll_interval_s, next_run_time=utcnow(),
-                              jobstore="default")
+        self._aps = BackgroundScheduler(job_defaults={"coalesce": True, "max_instances": 1,
+                                                      "misfire_grace_time": None})
         self._aps.start()
-        logger.info("scheduler started: %d slot(s), poll every %.2fs", self.settings.slots,
-                    self.settings.poll_interval_s)
+        for sweep in self.store.list_sweeps():
+            if sweep.status is SweepStatus.PAUSED and sweep.start_at is not None:
+                self._add_start_job(sweep.name, sweep.start_at)
+        for slot in range(self.settings.slots):
+            t = threading.Thread(target=self._serve_slot, args=(slot,), daemon=True,
+                                 name=f"overnight-slot-{slot}")
+            t.start()
+            self._threads.append(t)
+        logger.info("scheduler started: %d slot(s)", self.settings.slots)
+
+    def run_burst(self, only: Collection[str] | None = None) -> None:
+        """Foreground mode: run the slots until nothing is left to start, then return.
+
+        Slot 0 runs in the calling thread (so Ctrl-C lands in its run); others in threads.
+        `only`: the names of the sweeps to run (default: every open sweep).
+        """
+        self._only = frozenset(only) if only else None
+        workers = [threading.Thread(target=self._burst_slot, args=(slot,), daemon=True,
+                                    name=f"overnight-slot-{slot}")
+                   for slot in range(1, max(self.settings.slots, 1))]
+        for t in workers:
+            t.start()
+        try:
+            self._burst_slot(0)
+            for t in workers:
+                while t.is_alive():
+                    t.join(0.2)
+        except BaseException:
+            self.shutdown()
+            raise
 
     @property
     def alive(self) -> bool:
-        return bool(self._aps is not None and self._aps.running and not self._stopping.is_set())
+        return (not self._stopping.is_set() and all(t.is_alive() for t in self._threads)
+                and (self._aps is None or bool(self._aps.running)))
 
     def shutdown(self, timeout_s: float = 30.0) -> None:
         """Stop taking work; runs in flight are stopped and recorded `interrupted`.
@@ -140,6 +148,7 @@ class SlotScheduler:
         They are re-queued by restart recovery (a clean shutdown is not the proposal's fault).
         """
         self._stopping.set()
+        self.wake()
         if self._pick_lock.acquire(timeout=timeout_s):  # let a claim in progress register
             self._pick_lock.release()
         with self._state_lock:
@@ -151,9 +160,16 @@ class SlotScheduler:
             except (ConflictError, NotFoundError):
                 continue  # it finished on its own meanwhile
             loop.cancel(exp_id)
-        if self._aps is not None:
-            self._aps.shutdown(wait=True)
-        _LIVE.pop(self.db_key, None)
+        for t in self._threads:
+            if t is not threading.current_thread():
+                t.join(timeout_s)
+        if self._aps is not None and self._aps.running:
+            self._aps.shutdown(wait=False)
+
+    def wake(self) -> None:
+        """Tell idle slots to look for work now (new work queued, a sweep resumed)."""
+        with self._wake:
+            self._wake.notify_all()
 
     @contextlib.contextmanager
     def holding(self) -> Iterator[None]:
@@ -161,18 +177,42 @@ class SlotScheduler:
         with self._pick_lock:
             yield
 
+    def _serve_slot(self, slot: int) -> None:
+        while not self._stopping.is_set():
+            try:
+                if self.run_slot(slot):
+                    continue
+            except Exception:  # a slot must outlive any one bad pick
+                logger.exception("slot %d: picking work failed", slot)
+            with self._wake:
+                self._wake.wait(self.settings.poll_interval_s)
+
+    def _burst_slot(self, slot: int) -> None:
+        while not self._stopping.is_set():
+            if self.run_slot(slot):
+                continue
+            with self._state_lock:
+                idle = not self._running and not self._proposing
+            if idle:
+                return
+            with self._wake:  # another slot is running or proposing: it may leave work
+                self._wake.wait(self.settings.poll_interval_s)
+
     # --- scheduled starts -------------------------------------------------------------------
     def schedule_start(self, sweep_name: str, when: datetime) -> None:
-        """Persist a one-off start (resume) of a paused sweep; survives restarts."""
+        """Start (resume) a paused sweep at `when`; kept on the sweep row across restarts."""
         if self._aps is None:
             raise ConflictError("the scheduler is not running; cannot schedule a start")
-        self._aps.add_job(scheduled_start, "date", run_date=when, args=[self.db_key, sweep_name],
-                          id=f"start:{sweep_name}", jobstore="persistent", replace_existing=True)
+        self.store.set_start_at(sweep_name, when)
+        self._add_start_job(sweep_name, when)
+
+    def _add_start_job(self, sweep_name: str, when: datetime) -> None:
+        self._aps.add_job(self.start_now, "date", run_date=max(when, utcnow()),
+                          args=[sweep_name], id=f"start:{sweep_name}", replace_existing=True)
 
     def scheduled_starts(self) -> dict[str, datetime]:
-        if self._aps is None:
-            return {}
-        return {job.args[1]: job.next_run_time for job in self._aps.get_jobs("persistent")}
+        return {s.name: s.start_at for s in self.store.list_sweeps()
+                if s.status is SweepStatus.PAUSED and s.start_at is not None}
 
     def start_now(self, sweep_name: str) -> None:
         try:
@@ -182,6 +222,7 @@ class SlotScheduler:
         if sweep.status is SweepStatus.PAUSED:
             self.store.set_sweep_status(sweep_name, SweepStatus.RUNNING)
             logger.info("sweep %s started at its scheduled time", sweep_name)
+            self.wake()
 
     # --- slots ------------------------------------------------------------------------------
     def busy(self) -> int:
@@ -199,7 +240,7 @@ class SlotScheduler:
         return bool(entry and entry[1].cancel(experiment_id))
 
     def run_slot(self, slot: int) -> int:
-        """One job tick: run experiments back to back until there is nothing to start."""
+        """Run experiments back to back until there is nothing to start; how many ran."""
         done = 0
         while not self._stopping.is_set():
             picked = self.pick(slot)
@@ -222,19 +263,17 @@ class SlotScheduler:
         finally:
             with self._state_lock:
                 self._running.pop(exp.id, None)
+            self.wake()  # a finished run may open the gate for others (the baseline)
         if result.is_baseline and result.status is not ExperimentStatus.KEPT:
             logger.error("baseline of %s failed (%s); stopping the sweep", sweep.name,
                          result.reason)
             self.store.set_sweep_status(sweep.name, SweepStatus.STOPPED)
 
     def facts(self, sweep: Sweep) -> SweepFacts:
-        count = self.store.count_experiments
-        return SweepFacts(
-            status=sweep.status, max_experiments=sweep.max_experiments, deadline=sweep.deadline,
-            window=sweep.window, used=count(sweep.id, USED, is_baseline=False),
-            running=count(sweep.id, [ExperimentStatus.RUNNING]),
-            baseline_kept=sweep.baseline_metric is not None,
-        )
+        return sweep_facts(self.store, sweep)
+
+    def _gate(self, sweep: Sweep) -> Gate:
+        return gate(self.facts(sweep), self.clock.now(), self.settings.tz)
 
     def pick(self, slot: int) -> tuple[Sweep, Experiment, Any] | None:
         """Claim the next experiment for `slot`: queued first (priority, FIFO), then proposed.
@@ -265,29 +304,32 @@ class SlotScheduler:
 
     def _propose(self, slot: int, sweep: Sweep, loop: Any) -> tuple[Sweep, Experiment, Any] | None:
         try:
-            exp = loop.next_experiment(sweep)
+            queued = loop.propose(sweep)
         finally:
             with self._state_lock:
                 self._proposing.discard(sweep.id)
         with self._pick_lock:
-            if exp is None:
+            if queued is None:
                 if not self.store.count_experiments(
                         sweep.id, [ExperimentStatus.RUNNING, ExperimentStatus.QUEUED]):
-                    self._finish_sweep(sweep, loop.limit_reached(sweep) or "no more proposals")
+                    self._finish_sweep(sweep, "no more proposals")
                 return None
-            if self._stopping.is_set():  # shut down while proposing: hand it to recovery
-                self.store.finish(exp.id, Finish(ExperimentStatus.INTERRUPTED,
-                                                 reason=SHUTDOWN_REASON))
+            if self._stopping.is_set():  # shut down while proposing: it stays queued
                 return None
-            return self._claimed(slot, sweep, exp)
+            current = self.store.get_sweep(sweep.name)
+            if self._gate(current).kind is not GateKind.START:
+                return None  # a limit or a pause came meanwhile: it stays queued
+            exp = self.store.claim(queued.id)
+            return self._claimed(slot, current, exp) if exp is not None else None
 
     def _open_sweeps(self) -> list[Sweep]:
-        now = self.clock.now()
         open_sweeps = []
         for sweep in self.store.list_sweeps():
             if sweep.status is not SweepStatus.RUNNING:
                 continue
-            verdict = gate(self.facts(sweep), now, self.settings.tz)
+            if self._only is not None and sweep.name not in self._only:
+                continue
+            verdict = self._gate(sweep)
             if verdict.kind is GateKind.FINISH:
                 self._finish_sweep(sweep, verdict.reason)
             elif verdict.kind is GateKind.START:
@@ -345,3 +387,10 @@ class SlotScheduler:
             with self._state_lock:
                 self._loops[key] = loop
         return loop
+
+
+def run_sweep(loop: Any, name: str, settings: SchedulerSettings | None = None) -> Sweep:
+    """Run one sweep to its end in the foreground: the engine in burst mode with `loop`."""
+    engine = SlotScheduler(loop.store, settings or SchedulerSettings(), lambda _s, _n: loop)
+    engine.run_burst([name])
+    return loop.store.get_sweep(name)

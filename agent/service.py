@@ -13,7 +13,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from agent.config import TargetConfig
 from agent.domain import (
     USED_STATUSES,
     Experiment,
@@ -96,7 +95,7 @@ class Service:
         """(commit, {editable path: content}) at `commit`, default the sweep branch's head."""
         repo = self.repo_for(sweep)
         commit = commit or repo.head(sweep.branch)
-        editable = TargetConfig.from_dict(sweep.config).editable
+        editable = sweep.config.editable
         return commit, {p: repo.read_file(commit, p) for p in editable}
 
     def results_tsv(self, sweep: Sweep) -> str:

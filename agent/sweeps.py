@@ -71,12 +71,10 @@ def create_sweep(
             target_path=str(Path(target).resolve()),
             branch=branch,
             proposer=proposer,
-            config=config.to_dict(),
+            config=config,
             max_experiments=max_experiments,
-            seed=config.seed,
             deadline=deadline,
             window=window,
-            min_delta=config.min_delta,
             protected_hashes=hashes,
         )
     )
@@ -93,7 +91,7 @@ def create_sweep(
 
 def admit(store: Store, repo: Repo, sweep: Sweep, proposal: Proposal) -> str:
     """All admission checks; returns the sweep head the diff applies to. Raises AdmissionError."""
-    config = TargetConfig.from_dict(sweep.config)
+    config = sweep.config
     check_proposal(proposal, config)
     earlier = store.has_diff(sweep.id, proposal.diff)
     if earlier is not None:
@@ -176,7 +174,7 @@ def _record_usage(store: Store, exp: Experiment) -> Experiment:
 
 
 def proposal_context(store: Store, repo: Repo, sweep: Sweep) -> ProposalContext:
-    config = TargetConfig.from_dict(sweep.config)
+    config = sweep.config
     head = repo.head(sweep.branch)
     files = {p: repo.read_file(head, p) for p in config.editable}
     program_path = Path(sweep.target_path) / "program.md"

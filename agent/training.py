@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agent.config import TargetConfig
 from agent.domain import Experiment, Sweep, utcnow
 from agent.ports import Runner, Store
 from runner.process import resolve_command, run_command
@@ -100,7 +99,7 @@ class TrainingRuns:
         self, sweep: Sweep, exp: Experiment, wt: Path, stop: threading.Event
     ) -> tuple[RunResult, bool]:
         """Run the target's command in the worktree; (result, whether training started)."""
-        config = TargetConfig.from_dict(sweep.config)
+        config = sweep.config
         log_path = self.settings.work_dir / "logs" / sweep.name / f"{exp.id}.log"
         env = self.env(sweep, exp, sweep.seed)
         self.store.mark_started(exp.id, log_path=str(log_path), run_started_at=utcnow())
@@ -126,7 +125,7 @@ class TrainingRuns:
         return result, sink.count > 0
 
     def env(self, sweep: Sweep, exp: Experiment, seed: int) -> dict[str, str]:
-        config = TargetConfig.from_dict(sweep.config)
+        config = sweep.config
         env = {
             "OVERNIGHT_BUDGET_S": f"{config.budget_s:g}",
             "OVERNIGHT_SEED": str(seed),
@@ -141,7 +140,7 @@ class TrainingRuns:
         self, sweep: Sweep, exp: Experiment, wt: Path, stop: threading.Event, first: float
     ) -> tuple[float | None, str]:
         """Re-run a would-be keep with other seeds; (mean metric or None, a reason line)."""
-        config = TargetConfig.from_dict(sweep.config)
+        config = sweep.config
         samples = [first]
         for k in range(1, config.confirm_runs + 1):
             log = self.settings.work_dir / "logs" / sweep.name / f"{exp.id}.confirm{k}.log"

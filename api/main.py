@@ -37,7 +37,7 @@ logger = logging.getLogger(__name__)
 
 def scheduler_settings(settings: Settings) -> SchedulerSettings:
     return SchedulerSettings(
-        db_path=settings.db_path, slots=settings.slots, poll_interval_s=settings.poll_interval_s,
+        slots=settings.slots, poll_interval_s=settings.poll_interval_s,
         gpu_count=gpu_count() if settings.gpu_count is None else settings.gpu_count,
         grace_s=settings.grace_s,
     )

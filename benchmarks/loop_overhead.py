@@ -19,6 +19,7 @@ from agent.config import load_config
 from agent.gitrepo import GitRepo, init_repo
 from agent.loop import Loop, LoopSettings
 from agent.proposers.knobs import KnobsProposer
+from agent.scheduler import run_sweep
 from agent.sweeps import create_sweep
 from agent.training import SubprocessRunner
 from db.engine import open_database
@@ -56,7 +57,7 @@ def main() -> None:
             proposer=KnobsProposer(),
         )
         t0 = time.perf_counter()
-        loop.run_sweep(sweep.name)
+        run_sweep(loop, sweep.name)
         wall = time.perf_counter() - t0
         times = [t for t in store.timestamps(sweep.id) if t[0] and t[1]]
         gaps = sorted((b[0] - a[1]).total_seconds() for a, b in zip(times, times[1:], strict=False))

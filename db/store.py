@@ -18,6 +18,7 @@ from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from agent.admit import normalize_diff
+from agent.config import TargetConfig
 from agent.domain import (
     CrashKind,
     Experiment,
@@ -26,6 +27,7 @@ from agent.domain import (
     Proposal,
     Sweep,
     SweepStatus,
+    can_transition,
     utcnow,
 )
 from agent.errors import ConflictError, NotFoundError, StoreError
@@ -48,9 +50,8 @@ def to_sweep(row: SweepRow) -> Sweep:
         branch=row.branch,
         status=SweepStatus(row.status),
         proposer=row.proposer,
-        config=dict(row.config),
+        config=TargetConfig.from_dict(dict(row.config)),
         max_experiments=row.max_experiments,
-        seed=row.seed,
         baseline_metric=row.baseline_metric,
         best_metric=row.best_metric,
         best_commit=row.best_commit,
@@ -58,7 +59,7 @@ def to_sweep(row: SweepRow) -> Sweep:
         created_at=row.created_at,
         deadline=row.deadline,
         window=row.window,
-        min_delta=row.min_delta,
+        start_at=row.start_at,
     )
 
 
@@ -71,6 +72,7 @@ def to_experiment(row: ExperimentRow) -> Experiment:
         diff=row.diff,
         proposer=row.proposer,
         parent_id=row.parent_id,
+        retry_of=row.retry_of,
         attempt=row.attempt,
         is_baseline=row.is_baseline,
         priority=row.priority,
@@ -132,11 +134,9 @@ class SqlStore:
             branch=spec.branch,
             status=SweepStatus.RUNNING.value,
             proposer=spec.proposer,
-            config=spec.config,
+            config=spec.config.to_dict(),
             protected_hashes=spec.protected_hashes,
             max_experiments=spec.max_experiments,
-            seed=spec.seed,
-            min_delta=spec.min_delta,
             deadline=spec.deadline,
             window=spec.window,
             created_at=now,
@@ -185,6 +185,14 @@ class SqlStore:
             row.updated_at = utcnow()
             return to_sweep(row)
 
+    def set_start_at(self, name: str, when: datetime | None) -> Sweep:
+        with self.session("scheduling a sweep's start") as s:
+            row = self._sweep_row(s, name)
+            row.start_at = when
+            row.updated_at = utcnow()
+            s.flush()
+            return to_sweep(row)
+
     def set_best(
         self, sweep_id: int, experiment_id: int, metric: float, commit: str, baseline: bool
     ) -> None:
@@ -229,11 +237,13 @@ class SqlStore:
         attempt: int = 0,
         priority: int = 0,
         base_commit: str | None = None,
+        retry_of: int | None = None,
     ) -> Experiment:
         now = utcnow()
         row = ExperimentRow(
             sweep_id=sweep_id,
             parent_id=proposal.parent_id,
+            retry_of=retry_of,
             attempt=attempt,
             is_baseline=is_baseline,
             priority=priority,
@@ -249,12 +259,17 @@ class SqlStore:
             created_at=now,
             finished_at=now if status.is_finished() else None,
         )
-        with self.session("queueing an experiment") as s:
-            if s.get(SweepRow, sweep_id) is None:
-                raise NotFoundError(f"no sweep with id {sweep_id}")
-            s.add(row)
-            s.flush()
-            return to_experiment(row)
+        try:
+            with self.session("queueing an experiment") as s:
+                if s.get(SweepRow, sweep_id) is None:
+                    raise NotFoundError(f"no sweep with id {sweep_id}")
+                s.add(row)
+                s.flush()
+                return to_experiment(row)
+        except StoreError as exc:
+            if retry_of is not None and isinstance(exc.__cause__, IntegrityError):
+                raise ConflictError(f"experiment {retry_of} already has a retry") from None
+            raise
 
     def get_experiment(self, experiment_id: int) -> Experiment:
         with self.session("reading an experiment") as s:
@@ -365,6 +380,9 @@ class SqlStore:
             old = ExperimentStatus(row.status)
             if old.is_finished():
                 raise ConflictError(f"experiment {experiment_id} is already {old.value}")
+            if not can_transition(old, finish.status):
+                raise ConflictError(f"experiment {experiment_id} is {old.value}; it cannot "
+                                    f"become {finish.status.value}")
             row.status = finish.status.value
             row.crash_kind = finish.crash_kind.value if finish.crash_kind else None
             row.reason = finish.reason
@@ -466,10 +484,8 @@ class SqlStore:
             return {status: int(n) for status, n in s.execute(q)}
 
     def retry_of(self, experiment_id: int) -> Experiment | None:
-        """The row re-queued for an interrupted experiment (meta retry_of == its id), if any."""
-        q = select(ExperimentRow).where(ExperimentRow.parent_id == experiment_id)
+        """The row re-queued for an interrupted experiment, if any."""
+        q = select(ExperimentRow).where(ExperimentRow.retry_of == experiment_id)
         with self.session("looking up a retry") as s:
-            for row in s.scalars(q):
-                if (row.meta or {}).get("retry_of") == experiment_id:
-                    return to_experiment(row)
-            return None
+            row = s.scalar(q)
+            return to_experiment(row) if row is not None else None

@@ -116,7 +116,7 @@ def _run_locked(
     resume: bool, llm_config: Path | None,
 ) -> Sweep:
     from agent.domain import SweepStatus
-    from agent.scheduler import SchedulerSettings
+    from agent.scheduler import SchedulerSettings, SlotScheduler
     from agent.sweeps import create_sweep, default_sweep_name
     from overnight.console import LiveView
 
@@ -148,16 +148,16 @@ def _run_locked(
     view = LiveView(console, sweep)
     llm_kwargs = ({"config_path": llm_config}
                   if llm_config and sweep.proposer.startswith("llm:") else {})
-    make_loop = rt.loop_factory(SchedulerSettings(db_path=rt.db_path, device=device),
-                                on_event=None if quiet else view.on_event,
-                                proposer_kwargs=llm_kwargs)
-    loop = make_loop(sweep, 0)
+    settings = SchedulerSettings(device=device)
+    engine = SlotScheduler(rt.store, settings, rt.loop_factory(
+        settings, on_event=None if quiet else view.on_event, proposer_kwargs=llm_kwargs))
     if quiet:
-        return loop.run_sweep(sweep.name)
-    with view.live:
-        done = loop.run_sweep(sweep.name)
-    console.print()  # the live view's last frame ends without a newline off a terminal
-    return done
+        engine.run_burst([sweep.name])
+    else:
+        with view.live:
+            engine.run_burst([sweep.name])
+        console.print()  # the live view's last frame ends without a newline off a terminal
+    return store.get_sweep(sweep.name)
 
 
 @app.command()

@@ -22,8 +22,8 @@ def serve_stdio(db_path: Path, *, run: bool = False, slots: int = 1) -> None:
     runtime = Runtime(db_path)
     try:
         if run:
-            settings = SchedulerSettings(db_path=runtime.db_path, slots=slots,
-                                         gpu_count=gpu_count(), poll_interval_s=0.5)
+            settings = SchedulerSettings(slots=slots, gpu_count=gpu_count(),
+                                         poll_interval_s=0.5)
             runtime.start_engine(settings, hint=RUN_HINT)
         build_server(AgentTools(runtime.service), log_level="WARNING").run("stdio")
     finally:

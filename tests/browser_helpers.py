@@ -24,6 +24,7 @@ from agent.gitrepo import GitRepo, init_repo
 from agent.loop import Loop, LoopSettings
 from agent.ports import ProposalContext
 from agent.proposers.knobs import KnobsProposer, make_diff
+from agent.scheduler import run_sweep
 from agent.sweeps import create_sweep, submit
 from agent.training import SubprocessRunner
 from db.engine import open_database
@@ -150,7 +151,7 @@ def fill_sweep(root: Path, name: str = "night", experiments: int = 8, seed: int 
         LoopSettings(work, grace_s=0.5),
         proposer=ScriptedProposer(seed),
     )  # type: ignore[arg-type]
-    loop.run_sweep(name)
+    run_sweep(loop, name)
     return Filled(db, target, work, store, repo, store.get_sweep(name))
 
 

@@ -1,3 +1,4 @@
+from agent.config import TargetConfig
 from agent.domain import Experiment, ExperimentStatus, Sweep, SweepStatus, utcnow
 from agent.ports import ProposalContext
 from agent.proposers.knobs import KnobsProposer, candidates, find_knobs
@@ -23,9 +24,8 @@ def sweep():
         "overnight/s",
         SweepStatus.RUNNING,
         "knobs",
-        {"metric": "val_bpb", "budget_s": 1, "timeout_s": 3},
+        TargetConfig("python train.py", ("train.py",), (), "val_bpb", budget_s=1, timeout_s=3),
         None,
-        42,
         None,
         None,
         None,

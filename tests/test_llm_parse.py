@@ -64,12 +64,13 @@ def test_history_table_keeps_kept_and_recent_within_budget():
     from dataclasses import replace as dc_replace
     from datetime import UTC, datetime
 
+    from agent.config import TargetConfig
     from agent.domain import Experiment, ExperimentStatus, Sweep, SweepStatus
     from agent.proposers.llm_prompt import estimate_tokens, history_table
 
     sweep = Sweep(1, "s", "/t", "overnight/s", SweepStatus.RUNNING, "llm:x",
-                  {"metric": "val_bpb", "budget_s": 1, "timeout_s": 5}, None, 1, 1.3, 1.1, "c",
-                  2, datetime.now(UTC))
+                  TargetConfig("python train.py", ("train.py",), (), "val_bpb", budget_s=1,
+                               timeout_s=5), None, 1.3, 1.1, "c", 2, datetime.now(UTC))
     base = Experiment(1, 1, ExperimentStatus.KEPT, "baseline", "", "baseline", metric=1.3)
     hist = [base, dc_replace(base, id=2, description="kept idea", metric=1.1, best_before=1.3)]
     hist += [dc_replace(base, id=i, status=ExperimentStatus.DISCARDED, description=f"idea {i}",

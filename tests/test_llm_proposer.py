@@ -13,6 +13,7 @@ from agent.domain import ExperimentStatus as S
 from agent.gitrepo import GitRepo, init_repo
 from agent.loop import Loop, LoopSettings
 from agent.proposers.factory import make_proposer
+from agent.scheduler import run_sweep
 from agent.sweeps import create_sweep
 from agent.training import SubprocessRunner
 from db.engine import open_database
@@ -99,7 +100,7 @@ def run_llm_sweep(tmp_path: Path, target: Path, max_experiments: int) -> tuple[S
                          max_experiments=max_experiments)
     loop = Loop(store, repo, SubprocessRunner(grace_s=1), LoopSettings(tmp_path / "work"),
                 proposer=make_proposer(sweep.proposer, sweep.seed))
-    loop.run_sweep("llm")
+    run_sweep(loop, "llm")
     return store, sweep.id
 
 

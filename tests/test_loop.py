@@ -11,6 +11,7 @@ from agent.config import load_config
 from agent.domain import CrashKind, ExperimentStatus, Proposal, SweepStatus
 from agent.gitrepo import GitRepo
 from agent.proposers.knobs import KnobsProposer, make_diff
+from agent.scheduler import run_sweep
 from agent.sweeps import create_sweep
 
 
@@ -58,7 +59,7 @@ def test_keep_and_reset_move_only_the_sweep_branch(store, target, make_loop, tmp
         ("trick", "USE_TRICK = False", "USE_TRICK = True"),  # better
     ]
     sweep = start(store, target)
-    done = make_loop(target, Scripted(props)).run_sweep(sweep.name)
+    done = run_sweep(make_loop(target, Scripted(props)), sweep.name)
     assert done.status is SweepStatus.DONE
 
     exps = store.list_experiments(sweep.id)
@@ -113,7 +114,7 @@ def test_crash_classes_and_trivial_repair(store, target, make_loop):
     )
     commit_all(target, "short timeout")
     sweep = start(store, target)
-    make_loop(target, proposer).run_sweep(sweep.name)
+    run_sweep(make_loop(target, proposer), sweep.name)
     by_desc = {e.description: e for e in store.list_experiments(sweep.id)}
 
     typo_exp = by_desc["typo"]
@@ -151,7 +152,7 @@ def test_repair_attempts_are_bounded(store, target, make_loop):
         ],
     )
     sweep = start(store, target)
-    make_loop(target, proposer).run_sweep(sweep.name)
+    run_sweep(make_loop(target, proposer), sweep.name)
     exps = store.list_experiments(sweep.id)
     assert [e.attempt for e in exps[1:]] == [0, 1, 2]
     assert all(e.status is ExperimentStatus.CRASHED for e in exps[1:])
@@ -165,7 +166,7 @@ def test_run_that_rewrites_a_protected_file_is_not_kept(store, target, make_loop
         "open('prepare.py', 'a').write('# x')\nvalue = 0.1",
     )
     sweep = start(store, target)
-    make_loop(target, Scripted([Proposal("cheat", tamper, "scripted")])).run_sweep(sweep.name)
+    run_sweep(make_loop(target, Scripted([Proposal("cheat", tamper, "scripted")])), sweep.name)
     cheat = store.list_experiments(sweep.id)[-1]
     assert cheat.status is ExperimentStatus.CRASHED and "prepare.py" in cheat.reason
     assert store.get_sweep(sweep.name).best_metric == 1.3
@@ -176,14 +177,14 @@ def test_failed_baseline_stops_the_sweep(tmp_path, store, make_loop):
     (broken / "train.py").write_text("import nope\n")
     commit_all(broken, "break")
     sweep = start(store, broken)
-    done = make_loop(broken, KnobsProposer()).run_sweep(sweep.name)
+    done = run_sweep(make_loop(broken, KnobsProposer()), sweep.name)
     assert done.status is SweepStatus.STOPPED
     assert [e.status for e in store.list_experiments(sweep.id)] == [ExperimentStatus.CRASHED]
 
 
 def test_knobs_sweep_respects_limit_and_improves(store, target, make_loop):
     sweep = start(store, target, max_experiments=6)
-    done = make_loop(target, KnobsProposer(seed=1)).run_sweep(sweep.name)
+    done = run_sweep(make_loop(target, KnobsProposer(seed=1)), sweep.name)
     exps = store.list_experiments(sweep.id)
     assert len(exps) == 7 and done.status is SweepStatus.DONE
     assert done.best_metric < done.baseline_metric
@@ -211,7 +212,7 @@ def test_diff_queued_against_an_old_head_is_rejected_if_it_conflicts(store, targ
         Proposal("lr .03", edit(target, "LR = 0.01", "LR = 0.03")),
         record_rejection=False,
     )
-    make_loop(target).run_sweep(sweep.name)
+    run_sweep(make_loop(target), sweep.name)
     assert store.get_experiment(a.id).status is ExperimentStatus.KEPT
     late = store.get_experiment(b.id)
     assert late.status is ExperimentStatus.REJECTED and "no longer applies" in late.reason
@@ -233,7 +234,7 @@ def test_confirm_runs_keep_real_gains_and_drop_lucky_seeds(tmp_path, store, make
         ("lr 0.02 (really better)", "LR = 0.01", "LR = 0.02"),
     ])
     sweep = start(store, target, name="noisy")
-    make_loop(target, proposer).run_sweep(sweep.name)
+    run_sweep(make_loop(target, proposer), sweep.name)
     base, lucky, real = store.list_experiments(sweep.id)
     # seeds 42, 43, 44 add -0.1, +0.1, +0.1: the baseline is the mean of three runs
     assert base.status is ExperimentStatus.KEPT
@@ -251,7 +252,7 @@ def test_without_confirmation_the_lucky_seed_is_kept(tmp_path, store, make_loop)
     target = _noisy_target(tmp_path, confirm_runs=0)
     fixture_lr = ("lr 0.011 (a hair better)", "LR = 0.01", "LR = 0.011")
     sweep = start(store, target, name="plain")
-    make_loop(target, Scripted([fixture_lr])).run_sweep(sweep.name)
+    run_sweep(make_loop(target, Scripted([fixture_lr])), sweep.name)
     base, exp = store.list_experiments(sweep.id)
     assert base.metric == 1.2  # one run, seed 42
     assert exp.status is ExperimentStatus.KEPT and exp.reason is None

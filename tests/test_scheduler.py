@@ -95,7 +95,7 @@ def setup(tmp_path: Path):  # type: ignore[no-untyped-def]
     target = make_counting_target(tmp_path / "target", n_knobs=10)
     runtime = Runtime(tmp_path / "o.db", work_dir=tmp_path / "work")
     store, repo = runtime.store, runtime.repo_at(target)
-    settings = SchedulerSettings(db_path=tmp_path / "o.db", slots=1, tz=TZ, grace_s=0.5)
+    settings = SchedulerSettings(slots=1, tz=TZ, grace_s=0.5)
     clock = FakeClock(at(12))
     factory = runtime.loop_factory(settings)
     return target, store, repo, SlotScheduler(store, settings, factory, clock=clock), clock

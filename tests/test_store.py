@@ -7,6 +7,7 @@ import threading
 import pytest
 from sqlalchemy import inspect, text
 
+from agent.config import TargetConfig
 from agent.domain import ExperimentStatus, Finish, Proposal
 from agent.errors import ConflictError, NotFoundError
 from agent.ports import SweepSpec
@@ -20,7 +21,8 @@ def spec(name="s"):
         target_path="/t",
         branch=f"overnight/{name}",
         proposer="knobs",
-        config={"metric": "val_bpb", "budget_s": 1, "timeout_s": 5, "direction": "minimize"},
+        config=TargetConfig("python train.py", ("train.py",), (), "val_bpb", budget_s=1,
+                            timeout_s=5),
     )
 
 

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 from agent.admit import check_proposal, normalize_diff
-from agent.config import TargetConfig
 from agent.domain import Experiment, ExperimentStatus, Proposal
 from agent.errors import AdmissionError
 from agent.ports import ProposalContext
@@ -132,7 +131,7 @@ class LLMProposer:
         description = parsed.description
         if fallback and description == "change proposed by the LLM":
             description = fallback
-        check_proposal(Proposal(description, parsed.diff), TargetConfig.from_dict(ctx.sweep.config))
+        check_proposal(Proposal(description, parsed.diff), ctx.sweep.config)
         key = normalize_diff(parsed.diff)
         for exp in ctx.history:
             if exp.diff and exp.status is not ExperimentStatus.REJECTED and \

@@ -6,6 +6,7 @@ Whether the diff applies to the sweep head is asked of the Repo port by the call
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass
 from pathlib import PurePosixPath
@@ -164,6 +165,11 @@ def normalize_diff(diff: str) -> str:
         )
         parts.append(f"{p.path}\n{body}")
     return "\n".join(parts)
+
+
+def diff_key(diff: str) -> str | None:
+    """A short hash of the normalized diff (None for an empty one): the duplicate check's key."""
+    return hashlib.sha256(normalize_diff(diff).encode()).hexdigest() if diff.strip() else None
 
 
 def clean_description(description: str) -> str:

@@ -49,6 +49,18 @@ class GitRepo:
                 f"git {args[0]}: {(exc.stderr or exc.stdout or str(exc)).strip()}"
             ) from None
 
+    def remove_stale_ref_locks(self, prefixes: Sequence[str]) -> list[Path]:
+        """Delete `<ref>.lock` files under these ref folders (left by a kill mid-update)."""
+        git_dir = Path(self._git("rev-parse", "--absolute-git-dir"))
+        removed = []
+        for sub in prefixes:
+            base = git_dir / sub
+            if base.is_dir():
+                for lock in base.rglob("*.lock"):
+                    lock.unlink(missing_ok=True)
+                    removed.append(lock)
+        return removed
+
     def head(self, ref: str) -> str:
         return self._git("rev-parse", "--verify", f"{ref}^{{commit}}")
 

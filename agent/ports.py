@@ -145,10 +145,26 @@ class Store(Protocol):
         With `keep_commit`, the sweep's best (and baseline, for the baseline) is updated in the
         same transaction."""
 
+    def experiment_briefs(self, sweep_id: int) -> list[Experiment]:
+        """The sweep's experiments, oldest first, without log tails and metadata (pages)."""
+
+    def run_spans(self) -> list[tuple[int, ExperimentStatus, datetime | None, datetime | None]]:
+        """(sweep id, status, run started, run ended) of every experiment."""
+
     def has_diff(self, sweep_id: int, diff: str) -> Experiment | None:
         """An earlier non-rejected experiment of the sweep with the same normalized diff."""
 
     def protected_hashes(self, sweep_id: int) -> dict[str, str]: ...
+
+    def add_llm_usage(self, sweep_id: int, experiment_id: int | None, tokens_in: int,
+                      tokens_out: int, usd: float) -> None:
+        """Add language-model spend to the sweep's counters (and the experiment's, if given)."""
+
+    def llm_usage(self, sweep_id: int) -> tuple[int, int, float]:
+        """The sweep's (tokens in, tokens out, dollars) so far."""
+
+    def timestamps(self, sweep_id: int) -> list[tuple[datetime | None, datetime | None]]:
+        """(run started, run ended) of each experiment of the sweep, oldest first."""
 
     def add_loss_points(self, experiment_id: int, points: Sequence[ProgressPoint]) -> None: ...
 
@@ -187,6 +203,9 @@ class Repo(Protocol):
     def log(self, branch: str, limit: int = 100) -> list[tuple[str, str]]:
         """(short sha, subject) newest first."""
 
+    def remove_stale_ref_locks(self, prefixes: Sequence[str]) -> list[Path]:
+        """Delete `<ref>.lock` files under these ref folders (a kill mid-update); the paths."""
+
 
 class Runner(Protocol):
     def run(
@@ -211,6 +230,8 @@ class ProposalContext:
     files: dict[str, str]  # editable path -> content at the sweep head
     history: list[Experiment]  # oldest first, this sweep only
     program: str = ""  # the target's program.md, if any
+    llm_tokens: int = 0  # tokens (in + out) language models spent on this sweep so far
+    llm_usd: float = 0.0  # and their estimated dollars
 
 
 class Proposer(Protocol):

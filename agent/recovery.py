@@ -29,6 +29,8 @@ SHUTDOWN_REASON = "the service shut down while this experiment was running"
 # A change whose run was interrupted by a service crash this many times in a row is given up:
 # it may be what takes the service down.
 MAX_CRASH_RETRIES = 3
+# The refs the service writes (a kill during `git update-ref` can leave their `.lock` behind).
+OUR_REFS = ("refs/heads/overnight", "refs/overnight")
 
 
 class InstanceLockError(RuntimeError):
@@ -158,17 +160,6 @@ def prune_worktrees(repos: list[Repo], work_dir: Path, report: RecoveryReport) -
             logger.warning("git worktree prune failed: %s", exc)
 
 
-def remove_stale_ref_locks(repo: Repo) -> None:
-    """A kill during `git update-ref` can leave `<ref>.lock` behind; only our refs are touched."""
-    git_dir = Path(getattr(repo, "path", ".")) / ".git"
-    for sub in ("refs/heads/overnight", "refs/overnight"):
-        base = git_dir / sub
-        if base.is_dir():
-            for lock in base.rglob("*.lock"):
-                logger.warning("removing stale ref lock %s", lock)
-                lock.unlink(missing_ok=True)
-
-
 def repair_branch(repo: Repo, sweep: Sweep, report: RecoveryReport) -> None:
     if not sweep.best_commit:
         return
@@ -205,7 +196,8 @@ def recover(store: Store, repo_for: Callable[[Sweep], Repo], work_dir: Path,
                 logger.error("sweep %s: cannot open target %s: %s", sweep.name,
                              sweep.target_path, exc)
                 continue
-            remove_stale_ref_locks(repo)
+            for lock in repo.remove_stale_ref_locks(OUR_REFS):
+                logger.warning("removed stale ref lock %s", lock)
         repair_branch(repo, sweep, report)
     prune_worktrees(list(repos.values()), work_dir, report)
     requeue_interrupted(store, report)

@@ -159,11 +159,10 @@ def submit(
 
 def _record_usage(store: Store, exp: Experiment) -> Experiment:
     """LLM tokens/dollars a proposer spent on this proposal (meta["llm_usage"]) go on the
-    experiment's and the sweep's counters, when the store keeps them."""
+    experiment's and the sweep's counters (the one record of spend the caps read)."""
     usage = exp.meta.get("llm_usage")
-    add = getattr(store, "add_llm_usage", None)
-    if isinstance(usage, dict) and add is not None:
-        add(
+    if isinstance(usage, dict):
+        store.add_llm_usage(
             exp.sweep_id,
             exp.id,
             int(usage.get("tokens_in", 0)),
@@ -180,4 +179,6 @@ def proposal_context(store: Store, repo: Repo, sweep: Sweep) -> ProposalContext:
     program_path = Path(sweep.target_path) / "program.md"
     program = program_path.read_text(encoding="utf-8") if program_path.is_file() else ""
     history = store.list_experiments(sweep.id)
-    return ProposalContext(sweep=sweep, files=files, history=history, program=program)
+    tokens_in, tokens_out, usd = store.llm_usage(sweep.id)
+    return ProposalContext(sweep=sweep, files=files, history=history, program=program,
+                           llm_tokens=tokens_in + tokens_out, llm_usd=usd)

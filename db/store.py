@@ -6,7 +6,6 @@ never claim the same row; every driver error surfaces as one StoreError naming t
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -17,7 +16,7 @@ from sqlalchemy import Engine, func, select, text, update
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from agent.admit import normalize_diff
+from agent.admit import diff_key
 from agent.config import TargetConfig
 from agent.domain import (
     CrashKind,
@@ -31,15 +30,20 @@ from agent.domain import (
     utcnow,
 )
 from agent.errors import ConflictError, NotFoundError, StoreError
-from agent.ports import SweepSpec
+from agent.ports import Store, SweepSpec
 from db.models import ExperimentRow, LossPointRow, SweepRow
 from runner.summary import ProgressPoint
 
 logger = logging.getLogger(__name__)
 
 
-def diff_key(diff: str) -> str | None:
-    return hashlib.sha256(normalize_diff(diff).encode()).hexdigest() if diff.strip() else None
+# Experiment fields the dashboard's pages need; log_tail, meta and pgid are left out.
+BRIEF_FIELDS = (
+    "id", "sweep_id", "status", "description", "diff", "proposer", "parent_id", "retry_of",
+    "attempt", "is_baseline", "crash_kind", "reason", "metric", "best_before", "summary",
+    "log_path", "commit", "ref", "created_at", "started_at", "finished_at", "run_started_at",
+    "run_ended_at",
+)  # fmt: skip
 
 
 def to_sweep(row: SweepRow) -> Sweep:
@@ -302,6 +306,28 @@ class SqlStore:
         with self.session("listing experiments") as s:
             return [to_experiment(r) for r in s.scalars(q)]
 
+    def experiment_briefs(self, sweep_id: int) -> list[Experiment]:
+        """The sweep's experiments, oldest first, with `log_tail` None and `meta` empty: only
+        the columns the pages use (a log tail is kilobytes; a sweep page lists thousands)."""
+        cols = [getattr(ExperimentRow, f) for f in BRIEF_FIELDS]
+        q = select(*cols).where(ExperimentRow.sweep_id == sweep_id).order_by(ExperimentRow.id)
+        out = []
+        with self.session("listing a sweep's experiments") as s:
+            for row in s.execute(q):
+                d = dict(zip(BRIEF_FIELDS, row, strict=True))
+                d["status"] = ExperimentStatus(d["status"])
+                d["crash_kind"] = CrashKind(d["crash_kind"]) if d["crash_kind"] else None
+                d["summary"] = dict(d["summary"] or {})
+                out.append(Experiment(**d))
+        return out
+
+    def run_spans(self) -> list[tuple[int, ExperimentStatus, datetime | None, datetime | None]]:
+        """(sweep id, status, run started, run ended) of every experiment, in one query."""
+        q = select(ExperimentRow.sweep_id, ExperimentRow.status, ExperimentRow.run_started_at,
+                   ExperimentRow.run_ended_at)
+        with self.session("summarising sweeps") as s:
+            return [(sid, ExperimentStatus(st), a, b) for sid, st, a, b in s.execute(q)]
+
     def has_diff(self, sweep_id: int, diff: str) -> Experiment | None:
         key = diff_key(diff)
         if key is None:
@@ -489,3 +515,8 @@ class SqlStore:
         with self.session("looking up a retry") as s:
             row = s.scalar(q)
             return to_experiment(row) if row is not None else None
+
+
+def _implements_the_port(store: SqlStore) -> Store:
+    """mypy checks here that SqlStore has every method of the Store port."""
+    return store

@@ -101,7 +101,8 @@ class Runtime:
             env = {**slot_env(slot, settings.gpu_count), **settings.extra_env}
             loop_settings = LoopSettings(work_dir=self.work_dir, env=env, grace_s=settings.grace_s,
                                          device=settings.device)
-            proposer = make_proposer(sweep.proposer, sweep.seed, **(proposer_kwargs or {}))
+            proposer = make_proposer(sweep.proposer, sweep.seed, store=self.store,
+                                     **(proposer_kwargs or {}))
             return Loop(self.store, self.repo_for(sweep), SubprocessRunner(settings.grace_s),
                         loop_settings, proposer=proposer, on_event=on_event)
 

@@ -5,11 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 from agent.errors import ConfigError
-from agent.ports import Proposer
+from agent.ports import Proposer, Store
 
 
-def make_proposer(spec: str, seed: int, **kwargs: Any) -> Proposer | None:
-    """`knobs`, `queue` (external proposals only → None) or `llm:<profile>`."""
+def make_proposer(spec: str, seed: int, store: Store | None = None,
+                  **kwargs: Any) -> Proposer | None:
+    """`knobs`, `queue` (external proposals only → None) or `llm:<profile>`.
+
+    `store` lets a language-model proposer record spend that no proposal carries."""
     if spec == "knobs":
         from agent.proposers.knobs import KnobsProposer
 
@@ -19,5 +22,5 @@ def make_proposer(spec: str, seed: int, **kwargs: Any) -> Proposer | None:
     if spec.startswith("llm:"):
         from agent.proposers.llm import make_llm_proposer
 
-        return make_llm_proposer(spec.split(":", 1)[1], seed=seed, **kwargs)
+        return make_llm_proposer(spec.split(":", 1)[1], seed=seed, store=store, **kwargs)
     raise ConfigError(f"proposer: unknown proposer {spec!r} (use knobs, queue or llm:<profile>)")

@@ -42,31 +42,18 @@ class Usage:
                 "usd": round(self.usd, 6), "calls": self.calls, "http_retries": self.http_retries}
 
 
-def sweep_usage(history: list[Experiment]) -> tuple[int, float]:
-    """Tokens (in + out) and dollars recorded on a sweep's experiments."""
-    tokens, usd = 0, 0.0
-    for exp in history:
-        u = exp.meta.get(USAGE_KEY)
-        if isinstance(u, dict):
-            tokens += int(u.get("tokens_in", 0)) + int(u.get("tokens_out", 0))
-            usd += float(u.get("usd", 0.0))
-    return tokens, usd
-
-
 class LLMProposer:
     def __init__(self, profile: LLMProfile, backend: ChatBackend, *, seed: int = 42,
                  store: Any = None) -> None:
         self.profile, self.backend, self.seed = profile, backend, seed
         self.name = f"llm:{profile.name}"
-        self.store = store  # optional: only to record usage no experiment carries
-        self._unattributed: dict[int, tuple[int, float]] = {}
+        self.store = store  # records usage that no proposal carries (a failed conversation)
 
     # --- caps -----------------------------------------------------------------------------
     def cap_reached(self, ctx: ProposalContext, pending: Usage | None = None) -> str | None:
-        tokens, usd = sweep_usage(ctx.history)
-        extra_t, extra_usd = self._unattributed.get(ctx.sweep.id, (0, 0.0))
-        tokens += extra_t + (pending.tokens_in + pending.tokens_out if pending else 0)
-        usd += extra_usd + (pending.usd if pending else 0.0)
+        tokens, usd = ctx.llm_tokens, ctx.llm_usd  # the sweep's counters in the store
+        tokens += pending.tokens_in + pending.tokens_out if pending else 0
+        usd += pending.usd if pending else 0.0
         p = self.profile
         if p.max_llm_tokens is not None and tokens >= p.max_llm_tokens:
             return f"LLM token cap reached: {tokens} >= max_llm_tokens={p.max_llm_tokens}"
@@ -161,9 +148,7 @@ class LLMProposer:
         """Tokens spent on a conversation that produced no proposal still count."""
         if not usage.calls:
             return
-        t, d = self._unattributed.get(ctx.sweep.id, (0, 0.0))
-        self._unattributed[ctx.sweep.id] = (t + usage.tokens_in + usage.tokens_out, d + usage.usd)
-        if self.store is not None and hasattr(self.store, "add_llm_usage"):
+        if self.store is not None:
             self.store.add_llm_usage(ctx.sweep.id, None, usage.tokens_in, usage.tokens_out,
                                      usage.usd)
 
@@ -171,7 +156,7 @@ class LLMProposer:
 def make_llm_proposer(profile: str, *, seed: int = 42, config_path: Path | str | None = None,
                       store: Any = None, backend: ChatBackend | None = None,
                       **overrides: Any) -> LLMProposer:
-    """Build the proposer for `llm:<profile>` (wired by agent.wiring.make_proposer).
+    """Build the proposer for `llm:<profile>` (wired by agent.proposers.factory).
 
     `overrides` replace profile fields (e.g. max_llm_usd=2.0) for this sweep only.
     """

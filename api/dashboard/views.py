@@ -16,13 +16,13 @@ from pathlib import Path
 from typing import Any
 
 from agent.domain import Experiment, ExperimentStatus, Sweep, utcnow
+from agent.ports import Store
 from agent.report import improvement, memory_gb
 from agent.service import Service, read_log
 from runner.summary import parse_progress
 
 from .diffview import diff_stats, parse_diff
 from .plot import loss_svg, progress_svg
-from .queries import list_brief
 
 logger = logging.getLogger(__name__)
 S = ExperimentStatus
@@ -74,24 +74,13 @@ class Rollup:
             self.train_s += max(0.0, ((ended or now) - started).total_seconds())
 
 
-def rollups(store: Any, sweeps: Sequence[Sweep]) -> dict[int, Rollup]:
-    """Per-sweep counts and training time in one query (SqlStore), else one list per sweep."""
+def rollups(store: Store, sweeps: Sequence[Sweep]) -> dict[int, Rollup]:
+    """Per-sweep counts and training time, from one query over every experiment."""
     now = utcnow()
     out = {s.id: Rollup() for s in sweeps}
-    if hasattr(store, "session"):
-        from sqlalchemy import select
-
-        from db.models import ExperimentRow as R
-
-        q = select(R.sweep_id, R.status, R.run_started_at, R.run_ended_at)
-        with store.session("summarising sweeps") as s:
-            for sweep_id, status, started, ended in s.execute(q):
-                if sweep_id in out:
-                    out[sweep_id].add(status, started, ended, now)
-        return out
-    for sweep in sweeps:
-        for e in store.list_experiments(sweep.id):
-            out[sweep.id].add(e.status.value, e.run_started_at, e.run_ended_at, now)
+    for sweep_id, status, started, ended in store.run_spans():
+        if sweep_id in out:
+            out[sweep_id].add(status.value, started, ended, now)
     return out
 
 
@@ -112,7 +101,7 @@ def overview(store: Any) -> list[dict[str, Any]]:
 # --- sweep page ----------------------------------------------------------------------------
 def sweep_page(service: Service, sweep: Sweep, status: str, page: int) -> dict[str, Any]:
     store = service.store
-    exps = list_brief(store, sweep.id)
+    exps = store.experiment_briefs(sweep.id)
     wanted = FILTERS.get(status, ())
     rows = [e for e in reversed(exps) if not wanted or e.status in wanted]
     pages = max(1, math.ceil(len(rows) / PAGE_SIZE))
@@ -207,7 +196,7 @@ def live_run(store: Any, sweep: Sweep, e: Experiment, with_points: bool = True) 
 # --- experiment page -----------------------------------------------------------------------
 def experiment_page(store: Any, e: Experiment) -> dict[str, Any]:
     sweep = store.get_sweep_by_id(e.sweep_id)
-    siblings = list_brief(store, e.sweep_id)
+    siblings = store.experiment_briefs(e.sweep_id)
     ids = [x.id for x in siblings]
     i = ids.index(e.id) if e.id in ids else -1
     points = [(p.step, p.loss) for p in store.loss_points(e.id)]

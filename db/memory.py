@@ -1,0 +1,283 @@
+"""An in-memory Store: the same contract as db.store.SqlStore, held in dicts under one lock.
+
+For tests and throw-away runs (nothing survives the process). tests/test_store_contract.py runs
+one suite against both stores, so the port's written contract is the behaviour of each.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from datetime import datetime
+
+from agent.admit import diff_key
+from agent.domain import (
+    CrashKind,
+    Experiment,
+    ExperimentStatus,
+    Finish,
+    Proposal,
+    Sweep,
+    SweepStatus,
+    can_transition,
+    utcnow,
+)
+from agent.errors import ConflictError, NotFoundError
+from agent.ports import Store, SweepSpec
+from runner.summary import ProgressPoint
+
+INTERRUPTED_REASON = "the service stopped while this experiment was running"
+MARK_STARTED_FIELDS = frozenset({"commit", "ref", "base_commit", "log_path", "pgid",
+                                 "run_started_at"})
+
+
+class MemoryStore:
+    """Store port in memory; every method is atomic under one lock (like a transaction)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._sweeps: dict[int, Sweep] = {}
+        self._hashes: dict[int, dict[str, str]] = {}
+        self._usage: dict[int, tuple[int, int, float]] = {}
+        self._exps: dict[int, Experiment] = {}
+        self._keys: dict[int, str | None] = {}
+        self._points: dict[int, list[ProgressPoint]] = {}
+
+    def ping(self) -> None:
+        return None
+
+    # --- sweeps -------------------------------------------------------------------------
+    def create_sweep(self, spec: SweepSpec) -> Sweep:
+        with self._lock:
+            if any(s.name == spec.name for s in self._sweeps.values()):
+                raise ConflictError(f"a sweep named {spec.name!r} already exists")
+            sweep = Sweep(
+                id=len(self._sweeps) + 1, name=spec.name, target_path=spec.target_path,
+                branch=spec.branch, status=SweepStatus.RUNNING, proposer=spec.proposer,
+                config=spec.config, max_experiments=spec.max_experiments,
+                baseline_metric=None, best_metric=None, best_commit=None,
+                best_experiment_id=None, created_at=utcnow(), deadline=spec.deadline,
+                window=spec.window,
+            )
+            self._sweeps[sweep.id] = sweep
+            self._hashes[sweep.id] = dict(spec.protected_hashes)
+            self._usage[sweep.id] = (0, 0, 0.0)
+            return sweep
+
+    def get_sweep(self, name: str) -> Sweep:
+        with self._lock:
+            for sweep in self._sweeps.values():
+                if sweep.name == name:
+                    return sweep
+        raise NotFoundError(f"no sweep named {name!r}")
+
+    def get_sweep_by_id(self, sweep_id: int) -> Sweep:
+        with self._lock:
+            if sweep_id not in self._sweeps:
+                raise NotFoundError(f"no sweep with id {sweep_id}")
+            return self._sweeps[sweep_id]
+
+    def list_sweeps(self) -> list[Sweep]:
+        with self._lock:
+            return [self._sweeps[i] for i in sorted(self._sweeps)]
+
+    def _update_sweep(self, name: str, **changes: object) -> Sweep:
+        with self._lock:
+            sweep = replace(self.get_sweep(name), **changes)  # type: ignore[arg-type]
+            self._sweeps[sweep.id] = sweep
+            return sweep
+
+    def set_sweep_status(self, name: str, status: SweepStatus) -> Sweep:
+        return self._update_sweep(name, status=status)
+
+    def set_start_at(self, name: str, when: datetime | None) -> Sweep:
+        return self._update_sweep(name, start_at=when)
+
+    def set_best(self, sweep_id: int, experiment_id: int, metric: float, commit: str,
+                 baseline: bool) -> None:
+        with self._lock:
+            sweep = self.get_sweep_by_id(sweep_id)
+            self._sweeps[sweep_id] = replace(
+                sweep, best_metric=metric, best_commit=commit, best_experiment_id=experiment_id,
+                baseline_metric=metric if baseline else sweep.baseline_metric)
+
+    def protected_hashes(self, sweep_id: int) -> dict[str, str]:
+        with self._lock:
+            self.get_sweep_by_id(sweep_id)
+            return dict(self._hashes[sweep_id])
+
+    def add_llm_usage(self, sweep_id: int, experiment_id: int | None, tokens_in: int,
+                      tokens_out: int, usd: float) -> None:
+        with self._lock:
+            t_in, t_out, dollars = self._usage.get(sweep_id, (0, 0, 0.0))
+            self._usage[sweep_id] = (t_in + tokens_in, t_out + tokens_out, dollars + usd)
+
+    def llm_usage(self, sweep_id: int) -> tuple[int, int, float]:
+        with self._lock:
+            return self._usage.get(sweep_id, (0, 0, 0.0))
+
+    # --- experiments ----------------------------------------------------------------------
+    def add_experiment(self, sweep_id: int, proposal: Proposal, *,
+                       status: ExperimentStatus = ExperimentStatus.QUEUED,
+                       reason: str | None = None, is_baseline: bool = False, attempt: int = 0,
+                       priority: int = 0, base_commit: str | None = None,
+                       retry_of: int | None = None) -> Experiment:
+        with self._lock:
+            self.get_sweep_by_id(sweep_id)
+            if retry_of is not None and self.retry_of(retry_of) is not None:
+                raise ConflictError(f"experiment {retry_of} already has a retry")
+            now = utcnow()
+            exp = Experiment(
+                id=len(self._exps) + 1, sweep_id=sweep_id, status=status,
+                description=proposal.description, diff=proposal.diff,
+                proposer=proposal.proposer, parent_id=proposal.parent_id, retry_of=retry_of,
+                attempt=attempt, is_baseline=is_baseline, priority=priority,
+                base_commit=base_commit, reason=reason, meta=dict(proposal.meta),
+                created_at=now, finished_at=now if status.is_finished() else None,
+            )
+            self._exps[exp.id] = exp
+            self._keys[exp.id] = diff_key(proposal.diff)
+            return exp
+
+    def get_experiment(self, experiment_id: int) -> Experiment:
+        with self._lock:
+            if experiment_id not in self._exps:
+                raise NotFoundError(f"no experiment with id {experiment_id}")
+            return self._exps[experiment_id]
+
+    def _select(self, sweep_id: int | None = None,
+                statuses: Sequence[ExperimentStatus] | None = None,
+                crash_kind: CrashKind | None = None, is_baseline: bool | None = None,
+                where: Callable[[Experiment], bool] | None = None) -> list[Experiment]:
+        with self._lock:
+            rows = [self._exps[i] for i in sorted(self._exps)]
+        return [e for e in rows
+                if (sweep_id is None or e.sweep_id == sweep_id)
+                and (not statuses or e.status in statuses)
+                and (crash_kind is None or e.crash_kind is crash_kind)
+                and (is_baseline is None or e.is_baseline == is_baseline)
+                and (where is None or where(e))]
+
+    def list_experiments(self, sweep_id: int | None = None,
+                         statuses: Sequence[ExperimentStatus] | None = None,
+                         limit: int | None = None, newest_first: bool = False,
+                         before_id: int | None = None,
+                         crash_kind: CrashKind | None = None) -> list[Experiment]:
+        rows = self._select(sweep_id, statuses, crash_kind,
+                            where=None if before_id is None else (lambda e: e.id < before_id))
+        if newest_first:
+            rows.reverse()
+        return rows if limit is None else rows[:limit]
+
+    def experiment_briefs(self, sweep_id: int) -> list[Experiment]:
+        return [replace(e, log_tail=None, meta={}, pgid=None) for e in self._select(sweep_id)]
+
+    def run_spans(self) -> list[tuple[int, ExperimentStatus, datetime | None, datetime | None]]:
+        return [(e.sweep_id, e.status, e.run_started_at, e.run_ended_at) for e in self._select()]
+
+    def timestamps(self, sweep_id: int) -> list[tuple[datetime | None, datetime | None]]:
+        return [(e.run_started_at, e.run_ended_at) for e in self._select(sweep_id)]
+
+    def count_experiments(self, sweep_id: int | None = None,
+                          statuses: Sequence[ExperimentStatus] | None = None,
+                          crash_kind: CrashKind | None = None,
+                          is_baseline: bool | None = None) -> int:
+        return len(self._select(sweep_id, statuses, crash_kind, is_baseline))
+
+    def status_counts(self, sweep_id: int | None = None) -> dict[str, int]:
+        return dict(Counter(e.status.value for e in self._select(sweep_id)))
+
+    def retry_of(self, experiment_id: int) -> Experiment | None:
+        rows = self._select(where=lambda e: e.retry_of == experiment_id)
+        return rows[0] if rows else None
+
+    def has_diff(self, sweep_id: int, diff: str) -> Experiment | None:
+        key = diff_key(diff)
+        if key is None:
+            return None
+        with self._lock:
+            rows = self._select(sweep_id, where=lambda e: self._keys[e.id] == key
+                                and e.status is not ExperimentStatus.REJECTED)
+        return rows[0] if rows else None
+
+    # --- lifecycle ------------------------------------------------------------------------
+    def claim(self, experiment_id: int) -> Experiment | None:
+        with self._lock:
+            exp = self._exps.get(experiment_id)
+            if exp is None or exp.status is not ExperimentStatus.QUEUED:
+                return None
+            exp = replace(exp, status=ExperimentStatus.RUNNING, started_at=utcnow())
+            self._exps[exp.id] = exp
+            return exp
+
+    def claim_next(self, sweep_id: int | None = None) -> Experiment | None:
+        with self._lock:
+            queued = self._select(sweep_id, [ExperimentStatus.QUEUED])
+            queued.sort(key=lambda e: (-e.priority, e.id))
+            return self.claim(queued[0].id) if queued else None
+
+    def mark_started(self, experiment_id: int, **fields: object) -> None:
+        bad = set(fields) - MARK_STARTED_FIELDS
+        if bad:
+            raise ValueError(f"mark_started: unknown field(s) {sorted(bad)}")
+        with self._lock:
+            exp = self.get_experiment(experiment_id)
+            if exp.status.is_finished():
+                raise ConflictError(f"experiment {experiment_id} is finished "
+                                    f"({exp.status.value})")
+            given = {k: v for k, v in fields.items() if v is not None}
+            self._exps[exp.id] = replace(exp, **given)  # type: ignore[arg-type]
+
+    def finish(self, experiment_id: int, finish: Finish,
+               keep_commit: str | None = None) -> Experiment:
+        if not finish.status.is_finished():
+            raise ValueError(f"finish needs a finished status, got {finish.status.value}")
+        if keep_commit is not None and finish.metric is None:
+            raise ValueError("keep_commit needs a metric")
+        with self._lock:
+            exp = self.get_experiment(experiment_id)
+            if exp.status.is_finished():
+                raise ConflictError(f"experiment {experiment_id} is already "
+                                    f"{exp.status.value}")
+            if not can_transition(exp.status, finish.status):
+                raise ConflictError(f"experiment {experiment_id} is {exp.status.value}; it "
+                                    f"cannot become {finish.status.value}")
+            exp = replace(
+                exp, status=finish.status, crash_kind=finish.crash_kind, reason=finish.reason,
+                metric=finish.metric, best_before=finish.best_before,
+                summary=dict(finish.summary), log_tail=finish.log_tail,
+                run_started_at=finish.run_started_at or exp.run_started_at,
+                run_ended_at=finish.run_ended_at, finished_at=utcnow(),
+                commit=keep_commit or exp.commit)
+            self._exps[exp.id] = exp
+            if keep_commit is not None:
+                assert finish.metric is not None
+                self.set_best(exp.sweep_id, exp.id, finish.metric, keep_commit,
+                              baseline=exp.is_baseline)
+            return exp
+
+    def interrupt_running(self) -> list[Experiment]:
+        with self._lock:
+            reaped = []
+            for exp in self._select(statuses=[ExperimentStatus.RUNNING]):
+                exp = replace(exp, status=ExperimentStatus.INTERRUPTED,
+                              reason=INTERRUPTED_REASON, finished_at=utcnow())
+                self._exps[exp.id] = exp
+                reaped.append(exp)
+            return reaped
+
+    # --- loss curve ---------------------------------------------------------------------
+    def add_loss_points(self, experiment_id: int, points: Sequence[ProgressPoint]) -> None:
+        with self._lock:
+            self._points.setdefault(experiment_id, []).extend(points)
+
+    def loss_points(self, experiment_id: int) -> list[ProgressPoint]:
+        with self._lock:
+            return sorted(self._points.get(experiment_id, []), key=lambda p: p.step)
+
+
+def _implements_the_port(store: MemoryStore) -> Store:
+    """mypy checks here that MemoryStore has every method of the Store port."""
+    return store

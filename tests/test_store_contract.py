@@ -1,0 +1,224 @@
+"""One contract, every store: the same suite runs against SqlStore (a real SQLite file) and the
+in-memory MemoryStore (optuna's storage tests are the model)."""
+
+from __future__ import annotations
+
+import threading
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from agent.config import TargetConfig
+from agent.domain import CrashKind, ExperimentStatus, Finish, Proposal, SweepStatus
+from agent.errors import ConflictError, NotFoundError
+from agent.ports import Store, SweepSpec
+from db.engine import open_database
+from db.memory import MemoryStore
+from db.store import SqlStore
+from runner.summary import ProgressPoint
+
+S = ExperimentStatus
+CONFIG = TargetConfig("python train.py", ("train.py",), ("prepare.py",), "val_bpb",
+                      budget_s=1, timeout_s=5, seed=7, min_delta=0.01)
+
+
+@pytest.fixture(params=["sql", "memory"])
+def store(request, tmp_path) -> Store:  # type: ignore[no-untyped-def]
+    if request.param == "sql":
+        return SqlStore(open_database(tmp_path / "c.db"))
+    return MemoryStore()
+
+
+def spec(name: str = "s", **kw) -> SweepSpec:  # type: ignore[no-untyped-def]
+    return SweepSpec(name=name, target_path="/t", branch=f"overnight/{name}", proposer="knobs",
+                     config=CONFIG, protected_hashes={"prepare.py": "abc"}, **kw)
+
+
+def running(store: Store, sweep_id: int, desc: str = "a", diff: str = "d") -> int:
+    exp = store.add_experiment(sweep_id, Proposal(desc, diff))
+    assert store.claim(exp.id) is not None
+    return exp.id
+
+
+def test_sweeps_round_trip_typed_config_and_names_are_unique(store: Store):
+    deadline = datetime(2030, 1, 1, tzinfo=UTC)
+    made = store.create_sweep(spec(max_experiments=3, deadline=deadline,
+                                   window={"start": "22:00", "stop": "07:00"}))
+    got = store.get_sweep("s")
+    assert got == made and store.get_sweep_by_id(made.id) == made
+    assert got.config == CONFIG and got.seed == 7 and got.min_delta == 0.01
+    assert got.status is SweepStatus.RUNNING and got.deadline == deadline
+    assert got.best_metric is None and got.start_at is None
+    assert store.protected_hashes(made.id) == {"prepare.py": "abc"}
+    with pytest.raises(ConflictError, match="already exists"):
+        store.create_sweep(spec())
+    store.create_sweep(spec("t"))
+    assert [s.name for s in store.list_sweeps()] == ["s", "t"]
+    for missing in (lambda: store.get_sweep("nope"), lambda: store.get_sweep_by_id(99),
+                    lambda: store.get_experiment(99)):
+        with pytest.raises(NotFoundError):
+            missing()
+
+
+def test_status_and_start_at(store: Store):
+    store.create_sweep(spec())
+    assert store.set_sweep_status("s", SweepStatus.PAUSED).status is SweepStatus.PAUSED
+    when = datetime(2031, 5, 4, 3, 2, 1, tzinfo=UTC)
+    assert store.set_start_at("s", when).start_at == when
+    assert store.get_sweep("s").start_at == when
+    assert store.set_start_at("s", None).start_at is None
+
+
+def test_claims_are_guarded_priority_then_fifo(store: Store):
+    sweep = store.create_sweep(spec())
+    a = store.add_experiment(sweep.id, Proposal("a", "d1"))
+    b = store.add_experiment(sweep.id, Proposal("b", "d2"), priority=5)
+    c = store.add_experiment(sweep.id, Proposal("c", "d3"))
+    order = [store.claim_next(sweep.id).id for _ in range(3)]  # type: ignore[union-attr]
+    assert order == [b.id, a.id, c.id]
+    assert store.claim_next(sweep.id) is None
+    assert store.claim(a.id) is None  # already running
+    claimed = store.get_experiment(a.id)
+    assert claimed.status is S.RUNNING and claimed.started_at is not None
+
+
+def test_concurrent_claims_never_share_an_experiment(store: Store):
+    sweep = store.create_sweep(spec())
+    for i in range(40):
+        store.add_experiment(sweep.id, Proposal(f"e{i}", f"diff {i}"))
+    got: list[int] = []
+    lock = threading.Lock()
+
+    def worker() -> None:
+        while (exp := store.claim_next(sweep.id)) is not None:
+            with lock:
+                got.append(exp.id)
+
+    threads = [threading.Thread(target=worker) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(got) == sorted(set(got)) and len(got) == 40
+
+
+def test_finish_follows_the_transition_table_and_records_the_best(store: Store):
+    sweep = store.create_sweep(spec())
+    base = store.add_experiment(sweep.id, Proposal("baseline", ""), is_baseline=True)
+    with pytest.raises(ConflictError, match="cannot become kept"):
+        store.finish(base.id, Finish(S.KEPT, metric=1.0), keep_commit="abc")  # queued
+    assert store.get_experiment(base.id).status is S.QUEUED  # nothing written
+    store.claim(base.id)
+    store.mark_started(base.id, commit="abc", pgid=4242, log_path="/l")
+    done = store.finish(base.id, Finish(S.KEPT, metric=1.5, summary={"val_bpb": 1.5}),
+                        keep_commit="abc")
+    assert (done.status, done.commit, done.pgid, done.summary) == (S.KEPT, "abc", 4242,
+                                                                  {"val_bpb": 1.5})
+    assert done.finished_at is not None
+    s = store.get_sweep("s")
+    assert (s.baseline_metric, s.best_metric, s.best_commit, s.best_experiment_id) == (
+        1.5, 1.5, "abc", base.id)
+    second = running(store, sweep.id, "b", "d2")
+    store.finish(second, Finish(S.KEPT, metric=1.2, best_before=1.5), keep_commit="def")
+    s = store.get_sweep("s")
+    assert (s.baseline_metric, s.best_metric, s.best_commit) == (1.5, 1.2, "def")
+    with pytest.raises(ConflictError, match="already kept"):
+        store.finish(second, Finish(S.DISCARDED))
+    with pytest.raises(ConflictError):
+        store.mark_started(second, pgid=5)
+    with pytest.raises(ValueError):
+        store.finish(second, Finish(S.RUNNING))
+    third = running(store, sweep.id, "c", "d3")
+    with pytest.raises(ValueError, match="metric"):
+        store.finish(third, Finish(S.KEPT), keep_commit="x")
+    with pytest.raises(ValueError, match="unknown field"):
+        store.mark_started(third, colour="red")
+
+
+def test_queued_may_be_cancelled_or_rejected_but_not_interrupted(store: Store):
+    sweep = store.create_sweep(spec())
+    a = store.add_experiment(sweep.id, Proposal("a", "d1"))
+    assert store.finish(a.id, Finish(S.CANCELLED, reason="r")).status is S.CANCELLED
+    b = store.add_experiment(sweep.id, Proposal("b", "d2"))
+    with pytest.raises(ConflictError):
+        store.finish(b.id, Finish(S.INTERRUPTED))
+
+
+def test_duplicates_ignore_rejected_rows_and_whitespace(store: Store):
+    sweep = store.create_sweep(spec())
+    diff = "--- a/train.py\n+++ b/train.py\n@@ -1 +1 @@\n-LR = 1\n+LR = 2\n"
+    assert store.has_diff(sweep.id, diff) is None
+    store.add_experiment(sweep.id, Proposal("r", diff), status=S.REJECTED, reason="no")
+    assert store.has_diff(sweep.id, diff) is None
+    kept = store.add_experiment(sweep.id, Proposal("q", diff))
+    spaced = diff.replace("+LR = 2", "+LR = 2   ")
+    assert store.has_diff(sweep.id, spaced) == store.get_experiment(kept.id)
+    assert store.has_diff(sweep.id, "") is None
+    other = store.create_sweep(spec("t"))
+    assert store.has_diff(other.id, diff) is None
+
+
+def test_retries_are_linked_once(store: Store):
+    sweep = store.create_sweep(spec())
+    first = running(store, sweep.id)
+    assert [e.id for e in store.interrupt_running()] == [first]
+    assert store.get_experiment(first).status is S.INTERRUPTED
+    assert store.retry_of(first) is None
+    retry = store.add_experiment(sweep.id, Proposal("a", "d", parent_id=first), retry_of=first)
+    assert retry.retry_of == first and store.retry_of(first) == retry
+    with pytest.raises(ConflictError, match="already has a retry"):
+        store.add_experiment(sweep.id, Proposal("a", "d"), retry_of=first)
+
+
+def test_counts_and_listing_filters(store: Store):
+    sweep = store.create_sweep(spec())
+    other = store.create_sweep(spec("t"))
+    base = store.add_experiment(sweep.id, Proposal("baseline", ""), is_baseline=True)
+    store.claim(base.id)
+    store.finish(base.id, Finish(S.KEPT, metric=1.0), keep_commit="a")
+    crash = running(store, sweep.id, "c", "d1")
+    store.finish(crash, Finish(S.CRASHED, CrashKind.TRIVIAL, "typo"))
+    queued = store.add_experiment(sweep.id, Proposal("q", "d2")).id
+    store.add_experiment(other.id, Proposal("o", "d3"))
+    assert store.count_experiments() == 4
+    assert store.count_experiments(sweep.id) == 3
+    assert store.count_experiments(sweep.id, [S.KEPT, S.CRASHED]) == 2
+    assert store.count_experiments(sweep.id, is_baseline=False) == 2
+    assert store.count_experiments(crash_kind=CrashKind.TRIVIAL) == 1
+    assert store.status_counts(sweep.id) == {"kept": 1, "crashed": 1, "queued": 1}
+    assert store.status_counts() == {"kept": 1, "crashed": 1, "queued": 2}
+    ids = [e.id for e in store.list_experiments(sweep.id)]
+    assert ids == [base.id, crash, queued]
+    assert [e.id for e in store.list_experiments(sweep.id, newest_first=True, limit=2)] == [
+        queued, crash]
+    assert [e.id for e in store.list_experiments(sweep.id, before_id=queued)] == [base.id, crash]
+    assert [e.id for e in store.list_experiments(crash_kind=CrashKind.TRIVIAL)] == [crash]
+    assert [e.id for e in store.list_experiments(statuses=[S.QUEUED])] == [queued, queued + 1]
+
+
+def test_briefs_spans_and_timestamps(store: Store):
+    sweep = store.create_sweep(spec())
+    exp = running(store, sweep.id)
+    t0 = datetime(2030, 1, 1, tzinfo=UTC)
+    store.mark_started(exp, run_started_at=t0)
+    store.finish(exp, Finish(S.DISCARDED, metric=2.0, log_tail="x" * 100,
+                             run_ended_at=t0 + timedelta(seconds=5)))
+    brief = store.experiment_briefs(sweep.id)[0]
+    assert brief.id == exp and brief.log_tail is None and brief.metric == 2.0
+    assert store.run_spans() == [(sweep.id, S.DISCARDED, t0, t0 + timedelta(seconds=5))]
+    assert store.timestamps(sweep.id) == [(t0, t0 + timedelta(seconds=5))]
+    assert store.get_experiment(exp).log_tail == "x" * 100
+
+
+def test_loss_points_and_llm_usage(store: Store):
+    sweep = store.create_sweep(spec())
+    exp = running(store, sweep.id)
+    store.add_loss_points(exp, [ProgressPoint(2, 3.0, 1.0), ProgressPoint(1, 4.0, 0.5)])
+    store.add_loss_points(exp, [])
+    assert [p.step for p in store.loss_points(exp)] == [1, 2]
+    assert store.loss_points(exp)[0] == ProgressPoint(1, 4.0, 0.5)
+    assert store.llm_usage(sweep.id) == (0, 0, 0.0)
+    store.add_llm_usage(sweep.id, exp, 10, 5, 0.25)
+    store.add_llm_usage(sweep.id, None, 1, 2, 0.5)
+    assert store.llm_usage(sweep.id) == (11, 7, 0.75)
+    store.ping()

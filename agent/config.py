@@ -1,31 +1,29 @@
 """Load and validate a target's overnight.toml into a frozen TargetConfig.
 
-Pure: stdlib and agent.errors only. Every mistake raises ConfigError naming the key.
+Pure: the stdlib, pydantic and agent.errors only. Every mistake raises ConfigError naming the key.
 """
 
 from __future__ import annotations
 
 import enum
 import tomllib
-from dataclasses import asdict, dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictInt,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from agent.errors import ConfigError
 
 CONFIG_FILE = "overnight.toml"
-_KEYS = {
-    "command",
-    "editable",
-    "protected",
-    "metric",
-    "direction",
-    "budget_s",
-    "timeout_s",
-    "seed",
-    "min_delta",
-    "confirm_runs",
-}
 MAX_CONFIRM_RUNS = 10
 _REQUIRED = ("command", "editable", "metric", "budget_s")
 
@@ -35,26 +33,74 @@ class Direction(str, enum.Enum):
     MAXIMIZE = "maximize"
 
 
-@dataclass(frozen=True)
-class TargetConfig:
-    """A target's rules, validated once (parse_config) and carried typed from then on."""
+Path_ = Annotated[str, AfterValidator(lambda v: _relpath(v))]
+
+
+def _relpath(value: str) -> str:
+    p = PurePosixPath(value)
+    if not value.strip() or p.is_absolute() or ".." in p.parts:
+        raise ValueError(f"{value!r} must be a non-empty path inside the repository")
+    return str(p)
+
+
+class TargetConfig(BaseModel):
+    """A target's rules ([target] of overnight.toml), validated once and carried typed."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
     command: str
-    editable: tuple[str, ...]
-    protected: tuple[str, ...]
+    editable: tuple[Path_, ...] = Field(min_length=1)
+    protected: tuple[Path_, ...] = ()
     metric: str
-    direction: str = Direction.MINIMIZE.value
-    budget_s: float = 300.0
-    timeout_s: float = 900.0
-    seed: int = 42
-    min_delta: float = 0.0
-    confirm_runs: int = 0  # extra runs (other seeds) before a keep; the metric is their mean
+    direction: Literal["minimize", "maximize"] = Direction.MINIMIZE.value
+    budget_s: float = Field(300.0, gt=0)  # training seconds
+    timeout_s: float = 900.0  # hard kill; default max(3 x budget, budget + 60)
+    seed: StrictInt = 42
+    min_delta: float = Field(0.0, ge=0)
+    confirm_runs: StrictInt = Field(0, ge=0, le=MAX_CONFIRM_RUNS)  # extra runs before a keep
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_timeout(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "timeout_s" not in data:
+            budget = data.get("budget_s", 300.0)
+            if isinstance(budget, int | float) and not isinstance(budget, bool):
+                data = {**data, "timeout_s": max(budget * 3, budget + 60)}
+        return data
+
+    @field_validator("budget_s", "timeout_s", "min_delta", mode="before")
+    @classmethod
+    def _number(cls, v: Any) -> float:
+        if isinstance(v, bool) or not isinstance(v, int | float):
+            raise ValueError(f"must be a number, got {v!r}")
+        return float(v)
+
+    @field_validator("command")
+    @classmethod
+    def _command(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("must be a non-empty string such as 'python train.py'")
+        return v.strip()
+
+    @field_validator("metric")
+    @classmethod
+    def _metric(cls, v: str) -> str:
+        if not v.isidentifier():
+            raise ValueError(f"must be a summary-block key such as 'val_bpb', got {v!r}")
+        return v
+
+    @model_validator(mode="after")
+    def _consistent(self) -> TargetConfig:
+        both = sorted(set(self.editable) & set(self.protected))
+        if both:
+            raise ValueError(f"editable/protected: {', '.join(both)} cannot be both")
+        if self.timeout_s <= self.budget_s:
+            raise ValueError(f"timeout_s: must be greater than budget_s ({self.budget_s:g}), "
+                             f"got {self.timeout_s:g}")
+        return self
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["editable"] = list(self.editable)
-        d["protected"] = list(self.protected)
-        return d
+        return self.model_dump(mode="json")
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | TargetConfig) -> TargetConfig:
@@ -77,80 +123,30 @@ class TargetConfig:
         return parse_config(data, source="overrides")
 
 
-def _relpath(value: Any, key: str) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise ConfigError(f"{key}: every entry must be a non-empty relative path, got {value!r}")
-    p = PurePosixPath(value)
-    if p.is_absolute() or ".." in p.parts:
-        raise ConfigError(f"{key}: {value!r} must be a path inside the repository")
-    return str(p)
-
-
-def _number(data: dict[str, Any], key: str, default: float) -> float:
-    value = data.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ConfigError(f"{key}: must be a number, got {value!r}")
-    return float(value)
+def validation_message(exc: ValidationError, source: str = "") -> str:
+    """pydantic's errors as one line naming each key: 'budget_s: must be > 0, got 0'."""
+    problems = []
+    for e in exc.errors():
+        key = ".".join(str(part) for part in e["loc"] if not isinstance(part, int))
+        msg = e["msg"].removeprefix("Value error, ")
+        if e["type"] in ("greater_than", "greater_than_equal", "less_than_equal"):
+            msg = f"{msg}, got {e.get('input')!r}"
+        problems.append(f"{key}: {msg}" if key else msg)
+    return (f"{source}: " if source else "") + "; ".join(problems)
 
 
 def parse_config(data: dict[str, Any], source: str = CONFIG_FILE) -> TargetConfig:
     """Validate a [target] table (already unwrapped) and return the config."""
-    unknown = sorted(set(data) - _KEYS)
+    unknown = sorted(set(data) - set(TargetConfig.model_fields))
     if unknown:
         raise ConfigError(f"{source}: unknown key(s) {', '.join(unknown)} in [target]")
     for key in _REQUIRED:
         if key not in data:
             raise ConfigError(f"{source}: missing required key '{key}' in [target]")
-    command = data["command"]
-    if not isinstance(command, str) or not command.strip():
-        raise ConfigError("command: must be a non-empty string such as 'python train.py'")
-    editable = data["editable"]
-    if not isinstance(editable, list) or not editable:
-        raise ConfigError("editable: must be a non-empty list of files a proposal may change")
-    protected = data.get("protected", [])
-    if not isinstance(protected, list):
-        raise ConfigError("protected: must be a list of files")
-    ed = tuple(_relpath(v, "editable") for v in editable)
-    pr = tuple(_relpath(v, "protected") for v in protected)
-    both = sorted(set(ed) & set(pr))
-    if both:
-        raise ConfigError(f"editable/protected: {', '.join(both)} cannot be both")
-    metric = data["metric"]
-    if not isinstance(metric, str) or not metric.isidentifier():
-        raise ConfigError(f"metric: must be a summary-block key such as 'val_bpb', got {metric!r}")
-    direction = data.get("direction", Direction.MINIMIZE.value)
-    if direction not in {d.value for d in Direction}:
-        raise ConfigError(f"direction: must be 'minimize' or 'maximize', got {direction!r}")
-    budget = _number(data, "budget_s", 300)
-    if budget <= 0:
-        raise ConfigError(f"budget_s: must be > 0, got {budget:g}")
-    timeout = _number(data, "timeout_s", max(budget * 3, budget + 60))
-    if timeout <= budget:
-        raise ConfigError(f"timeout_s: must be greater than budget_s ({budget:g}), got {timeout:g}")
-    seed = data.get("seed", 42)
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise ConfigError(f"seed: must be an integer, got {seed!r}")
-    min_delta = _number(data, "min_delta", 0.0)
-    if min_delta < 0:
-        raise ConfigError(f"min_delta: must be >= 0, got {min_delta:g}")
-    confirm = data.get("confirm_runs", 0)
-    if isinstance(confirm, bool) or not isinstance(confirm, int) or not (
-        0 <= confirm <= MAX_CONFIRM_RUNS
-    ):
-        raise ConfigError(f"confirm_runs: must be an integer from 0 to {MAX_CONFIRM_RUNS}, "
-                          f"got {confirm!r}")
-    return TargetConfig(
-        command=command.strip(),
-        editable=ed,
-        protected=pr,
-        metric=metric,
-        direction=direction,
-        budget_s=budget,
-        timeout_s=timeout,
-        seed=seed,
-        min_delta=min_delta,
-        confirm_runs=confirm,
-    )
+    try:
+        return TargetConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(validation_message(exc)) from None
 
 
 def load_config(target: Path) -> TargetConfig:

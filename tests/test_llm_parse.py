@@ -69,8 +69,9 @@ def test_history_table_keeps_kept_and_recent_within_budget():
     from agent.proposers.llm_prompt import estimate_tokens, history_table
 
     sweep = Sweep(1, "s", "/t", "overnight/s", SweepStatus.RUNNING, "llm:x",
-                  TargetConfig("python train.py", ("train.py",), (), "val_bpb", budget_s=1,
-                               timeout_s=5), None, 1.3, 1.1, "c", 2, datetime.now(UTC))
+                  TargetConfig(command="python train.py", editable=("train.py",),
+                               metric="val_bpb", budget_s=1, timeout_s=5),
+                  None, 1.3, 1.1, "c", 2, datetime.now(UTC))
     base = Experiment(1, 1, ExperimentStatus.KEPT, "baseline", "", "baseline", metric=1.3)
     hist = [base, dc_replace(base, id=2, description="kept idea", metric=1.1, best_before=1.3)]
     hist += [dc_replace(base, id=i, status=ExperimentStatus.DISCARDED, description=f"idea {i}",
@@ -79,3 +80,27 @@ def test_history_table_keeps_kept_and_recent_within_budget():
     assert estimate_tokens(table) < 480
     assert "kept idea" in table and "idea 199" in table and "idea 3 " not in table
     assert "older experiments not shown" in table
+
+
+@pytest.mark.parametrize("table, key", [
+    ({"model": "m", "temperature": "hot"}, "temperature"),
+    ({"model": "m", "max_retries": -1}, "max_retries"),
+    ({"model": "m", "max_retries": True}, "max_retries"),
+    ({"model": "m", "backend": "gemini"}, "backend"),
+    ({"model": "m", "base_url": "ftp://x"}, "base_url"),
+    ({"model": "m", "colour": 1}, "colour"),
+    ({"model": " "}, "model"),
+    ({}, "model"),
+])
+def test_bad_profiles_name_the_key(table, key):
+    with pytest.raises(ConfigError) as exc:
+        parse_profile("p", table, source="llm.toml")
+    assert key in str(exc.value) and "llm.toml [profiles.p]" in str(exc.value)
+
+
+def test_profile_defaults_follow_the_backend():
+    p = parse_profile("p", {"model": "m", "backend": "anthropic", "max_llm_usd": 2})
+    assert (p.base_url, p.api_key_env, p.max_llm_usd) == (
+        "https://api.anthropic.com", "ANTHROPIC_API_KEY", 2.0)
+    local = parse_profile("l", {"model": "m", "base_url": "http://127.0.0.1:8/v1/"})
+    assert local.base_url == "http://127.0.0.1:8/v1" and local.api_key_env == "OPENAI_API_KEY"

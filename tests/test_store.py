@@ -18,8 +18,8 @@ def spec(name="s"):
         target_path="/t",
         branch=f"overnight/{name}",
         proposer="knobs",
-        config=TargetConfig("python train.py", ("train.py",), (), "val_bpb", budget_s=1,
-                            timeout_s=5),
+        config=TargetConfig(command="python train.py", editable=("train.py",),
+                            metric="val_bpb", budget_s=1, timeout_s=5),
     )
 
 

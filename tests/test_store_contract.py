@@ -18,8 +18,9 @@ from db.store import SqlStore
 from runner.summary import ProgressPoint
 
 S = ExperimentStatus
-CONFIG = TargetConfig("python train.py", ("train.py",), ("prepare.py",), "val_bpb",
-                      budget_s=1, timeout_s=5, seed=7, min_delta=0.01)
+CONFIG = TargetConfig(command="python train.py", editable=("train.py",),
+                      protected=("prepare.py",), metric="val_bpb", budget_s=1, timeout_s=5,
+                      seed=7, min_delta=0.01)
 
 
 @pytest.fixture(params=["sql", "memory"])

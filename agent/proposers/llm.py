@@ -160,9 +160,7 @@ def make_llm_proposer(profile: str, *, seed: int = 42, config_path: Path | str |
 
     `overrides` replace profile fields (e.g. max_llm_usd=2.0) for this sweep only.
     """
-    from dataclasses import replace
-
     prof = load_profile(profile, config_path)
     if overrides:
-        prof = replace(prof, **overrides)
+        prof = prof.model_copy(update=overrides)
     return LLMProposer(prof, backend or make_backend(prof), seed=seed, store=store)

@@ -10,40 +10,86 @@ from __future__ import annotations
 
 import os
 import tomllib
-from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictInt,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from agent.config import validation_message
 from agent.errors import ConfigError
 
 CONFIG_ENV = "OVERNIGHT_LLM_CONFIG"
 DEFAULT_CONFIG = Path("~/.overnight/llm.toml")
-BACKENDS = ("openai", "anthropic")
 DEFAULT_BASE_URL = {"openai": "https://api.openai.com/v1", "anthropic": "https://api.anthropic.com"}
 DEFAULT_KEY_ENV = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
 
 
-@dataclass(frozen=True)
-class LLMProfile:
+NonNegative = Annotated[float, Field(ge=0)]
+
+
+class LLMProfile(BaseModel):
+    """One `[profiles.<name>]` table; keys and bad values are refused naming the key."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
     name: str
-    backend: str
+    backend: Literal["openai", "anthropic"] = "openai"
     model: str
-    base_url: str
-    api_key_env: str  # "" = send no key (local servers)
-    temperature: float = 0.7
-    max_output_tokens: int = 4096
-    timeout_s: float = 180.0
-    max_retries: int = 4  # HTTP retries on 429/5xx/transport errors, per call
-    backoff_s: float = 2.0  # first backoff; doubles each retry
-    max_backoff_s: float = 60.0
-    answer_retries: int = 2  # re-asks with the error shown when an answer is unusable
-    history_tokens: int = 3000  # prompt budget for the results table
-    usd_per_mtok_in: float = 0.0
-    usd_per_mtok_out: float = 0.0
-    max_llm_tokens: int | None = None  # per sweep, tokens in + out
-    max_llm_usd: float | None = None  # per sweep
-    extra_body: dict[str, Any] = field(default_factory=dict)  # merged into each request body
+    base_url: str  # default: the backend's public API
+    api_key_env: str  # the variable holding the key; "" = send none (default per backend)
+    temperature: NonNegative = 0.7
+    max_output_tokens: StrictInt = Field(4096, ge=0)
+    timeout_s: NonNegative = 180.0
+    max_retries: StrictInt = Field(4, ge=0)  # HTTP retries on 429/5xx/transport, per call
+    backoff_s: NonNegative = 2.0  # first backoff; doubles each retry
+    max_backoff_s: NonNegative = 60.0
+    answer_retries: StrictInt = Field(2, ge=0)  # re-asks when an answer is unusable
+    history_tokens: StrictInt = Field(3000, ge=0)  # prompt budget for the results table
+    usd_per_mtok_in: NonNegative = 0.0
+    usd_per_mtok_out: NonNegative = 0.0
+    max_llm_tokens: StrictInt | None = Field(None, ge=0)  # per sweep, tokens in + out
+    max_llm_usd: NonNegative | None = None  # per sweep
+    extra_body: dict[str, Any] = Field(default_factory=dict)  # merged into each request body
     omit: tuple[str, ...] = ()  # request keys to drop (e.g. "temperature" for some models)
+
+    @field_validator("temperature", "timeout_s", "backoff_s", "max_backoff_s",
+                     "usd_per_mtok_in", "usd_per_mtok_out", "max_llm_usd", mode="before")
+    @classmethod
+    def _number(cls, v: Any) -> Any:
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int | float)):
+            raise ValueError(f"must be a number >= 0, got {v!r}")
+        return v
+
+    @field_validator("model")
+    @classmethod
+    def _model(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("must name the model")
+        return v.strip()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _backend_defaults(cls, data: Any) -> Any:
+        backend = data.get("backend", "openai") if isinstance(data, dict) else None
+        if backend in DEFAULT_BASE_URL:
+            data = {"base_url": DEFAULT_BASE_URL[backend],
+                    "api_key_env": DEFAULT_KEY_ENV[backend], **data}
+        return data
+
+    @field_validator("base_url")
+    @classmethod
+    def _url(cls, v: str) -> str:
+        if not v.startswith(("http://", "https://")):
+            raise ValueError("must start with http:// or https://")
+        return v.rstrip("/")
 
     def api_key(self) -> str | None:
         """The key from the environment (None when the profile sends none)."""
@@ -60,10 +106,6 @@ class LLMProfile:
         return (tokens_in * self.usd_per_mtok_in + tokens_out * self.usd_per_mtok_out) / 1e6
 
 
-_NUMBERS = {f.name for f in fields(LLMProfile)} - {"name", "backend", "model", "base_url",
-                                                   "api_key_env", "extra_body", "omit"}
-
-
 def config_path(explicit: Path | str | None = None) -> Path:
     """--llm-config, else $OVERNIGHT_LLM_CONFIG, else ~/.overnight/llm.toml."""
     raw = explicit or os.environ.get(CONFIG_ENV) or DEFAULT_CONFIG
@@ -75,39 +117,15 @@ def parse_profile(name: str, table: dict[str, Any], source: str = "llm config") 
     if "api_key" in table or "key" in table:
         raise ConfigError(f"{where}: put the key in an environment variable and name it with "
                           "api_key_env; keys are never read from files")
-    known = {f.name for f in fields(LLMProfile)} - {"name"}
-    unknown = sorted(set(table) - known)
+    unknown = sorted(set(table) - set(LLMProfile.model_fields) | ({"name"} & set(table)))
     if unknown:
         raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)}")
-    backend = table.get("backend", "openai")
-    if backend not in BACKENDS:
-        raise ConfigError(f"{where}: backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
-    model = table.get("model")
-    if not isinstance(model, str) or not model.strip():
+    if "model" not in table:
         raise ConfigError(f"{where}: missing 'model'")
-    base_url = str(table.get("base_url") or DEFAULT_BASE_URL[backend]).rstrip("/")
-    if not base_url.startswith(("http://", "https://")):
-        raise ConfigError(f"{where}: base_url must start with http:// or https://")
-    key_env = table.get("api_key_env", DEFAULT_KEY_ENV[backend])
-    if not isinstance(key_env, str):
-        raise ConfigError(f"{where}: api_key_env must be the name of an environment variable")
-    values: dict[str, Any] = {}
-    for key in _NUMBERS & set(table):
-        value = table[key]
-        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-            raise ConfigError(f"{where}: {key} must be a number >= 0, got {value!r}")
-        values[key] = value
-    extra, omit = table.get("extra_body", {}), table.get("omit", [])
-    if not isinstance(extra, dict) or not isinstance(omit, list) or not all(
-            isinstance(o, str) for o in omit):
-        raise ConfigError(f"{where}: extra_body must be a table and omit a list of key names")
-    values["extra_body"], values["omit"] = extra, tuple(omit)
-    for key in ("max_output_tokens", "max_retries", "answer_retries", "history_tokens",
-                "max_llm_tokens"):
-        if key in values:
-            values[key] = int(values[key])
-    return LLMProfile(name=name, backend=backend, model=model.strip(), base_url=base_url,
-                      api_key_env=key_env, **values)
+    try:
+        return LLMProfile.model_validate({**table, "name": name})
+    except ValidationError as exc:
+        raise ConfigError(validation_message(exc, where)) from None
 
 
 def load_profile(name: str, path: Path | str | None = None) -> LLMProfile:

@@ -117,9 +117,22 @@ def test_uniform_model_scores_eight_bits(prepare):
             return torch.zeros(*x.shape, prepare.VOCAB_SIZE)
 
     assert prepare.evaluate_bpb(Uniform(), "cpu") == pytest.approx(8.0, abs=1e-5)
-    windows = prepare.eval_windows("cpu")
+    windows = prepare.eval_windows()
     assert len(windows) == prepare.EVAL_TOKENS // prepare.MAX_SEQ_LEN
     assert all(len(w) == prepare.MAX_SEQ_LEN + 1 for w in windows)
+
+
+def test_budget_lives_in_the_protected_harness(prepare, target, monkeypatch):
+    """train.py (editable) takes its budget from prepare.py (protected), never from the env."""
+    assert "OVERNIGHT_BUDGET_S" not in (target / "train.py").read_text()
+    monkeypatch.setenv("OVERNIGHT_BUDGET_S", "12.5")
+    assert prepare.time_budget_s() == 12.5
+    monkeypatch.delenv("OVERNIGHT_BUDGET_S")
+    assert prepare.time_budget_s() == prepare.DEFAULT_BUDGET_S
+    for bad in ("soon", "0", "-3", "nan"):
+        monkeypatch.setenv("OVERNIGHT_BUDGET_S", bad)
+        with pytest.raises(ValueError, match="OVERNIGHT_BUDGET_S"):
+            prepare.time_budget_s()
 
 
 def test_bpb_matches_independent_formula(prepare):
@@ -131,7 +144,7 @@ def test_bpb_matches_independent_formula(prepare):
         def forward(self, x):
             return torch.tensor(logp, dtype=torch.float32).expand(*x.shape, 256)
 
-    targets = np.concatenate([w[1:] for w in prepare.eval_windows("cpu")])
+    targets = np.concatenate([w[1:] for w in prepare.eval_windows()])
     expected = float(-logp[targets].mean() / math.log(2))
     got = prepare.evaluate_bpb(Unigram(), "cpu", batch_size=7)
     assert got == pytest.approx(expected, rel=1e-5)
@@ -182,7 +195,7 @@ def test_shard_loader(prepare, tmp_path, monkeypatch):
     xv, yv = next(prepare.make_batches("val", 8, 32, "cpu", seed=0))
     assert all(bytes(torch.cat([r, s[-1:]]).tolist()) in third for r, s in zip(xv, yv, strict=True))
 
-    windows = prepare.eval_windows("cpu")
+    windows = prepare.eval_windows()
     assert len(windows) == (len(third) - 1) // prepare.MAX_SEQ_LEN
     assert all(w.tobytes() in third for w in windows)
 

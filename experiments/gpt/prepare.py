@@ -39,8 +39,8 @@ import torch.nn.functional as F
 
 VOCAB_SIZE = 256  # byte-level: one token per byte
 MAX_SEQ_LEN = 256  # evaluation context length (train.py may train on other lengths)
-EVAL_TOKENS = 2**16  # held-out tokens scored on CPU/MPS (~1 s for the default model on 2 cores)
-EVAL_TOKENS_CUDA = 2**20  # held-out tokens scored on CUDA (capped by the size of the val split)
+EVAL_TOKENS = 2**16  # held-out tokens scored, on every device (~1 s on 2 CPU cores)
+DEFAULT_BUDGET_S = 300.0  # training seconds when the service sets none
 EVAL_BATCH_SIZE = 32  # windows per forward pass during evaluation (does not change the result)
 VAL_EVERY = 20  # bible: every 20th chapter goes to validation
 VAL_FRAC = 0.05  # stdlib fallback: last 5 % of the bytes go to validation
@@ -218,14 +218,31 @@ def make_batches(split: str, batch_size: int, seq_len: int, device="cpu", seed: 
 
 
 # ---------------------------------------------------------------------------------------------
+# Budget
+
+
+def time_budget_s() -> float:
+    """Training seconds for this run: the service's OVERNIGHT_BUDGET_S (fixed here, in the
+    protected harness, so an edit of train.py cannot give itself more time)."""
+    raw = os.environ.get("OVERNIGHT_BUDGET_S", "")
+    try:
+        value = float(raw) if raw else DEFAULT_BUDGET_S
+    except ValueError:
+        raise ValueError(f"OVERNIGHT_BUDGET_S={raw!r} is not a number of seconds") from None
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"OVERNIGHT_BUDGET_S={raw!r} must be a positive number of seconds")
+    return value
+
+
+# ---------------------------------------------------------------------------------------------
 # Metric
 
 
-def eval_windows(device) -> list[np.ndarray]:
+def eval_windows() -> list[np.ndarray]:
     """The fixed held-out windows (MAX_SEQ_LEN + 1 bytes each, non-overlapping, from the start of
-    the val split) that evaluate_bpb scores; how many depends only on the device type."""
-    budget = EVAL_TOKENS_CUDA if torch.device(device).type == "cuda" else EVAL_TOKENS
-    n_max = max(1, budget // MAX_SEQ_LEN)
+    the val split) that evaluate_bpb scores: the same EVAL_TOKENS on every device, so a CPU run
+    and a GPU run of the same code are scored on the same bytes."""
+    n_max = max(1, EVAL_TOKENS // MAX_SEQ_LEN)
     windows: list[np.ndarray] = []
     for a in get_split("val"):
         for s in range(0, len(a) - MAX_SEQ_LEN, MAX_SEQ_LEN):
@@ -243,7 +260,7 @@ def evaluate_bpb(model, device, batch_size: int = EVAL_BATCH_SIZE) -> float:
     / (ln 2 * bytes of those tokens). `model(x)` must return logits (B, T, VOCAB_SIZE) for int64
     input x of shape (B, T), T = MAX_SEQ_LEN. Lower is better; a uniform model scores 8.0."""
     device = torch.device(device)
-    windows = eval_windows(device)
+    windows = eval_windows()
     token_bytes = TOKEN_BYTES.to(device)
     autocast = (torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda"
                 else contextlib.nullcontext())

@@ -1,7 +1,8 @@
 """Byte-level GPT pre-training under a fixed wall-clock budget. THE file the experiment loop edits.
 
-Run: `python train.py` (no flags). Env: OVERNIGHT_BUDGET_S (training seconds, default 300),
-OVERNIGHT_SEED (default 42), OVERNIGHT_DEVICE (cuda / mps / cpu; default: best available).
+Run: `python train.py` (no flags). The training budget comes from the protected harness
+(prepare.time_budget_s(): the service's budget, default 300 s); env OVERNIGHT_SEED (default
+42), OVERNIGHT_DEVICE (cuda / mps / cpu; default: best available).
 Data, tokenizer and the metric live in prepare.py (protected). Ends with a summary block
 (`---` then `key: value` lines); val_bpb is the metric (lower is better).
 """
@@ -20,7 +21,14 @@ import sys  # noqa: E402
 import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
-from prepare import MAX_SEQ_LEN, VOCAB_SIZE, data_source, evaluate_bpb, make_batches  # noqa: E402
+from prepare import (  # noqa: E402
+    MAX_SEQ_LEN,
+    VOCAB_SIZE,
+    data_source,
+    evaluate_bpb,
+    make_batches,
+    time_budget_s,
+)
 
 # ---------------------------------------------------------------------------------------------
 # Hyper-parameters: one `NAME = literal` per line (an automated proposer edits these by regex).
@@ -292,7 +300,7 @@ def peak_memory_mb(device):
 
 
 def main():
-    budget_s = float(os.environ.get("OVERNIGHT_BUDGET_S", "300"))
+    budget_s = time_budget_s()
     seed = int(os.environ.get("OVERNIGHT_SEED", "42"))
     device = pick_device()
     torch.manual_seed(seed)

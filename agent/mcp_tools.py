@@ -18,7 +18,8 @@ from agent.domain import ExperimentStatus, Proposal
 from agent.errors import AdmissionError
 from agent.ports import Store
 from agent.report import experiment_row, fmt_delta, fmt_metric
-from agent.service import Service, read_log, read_program
+from agent.service import Service, read_log
+from agent.sweeps import read_program
 
 logger = logging.getLogger(__name__)
 MAX_WAIT_S = 3600.0

@@ -30,7 +30,6 @@ from runner.logtail import read_log_end
 
 logger = logging.getLogger(__name__)
 LOG_READ_LIMIT = 4 * 1024 * 1024  # bytes of a log read at once (its tail)
-PROGRAM_FILE = "program.md"
 
 StopRunning = Callable[[int], bool]  # ask the engine to stop a running experiment
 
@@ -49,15 +48,6 @@ class Usage:
         if self.max_experiments is None:
             return None
         return max(self.max_experiments - self.used - self.queued, 0)
-
-
-def read_program(sweep: Sweep) -> str:
-    """The target's program.md (agent rules), or '' when it has none."""
-    path = Path(sweep.target_path) / PROGRAM_FILE
-    try:
-        return path.read_text(encoding="utf-8") if path.is_file() else ""
-    except OSError:
-        return ""
 
 
 def read_log(exp: Experiment, tail_lines: int | None = None,

@@ -20,6 +20,7 @@ logger = logging.getLogger(__name__)
 BRANCH_PREFIX = "overnight/"
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 BASELINE_DESCRIPTION = "baseline"
+PROGRAM_FILE = "program.md"
 
 
 def check_sweep_name(name: str) -> str:
@@ -172,12 +173,20 @@ def _record_usage(store: Store, exp: Experiment) -> Experiment:
     return exp
 
 
+def read_program(sweep: Sweep) -> str:
+    """The target's program.md (the agent rules), or '' when it has none."""
+    path = Path(sweep.target_path) / PROGRAM_FILE
+    try:
+        return path.read_text(encoding="utf-8") if path.is_file() else ""
+    except OSError:
+        return ""
+
+
 def proposal_context(store: Store, repo: Repo, sweep: Sweep) -> ProposalContext:
     config = sweep.config
     head = repo.head(sweep.branch)
     files = {p: repo.read_file(head, p) for p in config.editable}
-    program_path = Path(sweep.target_path) / "program.md"
-    program = program_path.read_text(encoding="utf-8") if program_path.is_file() else ""
+    program = read_program(sweep)
     history = store.list_experiments(sweep.id)
     tokens_in, tokens_out, usd = store.llm_usage(sweep.id)
     return ProposalContext(sweep=sweep, files=files, history=history, program=program,

@@ -105,3 +105,16 @@ def classify(facts: CrashFacts) -> Verdict:
         return Verdict(CrashKind.FUNDAMENTAL, "no metric in the summary block")
     detail = error or f"exit code {facts.exit_code}"
     return Verdict(CrashKind.FUNDAMENTAL, f"crash: {detail}")
+
+
+# A crash that says the accelerator itself is broken or gone (not the change's fault).
+_DEVICE_FAILURE = re.compile(
+    r"CUDA error(?!: out of memory)|no CUDA GPUs are available|CUDA driver|cuda runtime error"
+    r"|NVML|uncorrectable ECC|GPU is lost|device-side assert|CUDA-capable device",
+    re.IGNORECASE,
+)
+
+
+def is_device_failure(reason: str | None, log_tail: str | None) -> bool:
+    """Does a crash's reason or log tail blame the device (driver, ECC, lost GPU)?"""
+    return bool(_DEVICE_FAILURE.search(f"{reason or ''}\n{log_tail or ''}"))

@@ -14,12 +14,15 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shutil
+import subprocess
 import threading
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, tzinfo
 from typing import Any
 
+from agent.classify import is_device_failure
 from agent.domain import (
     USED_STATUSES,
     Experiment,
@@ -29,7 +32,7 @@ from agent.domain import (
     SweepStatus,
     utcnow,
 )
-from agent.errors import ConflictError, NotFoundError
+from agent.errors import ConfigError, ConflictError, NotFoundError
 from agent.gate import Gate, GateKind, SweepFacts, gate
 from agent.ports import Clock, Store
 from agent.recovery import SHUTDOWN_REASON
@@ -42,17 +45,41 @@ class SystemClock:
         return utcnow()
 
 
-def slot_env(slot: int, gpu_count: int) -> dict[str, str]:
-    """Slot i is pinned to GPU i (modulo the GPUs present); nothing is set without GPUs."""
-    return {"CUDA_VISIBLE_DEVICES": str(slot % gpu_count)} if gpu_count > 0 else {}
+# A slot whose runs crash on device errors this many times in a row is taken out of service.
+MAX_DEVICE_FAILURES = 3
 
 
-def gpu_count() -> int:
-    """NVIDIA GPUs visible to the driver, without importing torch (0 when none)."""
+def slot_env(slot: int, devices: Sequence[str]) -> dict[str, str]:
+    """Slot i runs on devices[i] (modulo their number); nothing is pinned without devices."""
+    return {"CUDA_VISIBLE_DEVICES": devices[slot % len(devices)]} if devices else {}
+
+
+def parse_devices(spec: str) -> tuple[str, ...]:
+    """'0,1,4' → ('0', '1', '4'). Raises ConfigError on anything but distinct GPU indexes."""
+    items = [p.strip() for p in spec.split(",") if p.strip()]
+    if not items or not all(p.isdigit() for p in items) or len(set(items)) != len(items):
+        raise ConfigError(f"--devices: expected distinct GPU indexes such as '0,1,4', got {spec!r}")
+    return tuple(items)
+
+
+def detect_devices(environ: Mapping[str, str] | None = None) -> tuple[str, ...]:
+    """The GPUs this process may use, without importing torch: CUDA_VISIBLE_DEVICES if set,
+    else `nvidia-smi`'s list, else the driver's /proc entries; () on a machine without one."""
+    env = os.environ if environ is None else environ
+    visible = env.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return tuple(p.strip() for p in visible.split(",") if p.strip() and p.strip() != "-1")
+    if shutil.which("nvidia-smi"):
+        try:
+            out = subprocess.run(["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"],
+                                 capture_output=True, text=True, timeout=10, check=True).stdout
+            return tuple(line.strip() for line in out.splitlines() if line.strip().isdigit())
+        except (OSError, subprocess.SubprocessError):
+            pass
     try:
-        return len(os.listdir("/proc/driver/nvidia/gpus"))
+        return tuple(str(i) for i in range(len(os.listdir("/proc/driver/nvidia/gpus"))))
     except OSError:
-        return 0
+        return ()
 
 
 def sweep_facts(store: Store, sweep: Sweep) -> SweepFacts:
@@ -70,7 +97,7 @@ def sweep_facts(store: Store, sweep: Sweep) -> SweepFacts:
 class SchedulerSettings:
     slots: int = 1
     poll_interval_s: float = 1.0  # how often an idle slot looks for work
-    gpu_count: int = 0
+    devices: tuple[str, ...] = ()  # GPU indexes; slot i gets devices[i % n] (none: CPU)
     grace_s: float = 5.0
     tz: tzinfo | None = None  # window times are in this zone (default: server local time)
     extra_env: dict[str, str] = field(default_factory=dict)
@@ -97,6 +124,8 @@ class SlotScheduler:
         self._wake = threading.Condition()
         self._threads: list[threading.Thread] = []
         self._aps: Any = None
+        self._device_failures: dict[int, int] = {}  # slot -> device failures in a row
+        self.retired: dict[int, str] = {}  # slot -> why it was taken out
 
     # --- lifecycle ------------------------------------------------------------------------
     def start(self) -> None:
@@ -139,7 +168,9 @@ class SlotScheduler:
 
     @property
     def alive(self) -> bool:
-        return (not self._stopping.is_set() and all(t.is_alive() for t in self._threads)
+        """Running, with every slot that was not taken out (retired) still working."""
+        working = [t for slot, t in enumerate(self._threads) if slot not in self.retired]
+        return (not self._stopping.is_set() and all(t.is_alive() for t in working)
                 and (self._aps is None or bool(self._aps.running)))
 
     def shutdown(self, timeout_s: float = 30.0) -> None:
@@ -178,7 +209,7 @@ class SlotScheduler:
             yield
 
     def _serve_slot(self, slot: int) -> None:
-        while not self._stopping.is_set():
+        while not self._stopping.is_set() and slot not in self.retired:
             try:
                 if self.run_slot(slot):
                     continue
@@ -188,7 +219,7 @@ class SlotScheduler:
                 self._wake.wait(self.settings.poll_interval_s)
 
     def _burst_slot(self, slot: int) -> None:
-        while not self._stopping.is_set():
+        while not self._stopping.is_set() and slot not in self.retired:
             if self.run_slot(slot):
                 continue
             with self._state_lock:
@@ -242,7 +273,7 @@ class SlotScheduler:
     def run_slot(self, slot: int) -> int:
         """Run experiments back to back until there is nothing to start; how many ran."""
         done = 0
-        while not self._stopping.is_set():
+        while not self._stopping.is_set() and slot not in self.retired:
             picked = self.pick(slot)
             if picked is None:
                 break
@@ -264,10 +295,28 @@ class SlotScheduler:
             with self._state_lock:
                 self._running.pop(exp.id, None)
             self.wake()  # a finished run may open the gate for others (the baseline)
+        self._watch_device(slot, result)
         if result.is_baseline and result.status is not ExperimentStatus.KEPT:
             logger.error("baseline of %s failed (%s); stopping the sweep", sweep.name,
                          result.reason)
             self.store.set_sweep_status(sweep.name, SweepStatus.STOPPED)
+
+    def _watch_device(self, slot: int, result: Experiment) -> None:
+        """Take a slot out when its device fails MAX_DEVICE_FAILURES runs in a row."""
+        crashed = result.status in (ExperimentStatus.CRASHED, ExperimentStatus.TIMEOUT)
+        if not (crashed and is_device_failure(result.reason, result.log_tail)):
+            self._device_failures[slot] = 0
+            return
+        n = self._device_failures[slot] = self._device_failures.get(slot, 0) + 1
+        if n >= MAX_DEVICE_FAILURES:
+            devices = self.settings.devices
+            device = f"GPU {slot_env(slot, devices)['CUDA_VISIBLE_DEVICES']}" if devices else (
+                "its device")
+            why = (f"slot {slot} ({device}) taken out after {n} device failures in a row; "
+                   f"last: {(result.reason or '').splitlines()[0][:200]}")
+            self.retired[slot] = why
+            logger.error("%s. The other slots go on; check the device and restart to use it "
+                         "again.", why)
 
     def facts(self, sweep: Sweep) -> SweepFacts:
         return sweep_facts(self.store, sweep)

@@ -24,7 +24,7 @@ from typing import Any
 from fastapi import FastAPI
 
 from agent.recovery import InstanceLock
-from agent.scheduler import SchedulerSettings, gpu_count
+from agent.scheduler import SchedulerSettings, detect_devices
 from api.dashboard import routes as dashboard_routes
 from api.deps import Runtime, Services
 from api.errors import BodyLimitMiddleware, install_error_handlers
@@ -38,7 +38,7 @@ logger = logging.getLogger(__name__)
 def scheduler_settings(settings: Settings) -> SchedulerSettings:
     return SchedulerSettings(
         slots=settings.slots, poll_interval_s=settings.poll_interval_s,
-        gpu_count=gpu_count() if settings.gpu_count is None else settings.gpu_count,
+        devices=detect_devices() if settings.devices is None else settings.devices,
         grace_s=settings.grace_s,
     )
 

@@ -169,4 +169,5 @@ class HealthPublic(BaseModel):
     busy: int
     running: list[int]
     queue_depth: int
+    retired_slots: dict[int, str] = {}  # slot -> why its device was taken out of service
     version: str = "0.1.0"

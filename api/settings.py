@@ -43,7 +43,7 @@ class Settings(BaseModel):
     poll_interval_s: float = Field(1.0, gt=0)
     grace_s: float = Field(5.0, ge=0)
     run_scheduler: bool = True  # False: no lock, no recovery, no slots (route tests)
-    gpu_count: int | None = None  # None: detect
+    devices: tuple[str, ...] | None = None  # GPU indexes for the slots (None: detect)
 
     @model_validator(mode="after")
     def _safe(self) -> Settings:

@@ -8,7 +8,7 @@ import shutil
 import statistics
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -17,8 +17,22 @@ from agent.domain import Sweep
 from agent.errors import OvernightError
 from agent.report import experiment_row, improvement, results_tsv
 from overnight import cli_agents, cli_service  # noqa: F401  (they register their commands)
-from overnight.cli_common import DbOpt, app, console, db_path, err, fail, runtime_for
+from overnight.cli_common import (
+    DbOpt,
+    DevicesOpt,
+    SlotsOpt,
+    app,
+    console,
+    db_path,
+    err,
+    fail,
+    runtime_for,
+    slots_and_devices,
+)
 from overnight.runtime import Runtime, open_target
+
+if TYPE_CHECKING:
+    from agent.scheduler import SchedulerSettings
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "experiments"
 
@@ -98,25 +112,30 @@ def run_foreground(
     quiet: bool = False,
     resume: bool = False,
     llm_config: Path | None = None,
+    slots: int = 1,
+    devices: tuple[str, ...] = (),
 ) -> Sweep:
     """Hold the database's instance lock, recover leftovers, then run one sweep to its end."""
+    from agent.scheduler import SchedulerSettings
+
     rt = runtime_for(db)
     rt.hold_lock()
+    settings = SchedulerSettings(slots=slots, devices=devices, device=device)
     try:
         return _run_locked(rt, target, sweep_name=sweep_name, experiments=experiments,
-                           budget=budget, proposer=proposer, device=device, timeout=timeout,
-                           quiet=quiet, resume=resume, llm_config=llm_config)
+                           budget=budget, proposer=proposer, settings=settings,
+                           timeout=timeout, quiet=quiet, resume=resume, llm_config=llm_config)
     finally:
         rt.release_lock()
 
 
 def _run_locked(
     rt: Runtime, target: Path, *, sweep_name: str | None, experiments: int,
-    budget: float | None, proposer: str, device: str | None, timeout: float | None, quiet: bool,
-    resume: bool, llm_config: Path | None,
+    budget: float | None, proposer: str, settings: SchedulerSettings, timeout: float | None,
+    quiet: bool, resume: bool, llm_config: Path | None,
 ) -> Sweep:
     from agent.domain import SweepStatus
-    from agent.scheduler import SchedulerSettings, SlotScheduler
+    from agent.scheduler import SlotScheduler
     from agent.sweeps import create_sweep, default_sweep_name
     from overnight.console import LiveView
 
@@ -148,7 +167,6 @@ def _run_locked(
     view = LiveView(console, sweep)
     llm_kwargs = ({"config_path": llm_config}
                   if llm_config and sweep.proposer.startswith("llm:") else {})
-    settings = SchedulerSettings(device=device)
     engine = SlotScheduler(rt.store, settings, rt.loop_factory(
         settings, on_event=None if quiet else view.on_event, proposer_kwargs=llm_kwargs))
     if quiet:
@@ -168,12 +186,15 @@ def run(
     sweep: Annotated[str | None, typer.Option(help="sweep name (default: a date tag)")] = None,
     proposer: Annotated[str, typer.Option(help="knobs | llm:<profile>")] = "knobs",
     device: Annotated[str | None, typer.Option(help="OVERNIGHT_DEVICE for the script")] = None,
+    slots: SlotsOpt = None,
+    devices: DevicesOpt = None,
     resume: Annotated[bool, typer.Option(help="continue an existing --sweep after a stop")] = False,
     llm_config: Annotated[Path | None, typer.Option(
         help="LLM profiles file (default $OVERNIGHT_LLM_CONFIG or ~/.overnight/llm.toml)")] = None,
     db: DbOpt = None,
 ) -> None:
-    """Run a sweep in the foreground: baseline, then one change at a time."""
+    """Run a sweep in the foreground: baseline, then one change at a time (one per slot)."""
+    n_slots, found = slots_and_devices(slots, devices)
     done = run_foreground(
         db_path(db),
         target,
@@ -184,6 +205,8 @@ def run(
         device=device,
         resume=resume,
         llm_config=llm_config,
+        slots=n_slots,
+        devices=found,
     )
     _print_results(done, runtime_for(db).store, "table")
 

@@ -30,6 +30,25 @@ DbOpt = Annotated[
 ]
 
 
+SlotsOpt = Annotated[
+    int | None,
+    typer.Option(min=0, max=64, help="experiments run at once (default: one per GPU, else 1)"),
+]
+DevicesOpt = Annotated[
+    str | None,
+    typer.Option(help="GPU indexes for the slots, e.g. 0,1,4 (default: every visible GPU); "
+                 "slot i runs on the i-th"),
+]
+
+
+def slots_and_devices(slots: int | None, devices: str | None) -> tuple[int, tuple[str, ...]]:
+    """--slots/--devices resolved: given or detected GPUs, and one slot per GPU by default."""
+    from agent.scheduler import detect_devices, parse_devices
+
+    found = parse_devices(devices) if devices else detect_devices()
+    return (slots if slots is not None else max(len(found), 1)), found
+
+
 def db_path(db: Path | None) -> Path:
     return (db or default_db()).expanduser()
 

@@ -10,7 +10,16 @@ from typing import Annotated
 
 import typer
 
-from overnight.cli_common import DbOpt, app, console, db_path, fail
+from overnight.cli_common import (
+    DbOpt,
+    DevicesOpt,
+    SlotsOpt,
+    app,
+    console,
+    db_path,
+    fail,
+    slots_and_devices,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -21,8 +30,8 @@ def serve(
     host: Annotated[str, typer.Option(help="address to bind (non-loopback needs auth)")]
     = "127.0.0.1",
     port: Annotated[int, typer.Option(min=0, max=65535, help="port (0: any free port)")] = 8000,
-    slots: Annotated[int, typer.Option(min=0, max=64, help="experiments run at once; slot i "
-                                       "gets GPU i when GPUs exist")] = 1,
+    slots: SlotsOpt = None,
+    devices: DevicesOpt = None,
     token: Annotated[str | None, typer.Option(envvar="OVERNIGHT_TOKEN", help="bearer token "
                                               "(default: created beside the database)")] = None,
     no_auth: Annotated[bool, typer.Option("--no-auth", help="no token at all (loopback only)")]
@@ -43,7 +52,8 @@ def serve(
         token, token_path, created = ensure_token(db_file)
         console.print(f"token {'created in' if created else 'read from'} {token_path} "
                       "(send it as 'Authorization: Bearer <token>')")
-    settings = Settings.build(db_path=db_file, host=host, port=port, slots=slots,
+    slots, found = slots_and_devices(slots, devices)
+    settings = Settings.build(db_path=db_file, host=host, port=port, slots=slots, devices=found,
                               token=None if no_auth else token, auth=not no_auth,
                               poll_interval_s=poll)
     try:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from agent.mcp_server import build_server
 from agent.mcp_tools import AgentTools
-from agent.scheduler import SchedulerSettings, gpu_count
+from agent.scheduler import SchedulerSettings, detect_devices
 from overnight.runtime import Runtime
 
 RUN_HINT = " (or drop --run and let that service execute)"
@@ -22,7 +22,7 @@ def serve_stdio(db_path: Path, *, run: bool = False, slots: int = 1) -> None:
     runtime = Runtime(db_path)
     try:
         if run:
-            settings = SchedulerSettings(slots=slots, gpu_count=gpu_count(),
+            settings = SchedulerSettings(slots=slots, devices=detect_devices(),
                                          poll_interval_s=0.5)
             runtime.start_engine(settings, hint=RUN_HINT)
         build_server(AgentTools(runtime.service), log_level="WARNING").run("stdio")

@@ -38,6 +38,14 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
+def compile_cache_env(work_dir: Path, sweep: Sweep) -> dict[str, str]:
+    """A persistent torch.compile / Triton cache per sweep, so only the first run of a sweep
+    pays the full compile (runs of one sweep compile nearly the same graphs)."""
+    cache = work_dir / "cache" / sweep.name
+    return {"TORCHINDUCTOR_CACHE_DIR": str(cache / "inductor"),
+            "TRITON_CACHE_DIR": str(cache / "triton")}
+
+
 class Runtime:
     """Store, repositories, service layer, and (when started) lock, recovery and scheduler."""
 
@@ -98,7 +106,8 @@ class Runtime:
         """Loops for the engine's slots: subprocess runner, the sweep's proposer, slot env."""
 
         def make(sweep: Sweep, slot: int) -> Loop:
-            env = {**slot_env(slot, settings.gpu_count), **settings.extra_env}
+            env = {**slot_env(slot, settings.devices), **compile_cache_env(self.work_dir, sweep),
+                   **settings.extra_env}
             loop_settings = LoopSettings(work_dir=self.work_dir, env=env, grace_s=settings.grace_s,
                                          device=settings.device)
             proposer = make_proposer(sweep.proposer, sweep.seed, store=self.store,

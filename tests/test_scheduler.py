@@ -9,9 +9,16 @@ import pytest
 from service_fixtures import knob_diff, make_counting_target
 
 from agent.domain import ExperimentStatus, Finish, Proposal, SweepStatus
+from agent.errors import ConfigError
 from agent.gate import GateKind, SweepFacts, gate, in_window, next_opening, parse_hhmm
 from agent.gitrepo import init_repo
-from agent.scheduler import SchedulerSettings, SlotScheduler, slot_env
+from agent.scheduler import (
+    SchedulerSettings,
+    SlotScheduler,
+    detect_devices,
+    parse_devices,
+    slot_env,
+)
 from agent.sweeps import create_sweep
 from overnight.runtime import Runtime
 
@@ -85,9 +92,20 @@ def test_gate_rules() -> None:
 
 
 def test_slot_env_pins_gpus() -> None:
-    assert slot_env(1, 4) == {"CUDA_VISIBLE_DEVICES": "1"}
-    assert slot_env(5, 4) == {"CUDA_VISIBLE_DEVICES": "1"}
-    assert slot_env(0, 0) == {}
+    devices = ("0", "1", "4")
+    assert [slot_env(i, devices) for i in range(4)] == [
+        {"CUDA_VISIBLE_DEVICES": d} for d in ("0", "1", "4", "0")]
+    assert slot_env(0, ()) == {}
+
+
+def test_devices_are_parsed_and_detected() -> None:
+    assert parse_devices("0, 1,4") == ("0", "1", "4")
+    for bad in ("", "a", "0,0", "1,-2"):
+        with pytest.raises(ConfigError, match="--devices"):
+            parse_devices(bad)
+    assert detect_devices({"CUDA_VISIBLE_DEVICES": "2,3"}) == ("2", "3")
+    assert detect_devices({"CUDA_VISIBLE_DEVICES": ""}) == ()
+    assert detect_devices({"CUDA_VISIBLE_DEVICES": "-1"}) == ()
 
 
 @pytest.fixture

@@ -128,3 +128,13 @@ def test_mypy_is_clean():
     proc = subprocess.run([_tool("mypy")], cwd=ROOT, capture_output=True, text=True,
                           check=False, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_the_service_runs_without_torch():
+    """torch is the trainer's dependency: the CLI, the API and the engine never import it."""
+    code = ("import sys, overnight.cli, overnight.runtime, api.main, agent.scheduler, "
+            "agent.loop, db.store; print(sorted(m for m in ('torch', 'numpy') if m in "
+            "sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                         text=True, check=True).stdout.strip()
+    assert out == "[]"

@@ -26,11 +26,13 @@ def health(services: ServicesDep) -> HealthPublic:
     state = "disabled" if sched is None else ("running" if sched.alive else "stopped")
     queued = services.store.count_experiments(statuses=[ExperimentStatus.QUEUED]) if db == "ok" \
         else -1
-    ok = db == "ok" and state != "stopped"
+    retired = dict(sched.retired) if sched else {}
+    ok = db == "ok" and state != "stopped" and not retired
     return HealthPublic(status="ok" if ok else "degraded", db=db, scheduler=state,
                         slots=services.settings.slots if sched else 0,
                         busy=sched.busy() if sched else 0,
-                        running=sched.running_ids() if sched else [], queue_depth=queued)
+                        running=sched.running_ids() if sched else [], queue_depth=queued,
+                        retired_slots=retired)
 
 
 @router.get("/metrics", response_class=PlainTextResponse)

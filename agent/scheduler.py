@@ -13,16 +13,14 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
-import shutil
-import subprocess
 import threading
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, tzinfo
 from typing import Any
 
 from agent.classify import is_device_failure
+from agent.devices import slot_env
 from agent.domain import (
     USED_STATUSES,
     Experiment,
@@ -32,7 +30,7 @@ from agent.domain import (
     SweepStatus,
     utcnow,
 )
-from agent.errors import ConfigError, ConflictError, NotFoundError
+from agent.errors import ConflictError, NotFoundError
 from agent.gate import Gate, GateKind, SweepFacts, gate
 from agent.ports import Clock, Store
 from agent.recovery import SHUTDOWN_REASON
@@ -47,39 +45,6 @@ class SystemClock:
 
 # A slot whose runs crash on device errors this many times in a row is taken out of service.
 MAX_DEVICE_FAILURES = 3
-
-
-def slot_env(slot: int, devices: Sequence[str]) -> dict[str, str]:
-    """Slot i runs on devices[i] (modulo their number); nothing is pinned without devices."""
-    return {"CUDA_VISIBLE_DEVICES": devices[slot % len(devices)]} if devices else {}
-
-
-def parse_devices(spec: str) -> tuple[str, ...]:
-    """'0,1,4' → ('0', '1', '4'). Raises ConfigError on anything but distinct GPU indexes."""
-    items = [p.strip() for p in spec.split(",") if p.strip()]
-    if not items or not all(p.isdigit() for p in items) or len(set(items)) != len(items):
-        raise ConfigError(f"--devices: expected distinct GPU indexes such as '0,1,4', got {spec!r}")
-    return tuple(items)
-
-
-def detect_devices(environ: Mapping[str, str] | None = None) -> tuple[str, ...]:
-    """The GPUs this process may use, without importing torch: CUDA_VISIBLE_DEVICES if set,
-    else `nvidia-smi`'s list, else the driver's /proc entries; () on a machine without one."""
-    env = os.environ if environ is None else environ
-    visible = env.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None:
-        return tuple(p.strip() for p in visible.split(",") if p.strip() and p.strip() != "-1")
-    if shutil.which("nvidia-smi"):
-        try:
-            out = subprocess.run(["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"],
-                                 capture_output=True, text=True, timeout=10, check=True).stdout
-            return tuple(line.strip() for line in out.splitlines() if line.strip().isdigit())
-        except (OSError, subprocess.SubprocessError):
-            pass
-    try:
-        return tuple(str(i) for i in range(len(os.listdir("/proc/driver/nvidia/gpus"))))
-    except OSError:
-        return ()
 
 
 def sweep_facts(store: Store, sweep: Sweep) -> SweepFacts:

@@ -23,8 +23,9 @@ from typing import Any
 
 from fastapi import FastAPI
 
+from agent.devices import detect_devices
 from agent.recovery import InstanceLock
-from agent.scheduler import SchedulerSettings, detect_devices
+from agent.scheduler import SchedulerSettings
 from api.dashboard import routes as dashboard_routes
 from api.deps import Runtime, Services
 from api.errors import BodyLimitMiddleware, install_error_handlers

@@ -43,7 +43,7 @@ DevicesOpt = Annotated[
 
 def slots_and_devices(slots: int | None, devices: str | None) -> tuple[int, tuple[str, ...]]:
     """--slots/--devices resolved: given or detected GPUs, and one slot per GPU by default."""
-    from agent.scheduler import detect_devices, parse_devices
+    from agent.devices import detect_devices, parse_devices
 
     found = parse_devices(devices) if devices else detect_devices()
     return (slots if slots is not None else max(len(found), 1)), found

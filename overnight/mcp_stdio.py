@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from agent.devices import detect_devices
 from agent.mcp_server import build_server
 from agent.mcp_tools import AgentTools
-from agent.scheduler import SchedulerSettings, detect_devices
+from agent.scheduler import SchedulerSettings
 from overnight.runtime import Runtime
 
 RUN_HINT = " (or drop --run and let that service execute)"

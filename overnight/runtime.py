@@ -17,13 +17,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from agent.devices import slot_env
 from agent.domain import Sweep
 from agent.errors import OvernightError
 from agent.gitrepo import GitError, GitRepo
 from agent.loop import Loop
 from agent.proposers.factory import make_proposer
 from agent.recovery import InstanceLock, InstanceLockError, RecoveryReport, recover
-from agent.scheduler import SchedulerSettings, SlotScheduler, slot_env
+from agent.scheduler import SchedulerSettings, SlotScheduler
 from agent.service import Service
 from agent.training import EventFn, LoopSettings, SubprocessRunner
 from db.engine import open_database

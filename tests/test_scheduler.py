@@ -8,17 +8,12 @@ from pathlib import Path
 import pytest
 from service_fixtures import knob_diff, make_counting_target
 
+from agent.devices import detect_devices, parse_devices, slot_env
 from agent.domain import ExperimentStatus, Finish, Proposal, SweepStatus
 from agent.errors import ConfigError
 from agent.gate import GateKind, SweepFacts, gate, in_window, next_opening, parse_hhmm
 from agent.gitrepo import init_repo
-from agent.scheduler import (
-    SchedulerSettings,
-    SlotScheduler,
-    detect_devices,
-    parse_devices,
-    slot_env,
-)
+from agent.scheduler import SchedulerSettings, SlotScheduler
 from agent.sweeps import create_sweep
 from overnight.runtime import Runtime
 

@@ -73,8 +73,7 @@ def measure(tmp: Path, slots: int, per_slot: int, budget: float) -> dict[str, fl
     for i in range(n):
         runtime.store.add_experiment(sweep.id, Proposal(f"K{i} on", knob_diff(train, i)))
     # The baseline runs alone (nothing is compared before it): time the rest only.
-    settings = SchedulerSettings(slots=slots, devices=tuple(str(i) for i in range(slots)),
-                                 poll_interval_s=0.05)
+    settings = SchedulerSettings(slots=slots, devices=tuple(str(i) for i in range(slots)))
     engine = SlotScheduler(runtime.store, settings, runtime.loop_factory(settings))
     base = runtime.store.claim_next(sweep.id)
     assert base is not None and base.is_baseline

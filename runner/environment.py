@@ -1,0 +1,47 @@
+"""The environment a run gets: an allow-list of the service's variables, never its secrets.
+
+Stdlib only. Guaranteed: only names on the allow-list (or named by the caller in ``pass_names``)
+are copied from the source environment; OVERNIGHT_TOKEN and LLM API keys are never among them
+unless a target names them itself. Not guaranteed: that a variable the target passes is safe.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+
+# Copied as they are: what a shell, Python, locale and the accelerator stack need.
+ALLOWED_NAMES = frozenset({
+    "PATH", "HOME", "USER", "LOGNAME", "SHELL", "TERM", "LANG", "LANGUAGE", "TZ", "TMPDIR",
+    "VIRTUAL_ENV", "PYTHONPATH", "PYTHONHASHSEED", "PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE",
+    "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS",
+    "LD_LIBRARY_PATH", "HF_HOME", "HF_DATASETS_CACHE", "XDG_CACHE_HOME", "SSL_CERT_FILE",
+})
+ALLOWED_PREFIXES = ("LC_", "CUDA_", "NVIDIA_", "TORCH", "PYTORCH_", "TRITON_", "NCCL_",
+                    "HIP_", "ROCM_", "MPS_", "XLA_", "CUBLAS_", "CUDNN_")
+# Never copied by the allow-list, even if a prefix above would match.
+SECRET = re.compile(r"TOKEN|SECRET|PASSWORD|API_KEY|APIKEY|CREDENTIAL|PRIVATE_KEY", re.I)
+RUN_PREFIX = "OVERNIGHT_"
+
+
+def is_allowed(name: str) -> bool:
+    """True for a variable the allow-list passes on to a run."""
+    if SECRET.search(name):
+        return False
+    return name in ALLOWED_NAMES or name.startswith(ALLOWED_PREFIXES)
+
+
+def guest_environment(
+    source: Mapping[str, str], extra: Mapping[str, str] | None = None,
+    pass_names: Iterable[str] = (),
+) -> dict[str, str]:
+    """The allow-listed part of ``source``, the names in ``pass_names``, then ``extra`` on top.
+
+    OVERNIGHT_* variables of the source are dropped (the service's own settings, its token
+    among them); the caller gives a run its OVERNIGHT_* variables through ``extra``.
+    """
+    named = set(pass_names)
+    env = {k: v for k, v in source.items()
+           if k in named or (is_allowed(k) and not k.startswith(RUN_PREFIX))}
+    env.update(extra or {})
+    return env

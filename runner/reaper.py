@@ -1,0 +1,183 @@
+"""A tiny supervisor that runs one command as a child subreaper and leaves nothing behind.
+
+Run as a script (`python -I -S runner/reaper.py -- ARGV...`), so it imports only the standard
+library and never the runner package (a worktree's sitecustomize.py cannot load into it). It
+makes itself a child subreaper (Linux `prctl(PR_SET_CHILD_SUBREAPER)`; elsewhere it degrades to
+a plain waiting parent), starts ARGV, reaps every orphan that lands on it, and when ARGV ends
+kills every remaining descendant (setsid and double-fork escapes included: while the reaper
+lives they are all below it), then exits the way ARGV did (same code, or the same signal).
+SIGTERM to the group reaches ARGV and is ignored here, so ARGV decides how to end.
+
+The /proc helpers (descendants, pids_with_env) are also used by the runner in the service.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import sys
+import time
+
+PR_SET_CHILD_SUBREAPER = 36
+KILL_ROUNDS = 50
+ROUND_WAIT_S = 0.02
+
+
+def make_subreaper() -> bool:
+    """Become a child subreaper; False where the OS has no such thing."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return int(libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def _stat_fields(pid: str) -> list[str] | None:
+    """The fields after "(comm)" in /proc/<pid>/stat: state, ppid, pgrp, session, ..."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            stat = handle.read().decode("ascii", errors="replace")
+    except OSError:
+        return None
+    return stat.rpartition(")")[2].split()
+
+
+def process_table() -> dict[int, tuple[int, str]]:
+    """pid -> (ppid, state) for every process in /proc; {} without /proc."""
+    table: dict[int, tuple[int, str]] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return table
+    for entry in entries:
+        if entry.isdigit():
+            fields = _stat_fields(entry)
+            if fields is not None and len(fields) >= 2:
+                table[int(entry)] = (int(fields[1]), fields[0])
+    return table
+
+
+def descendants(root: int, table: dict[int, tuple[int, str]] | None = None) -> set[int]:
+    """Every live (non-zombie) process below ``root`` in the parent tree."""
+    table = process_table() if table is None else table
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _) in table.items():
+        children.setdefault(ppid, []).append(pid)
+    found: set[int] = set()
+    todo = list(children.get(root, []))
+    while todo:
+        pid = todo.pop()
+        if pid in found or pid == root:
+            continue
+        found.add(pid)
+        todo.extend(children.get(pid, []))
+    return {pid for pid in found if table[pid][1] not in ("Z", "X")}
+
+
+def pids_with_env(name: str, value: str, *, prefix: bool = False) -> set[int]:
+    """Live processes whose environment (as /proc/<pid>/environ shows it) holds name=value.
+
+    With ``prefix``, any value starting with ``value`` matches. Never the caller itself.
+    """
+    want = f"{name}={value}".encode()
+    found: set[int] = set()
+    for pid, (_, state) in process_table().items():
+        if pid == os.getpid() or state in ("Z", "X"):
+            continue
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as handle:
+                entries = handle.read().split(b"\0")
+        except OSError:
+            continue
+        for entry in entries:
+            if entry == want or (prefix and entry.startswith(want)):
+                found.add(pid)
+                break
+    return found
+
+
+def kill_pids(pids: set[int]) -> None:
+    """SIGKILL each pid; ones already gone are fine. Never ourselves or init."""
+    for pid in pids:
+        if pid > 1 and pid != os.getpid():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+
+def _reap_any() -> list[tuple[int, int]]:
+    """Reap every child that has ended; (pid, status) pairs."""
+    reaped = []
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return reaped
+        if pid == 0:
+            return reaped
+        reaped.append((pid, status))
+
+
+def clear_descendants() -> None:
+    """Kill and reap everything below us, repeating while new processes keep appearing."""
+    for _ in range(KILL_ROUNDS):
+        left = descendants(os.getpid())
+        _reap_any()
+        if not left:
+            return
+        kill_pids(left)
+        time.sleep(ROUND_WAIT_S)
+
+
+def _exit_like(status: int) -> None:
+    """Exit with the child's code, or die of the child's signal."""
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        if sig not in (signal.SIGKILL, signal.SIGSTOP):
+            signal.signal(sig, signal.SIG_DFL)
+        try:
+            import resource
+
+            resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # no core file of ours
+        except (ImportError, ValueError, OSError):
+            pass
+        os.kill(os.getpid(), sig)
+    sys.exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1)
+
+
+def main(argv: list[str]) -> None:
+    if argv[:1] == ["--"]:
+        argv = argv[1:]
+    if not argv:
+        sys.exit("reaper: no command given")
+    make_subreaper()
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        child = os.fork()
+    except OSError as exc:
+        sys.exit(f"reaper: cannot fork: {exc}")
+    if child == 0:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        try:
+            os.execvp(argv[0], argv)
+        except OSError as exc:
+            os.write(2, f"failed to start {argv[0]}: {type(exc).__name__}: {exc}\n".encode())
+            os._exit(127)
+    status = 0
+    while True:
+        pid, wait_status = os.waitpid(-1, 0)
+        if pid == child:
+            status = wait_status
+            break
+    clear_descendants()
+    _exit_like(status)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -6,6 +6,7 @@ Pure: the stdlib, pydantic and agent.errors only. Every mistake raises ConfigErr
 from __future__ import annotations
 
 import enum
+import re
 import tomllib
 from pathlib import Path, PurePosixPath
 from typing import Annotated, Any, Literal
@@ -15,6 +16,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    StrictBool,
     StrictInt,
     ValidationError,
     field_validator,
@@ -34,6 +36,16 @@ class Direction(str, enum.Enum):
 
 
 Path_ = Annotated[str, AfterValidator(lambda v: _relpath(v))]
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def _env_name(value: str) -> str:
+    if not _ENV_NAME.match(value):
+        raise ValueError(f"{value!r} is not an environment variable name")
+    return value
+
+
+EnvName = Annotated[str, AfterValidator(_env_name)]
 
 
 def _relpath(value: str) -> str:
@@ -58,6 +70,9 @@ class TargetConfig(BaseModel):
     seed: StrictInt = 42
     min_delta: float = Field(0.0, ge=0)
     confirm_runs: StrictInt = Field(0, ge=0, le=MAX_CONFIRM_RUNS)  # extra runs before a keep
+    pass_env: tuple[EnvName, ...] = ()  # service variables a run gets beyond the allow-list
+    sandbox: Literal["none", "bwrap"] = "none"  # bwrap: read-only root, writable worktree
+    sandbox_network: StrictBool = False  # the bwrap sandbox keeps the network
 
     @model_validator(mode="before")
     @classmethod

@@ -168,6 +168,9 @@ class Store(Protocol):
 
     def add_loss_points(self, experiment_id: int, points: Sequence[ProgressPoint]) -> None: ...
 
+    def replace_loss_points(self, experiment_id: int, points: Sequence[ProgressPoint]) -> None:
+        """Make `points` the experiment's whole loss curve (after downsampling)."""
+
     def loss_points(self, experiment_id: int) -> list[ProgressPoint]: ...
 
 
@@ -216,10 +219,12 @@ class Runner(Protocol):
         log_path: Path,
         timeout_s: float,
         env: Mapping[str, str] | None = None,
+        pass_env: Sequence[str] = (),
         on_start: Callable[[int, int], None] | None = None,
         on_line: Callable[[str], None] | None = None,
         stop_event: threading.Event | None = None,
-    ) -> RunResult: ...
+    ) -> RunResult:
+        """Run `argv` as a guest: allow-listed environment plus `pass_env` names, then `env`."""
 
 
 @dataclass(frozen=True)

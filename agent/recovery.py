@@ -2,7 +2,8 @@
 
 On start, before any slot runs: experiments left `running` by a dead process become
 `interrupted` and are re-queued once as new linked rows; their orphaned process groups are
-killed; stale worktrees and ref locks are pruned; each sweep branch is reset to the database's
+killed, and so is every process whose environment carries one of their run ids
+(OVERNIGHT_RUN_ID, wherever it moved: setsid, chdir, double fork); stale worktrees and ref locks are pruned; each sweep branch is reset to the database's
 best commit if the two disagree (the database is the source of truth: a keep is recorded before
 the branch moves). Idempotent: a recovery killed half-way is completed by the next one.
 """
@@ -20,6 +21,7 @@ from typing import IO
 
 from agent.domain import Experiment, ExperimentStatus, Proposal, Sweep
 from agent.ports import Repo, Store
+from agent.training import run_id_prefix
 
 logger = logging.getLogger(__name__)
 
@@ -84,6 +86,7 @@ class RecoveryReport:
     requeued: dict[int, int] = field(default_factory=dict)  # interrupted id -> retry id
     not_requeued: list[int] = field(default_factory=list)  # given up after MAX_CRASH_RETRIES
     killed_groups: list[int] = field(default_factory=list)
+    killed_pids: list[int] = field(default_factory=list)  # found by their run id
     repaired_branches: dict[str, tuple[str, str]] = field(default_factory=dict)  # (was, now)
     removed_worktrees: list[str] = field(default_factory=list)
 
@@ -110,6 +113,19 @@ def kill_orphans(exps: list[Experiment], work_dir: Path,
         if exp.pgid and _is_our_group(exp.pgid, work_dir) and kill(exp.pgid):
             logger.warning("killed orphaned process group %d of experiment %d", exp.pgid, exp.id)
             killed.append(exp.pgid)
+    return killed
+
+
+def kill_run_id_carriers(exps: list[Experiment], work_dir: Path,
+                         kill: Callable[[str], list[int]]) -> list[int]:
+    """Kill every process carrying the run id of an interrupted experiment (any of its runs)."""
+    killed: list[int] = []
+    for exp in exps:
+        found = kill(run_id_prefix(work_dir, exp.id))
+        if found:
+            logger.warning("killed %d orphaned process(es) of experiment %d: %s", len(found),
+                           exp.id, found)
+        killed += found
     return killed
 
 
@@ -174,8 +190,15 @@ def repair_branch(repo: Repo, sweep: Sweep, report: RecoveryReport) -> None:
                        sweep.name, sweep.branch, head[:7] or "(missing)", sweep.best_commit[:7])
 
 
+def _kill_prefix(prefix: str) -> list[int]:
+    from runner.tree import kill_by_run_id
+
+    return kill_by_run_id(prefix, prefix=True)
+
+
 def recover(store: Store, repo_for: Callable[[Sweep], Repo], work_dir: Path,
-            kill: Callable[[int], bool] | None = None) -> RecoveryReport:
+            kill: Callable[[int], bool] | None = None,
+            kill_run: Callable[[str], list[int]] = _kill_prefix) -> RecoveryReport:
     """Run every recovery step; a target that cannot be opened is logged and skipped."""
     if kill is None:
         from runner.groups import kill_process_group
@@ -185,6 +208,7 @@ def recover(store: Store, repo_for: Callable[[Sweep], Repo], work_dir: Path,
     reaped = store.interrupt_running()
     report.interrupted = [e.id for e in reaped]
     report.killed_groups = kill_orphans(reaped, work_dir, kill)
+    report.killed_pids = kill_run_id_carriers(reaped, work_dir, kill_run)
     repos: dict[str, Repo] = {}
     for sweep in store.list_sweeps():
         if sweep.target_path in repos:

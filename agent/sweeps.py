@@ -15,6 +15,7 @@ from agent.config import TargetConfig, load_config
 from agent.domain import Experiment, ExperimentStatus, Proposal, Sweep, utcnow
 from agent.errors import AdmissionError, ConfigError
 from agent.ports import ProposalContext, Repo, Store, SweepSpec
+from runner.sandbox import bwrap_path
 
 logger = logging.getLogger(__name__)
 BRANCH_PREFIX = "overnight/"
@@ -60,6 +61,9 @@ def create_sweep(
     """Create the sweep row and its branch `overnight/<name>`, and queue the baseline."""
     check_sweep_name(name)
     config = config or load_config(target)
+    if config.sandbox == "bwrap" and bwrap_path() is None:
+        raise ConfigError("sandbox: 'bwrap' needs bubblewrap installed (Debian: apt-get install "
+                          "bubblewrap), or set sandbox = \"none\"")
     branch = BRANCH_PREFIX + name
     head = repo.ensure_branch(branch, start)
     hashes = repo.file_hashes(head, config.protected)

@@ -1,26 +1,35 @@
 """Running the target's command for one experiment: environment, log, loss curve, confirmations.
 
 Used by agent.loop. Talks to the Store and Runner ports only; knows nothing of git or keep rules.
+Each run carries OVERNIGHT_RUN_ID = "<work-dir key>:<experiment id>:<run k>" (k = 0 for the
+run, 1.. for confirmations), so recovery can find every process of an interrupted experiment.
+The loss curve is downsampled to at most MAX_LOSS_POINTS (+ the last point) per run.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
+import os
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agent.config import TargetConfig
 from agent.domain import Experiment, Sweep, utcnow
 from agent.ports import Runner, Store
 from runner.process import resolve_command, run_command
 from runner.result import RunResult
+from runner.sandbox import bwrap_command
 from runner.summary import ProgressPoint, parse_progress
+from runner.tree import RUN_ID_ENV
 
 MAX_REPAIRS = 2
 FLUSH_EVERY_S = 2.0
+MAX_LOSS_POINTS = 4000
 
 EventFn = Callable[[str, Experiment, dict[str, Any]], None]
 
@@ -48,6 +57,7 @@ class SubprocessRunner:
         log_path: Path,
         timeout_s: float,
         env: Mapping[str, str] | None = None,
+        pass_env: Sequence[str] = (),
         on_start: Callable[[int, int], None] | None = None,
         on_line: Callable[[str], None] | None = None,
         stop_event: threading.Event | None = None,
@@ -58,6 +68,7 @@ class SubprocessRunner:
             log_path=log_path,
             timeout_s=timeout_s,
             env=env,
+            pass_env=pass_env,
             grace_s=self.grace_s,
             on_start=on_start,
             on_line=on_line,
@@ -65,12 +76,50 @@ class SubprocessRunner:
         )
 
 
+def run_id_prefix(work_dir: Path, experiment_id: int) -> str:
+    """What every OVERNIGHT_RUN_ID of one experiment starts with ("<key>:<id>:")."""
+    key = hashlib.sha256(str(Path(work_dir).expanduser().resolve()).encode()).hexdigest()[:12]
+    return f"{key}:{experiment_id}:"
+
+
+class LossCurve:
+    """Keeps every k-th progress point, doubling k whenever more than ``cap`` are kept."""
+
+    def __init__(self, cap: int = MAX_LOSS_POINTS) -> None:
+        self.cap, self.stride, self.seen = cap, 1, 0
+        self.kept: list[tuple[int, ProgressPoint]] = []
+        self.last: tuple[int, ProgressPoint] | None = None
+
+    def add(self, point: ProgressPoint) -> bool:
+        """Take one point; True when earlier kept points were dropped (thinned)."""
+        index, self.seen = self.seen, self.seen + 1
+        self.last = (index, point)
+        if index % self.stride:
+            return False
+        self.kept.append((index, point))
+        if len(self.kept) <= self.cap:
+            return False
+        self.stride *= 2
+        self.kept = [(i, p) for i, p in self.kept if i % self.stride == 0]
+        return True
+
+    def points(self, with_last: bool = False) -> list[ProgressPoint]:
+        """The kept points, plus the last one seen when asked (the end of the curve)."""
+        kept = [p for _, p in self.kept]
+        if with_last and self.last is not None and (not self.kept or self.kept[-1] != self.last):
+            kept.append(self.last[1])
+        return kept
+
+
 class LineSink:
-    """Collects progress points from log lines; flushes them to the store every few seconds."""
+    """Collects a downsampled loss curve from log lines; writes it to the store every few
+    seconds (appending, or rewriting it after a thinning)."""
 
     def __init__(self, store: Store, exp: Experiment, emit: EventFn) -> None:
         self.store, self.exp, self.emit = store, exp, emit
-        self.pending: list[ProgressPoint] = []
+        self.curve = LossCurve()
+        self.written = 0  # how many of curve.kept the store holds
+        self.rewrite = False
         self.count = 0
         self.last_flush = time.monotonic()
 
@@ -80,15 +129,20 @@ class LineSink:
         if point is None:
             return
         self.count += 1
-        self.pending.append(point)
+        if self.curve.add(point):
+            self.rewrite = True
         if time.monotonic() - self.last_flush > FLUSH_EVERY_S:
             self.flush()
 
-    def flush(self) -> None:
-        points, self.pending = self.pending, []
+    def flush(self, final: bool = False) -> None:
+        """Write new points; after a thinning (or at the end, with the last point) rewrite."""
         self.last_flush = time.monotonic()
-        if points:
-            self.store.add_loss_points(self.exp.id, points)
+        points = self.curve.points(with_last=final)
+        if self.rewrite or (final and len(points) > len(self.curve.kept)):
+            self.store.replace_loss_points(self.exp.id, points)
+        elif len(points) > self.written:
+            self.store.add_loss_points(self.exp.id, points[self.written:])
+        self.written, self.rewrite = len(self.curve.kept), False
 
 
 class TrainingRuns:
@@ -102,6 +156,8 @@ class TrainingRuns:
         config = sweep.config
         log_path = self.settings.work_dir / "logs" / sweep.name / f"{exp.id}.log"
         env = self.env(sweep, exp, sweep.seed)
+        for folder in (self.settings.work_dir, log_path.parent.parent, log_path.parent):
+            _private_dir(folder)
         self.store.mark_started(exp.id, log_path=str(log_path), run_started_at=utcnow())
         sink = LineSink(self.store, exp, self.emit)
         self.emit("started", self.store.get_experiment(exp.id), {"budget_s": config.budget_s})
@@ -111,25 +167,40 @@ class TrainingRuns:
 
         try:
             result = self.runner.run(
-                resolve_command(config.command),
+                self.argv(config, wt),
                 cwd=wt,
                 log_path=log_path,
                 timeout_s=config.timeout_s,
                 env=env,
+                pass_env=config.pass_env,
                 on_start=on_start,
                 on_line=sink,
                 stop_event=stop,
             )
         finally:
-            sink.flush()
+            sink.flush(final=True)
         return result, sink.count > 0
 
-    def env(self, sweep: Sweep, exp: Experiment, seed: int) -> dict[str, str]:
+    def argv(self, config: TargetConfig, wt: Path) -> list[str]:
+        """The target's command, inside the bwrap sandbox when the target asks for it."""
+        argv = resolve_command(config.command)
+        if config.sandbox != "bwrap":
+            return argv
+        work = Path(self.settings.work_dir).resolve()
+        private = []
+        if work.name.endswith(".work"):  # <db>.work: the database's files sit beside it
+            db = work.with_name(work.name.removesuffix(".work"))
+            private = [db.with_name(db.name + s) for s in ("", "-wal", "-shm", ".token", ".lock")]
+        return bwrap_command(argv, writable=wt.resolve(), hidden_dirs=[work],
+                             hidden_files=private, network=config.sandbox_network)
+
+    def env(self, sweep: Sweep, exp: Experiment, seed: int, run: int = 0) -> dict[str, str]:
         config = sweep.config
         env = {
             "OVERNIGHT_BUDGET_S": f"{config.budget_s:g}",
             "OVERNIGHT_SEED": str(seed),
             "OVERNIGHT_EXPERIMENT_ID": str(exp.id),
+            RUN_ID_ENV: run_id_prefix(self.settings.work_dir, exp.id) + str(run),
             **self.settings.env,
         }
         if self.settings.device:
@@ -146,11 +217,12 @@ class TrainingRuns:
             log = self.settings.work_dir / "logs" / sweep.name / f"{exp.id}.confirm{k}.log"
             self.emit("confirming", exp, {"run": k, "of": config.confirm_runs})
             result = self.runner.run(
-                resolve_command(config.command),
+                self.argv(config, wt),
                 cwd=wt,
                 log_path=log,
                 timeout_s=config.timeout_s,
-                env=self.env(sweep, exp, sweep.seed + k),
+                env=self.env(sweep, exp, sweep.seed + k, run=k),
+                pass_env=config.pass_env,
                 stop_event=stop,
             )
             value = result.summary.get(config.metric)
@@ -165,3 +237,9 @@ class TrainingRuns:
             f"{config.metric} is the mean of {len(samples)} runs (seeds "
             f"{sweep.seed}..{sweep.seed + config.confirm_runs}): {runs}",
         )
+
+
+def _private_dir(path: Path) -> None:
+    """Create a log folder readable by the service's user only (0700)."""
+    path.mkdir(parents=True, exist_ok=True)
+    os.chmod(path, 0o700)

@@ -273,6 +273,10 @@ class MemoryStore:
         with self._lock:
             self._points.setdefault(experiment_id, []).extend(points)
 
+    def replace_loss_points(self, experiment_id: int, points: Sequence[ProgressPoint]) -> None:
+        with self._lock:
+            self._points[experiment_id] = list(points)
+
     def loss_points(self, experiment_id: int) -> list[ProgressPoint]:
         with self._lock:
             return sorted(self._points.get(experiment_id, []), key=lambda p: p.step)

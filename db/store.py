@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Engine, func, select, text, update
+from sqlalchemy import Engine, delete, func, select, text, update
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -453,6 +453,16 @@ class SqlStore:
         if not points:
             return
         with self.session("recording loss points") as s:
+            s.add_all(
+                LossPointRow(
+                    experiment_id=experiment_id, step=p.step, loss=p.loss, elapsed_s=p.elapsed_s
+                )
+                for p in points
+            )
+
+    def replace_loss_points(self, experiment_id: int, points: Sequence[ProgressPoint]) -> None:
+        with self.session("recording loss points") as s:
+            s.execute(delete(LossPointRow).where(LossPointRow.experiment_id == experiment_id))
             s.add_all(
                 LossPointRow(
                     experiment_id=experiment_id, step=p.step, loss=p.loss, elapsed_s=p.elapsed_s

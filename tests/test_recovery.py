@@ -154,3 +154,43 @@ def test_instance_lock_is_exclusive(tmp_path: Path) -> None:
         InstanceLock(tmp_path / "o.db").acquire()
     first.release()
     InstanceLock(tmp_path / "o.db").acquire().release()
+
+
+def test_orphan_that_moved_away_is_killed_by_its_run_id(world, tmp_path: Path) -> None:  # type: ignore
+    """A trainer (and its setsid grandchild) that did chdir("/") is found by OVERNIGHT_RUN_ID."""
+    import os
+
+    target, store, repo, work, loop = world
+    sweep = store.get_sweep("s")
+    exp = store.add_experiment(sweep.id, Proposal("K6", knob_diff(target, 6, 1)))
+    store.claim(exp.id)
+    pid_file = tmp_path / "escaped.pid"
+    env = {**os.environ, **loop.training.env(sweep, exp, sweep.seed, run=2),
+           "ESCAPE_PID_FILE": str(pid_file)}
+    script = Path(__file__).parent / "scripts" / "escape.py"
+    trainer = subprocess.Popen([sys.executable, str(script)], cwd="/", env=env,
+                               start_new_session=True, stdout=subprocess.DEVNULL)
+    try:
+        store.mark_started(exp.id, pgid=trainer.pid)
+        deadline = time.monotonic() + 10
+        while not pid_file.exists():
+            assert time.monotonic() < deadline, "the grandchild never started"
+            time.sleep(0.02)
+        grandchild = int(pid_file.read_text())
+        report = recover(store, lambda s: repo, work)
+        assert report.interrupted == [exp.id]
+        assert report.killed_groups == []  # matched by folder it would have survived
+        assert {trainer.pid, grandchild} <= set(report.killed_pids)
+        assert trainer.wait(timeout=10) == -9
+        assert not _alive(grandchild)
+    finally:
+        trainer.kill()
+        trainer.wait()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")

@@ -1,0 +1,45 @@
+"""Wrap a command in a bubblewrap (`bwrap`) sandbox: read-only root, one writable folder.
+
+Stdlib only. Guaranteed (when bwrap starts): the command sees the host's files read-only, its
+worktree writable, a private empty /tmp, the ``hidden_dirs`` as empty folders and the
+``hidden_files`` as empty files, its own pid namespace (everything in it dies with the
+sandbox) and, unless ``network`` is set, no network but a loopback. Not guaranteed: anything
+about devices (/dev is the host's, so GPUs work) or about what the host's files reveal.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterable
+from pathlib import Path
+
+BWRAP = "bwrap"
+
+
+def bwrap_path() -> str | None:
+    """The bwrap executable, or None when it is not installed."""
+    return shutil.which(BWRAP)
+
+
+def bwrap_command(
+    argv: list[str], *, writable: Path, hidden_dirs: Iterable[Path] = (),
+    hidden_files: Iterable[Path] = (), network: bool = False,
+) -> list[str]:
+    """``argv`` run inside bwrap with ``writable`` as its working folder.
+
+    Where bwrap is not installed the command names plain "bwrap", so it fails to start with a
+    clear "command not found" rather than running unsandboxed.
+    """
+    wrapped = [bwrap_path() or BWRAP, "--ro-bind", "/", "/", "--dev-bind", "/dev", "/dev", "--proc", "/proc",
+               "--tmpfs", "/tmp"]
+    for folder in hidden_dirs:
+        wrapped += ["--tmpfs", str(folder)]
+    for file in hidden_files:
+        if file.exists():
+            wrapped += ["--ro-bind", "/dev/null", str(file)]
+    wrapped += ["--bind", str(writable), str(writable), "--chdir", str(writable),
+                "--setenv", "TMPDIR", "/tmp", "--unshare-pid", "--unshare-ipc",
+                "--die-with-parent"]
+    if not network:
+        wrapped.append("--unshare-net")
+    return [*wrapped, "--", *argv]

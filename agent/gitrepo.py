@@ -1,7 +1,9 @@
 """Git adapter (gitpython): commits proposals without touching any checkout, runs worktrees.
 
 Commits are built in a throw-away index (GIT_INDEX_FILE) so the user's checkout, index and
-branches are never touched; only `overnight/<sweep>` and `refs/overnight/...` refs move.
+branches are never touched; only `overnight/<sweep>` and `refs/overnight/...` refs move. Every
+git call runs with hooks disabled (core.hooksPath=/dev/null), so a hook planted in the target
+(by a run, say) never runs as the service.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from pathlib import Path
 
 import git
 
+from agent.diff import PathChange, parse_diff_tree
+
 logger = logging.getLogger(__name__)
 
 # Commits made by the service carry a fixed identity so they work on machines with no git config.
@@ -26,6 +30,14 @@ IDENTITY = {
     "GIT_COMMITTER_NAME": "overnight",
     "GIT_COMMITTER_EMAIL": "overnight@localhost",
 }
+# Config given through the environment (git >= 2.31) reaches every git command, subcommands
+# included, and outranks the repository's own config.
+NO_HOOKS = {
+    "GIT_CONFIG_COUNT": "1",
+    "GIT_CONFIG_KEY_0": "core.hooksPath",
+    "GIT_CONFIG_VALUE_0": os.devnull,
+}
+GIT_ENV = {**IDENTITY, **NO_HOOKS}
 
 
 class GitError(RuntimeError):
@@ -42,7 +54,7 @@ class GitRepo:
 
     def _git(self, *args: str, env: dict[str, str] | None = None) -> str:
         try:
-            out = self._repo.git.execute(["git", *args], env={**IDENTITY, **(env or {})})
+            out = self._repo.git.execute(["git", *args], env={**GIT_ENV, **(env or {})})
             return str(out).strip()
         except git.GitCommandError as exc:
             raise GitError(
@@ -110,7 +122,7 @@ class GitRepo:
             text=True,
             capture_output=True,
             cwd=self.path,
-            env={**os.environ, **IDENTITY, **env},
+            env={**os.environ, **GIT_ENV, **env},
         )
         if proc.returncode != 0:
             raise GitError((proc.stderr or proc.stdout).strip() or "git apply failed")
@@ -121,6 +133,24 @@ class GitRepo:
         except GitError as exc:
             return str(exc)
         return None
+
+    def tree_changes(self, base: str, diff: str) -> list[PathChange]:
+        """What applying ``diff`` on ``base`` changes, in git's own words. Raises GitError."""
+        tree = self._with_index(base, diff, check_only=False)
+        return self._diff_tree(base, tree)
+
+    def commit_changes(self, commit: str) -> list[PathChange]:
+        """What ``commit`` changes against its (first) parent, in git's own words."""
+        return self._diff_tree(f"{commit}^", commit)
+
+    def _diff_tree(self, old: str, new: str) -> list[PathChange]:
+        proc = subprocess.run(
+            ["git", "diff-tree", "-r", "--no-renames", "--no-commit-id", "-z", old, new],
+            capture_output=True, cwd=self.path, env={**os.environ, **GIT_ENV},
+        )
+        if proc.returncode != 0:
+            raise GitError(f"git diff-tree: {proc.stderr.decode(errors='replace').strip()}")
+        return parse_diff_tree(proc.stdout)
 
     def commit_diff(self, base: str, diff: str, message: str) -> str:
         tree = (
@@ -190,7 +220,7 @@ def hash_worktree_files(root: Path, paths: Sequence[str]) -> dict[str, str]:
 def init_repo(path: Path, message: str = "overnight: initial target") -> str:
     """git init a folder (if needed) and commit everything in it; return the head sha."""
     repo = git.Repo.init(path)
-    env = {**os.environ, **IDENTITY}
+    env = {**os.environ, **GIT_ENV}
     repo.git.add(A=True, env=env)
     if repo.is_dirty(index=True, untracked_files=False) or not repo.head.is_valid():
         repo.git.commit("-m", message, "--allow-empty", env=env)

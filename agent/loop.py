@@ -13,6 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from agent.admit import check_changes
 from agent.classify import CrashFacts, classify
 from agent.config import TargetConfig
 from agent.decide import is_improvement
@@ -25,6 +26,7 @@ from agent.domain import (
     Sweep,
     utcnow,
 )
+from agent.errors import AdmissionError
 from agent.gitrepo import hash_worktree_files
 from agent.ports import Proposer, Repo, Runner, Store
 from agent.sweeps import proposal_context, submit
@@ -148,6 +150,10 @@ class Loop:
         ref = f"refs/overnight/{sweep.name}/{exp.id}"
         self.repo.set_ref(ref, commit)
         config = sweep.config
+        if not exp.is_baseline:
+            refused = self._refused_by_git(commit, config)
+            if refused:
+                return self._finish(exp, Finish(ExperimentStatus.REJECTED, reason=refused))
         expected = self.store.protected_hashes(sweep.id)
         actual = self.repo.file_hashes(commit, config.protected)
         changed = sorted(p for p in expected if actual.get(p) != expected[p])
@@ -161,6 +167,14 @@ class Loop:
             )
         self.store.mark_started(exp.id, commit=commit, ref=ref, base_commit=head)
         return head, commit
+
+    def _refused_by_git(self, commit: str, config: TargetConfig) -> str | None:
+        """Why git's own view of the commit is not admissible (None if it is)."""
+        try:
+            check_changes(self.repo.commit_changes(commit), config)
+        except AdmissionError as exc:
+            return f"refused after applying: {exc.message}"
+        return None
 
     def _record(
         self,

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Protocol
 
 from agent.config import TargetConfig
+from agent.diff import PathChange
 from agent.domain import (
     CrashKind,
     Experiment,
@@ -187,6 +188,12 @@ class Repo(Protocol):
 
     def commit_diff(self, base: str, diff: str, message: str) -> str:
         """Create a commit of `diff` on `base` without touching any worktree; return its sha."""
+
+    def tree_changes(self, base: str, diff: str) -> list[PathChange]:
+        """What applying `diff` on `base` would change, as git reports it (no ref moves)."""
+
+    def commit_changes(self, commit: str) -> list[PathChange]:
+        """What `commit` changes against its parent, as git reports it."""
 
     def set_ref(self, ref: str, sha: str) -> None: ...
 

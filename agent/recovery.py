@@ -2,10 +2,11 @@
 
 On start, before any slot runs: experiments left `running` by a dead process become
 `interrupted` and are re-queued once as new linked rows; their orphaned process groups are
-killed, and so is every process whose environment carries one of their run ids
-(OVERNIGHT_RUN_ID, wherever it moved: setsid, chdir, double fork); stale worktrees and ref locks are pruned; each sweep branch is reset to the database's
-best commit if the two disagree (the database is the source of truth: a keep is recorded before
-the branch moves). Idempotent: a recovery killed half-way is completed by the next one.
+killed, and so is every process whose environment carries one of their run ids (found by
+OVERNIGHT_RUN_ID wherever it moved: setsid, chdir, double fork); stale worktrees and ref locks
+are pruned; each sweep branch is reset to the database's best commit if the two disagree
+(the database is the source of truth: a keep is recorded before the branch moves).
+Idempotent: a recovery killed half-way is completed by the next one.
 """
 
 from __future__ import annotations

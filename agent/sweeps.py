@@ -10,7 +10,7 @@ import re
 from datetime import datetime
 from pathlib import Path
 
-from agent.admit import check_proposal, clean_description
+from agent.admit import check_changes, check_proposal, clean_description
 from agent.config import TargetConfig, load_config
 from agent.domain import Experiment, ExperimentStatus, Proposal, Sweep, utcnow
 from agent.errors import AdmissionError, ConfigError
@@ -111,6 +111,8 @@ def admit(store: Store, repo: Repo, sweep: Sweep, proposal: Proposal) -> str:
         raise AdmissionError(
             "does_not_apply", f"diff does not apply to the sweep head {head[:7]}: {problem}", 409
         )
+    # git is the final authority on what the diff touches: check its view, not only ours.
+    check_changes(repo.tree_changes(head, proposal.diff), config)
     return head
 
 

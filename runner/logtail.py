@@ -81,7 +81,7 @@ class LogTailer:
         self._emit(f"[overnight: skipped {behind - backlog} bytes of output]")
 
     def flush(self) -> None:
-        """Deliver what is left (at most the last FLUSH_BACKLOG_BYTES) and the final partial line."""
+        """Deliver what is left (the last FLUSH_BACKLOG_BYTES at most) and any partial line."""
         while self.poll(backlog=FLUSH_BACKLOG_BYTES):
             pass
         if self._on_line is None:

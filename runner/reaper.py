@@ -111,7 +111,7 @@ def kill_pids(pids: set[int]) -> None:
 
 def _reap_any() -> list[tuple[int, int]]:
     """Reap every child that has ended; (pid, status) pairs."""
-    reaped = []
+    reaped: list[tuple[int, int]] = []
     while True:
         try:
             pid, status = os.waitpid(-1, os.WNOHANG)

@@ -30,8 +30,8 @@ def bwrap_command(
     Where bwrap is not installed the command names plain "bwrap", so it fails to start with a
     clear "command not found" rather than running unsandboxed.
     """
-    wrapped = [bwrap_path() or BWRAP, "--ro-bind", "/", "/", "--dev-bind", "/dev", "/dev", "--proc", "/proc",
-               "--tmpfs", "/tmp"]
+    wrapped = [bwrap_path() or BWRAP, "--ro-bind", "/", "/", "--dev-bind", "/dev", "/dev",
+               "--proc", "/proc", "--tmpfs", "/tmp"]
     for folder in hidden_dirs:
         wrapped += ["--tmpfs", str(folder)]
     for file in hidden_files:

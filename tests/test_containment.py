@@ -155,7 +155,8 @@ def test_kill_by_run_id_finds_a_process_wherever_it_moved(tmp_path: Path) -> Non
 
 def test_guest_environment_has_no_secrets(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     secrets = {"ANTHROPIC_API_KEY": "sk-ant-fake", "OPENAI_API_KEY": "sk-fake",
-               "OVERNIGHT_TOKEN": "fake-token-1234567890", "AWS_SECRET_ACCESS_KEY": "aws-fake-secret"}
+               "OVERNIGHT_TOKEN": "fake-token-1234567890",
+               "AWS_SECRET_ACCESS_KEY": "aws-fake-secret"}
     for name, value in secrets.items():
         monkeypatch.setenv(name, value)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")

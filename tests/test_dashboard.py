@@ -10,8 +10,9 @@ import pytest
 from browser_helpers import Filled, fill_direct, fill_sweep, make_app
 from fastapi.testclient import TestClient
 
+from agent.diff import diff_stats
+from agent.diff import view_lines as parse_diff
 from agent.domain import Experiment, ExperimentStatus, Proposal, utcnow
-from api.dashboard.diffview import diff_stats, parse_diff
 from api.dashboard.plot import loss_svg, progress_svg
 from api.dashboard.views import PAGE_SIZE
 

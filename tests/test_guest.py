@@ -5,7 +5,6 @@ The loop on a real git repo, a real SQLite store and real trainer subprocesses.
 
 from __future__ import annotations
 
-import os
 import stat
 from pathlib import Path
 
@@ -85,16 +84,25 @@ def test_logs_and_work_folder_are_private(tmp_path, store, target, make_loop):
         assert stat.S_IMODE(folder.stat().st_mode) == 0o700, folder
 
 
-@pytest.mark.skipif(os.name != "posix", reason="POSIX only")
-def test_missing_bwrap_fails_to_start_rather_than_running_unsandboxed(
+def test_missing_bwrap_is_refused_and_never_runs_unsandboxed(
     tmp_path, store, target, make_loop, monkeypatch
 ):
-    toml_with(target, 'sandbox   = "bwrap"\n')
     import shutil
 
+    from agent.errors import ConfigError
+
+    toml_with(target, 'sandbox   = "bwrap"\n')
     real_which = shutil.which
-    monkeypatch.setattr(shutil, "which",  # a machine without bubblewrap
-                        lambda name, *a, **k: None if name == "bwrap" else real_which(name, *a, **k))
-    loop, sweep, done = run_baseline(store, target, make_loop)
+
+    def which_without_bwrap(name, *args, **kwargs):  # a machine without bubblewrap
+        return None if name == "bwrap" else real_which(name, *args, **kwargs)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(shutil, "which", which_without_bwrap)
+        with pytest.raises(ConfigError, match="bubblewrap"):
+            create_sweep(store, GitRepo(target), target, name="nb", config=load_config(target))
+    sweep = create_sweep(store, GitRepo(target), target, name="g", config=load_config(target))
+    monkeypatch.setattr(shutil, "which", which_without_bwrap)  # uninstalled since
+    done = make_loop(target).execute(sweep, store.claim_next(sweep.id))
     assert done.status is ExperimentStatus.CRASHED
-    assert "bwrap" in (done.reason or "") + (done.log_tail or "")
+    assert "bwrap" in (done.log_tail or "")

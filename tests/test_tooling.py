@@ -31,6 +31,7 @@ FORBIDDEN = {
     "agent/domain.py": {"db", "api", "sqlalchemy", "fastapi", "git", "httpx"},
     "agent/config.py": {"db", "api", "sqlalchemy", "fastapi", "git"},
     "agent/admit.py": {"db", "api", "sqlalchemy", "fastapi", "git"},
+    "agent/diff.py": {"db", "api", "sqlalchemy", "fastapi", "git", "runner"},
     "agent/classify.py": {"db", "api", "sqlalchemy", "fastapi", "git"},
     "agent/decide.py": {"db", "api", "sqlalchemy", "fastapi", "git"},
     "agent/gate.py": {"db", "api", "sqlalchemy", "fastapi", "git", "apscheduler"},

@@ -7,12 +7,11 @@ crashed. A constant whose line carries the comment `knobs: skip` is left alone.
 
 from __future__ import annotations
 
-import difflib
 import random
 import re
 from dataclasses import dataclass
 
-from agent.admit import normalize_diff
+from agent.diff import lines_with_ends, make_diff, normalize, split_lines
 from agent.domain import Experiment, ExperimentStatus, Proposal
 from agent.ports import ProposalContext
 
@@ -36,7 +35,7 @@ class Knob:
 
 def find_knobs(path: str, text: str) -> list[Knob]:
     knobs = []
-    for i, line in enumerate(text.splitlines()):
+    for i, line in enumerate(split_lines(text)):
         m = _CONST.match(line)
         if not m or "knobs: skip" in m.group("rest"):
             continue
@@ -87,17 +86,6 @@ def candidates(knob: Knob) -> list[tuple[int, str]]:
     return [c for c in out if c[1] != knob.raw]
 
 
-def make_diff(path: str, old_text: str, new_text: str) -> str:
-    lines = difflib.unified_diff(
-        old_text.splitlines(keepends=True),
-        new_text.splitlines(keepends=True),
-        fromfile=f"a/{path}",
-        tofile=f"b/{path}",
-        n=3,
-    )
-    return "".join(lines)
-
-
 def _score(history: list[Experiment]) -> dict[tuple[str, int], float]:
     scores: dict[tuple[str, int], float] = {}
     for exp in history:
@@ -135,13 +123,13 @@ class KnobsProposer:
         self.seed = seed
 
     def propose(self, ctx: ProposalContext) -> Proposal | None:
-        tried = {normalize_diff(e.diff) for e in ctx.history if e.diff}
+        tried = {normalize(e.diff) for e in ctx.history if e.diff}
         seen = _seen_values(ctx.history)
         scores = _score(ctx.history)
         rng = random.Random(f"{self.seed}:{len(ctx.history)}")
         options = []
         for path, text in sorted(ctx.files.items()):
-            lines = text.splitlines(keepends=True)
+            lines = lines_with_ends(text)
             for knob in find_knobs(path, text):
                 for rank, (direction, literal) in enumerate(candidates(knob)):
                     new_line = lines[knob.line_no].replace(knob.raw, literal, 1)
@@ -149,7 +137,7 @@ class KnobsProposer:
                         lines[: knob.line_no] + [new_line] + lines[knob.line_no + 1 :]
                     )
                     diff = make_diff(path, text, new_text)
-                    if literal in seen.get(knob.name, ()) or normalize_diff(diff) in tried:
+                    if literal in seen.get(knob.name, ()) or normalize(diff) in tried:
                         continue
                     score = (
                         scores.get((knob.name, direction), 0.0) - 0.1 * rank + rng.random() * 0.2

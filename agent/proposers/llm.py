@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agent.admit import check_proposal, normalize_diff
+from agent.admit import check_proposal
+from agent.diff import normalize as normalize_diff
 from agent.domain import Experiment, ExperimentStatus, Proposal
 from agent.errors import AdmissionError
 from agent.ports import ProposalContext

@@ -9,17 +9,19 @@ model was shown. Every failure raises AdmissionError with a message meant for th
 
 from __future__ import annotations
 
-import difflib
 import re
 from dataclasses import dataclass
 
+from agent.diff import files_diff, lines_with_ends, loose_hunks, make_diff, split_lines
 from agent.errors import AdmissionError
+
+__all__ = ["ParsedAnswer", "apply_unified_diff", "description_of", "extract_diff_text",
+           "files_diff", "make_diff", "parse_answer"]
 
 _DESC = re.compile(r"^\W{0,4}description\W{0,4}\s*[:\-]\s*(.+)$", re.I | re.M)
 _FENCE = re.compile(r"^```([^\n`]*)\n(.*?)^```[ \t]*$", re.S | re.M)
 _SR = re.compile(r"^<{5,9} ?SEARCH[ \t]*\n(.*?)^={5,9}[ \t]*\n(.*?)^>{5,9} ?REPLACE[ \t]*$",
                  re.S | re.M)
-_HUNK = re.compile(r"^@@ -(\d+)(?:,\d+)? \+\d+(?:,\d+)? @@")
 _DIFF_START = re.compile(r"^(diff --git |--- )", re.M)
 
 
@@ -28,17 +30,6 @@ class ParsedAnswer:
     description: str
     diff: str  # clean unified diff against the files shown
     shape: str  # "search_replace" | "unified_diff" | "full_file"
-
-
-def make_diff(path: str, old: str, new: str) -> str:
-    return "".join(difflib.unified_diff(old.splitlines(keepends=True),
-                                        new.splitlines(keepends=True),
-                                        fromfile=f"a/{path}", tofile=f"b/{path}", n=3))
-
-
-def files_diff(before: dict[str, str], after: dict[str, str]) -> str:
-    changed = [p for p in sorted(after) if after[p] != before[p]]
-    return "".join(make_diff(p, before[p], after[p]) for p in changed)
 
 
 def description_of(text: str) -> str | None:
@@ -79,8 +70,8 @@ def _replace_once(content: str, search: str, replace: str, path: str) -> str:
         raise AdmissionError("bad_search", f"the SEARCH text matches {count} places in {path}; "
                              "include more surrounding lines so it is unique")
     # Forgive trailing-whitespace differences, line by line.
-    lines = content.splitlines(keepends=True)
-    want = [s.rstrip() for s in search.splitlines()]
+    lines = lines_with_ends(content)
+    want = [s.rstrip() for s in split_lines(search)]
     hits = [i for i in range(len(lines) - len(want) + 1)
             if [x.rstrip() for x in lines[i:i + len(want)]] == want]
     if len(hits) != 1:
@@ -114,30 +105,12 @@ def extract_diff_text(text: str) -> str | None:
     return text[start.start():] if start and "\n+++ " in text[start.start():] else None
 
 
-def _hunks(diff: str) -> list[tuple[str, int, list[str]]]:
-    """(path, stated old line, body lines) for each hunk."""
-    out: list[tuple[str, int, list[str]]] = []
-    path: str | None = None
-    lines = diff.splitlines()
-    for i, line in enumerate(lines):
-        if line.startswith("+++ ") and i > 0 and lines[i - 1].startswith("--- "):
-            raw = line[4:].split("\t")[0].strip()
-            path = raw[2:] if raw.startswith(("a/", "b/")) else raw
-        elif (m := _HUNK.match(line)) and path is not None:
-            out.append((path, int(m.group(1)), []))
-        elif out and line[:1] in (" ", "+", "-", "") and not line.startswith(("--- ", "+++ ")):
-            out[-1][2].append(line)
-        elif out and line.startswith("\\"):
-            continue
-    return out
-
-
 def _apply_hunk(content: str, line_no: int, body: list[str], path: str) -> str:
     old = [b[1:] for b in body if b[:1] in (" ", "-") or b == ""]
     new = [b[1:] for b in body if b[:1] in (" ", "+") or b == ""]
     while old and new and old[-1] == "" and new[-1] == "" and body and body[-1] == "":
         old.pop(), new.pop(), body.pop()  # a blank line the model left after the hunk
-    lines = content.splitlines()
+    lines = split_lines(content)
     if not old:
         at = max(0, min(line_no, len(lines)))
         return "\n".join(lines[:at] + new + lines[at:]) + "\n"
@@ -154,7 +127,7 @@ def _apply_hunk(content: str, line_no: int, body: list[str], path: str) -> str:
 
 
 def apply_unified_diff(diff: str, files: dict[str, str]) -> dict[str, str]:
-    hunks = _hunks(diff)
+    hunks = loose_hunks(diff)
     if not hunks:
         raise AdmissionError("malformed_diff", "the diff has no '--- a/file', '+++ b/file' and "
                              "'@@' hunk lines")
@@ -178,7 +151,7 @@ def full_file(text: str, files: dict[str, str]) -> dict[str, str] | None:
         path = _path_for(info, files) or _path_for(label, files)
         if path is None and len(files) == 1:
             only = next(iter(files))
-            if len(body.splitlines()) >= 0.6 * len(files[only].splitlines()):
+            if len(split_lines(body)) >= 0.6 * len(split_lines(files[only])):
                 path = only
         if path is not None:
             out[path], found = body, True

@@ -15,13 +15,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from agent.diff import diff_stats, view_lines
 from agent.domain import Experiment, ExperimentStatus, Sweep, utcnow
 from agent.ports import Store
 from agent.report import improvement, memory_gb
 from agent.service import Service, read_log
 from runner.summary import parse_progress
 
-from .diffview import diff_stats, parse_diff
 from .plot import loss_svg, progress_svg
 
 logger = logging.getLogger(__name__)
@@ -120,7 +120,7 @@ def sweep_page(service: Service, sweep: Sweep, status: str, page: int) -> dict[s
         "page": page,
         "pages": pages,
         "kept": [
-            {"exp": e, "lines": parse_diff(e.diff), "stats": diff_stats(e.diff)} for e in kept
+            {"exp": e, "lines": view_lines(e.diff), "stats": diff_stats(e.diff)} for e in kept
         ],
         "best_files": best_files(service, sweep),
         "running": [live_run(store, sweep, e, with_points=False) for e in running],
@@ -207,7 +207,7 @@ def experiment_page(store: Any, e: Experiment) -> dict[str, Any]:
     return {
         "sweep": sweep,
         "exp": e,
-        "lines": parse_diff(e.diff),
+        "lines": view_lines(e.diff),
         "stats": diff_stats(e.diff),
         "summary": sorted(e.summary.items()),
         "loss": loss_svg(points, width=640, height=200),

@@ -22,6 +22,7 @@ from typing import IO
 
 from agent.domain import Experiment, ExperimentStatus, Proposal, Sweep
 from agent.ports import Repo, Store
+from agent.private import private_file
 from agent.training import run_id_prefix
 
 logger = logging.getLogger(__name__)
@@ -51,7 +52,7 @@ class InstanceLock:
         self._fh: IO[str] | None = None
 
     def acquire(self) -> InstanceLock:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        private_file(self.path)
         fh = open(self.path, "a+", encoding="utf-8")  # noqa: SIM115 - held until release()
         try:
             fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -21,6 +21,7 @@ from typing import Any
 from agent.config import TargetConfig
 from agent.domain import Experiment, Sweep, utcnow
 from agent.ports import Runner, Store
+from agent.private import DIR_MODE
 from runner.process import resolve_command, run_command
 from runner.result import RunResult
 from runner.sandbox import bwrap_command
@@ -157,7 +158,7 @@ class TrainingRuns:
         log_path = self.settings.work_dir / "logs" / sweep.name / f"{exp.id}.log"
         env = self.env(sweep, exp, sweep.seed)
         for folder in (self.settings.work_dir, log_path.parent.parent, log_path.parent):
-            _private_dir(folder)
+            _private(folder)
         self.store.mark_started(exp.id, log_path=str(log_path), run_started_at=utcnow())
         sink = LineSink(self.store, exp, self.emit)
         self.emit("started", self.store.get_experiment(exp.id), {"budget_s": config.budget_s})
@@ -239,7 +240,7 @@ class TrainingRuns:
         )
 
 
-def _private_dir(path: Path) -> None:
-    """Create a log folder readable by the service's user only (0700)."""
-    path.mkdir(parents=True, exist_ok=True)
-    os.chmod(path, 0o700)
+def _private(folder: Path) -> None:
+    """The work and log folders are the service's own: 0700 whether new or not."""
+    folder.mkdir(parents=True, exist_ok=True, mode=DIR_MODE)
+    os.chmod(folder, DIR_MODE)

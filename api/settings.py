@@ -10,6 +10,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from agent.errors import ConfigError
+from agent.private import private_dir
 
 MAX_BODY_BYTES = 1024 * 1024
 TOKEN_ENV = "OVERNIGHT_TOKEN"
@@ -97,7 +98,7 @@ def ensure_token(db_path: Path) -> tuple[str, Path, bool]:
         token = path.read_text(encoding="utf-8").strip()
         if token:
             return token, path, False
-    path.parent.mkdir(parents=True, exist_ok=True)
+    private_dir(path.parent)
     token = secrets.token_urlsafe(32)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w", encoding="utf-8") as fh:

@@ -11,6 +11,8 @@ from typing import Any
 
 from sqlalchemy import Engine, create_engine, event
 
+from agent.private import private_file
+
 logger = logging.getLogger(__name__)
 BUSY_TIMEOUT_MS = 30_000
 
@@ -25,9 +27,11 @@ def _on_connect(dbapi_conn: Any, _record: Any) -> None:
 
 
 def make_engine(path: Path | str) -> Engine:
-    """An engine for the SQLite file at `path` (parent folders are created)."""
+    """An engine for the SQLite file at `path` (parent folders are created 0700, the file and
+    its -wal/-shm companions 0600)."""
     path = Path(path).expanduser()
-    path.parent.mkdir(parents=True, exist_ok=True)
+    for companion in ("", "-wal", "-shm"):
+        private_file(path.with_name(path.name + companion))
     engine = create_engine(
         f"sqlite:///{path}",
         connect_args={"check_same_thread": False, "timeout": BUSY_TIMEOUT_MS / 1000},

@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Engine, delete, func, select, text, update
+from sqlalchemy import Engine, delete, func, insert, select, text, update
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -453,22 +453,13 @@ class SqlStore:
         if not points:
             return
         with self.session("recording loss points") as s:
-            s.add_all(
-                LossPointRow(
-                    experiment_id=experiment_id, step=p.step, loss=p.loss, elapsed_s=p.elapsed_s
-                )
-                for p in points
-            )
+            s.execute(insert(LossPointRow), _loss_rows(experiment_id, points))
 
     def replace_loss_points(self, experiment_id: int, points: Sequence[ProgressPoint]) -> None:
         with self.session("recording loss points") as s:
             s.execute(delete(LossPointRow).where(LossPointRow.experiment_id == experiment_id))
-            s.add_all(
-                LossPointRow(
-                    experiment_id=experiment_id, step=p.step, loss=p.loss, elapsed_s=p.elapsed_s
-                )
-                for p in points
-            )
+            if points:
+                s.execute(insert(LossPointRow), _loss_rows(experiment_id, points))
 
     def loss_points(self, experiment_id: int) -> list[ProgressPoint]:
         q = (
@@ -530,3 +521,9 @@ class SqlStore:
 def _implements_the_port(store: SqlStore) -> Store:
     """mypy checks here that SqlStore has every method of the Store port."""
     return store
+
+
+def _loss_rows(experiment_id: int, points: Sequence[ProgressPoint]) -> list[dict[str, Any]]:
+    """Plain rows for one bulk INSERT (the ORM's per-object path is ~50x slower here)."""
+    return [{"experiment_id": experiment_id, "step": p.step, "loss": p.loss,
+             "elapsed_s": p.elapsed_s} for p in points]

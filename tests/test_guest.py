@@ -59,11 +59,11 @@ def test_trainer_never_sees_the_token_or_llm_keys(tmp_path, store, make_loop, mo
     assert dumped[RUN_ID_ENV] == run_id_prefix(work, done.id) + "0"
 
 
-def test_a_million_line_flood_is_stored_as_a_bounded_curve(tmp_path, store, make_loop):
+def test_a_flood_of_progress_lines_is_stored_as_a_bounded_curve(tmp_path, store, make_loop):
     source = (Path(__file__).parent / "fixtures" / "fake_target" / "train.py").read_text()
     flood = source.replace(
         'for step in range(1, 4):\n    print(f"step {step} | loss {5.0 / step:.4f} | elapsed '
-        '{time.time() - start:.2f}s", flush=True)',
+        '{time.time() - start:.2f}s", flush=True)\n    time.sleep(min(SLEEP_S, budget) / 3)',
         'for step in range(1, 100_001):\n    print(f"step {step} | loss {5.0 / step:.4f}")')
     assert flood != source
     target = make_target(tmp_path / "t", edits={"train.py": flood})
@@ -106,3 +106,22 @@ def test_missing_bwrap_is_refused_and_never_runs_unsandboxed(
     done = make_loop(target).execute(sweep, store.claim_next(sweep.id))
     assert done.status is ExperimentStatus.CRASHED
     assert "bwrap" in (done.log_tail or "")
+
+
+def test_database_token_and_lock_are_private(tmp_path):
+    from agent.recovery import InstanceLock
+    from api.settings import ensure_token
+    from db.engine import open_database
+    from db.store import SqlStore
+
+    db = tmp_path / "home" / "overnight.db"
+    store = SqlStore(open_database(db))
+    store.list_sweeps()
+    _, token, _ = ensure_token(db)
+    lock = InstanceLock(db).acquire()
+    try:
+        assert stat.S_IMODE(db.parent.stat().st_mode) == 0o700
+        for path in (db, Path(f"{db}-wal"), Path(f"{db}-shm"), token, lock.path):
+            assert path.exists() and stat.S_IMODE(path.stat().st_mode) == 0o600, path
+    finally:
+        lock.release()

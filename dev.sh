@@ -43,11 +43,19 @@ browser() {
   fi
 }
 
+sandbox() {
+  # Debian's bubblewrap for the optional run sandbox (sandbox = "bwrap"; its tests skip without).
+  if ! command -v bwrap >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && [[ $(id -u) == 0 ]]; then
+    echo "installing bubblewrap ..."
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null
+  fi
+}
+
 cmd="${1:-demo}"
 shift || true
 case "$cmd" in
   setup) setup ;;
   demo) setup; exec "$VENV/bin/overnight" demo "$@" ;;
-  test) setup; browser; exec "$PY" -m pytest "$@" ;;
+  test) setup; browser; sandbox; exec "$PY" -m pytest "$@" ;;
   *) echo "usage: ./dev.sh demo|test|setup [args...]" >&2; exit 2 ;;
 esac

@@ -137,3 +137,20 @@ def test_init_repo_does_not_run_commit_hooks(tmp_path):
 
 def test_fixture_target_has_the_files_the_corpus_needs():
     assert (FIXTURES / "fake_target" / "train.py").is_file()
+
+
+@pytest.mark.parametrize("old,new", [
+    ("a\x0cb = 1\nc = 2\n", "a\x0cb = 1\nc = 3\n"),  # form feed inside a line
+    ("x = 1\ny = 2", "x = 1\ny = 3"),  # no newline at the end of the file
+    ("s = 'a\x1cb\u2028c'\n", "s = 'a\x1cb\u2028d'\n"),
+])
+def test_written_diffs_apply_with_git_exactly(tmp_path, old, new):
+    from agent.diff import make_diff
+
+    target = make_target(tmp_path / "t", edits={"train.py": old})
+    repo = GitRepo(target)
+    head = repo.head("HEAD")
+    diff = make_diff("train.py", old, new)
+    assert [p.path for p in parse(diff)] == ["train.py"]
+    commit = repo.commit_diff(head, diff, "edit")
+    assert git.Repo(target).git.show(f"{commit}:train.py", strip_newline_in_stdout=False) == new

@@ -125,3 +125,17 @@ def test_database_token_and_lock_are_private(tmp_path):
             assert path.exists() and stat.S_IMODE(path.stat().st_mode) == 0o600, path
     finally:
         lock.release()
+
+
+def test_loss_curve_stays_bounded_and_keeps_the_ends():
+    from agent.training import LossCurve
+    from runner.summary import ProgressPoint
+
+    curve = LossCurve(cap=100)
+    for step in range(1, 100_001):
+        curve.add(ProgressPoint(step, 1.0 / step, None))
+    points = curve.points(with_last=True)
+    assert len(points) <= 101 and len(points) >= 50
+    assert points[0].step == 1 and points[-1].step == 100_000
+    gaps = {b.step - a.step for a, b in zip(points[:-2], points[1:-1], strict=True)}
+    assert len(gaps) == 1  # evenly spaced: one stride

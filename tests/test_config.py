@@ -20,6 +20,10 @@ def test_good_config_round_trips():
     cfg = parse_config(GOOD)
     assert cfg.budget_s == 300 and cfg.editable == ("train.py",)
     assert parse_config(cfg.to_dict()) == cfg
+    assert cfg.sandbox == "none" and cfg.pass_env == () and cfg.sandbox_network is False
+    guarded = parse_config({**GOOD, "pass_env": ["WANDB_API_KEY"], "sandbox": "bwrap",
+                            "sandbox_network": True})
+    assert parse_config(guarded.to_dict()) == guarded and guarded.pass_env == ("WANDB_API_KEY",)
 
 
 @pytest.mark.parametrize(
@@ -35,6 +39,10 @@ def test_good_config_round_trips():
         ({"editable": ["../x.py"]}, "editable"),
         ({"protected": ["train.py"]}, "train.py"),
         ({"direction": "up"}, "direction"),
+        ({"pass_env": "WANDB_API_KEY"}, "pass_env"),
+        ({"pass_env": ["OK", "not a name"]}, "pass_env"),
+        ({"sandbox": "docker"}, "sandbox"),
+        ({"sandbox_network": "yes"}, "sandbox_network"),
     ],
 )
 def test_bad_config_names_the_key(change, key):

@@ -34,8 +34,7 @@ from agent.errors import AdmissionError  # noqa: E402
 from agent.gitrepo import GitRepo, init_repo  # noqa: E402
 from agent.loop import Loop, LoopSettings  # noqa: E402
 from agent.sweeps import create_sweep, submit  # noqa: E402
-from agent.training import LossCurve  # noqa: E402
-from agent.wiring import SubprocessRunner  # noqa: E402
+from agent.training import LossCurve, SubprocessRunner  # noqa: E402
 from db.engine import open_database  # noqa: E402
 from db.store import SqlStore  # noqa: E402
 from runner import parse_progress, run_command  # noqa: E402

@@ -18,9 +18,10 @@ from agent.domain import ExperimentStatus
 from agent.gitrepo import GitRepo
 from agent.loop import Loop, LoopSettings
 from agent.sweeps import create_sweep
-from agent.wiring import SubprocessRunner, work_dir_for
+from agent.training import SubprocessRunner
 from api.settings import ensure_token
 from db.engine import open_database
+from db.paths import work_dir_for
 from db.store import SqlStore
 
 pytestmark = [

@@ -218,6 +218,13 @@ def test_loss_points_and_llm_usage(store: Store):
     store.add_loss_points(exp, [])
     assert [p.step for p in store.loss_points(exp)] == [1, 2]
     assert store.loss_points(exp)[0] == ProgressPoint(1, 4.0, 0.5)
+    other = running(store, sweep.id)
+    store.add_loss_points(other, [ProgressPoint(7, 1.0, None)])
+    store.replace_loss_points(exp, [ProgressPoint(1, 4.0, 0.5), ProgressPoint(9, 2.0, None)])
+    assert [p.step for p in store.loss_points(exp)] == [1, 9]  # a downsampled curve
+    assert [p.step for p in store.loss_points(other)] == [7]  # other runs untouched
+    store.replace_loss_points(exp, [])
+    assert store.loss_points(exp) == []
     assert store.llm_usage(sweep.id) == (0, 0, 0.0)
     store.add_llm_usage(sweep.id, exp, 10, 5, 0.25)
     store.add_llm_usage(sweep.id, None, 1, 2, 0.5)

@@ -162,6 +162,8 @@ def test_guest_environment_has_no_secrets(tmp_path: Path, monkeypatch: pytest.Mo
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
     monkeypatch.setenv("WANDB_PROJECT", "mine")
     monkeypatch.setenv("SOMETHING_ELSE", "nope")
+    monkeypatch.setenv("OVERNIGHT_DB", "/secret/place.db")
+    monkeypatch.setenv("OVERNIGHT_DATA_DIR", "/data/cache")  # a target's own setting
     code = "import os\nfor k, v in sorted(os.environ.items()):\n    print(f'{k}={v}')\n"
     result = run_command([PY, "-c", code], cwd=tmp_path, log_path=tmp_path / "env.log",
                          timeout_s=20, env={"OVERNIGHT_SEED": "4"}, pass_env=["WANDB_PROJECT"])
@@ -169,7 +171,8 @@ def test_guest_environment_has_no_secrets(tmp_path: Path, monkeypatch: pytest.Mo
     dumped = dict(line.split("=", 1) for line in result.log_path.read_text().splitlines())
     assert not set(secrets) & set(dumped)
     assert not any(value in result.log_path.read_text() for value in secrets.values())
-    assert "SOMETHING_ELSE" not in dumped
+    assert "SOMETHING_ELSE" not in dumped and "OVERNIGHT_DB" not in dumped
+    assert dumped["OVERNIGHT_DATA_DIR"] == "/data/cache"
     assert dumped["CUDA_VISIBLE_DEVICES"] == "3" and dumped["WANDB_PROJECT"] == "mine"
     assert dumped["OVERNIGHT_SEED"] == "4" and dumped["PATH"] == os.environ["PATH"]
 

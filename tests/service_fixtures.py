@@ -80,6 +80,8 @@ def make_counting_target(dest: Path, sleep_s: float = 0.0, n_knobs: int = N_KNOB
     shutil.copytree(FAKE_TARGET, dest, ignore=shutil.ignore_patterns("__pycache__"))
     (dest / "train.py").write_text(train_source(sleep_s, n_knobs))
     (dest / ".gitignore").write_text("__pycache__/\n")
+    toml = dest / "overnight.toml"  # a run sees FAKE_RUN_LOG only because the target asks
+    toml.write_text(toml.read_text() + 'pass_env  = ["FAKE_RUN_LOG"]\n')
     init_repo(dest)
     return dest
 

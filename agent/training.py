@@ -31,6 +31,8 @@ from runner.tree import RUN_ID_ENV
 MAX_REPAIRS = 2
 FLUSH_EVERY_S = 2.0
 MAX_LOSS_POINTS = 4000
+# Folders the service hands a run through its environment that stay writable in the sandbox.
+CACHE_ENV = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
 
 EventFn = Callable[[str, Experiment, dict[str, Any]], None]
 
@@ -192,8 +194,12 @@ class TrainingRuns:
         if work.name.endswith(".work"):  # <db>.work: the database's files sit beside it
             db = work.with_name(work.name.removesuffix(".work"))
             private = [db.with_name(db.name + s) for s in ("", "-wal", "-shm", ".token", ".lock")]
+        caches = [Path(self.settings.env[k]) for k in CACHE_ENV if k in self.settings.env]
+        for cache in caches:
+            cache.mkdir(parents=True, exist_ok=True)
         return bwrap_command(argv, writable=wt.resolve(), hidden_dirs=[work],
-                             hidden_files=private, network=config.sandbox_network)
+                             hidden_files=private, also_writable=caches,
+                             network=config.sandbox_network)
 
     def env(self, sweep: Sweep, exp: Experiment, seed: int, run: int = 0) -> dict[str, str]:
         config = sweep.config

@@ -1,10 +1,10 @@
 """Wrap a command in a bubblewrap (`bwrap`) sandbox: read-only root, one writable folder.
 
 Stdlib only. Guaranteed (when bwrap starts): the command sees the host's files read-only, its
-worktree writable, a private empty /tmp, the ``hidden_dirs`` as empty folders and the
-``hidden_files`` as empty files, its own pid namespace (everything in it dies with the
-sandbox) and, unless ``network`` is set, no network but a loopback. Not guaranteed: anything
-about devices (/dev is the host's, so GPUs work) or about what the host's files reveal.
+worktree (and ``also_writable``) writable, a private empty /tmp, the ``hidden_dirs`` as empty
+folders and the ``hidden_files`` as empty files, its own pid namespace (everything in it dies
+with the sandbox) and, unless ``network`` is set, no network but a loopback. Not guaranteed:
+anything about devices (/dev is the host's, so GPUs work) or about what the host's files reveal.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ def bwrap_path() -> str | None:
 
 def bwrap_command(
     argv: list[str], *, writable: Path, hidden_dirs: Iterable[Path] = (),
-    hidden_files: Iterable[Path] = (), network: bool = False,
+    hidden_files: Iterable[Path] = (), also_writable: Iterable[Path] = (), network: bool = False,
 ) -> list[str]:
     """``argv`` run inside bwrap with ``writable`` as its working folder.
 
@@ -37,6 +37,8 @@ def bwrap_command(
     for file in hidden_files:
         if file.exists():
             wrapped += ["--ro-bind", "/dev/null", str(file)]
+    for folder in also_writable:  # e.g. the sweep's compile cache, inside a hidden folder
+        wrapped += ["--bind", str(folder), str(folder)]
     wrapped += ["--bind", str(writable), str(writable), "--chdir", str(writable),
                 "--setenv", "TMPDIR", "/tmp", "--unshare-pid", "--unshare-ipc",
                 "--die-with-parent"]

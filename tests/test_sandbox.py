@@ -50,6 +50,10 @@ probe("write_checkout", write(os.path.join(os.environ["PROBE_CHECKOUT"], "plante
 probe("write_git_hooks", write(os.path.join(os.environ["PROBE_CHECKOUT"], ".git", "hooks", "x")))
 probe("write_worktree", write("scratch.txt"))
 probe("write_tmp", write("/tmp/scratch.txt"))
+def write_cache():
+    os.makedirs(os.environ["TORCHINDUCTOR_CACHE_DIR"], exist_ok=True)
+    write(os.path.join(os.environ["TORCHINDUCTOR_CACHE_DIR"], "graph.bin"))()
+probe("write_compile_cache", write_cache)
 probe("network", connect)
 '''
 
@@ -71,7 +75,8 @@ def run_probes(tmp_path: Path, sandbox: str, network: bool = False) -> dict[str,
         server.bind(("127.0.0.1", 0))
         server.listen()
         env = {"PROBE_TOKEN": str(token_path), "PROBE_DB": str(db), "PROBE_OTHER": str(other),
-               "PROBE_CHECKOUT": str(target), "PROBE_PORT": str(server.getsockname()[1])}
+               "PROBE_CHECKOUT": str(target), "PROBE_PORT": str(server.getsockname()[1]),
+               "TORCHINDUCTOR_CACHE_DIR": str(work / "cache" / "sb" / "inductor")}
         sweep = create_sweep(store, GitRepo(target), target, name="sb", config=load_config(target))
         loop = Loop(store, GitRepo(target), SubprocessRunner(grace_s=0.5),
                     LoopSettings(work_dir=work, env=env))
@@ -79,6 +84,7 @@ def run_probes(tmp_path: Path, sandbox: str, network: bool = False) -> dict[str,
     assert done.status is ExperimentStatus.KEPT, (done.reason, done.log_tail)
     log = Path(done.log_path or "").read_text()
     assert (target / "planted.py").exists() is (sandbox == "none")
+    assert (work / "cache" / "sb" / "inductor" / "graph.bin").exists()  # the cache persists
     return {line.split()[1]: line.split()[2] for line in log.splitlines()
             if line.startswith("PROBE ")}
 
@@ -88,7 +94,7 @@ def test_inside_the_sandbox_a_run_reaches_only_its_worktree_and_tmp(tmp_path: Pa
     assert seen == {
         "read_token": "denied", "read_db": "denied", "list_other_worktree": "denied",
         "write_checkout": "denied", "write_git_hooks": "denied", "network": "denied",
-        "write_worktree": "allowed", "write_tmp": "allowed",
+        "write_worktree": "allowed", "write_tmp": "allowed", "write_compile_cache": "allowed",
     }
 
 

@@ -372,7 +372,12 @@ class SlotScheduler:
             return self.store.claim_next(sweep.id)
         queued = self.store.list_experiments(sweep.id, [ExperimentStatus.QUEUED])
         base = next((e for e in queued if e.is_baseline), None)
-        if base is None:  # gate() let us in, so nothing of the sweep runs: the baseline is lost
+        if base is None and self.store.get_sweep(sweep.name).baseline_metric is not None:
+            return self.store.claim_next(sweep.id)  # `sweep` was read before the baseline ended
+        if base is None and self.store.count_experiments(
+                sweep.id, [ExperimentStatus.RUNNING], is_baseline=True):
+            return None  # another slot claimed it after `sweep` was read
+        if base is None:  # nothing of the sweep runs and no baseline is left: it is lost
             logger.error("sweep %s has no baseline to run (cancelled or given up); stopping it",
                          sweep.name)
             self.store.set_sweep_status(sweep.name, SweepStatus.STOPPED)

@@ -254,3 +254,19 @@ def test_a_slow_proposer_blocks_neither_other_slots_nor_sweep_creation(setup) ->
     assert results == [None]
     sched._execute(1, *picked)
     assert store.get_sweep("slow").status is SweepStatus.DONE
+
+
+def test_a_stale_sweep_read_never_stops_a_sweep_whose_baseline_just_ended(setup) -> None:  # type: ignore
+    """A slot that read the sweep while another slot's baseline ran must not take the missing
+    queued baseline for a lost one (it was claimed, or kept, meanwhile)."""
+    target, store, repo, sched, clock = setup
+    sweep = create_sweep(store, repo, target, name="race", proposer="queue")
+    queued = store.add_experiment(sweep.id, Proposal("K0", knob_diff(target, 0, 1)))
+    stale = store.get_sweep("race")  # read before the baseline is claimed
+    store.claim(1)  # another slot took the baseline
+    assert sched._claim_queued(stale) is None
+    assert store.get_sweep("race").status is SweepStatus.RUNNING
+    store.finish(1, Finish(ExperimentStatus.KEPT, metric=1.0), keep_commit=repo.head(stale.branch))
+    claimed = sched._claim_queued(stale)  # the baseline was kept meanwhile
+    assert claimed is not None and claimed.id == queued.id
+    assert store.get_sweep("race").status is SweepStatus.RUNNING

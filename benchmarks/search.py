@@ -40,6 +40,8 @@ from search_families import CRASH_LOG, FAMILIES, NOISE_SIGMA, OPTIMUM, TRAIN_PY 
 
 from agent.config import TargetConfig  # noqa: E402
 from agent.decide import is_improvement  # noqa: E402
+from agent.diff import make_diff  # noqa: E402
+from agent.diff import normalize as normalize_diff  # noqa: E402
 from agent.domain import (  # noqa: E402
     CrashKind,
     Direction,
@@ -52,8 +54,6 @@ from agent.domain import (  # noqa: E402
 )
 from agent.ports import ProposalContext  # noqa: E402
 from agent.proposers.knob_space import from_u, scale_of, to_u  # noqa: E402
-from agent.diff import make_diff  # noqa: E402
-from agent.diff import normalize as normalize_diff  # noqa: E402
 from agent.proposers.knobs import Knob, KnobsProposer, find_knobs  # noqa: E402
 from agent.proposers.knobs_naive import NaiveKnobsProposer  # noqa: E402
 from agent.proposers.llm_parse import apply_unified_diff  # noqa: E402

@@ -5,10 +5,10 @@ from dataclasses import replace
 import pytest
 
 from agent.config import TargetConfig
+from agent.diff import make_diff
 from agent.domain import CrashKind, Experiment, ExperimentStatus, Sweep, SweepStatus, utcnow
 from agent.ports import ProposalContext
 from agent.proposers.knob_space import KnobValue, moved, parse_literal
-from agent.diff import make_diff
 from agent.proposers.knobs import KnobsProposer, find_knobs
 
 SRC = """# header

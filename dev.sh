@@ -30,7 +30,7 @@ setup() {
   if ! "$PY" -c "import agent, db, runner, api, fastapi, mcp, playwright" 2>/dev/null \
      || [[ pyproject.toml -nt "$VENV/.installed" ]]; then
     echo "installing overnight ..."
-    "${PIP[@]}" -e ".[dev,train]"
+    "${PIP[@]}" -e ".[dev,train,bench]"
     touch "$VENV/.installed"
   fi
 }

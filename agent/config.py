@@ -19,6 +19,7 @@ from pydantic import (
     StrictBool,
     StrictInt,
     ValidationError,
+    field_serializer,
     field_validator,
     model_validator,
 )
@@ -27,6 +28,9 @@ from agent.errors import ConfigError
 
 CONFIG_FILE = "overnight.toml"
 MAX_CONFIRM_RUNS = 10
+# The kinds of change a proposal can be (agent.categories.Category has the same values).
+CATEGORY_NAMES = ("hyperparameter", "architecture", "optimizer", "data/schedule",
+                  "simplification")
 _REQUIRED = ("command", "editable", "metric", "budget_s")
 
 
@@ -73,6 +77,9 @@ class TargetConfig(BaseModel):
     pass_env: tuple[EnvName, ...] = ()  # service variables a run gets beyond the allow-list
     sandbox: Literal["none", "bwrap"] = "none"  # bwrap: read-only root, writable worktree
     sandbox_network: StrictBool = False  # the bwrap sandbox keeps the network
+    # the most of the experiments one kind of change may take: (("architecture", 0.3),);
+    # read and written as a table ({ architecture = 0.3 }), kept as pairs so the model hashes
+    category_shares: tuple[tuple[str, float], ...] = ()
 
     @model_validator(mode="before")
     @classmethod
@@ -89,6 +96,26 @@ class TargetConfig(BaseModel):
         if isinstance(v, bool) or not isinstance(v, int | float):
             raise ValueError(f"must be a number, got {v!r}")
         return float(v)
+
+    @field_validator("category_shares", mode="before")
+    @classmethod
+    def _shares(cls, v: Any) -> tuple[tuple[str, float], ...]:
+        if isinstance(v, list | tuple) and all(isinstance(p, list | tuple) and len(p) == 2
+                                               for p in v):
+            v = dict(v)
+        if not isinstance(v, dict):
+            raise ValueError("must be a table such as { architecture = 0.3, optimizer = 0.5 }")
+        for key, share in v.items():
+            if key not in CATEGORY_NAMES:
+                raise ValueError(f"unknown category {key!r} (one of {', '.join(CATEGORY_NAMES)})")
+            if isinstance(share, bool) or not isinstance(share, int | float) or \
+                    not 0 < share <= 1:
+                raise ValueError(f"{key} must be a fraction in (0, 1], got {share!r}")
+        return tuple(sorted((k, float(s)) for k, s in v.items()))
+
+    @field_serializer("category_shares")
+    def _dump_shares(self, v: tuple[tuple[str, float], ...]) -> dict[str, float]:
+        return dict(v)
 
     @field_validator("command")
     @classmethod

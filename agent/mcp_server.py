@@ -28,12 +28,13 @@ logger = logging.getLogger(__name__)
 SERVER_NAME = "overnight"
 INSTRUCTIONS = (
     "overnight runs ML training experiments one change at a time under a fixed time budget, "
-    "keeping a change only if the metric improves. Loop: get_target and get_best, then "
+    "keeping a change only if the metric improves. Loop: get_target and get_best, get_insights "
+    "(what was learned so far), then "
     "propose_experiment (one idea, a unified diff against the best files), "
     "wait_for_experiment, read the result (get_log on a crash), repeat until the sweep's limits."
 )
 READ_ONLY = {"get_target", "get_best", "list_experiments", "get_results_table", "get_log",
-             "wait_for_experiment"}
+             "wait_for_experiment", "get_insights"}
 
 
 def _async_tool(method: Callable[..., Any]) -> Callable[..., Awaitable[Any]]:

@@ -16,6 +16,7 @@ from pydantic import BaseModel, Field
 
 from agent.domain import ExperimentStatus, Proposal
 from agent.errors import AdmissionError
+from agent.insights import digest, render
 from agent.ports import Store
 from agent.report import experiment_row, fmt_delta, fmt_metric
 from agent.service import Service, read_log
@@ -44,6 +45,9 @@ DESCRIPTIONS = {
                          "best on top.",
     "get_log": "The last lines of an experiment's training log (read it after a crash).",
     "cancel_experiment": "Cancel a queued experiment, or ask a running one to stop.",
+    "get_insights": "What the sweep has learned so far: per-knob effects with uncertainty, "
+                    "near-misses worth re-testing or combining, crash regions to avoid, plateau "
+                    "status, categories over-explored or capped. Read it before proposing.",
 }
 
 
@@ -138,6 +142,12 @@ class Cancelled(BaseModel):
     message: str
 
 
+class InsightsInfo(BaseModel):
+    sweep: str
+    text: str  # the digest, as a model reads it
+    data: dict[str, Any]  # the same, structured
+
+
 class AgentTools:
     """Tool implementations on the service layer (agent.service.Service): the same queue,
     cancel, log and results operations as the REST API and the CLI."""
@@ -194,6 +204,15 @@ class AgentTools:
                 f"baseline {fmt_metric(s.baseline_metric)}, best {fmt_metric(s.best_metric)}"
                 f" ({(s.best_commit or '')[:7] or '-'}); {running} running, {queued} queued\n")
         return head + self.service.results_tsv(s)
+
+    def get_insights(
+        self, sweep: SweepArg,
+        max_chars: Annotated[int, Field(ge=500, le=50_000, description="length of the text "
+                                        "digest at most")] = 6000,
+    ) -> InsightsInfo:
+        s = self.store.get_sweep(sweep)
+        found = digest(s, self.store.list_experiments(s.id))
+        return InsightsInfo(sweep=s.name, text=render(found, max_chars), data=found.to_dict())
 
     def get_log(self, id: IdArg,
                 tail: Annotated[int, Field(ge=1, le=2000, description="lines")] = 100) -> LogTail:
@@ -289,8 +308,8 @@ def agent_instructions(tools: AgentTools, sweep: str) -> str:
 
 You are an autonomous researcher. The overnight service owns the git state, the time budget
 and the records: you only propose changes and read results, through these tools
-(MCP server `overnight`): get_target, get_best, propose_experiment, wait_for_experiment,
-get_log, list_experiments, get_results_table, cancel_experiment.
+(MCP server `overnight`): get_target, get_best, get_insights, propose_experiment,
+wait_for_experiment, get_log, list_experiments, get_results_table, cancel_experiment.
 
 ## The setting
 
@@ -305,7 +324,8 @@ get_log, list_experiments, get_results_table, cancel_experiment.
 ## The loop (never stop on your own; only the sweep's limits end it)
 
 1. `get_best("{t.sweep}")`: the current best file(s). Every diff must apply to exactly these.
-2. Think of ONE idea. Write a one-line description and a unified diff
+2. `get_insights("{t.sweep}")`: what was learned (effects per knob, near-misses, crash
+   regions, plateau). Think of ONE idea it suggests. Write a one-line description and a diff
    (`--- a/{t.editable[0]}`, `+++ b/{t.editable[0]}`, `@@` hunks) against those files.
 3. `propose_experiment("{t.sweep}", description, diff)`. If it is refused, read the reason
    (diff does not apply, duplicate, protected file...), fix the proposal and try again.

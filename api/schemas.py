@@ -171,3 +171,11 @@ class HealthPublic(BaseModel):
     queue_depth: int
     retired_slots: dict[int, str] = {}  # slot -> why its device was taken out of service
     version: str = "0.1.0"
+
+
+class InsightsPublic(BaseModel):
+    """The sweep's digest (agent.insights): as text for a model, and structured."""
+
+    sweep: str
+    text: str
+    data: dict[str, Any]

@@ -99,6 +99,17 @@ def _print_results(sweep: Sweep, store, fmt: str) -> None:  # type: ignore[no-un
         fail(f"--format must be tsv, table or json, got {fmt!r}")
 
 
+def _print_summary(sweep: Sweep, store) -> None:  # type: ignore[no-untyped-def]
+    """The end-of-night summary: what was learned (the digest), then the results table."""
+    from rich.markup import escape
+
+    from agent.insights import digest, render
+
+    console.print(escape(render(digest(sweep, store.list_experiments(sweep.id)), 4000)))
+    console.print()
+    _print_results(sweep, store, "table")
+
+
 def run_foreground(
     db: Path,
     target: Path,
@@ -208,7 +219,7 @@ def run(
         slots=n_slots,
         devices=found,
     )
-    _print_results(done, runtime_for(db).store, "table")
+    _print_summary(done, runtime_for(db).store)
 
 
 @app.command()

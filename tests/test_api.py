@@ -282,6 +282,33 @@ def test_best_results_log_and_sse(client: TestClient, target: Path, tmp_path: Pa
     assert json.loads(end)["status"] == "kept"
 
 
+def test_insights_of_a_recorded_sweep(client: TestClient, target: Path, tmp_path: Path) -> None:
+    from agent.loop import Loop, LoopSettings
+    from agent.training import SubprocessRunner
+
+    _sweep(client, target)
+    _queue(client, target, 4, 1)
+    _queue(client, target, 5, -1)
+    services = client.app.state.services  # type: ignore[attr-defined]
+    sweep = services.store.get_sweep("s1")
+    loop = Loop(services.store, services.repo_for(sweep), SubprocessRunner(grace_s=0.5),
+                LoopSettings(work_dir=tmp_path / "work"))
+    for _ in range(3):
+        loop.execute(sweep, services.store.claim_next(sweep.id))
+    r = client.get("/sweeps/s1/insights")
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["sweep"] == "s1" and body["data"]["counts"] == {"kept": 1, "discarded": 1}
+    assert {k["name"]: k["current"] for k in body["data"]["knobs"]} == {"K4": "1", "K5": "0"}
+    assert "- K4 [hyperparameter] now 1; 1 runs; tried 1; gain by direction: up +0.001" \
+        in body["text"]
+    assert "down -" in body["text"].split("- K5")[1]
+    short = client.get("/sweeps/s1/insights", params={"max_chars": 500}).json()["text"]
+    assert len(short) <= 500 and short.startswith("# Sweep s1")
+    assert client.get("/sweeps/nope/insights").status_code == 404
+    assert client.get("/sweeps/s1/insights", params={"max_chars": 5}).status_code == 422
+
+
 def test_health_and_metrics(client: TestClient, target: Path) -> None:
     _sweep(client, target)
     h = client.get("/health").json()
@@ -294,6 +321,7 @@ def test_openapi_lists_every_route(client: TestClient) -> None:
     paths = client.get("/openapi.json").json()["paths"]
     for p in ("/sweeps", "/sweeps/{name}", "/sweeps/{name}/pause", "/sweeps/{name}/resume",
               "/sweeps/{name}/stop", "/sweeps/{name}/best", "/sweeps/{name}/results.tsv",
+              "/sweeps/{name}/insights",
               "/experiments", "/experiments/{experiment_id}", "/experiments/{experiment_id}/diff",
               "/experiments/{experiment_id}/log", "/health", "/metrics"):
         assert p in paths, p

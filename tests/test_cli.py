@@ -33,6 +33,11 @@ def test_run_results_and_status(tmp_path: Path, target: Path):
         "run", "--target", str(target), "--experiments", "5", "--db", db, "--sweep", "night1"
     ).stdout
     assert "sweep night1" in out and "baseline" in out
+    # the end-of-night summary starts from the digest of what was learned
+    summary = out.split("# Sweep night1: what has been learned")[1]
+    assert "val_bpb (lower is better): baseline 1.3" in summary
+    assert "## Knobs tried" in summary and summary.index("## Knobs tried") < summary.index(
+        "baseline 1.300000 ->")
     tsv = run("results", "--sweep", "night1", "--format", "tsv", "--db", db).stdout
     lines = tsv.splitlines()
     assert lines[0].split("\t") == ["commit", "val_bpb", "memory_gb", "status", "description"]

@@ -43,6 +43,11 @@ def test_good_config_round_trips():
         ({"pass_env": ["OK", "not a name"]}, "pass_env"),
         ({"sandbox": "docker"}, "sandbox"),
         ({"sandbox_network": "yes"}, "sandbox_network"),
+        ({"category_shares": 0.3}, "category_shares"),
+        ({"category_shares": {"vibes": 0.3}}, "vibes"),
+        ({"category_shares": {"architecture": 1.5}}, "architecture"),
+        ({"category_shares": {"architecture": 0}}, "architecture"),
+        ({"category_shares": {"optimizer": True}}, "optimizer"),
     ],
 )
 def test_bad_config_names_the_key(change, key):
@@ -51,6 +56,18 @@ def test_bad_config_names_the_key(change, key):
     with pytest.raises(ConfigError) as exc:
         parse_config(data)
     assert key in str(exc.value)
+
+
+def test_category_shares_from_toml_are_canonical_and_round_trip(tmp_path: Path):
+    (tmp_path / "overnight.toml").write_text(
+        '[target]\ncommand = "python train.py"\neditable = ["train.py"]\nmetric = "val_bpb"\n'
+        'budget_s = 60\ncategory_shares = { architecture = 0.3, "data/schedule" = 0.5 }\n')
+    cfg = load_config(tmp_path)
+    assert dict(cfg.category_shares) == {"architecture": 0.3, "data/schedule": 0.5}
+    assert cfg.to_dict()["category_shares"] == {"architecture": 0.3, "data/schedule": 0.5}
+    assert hash(cfg) == hash(parse_config(cfg.to_dict()))
+    assert parse_config(cfg.to_dict()) == cfg
+    assert parse_config(GOOD).category_shares == ()
 
 
 def test_missing_file_and_bad_toml(tmp_path: Path):
@@ -85,3 +102,10 @@ def test_cli_reports_config_error_without_traceback(tmp_path: Path, target: Path
     )
     assert proc.returncode == 2
     assert "command" in proc.stderr and "Traceback" not in proc.stderr + proc.stdout
+
+
+def test_config_knows_the_same_categories_as_proposals():
+    from agent.categories import CATEGORY_VALUES
+    from agent.config import CATEGORY_NAMES
+
+    assert CATEGORY_NAMES == CATEGORY_VALUES

@@ -66,6 +66,22 @@ def test_sweep_page_plot_table_stack(client: TestClient, filled: Filled) -> None
     assert 'href="/ui/sweeps/night/best/train.py" download' in html
 
 
+def test_sweep_page_shows_the_digest(client: TestClient, filled: Filled) -> None:
+    from agent.insights import digest
+
+    html = client.get("/ui/sweeps/night").text
+    panel = html.split('<section aria-labelledby="insights-h" id="insights">')[1].split(
+        "</section>")[0]
+    found = digest(filled.store.get_sweep("night"),
+                   filled.store.list_experiments(filled.sweep.id))
+    assert found.knobs, "the filled sweep changed constants"
+    assert "Sweep night: what has been learned" in panel
+    for knob in found.knobs:
+        assert f"{knob.name} [{knob.category}] now {knob.current};" in panel
+    assert found.plateau in panel
+    assert 'href="/sweeps/night/insights"' in panel
+
+
 def test_status_filter_and_unknown_filter(client: TestClient, filled: Filled) -> None:
     html = client.get("/ui/sweeps/night?status=crashed").text
     body = html.split('id="experiments"')[1].split("</table>")[0]

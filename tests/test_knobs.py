@@ -1,7 +1,15 @@
+"""The learning `knobs` proposer: its steps per type, and its decisions on hand-made histories."""
+
+from dataclasses import replace
+
+import pytest
+
 from agent.config import TargetConfig
-from agent.domain import Experiment, ExperimentStatus, Sweep, SweepStatus, utcnow
+from agent.diff import make_diff
+from agent.domain import CrashKind, Experiment, ExperimentStatus, Sweep, SweepStatus, utcnow
 from agent.ports import ProposalContext
-from agent.proposers.knobs import KnobsProposer, candidates, find_knobs
+from agent.proposers.knob_space import KnobValue, moved, parse_literal
+from agent.proposers.knobs import KnobsProposer, find_knobs
 
 SRC = """# header
 DEPTH = 4  # layers
@@ -14,29 +22,56 @@ EVAL_EVERY = 100  # knobs: skip
 def f():
     X = 1
 """
+BASE = 1.0  # the baseline's metric in these histories
 
 
-def sweep():
-    return Sweep(
-        1,
-        "s",
-        "/t",
-        "overnight/s",
-        SweepStatus.RUNNING,
-        "knobs",
-        TargetConfig(command="python train.py", editable=("train.py",), protected=(),
-                 metric="val_bpb", budget_s=1, timeout_s=3),
-        None,
-        None,
-        None,
-        None,
-        None,
-        utcnow(),
-    )
+def sweep(**config):
+    return Sweep(1, "s", "/t", "overnight/s", SweepStatus.RUNNING, "knobs",
+                 TargetConfig(command="python train.py", editable=("train.py",), protected=(),
+                              metric="val_bpb", budget_s=1, timeout_s=3, **config),
+                 None, BASE, BASE, None, None, utcnow())
 
 
-def ctx(history=(), src=SRC):
-    return ProposalContext(sweep(), {"train.py": src}, list(history))
+def ctx(history=(), src=SRC, **config):
+    return ProposalContext(sweep(**config), {"train.py": src}, list(history))
+
+
+def set_const(src: str, name: str, value: str) -> str:
+    lines = src.splitlines(keepends=True)
+    knob = next(k for k in find_knobs("train.py", src) if k.name == name)
+    lines[knob.line_no] = lines[knob.line_no].replace(knob.raw, value, 1)
+    return "".join(lines)
+
+
+class History:
+    """Builds a sweep history of one-constant runs with metrics (lower is better)."""
+
+    def __init__(self, src: str = SRC) -> None:
+        self.src, self.best = src, BASE
+        self.exps = [Experiment(1, 1, ExperimentStatus.KEPT, "baseline", "", "baseline",
+                                is_baseline=True, metric=BASE)]
+
+    def run(self, changes: dict[str, str], status: ExperimentStatus, gain: float = 0.0,
+            crash: str | None = None) -> Experiment:
+        new = self.src
+        for name, value in changes.items():
+            new = set_const(new, name, value)
+        exp = Experiment(len(self.exps) + 1, 1, status, f"set {changes}",
+                         make_diff("train.py", self.src, new), "knobs", best_before=self.best,
+                         metric=None if crash else self.best - gain)
+        if crash:
+            exp = replace(exp, crash_kind=CrashKind.FUNDAMENTAL, reason=crash, log_tail=crash)
+        if status is ExperimentStatus.KEPT:
+            self.src, self.best = new, self.best - gain
+        self.exps.append(exp)
+        return exp
+
+    def ctx(self, **config) -> ProposalContext:
+        return ProposalContext(replace(sweep(**config), best_metric=self.best),
+                               {"train.py": self.src}, list(self.exps))
+
+
+D, K, C = ExperimentStatus.DISCARDED, ExperimentStatus.KEPT, ExperimentStatus.CRASHED
 
 
 def test_find_knobs_reads_module_constants_only():
@@ -44,62 +79,137 @@ def test_find_knobs_reads_module_constants_only():
     assert names == ["DEPTH", "D_MODEL", "LR", "WARMUP", "USE_MUON"]
 
 
-def test_candidates_per_type():
-    knobs = {k.name: k for k in find_knobs("train.py", SRC)}
-    assert candidates(knobs["D_MODEL"])[:4] == [(1, "256"), (-1, "64"), (1, "129"), (-1, "127")]
-    assert candidates(knobs["DEPTH"])[0] == (1, "8")
-    assert candidates(knobs["USE_MUON"]) == [(1, "True")]
-    lr = [v for _, v in candidates(knobs["LR"])]
-    assert lr[:2] == ["6e-3", "1.5e-3"]
+@pytest.mark.parametrize("raw, up, down", [
+    ("128", "256", "64"),  # powers of two stay powers of two
+    ("200", "400", "100"),  # an integer moves by a meaningful step, never to 201
+    ("3e-3", "6e-3", "1.5e-3"),  # learning rates on a log scale
+    ("10000.0", "20000.0", "5000.0"),
+])
+def test_first_steps_are_doublings_in_the_knobs_scale(raw, up, down):
+    knob = KnobValue("X", raw, parse_literal(raw))
+    assert moved(knob, 1, 0.6931471805599453) == up
+    assert moved(knob, -1, 0.6931471805599453) == down
 
 
-def test_fraction_like_floats_never_cross_one_and_big_floats_stay_plain():
-    beta = find_knobs("t.py", "BETA2 = 0.95\n")[0]
-    values = [float(v) for _, v in candidates(beta)]
-    assert values[:2] == [0.975, 0.9] and all(0 < v < 1 for v in values)
-    small = find_knobs("t.py", "WARMUP = 0.4\n")[0]
-    assert all(0 < float(v) < 1 for _, v in candidates(small))
-    rope = find_knobs("t.py", "ROPE_BASE = 10000.0\n")[0]
-    assert [v for _, v in candidates(rope)][:2] == ["20000.0", "5000.0"]
+def test_integers_take_rounded_half_steps_and_fractions_never_cross_their_bounds():
+    assert moved(KnobValue("WIDTH", "200", 200), 1, 0.35) == "280"  # ×√2, multiple of 8
+    beta = KnobValue("ADAM_BETA2", "0.95", 0.95)
+    ups = [float(moved(beta, 1, s)) for s in (0.7, 1.4, 5.0, 12.0)]
+    assert ups[0] == pytest.approx(0.974, abs=1e-3) and all(0.95 < v < 1 for v in ups)
+    downs = [float(moved(KnobValue("WARMUP", "0.01", 0.01), -1, s)) for s in (0.7, 5.0)]
+    assert all(0 < v < 0.01 for v in downs)
+    assert moved(KnobValue("USE_MUON", "False", False), 1, 0.7) == "True"
+    assert moved(KnobValue("USE_MUON", "False", False), -1, 0.7) is None
 
 
-def test_deterministic_and_never_repeats():
+def test_first_proposal_on_an_integer_is_not_plus_one():
+    src = "STEPS = 200\n"
+    for seed in range(5):
+        p = KnobsProposer(seed=seed).propose(ctx(src=src))
+        assert p.meta["knob"] == "STEPS" and abs(int(p.meta["new"]) - 200) >= 16
+
+
+def test_deterministic_never_repeats_and_carries_a_category():
     a = KnobsProposer(seed=7).propose(ctx())
     b = KnobsProposer(seed=7).propose(ctx())
     assert a == b and a.diff.startswith("--- a/train.py")
-    history = []
+    h = History()
     seen = set()
-    for i in range(12):
-        p = KnobsProposer(seed=7).propose(ctx(history))
-        assert p is not None and p.diff not in seen
+    for i in range(30):
+        p = KnobsProposer(seed=7).propose(h.ctx())
+        assert p is not None and p.diff not in seen, f"repeat at proposal {i}"
+        assert p.meta["category"] in ("hyperparameter", "architecture", "optimizer",
+                                      "data/schedule", "simplification")
         seen.add(p.diff)
-        history.append(
-            Experiment(
-                i + 1, 1, ExperimentStatus.DISCARDED, p.description, p.diff, "knobs", meta=p.meta
-            )
-        )
+        changes = {c["knob"]: c["new"] for c in p.meta.get("changes", [])} or {
+            p.meta["knob"]: p.meta["new"]}
+        h.run(changes, D, gain=-0.001 * (i % 3))
 
 
-def test_prefers_a_direction_that_was_kept_and_backs_off_crashes():
-    prop = KnobsProposer(seed=3)
-    first = prop.propose(ctx())
-    kept = Experiment(
-        1, 1, ExperimentStatus.KEPT, first.description, first.diff, "knobs", meta=first.meta
-    )
-    m = first.meta
-    head = SRC.replace(f"{m['knob']} = {m['old']}", f"{m['knob']} = {m['new']}")
-    nxt = prop.propose(ctx([kept], head))
-    # the same knob pushed further in the same direction, from the new head value
-    assert (nxt.meta["knob"], nxt.meta["direction"], nxt.meta["old"]) == (
-        m["knob"],
-        m["direction"],
-        m["new"],
-    )
-    crashed = Experiment(
-        1, 1, ExperimentStatus.CRASHED, first.description, first.diff, "knobs", meta=first.meta
-    )
-    after_crash = prop.propose(ctx([crashed]))
-    assert (after_crash.meta["knob"], after_crash.meta["direction"]) != (
-        first.meta["knob"],
-        first.meta["direction"],
-    )
+@pytest.mark.parametrize("seed", range(5))
+def test_a_big_keep_is_pushed_further_the_same_way(seed):
+    h = History()
+    h.run({"DEPTH": "8"}, D, gain=-0.002)
+    h.run({"WARMUP": "0.2"}, D, gain=-0.001)
+    h.run({"USE_MUON": "True"}, D, gain=-0.002)
+    h.run({"LR": "6e-3"}, K, gain=0.05)
+    p = KnobsProposer(seed=seed).propose(h.ctx())
+    assert (p.meta["knob"], p.meta["direction"], p.meta["old"]) == ("LR", 1, "6e-3")
+    assert float(p.meta["new"]) > 6e-3 and "-LR = 6e-3" in p.diff
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_crash_region_is_avoided(seed):
+    h = History()
+    h.run({"D_MODEL": "256"}, C, crash="out of memory")
+    for _ in range(25):  # many proposals later, D_MODEL never goes to 256 or beyond
+        p = KnobsProposer(seed=seed).propose(h.ctx())
+        changes = {c["knob"]: c["new"] for c in p.meta.get("changes", [])} or {
+            p.meta["knob"]: p.meta["new"]}
+        assert float(changes.get("D_MODEL", "128")) < 256, p.description
+        h.run(changes, D, gain=-0.003)
+    # after a second crash that way, D_MODEL does not go up at all
+    h.run({"D_MODEL": "181"}, C, crash="out of memory")
+    for _ in range(10):
+        p = KnobsProposer(seed=seed).propose(h.ctx())
+        assert not (p.meta["knob"] == "D_MODEL" and p.meta["direction"] == 1)
+        h.run({p.meta["knob"]: p.meta["new"]}, D, gain=-0.003)
+
+
+def test_plateau_switches_to_a_knob_not_tried_lately():
+    h = History()
+    h.run({"LR": "6e-3"}, K, gain=0.05)
+    for lr in ("1.2e-2", "4.2e-3", "8.5e-3"):
+        h.run({"LR": lr}, D, gain=-0.004)
+    for depth in ("8", "2", "6"):
+        h.run({"DEPTH": depth}, D, gain=-0.004)
+    for seed in range(5):
+        p = KnobsProposer(seed=seed).propose(h.ctx())
+        assert p.meta["knob"] != "DEPTH" and p.meta["plateau"].startswith("plateau")
+
+
+def test_two_near_misses_are_combined_when_single_changes_stall():
+    h = History()
+    h.run({"WARMUP": "0.2"}, D, gain=-0.0001)  # near-miss
+    h.run({"USE_MUON": "True"}, D, gain=-0.0002)  # near-miss
+    h.run({"DEPTH": "8"}, D, gain=-0.01)
+    h.run({"D_MODEL": "256"}, D, gain=-0.012)
+    h.run({"LR": "6e-3"}, D, gain=-0.02)
+    p = KnobsProposer(seed=3).propose(h.ctx())
+    assert p.meta["move"] == "combine" and sorted(p.meta["combines"]) == [2, 3]
+    assert "+WARMUP = 0.2" in p.diff and "+USE_MUON = True" in p.diff
+
+
+def test_a_near_miss_is_retested_after_the_head_moved():
+    h = History()
+    h.run({"WARMUP": "0.2"}, D, gain=-0.0001)  # near-miss on the first head
+    h.run({"LR": "6e-3"}, K, gain=0.05)  # the head moves
+    for depth, gain in (("8", -0.008), ("2", -0.012), ("6", -0.01)):
+        h.run({"DEPTH": depth}, D, gain=gain)
+    p = KnobsProposer(seed=0).propose(h.ctx())
+    assert p.meta["move"] == "retest" and p.meta["retest_of"] == 2
+    assert p.meta["knob"] == "WARMUP" and 0.1 < float(p.meta["new"]) < 0.2
+
+
+def test_a_capped_category_is_left_alone():
+    h = History()
+    for depth in ("8", "2"):
+        h.run({"DEPTH": depth}, D, gain=-0.01)
+    for seed in range(5):
+        p = KnobsProposer(seed=seed).propose(
+            replace(h.ctx(), sweep=replace(sweep(category_shares={"architecture": 0.2}),
+                                           max_experiments=10)))
+        assert p.meta["category"] != "architecture"
+
+
+def test_a_long_sweep_without_keeps_never_runs_dry_or_repeats():
+    h = History()
+    seen = set()
+    for i in range(120):  # five constants, nothing ever kept: it must keep finding new values
+        p = KnobsProposer(seed=5).propose(h.ctx())
+        assert p is not None, f"ran dry after {i} proposals"
+        assert p.diff not in seen
+        seen.add(p.diff)
+        changes = {c["knob"]: c["new"] for c in p.meta.get("changes", [])} or {
+            p.meta["knob"]: p.meta["new"]}
+        h.run(changes, D, gain=-0.001 - 0.0005 * (i % 4))

@@ -197,3 +197,38 @@ def test_overnight_run_cli_with_llm_profile(tmp_path, target, monkeypatch):
     assert [(e.status, e.parent_id) for e in exps] == [(S.KEPT, None), (S.CRASHED, None),
                                                        (S.KEPT, 2)]
     assert store.llm_usage(exps[0].sweep_id)[:2] == (2000, 400)
+
+
+def _answer(old: str, new: str, desc: str, category: str, line: int) -> str:
+    return (f"DESCRIPTION: {desc}\nCATEGORY: {category}\n```diff\n--- a/train.py\n+++ b/train.py\n"
+            f"@@ -{line},1 +{line},1 @@\n-{old}\n+{new}\n```\n")
+
+
+def test_prompt_carries_the_sweeps_digest_and_its_capped_categories(tmp_path, target,
+                                                                   monkeypatch):
+    toml = target / "overnight.toml"
+    toml.write_text(toml.read_text() + "category_shares = { architecture = 0.25 }\n")
+    init_repo(target, "cap architecture")
+    script = [
+        _answer("WIDTH = 64  # best at 256", "WIDTH = 256  # best at 256", "widen", "architecture",
+                11),
+        _answer("LR = 0.01  # best at 0.04", "LR = -0.01  # best at 0.04", "negative LR",
+                "hyperparameter", 10),
+        _answer("USE_TRICK = False  # True helps by 0.05", "USE_TRICK = True  # True helps by 0.05",
+                "the trick", "architecture", 12),  # refused: architecture's share is used up
+        GOOD_LR,
+    ]
+    with FakeLLM("openai", script) as fake:
+        write_profile(tmp_path, monkeypatch, fake)
+        store, sweep_id = run_llm_sweep(tmp_path, target, max_experiments=4)
+    exps = store.list_experiments(sweep_id)
+    assert [e.status for e in exps[:4]] == [S.KEPT, S.KEPT, S.CRASHED, S.KEPT]
+    assert [e.meta["category"] for e in exps[1:4]] == ["architecture", "hyperparameter",
+                                                         "hyperparameter"]
+    first, third = fake.requests[0].last_user, fake.requests[2].last_user
+    assert "<insights>" in first and "nothing kept yet" in first
+    digest = third.split("<insights>")[1].split("</insights>")[0]
+    assert "Crash lessons" in digest and "LR ≤ -0.01: crash (#3)" in digest
+    assert "WIDTH [architecture] now 256; 1 runs" in digest
+    assert "architecture: 1 of 1 allowed (25% of 4 experiments)" in third
+    assert "architecture category has used its share" in fake.requests[3].last_user

@@ -135,6 +135,7 @@ async def agent_session(db: Path) -> tuple[list[str], dict[str, Any]]:
         _, seen["log"] = await t.call("get_log", id=proposed["id"], tail=3)
         _, seen["kept"] = await t.call("list_experiments", sweep="night", status="kept")
         _, seen["table"] = await t.call("get_results_table", sweep="night")
+        _, seen["insights"] = await t.call("get_insights", sweep="night")
         seen["transcript"] = t
     return t.lines, seen
 
@@ -147,7 +148,8 @@ def test_mcp_stdio_session_end_to_end(setup, tmp_path):
     assert seen["server"] == "overnight"
     assert set(seen["tools"]) == {"get_target", "get_best", "propose_experiment",
                                   "wait_for_experiment", "list_experiments",
-                                  "get_results_table", "get_log", "cancel_experiment"}
+                                  "get_results_table", "get_log", "cancel_experiment",
+                                  "get_insights"}
     assert seen["target"]["editable"] == ["train.py"] and "best LR" in seen["target"]["program"]
     assert seen["baseline"]["status"] == "kept" and seen["baseline"]["metric"] == pytest.approx(1.3)
     lr = seen["lr"]
@@ -159,6 +161,13 @@ def test_mcp_stdio_session_end_to_end(setup, tmp_path):
     assert "NameError" in typo["log_tail"] and "NameError" in seen["log"]["text"]
     assert [r["description"] for r in seen["kept"]["data"]] == ["LR 0.01 -> 0.04", "baseline"]
     assert "LR 0.01 -> 0.04" in seen["table"] and seen["table"].startswith("# sweep night")
+    insights = seen["insights"]
+    print("\n--- get_insights as the agent sees it ---\n" + insights["text"])
+    assert "val_bpb (lower is better): baseline 1.3, best 1.1" in insights["text"]
+    assert "- LR [hyperparameter] now 0.04; 1 runs; tried 0.04; gain by direction: up +0.2" \
+        in insights["text"]
+    assert [k["name"] for k in insights["data"]["knobs"]] == ["LR"]
+    assert insights["data"]["crash_lessons"] == []  # a typo is a bug to fix, not a region
     # Refused proposals wrote nothing: baseline, LR, typo.
     store = SqlStore(open_database(db))
     assert [e.id for e in store.list_experiments(store.get_sweep("night").id)] == [1, 2, 3]

@@ -38,6 +38,13 @@ FORBIDDEN = {
     "agent/loop.py": {"db", "api", "sqlalchemy", "fastapi"},
     "agent/training.py": {"db", "api", "sqlalchemy", "fastapi", "git"},
     "agent/sweeps.py": {"db", "api", "sqlalchemy", "fastapi"},
+    "agent/categories.py": {"db", "api", "sqlalchemy", "fastapi", "git", "httpx"},
+    "agent/insights.py": {"db", "api", "sqlalchemy", "fastapi", "git", "httpx"},
+    "agent/proposers/knob*.py": {"db", "api", "sqlalchemy", "fastapi", "git", "httpx"},
+    "agent/proposers/search_state.py": {"db", "api", "sqlalchemy", "fastapi", "git", "httpx"},
+    "agent/proposers/policy.py": {"db", "api", "sqlalchemy", "fastapi", "git", "httpx"},
+    "agent/proposers/effects.py": {"db", "api", "sqlalchemy", "fastapi", "git", "httpx"},
+    "agent/proposers/evidence.py": {"db", "api", "sqlalchemy", "fastapi", "git", "httpx"},
     "db/*.py": {"api"},
     "experiments/gpt/*.py": {"agent", "db", "api", "runner"},
 }

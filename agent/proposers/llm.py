@@ -11,15 +11,24 @@ experiment; the per-sweep caps stop the proposer (it returns None) once reached.
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from agent.admit import check_proposal
+from agent.categories import (
+    Category,
+    category_of_knob,
+    category_of_text,
+    exhausted,
+    parse_category,
+)
 from agent.diff import normalize as normalize_diff
 from agent.domain import Experiment, ExperimentStatus, Proposal
 from agent.errors import AdmissionError
 from agent.ports import ProposalContext
+from agent.proposers.evidence import constant_changes
 from agent.proposers.llm_backends import ChatBackend, LLMError, make_backend
 from agent.proposers.llm_config import LLMProfile, load_profile
 from agent.proposers.llm_parse import description_of, extract_diff_text, parse_answer
@@ -28,6 +37,7 @@ from agent.proposers.llm_prompt import SYSTEM, feedback_prompt, propose_prompt, 
 logger = logging.getLogger(__name__)
 RAW_ANSWER_CHARS = 20_000
 USAGE_KEY = "llm_usage"
+_CATEGORY = re.compile(r"^\W*CATEGORY\W*:\s*(.+?)\s*$", re.IGNORECASE | re.MULTILINE)
 
 
 @dataclass
@@ -41,6 +51,16 @@ class Usage:
     def as_meta(self) -> dict[str, Any]:
         return {"tokens_in": self.tokens_in, "tokens_out": self.tokens_out,
                 "usd": round(self.usd, 6), "calls": self.calls, "http_retries": self.http_retries}
+
+
+def category_of_answer(raw: str, description: str, diff: str) -> Category:
+    """The category the model stated, else one guessed from the constants or the words."""
+    m = _CATEGORY.search(raw)
+    stated = parse_category(m.group(1).strip("*`_ ")) if m else None
+    if stated is not None:
+        return stated
+    changes, _ = constant_changes(diff)
+    return category_of_knob(changes[0].name) if changes else category_of_text(description)
 
 
 class LLMProposer:
@@ -100,7 +120,8 @@ class LLMProposer:
             usage.http_retries += reply.retries
             raw = reply.text
             try:
-                description, diff, shape = self._validate(ctx, raw, fallback_description)
+                description, diff, shape, category = self._validate(ctx, raw,
+                                                                    fallback_description)
             except AdmissionError as exc:
                 errors.append(f"{exc.code}: {exc.message}")
                 candidate = candidate or self._salvage(raw, fallback_description)
@@ -109,12 +130,14 @@ class LLMProposer:
                 messages += [{"role": "assistant", "content": raw or "(empty)"},
                              {"role": "user", "content": feedback_prompt(exc.message)}]
                 continue
-            return self._proposal(description, diff, usage, raw, errors, shape, repairs)
+            return self._proposal(description, diff, usage, raw, errors, shape, repairs,
+                                  category)
         description, diff = candidate or (fallback_description or "unusable LLM answer", "")
-        return self._proposal(description, diff, usage, raw, errors, "unusable", repairs)
+        return self._proposal(description, diff, usage, raw, errors, "unusable", repairs,
+                              category_of_answer(raw, description, diff))
 
     def _validate(self, ctx: ProposalContext, raw: str,
-                  fallback: str | None) -> tuple[str, str, str]:
+                  fallback: str | None) -> tuple[str, str, str, Category]:
         parsed = parse_answer(raw, ctx.files)
         description = parsed.description
         if fallback and description == "change proposed by the LLM":
@@ -127,7 +150,14 @@ class LLMProposer:
                 raise AdmissionError("duplicate", f"this exact change was already tried as "
                                      f"experiment {exp.id} ({exp.status.value}): "
                                      f"{exp.description}; propose a different idea")
-        return description, parsed.diff, parsed.shape
+        category = category_of_answer(raw, description, parsed.diff)
+        capped = exhausted(ctx.history, dict(ctx.sweep.config.category_shares),
+                           ctx.sweep.max_experiments)
+        if category in capped and fallback is None:  # a repair keeps its idea's category
+            raise AdmissionError("category_exhausted", f"the {category.value} category has used "
+                                 f"its share of this sweep ({capped[category]}); propose a "
+                                 "different kind of change")
+        return description, parsed.diff, parsed.shape, category
 
     @staticmethod
     def _salvage(raw: str, fallback: str | None) -> tuple[str, str] | None:
@@ -136,9 +166,10 @@ class LLMProposer:
         return (description_of(raw) or fallback or "unusable LLM answer", diff) if diff else None
 
     def _proposal(self, description: str, diff: str, usage: Usage, raw: str, errors: list[str],
-                  shape: str, repairs: int | None) -> Proposal:
+                  shape: str, repairs: int | None, category: Category) -> Proposal:
         meta: dict[str, Any] = {USAGE_KEY: usage.as_meta(), "llm_model": self.profile.model,
-                                "answer_shape": shape, "raw_answer": raw[:RAW_ANSWER_CHARS]}
+                                "answer_shape": shape, "raw_answer": raw[:RAW_ANSWER_CHARS],
+                                "category": category.value}
         if errors:
             meta["llm_errors"] = errors
         if repairs is not None:

@@ -1,16 +1,22 @@
-"""Prompts for the LLM proposer: program.md, the current best files, a trimmed results table. Pure.
+"""Prompts for the LLM proposer: program.md, the sweep's digest, the current best files and a
+trimmed results table. Pure.
 
-Token counts are estimated at four characters per token; the results table keeps the kept
-changes and the most recent runs first and stops at the profile's history budget.
+Token counts are estimated at four characters per token. The profile's history budget is
+shared: the digest of what was learned (agent.insights) takes up to DIGEST_SHARE of it, the
+results table (kept changes and the most recent runs first) the rest. Categories whose share
+of the sweep is used up are named, so the model proposes another kind of change.
 """
 
 from __future__ import annotations
 
+from agent.categories import CATEGORY_VALUES, exhausted
 from agent.domain import Experiment, ExperimentStatus, Sweep
+from agent.insights import digest, render
 from agent.ports import ProposalContext
 
 CHARS_PER_TOKEN = 4
 LOG_TAIL_LINES = 50
+DIGEST_SHARE = 0.5  # of the history budget
 
 SYSTEM = """You are an ML research engineer running an autonomous experiment loop.
 Each experiment changes the training script once and runs under a fixed wall-clock budget;
@@ -20,9 +26,12 @@ Rules:
 - Exactly ONE idea per proposal. Small, self-contained, easy to revert.
 - Do not repeat an experiment from the results table.
 - Edit only the editable file(s) shown; never the evaluation harness.
+- Use what has been learned: avoid crash regions, do not re-run dead directions, and on a
+  plateau try another knob or area, a bigger step, or two near-misses together.
 - Answer in this format and nothing else:
 
 DESCRIPTION: <one short line saying what changes and why>
+CATEGORY: <one of: {categories}>
 ```diff
 --- a/<path>
 +++ b/<path>
@@ -43,6 +52,9 @@ SEARCH/REPLACE blocks (the path on the line above each block; SEARCH copied verb
 <replacement lines>
 >>>>>>> REPLACE
 """
+
+
+SYSTEM = SYSTEM.replace("{categories}", ", ".join(CATEGORY_VALUES))
 
 
 def estimate_tokens(text: str) -> int:
@@ -106,11 +118,32 @@ def _budget_line(sweep: Sweep) -> str:
             f"{sweep.timeout_s:g} s); a faster change that sees more data can win.")
 
 
+def insights_block(ctx: ProposalContext, budget_tokens: int) -> str:
+    """The sweep's digest (agent.insights) within budget_tokens."""
+    text = render(digest(ctx.sweep, ctx.history), max_chars=budget_tokens * CHARS_PER_TOKEN)
+    return f"What this sweep has learned so far:\n<insights>\n{text}\n</insights>"
+
+
+def categories_block(ctx: ProposalContext) -> str:
+    """The categories whose share of the sweep is used up (empty when none is)."""
+    shares = dict(ctx.sweep.config.category_shares)
+    capped = exhausted(ctx.history, shares, ctx.sweep.max_experiments)
+    if not capped:
+        return ""
+    lines = [f"- {c.value}: {why}" for c, why in capped.items()]
+    return ("These categories have used up their share of the sweep; propose a different "
+            "kind of change (answers in them are refused):\n" + "\n".join(lines) + "\n\n")
+
+
 def propose_prompt(ctx: ProposalContext, history_tokens: int) -> str:
-    return (f"{_program(ctx)}{_budget_line(ctx.sweep)}\n\n"
-            f"{history_table(ctx.sweep, ctx.history, history_tokens)}\n\n"
+    insights = insights_block(ctx, int(history_tokens * DIGEST_SHARE))
+    table_tokens = max(history_tokens - estimate_tokens(insights), history_tokens // 4)
+    return (f"{_program(ctx)}{_budget_line(ctx.sweep)}\n\n{insights}\n\n"
+            f"{categories_block(ctx)}"
+            f"{history_table(ctx.sweep, ctx.history, table_tokens)}\n\n"
             f"{_files_block(ctx.files)}\n\n"
-            "Propose the next experiment: one idea, as a DESCRIPTION line and a diff.")
+            "Propose the next experiment: one idea, as a DESCRIPTION line, a CATEGORY line "
+            "and a diff.")
 
 
 def log_tail(exp: Experiment, lines: int = LOG_TAIL_LINES) -> str:

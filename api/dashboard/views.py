@@ -1,7 +1,8 @@
 """What each dashboard page shows, computed from the store: plain dicts and dataclasses.
 
 One list query per page: a sweep page reads the sweep and its experiments once and derives the
-plot, table, kept stack and live panel from that list. No HTML here (templates render it).
+plot, table, kept stack, insights and live panel from that list. No HTML here (templates
+render it).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 
 from agent.diff import diff_stats, view_lines
 from agent.domain import Experiment, ExperimentStatus, Sweep, utcnow
+from agent.insights import digest, sections
 from agent.ports import Store
 from agent.report import improvement, memory_gb
 from agent.service import Service, read_log
@@ -125,7 +127,16 @@ def sweep_page(service: Service, sweep: Sweep, status: str, page: int) -> dict[s
         "best_files": best_files(service, sweep),
         "running": [live_run(store, sweep, e, with_points=False) for e in running],
         "queued": sum(1 for e in exps if e.status is S.QUEUED),
+        "insights": insights_panel(sweep, exps),
     }
+
+
+def insights_panel(sweep: Sweep, exps: list[Experiment]) -> list[dict[str, Any]]:
+    """The sweep's digest (agent.insights) as sections of lines for the template, from the
+    page's brief rows (no meta: a proposal's category is read from its change instead)."""
+    found = digest(sweep, exps)
+    return [{"heading": h, "lines": [x.removeprefix("- ") for x in lines]}
+            for h, lines in sections(found) if lines]
 
 
 def table_row(e: Experiment) -> dict[str, Any]:

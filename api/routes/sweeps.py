@@ -1,20 +1,22 @@
-"""Sweep routes: create, list, read, pause/resume/stop, best, results.tsv."""
+"""Sweep routes: create, list, read, pause/resume/stop, best, results.tsv, insights."""
 
 from __future__ import annotations
 
 import contextlib
 from pathlib import Path
+from typing import Annotated
 
-from fastapi import APIRouter, status
+from fastapi import APIRouter, Query, status
 from fastapi.responses import PlainTextResponse
 
 from agent.config import load_config
 from agent.domain import ExperimentStatus, Sweep, SweepStatus
 from agent.errors import ConflictError
+from agent.insights import digest, render
 from agent.proposers.factory import make_proposer
 from agent.sweeps import check_sweep_name, create_sweep
 from api.deps import ReadAuth, Services, ServicesDep, WriteAuth
-from api.schemas import BestPublic, KeptChange, Page, SweepCreate, SweepPublic
+from api.schemas import BestPublic, InsightsPublic, KeptChange, Page, SweepCreate, SweepPublic
 
 router = APIRouter(prefix="/sweeps", tags=["sweeps"])
 
@@ -101,3 +103,13 @@ def results(name: str, services: ServicesDep, _auth: ReadAuth) -> PlainTextRespo
     """autoresearch's results.tsv: commit, metric, memory_gb, status, description."""
     text = services.service.results_tsv(services.store.get_sweep(name))
     return PlainTextResponse(text, media_type="text/tab-separated-values; charset=utf-8")
+
+
+@router.get("/{name}/insights", response_model=InsightsPublic)
+def insights(name: str, services: ServicesDep, _auth: ReadAuth,
+             max_chars: Annotated[int, Query(ge=500, le=50_000)] = 6000) -> InsightsPublic:
+    """What the sweep has learned: effects per knob, near-misses, crash lessons, plateau,
+    categories (the digest the LLM proposer and the MCP tool get_insights see)."""
+    sweep = services.store.get_sweep(name)
+    found = digest(sweep, services.store.list_experiments(sweep.id))
+    return InsightsPublic(sweep=sweep.name, text=render(found, max_chars), data=found.to_dict())

@@ -1,0 +1,310 @@
+"""The sweep's memory: a compact digest of what was tried and learned, for models and people.
+
+Pure: built from a Sweep and its experiments only (no files, no database), so it is always
+current. Per knob: runs, values, effect per direction with its standard error; other changes
+per category; near-misses; crash lessons; plateau status; categories over-explored or capped.
+`render` writes it as plain text within a character budget, most useful lines first; the LLM
+prompt, the MCP tool `get_insights`, `GET /sweeps/{name}/insights`, the dashboard and the
+CLI's end-of-night summary all show this same digest.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from agent.categories import Category, category_of, category_of_knob, exhausted
+from agent.domain import Experiment, ExperimentStatus, Sweep
+from agent.proposers.evidence import (
+    Trial,
+    near_miss_tolerance,
+    near_misses,
+    noise_scale,
+    since_last_keep,
+    trials,
+)
+from agent.proposers.knob_space import parse_literal
+from agent.proposers.policy import PLATEAU_AFTER
+
+MAX_VALUES = 8
+MAX_NEAR_MISSES = 5
+OVER_EXPLORED_SHARE = 0.5  # a category with more than half the runs ...
+OVER_EXPLORED_MIN_RUNS = 8  # ... once this many runs are counted
+
+
+
+@dataclass(frozen=True)
+class DirectionEffect:
+    direction: str  # up | down | on | off
+    runs: int
+    mean_gain: float  # > 0 improved the metric
+    stderr: float | None
+    kept: int
+
+
+@dataclass(frozen=True)
+class KnobInsight:
+    name: str
+    category: str
+    runs: int
+    kept: int
+    crashed: int
+    current: str
+    values: list[str]
+    effects: list[DirectionEffect]
+
+
+@dataclass(frozen=True)
+class AreaInsight:
+    category: str
+    runs: int
+    kept: int
+    crashed: int
+    best: str | None  # the best of them: "#12 use SwiGLU (+0.0031)"
+
+
+@dataclass(frozen=True)
+class CategoryShare:
+    category: str
+    runs: int
+    share: float
+    kept: int
+    note: str  # "", "over-explored: ...", "exhausted: ..."
+
+
+@dataclass(frozen=True)
+class Insights:
+    sweep: str
+    metric: str
+    direction: str
+    baseline: float | None
+    best: float | None
+    counts: dict[str, int]
+    noise_scale: float | None
+    plateau: str
+    knobs: list[KnobInsight]
+    areas: list[AreaInsight]
+    near_misses: list[str]
+    crash_lessons: list[str]
+    categories: list[CategoryShare]
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# --- per knob ----------------------------------------------------------------------------------
+def _direction_word(t: Trial) -> str:
+    c = t.changes[0]
+    if c.old in ("True", "False") or c.new in ("True", "False"):
+        return "on" if c.new == "True" else "off"
+    return "up" if c.direction > 0 else "down"
+
+
+def _effect(direction: str, items: list[Trial], scale: float | None) -> DirectionEffect:
+    gains = [t.gain for t in items if t.gain is not None]
+    mean = statistics.mean(gains) if gains else 0.0
+    if len(gains) >= 2:
+        stderr: float | None = statistics.stdev(gains) / math.sqrt(len(gains))
+    else:
+        stderr = scale / math.sqrt(len(gains)) if scale and gains else None
+    return DirectionEffect(direction, len(items), round(mean, 9), None if stderr is None else
+                  round(stderr, 9), sum(t.kept for t in items))
+
+
+def _knob(name: str, items: list[Trial], scale: float | None) -> KnobInsight:
+    by_dir: dict[str, list[Trial]] = defaultdict(list)
+    for t in items:
+        by_dir[_direction_word(t)].append(t)
+    values = list(dict.fromkeys(c.new for t in items for c in t.changes if c.name == name))
+    kept = [c.new for t in items if t.kept for c in t.changes if c.name == name]
+    current = kept[-1] if kept else items[0].changes[0].old
+    return KnobInsight(name, category_of_knob(name).value, len(items), sum(t.kept for t in items),
+                       sum(t.crash is not None for t in items), current, values[-MAX_VALUES:],
+                       [_effect(d, ts, scale) for d, ts in sorted(by_dir.items())])
+
+
+def _knobs(items: list[Trial], scale: float | None) -> list[KnobInsight]:
+    per: dict[str, list[Trial]] = defaultdict(list)
+    for t in items:
+        if t.pure and len(t.changes) == 1:
+            per[t.changes[0].name].append(t)
+    out = [_knob(name, ts, scale) for name, ts in per.items()]
+    return sorted(out, key=lambda k: -max((abs(e.mean_gain) for e in k.effects), default=0.0))
+
+
+# --- other changes, near-misses, crashes ---------------------------------------------------
+def _areas(items: list[Trial], by_id: Mapping[int, Experiment]) -> list[AreaInsight]:
+    per: dict[str, list[Trial]] = defaultdict(list)
+    for t in items:
+        if not t.pure:
+            per[category_of(by_id[t.id]).value].append(t)
+    out = []
+    for category, ts in sorted(per.items()):
+        scored = [t for t in ts if t.gain is not None]
+        top = max(scored, key=lambda t: t.gain or 0.0) if scored else None
+        best = f"#{top.id} {top.description[:60]} ({top.gain:+.4g})" if top and top.gain is not \
+            None else None
+        out.append(AreaInsight(category, len(ts), sum(t.kept for t in ts),
+                               sum(t.crash is not None for t in ts), best))
+    return out
+
+
+def _near_miss_lines(items: list[Trial], min_delta: float, generation: int) -> list[str]:
+    out = []
+    for t in near_misses(items, min_delta)[:MAX_NEAR_MISSES]:
+        older = " (head has moved since: worth a re-test)" if t.generation < generation else ""
+        out.append(f"#{t.id} {t.description[:70]}: {t.gain or 0.0:+.4g}{older}")
+    return out
+
+
+def _crash_lines(items: list[Trial]) -> list[str]:
+    """One line per knob and direction (at the nearest value that crashed), or per change."""
+    groups: dict[tuple[str, int, str], list[Trial]] = defaultdict(list)
+    for t in items:
+        if t.crash is None:
+            continue
+        single = t.pure and len(t.changes) == 1
+        key = (t.changes[0].name, t.changes[0].direction, t.crash) if single else (
+            t.description[:60], 0, t.crash)
+        groups[key].append(t)
+    lines = []
+    for (what, direction, kind), ts in groups.items():
+        ids = ", ".join(f"#{t.id}" for t in ts[:4])
+        new = ts[0].changes[0].new if direction else ""
+        if new in ("True", "False"):
+            what = f"{what} = {new}"
+        elif direction:
+            values = [float(parse_literal(t.changes[0].new)) for t in ts]
+            edge = min(values) if direction > 0 else max(values)
+            what = f"{what} {'≥' if direction > 0 else '≤'} {edge:g}"
+        lines.append(f"{what}: {kind} ({ids}); avoid it")
+    return lines
+
+
+# --- categories ------------------------------------------------------------------------------
+def _categories(history: list[Experiment], items: list[Trial], shares: Mapping[str, float],
+                max_experiments: int | None) -> list[CategoryShare]:
+    by_id = {e.id: e for e in history}
+    runs: dict[Category, int] = defaultdict(int)
+    kept: dict[Category, int] = defaultdict(int)
+    for t in items:
+        names = [c.name for c in t.changes]
+        cat = category_of(by_id[t.id], names)
+        runs[cat] += 1
+        kept[cat] += t.kept
+    total = sum(runs.values())
+    capped = exhausted(history, shares, max_experiments)
+    keep_rate = sum(kept.values()) / total if total else 0.0
+    out = []
+    for cat in sorted(runs, key=lambda c: -runs[c]):
+        share = runs[cat] / total
+        note = f"exhausted: {capped[cat]}" if cat in capped else ""
+        if not note and total >= OVER_EXPLORED_MIN_RUNS and share > OVER_EXPLORED_SHARE and \
+                kept[cat] / runs[cat] <= keep_rate:
+            note = f"over-explored: {share:.0%} of runs, keep rate no better than the sweep's"
+        out.append(CategoryShare(cat.value, runs[cat], round(share, 4), kept[cat], note))
+    return out
+
+
+# --- the digest ------------------------------------------------------------------------------
+def _counts(history: list[Experiment]) -> dict[str, int]:
+    out: dict[str, int] = defaultdict(int)
+    for e in history:
+        if not e.is_baseline:
+            out[e.status.value] += 1
+    return dict(out)
+
+
+def _plateau(items: list[Trial], history: list[Experiment]) -> str:
+    stall = since_last_keep(items)
+    kept = [e for e in history if e.status is ExperimentStatus.KEPT and not e.is_baseline]
+    last = f"last keep #{kept[-1].id}" if kept else "nothing kept yet"
+    if stall >= PLATEAU_AFTER:
+        return (f"plateau: {stall} runs without a keep ({last}); change another knob or area, "
+                "take a bigger step, or combine near-misses")
+    return f"{stall} runs since the last keep ({last})"
+
+
+def digest(sweep: Sweep, history: list[Experiment]) -> Insights:
+    """Everything the sweep has taught so far (history: the sweep's experiments, oldest first)."""
+    items = trials(history, sweep.direction)
+    scale = noise_scale(items, sweep.min_delta)
+    generation = sum(t.kept for t in items)
+    shares = dict(sweep.config.category_shares)
+    notes = []
+    if scale is not None:
+        notes.append(f"gain scale (robust spread of run-to-run deltas) ~{scale:.3g}; near-miss "
+                     f"= discarded within {near_miss_tolerance(items, sweep.min_delta):.3g} of "
+                     "the best")
+    return Insights(
+        sweep=sweep.name, metric=sweep.metric, direction=sweep.direction.value,
+        baseline=sweep.baseline_metric, best=sweep.best_metric, counts=_counts(history),
+        noise_scale=None if scale is None else round(scale, 9), plateau=_plateau(items, history),
+        knobs=_knobs(items, scale), areas=_areas(items, {e.id: e for e in history}),
+        near_misses=_near_miss_lines(items, sweep.min_delta, generation),
+        crash_lessons=_crash_lines(items),
+        categories=_categories(history, items, shares, sweep.max_experiments), notes=notes)
+
+
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.6g}"
+
+
+def _effect_text(e: DirectionEffect) -> str:
+    err = f" ± {e.stderr:.2g}" if e.stderr is not None else ""
+    return f"{e.direction} {e.mean_gain:+.3g}{err} over {e.runs} ({e.kept} kept)"
+
+
+def _knob_line(k: KnobInsight) -> str:
+    effects = "; ".join(_effect_text(e) for e in k.effects)
+    crashed = f", {k.crashed} crashed" if k.crashed else ""
+    return (f"- {k.name} [{k.category}] now {k.current}; {k.runs} runs{crashed}; tried "
+            f"{', '.join(k.values)}; gain by direction: {effects}")
+
+
+def sections(ins: Insights) -> list[tuple[str, list[str]]]:
+    """(heading, lines), most useful first."""
+    runs = ", ".join(f"{n} {s}" for s, n in sorted(ins.counts.items())) or "none yet"
+    better = "lower" if ins.direction == "minimize" else "higher"
+    head = [f"{ins.metric} ({better} is better): baseline {_fmt(ins.baseline)}, best "
+            f"{_fmt(ins.best)}; runs: {runs}", ins.plateau, *ins.notes]
+    cats = [f"- {c.category}: {c.runs} runs ({c.share:.0%}), {c.kept} kept"
+            + (f" — {c.note}" if c.note else "") for c in ins.categories]
+    areas = [f"- {a.category}: {a.runs} runs, {a.kept} kept, {a.crashed} crashed"
+             + (f"; best {a.best}" if a.best else "") for a in ins.areas]
+    return [
+        (f"Sweep {ins.sweep}: what has been learned", head),
+        ("Crash lessons (do not go there again)", [f"- {c}" for c in ins.crash_lessons]),
+        ("Near-misses (discarded, but within noise of the best)",
+         [f"- {n}" for n in ins.near_misses]),
+        ("Knobs tried (gain > 0 improved the metric; ± is the standard error)",
+         [_knob_line(k) for k in ins.knobs]),
+        ("Other changes by category", areas),
+        ("Categories (share of runs)", cats),
+    ]
+
+
+def render(ins: Insights, max_chars: int = 6000) -> str:
+    """The digest as text within max_chars: whole lines, later sections trimmed first."""
+    out: list[str] = []
+    used = 0
+    for heading, lines in sections(ins):
+        if not lines:
+            continue
+        block = [f"## {heading}"] if out else [f"# {heading}"]
+        for line in lines:
+            if used + sum(len(x) + 1 for x in block) + len(line) + 1 > max_chars:
+                block.append("- (more omitted)")
+                break
+            block.append(line)
+        cost = sum(len(x) + 1 for x in block)
+        if used + cost > max_chars:
+            break
+        out += block
+        used += cost
+    return "\n".join(out)

@@ -1,0 +1,167 @@
+"""What a sweep's history says about its constants: which changed, by how much, with what gain.
+
+Pure: reads Experiments (diffs, statuses, metrics) and never the files or the database.
+Every experiment's constant changes are read from its diff, so proposals from any source
+(the knobs proposer, a language model, a coding agent) teach the same lessons.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import re
+import statistics
+from dataclasses import dataclass
+
+from agent.domain import CrashKind, Direction, Experiment, ExperimentStatus
+from agent.proposers.knob_space import direction_of, step_between
+
+CONST_LINE = re.compile(
+    r"^(?P<name>[A-Z][A-Z0-9_]*)(?P<sep>\s*(?::\s*\w+\s*)?=\s*)"
+    r"(?P<value>True|False|[-+]?(?:\d[\d_]*\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?))"
+    r"(?P<rest>\s*(?:#.*)?)$"
+)
+RUN_STATUSES = (ExperimentStatus.KEPT, ExperimentStatus.DISCARDED, ExperimentStatus.CRASHED,
+                ExperimentStatus.TIMEOUT)
+
+
+@dataclass(frozen=True)
+class Change:
+    """One constant moved from `old` to `new` (literals as written)."""
+
+    name: str
+    old: str
+    new: str
+
+    @property
+    def direction(self) -> int:
+        return direction_of(self.name, self.old, self.new)
+
+    @property
+    def step(self) -> float | None:
+        return step_between(self.name, self.old, self.new)
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One finished run (not the baseline) as the search sees it."""
+
+    id: int
+    status: ExperimentStatus
+    description: str
+    changes: tuple[Change, ...]
+    pure: bool  # only constants changed (no other code)
+    gain: float | None  # improvement over the best it was judged against (> 0 is better)
+    crash: str | None  # oom | nan | timeout | crash, for fundamental failures only
+    generation: int  # how many keeps came before it (which head it ran on)
+    meta: dict[str, object]
+
+    @property
+    def kept(self) -> bool:
+        return self.status is ExperimentStatus.KEPT
+
+
+def _constants(lines: tuple[str, ...]) -> dict[str, str]:
+    out = {}
+    for line in lines:
+        m = CONST_LINE.match(line.rstrip("\n"))
+        if m:
+            out[m.group("name")] = m.group("value")
+    return out
+
+
+@functools.lru_cache(maxsize=8192)
+def constant_changes(diff: str) -> tuple[tuple[Change, ...], bool]:
+    """The constants a diff changes, and whether it changes nothing else (cached: the same
+    history is read again for every proposal)."""
+    removed: list[str] = []
+    added: list[str] = []
+    lines = diff.splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith("--- ") and i + 1 < len(lines) and lines[i + 1].startswith("+++ "):
+            continue
+        if line.startswith("+++ ") and i > 0 and lines[i - 1].startswith("--- "):
+            continue
+        if line.startswith("-"):
+            removed.append(line[1:])
+        elif line.startswith("+"):
+            added.append(line[1:])
+    old, new = _constants(tuple(removed)), _constants(tuple(added))
+    changes = tuple(Change(n, old[n], new[n]) for n in new if n in old and old[n] != new[n])
+    pure = len(removed) == len(old) and len(added) == len(new) and set(old) == set(new)
+    return changes, pure and bool(changes)
+
+
+def crash_class(exp: Experiment) -> str | None:
+    """oom / nan / timeout / crash for a run that failed for a reason other than a code bug."""
+    if exp.status is ExperimentStatus.TIMEOUT or exp.crash_kind is CrashKind.TIMEOUT:
+        return "timeout"
+    if exp.status is not ExperimentStatus.CRASHED or exp.crash_kind is CrashKind.TRIVIAL:
+        return None
+    text = f"{exp.reason or ''}\n{(exp.log_tail or '')[-2000:]}".lower()
+    if "out of memory" in text or "outofmemory" in text or "memoryerror" in text:
+        return "oom"
+    if re.search(r"\bnan\b|\bfail\b|diverg|\binf\b", text):
+        return "nan"
+    return "crash"
+
+
+def gain_of(exp: Experiment, direction: Direction) -> float | None:
+    if exp.metric is None or exp.best_before is None or not math.isfinite(exp.metric):
+        return None
+    delta = exp.metric - exp.best_before
+    return -delta if direction is Direction.MINIMIZE else delta
+
+
+def trials(history: list[Experiment], direction: Direction) -> list[Trial]:
+    """Finished runs, oldest first, each with its constant changes and gain."""
+    out: list[Trial] = []
+    generation = 0
+    for exp in history:
+        if exp.status not in RUN_STATUSES or exp.is_baseline:
+            continue
+        changes, pure = constant_changes(exp.diff)
+        out.append(Trial(exp.id, exp.status, exp.description, changes, pure,
+                         gain_of(exp, direction) if exp.status in RUN_STATUSES[:2] else None,
+                         crash_class(exp), generation, dict(exp.meta)))
+        if exp.status is ExperimentStatus.KEPT:
+            generation += 1
+    return out
+
+
+def noise_scale(items: list[Trial], min_delta: float = 0.0) -> float | None:
+    """A robust scale of the gains (1.4826 × MAD): run-to-run noise plus the typical effect.
+
+    None until four gains are known. Used to put gains in comparable units, never to decide.
+    """
+    gains = [t.gain for t in items if t.gain is not None]
+    if len(gains) < 4:
+        return None
+    mid = statistics.median(gains)
+    deviations = [abs(g - mid) for g in gains]
+    scale = 1.4826 * statistics.median(deviations) or statistics.mean(deviations)
+    return max(scale, min_delta, 1e-12)
+
+
+def near_miss_tolerance(items: list[Trial], min_delta: float = 0.0) -> float:
+    """How far below the best a discarded run may land and still count as a near-miss."""
+    scale = noise_scale(items, min_delta)
+    return max(min_delta, 0.5 * scale) if scale is not None else min_delta
+
+
+def near_misses(items: list[Trial], min_delta: float = 0.0) -> list[Trial]:
+    """Discarded runs within the tolerance of the best they were judged against, best first."""
+    tol = near_miss_tolerance(items, min_delta)
+    found = [t for t in items if t.status is ExperimentStatus.DISCARDED and t.gain is not None
+             and t.gain >= -tol]
+    return sorted(found, key=lambda t: -(t.gain or 0.0))
+
+
+def since_last_keep(items: list[Trial]) -> int:
+    """Runs finished since the last keep (all of them if nothing was kept)."""
+    n = 0
+    for t in reversed(items):
+        if t.kept:
+            break
+        n += 1
+    return n

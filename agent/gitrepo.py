@@ -53,6 +53,8 @@ class GitRepo:
         self.path = Path(self._repo.working_tree_dir or path)
 
     def _git(self, *args: str, env: dict[str, str] | None = None) -> str:
+        if not self.path.is_dir():
+            raise GitError(f"{self.path}: the target directory is gone (moved or deleted)")
         try:
             out = self._repo.git.execute(["git", *args], env={**GIT_ENV, **(env or {})})
             return str(out).strip()

@@ -102,17 +102,27 @@ class Loop:
         return True
 
     # --- one experiment -----------------------------------------------------------------
-    def execute(self, sweep: Sweep, exp: Experiment) -> Experiment:
-        """Run a claimed (running) experiment to a finished record. Never leaves it running."""
+    def execute(
+        self, sweep: Sweep, exp: Experiment, stop: threading.Event | None = None
+    ) -> Experiment:
+        """Run a claimed (running) experiment to a finished record. Never leaves it running.
+
+        `stop` (the scheduler makes it at claim time) may be set before the run starts: the
+        experiment is then recorded `cancelled` without running.
+        """
         wt = self.settings.work_dir / "worktrees" / sweep.name / f"exp-{exp.id}"
-        stop = threading.Event()
+        stop = stop if stop is not None else threading.Event()
         with self._lock:
             self._stops[exp.id] = stop
         added_worktree = False
         try:
-            prepared = self._prepare(sweep, exp)
+            prepared = None if stop.is_set() else self._prepare(sweep, exp)
             if isinstance(prepared, Experiment):
                 return prepared
+            if prepared is None or stop.is_set():
+                return self._finish(
+                    exp, Finish(ExperimentStatus.CANCELLED, reason="cancelled before it started")
+                )
             head, commit = prepared
             self.repo.add_worktree(wt, commit)
             added_worktree = True
@@ -218,6 +228,15 @@ class Loop:
                 or is_improvement(metric, current.best_metric, current.direction, current.min_delta)
             ):
                 mean, note = self.training.confirm(sweep, exp, wt, stop, metric)
+                if mean is None and stop.is_set():
+                    return self._finish(
+                        exp,
+                        Finish(
+                            ExperimentStatus.CANCELLED,
+                            reason=f"cancelled during a confirmation run ({note})",
+                            **common,
+                        ),
+                    )
                 if mean is None:
                     status = (
                         ExperimentStatus.CRASHED if exp.is_baseline else ExperimentStatus.DISCARDED

@@ -72,6 +72,19 @@ class SchedulerSettings:
 LoopFactory = Callable[[Sweep, int], Any]  # (sweep, slot) -> agent.loop.Loop
 
 
+@dataclass
+class _Claim:
+    """An experiment this process claimed: its slot, its loop and the event that stops it.
+
+    The stop event exists from the claim on, so a cancel between the claim and the run (or
+    while a proposer hands the row over) is honoured rather than refused.
+    """
+
+    slot: int
+    loop: Any
+    stop: threading.Event = field(default_factory=threading.Event)
+
+
 class SlotScheduler:
     """N slots; each runs one experiment at a time, taking queued work first, then proposals."""
 
@@ -82,7 +95,8 @@ class SlotScheduler:
         self._pick_lock = threading.Lock()
         self._state_lock = threading.Lock()
         self._loops: dict[tuple[int, int], Any] = {}
-        self._running: dict[int, tuple[int, Any]] = {}  # exp id -> (slot, loop)
+        self._running: dict[int, _Claim] = {}  # exp id -> its claim
+        self._cancel_requests: set[int] = set()  # claimed ids cancelled before registration
         self._proposing: set[int] = set()  # sweep ids whose proposer is being asked
         self._only: frozenset[str] | None = None  # burst mode: only these sweeps
         self._stopping = threading.Event()
@@ -149,13 +163,13 @@ class SlotScheduler:
             self._pick_lock.release()
         with self._state_lock:
             running = dict(self._running)
-        for exp_id, (_slot, loop) in running.items():
+        for exp_id, claim in running.items():
             try:
                 self.store.finish(exp_id, Finish(ExperimentStatus.INTERRUPTED,
                                                  reason=SHUTDOWN_REASON))
             except (ConflictError, NotFoundError):
                 continue  # it finished on its own meanwhile
-            loop.cancel(exp_id)
+            claim.stop.set()
         for t in self._threads:
             if t is not threading.current_thread():
                 t.join(timeout_s)
@@ -230,10 +244,28 @@ class SlotScheduler:
             return sorted(self._running)
 
     def cancel(self, experiment_id: int) -> bool:
-        """Stop a running experiment of this process (recorded `cancelled`); False if not here."""
+        """Stop an experiment this process claimed (recorded `cancelled`): running, claimed but
+        not started yet, or being handed over by a proposer. False if it is not ours to stop.
+
+        One process executes a database's experiments (the instance lock), so a row `running`
+        while this scheduler is alive is ours even before its slot has registered it.
+        """
         with self._state_lock:
-            entry = self._running.get(experiment_id)
-        return bool(entry and entry[1].cancel(experiment_id))
+            claim = self._running.get(experiment_id)
+            if claim is not None:
+                claim.stop.set()
+                return True
+            if not self.alive:
+                return False
+            self._cancel_requests.add(experiment_id)  # honoured by _claimed
+        try:
+            ours = self.store.get_experiment(experiment_id).status is ExperimentStatus.RUNNING
+        except NotFoundError:
+            ours = False
+        if not ours:
+            with self._state_lock:
+                self._cancel_requests.discard(experiment_id)
+        return ours
 
     def run_slot(self, slot: int) -> int:
         """Run experiments back to back until there is nothing to start; how many ran."""
@@ -248,17 +280,22 @@ class SlotScheduler:
         return done
 
     def _execute(self, slot: int, sweep: Sweep, exp: Experiment, loop: Any) -> None:
+        with self._state_lock:
+            claim = self._running.get(exp.id)
+        stop = claim.stop if claim is not None else threading.Event()
         try:
-            result = loop.execute(sweep, exp)
+            result = loop.execute(sweep, exp, stop=stop)
         except ConflictError as exc:  # interrupted by a shutdown or cancelled meanwhile
             logger.info("experiment %s ended elsewhere: %s", exp.id, exc)
             return
-        except Exception:
+        except Exception as exc:  # the loop recorded the row; do not burn the queue on it
             logger.exception("slot %d: experiment %s failed unexpectedly", slot, exp.id)
+            self._pause(sweep, f"experiment {exp.id} failed unexpectedly: {exc}")
             return
         finally:
             with self._state_lock:
                 self._running.pop(exp.id, None)
+                self._cancel_requests.discard(exp.id)
             self.wake()  # a finished run may open the gate for others (the baseline)
         self._watch_device(slot, result)
         if result.is_baseline and result.status is not ExperimentStatus.KEPT:
@@ -301,13 +338,16 @@ class SlotScheduler:
             with self._pick_lock:
                 if self._stopping.is_set():
                     return None
-                open_sweeps = self._open_sweeps()
-                for sweep in open_sweeps:  # queued work of any open sweep before proposing
+                usable = []
+                for sweep in self._open_sweeps():  # queued work of any sweep before proposing
+                    loop = self._usable_loop(sweep, slot)  # before claiming anything
+                    if loop is None:
+                        continue
                     exp = self._claim_queued(sweep)
                     if exp is not None:
-                        return self._claimed(slot, sweep, exp)
-                chosen = self._choose_proposer([s for s in open_sweeps if s.id not in tried],
-                                               slot)
+                        return self._claimed(slot, sweep, exp, loop)
+                    usable.append((sweep, loop))
+                chosen = self._choose_proposer([u for u in usable if u[0].id not in tried])
                 if chosen is None:
                     return None
             sweep, loop = chosen
@@ -319,6 +359,10 @@ class SlotScheduler:
     def _propose(self, slot: int, sweep: Sweep, loop: Any) -> tuple[Sweep, Experiment, Any] | None:
         try:
             queued = loop.propose(sweep)
+        except Exception as exc:  # nothing was queued or claimed
+            logger.exception("sweep %s: asking its proposer failed", sweep.name)
+            self._pause(sweep, f"asking its proposer failed: {exc}")
+            return None
         finally:
             with self._state_lock:
                 self._proposing.discard(sweep.id)
@@ -334,7 +378,7 @@ class SlotScheduler:
             if self._gate(current).kind is not GateKind.START:
                 return None  # a limit or a pause came meanwhile: it stays queued
             exp = self.store.claim(queued.id)
-            return self._claimed(slot, current, exp) if exp is not None else None
+            return self._claimed(slot, current, exp, loop) if exp is not None else None
 
     def _open_sweeps(self) -> list[Sweep]:
         open_sweeps = []
@@ -350,15 +394,14 @@ class SlotScheduler:
                 open_sweeps.append(sweep)
         return open_sweeps
 
-    def _choose_proposer(self, open_sweeps: list[Sweep], slot: int) -> tuple[Sweep, Any] | None:
+    def _choose_proposer(self, usable: list[tuple[Sweep, Any]]) -> tuple[Sweep, Any] | None:
         """The first open sweep with a proposer that nobody is asking right now (marked busy)."""
-        for sweep in open_sweeps:
+        for sweep, loop in usable:
             if sweep.baseline_metric is None:
                 continue  # nothing is proposed before the baseline is in
             with self._state_lock:
                 if sweep.id in self._proposing:
                     continue
-            loop = self._loop(sweep, slot)
             if loop.proposer is None:
                 continue  # a queue-only sweep waits for POST /experiments
             with self._state_lock:
@@ -384,10 +427,14 @@ class SlotScheduler:
             return None
         return self.store.claim(base.id)
 
-    def _claimed(self, slot: int, sweep: Sweep, exp: Experiment) -> tuple[Sweep, Experiment, Any]:
-        loop = self._loop(sweep, slot)
+    def _claimed(self, slot: int, sweep: Sweep, exp: Experiment,
+                 loop: Any) -> tuple[Sweep, Experiment, Any]:
+        claim = _Claim(slot, loop)
         with self._state_lock:
-            self._running[exp.id] = (slot, loop)
+            if exp.id in self._cancel_requests:  # cancelled while a proposer handed it over
+                self._cancel_requests.discard(exp.id)
+                claim.stop.set()
+            self._running[exp.id] = claim
         logger.info("slot %d: experiment %s of %s", slot, exp.id, sweep.name)
         return sweep, exp, loop
 
@@ -396,6 +443,26 @@ class SlotScheduler:
             return  # the in-flight run finishes first (it may still be kept)
         logger.info("sweep %s done: %s", sweep.name, reason)
         self.store.set_sweep_status(sweep.name, SweepStatus.DONE)
+
+    def _pause(self, sweep: Sweep, why: str) -> None:
+        """A sweep that cannot run (target gone, proposer unloadable) waits for its owner
+        instead of failing on every tick; resuming it tries again."""
+        if self._stopping.is_set():
+            return  # a shutdown's side effects are not the sweep's fault
+        logger.error("sweep %s paused: %s; fix the problem, then resume the sweep", sweep.name,
+                     why)
+        try:
+            self.store.set_sweep_status(sweep.name, SweepStatus.PAUSED)
+        except (ConflictError, NotFoundError):
+            pass  # stopped or deleted meanwhile
+
+    def _usable_loop(self, sweep: Sweep, slot: int) -> Any:
+        """The sweep's loop for `slot`, or None (sweep paused) when it cannot be built."""
+        try:
+            return self._loop(sweep, slot)
+        except Exception as exc:
+            self._pause(sweep, f"cannot set up its runs: {exc}")
+            return None
 
     def _loop(self, sweep: Sweep, slot: int) -> Any:
         key = (sweep.id, slot)

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
-import time
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from conftest import make_target
 from fastapi.testclient import TestClient
-from service_fixtures import AUTH, TOKEN, knob_diff, make_counting_target
+from service_fixtures import AUTH, TOKEN, knob_diff, make_counting_target, wait_for
 
 from agent.domain import ExperimentStatus, Finish
 from agent.errors import ConfigError
@@ -341,20 +342,106 @@ def test_follow_a_running_log_and_cancel_a_running_experiment(tmp_path: Path) ->
         assert events[0] == "event: status" and "data: step 1 | loss 5.0000" in "\n".join(
             events[:8])
         assert any(e.startswith("data: val_bpb:") for e in events)
-        for _ in range(100):
-            if c.get(f"/experiments/{cancel_id}").json()["status"] == "running":
-                break
-            time.sleep(0.05)
+        wait_for(lambda: _log_has(c, cancel_id, "step 1 "), 60, "the run to print a step")
         r = c.delete(f"/experiments/{cancel_id}", headers=AUTH)
         assert r.status_code == 202 and r.json()["pending"] is True
-        for _ in range(100):
-            exp = c.get(f"/experiments/{cancel_id}").json()
-            if exp["status"] != "running":
-                break
-            time.sleep(0.05)
+        exp = wait_for(lambda: _finished(c, cancel_id), 60, "the cancelled run to end")
         assert exp["status"] == "cancelled" and exp["reason"] == "cancelled while running"
         health = c.get("/health").json()
         assert health["scheduler"] == "running" and health["busy"] == 0
+
+
+def _finished(c: TestClient, exp_id: int) -> dict | None:
+    exp = c.get(f"/experiments/{exp_id}").json()
+    return exp if exp["status"] not in ("queued", "running") else None
+
+
+def _log_has(c: TestClient, exp_id: int, text: str) -> bool:
+    r = c.get(f"/experiments/{exp_id}/log")
+    return r.status_code == 200 and text in r.text
+
+
+def test_cancel_between_claim_and_run_is_honoured(tmp_path: Path, target: Path) -> None:
+    """A slot has claimed the experiment (status `running`) but not started it yet: DELETE is
+    accepted (it used to answer 409 until the run registered its stop event) and the experiment
+    is recorded cancelled without running."""
+    with _client(tmp_path, run_scheduler=True, poll_interval_s=0.05, grace_s=0.5) as c:
+        sched = c.app.state.services.scheduler  # type: ignore[attr-defined]
+        claimed, release = threading.Event(), threading.Event()
+        execute = sched._execute
+
+        def held_after_claim(slot, sweep, exp, loop):  # type: ignore[no-untyped-def]
+            if not exp.is_baseline:  # widen the claim -> run window deterministically
+                claimed.set()
+                release.wait(60)
+            execute(slot, sweep, exp, loop)
+
+        sched._execute = held_after_claim
+        _sweep(c, target)
+        wait_for(lambda: c.get("/sweeps/s1").json()["best_metric"] is not None, 60,
+                 "the baseline to be kept")
+        exp_id = _queue(c, target, 1).json()["id"]
+        assert claimed.wait(60), "the slot never claimed the experiment"
+        assert c.get(f"/experiments/{exp_id}").json()["status"] == "running"
+        try:
+            r = c.delete(f"/experiments/{exp_id}", headers=AUTH)
+        finally:
+            release.set()
+        assert r.status_code == 202, r.text
+        assert r.json()["pending"] is True
+        exp = wait_for(lambda: _finished(c, exp_id), 60, "the cancelled experiment to end")
+        assert exp["status"] == "cancelled" and exp["reason"] == "cancelled before it started"
+        assert exp["log_path"] is None  # it never ran
+        assert c.get("/health").json()["busy"] == 0
+
+
+HOLD_ON_CONFIRM = """
+HOLD = False  # knobs: skip
+if HOLD and seed != 42:  # a confirmation run (seed 43) that waits to be cancelled
+    print("holding", flush=True)
+    time.sleep(600)
+"""
+
+
+def test_cancel_during_a_confirmation_run_is_recorded_cancelled(tmp_path: Path) -> None:
+    fixture = Path(__file__).parent / "fixtures" / "fake_target"
+    text = (fixture / "train.py").read_text()
+    seed_line = 'seed = int(os.environ.get("OVERNIGHT_SEED", "42"))\n'
+    assert seed_line in text
+    toml = (fixture / "overnight.toml").read_text() + "confirm_runs = 1\n"
+    target = make_target(tmp_path / "confirm", edits={
+        "train.py": text.replace(seed_line, seed_line + HOLD_ON_CONFIRM),
+        "overnight.toml": toml})
+    better_and_held = make_diff_of(target, [("LR = 0.01", "LR = 0.02"),
+                                            ("HOLD = False", "HOLD = True")])
+    with _client(tmp_path, run_scheduler=True, poll_interval_s=0.05, grace_s=0.5) as c:
+        _sweep(c, target, name="conf")
+        r = c.post("/experiments", headers=AUTH, json={
+            "sweep": "conf", "description": "lr 0.02", "diff": better_and_held})
+        assert r.status_code == 201, r.text
+        exp_id = r.json()["id"]
+        work = c.app.state.services.runtime.work_dir  # type: ignore[attr-defined]
+        confirm_log = work / "logs" / "conf" / f"{exp_id}.confirm1.log"
+        wait_for(lambda: confirm_log.is_file() and "holding" in confirm_log.read_text(), 60,
+                 "the confirmation run to start")
+        r = c.delete(f"/experiments/{exp_id}", headers=AUTH)
+        assert r.status_code == 202 and r.json()["pending"] is True, r.text
+        exp = wait_for(lambda: _finished(c, exp_id), 60, "the cancelled experiment to end")
+        assert exp["status"] == "cancelled", exp
+        assert exp["reason"].startswith("cancelled during a confirmation run"), exp["reason"]
+        sweep = c.get("/sweeps/conf").json()
+        assert sweep["best_metric"] == pytest.approx(1.3)  # the baseline is still the best
+
+
+def make_diff_of(target: Path, pairs: list[tuple[str, str]]) -> str:
+    from agent.proposers.knobs import make_diff
+
+    old = (target / "train.py").read_text()
+    new = old
+    for a, b in pairs:
+        assert a in new
+        new = new.replace(a, b, 1)
+    return make_diff("train.py", old, new)
 
 
 def test_scheduled_start_via_api(tmp_path: Path, target: Path) -> None:

@@ -12,7 +12,7 @@ from agent.devices import detect_devices, parse_devices, slot_env
 from agent.domain import ExperimentStatus, Finish, Proposal, SweepStatus
 from agent.errors import ConfigError
 from agent.gate import GateKind, SweepFacts, gate, in_window, next_opening, parse_hhmm
-from agent.gitrepo import init_repo
+from agent.gitrepo import GitRepo, init_repo
 from agent.scheduler import SchedulerSettings, SlotScheduler
 from agent.sweeps import create_sweep
 from overnight.runtime import Runtime
@@ -270,3 +270,104 @@ def test_a_stale_sweep_read_never_stops_a_sweep_whose_baseline_just_ended(setup)
     claimed = sched._claim_queued(stale)  # the baseline was kept meanwhile
     assert claimed is not None and claimed.id == queued.id
     assert store.get_sweep("race").status is SweepStatus.RUNNING
+
+
+def _fresh_scheduler(runtime: Runtime) -> SlotScheduler:
+    """A scheduler as a restarted service builds it: nothing cached, repos opened on demand."""
+    settings = SchedulerSettings(slots=1, tz=TZ, grace_s=0.5)
+    return SlotScheduler(runtime.store, settings, runtime.loop_factory(settings),
+                         clock=FakeClock(at(12)))
+
+
+def test_a_vanished_target_pauses_the_sweep_and_leaves_no_row_running(tmp_path: Path) -> None:
+    """The loop is built before anything is claimed: a target that cannot be opened leaves the
+    baseline queued and the sweep paused (not an experiment `running` forever, not a slot that
+    fails on every tick); once the directory is back, resuming runs it."""
+    target = make_counting_target(tmp_path / "target", n_knobs=2)
+    store = Runtime(tmp_path / "o.db", work_dir=tmp_path / "work").store
+    create_sweep(store, GitRepo(target), target, name="gone", proposer="queue")
+    moved = target.rename(tmp_path / "moved")
+    sched = _fresh_scheduler(Runtime(tmp_path / "o.db", work_dir=tmp_path / "work"))
+    assert sched.run_slot(0) == 0
+    (base,) = store.list_experiments(store.get_sweep("gone").id)
+    assert base.status is ExperimentStatus.QUEUED and base.started_at is None
+    assert store.get_sweep("gone").status is SweepStatus.PAUSED
+    assert sched.run_slot(0) == 0  # paused: nothing is tried again until a resume
+    moved.rename(target)
+    store.set_sweep_status("gone", SweepStatus.RUNNING)
+    assert sched.run_slot(0) == 1
+    assert store.get_experiment(base.id).status is ExperimentStatus.KEPT
+
+
+def test_an_llm_profile_that_no_longer_loads_pauses_the_sweep(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    target = make_counting_target(tmp_path / "target", n_knobs=2)
+    profile = tmp_path / "llm.toml"
+    profile.write_text('[profiles.night]\nbackend = "openai"\nbase_url = "http://127.0.0.1:9"\n'
+                       'model = "m"\napi_key_env = "NIGHT_KEY"\n')
+    monkeypatch.setenv("OVERNIGHT_LLM_CONFIG", str(profile))
+    monkeypatch.setenv("NIGHT_KEY", "k" * 20)
+    store = Runtime(tmp_path / "o.db", work_dir=tmp_path / "work").store
+    create_sweep(store, GitRepo(target), target, name="llm", proposer="llm:night")
+    profile.unlink()  # e.g. removed or renamed before a restart
+    sched = _fresh_scheduler(Runtime(tmp_path / "o.db", work_dir=tmp_path / "work"))
+    assert sched.run_slot(0) == 0
+    statuses = [e.status for e in store.list_experiments()]
+    assert statuses == [ExperimentStatus.QUEUED]
+    assert store.get_sweep("llm").status is SweepStatus.PAUSED
+
+
+def test_a_target_deleted_mid_sweep_ends_the_claimed_row_and_pauses(setup) -> None:  # type: ignore
+    """A repo adapter opened before the directory vanished: the claimed row is finished (never
+    left running) and the sweep is paused rather than burning its queue run after run."""
+    import shutil
+
+    target, store, repo, sched, clock = setup
+    sweep = create_sweep(store, repo, target, name="mid", proposer="queue")
+    assert sched.run_slot(0) == 1  # the baseline, with the adapter now cached
+    ids = [store.add_experiment(sweep.id, Proposal(f"K{k}", knob_diff(target, k, 1))).id
+           for k in range(3)]
+    shutil.rmtree(target)
+    sched.run_slot(0)
+    first = store.get_experiment(ids[0])
+    assert first.status is ExperimentStatus.INTERRUPTED, first
+    assert str(target) in (first.reason or ""), first.reason
+    assert [store.get_experiment(i).status for i in ids[1:]] == [ExperimentStatus.QUEUED] * 2
+    assert store.get_sweep("mid").status is SweepStatus.PAUSED
+    assert not store.count_experiments(statuses=[ExperimentStatus.RUNNING])
+
+
+def test_cancel_of_a_claimed_experiment_that_has_not_started(setup) -> None:  # type: ignore
+    """Between the claim and the run, a cancel is honoured (it used to answer 409)."""
+    from agent.service import Service
+
+    target, store, repo, sched, clock = setup
+    sweep = create_sweep(store, repo, target, name="c", proposer="queue")
+    assert sched.run_slot(0) == 1  # the baseline
+    exp = store.add_experiment(sweep.id, Proposal("K0", knob_diff(target, 0, 1)))
+    picked = sched.pick(0)
+    assert picked is not None and picked[1].id == exp.id
+    assert store.get_experiment(exp.id).status is ExperimentStatus.RUNNING
+    service = Service(store, lambda s: repo, stop_running=sched.cancel)  # as the runtime wires it
+    _, pending = service.cancel(exp.id)
+    assert pending is True
+    sched._execute(0, *picked)
+    done = store.get_experiment(exp.id)
+    assert done.status is ExperimentStatus.CANCELLED
+    assert done.reason == "cancelled before it started" and done.log_path is None
+    assert sched.busy() == 0
+
+
+def test_cancel_is_not_claimed_for_a_row_the_scheduler_does_not_run(setup) -> None:  # type: ignore
+    target, store, repo, sched, clock = setup
+    sweep = create_sweep(store, repo, target, name="q", proposer="queue")
+    base = store.list_experiments(sweep.id)[0]
+    sched.settings.slots = 0  # no slot job of its own: this test drives the slot
+    sched.start()
+    try:
+        assert sched.cancel(base.id) is False  # queued, not claimed: Services cancels it itself
+        assert sched.run_slot(0) == 1
+        assert sched.cancel(base.id) is False  # finished
+        assert sched.cancel(999) is False  # no such experiment
+    finally:
+        sched.shutdown()

@@ -52,9 +52,41 @@ def test_serve_runs_a_sweep_to_completion_and_refuses_a_second_instance(tmp_path
         assert branch_head(target, "overnight/night") == sweep["best_commit"]
         assert health["scheduler"] == "running" and health["queue_depth"] == 0
     finally:
-        # uvicorn re-raises the SIGTERM after its graceful shutdown
-        assert server.stop() in (0, -signal.SIGTERM), server.tail()
+        code = server.stop()  # checked after the body's own assertions, never instead of them
+    # uvicorn re-raises the SIGTERM after its graceful shutdown
+    assert code in (0, -signal.SIGTERM), server.tail()
     assert "Traceback" not in server.tail(100_000), server.tail()
+
+
+def test_a_target_gone_after_a_restart_pauses_its_sweep(tmp_path: Path) -> None:
+    """Resumed after a restart with its target directory moved away, a sweep is paused with the
+    problem in the log; its baseline stays queued (it used to be claimed and left `running`).
+    With the directory back, a resume runs it."""
+    target = make_counting_target(tmp_path / "target", n_knobs=2)
+    server = ServerProcess(tmp_path / "o.db", log=tmp_path / "server.log").start()
+    try:
+        with server.client() as c:
+            r = c.post("/sweeps", json={"name": "gone", "target": str(target),
+                                        "proposer": "queue", "paused": True})
+            assert r.status_code == 201, r.text
+        server.stop()
+        moved = target.rename(tmp_path / "moved")
+        server.start()  # a fresh process: no repository adapter cached
+        with server.client() as c:
+            assert c.post("/sweeps/gone/resume").status_code == 200
+            wait_for(lambda: c.get("/sweeps/gone").json()["status"] == "paused", 30,
+                     "the sweep to be paused")
+            assert c.get("/experiments/1").json()["status"] == "queued"
+            assert c.get("/health").json()["scheduler"] == "running"
+            moved.rename(target)
+            assert c.post("/sweeps/gone/resume").status_code == 200
+            wait_for(lambda: c.get("/experiments/1").json()["status"] == "kept", 60,
+                     "the baseline to run once the target is back")
+    finally:
+        code = server.stop()
+    assert code in (0, -signal.SIGTERM), server.tail()
+    assert "sweep gone paused: cannot set up its runs" in server.tail(100_000), server.tail()
+    assert str(target) in server.tail(100_000)
 
 
 def test_200_concurrent_posts_are_all_recorded(tmp_path: Path) -> None:

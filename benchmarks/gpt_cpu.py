@@ -3,7 +3,9 @@
 Usage: python benchmarks/gpt_cpu.py [BUDGET_S]   (default 60 seconds of training)
 
 Runs `python train.py` in a temporary copy of experiments/gpt with OVERNIGHT_BUDGET_S=BUDGET_S
-and reports tokens/s (total_tokens / training_seconds) and val_bpb from the summary block.
+and reports tokens/s and val_bpb from the summary block. tokens/s counts only the timed steps:
+train.py's first few steps (warm-up/compile) are not on the training clock, so total_tokens /
+training_seconds would overstate throughput.
 """
 
 from __future__ import annotations
@@ -19,6 +21,23 @@ import time
 from pathlib import Path
 
 TARGET = Path(__file__).resolve().parent.parent / "experiments" / "gpt"
+# train.py's untimed warm-up steps per device type (`untimed_steps = 10 if cuda else 3`).
+UNTIMED_STEPS = {"cuda": 10}
+UNTIMED_STEPS_OTHER = 3
+
+
+def device_of(stdout: str) -> str:
+    """The device type from train.py's first line (`device cpu | data ...`); 'cpu' if absent."""
+    m = re.search(r"^device (\w+)", stdout, flags=re.M)
+    return m.group(1) if m else "cpu"
+
+
+def timed_tokens_per_s(summary: dict[str, str], device: str) -> float:
+    """Tokens of the timed steps over the timed seconds (untimed warm-up steps excluded)."""
+    steps = int(summary["num_steps"])
+    untimed = UNTIMED_STEPS.get(device, UNTIMED_STEPS_OTHER)
+    tokens_per_step = float(summary["total_tokens_M"]) * 1e6 / steps
+    return (steps - untimed) * tokens_per_step / float(summary["training_seconds"])
 
 
 def parse_summary(stdout: str) -> dict[str, str]:
@@ -53,10 +72,10 @@ def main() -> int:
         print(proc.stdout[-3000:], proc.stderr[-3000:], sep="\n")
         print(f"FAILED (exit {proc.returncode})")
         return 1
-    tokens = float(summary["total_tokens_M"]) * 1e6
-    train_s = float(summary["training_seconds"])
+    device = device_of(proc.stdout)
     print(f"budget_s:         {budget}")
-    print(f"tokens_per_s:     {tokens / train_s:.0f}")
+    print(f"device:           {device}")
+    print(f"tokens_per_s:     {timed_tokens_per_s(summary, device):.0f}  (timed steps only)")
     print(f"val_bpb:          {summary['val_bpb']}")
     print(f"num_steps:        {summary['num_steps']}")
     print(f"training_seconds: {summary['training_seconds']}")

@@ -1,0 +1,48 @@
+"""The benchmark scripts' arithmetic (benchmarks/ is not a package: loaded from its path)."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _load(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(
+        f"bench_{name}", ROOT / "benchmarks" / f"{name}.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_gpt_cpu_tokens_per_s_counts_only_timed_steps() -> None:
+    bench = _load("gpt_cpu")
+    # 13 steps of 100k tokens, 3 of them untimed warm-up on CPU, 10 s on the training clock
+    summary = {"num_steps": "13", "total_tokens_M": "1.300", "training_seconds": "10.0"}
+    assert bench.timed_tokens_per_s(summary, "cpu") == pytest.approx(100_000)
+    # all 13 steps over the timed seconds would claim 130k tokens/s
+    # on CUDA the first 10 steps are untimed (compile)
+    summary = {"num_steps": "30", "total_tokens_M": "3.000", "training_seconds": "4.0"}
+    assert bench.timed_tokens_per_s(summary, "cuda") == pytest.approx(20 * 100_000 / 4.0)
+
+
+def test_gpt_cpu_untimed_steps_match_train_py() -> None:
+    bench = _load("gpt_cpu")
+    src = (ROOT / "experiments" / "gpt" / "train.py").read_text()
+    m = re.search(r'untimed_steps = (\d+) if device\.type == "cuda" else (\d+)', src)
+    assert m, "train.py no longer states its untimed steps in the form the benchmark mirrors"
+    assert (int(m[1]), int(m[2])) == (bench.UNTIMED_STEPS["cuda"], bench.UNTIMED_STEPS_OTHER)
+
+
+def test_gpt_cpu_reads_the_device_line() -> None:
+    bench = _load("gpt_cpu")
+    out = "device cuda | data synthetic | params 1.00M | tokens/step 4096 | budget 60s\nstep 1"
+    assert bench.device_of(out) == "cuda"
+    assert bench.device_of("device cpu | data x\n") == "cpu"

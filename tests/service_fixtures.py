@@ -274,6 +274,7 @@ def kill9_scenario(tmp: Path, kills: int, experiments: int, sleep_s: float = 1.2
                            env={"FAKE_RUN_LOG": str(runs_file)}, poll_s=0.05).start()
     killed_during: list[int] = []
     done_kills = 0
+    seen_finished: dict[int, Any] = {}  # every finished result seen before any kill
     with server.client() as c:
         r = c.post("/sweeps", json={"name": "k9", "target": str(target), "proposer": "queue",
                                     "budget_s": max(sleep_s, 1), "timeout_s": 60})
@@ -294,6 +295,7 @@ def kill9_scenario(tmp: Path, kills: int, experiments: int, sleep_s: float = 1.2
             time.sleep(rng.uniform(0.0, sleep_s * 1.3))  # anywhere in (or just after) the run
             before = {e["id"]: (e["status"], e["metric"]) for e in all_experiments(c)
                       if e["status"] in FINISHED_RUNS}
+        seen_finished.update(before)
         server.kill9()
         done_kills += 1
         killed_during += now_running
@@ -314,9 +316,8 @@ def kill9_scenario(tmp: Path, kills: int, experiments: int, sleep_s: float = 1.2
     server.stop()
     runs = read_run_log(runs_file)
     head = branch_head(target, "overnight/k9")
-    problems = check_invariants(exps, runs, {e["id"]: (e["status"], e["metric"]) for e in exps
-                                              if e["status"] in FINISHED_RUNS},
-                                head, sweep["best_commit"])
+    # results recorded before a kill must be unchanged at the end (not compared with themselves)
+    problems = check_invariants(exps, runs, seen_finished, head, sweep["best_commit"])
     statuses: dict[str, int] = {}
     for e in exps:
         statuses[e["status"]] = statuses.get(e["status"], 0) + 1
@@ -327,4 +328,5 @@ def kill9_scenario(tmp: Path, kills: int, experiments: int, sleep_s: float = 1.2
                         if (e.get("meta") or {}).get("retry_of")},
             "abandoned": [e["id"] for e in exps if e["status"] == "interrupted"
                           and given_up(e)],
-            "branch_ok": head == sweep["best_commit"], "health": health}
+            "branch_ok": head == sweep["best_commit"], "health": health,
+            "checked_before_kills": len(seen_finished)}

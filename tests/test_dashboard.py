@@ -7,7 +7,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from browser_helpers import Filled, fill_direct, fill_sweep, make_app
+from browser_helpers import Filled, fill_direct, fill_sweep, make_app, serve
 from fastapi.testclient import TestClient
 
 from agent.diff import diff_stats
@@ -86,7 +86,13 @@ def test_status_filter_and_unknown_filter(client: TestClient, filled: Filled) ->
     html = client.get("/ui/sweeps/night?status=crashed").text
     body = html.split('id="experiments"')[1].split("</table>")[0]
     assert body.count("<tr class=") == 2 and "r-crashed" in body and "r-timeout" in body
-    assert client.get("/ui/sweeps/night?status=bogus").status_code == 200  # falls back to all
+    bogus = client.get("/ui/sweeps/night?status=bogus")  # an unknown filter falls back to all
+    assert bogus.status_code == 200
+    rows = bogus.text.split('id="experiments"')[1].split("</table>")[0]
+    everything = client.get("/ui/sweeps/night").text.split('id="experiments"')[1]
+    total = len(filled.store.list_experiments(filled.sweep.id))
+    assert rows.count("<tr class=") == everything.split("</table>")[0].count("<tr class=") == total
+    assert "r-kept" in rows and "r-discarded" in rows and "r-crashed" in rows
 
 
 def test_experiment_page(client: TestClient, filled: Filled) -> None:
@@ -118,17 +124,48 @@ def test_best_file_download_matches_git(client: TestClient, filled: Filled) -> N
 def test_not_found(client: TestClient) -> None:
     assert client.get("/ui/sweeps/nope").status_code == 404
     assert client.get("/ui/experiments/99999").status_code == 404
-    assert client.get("/ui/static/../routes.py").status_code == 404
     assert (
         client.get("/ui/static/dashboard.js").headers["content-type"].startswith("text/javascript")
     )
 
 
-def test_api_routes_not_shadowed(client: TestClient) -> None:
+def _raw_get(base: str, raw_path: str) -> tuple[int, str]:
+    """GET with the path sent byte for byte (httpx and TestClient would drop the `..`)."""
+    import http.client
+    from urllib.parse import urlsplit
+
+    url = urlsplit(base)
+    conn = http.client.HTTPConnection(url.hostname, url.port, timeout=30)
+    try:
+        conn.putrequest("GET", raw_path, skip_accept_encoding=True)
+        conn.endheaders()
+        resp = conn.getresponse()
+        return resp.status, resp.read().decode(errors="replace")
+    finally:
+        conn.close()
+
+
+def test_static_path_traversal_over_the_wire(filled: Filled) -> None:
+    """`..` in the raw request line reaches the real server and serves nothing outside static/."""
+    with serve(make_app(filled.db)) as base:
+        status, body = _raw_get(base, "/ui/static/dashboard.js")  # the channel itself works
+        assert status == 200 and body
+        for raw in ("/ui/static/../routes.py", "/ui/static/%2e%2e/routes.py",
+                    "/ui/static/..%2froutes.py", "/ui/static/%2e%2e%2f%2e%2e%2fmain.py",
+                    "/ui/static/../../../pyproject.toml"):
+            status, body = _raw_get(base, raw)
+            assert status == 404, (raw, status)
+            assert "import" not in body and "[project]" not in body, raw
+
+
+def test_api_routes_not_shadowed(client: TestClient, filled: Filled) -> None:
     """The JSON API keeps /sweeps/{name} and /experiments/{id}; the pages live under /ui."""
     r = client.get("/sweeps/night")
-    if r.status_code != 404:  # the service's routes are present
-        assert r.headers["content-type"].startswith("application/json")
+    assert r.status_code == 200 and r.headers["content-type"].startswith("application/json")
+    assert r.json()["name"] == "night" and r.json()["best_metric"] == filled.sweep.best_metric
+    r = client.get("/experiments/1")
+    assert r.status_code == 200 and r.headers["content-type"].startswith("application/json")
+    assert r.json()["id"] == 1 and r.json()["sweep"] == "night"
 
 
 def test_live_endpoint_reads_the_growing_log(client: TestClient, filled: Filled) -> None:

@@ -168,11 +168,20 @@ def test_server_errors_exhaust_retries_and_end_the_sweep(tmp_path, target, monke
     assert store.llm_usage(sweep_id)[:2] == (0, 0)
 
 
-def test_client_error_is_not_retried(tmp_path, target, monkeypatch):
+def test_client_error_is_not_retried(tmp_path, target, monkeypatch, caplog):
     with FakeLLM("openai", [Error(401, '{"error": "bad key"}'), GOOD_LR]) as fake:
         write_profile(tmp_path, monkeypatch, fake)
-        run_llm_sweep(tmp_path, target, max_experiments=2)
-    assert len(fake.requests) == 1
+        with caplog.at_level("WARNING"):
+            store, sweep_id = run_llm_sweep(tmp_path, target, max_experiments=2)
+    assert len(fake.requests) == 1 and fake.script == [GOOD_LR]  # never asked again
+    assert fake.requests[0].headers["authorization"] == f"Bearer {KEY}"
+    # the sweep ends cleanly on the baseline, with the error logged once, readably
+    assert [e.status for e in store.list_experiments(sweep_id)] == [S.KEPT]
+    assert store.get_sweep("llm").status.value == "done"
+    assert store.llm_usage(sweep_id)[:2] == (0, 0)
+    errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert len(errors) == 1 and "HTTP 401" in errors[0] and "bad key" in errors[0], errors
+    assert not any("retry" in r.getMessage() for r in caplog.records), caplog.text
 
 
 def test_overnight_run_cli_with_llm_profile(tmp_path, target, monkeypatch):

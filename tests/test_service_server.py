@@ -13,6 +13,7 @@ from service_fixtures import (
     AUTH,
     ServerProcess,
     branch_head,
+    check_invariants,
     kill9_scenario,
     knob_diff,
     make_counting_target,
@@ -124,3 +125,20 @@ def test_kill9_mid_run_loses_nothing_and_runs_nothing_twice(tmp_path: Path) -> N
     assert all(i in result["retries"] for i in result["interrupted"]
                if i not in result["abandoned"]), result
     assert result["branch_ok"] and result["statuses"].get("queued", 0) == 0
+
+
+def test_the_kill9_invariants_check_can_fail() -> None:
+    """The scenario's judge flags each kind of damage (so a clean verdict means something)."""
+    exps = [{"id": 1, "status": "kept", "metric": 1.3, "meta": {}},
+            {"id": 2, "status": "interrupted", "metric": None, "meta": {}},
+            {"id": 3, "status": "discarded", "metric": 1.4, "meta": {"retry_of": 2}}]
+    assert check_invariants(exps, [1, 2, 3], {1: ("kept", 1.3)}, "abc", "abc") == []
+    changed = check_invariants(exps, [1, 2, 3], {3: ("kept", 1.2)}, "abc", "abc")
+    assert changed == ["finished result 3 changed: ('kept', 1.2) -> ('discarded', 1.4)"]
+    assert "experiment 3 ran 2 times" in check_invariants(exps, [1, 2, 3, 3], {}, "abc", "abc")
+    assert check_invariants(exps, [1, 2, 3], {}, "abc", "def") == [
+        "branch at abc but the DB best is def"]
+    lost = check_invariants(exps[:2], [1, 2], {}, "abc", "abc")
+    assert lost == ["interrupted experiment 2 was not re-queued"]
+    gone = check_invariants(exps[:1], [1], {2: ("discarded", 1.4)}, "abc", "abc")
+    assert gone == ["finished result 2 changed: ('discarded', 1.4) -> None"]

@@ -3,6 +3,8 @@ a round trip through SQLite. The shared contract is tests/test_store_contract.py
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from sqlalchemy import inspect, text
 
 from agent.config import TargetConfig
@@ -23,6 +25,20 @@ def spec(name="s"):
     )
 
 
+def _migration_head() -> str:
+    """The single head revision of db/migrations, read from the scripts themselves."""
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+
+    import db.engine
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(Path(db.engine.__file__).parent / "migrations"))
+    heads = ScriptDirectory.from_config(cfg).get_heads()
+    assert len(heads) == 1, f"several migration heads: {heads}"
+    return heads[0]
+
+
 def test_schema_is_migrated_with_wal(tmp_path):
     engine = open_database(tmp_path / "x.db")
     assert {"sweeps", "experiments", "loss_points", "alembic_version"} <= set(
@@ -31,10 +47,8 @@ def test_schema_is_migrated_with_wal(tmp_path):
     with engine.connect() as conn:
         assert conn.execute(text("PRAGMA journal_mode")).scalar() == "wal"
         assert conn.execute(text("PRAGMA foreign_keys")).scalar() == 1
-        assert (
-            conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0001"
-            or conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
-        )
+        versions = conn.execute(text("SELECT version_num FROM alembic_version")).scalars().all()
+    assert versions == [_migration_head()]  # migrated all the way, one head
     open_database(tmp_path / "x.db")  # a second open is a no-op
 
 

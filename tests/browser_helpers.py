@@ -11,7 +11,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -77,6 +77,22 @@ def sleep_diff(text: str, steps: int, step_s: float) -> str:
     return make_diff("train.py", text, new)
 
 
+RELEASE_ENV = "LIVE_RELEASE"  # the file whose appearance ends a gated run
+GATED_LOOP = (
+    "step = 0\n"
+    f'while not (step >= 3 and os.path.exists(os.environ["{RELEASE_ENV}"])):\n'
+    "    step += 1"
+)
+
+
+def gated_diff(text: str, step_s: float) -> str:
+    """Print a progress step every `step_s` until the file named by $LIVE_RELEASE exists (and
+    at least 3 steps ran): a live run that ends when the test says so, not after a set time."""
+    new = text.replace("for step in range(1, 4):", GATED_LOOP)
+    new = new.replace(SLEEP_LINE, f"    time.sleep({step_s})")
+    return make_diff("train.py", text, new)
+
+
 class ScriptedProposer:
     """The knobs proposer, with a crashing and a too-slow change slipped in at fixed calls."""
 
@@ -109,28 +125,36 @@ class Filled:
     repo: GitRepo
     sweep: Sweep
 
-    def loop(self) -> Loop:
+    def loop(self, env: dict[str, str] | None = None) -> Loop:
         return Loop(
             self.store,
             self.repo,
             SubprocessRunner(grace_s=0.5),
-            LoopSettings(self.work, grace_s=0.5),
+            LoopSettings(self.work, grace_s=0.5, env=env or {}),
         )
 
-    def queue_live(self, steps: int = 14, step_s: float = 0.25) -> Experiment:
-        """Queue (and claim) a slow but healthy run; execute it with `loop().execute`."""
+    def queue_live(self, step_s: float = 0.25) -> tuple[Experiment, Path]:
+        """Queue (and claim) a healthy run that prints steps until released; returns it and
+        the release file to create. Execute it with `loop(env=...).execute(live_sweep(), exp)`
+        and RELEASE_ENV set to that file."""
         head = self.repo.head(self.sweep.branch)
         text = self.repo.read_file(head, "train.py")
         queued = submit(
             self.store,
             self.repo,
             self.sweep,
-            Proposal("slow run for the live panel", sleep_diff(text, steps, step_s)),
+            Proposal("slow run for the live panel", gated_diff(text, step_s)),
             record_rejection=False,
         )
         claimed = self.store.claim(queued.id)
         assert claimed is not None
-        return claimed
+        return claimed, self.work / f"release-{claimed.id}"
+
+    def live_sweep(self) -> Sweep:
+        """The sweep as a gated run sees it: its hard limit bounds a hang, not the test's pace
+        (the recorded sweep keeps its short limit for the timed-out run it contains)."""
+        sweep = self.store.get_sweep(self.sweep.name)
+        return replace(sweep, config={**sweep.config, "timeout_s": 300})
 
 
 def fill_sweep(root: Path, name: str = "night", experiments: int = 8, seed: int = 7) -> Filled:

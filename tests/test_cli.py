@@ -10,6 +10,7 @@ from pathlib import Path
 
 import git
 import pytest
+from gpt_checks import check_learning
 
 OVERNIGHT = str(Path(sys.executable).parent / "overnight")
 
@@ -109,8 +110,10 @@ def test_demo_on_the_real_gpt_target(tmp_path: Path):
     tsv = out.split("results.tsv", 1)[1].split("git log", 1)[0]
     rows = [line.split("\t") for line in tsv.strip().splitlines()[1:]]
     assert rows[0][3] == "keep" and rows[0][4] == "baseline"
-    assert 0 < float(rows[0][1]) < 8.0  # bits per byte below a uniform guess
+    (base_log,) = (Path(str(db) + ".work") / "logs").glob("*/1.log")
+    check_learning(base_log.read_text(), float(rows[0][1]))  # vs. its own initial loss
     assert len(rows) == 3
+    assert all(r[3] in ("keep", "discard", "crash") and len(r[0]) == 7 for r in rows)
 
 
 def test_kill_9_then_resume_loses_nothing_and_repeats_nothing(tmp_path: Path):

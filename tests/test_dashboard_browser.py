@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from browser_helpers import (
     CHROMIUM_ARGS,
+    RELEASE_ENV,
     SCREENSHOTS,
     Filled,
     fill_sweep,
@@ -21,6 +22,8 @@ from browser_helpers import (
     require_chromium,
     serve,
 )
+
+from agent.domain import ExperimentStatus
 
 pytestmark = pytest.mark.browser
 
@@ -117,14 +120,15 @@ def test_live_log_updates_while_a_run_is_in_flight(filled: Filled, browser) -> N
         page.goto(base + "/ui/sweeps/night")
         expect(page.locator("#live-body")).to_contain_text("Nothing running")
 
-        exp = filled.queue_live(steps=14, step_s=0.25)
-        loop = filled.loop()
-        sweep = filled.store.get_sweep("night")
-        worker = threading.Thread(target=loop.execute, args=(sweep, exp), daemon=True)
+        exp, release = filled.queue_live(step_s=0.25)
+        loop = filled.loop(env={RELEASE_ENV: str(release)})
+        worker = threading.Thread(
+            target=loop.execute, args=(filled.live_sweep(), exp), daemon=True
+        )
         worker.start()
         try:
             log = page.locator(f'#live-body article[data-exp="{exp.id}"] .live-log')
-            expect(log).to_contain_text("step 1 ", timeout=10_000)
+            expect(log).to_contain_text("step 1 ", timeout=60_000)
             first = log.inner_text()
             expect(page.locator("#live-body .live-desc")).to_have_text(
                 "slow run for the live panel"
@@ -134,20 +138,25 @@ def test_live_log_updates_while_a_run_is_in_flight(filled: Filled, browser) -> N
                 "([sel, n]) => { const e = document.querySelector(sel);"
                 " return e && e.textContent.length > n; }",
                 arg=[f'#live-body article[data-exp="{exp.id}"] .live-log', len(first)],
-                timeout=10_000,
+                timeout=60_000,
             )
             assert page.locator(f'#live-body article[data-exp="{exp.id}"] svg.loss').count() == 1
             _shot(page, "sweep-live")
             # The experiment page of the running experiment follows it too.
             page2 = browser.new_page(viewport={"width": 1280, "height": 900})
             page2.goto(f"{base}/ui/experiments/{exp.id}")
-            expect(page2.locator("#live .live-log")).to_contain_text("step", timeout=5_000)
-            expect(page2.locator("#live-note")).to_contain_text("finished", timeout=15_000)
+            expect(page2.locator("#live .live-log")).to_contain_text("step", timeout=60_000)
+            assert filled.store.get_experiment(exp.id).status is ExperimentStatus.RUNNING
+            release.touch()  # only now may the run end
+            expect(page2.locator("#live-note")).to_contain_text("finished", timeout=60_000)
             page2.close()
         finally:
-            worker.join(30)
+            release.touch()
+            worker.join(120)
         assert not worker.is_alive()
-        expect(page.locator("#live-note")).to_contain_text(f"#{exp.id} finished", timeout=5_000)
+        expect(page.locator("#live-note")).to_contain_text(f"#{exp.id} finished", timeout=60_000)
         done = filled.store.get_experiment(exp.id)
-        assert done.status.is_finished() and "step 14" in (done.log_tail or "")
+        # it ended because it was released, not killed: a normal run with its summary
+        assert done.status is ExperimentStatus.DISCARDED, (done.status, done.reason)
+        assert "val_bpb" in (done.log_tail or "") and done.metric is not None
         page.close()

@@ -263,12 +263,15 @@ def test_a_keep_measured_on_a_stale_head_is_rerun_on_the_new_head(tmp_path, stor
     The combination never ran, so B is not kept; it is re-queued on the new head."""
     import threading
 
+    from service_fixtures import wait_for
+
     fixture = Path(__file__).parent / "fixtures" / "fake_target"
     text = (fixture / "train.py").read_text()
     spaced = text.replace("WIDTH = 64", "#\n" * 8 + "WIDTH = 64")  # A's and B's hunks apart
     target = make_target(tmp_path / "t2", edits={"train.py": spaced})
     sweep = start(store, target, name="two")
-    loop = make_loop(target)
+    gate = tmp_path / "b-may-finish"
+    loop = make_loop(target, env={"B_GATE": str(gate)})
     loop.execute(sweep, store.claim_next(sweep.id))  # the baseline: 1.3
     repo = GitRepo(target)
     head_text = repo.read_file(repo.head(sweep.branch), "train.py")
@@ -281,18 +284,22 @@ def test_a_keep_measured_on_a_stale_head_is_rerun_on_the_new_head(tmp_path, stor
 
     from agent.sweeps import submit
 
-    # A: fast and 0.1 better. B: slower, 0.15 better alone, and 0.25 better together with A.
+    # A: 0.1 better. B: 0.15 better alone, 0.25 better together with A; B's run waits for the
+    # gate file, which appears only once A is kept (state, not a head start in seconds).
     a = submit(store, repo, sweep, Proposal("A: lr 0.02", diff(("LR = 0.01", "LR = 0.02"))),
                record_rejection=False)
+    hold = "SLEEP_S = 0.0\nwhile not os.path.exists(os.environ['B_GATE']):\n    time.sleep(0.02)\n#"
     b = submit(store, repo, sweep, Proposal("B: width 256 + trick", diff(
         ("WIDTH = 64", "WIDTH = 256"), ("USE_TRICK = False", "USE_TRICK = True"),
-        ("SLEEP_S = 0.0", "SLEEP_S = 1.5"))), record_rejection=False)
-    claimed = [store.claim(b.id), store.claim(a.id)]
-    threads = [threading.Thread(target=loop.execute, args=(sweep, e)) for e in claimed]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
+        ("SLEEP_S = 0.0", hold))), record_rejection=False)
+    b_thread = threading.Thread(target=loop.execute, args=(sweep, store.claim(b.id)))
+    b_thread.start()
+    wait_for(lambda: store.get_experiment(b.id).run_started_at, 60, "B's run to start")
+    loop.execute(sweep, store.claim(a.id))  # A runs and is kept while B is still running
+    assert store.get_experiment(b.id).status is ExperimentStatus.RUNNING
+    gate.touch()
+    b_thread.join(60)
+    assert not b_thread.is_alive()
     a_done, b_done = store.get_experiment(a.id), store.get_experiment(b.id)
     assert a_done.status is ExperimentStatus.KEPT and abs(a_done.metric - 1.2) < 1e-9
     assert b_done.status is ExperimentStatus.DISCARDED and abs(b_done.metric - 1.15) < 1e-9

@@ -184,18 +184,18 @@ def test_grandchild_killed_after_normal_exit(tmp_path: Path) -> None:
 
 
 def test_timeout_kills_sleeper(tmp_path: Path) -> None:
-    t0 = time.monotonic()
+    # sleeper.py never ends by itself: returning at all means the limit killed it (the module's
+    # pytest timeout bounds a hang); only the lower bound on wall time is machine-independent.
     result = run_script(tmp_path, "sleeper.py", timeout_s=1.0, grace_s=0.5)
-    elapsed = time.monotonic() - t0
     assert result.outcome is Outcome.TIMED_OUT
     assert result.exit_code is None and result.signal == signal.SIGTERM
-    assert 1.0 <= result.wall_s and elapsed < 1.0 + 0.5 + 1.0
+    assert result.wall_s >= 1.0
     assert "sleeping" in result.log_tail
+    assert result.pgid is not None and not process_group_alive(result.pgid)
 
 
 def test_timeout_kills_stubborn_child_and_grandchild(tmp_path: Path) -> None:
     pid_file = tmp_path / "grandchild.pid"
-    t0 = time.monotonic()
     result = run_script(
         tmp_path,
         "stubborn.py",
@@ -203,26 +203,28 @@ def test_timeout_kills_stubborn_child_and_grandchild(tmp_path: Path) -> None:
         grace_s=0.5,
         env={"STUBBORN_PID_FILE": str(pid_file)},
     )
-    elapsed = time.monotonic() - t0
-    assert result.outcome is Outcome.TIMED_OUT
+    assert result.outcome is Outcome.TIMED_OUT  # it never ends by itself: the limit ended it
     assert result.signal == signal.SIGKILL  # SIGTERM was ignored
-    assert elapsed < 1.0 + 0.5 + 1.0
+    assert result.wall_s >= 1.0 + 0.5  # the grace period was given before SIGKILL
     assert is_dead(read_pid(pid_file))  # dead on return, no waiting
     assert result.pgid is not None and not process_group_alive(result.pgid)
 
 
 def test_stop_event_cancels(tmp_path: Path) -> None:
     stop = threading.Event()
-    timer = threading.Timer(0.3, stop.set)
-    timer.start()
-    t0 = time.monotonic()
-    try:
-        result = run_script(tmp_path, "sleeper.py", timeout_s=10.0, grace_s=0.5, stop_event=stop)
-    finally:
-        timer.cancel()
+
+    def on_line(line: str) -> None:  # stop once the script is demonstrably running
+        if "sleeping" in line:
+            stop.set()
+
+    # the limit is far beyond the module's pytest timeout: only the stop can end this run
+    result = run_script(
+        tmp_path, "sleeper.py", timeout_s=600.0, grace_s=0.5, stop_event=stop, on_line=on_line
+    )
     assert result.outcome is Outcome.STOPPED
     assert result.exit_code is None and not result.ok
-    assert time.monotonic() - t0 < 2.5
+    assert "sleeping" in result.log_tail
+    assert result.pgid is not None and not process_group_alive(result.pgid)
 
 
 def test_stop_event_already_set(tmp_path: Path) -> None:

@@ -210,7 +210,6 @@ def test_sweep_without_a_baseline_is_stopped(setup) -> None:  # type: ignore
 def test_a_slow_proposer_blocks_neither_other_slots_nor_sweep_creation(setup) -> None:  # type: ignore
     """A language model thinking for a long time must not stall the rest of the service."""
     import threading
-    import time
 
     target, store, repo, sched, clock = setup
     release = threading.Event()
@@ -221,7 +220,7 @@ def test_a_slow_proposer_blocks_neither_other_slots_nor_sweep_creation(setup) ->
 
         def propose(self, ctx):  # type: ignore[no-untyped-def]
             asked.set()
-            release.wait(30)
+            assert release.wait(120), "never released"  # thinks until the test says so
             return None
 
         def repair(self, ctx, failed):  # type: ignore[no-untyped-def]
@@ -241,16 +240,26 @@ def test_a_slow_proposer_blocks_neither_other_slots_nor_sweep_creation(setup) ->
     results: list[object] = []
     t = threading.Thread(target=lambda: results.append(sched.pick(0)))
     t.start()
-    assert asked.wait(10)
-    t0 = time.monotonic()
-    with sched.holding():  # what POST /sweeps does
-        create_sweep(store, repo, target, name="other", proposer="queue")
-    picked = sched.pick(1)  # another slot gets the other sweep's baseline meanwhile
-    assert time.monotonic() - t0 < 2.0
+    assert asked.wait(60)
+    others: list[object] = []
+
+    def meanwhile() -> None:
+        with sched.holding():  # what POST /sweeps does
+            create_sweep(store, repo, target, name="other", proposer="queue")
+        others.append(sched.pick(1))  # another slot gets the other sweep's baseline
+        others.append(sched.pick(1))  # the slow sweep is being asked by slot 0: not twice
+
+    other = threading.Thread(target=meanwhile)
+    other.start()
+    other.join(60)  # bounds a hang only: had it waited on the proposer, it could never end
+    blocked = other.is_alive()
+    release.set()  # only now does the proposer answer
+    other.join(60)
+    assert not blocked, "sweep creation or another slot waited for a thinking proposer"
+    picked = others[0]
     assert picked is not None and picked[0].name == "other" and picked[1].is_baseline
-    assert sched.pick(1) is None  # the slow sweep is being asked by slot 0: not twice
-    release.set()
-    t.join(10)
+    assert others[1] is None
+    t.join(60)
     assert results == [None]
     sched._execute(1, *picked)
     assert store.get_sweep("slow").status is SweepStatus.DONE

@@ -454,3 +454,20 @@ def test_scheduled_start_via_api(tmp_path: Path, target: Path) -> None:
         assert sweep["scheduled_start"].startswith(when.strftime("%Y-%m-%dT%H:%M:%S"))
     with _client(tmp_path, run_scheduler=True, slots=0) as c:  # a restart keeps it
         assert c.get("/sweeps/s1").json()["scheduled_start"] is not None
+
+
+def test_a_scheduled_start_fires_and_the_sweep_runs(tmp_path: Path, target: Path) -> None:
+    """The APScheduler date job itself (not start_now called by hand): a start a moment ahead
+    resumes the paused sweep and its baseline runs."""
+    from datetime import UTC, datetime, timedelta
+
+    with _client(tmp_path, run_scheduler=True, poll_interval_s=0.05, grace_s=0.5) as c:
+        when = datetime.now(UTC) + timedelta(seconds=2)
+        sweep = _sweep(c, target, start_at=when.isoformat())
+        assert sweep["status"] == "paused" and sweep["scheduled_start"] is not None
+        wait_for(lambda: c.get("/sweeps/s1").json()["status"] == "running", 60,
+                 "the scheduled start to fire")
+        assert datetime.now(UTC) >= when  # not before its time
+        base = wait_for(lambda: _finished(c, 1), 60, "the baseline to run")
+        assert base["status"] == "kept"
+        assert c.get("/sweeps/s1").json()["scheduled_start"] is None  # a one-off job, gone

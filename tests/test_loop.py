@@ -311,3 +311,74 @@ def test_a_keep_measured_on_a_stale_head_is_rerun_on_the_new_head(tmp_path, stor
     assert done.status is ExperimentStatus.KEPT and abs(done.metric - 1.05) < 1e-9
     assert [s for _, s in repo.log(sweep.branch)][:2] == ["B: width 256 + trick", "A: lr 0.02"]
     assert store.get_sweep("two").best_commit == repo.head(sweep.branch) == done.commit
+
+
+def test_protected_file_changed_on_the_sweep_branch_rejects_the_run(store, target, make_loop):
+    """Someone committed to prepare.py on the sweep branch: nothing runs on a changed metric."""
+    sweep = start(store, target)
+    loop = make_loop(target)
+    loop.execute(sweep, store.claim_next(sweep.id))  # the baseline, hashes recorded at creation
+    repo = GitRepo(target)
+    head = repo.head(sweep.branch)
+    tampered = repo.commit_diff(head, edit(target, "1.0\n", "0.5\n", "prepare.py"), "easier")
+    repo.set_ref(f"refs/heads/{sweep.branch}", tampered)
+    exp = store.add_experiment(sweep.id, Proposal("lr", edit(target, "LR = 0.01", "LR = 0.02")))
+    done = loop.execute(store.get_sweep("s1"), store.claim(exp.id))
+    assert done.status is ExperimentStatus.REJECTED
+    assert done.reason == "protected file(s) changed on the sweep branch: prepare.py"
+    assert done.log_path is None and done.run_started_at is None  # it never ran
+    assert repo.head(sweep.branch) == tampered  # not moved by the loop
+    assert store.get_sweep("s1").best_metric == 1.3  # the baseline is still the best
+
+
+def test_a_stale_keep_that_conflicts_with_the_new_head_is_discarded_not_requeued(
+    tmp_path, store, make_loop
+):
+    """B beat the best on the old head but edits the same line A changed and kept meanwhile:
+    it cannot be re-run on the new head, so it is discarded with that reason, nothing queued."""
+    import threading
+
+    from service_fixtures import wait_for
+
+    from agent.sweeps import submit
+
+    target = make_target(tmp_path / "t3")
+    sweep = start(store, target, name="clash")
+    gate = tmp_path / "b-may-finish"
+    loop = make_loop(target, env={"B_GATE": str(gate)})
+    loop.execute(sweep, store.claim_next(sweep.id))  # the baseline: 1.3
+    repo = GitRepo(target)
+    a = submit(store, repo, sweep, Proposal("A: lr 0.02", edit(target, "LR = 0.01", "LR = 0.02")),
+               record_rejection=False)
+    text = (target / "train.py").read_text()
+    hold = "SLEEP_S = 0.0\nwhile not os.path.exists(os.environ['B_GATE']):\n    time.sleep(0.02)\n#"
+    b_diff = make_diff("train.py", text,
+                       text.replace("LR = 0.01", "LR = 0.04").replace("SLEEP_S = 0.0", hold))
+    b = submit(store, repo, sweep, Proposal("B: lr 0.04", b_diff), record_rejection=False)
+    b_thread = threading.Thread(target=loop.execute, args=(sweep, store.claim(b.id)))
+    b_thread.start()
+    wait_for(lambda: store.get_experiment(b.id).run_started_at, 60, "B's run to start")
+    a_done = loop.execute(sweep, store.claim(a.id))
+    assert a_done.status is ExperimentStatus.KEPT
+    gate.touch()
+    b_thread.join(60)
+    assert not b_thread.is_alive()
+    b_done = store.get_experiment(b.id)
+    assert b_done.status is ExperimentStatus.DISCARDED and abs(b_done.metric - 1.1) < 1e-9
+    assert b_done.reason == "beat the best but conflicts with the change kept meanwhile"
+    assert store.count_experiments(sweep.id, [ExperimentStatus.QUEUED]) == 0
+    assert store.claim_next(sweep.id) is None
+    assert repo.head(sweep.branch) == a_done.commit == store.get_sweep("clash").best_commit
+
+
+def test_five_rejected_proposals_in_a_row_end_the_sweep(store, target, make_loop):
+    bad = [Proposal(f"edit the metric {i}", edit(target, "1.0\n", f"0.{i}\n", "prepare.py"),
+                    "scripted") for i in range(1, 7)]
+    proposer = Scripted(bad)
+    sweep = start(store, target)
+    done = make_loop(target, proposer).run_sweep(sweep.name)
+    assert done.status is SweepStatus.DONE
+    exps = store.list_experiments(sweep.id)
+    assert [e.status for e in exps] == [ExperimentStatus.KEPT] + [ExperimentStatus.REJECTED] * 5
+    assert all("prepare.py" in (e.reason or "") for e in exps[1:])
+    assert len(proposer.proposals) == 1  # asked five times, not a sixth

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
-from service_fixtures import knob_diff, make_counting_target
+from service_fixtures import knob_diff, make_counting_target, wait_for
 
 from agent.domain import ExperimentStatus, Finish, Proposal
 from agent.gitrepo import GitRepo
@@ -25,6 +25,8 @@ from agent.training import SubprocessRunner
 from db.engine import open_database
 from db.store import SqlStore
 from runner.groups import process_group_alive
+
+SCRIPTS = Path(__file__).parent / "scripts"
 
 
 @pytest.fixture
@@ -123,6 +125,43 @@ def test_branch_repaired_from_the_database(world) -> None:  # type: ignore[no-un
     assert repo.head(sweep.branch) == commit
 
 
+def test_missing_sweep_branch_is_restored_from_the_database(world) -> None:  # type: ignore
+    target, store, repo, work, loop = world
+    sweep = store.get_sweep("s")
+    best = sweep.best_commit
+    assert best and repo.head(sweep.branch) == best
+    repo.delete_ref(f"refs/heads/{sweep.branch}")  # e.g. `git branch -D` by hand
+    assert not repo.has_ref(sweep.branch)
+    report = recover(store, lambda s: repo, work)
+    assert repo.head(sweep.branch) == best
+    assert report.repaired_branches == {"s": ("", best)}
+
+
+def test_orphan_group_whose_leader_is_gone_is_still_killed(world, tmp_path: Path) -> None:  # type: ignore
+    """The recorded pgid's leader exited (and was reaped), but a member of its group still
+    runs: the group is ours (a live group's id cannot be reused), so it is killed."""
+    target, store, repo, work, loop = world
+    sweep = store.get_sweep("s")
+    exp = store.add_experiment(sweep.id, Proposal("K7", knob_diff(target, 7, 1)))
+    store.claim(exp.id)
+    pid_file = tmp_path / "member.pid"
+    leader = subprocess.Popen([sys.executable, str(SCRIPTS / "spawn_and_exit.py")],
+                              env={**os.environ, "SPAWN_PID_FILE": str(pid_file)},
+                              start_new_session=True, stdout=subprocess.DEVNULL)
+    assert leader.wait(60) == 0  # the leader is gone for good (reaped)
+    member = int(pid_file.read_text())
+    assert os.getpgid(member) == leader.pid and process_group_alive(leader.pid)
+    assert not Path(f"/proc/{leader.pid}").exists()
+    store.mark_started(exp.id, pgid=leader.pid)
+    try:
+        report = recover(store, lambda s: repo, work)
+        assert report.killed_groups == [leader.pid]
+        wait_for(lambda: not process_group_alive(leader.pid), 30, "the group to die")
+    finally:
+        if process_group_alive(leader.pid):
+            os.killpg(leader.pid, 9)
+
+
 def test_stale_ref_lock_removed(world) -> None:  # type: ignore[no-untyped-def]
     target, store, repo, work, loop = world
     lock = target / ".git" / "refs" / "heads" / "overnight" / "s.lock"
@@ -140,7 +179,8 @@ def test_reused_pgid_of_a_stranger_is_not_killed(world, tmp_path: Path) -> None:
                                 cwd=tmp_path, start_new_session=True)
     try:
         store.mark_started(exp.id, pgid=stranger.pid)
-        time.sleep(0.1)
+        # Popen returns after the child's chdir and exec: its cwd is already the stranger's
+        assert Path(os.readlink(f"/proc/{stranger.pid}/cwd")) == tmp_path.resolve()
         report = recover(store, lambda s: repo, work)
         assert report.killed_groups == [] and stranger.poll() is None
     finally:

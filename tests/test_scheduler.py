@@ -380,3 +380,57 @@ def test_cancel_is_not_claimed_for_a_row_the_scheduler_does_not_run(setup) -> No
         assert sched.cancel(999) is False  # no such experiment
     finally:
         sched.shutdown()
+
+
+def test_cancel_while_a_proposer_hands_its_claimed_row_over(setup) -> None:  # type: ignore
+    """The proposer's experiment is claimed (`running`) while its slot still waits for the pick
+    lock to register it: the cancel is recorded and honoured when the slot takes it over."""
+    import threading
+
+    from service_fixtures import wait_for
+
+    from api.deps import Services
+
+    target, store, repo, sched, clock = setup
+    asked, go = threading.Event(), threading.Event()
+    default = sched.loop_factory
+
+    def factory(sweep, slot):  # type: ignore[no-untyped-def]
+        loop = default(sweep, slot)
+        inner = loop.proposer.propose
+
+        def propose(ctx):  # type: ignore[no-untyped-def]
+            asked.set()
+            assert go.wait(120), "never let go"
+            return inner(ctx)
+
+        loop.proposer.propose = propose
+        return loop
+
+    sched.loop_factory = factory
+    sweep = create_sweep(store, repo, target, name="p", proposer="knobs")
+    sched.settings.slots = 0  # alive, but the test drives the slot
+    sched.start()
+    try:
+        sched._execute(0, *sched.pick(0))  # type: ignore[misc]  # the baseline only
+        picked: list[object] = []
+        worker = threading.Thread(target=lambda: picked.append(sched.pick(0)))
+        worker.start()
+        assert asked.wait(60)
+        with sched.holding():  # the slot cannot register what its proposer claims
+            go.set()
+            exp = wait_for(lambda: store.list_experiments(sweep.id, [ExperimentStatus.RUNNING]),
+                           60, "the proposal to be claimed")[0]
+            services = Services(settings=None, store=store, engine=None,  # type: ignore
+                                scheduler=sched)
+            _, pending = services.cancel(exp.id)
+            assert pending is True
+        worker.join(60)
+        assert picked and picked[0] is not None and picked[0][1].id == exp.id  # type: ignore
+        sched._execute(0, *picked[0])  # type: ignore[misc]
+        done = store.get_experiment(exp.id)
+        assert done.status is ExperimentStatus.CANCELLED, done
+        assert done.reason == "cancelled before it started"
+    finally:
+        go.set()
+        sched.shutdown()

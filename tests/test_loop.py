@@ -376,7 +376,7 @@ def test_five_rejected_proposals_in_a_row_end_the_sweep(store, target, make_loop
                     "scripted") for i in range(1, 7)]
     proposer = Scripted(bad)
     sweep = start(store, target)
-    done = make_loop(target, proposer).run_sweep(sweep.name)
+    done = run_sweep(make_loop(target, proposer), sweep.name)
     assert done.status is SweepStatus.DONE
     exps = store.list_experiments(sweep.id)
     assert [e.status for e in exps] == [ExperimentStatus.KEPT] + [ExperimentStatus.REJECTED] * 5

@@ -382,14 +382,14 @@ def test_cancel_is_not_claimed_for_a_row_the_scheduler_does_not_run(setup) -> No
         sched.shutdown()
 
 
-def test_cancel_while_a_proposer_hands_its_claimed_row_over(setup) -> None:  # type: ignore
-    """The proposer's experiment is claimed (`running`) while its slot still waits for the pick
-    lock to register it: the cancel is recorded and honoured when the slot takes it over."""
+def test_cancel_while_a_proposer_hands_its_row_over(setup) -> None:  # type: ignore
+    """The proposer's experiment is queued while its slot still waits for the pick lock to
+    claim it: a cancel then is honoured at once, and the slot does not run it."""
     import threading
 
     from service_fixtures import wait_for
 
-    from api.deps import Services
+    from agent.service import Service
 
     target, store, repo, sched, clock = setup
     asked, go = threading.Event(), threading.Event()
@@ -417,20 +417,19 @@ def test_cancel_while_a_proposer_hands_its_claimed_row_over(setup) -> None:  # t
         worker = threading.Thread(target=lambda: picked.append(sched.pick(0)))
         worker.start()
         assert asked.wait(60)
-        with sched.holding():  # the slot cannot register what its proposer claims
+        with sched.holding():  # the slot cannot claim what its proposer queued
             go.set()
-            exp = wait_for(lambda: store.list_experiments(sweep.id, [ExperimentStatus.RUNNING]),
-                           60, "the proposal to be claimed")[0]
-            services = Services(settings=None, store=store, engine=None,  # type: ignore
-                                scheduler=sched)
-            _, pending = services.cancel(exp.id)
-            assert pending is True
+            waiting = [ExperimentStatus.QUEUED, ExperimentStatus.RUNNING]
+            exp = wait_for(lambda: store.list_experiments(sweep.id, waiting), 60,
+                           "the proposal to be queued")[0]
+            service = Service(store, lambda s: repo, stop_running=sched.cancel)
+            done, pending = service.cancel(exp.id)
+            assert pending is False and done.status is ExperimentStatus.CANCELLED
         worker.join(60)
-        assert picked and picked[0] is not None and picked[0][1].id == exp.id  # type: ignore
-        sched._execute(0, *picked[0])  # type: ignore[misc]
+        assert not worker.is_alive()
+        assert picked == [None]  # the slot found its proposal gone and ran nothing
         done = store.get_experiment(exp.id)
-        assert done.status is ExperimentStatus.CANCELLED, done
-        assert done.reason == "cancelled before it started"
+        assert done.status is ExperimentStatus.CANCELLED and done.run_started_at is None
     finally:
         go.set()
         sched.shutdown()

@@ -154,7 +154,7 @@ class Filled:
         """The sweep as a gated run sees it: its hard limit bounds a hang, not the test's pace
         (the recorded sweep keeps its short limit for the timed-out run it contains)."""
         sweep = self.store.get_sweep(self.sweep.name)
-        return replace(sweep, config={**sweep.config, "timeout_s": 300})
+        return replace(sweep, config=replace(sweep.config, timeout_s=300))
 
 
 def fill_sweep(root: Path, name: str = "night", experiments: int = 8, seed: int = 7) -> Filled:

@@ -76,8 +76,9 @@ LoopFactory = Callable[[Sweep, int], Any]  # (sweep, slot) -> agent.loop.Loop
 class _Claim:
     """An experiment this process claimed: its slot, its loop and the event that stops it.
 
-    The stop event exists from the claim on, so a cancel between the claim and the run (or
-    while a proposer hands the row over) is honoured rather than refused.
+    The stop event exists from the claim on, so a cancel between the claim and the run is
+    honoured rather than refused (a cancel that lands between the store's claim and this
+    registration is kept in `_cancel_requests` and applied here).
     """
 
     slot: int
@@ -244,8 +245,8 @@ class SlotScheduler:
             return sorted(self._running)
 
     def cancel(self, experiment_id: int) -> bool:
-        """Stop an experiment this process claimed (recorded `cancelled`): running, claimed but
-        not started yet, or being handed over by a proposer. False if it is not ours to stop.
+        """Stop an experiment this process claimed (recorded `cancelled`): running, or claimed
+        but not started yet (even before its slot registered it). False if not ours to stop.
 
         One process executes a database's experiments (the instance lock), so a row `running`
         while this scheduler is alive is ours even before its slot has registered it.
@@ -431,7 +432,7 @@ class SlotScheduler:
                  loop: Any) -> tuple[Sweep, Experiment, Any]:
         claim = _Claim(slot, loop)
         with self._state_lock:
-            if exp.id in self._cancel_requests:  # cancelled while a proposer handed it over
+            if exp.id in self._cancel_requests:  # cancelled between the claim and now
                 self._cancel_requests.discard(exp.id)
                 claim.stop.set()
             self._running[exp.id] = claim

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from agent.config import load_config
+from agent.config import TargetConfig, load_config
 from agent.domain import CrashKind, Experiment, ExperimentStatus, Finish, Proposal, Sweep, utcnow
 from agent.gitrepo import GitRepo, init_repo
 from agent.loop import Loop, LoopSettings
@@ -154,7 +154,8 @@ class Filled:
         """The sweep as a gated run sees it: its hard limit bounds a hang, not the test's pace
         (the recorded sweep keeps its short limit for the timed-out run it contains)."""
         sweep = self.store.get_sweep(self.sweep.name)
-        return replace(sweep, config=replace(sweep.config, timeout_s=300))
+        config = TargetConfig.from_dict({**sweep.config.to_dict(), "timeout_s": 300})
+        return replace(sweep, config=config)
 
 
 def fill_sweep(root: Path, name: str = "night", experiments: int = 8, seed: int = 7) -> Filled:

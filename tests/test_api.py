@@ -347,13 +347,19 @@ def test_follow_a_running_log_and_cancel_a_running_experiment(tmp_path: Path) ->
         assert r.status_code == 202 and r.json()["pending"] is True
         exp = wait_for(lambda: _finished(c, cancel_id), 60, "the cancelled run to end")
         assert exp["status"] == "cancelled" and exp["reason"] == "cancelled while running"
-        health = c.get("/health").json()
+        # the slot lets go of the run just after recording it
+        health = wait_for(lambda: _idle_health(c), 60, "the slot to be free")
         assert health["scheduler"] == "running" and health["busy"] == 0
 
 
 def _finished(c: TestClient, exp_id: int) -> dict | None:
     exp = c.get(f"/experiments/{exp_id}").json()
     return exp if exp["status"] not in ("queued", "running") else None
+
+
+def _idle_health(c: TestClient) -> dict | None:
+    health = c.get("/health").json()
+    return health if health["busy"] == 0 else None
 
 
 def _log_has(c: TestClient, exp_id: int, text: str) -> bool:
@@ -392,7 +398,7 @@ def test_cancel_between_claim_and_run_is_honoured(tmp_path: Path, target: Path) 
         exp = wait_for(lambda: _finished(c, exp_id), 60, "the cancelled experiment to end")
         assert exp["status"] == "cancelled" and exp["reason"] == "cancelled before it started"
         assert exp["log_path"] is None  # it never ran
-        assert c.get("/health").json()["busy"] == 0
+        assert wait_for(lambda: _idle_health(c), 60, "the slot to be free")["busy"] == 0
 
 
 HOLD_ON_CONFIRM = """

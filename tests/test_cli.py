@@ -91,6 +91,7 @@ def test_init_makes_a_committed_gpt_target(tmp_path: Path):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1500)  # a hang bound: three real runs plus start-up on a busy machine
 def test_demo_on_the_real_gpt_target(tmp_path: Path):
     """The README's main job, shortened: a real CPU sweep of the gpt target."""
     db = tmp_path / "demo.db"

@@ -212,10 +212,7 @@ def test_orphan_that_moved_away_is_killed_by_its_run_id(world, tmp_path: Path) -
                                start_new_session=True, stdout=subprocess.DEVNULL)
     try:
         store.mark_started(exp.id, pgid=trainer.pid)
-        deadline = time.monotonic() + 10
-        while not pid_file.exists():
-            assert time.monotonic() < deadline, "the grandchild never started"
-            time.sleep(0.02)
+        wait_for(pid_file.exists, 60, "the grandchild to start")
         grandchild = int(pid_file.read_text())
         report = recover(store, lambda s: repo, work)
         assert report.interrupted == [exp.id]

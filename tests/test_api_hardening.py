@@ -213,7 +213,8 @@ def test_upgrade_rejects_copies_queued_by_the_old_race_then_refuses_new_ones(
     migrate(engine)
     store = SqlStore(engine)
     statuses = [(e.id, e.status.value) for e in store.list_experiments(1)]
-    assert statuses == [(1, "queued"), (2, "rejected"), (3, "rejected")]
+    # (0002's batch re-creation of `sweeps` once cascaded into deleting every experiment)
+    assert statuses == [(1, "queued"), (2, "rejected"), (3, "rejected")], "rows lost"
     assert "duplicate of experiment 1" in (store.get_experiment(2).reason or "")
     with pytest.raises(DuplicateError):
         store.add_experiment(1, Proposal("again", diff, "external"))

@@ -91,7 +91,7 @@ def test_results_and_status_cope_with_a_sweep_without_a_baseline_metric(tmp_path
     """The state an old interrupted baseline left: a best metric, no baseline metric."""
     target = make_target(tmp_path / "t")
     db = tmp_path / "o.db"
-    subprocess.run([OVERNIGHT, "run", "--target", str(target), "--experiments", "0",
+    subprocess.run([OVERNIGHT, "run", "--target", str(target), "--experiments", "1",
                     "--sweep", "night", "--db", str(db)], check=True, capture_output=True,
                    timeout=300, env=_env())
     store = SqlStore(open_database(db))

@@ -238,7 +238,7 @@ def test_loss_points_and_llm_usage(store: Store):
     store.add_loss_points(exp, [])
     assert [p.step for p in store.loss_points(exp)] == [1, 2]
     assert store.loss_points(exp)[0] == ProgressPoint(1, 4.0, 0.5)
-    other = running(store, sweep.id)
+    other = running(store, sweep.id, "b", "d2")  # one queued/running row per change
     store.add_loss_points(other, [ProgressPoint(7, 1.0, None)])
     store.replace_loss_points(exp, [ProgressPoint(1, 4.0, 0.5), ProgressPoint(9, 2.0, None)])
     assert [p.step for p in store.loss_points(exp)] == [1, 9]  # a downsampled curve

@@ -200,6 +200,8 @@ def load_config(target: Path) -> TargetConfig:
         raw = tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: invalid TOML: {exc}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read it: {exc}") from None
     extra = sorted(set(raw) - {"target"})
     if extra:
         raise ConfigError(f"{path}: unknown table(s) {', '.join(extra)}; expected only [target]")

@@ -33,5 +33,26 @@ class ConflictError(OvernightError):
     """The request is valid but clashes with current state (finished record, duplicate name)."""
 
 
+class DuplicateError(ConflictError):
+    """The same change is already queued or running in the sweep (refused by the insert)."""
+
+
+INTERRUPT_PREFIX = "interrupted by "
+
+
+class Interrupted(KeyboardInterrupt):
+    """A signal (SIGTERM) asked a foreground run to stop: handled exactly like Ctrl-C."""
+
+    def __init__(self, signal_name: str) -> None:
+        super().__init__(signal_name)
+        self.signal_name = signal_name
+
+
+def interrupt_reason(exc: KeyboardInterrupt) -> str:
+    """The recorded reason of a run stopped by Ctrl-C (SIGINT) or SIGTERM."""
+    name = getattr(exc, "signal_name", "SIGINT (Ctrl-C)")
+    return f"{INTERRUPT_PREFIX}{name} before it finished; `run --resume` runs it again"
+
+
 class StoreError(OvernightError):
     """The database failed; the message says what was being done."""

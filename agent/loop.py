@@ -26,7 +26,7 @@ from agent.domain import (
     Sweep,
     utcnow,
 )
-from agent.errors import AdmissionError
+from agent.errors import AdmissionError, interrupt_reason
 from agent.gitrepo import hash_worktree_files
 from agent.ports import Proposer, Repo, Runner, Store
 from agent.sweeps import proposal_context, submit
@@ -399,11 +399,11 @@ class Loop:
             current = self.store.get_experiment(exp.id)
             if current.status.is_finished():
                 return
-            status = (
-                ExperimentStatus.CANCELLED
+            reason = (
+                interrupt_reason(exc)  # Ctrl-C/SIGTERM: an interruption, re-run on resume
                 if isinstance(exc, KeyboardInterrupt)
-                else ExperimentStatus.INTERRUPTED
+                else f"service error: {exc!r}"[:500]
             )
-            self.store.finish(exp.id, Finish(status, reason=f"service error: {exc!r}"[:500]))
+            self.store.finish(exp.id, Finish(ExperimentStatus.INTERRUPTED, reason=reason))
         except Exception:
             logger.exception("could not record the failure of experiment %s", exp.id)

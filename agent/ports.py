@@ -89,7 +89,11 @@ class Store(Protocol):
         retry_of: int | None = None,
     ) -> Experiment:
         """Insert a queued (or directly rejected) experiment. With `retry_of`, the row re-runs
-        that interrupted experiment; ConflictError if it already has a retry."""
+        that interrupted experiment; ConflictError if it already has a retry.
+
+        Raises DuplicateError when a queued or running experiment of the sweep already has the
+        same normalized diff (checked by the insert itself, so concurrent callers cannot both
+        pass); NotFoundError for an unknown sweep."""
 
     def get_experiment(self, experiment_id: int) -> Experiment: ...
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import IO
 
 from agent.domain import Experiment, ExperimentStatus, Proposal, Sweep
+from agent.errors import INTERRUPT_PREFIX
 from agent.ports import Repo, Store
 from agent.private import private_file
 from agent.training import run_id_prefix
@@ -146,7 +147,9 @@ def requeue_interrupted(store: Store, report: RecoveryReport) -> None:
             continue
         if store.retry_of(exp.id) is not None:
             continue
-        crashes = int(exp.meta.get("crash_retries", 0)) + (exp.reason != SHUTDOWN_REASON)
+        stopped_on_purpose = exp.reason == SHUTDOWN_REASON or (exp.reason or "").startswith(
+            INTERRUPT_PREFIX)  # a clean stop or Ctrl-C/SIGTERM is not a crash
+        crashes = int(exp.meta.get("crash_retries", 0)) + (not stopped_on_purpose)
         if crashes > MAX_CRASH_RETRIES:
             report.not_requeued.append(exp.id)
             logger.error("experiment %d was interrupted by %d service crashes; giving it up",

@@ -13,7 +13,7 @@ from pathlib import Path
 from agent.admit import check_changes, check_proposal, clean_description
 from agent.config import TargetConfig, load_config
 from agent.domain import Experiment, ExperimentStatus, Proposal, Sweep, utcnow
-from agent.errors import AdmissionError, ConfigError
+from agent.errors import AdmissionError, ConfigError, DuplicateError
 from agent.ports import ProposalContext, Repo, Store, SweepSpec
 from runner.sandbox import bwrap_path
 
@@ -94,6 +94,24 @@ def create_sweep(
     return sweep
 
 
+def requeue_baseline(store: Store, repo: Repo, sweep: Sweep) -> Experiment | None:
+    """Queue the baseline again when it never finished (interrupted, cancelled or crashed
+    before giving a metric) and none is queued or running: without it every later change would
+    be judged against nothing. Returns the new baseline row, or None when not needed."""
+    if sweep.baseline_metric is not None:
+        return None
+    active = [ExperimentStatus.QUEUED, ExperimentStatus.RUNNING]
+    if store.count_experiments(sweep.id, active, is_baseline=True):
+        return None
+    return store.add_experiment(
+        sweep.id,
+        Proposal(description=BASELINE_DESCRIPTION, diff="", proposer="baseline"),
+        is_baseline=True,
+        priority=100,
+        base_commit=repo.head(sweep.branch),
+    )
+
+
 def admit(store: Store, repo: Repo, sweep: Sweep, proposal: Proposal) -> str:
     """All admission checks; returns the sweep head the diff applies to. Raises AdmissionError."""
     config = sweep.config
@@ -135,6 +153,10 @@ def submit(
     try:
         description = clean_description(proposal.description)
         head = admit(store, repo, sweep, proposal)
+        clean = Proposal(
+            description, proposal.diff, proposal.proposer, proposal.parent_id, proposal.meta
+        )
+        queued = _queue(store, sweep, clean, attempt=attempt, priority=priority, head=head)
     except AdmissionError as exc:
         if not record_rejection:
             raise
@@ -155,13 +177,26 @@ def submit(
                 attempt=attempt,
             ),
         )
-    clean = Proposal(
-        description, proposal.diff, proposal.proposer, proposal.parent_id, proposal.meta
-    )
-    return _record_usage(
-        store,
-        store.add_experiment(sweep.id, clean, attempt=attempt, priority=priority, base_commit=head),
-    )
+    return _record_usage(store, queued)
+
+
+def _queue(
+    store: Store, sweep: Sweep, proposal: Proposal, *, attempt: int, priority: int, head: str
+) -> Experiment:
+    """Insert the queued row. The store refuses a second active copy of a change atomically
+    (two identical proposals racing past `admit`): that is the same `duplicate` refusal."""
+    try:
+        return store.add_experiment(
+            sweep.id, proposal, attempt=attempt, priority=priority, base_commit=head
+        )
+    except DuplicateError:
+        earlier = store.has_diff(sweep.id, proposal.diff)
+        raise AdmissionError(
+            "duplicate",
+            "the same change was already tried as experiment "
+            + (f"{earlier.id} ({earlier.status.value}): {earlier.description}" if earlier
+               else "queued at the same moment"),
+        ) from None
 
 
 def _record_usage(store: Store, exp: Experiment) -> Experiment:

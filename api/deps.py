@@ -2,7 +2,8 @@
 
 `ServicesDep` gives a route the Services; `WriteAuth` requires the bearer token (mutating
 routes); `ReadAuth` requires it only when reads are protected (non-loopback bind, or settings
-say so) and also accepts the `overnight_token` cookie set by `GET /login?token=...`.
+say so) and also accepts the `overnight_token` cookie set by the dashboard's login form
+(`POST /login`; the token never travels in a URL). `safe_next` keeps login redirects on-site.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import secrets
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Protocol
+from urllib.parse import unquote, urlsplit
 
 from fastapi import Depends, HTTPException, Request
 
@@ -49,6 +51,7 @@ class Services:
 
     settings: Settings
     runtime: Runtime
+    followers: int = 0  # open ?follow=1 log streams (changed on the event loop only)
 
     @property
     def store(self) -> SqlStore:
@@ -110,10 +113,32 @@ def require_read(request: Request, services: ServicesDep) -> None:
     given = _bearer(request) or request.cookies.get(TOKEN_COOKIE)
     if given is None:
         raise _unauthorized("this server requires a token for every route: send "
-                            "'Authorization: Bearer <token>' or open /login?token=<token>")
+                            "'Authorization: Bearer <token>' or sign in at /ui/login")
     if not token_matches(settings, given):
         raise _unauthorized("invalid token")
 
 
 WriteAuth = Annotated[None, Depends(require_write)]
 ReadAuth = Annotated[None, Depends(require_read)]
+
+
+def safe_next(raw: str | None) -> str:
+    r"""Where to send a browser after login: a path on this site, else `/`.
+
+    Refuses anything a browser could read as another origin: `//host`, `/\host` (browsers
+    treat `\` as `/`), control characters (stripped by browsers: `/<TAB>/host`), schemes,
+    and the same tricks percent-encoded once or twice (`/%5Chost`, `/%2F%2Fhost`).
+    """
+    if not raw or not raw.startswith("/"):
+        return "/"
+    probe = raw
+    for _ in range(3):
+        probe = unquote(probe)
+    if probe.startswith("//") or "\\" in probe:
+        return "/"
+    if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in probe):
+        return "/"
+    parts = urlsplit(probe)
+    if parts.scheme or parts.netloc:
+        return "/"
+    return raw

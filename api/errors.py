@@ -10,6 +10,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from agent.errors import AdmissionError, ConfigError, ConflictError, NotFoundError, StoreError
@@ -72,14 +73,30 @@ def install_error_handlers(app: FastAPI) -> None:
         return _json(422, code, _validation_message(errors), errors=errors)
 
     @app.exception_handler(StarletteHTTPException)
-    def _http(_r: Request, exc: StarletteHTTPException) -> JSONResponse:
+    def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if exc.status_code == 400 and isinstance(exc.__cause__, UnicodeDecodeError):
+            # FastAPI answers 400 for a JSON body that is not UTF-8; it is invalid input (422)
+            return _json(422, "malformed_json", f"the body is not valid UTF-8: {exc.__cause__}")
         if isinstance(exc.detail, dict) and "code" in exc.detail:
             return JSONResponse({"detail": exc.detail}, status_code=exc.status_code,
                                 headers=exc.headers)
         code = {401: "unauthorized", 404: "not_found", 405: "method_not_allowed"}.get(
             exc.status_code, "http_error")
+        headers = exc.headers
+        if exc.status_code == 405:  # Starlette names only the first matching route's methods
+            headers = {**(headers or {}), "Allow": ", ".join(_allowed_methods(request))}
         return JSONResponse(error_body(code, str(exc.detail)), status_code=exc.status_code,
-                            headers=exc.headers)
+                            headers=headers)
+
+
+def _allowed_methods(request: Request) -> list[str]:
+    """Every method some route answers on this path."""
+    methods: set[str] = set()
+    for route in request.app.router.routes:
+        match, _ = route.matches({**request.scope, "method": "GET"})
+        if match is not Match.NONE:
+            methods |= set(getattr(route, "methods", None) or ())
+    return sorted(methods)
 
 
 class BodyLimitMiddleware:

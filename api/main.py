@@ -28,7 +28,9 @@ from agent.recovery import InstanceLock
 from agent.scheduler import SchedulerSettings
 from api.dashboard import routes as dashboard_routes
 from api.deps import Runtime, Services
+from api.docs import install_openapi
 from api.errors import BodyLimitMiddleware, install_error_handlers
+from api.hostguard import TrustedHostMiddleware, trusted_hosts
 from api.mcp_http import mount_mcp
 from api.routes import experiments, sweeps, system
 from api.settings import Settings
@@ -68,8 +70,12 @@ def create_app(settings: Settings, runtime: Runtime, *,
     app.state.services = services
     install_error_handlers(app)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    # Added last, so it runs first: a foreign Host is refused before anything else.
+    app.add_middleware(TrustedHostMiddleware,
+                       allowed=trusted_hosts(settings.host, settings.allowed_hosts))
     for module in (system, sweeps, experiments):
         app.include_router(module.router)
     app.include_router(dashboard_routes.router)
+    install_openapi(app)
     extra_lifespans.append(mount_mcp(app, services))
     return app

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import logging
 import os
 import secrets
 from pathlib import Path
@@ -45,6 +46,8 @@ class Settings(BaseModel):
     grace_s: float = Field(5.0, ge=0)
     run_scheduler: bool = True  # False: no lock, no recovery, no slots (route tests)
     devices: tuple[str, ...] | None = None  # GPU indexes for the slots (None: detect)
+    allowed_hosts: tuple[str, ...] = ()  # Host names beyond loopback and the bound one; "*": any
+    sse_heartbeat_s: float = Field(15.0, gt=0, le=3600)  # comment line on a silent log stream
 
     @model_validator(mode="after")
     def _safe(self) -> Settings:
@@ -105,3 +108,19 @@ def ensure_token(db_path: Path) -> tuple[str, Path, bool]:
         fh.write(token + "\n")
     os.chmod(path, 0o600)
     return token, path, True
+
+
+class RedactToken(logging.Filter):
+    """Takes the token out of log lines (a client may still put it in a URL that the access
+    log records)."""
+
+    def __init__(self, token: str | None) -> None:
+        super().__init__()
+        self.token = token
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if self.token:
+            message = record.getMessage()
+            if self.token in message:
+                record.msg, record.args = message.replace(self.token, "[redacted]"), None
+        return True

@@ -53,9 +53,22 @@ def migrate(engine: Engine) -> None:
     cfg = Config()
     cfg.set_main_option("script_location", str(Path(__file__).parent / "migrations"))
     cfg.attributes["connection"] = None
-    with engine.begin() as conn:
-        cfg.attributes["connection"] = conn
-        command.upgrade(cfg, "head")
+    with engine.connect() as conn:
+        # A batch migration re-creates a table (copy, DROP, rename); with foreign keys on, the
+        # DROP of `sweeps` cascades and deletes every experiment. SQLite ignores this pragma
+        # inside a transaction, so it is set before the migration's transaction begins.
+        conn.exec_driver_sql("PRAGMA foreign_keys=OFF")
+        conn.commit()  # ends SQLAlchemy's autobegun (empty) transaction
+        try:
+            with conn.begin():
+                cfg.attributes["connection"] = conn
+                command.upgrade(cfg, "head")
+                broken = conn.exec_driver_sql("PRAGMA foreign_key_check").fetchall()
+                if broken:
+                    raise RuntimeError(f"migration left dangling references: {broken[:5]}")
+        finally:
+            conn.exec_driver_sql("PRAGMA foreign_keys=ON")
+            conn.commit()
 
 
 def open_database(path: Path | str) -> Engine:

@@ -24,11 +24,12 @@ from agent.domain import (
     can_transition,
     utcnow,
 )
-from agent.errors import ConflictError, NotFoundError
+from agent.errors import ConflictError, DuplicateError, NotFoundError
 from agent.ports import Store, SweepSpec
 from runner.summary import ProgressPoint
 
 INTERRUPTED_REASON = "the service stopped while this experiment was running"
+ACTIVE = (ExperimentStatus.QUEUED, ExperimentStatus.RUNNING)  # one per change and sweep
 MARK_STARTED_FIELDS = frozenset({"commit", "ref", "base_commit", "log_path", "pgid",
                                  "run_started_at"})
 
@@ -128,6 +129,11 @@ class MemoryStore:
             self.get_sweep_by_id(sweep_id)
             if retry_of is not None and self.retry_of(retry_of) is not None:
                 raise ConflictError(f"experiment {retry_of} already has a retry")
+            key = diff_key(proposal.diff)
+            if key is not None and status in ACTIVE and any(
+                    self._keys[e.id] == key and e.sweep_id == sweep_id and e.status in ACTIVE
+                    for e in self._exps.values()):
+                raise DuplicateError("the same change is already queued or running in this sweep")
             now = utcnow()
             exp = Experiment(
                 id=len(self._exps) + 1, sweep_id=sweep_id, status=status,
@@ -138,7 +144,7 @@ class MemoryStore:
                 created_at=now, finished_at=now if status.is_finished() else None,
             )
             self._exps[exp.id] = exp
-            self._keys[exp.id] = diff_key(proposal.diff)
+            self._keys[exp.id] = key
             return exp
 
     def get_experiment(self, experiment_id: int) -> Experiment:

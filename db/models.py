@@ -5,7 +5,18 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, Boolean, DateTime, Float, ForeignKey, Index, Integer, String, Text
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    text,
+)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
@@ -62,6 +73,10 @@ class ExperimentRow(Base):
     __table_args__ = (
         Index("ix_experiments_queue", "status", "priority", "id"),
         Index("ix_experiments_sweep_id", "sweep_id", "id"),
+        # One queued/running row per change and sweep: the duplicate check is the insert
+        # itself (migration active_diff_unique).
+        Index("ux_experiments_active_diff", "sweep_id", "diff_key", unique=True,
+              sqlite_where=text("status IN ('queued', 'running') AND diff_key IS NOT NULL")),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)

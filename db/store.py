@@ -29,7 +29,7 @@ from agent.domain import (
     can_transition,
     utcnow,
 )
-from agent.errors import ConflictError, NotFoundError, StoreError
+from agent.errors import ConflictError, DuplicateError, NotFoundError, StoreError
 from agent.ports import Store, SweepSpec
 from db.models import ExperimentRow, LossPointRow, SweepRow
 from runner.summary import ProgressPoint
@@ -267,8 +267,18 @@ class SqlStore:
             with self.session("queueing an experiment") as s:
                 if s.get(SweepRow, sweep_id) is None:
                     raise NotFoundError(f"no sweep with id {sweep_id}")
+                if retry_of is not None and s.scalar(
+                        select(ExperimentRow.id).where(ExperimentRow.retry_of == retry_of)):
+                    raise ConflictError(f"experiment {retry_of} already has a retry")
                 s.add(row)
-                s.flush()
+                try:
+                    s.flush()
+                except IntegrityError as exc:
+                    if "diff_key" not in str(exc.orig):
+                        raise
+                    raise DuplicateError(
+                        "the same change is already queued or running in this sweep"
+                    ) from None
                 return to_experiment(row)
         except StoreError as exc:
             if retry_of is not None and isinstance(exc.__cause__, IntegrityError):

@@ -4,18 +4,22 @@ from __future__ import annotations
 
 import json
 import logging
+import shlex
 import shutil
+import signal
 import statistics
 import sys
+import threading
+from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from agent.config import CONFIG_FILE, load_config
 from agent.domain import Sweep
-from agent.errors import OvernightError
-from agent.report import experiment_row, improvement, results_tsv
+from agent.errors import INTERRUPT_PREFIX, Interrupted, OvernightError
+from agent.report import experiment_row, fmt_metric, improvement, results_tsv
 from overnight import cli_agents, cli_service  # noqa: F401  (they register their commands)
 from overnight.cli_common import (
     DbOpt,
@@ -90,10 +94,10 @@ def _print_results(sweep: Sweep, store, fmt: str) -> None:  # type: ignore[no-un
     elif fmt == "table":
         console.print(results_table(sweep, exps))
         rel = improvement(sweep)
-        if sweep.best_metric is not None:
+        if sweep.best_metric is not None:  # the baseline may have no metric (never finished)
             console.print(
-                f"baseline {sweep.baseline_metric:.6f} -> best {sweep.best_metric:.6f}"
-                + (f" ({rel:+.2%})" if rel is not None else "")
+                f"baseline {fmt_metric(sweep.baseline_metric)} -> best "
+                f"{fmt_metric(sweep.best_metric)}" + (f" ({rel:+.2%})" if rel is not None else "")
             )
     else:
         fail(f"--format must be tsv, table or json, got {fmt!r}")
@@ -132,12 +136,52 @@ def run_foreground(
     rt = runtime_for(db)
     rt.hold_lock()
     settings = SchedulerSettings(slots=slots, devices=devices, device=device)
+    previous = _sigterm_interrupts()
     try:
         return _run_locked(rt, target, sweep_name=sweep_name, experiments=experiments,
                            budget=budget, proposer=proposer, settings=settings,
                            timeout=timeout, quiet=quiet, resume=resume, llm_config=llm_config)
     finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
         rt.release_lock()
+
+
+def _sigterm_interrupts() -> Any:
+    """SIGTERM stops a foreground run the way Ctrl-C does (recorded, resumable), instead of
+    killing the process mid-write. Returns the previous handler (None off the main thread)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def interrupt(_signum: int, _frame: Any) -> None:
+        raise Interrupted("SIGTERM")
+
+    return signal.signal(signal.SIGTERM, interrupt)
+
+
+def _interrupted(rt: Runtime, sweep: Sweep, target: Path, exc: KeyboardInterrupt,
+                 since: datetime) -> None:
+    """Say what a Ctrl-C/SIGTERM did and how to resume; pause the sweep so that a service on
+    the same database does not carry on with it. Exits 130 (SIGINT) or 143 (SIGTERM)."""
+    from agent.domain import ExperimentStatus, SweepStatus
+
+    store = rt.store
+    if store.get_sweep(sweep.name).status is SweepStatus.RUNNING:
+        store.set_sweep_status(sweep.name, SweepStatus.PAUSED)
+    hit = [e for e in store.list_experiments(sweep.id, [ExperimentStatus.INTERRUPTED])
+           if (e.reason or "").startswith(INTERRUPT_PREFIX) and e.finished_at
+           and e.finished_at >= since][-1:]
+    what = "no run was in flight"
+    if hit:
+        label = "the baseline" if hit[0].is_baseline else repr(hit[0].description)
+        what = (f"experiment {hit[0].id} ({label}) was stopped and recorded `interrupted`; "
+                "it runs again on resume")
+    name = getattr(exc, "signal_name", "Ctrl-C (SIGINT)")
+    command = shlex.join(["overnight", "run", "--target", str(target), "--sweep", sweep.name,
+                          "--resume", "--db", str(rt.db_path)])
+    err.print(f"interrupted by {name}: {what}. Sweep {sweep.name} is paused.")
+    err.print(f"resume with: {command}", markup=False)
+    raise typer.Exit(143 if name == "SIGTERM" else 130)
 
 
 def _run_locked(
@@ -145,9 +189,9 @@ def _run_locked(
     budget: float | None, proposer: str, settings: SchedulerSettings, timeout: float | None,
     quiet: bool, resume: bool, llm_config: Path | None,
 ) -> Sweep:
-    from agent.domain import SweepStatus
+    from agent.domain import SweepStatus, utcnow
     from agent.scheduler import SlotScheduler
-    from agent.sweeps import create_sweep, default_sweep_name
+    from agent.sweeps import create_sweep, default_sweep_name, requeue_baseline
     from overnight.console import LiveView
 
     config = None if resume else load_config(target).with_budget(budget, timeout)
@@ -166,6 +210,8 @@ def _run_locked(
             fail(f"sweep {sweep_name} belongs to {sweep.target_path}, not {target}")
         sweep = store.set_sweep_status(sweep_name, SweepStatus.RUNNING)
         console.print(f"resuming sweep [bold]{sweep.name}[/bold] on branch {sweep.branch}")
+        if requeue_baseline(store, repo, sweep) is not None:
+            console.print("the baseline never finished: it runs again first")
     else:
         assert config is not None
         name = sweep_name or default_sweep_name(store)
@@ -180,12 +226,17 @@ def _run_locked(
                   if llm_config and sweep.proposer.startswith("llm:") else {})
     engine = SlotScheduler(rt.store, settings, rt.loop_factory(
         settings, on_event=None if quiet else view.on_event, proposer_kwargs=llm_kwargs))
-    if quiet:
-        engine.run_burst([sweep.name])
-    else:
-        with view.live:
+    since = utcnow()
+    try:
+        if quiet:
             engine.run_burst([sweep.name])
-        console.print()  # the live view's last frame ends without a newline off a terminal
+        else:
+            with view.live:
+                engine.run_burst([sweep.name])
+            console.print()  # the live view's last frame ends without a newline off a terminal
+    except KeyboardInterrupt as exc:
+        _interrupted(rt, sweep, target, exc, since)
+        raise
     return store.get_sweep(sweep.name)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import socket
 import sys
 from pathlib import Path
@@ -32,8 +33,15 @@ def serve(
     port: Annotated[int, typer.Option(min=0, max=65535, help="port (0: any free port)")] = 8000,
     slots: SlotsOpt = None,
     devices: DevicesOpt = None,
-    token: Annotated[str | None, typer.Option(envvar="OVERNIGHT_TOKEN", help="bearer token "
-                                              "(default: created beside the database)")] = None,
+    token_file: Annotated[Path | None, typer.Option(
+        help="file holding the bearer token (default: $OVERNIGHT_TOKEN, else the file beside "
+        "the database, created on first start)")] = None,
+    token: Annotated[str | None, typer.Option(hidden=True, help="refused: shows in ps")] = None,
+    allowed_host: Annotated[list[str] | None, typer.Option(
+        envvar="OVERNIGHT_ALLOWED_HOSTS", help="also answer to this Host name (repeatable or "
+        "comma-separated; '*': any). Loopback names and --host are always accepted")] = None,
+    heartbeat: Annotated[float, typer.Option(hidden=True, help="seconds between SSE "
+                                             "heartbeats on a silent log stream")] = 15.0,
     no_auth: Annotated[bool, typer.Option("--no-auth", help="no token at all (loopback only)")]
     = False,
     poll: Annotated[float, typer.Option(help="seconds between idle slot checks")] = 1.0,
@@ -43,19 +51,21 @@ def serve(
     import uvicorn
 
     from agent.recovery import InstanceLock, InstanceLockError
-    from api.settings import Settings, ensure_token
+    from api.settings import TOKEN_ENV, RedactToken, Settings
     from overnight.runtime import service_app
 
     db_file = db_path(db).resolve()
-    token_path: Path | None = None
-    if not no_auth and not token:
-        token, token_path, created = ensure_token(db_file)
-        console.print(f"token {'created in' if created else 'read from'} {token_path} "
-                      "(send it as 'Authorization: Bearer <token>')")
+    if token is not None:
+        fail("--token VALUE would show the token to every user of this machine (ps, shell "
+             f"history); put it in a file (mode 0600) and give --token-file PATH, or set "
+             f"{TOKEN_ENV}")
+    secret = None if no_auth else _token(db_file, token_file)
     slots, found = slots_and_devices(slots, devices)
     settings = Settings.build(db_path=db_file, host=host, port=port, slots=slots, devices=found,
-                              token=None if no_auth else token, auth=not no_auth,
-                              poll_interval_s=poll)
+                              token=secret, auth=not no_auth, poll_interval_s=poll,
+                              allowed_hosts=tuple(h.strip() for v in allowed_host or ()
+                                                  for h in v.split(",") if h.strip()),
+                              sse_heartbeat_s=heartbeat)
     try:
         lock = InstanceLock(db_file).acquire()
     except InstanceLockError as exc:
@@ -77,10 +87,34 @@ def serve(
     config = uvicorn.Config(service_app(settings, lock=lock), host=host, port=bound, workers=1,
                             log_level=log_level, timeout_graceful_shutdown=int(settings.grace_s)
                             + 15)
+    for name in ("uvicorn.access", "uvicorn.error"):
+        logging.getLogger(name).addFilter(RedactToken(settings.token))
     try:
         uvicorn.Server(config).run(sockets=[sock])
     finally:
         lock.release()
+
+
+def _token(db_path: Path, token_file: Path | None) -> str:
+    """--token-file, else $OVERNIGHT_TOKEN, else the file beside the database (made once)."""
+    from api.settings import TOKEN_ENV, ensure_token
+
+    if token_file is not None:
+        try:
+            value = token_file.expanduser().read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            fail(f"--token-file {token_file}: cannot read it: {exc}")
+        if not value:
+            fail(f"--token-file {token_file} is empty")
+        console.print(f"token read from {token_file}")
+        return value
+    if os.environ.get(TOKEN_ENV):
+        console.print(f"token from ${TOKEN_ENV}")
+        return os.environ[TOKEN_ENV].strip()
+    value, path, created = ensure_token(db_path)
+    console.print(f"token {'created in' if created else 'read from'} {path} "
+                  "(send it as 'Authorization: Bearer <token>')")
+    return value
 
 
 def _bind(host: str, port: int) -> socket.socket:

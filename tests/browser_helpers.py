@@ -266,6 +266,7 @@ def make_app(db: Path, token: str | None = None) -> Any:
         read_auth=True if token else None,
         slots=0,
         run_scheduler=False,
+        allowed_hosts=("testserver",),  # TestClient's Host
     )
     return service_app(settings)
 

@@ -124,10 +124,10 @@ class ServerProcess:
     def __init__(self, db: Path, *, log: Path, env: dict[str, str] | None = None,
                  slots: int = 1, poll_s: float = 0.1, extra: list[str] | None = None) -> None:
         self.db, self.log_path = db, log
-        self.env = {**os.environ, **(env or {})}
+        self.env = {**os.environ, "OVERNIGHT_TOKEN": TOKEN, **(env or {})}
         cli = str(Path(sys.executable).with_name("overnight"))
         self.argv = [cli, "serve", "--db", str(db), "--port", "0",
-                     "--token", TOKEN, "--slots", str(slots), "--poll", str(poll_s),
+                     "--slots", str(slots), "--poll", str(poll_s),
                      "--log-level", "warning", *(extra or [])]
         self.proc: subprocess.Popen[bytes] | None = None
         self.url = ""

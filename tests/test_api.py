@@ -20,7 +20,7 @@ from overnight.runtime import service_app
 
 def _client(tmp_path: Path, **overrides: object) -> TestClient:
     values: dict[str, object] = {"db_path": tmp_path / "db" / "o.db", "token": TOKEN,
-                                 "run_scheduler": False}
+                                 "run_scheduler": False, "allowed_hosts": ("testserver",)}
     values.update(overrides)
     return TestClient(service_app(Settings.build(**values)))
 
@@ -218,9 +218,14 @@ def test_reads_need_token_when_exposed(tmp_path: Path) -> None:
         assert c.get("/experiments").status_code == 401
         assert c.get("/experiments", headers=AUTH).status_code == 200
         assert c.get("/health").status_code == 200  # liveness probes need no token
-        assert c.get("/login", params={"token": "nope-nope-nope-nope"}).status_code == 401
         r = c.get("/login", params={"token": TOKEN, "next": "/experiments"},
-                  follow_redirects=False)
+                  follow_redirects=False)  # a token in a URL is never taken
+        assert r.status_code == 303 and r.headers["location"] == "/ui/login?next=/experiments"
+        assert "set-cookie" not in r.headers and c.get("/experiments").status_code == 401
+        r = c.post("/login", data={"token": "nope-nope-nope-nope", "next": "/experiments"})
+        assert r.status_code == 401 and "not this server" in r.text and not c.cookies
+        r = c.post("/login", data={"token": TOKEN, "next": "/experiments"},
+                   follow_redirects=False)
         assert r.status_code == 303 and r.headers["location"] == "/experiments"
         assert "httponly" in r.headers["set-cookie"].lower()
         assert c.get("/experiments").status_code == 200  # the cookie now authorises reads

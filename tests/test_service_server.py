@@ -35,8 +35,9 @@ def test_serve_runs_a_sweep_to_completion_and_refuses_a_second_instance(tmp_path
             assert httpx.get(f"{server.url}/sweeps").status_code == 200  # loopback reads
             assert httpx.post(f"{server.url}/sweeps/night/pause").status_code == 401
 
-            second = subprocess.run(ServerProcess(tmp_path / "o.db", log=tmp_path / "2.log")
-                                    .argv, capture_output=True, text=True, timeout=60)
+            twin = ServerProcess(tmp_path / "o.db", log=tmp_path / "2.log")
+            second = subprocess.run(twin.argv, env=twin.env, capture_output=True, text=True,
+                                    timeout=60)
             assert second.returncode == 2
             assert "already using this database" in second.stdout + second.stderr
 

@@ -10,7 +10,7 @@ import pytest
 
 from agent.config import TargetConfig
 from agent.domain import CrashKind, ExperimentStatus, Finish, Proposal, SweepStatus
-from agent.errors import ConflictError, NotFoundError
+from agent.errors import ConflictError, DuplicateError, NotFoundError
 from agent.ports import Store, SweepSpec
 from db.engine import open_database
 from db.memory import MemoryStore
@@ -159,6 +159,26 @@ def test_duplicates_ignore_rejected_rows_and_whitespace(store: Store):
     assert store.has_diff(other.id, diff) is None
 
 
+def test_one_queued_or_running_row_per_change(store: Store):
+    """The duplicate check is atomic: the insert itself refuses a second active copy."""
+    sweep = store.create_sweep(spec())
+    diff = "--- a/train.py\n+++ b/train.py\n@@ -1 +1 @@\n-LR = 1\n+LR = 2\n"
+    first = store.add_experiment(sweep.id, Proposal("a", diff))
+    for state in ("queued", "running"):
+        with pytest.raises(DuplicateError):
+            store.add_experiment(sweep.id, Proposal("again", diff.replace("2\n", "2  \n")))
+        if state == "queued":
+            assert store.claim(first.id) is not None
+    store.add_experiment(sweep.id, Proposal("r", diff), status=S.REJECTED, reason="dup")
+    store.add_experiment(store.create_sweep(spec("t")).id, Proposal("other sweep", diff))
+    store.add_experiment(sweep.id, Proposal("baseline", ""), is_baseline=True)
+    store.add_experiment(sweep.id, Proposal("baseline", ""), is_baseline=True)
+    store.finish(first.id, Finish(S.DISCARDED, metric=1.0))
+    again = store.add_experiment(sweep.id, Proposal("re-run on a new head", diff))
+    assert again.status is S.QUEUED
+    assert store.count_experiments(sweep.id, [S.QUEUED, S.RUNNING]) == 3
+
+
 def test_retries_are_linked_once(store: Store):
     sweep = store.create_sweep(spec())
     first = running(store, sweep.id)
@@ -218,7 +238,7 @@ def test_loss_points_and_llm_usage(store: Store):
     store.add_loss_points(exp, [])
     assert [p.step for p in store.loss_points(exp)] == [1, 2]
     assert store.loss_points(exp)[0] == ProgressPoint(1, 4.0, 0.5)
-    other = running(store, sweep.id)
+    other = running(store, sweep.id, "b", "d2")  # one queued/running row per change
     store.add_loss_points(other, [ProgressPoint(7, 1.0, None)])
     store.replace_loss_points(exp, [ProgressPoint(1, 4.0, 0.5), ProgressPoint(9, 2.0, None)])
     assert [p.step for p in store.loss_points(exp)] == [1, 9]  # a downsampled curve

@@ -11,18 +11,22 @@ import logging
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any
+from urllib.parse import parse_qs
 
-from fastapi import APIRouter, HTTPException, Query
+from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import (
     FileResponse,
     HTMLResponse,
     JSONResponse,
     PlainTextResponse,
+    RedirectResponse,
     Response,
 )
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from agent.errors import NotFoundError
+from api.deps import TOKEN_COOKIE, ServicesDep, safe_next, token_matches
+from api.docs import ExperimentId
 
 from . import views
 from ._deps import PageAuth, ReadAuth, ServiceDep, StoreDep
@@ -104,7 +108,25 @@ def static(name: str) -> Response:
 
 @router.get("/ui/login", response_class=HTMLResponse)
 def login_form(next: str = "/") -> HTMLResponse:
-    return render("login.html", next=next if next.startswith("/") else "/")
+    return render("login.html", next=safe_next(next))
+
+
+@router.post("/login")
+async def login(request: Request, services: ServicesDep) -> Response:
+    """The form's POST: set the `overnight_token` cookie (HttpOnly, SameSite=Strict) and go to
+    `next` (a path on this site only). The token travels in the body, never in a URL."""
+    body = (await request.body()).decode("utf-8", "replace")
+    form = {k: v[0] for k, v in parse_qs(body, keep_blank_values=True).items()}
+    target = safe_next(form.get("next"))
+    token = form.get("token", "")
+    if not token_matches(services.settings, token):
+        page = render("login.html", next=target, error="That token is not this server's.")
+        page.status_code = 401
+        return page
+    resp = RedirectResponse(target, status_code=303)
+    resp.set_cookie(TOKEN_COOKIE, token, httponly=True, samesite="strict",
+                    secure=False, max_age=30 * 24 * 3600)
+    return resp
 
 
 # --- pages ---------------------------------------------------------------------------------
@@ -116,7 +138,8 @@ def overview_page(store: Store) -> HTMLResponse:
 
 @pages.get("/ui/sweeps/{name}", response_class=HTMLResponse)
 def sweep_page(
-    service: ServiceDep, name: str, status: str = "all", page: Annotated[int, Query(ge=1)] = 1
+    service: ServiceDep, name: str, status: str = "all",
+    page: Annotated[int, Query(ge=1, le=1_000_000)] = 1,
 ) -> HTMLResponse:
     sweep = _sweep(service.store, name)
     return render("sweep.html", **views.sweep_page(service, sweep, status, page))
@@ -152,12 +175,12 @@ def best_download(service: ServiceDep, name: str, path: str) -> PlainTextRespons
 
 
 @pages.get("/ui/experiments/{exp_id}", response_class=HTMLResponse)
-def experiment_page(store: Store, exp_id: int) -> HTMLResponse:
+def experiment_page(store: Store, exp_id: ExperimentId) -> HTMLResponse:
     return render("experiment.html", **views.experiment_page(store, _experiment(store, exp_id)))
 
 
 @json.get("/ui/experiments/{exp_id}/tail")
-def experiment_tail(store: Store, _: ReadAuth, exp_id: int) -> JSONResponse:
+def experiment_tail(store: Store, _: ReadAuth, exp_id: ExperimentId) -> JSONResponse:
     e = _experiment(store, exp_id)
     return JSONResponse(
         views.live_run(store, store.get_sweep_by_id(e.sweep_id), e),
@@ -166,7 +189,7 @@ def experiment_tail(store: Store, _: ReadAuth, exp_id: int) -> JSONResponse:
 
 
 @pages.get("/ui/experiments/{exp_id}/log.txt")
-def experiment_log(store: Store, exp_id: int) -> Response:
+def experiment_log(store: Store, exp_id: ExperimentId) -> Response:
     e = _experiment(store, exp_id)
     headers = {"Content-Disposition": f'attachment; filename="experiment-{e.id}.log"'}
     if e.log_path and Path(e.log_path).is_file():

@@ -4,29 +4,36 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
-from pathlib import Path
+from collections.abc import AsyncIterator
 from typing import Annotated
 
+import anyio
 from fastapi import APIRouter, Query, Response, status
 from fastapi.responses import PlainTextResponse, StreamingResponse
 
-from agent.domain import CrashKind, ExperimentStatus, Proposal
+from agent.domain import CrashKind, Experiment, ExperimentStatus, Proposal
 from agent.service import read_log
 from api.deps import ReadAuth, Services, ServicesDep, WriteAuth
+from api.docs import COMMON, READ, WRITE, Cursor, ExperimentId, errors, text_body
 from api.schemas import MAX_LIMIT, CancelPublic, ExperimentCreate, ExperimentPublic, Page
 
-router = APIRouter(prefix="/experiments", tags=["experiments"])
+router = APIRouter(prefix="/experiments", tags=["experiments"], responses=COMMON)
 FOLLOW_POLL_S = 0.25
 STATUS_POLL_S = 1.0
 FOLLOW_MAX_S = 6 * 3600.0
+FOLLOW_CHUNK = 256 * 1024  # bytes read per poll: a flood cannot hold the event loop
+# One server-sent event (OpenAPI 3.1: the stream's schema describes each event): a log line
+# (no event name), `status` first, `end` last; data of status/end is JSON.
+SSE_EVENT = {"type": "object", "required": ["data"], "properties": {
+    "event": {"type": "string", "enum": ["status", "end"]}, "data": {"type": "string"}}}
 
 
 def _sweep_names(services: Services) -> dict[int, str]:
     return {s.id: s.name for s in services.store.list_sweeps()}
 
 
-@router.post("", status_code=status.HTTP_201_CREATED, response_model=ExperimentPublic)
+@router.post("", status_code=status.HTTP_201_CREATED, response_model=ExperimentPublic,
+             responses={**WRITE, **errors(404, 409)})
 def queue(body: ExperimentCreate, services: ServicesDep, _auth: WriteAuth) -> ExperimentPublic:
     """Admit and queue one proposal; a refusal queues nothing and says why (409/413/422)."""
     proposal = Proposal(description=body.description, diff=body.diff, proposer="external")
@@ -34,7 +41,7 @@ def queue(body: ExperimentCreate, services: ServicesDep, _auth: WriteAuth) -> Ex
     return ExperimentPublic.of(exp, body.sweep)
 
 
-@router.get("", response_model=Page[ExperimentPublic])
+@router.get("", response_model=Page[ExperimentPublic], responses={**READ, **errors(404)})
 def list_experiments(
     services: ServicesDep, _auth: ReadAuth,
     sweep: Annotated[str | None, Query(description="sweep name")] = None,
@@ -42,8 +49,7 @@ def list_experiments(
                        description="one or more statuses (repeat the parameter)")] = None,
     crash_kind: Annotated[CrashKind | None, Query()] = None,
     limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 50,
-    cursor: Annotated[int | None, Query(ge=1, description="next_cursor of the page before")]
-    = None,
+    cursor: Cursor = None,
 ) -> Page[ExperimentPublic]:
     """Newest first, `limit` per page; follow `next_cursor` for older ones."""
     names = _sweep_names(services)
@@ -56,21 +62,27 @@ def list_experiments(
                 count=total, next_cursor=nxt)
 
 
-@router.get("/{experiment_id}", response_model=ExperimentPublic)
-def get_experiment(experiment_id: int, services: ServicesDep, _auth: ReadAuth) -> ExperimentPublic:
+@router.get("/{experiment_id}", response_model=ExperimentPublic,
+            responses={**READ, **errors(404)})
+def get_experiment(experiment_id: ExperimentId, services: ServicesDep,
+                   _auth: ReadAuth) -> ExperimentPublic:
     exp = services.store.get_experiment(experiment_id)
     sweep = services.store.get_sweep_by_id(exp.sweep_id)
     return ExperimentPublic.of(exp, sweep.name, with_diff=True)
 
 
-@router.get("/{experiment_id}/diff", response_class=PlainTextResponse)
-def get_diff(experiment_id: int, services: ServicesDep, _auth: ReadAuth) -> PlainTextResponse:
+@router.get("/{experiment_id}/diff", response_class=PlainTextResponse,
+            responses={**text_body("text/x-diff", "the unified diff"), **READ, **errors(404)})
+def get_diff(experiment_id: ExperimentId, services: ServicesDep,
+             _auth: ReadAuth) -> PlainTextResponse:
     exp = services.store.get_experiment(experiment_id)
     return PlainTextResponse(exp.diff, media_type="text/x-diff; charset=utf-8")
 
 
-@router.delete("/{experiment_id}", response_model=CancelPublic)
-def cancel(experiment_id: int, services: ServicesDep, _auth: WriteAuth,
+@router.delete("/{experiment_id}", response_model=CancelPublic,
+               responses={202: {"model": CancelPublic, "description": "a running experiment "
+                                "is being stopped"}, **errors(401, 404, 409)})
+def cancel(experiment_id: ExperimentId, services: ServicesDep, _auth: WriteAuth,
            response: Response) -> CancelPublic:
     """Cancel a queued experiment, or stop a running one (recorded `cancelled`); 409 if finished.
 
@@ -87,26 +99,39 @@ def _sse(event: str | None, data: str) -> str:
     return head + "".join(f"data: {line}\n" for line in data.split("\n")) + "\n"
 
 
-def follow_log(services: Services, experiment_id: int) -> Iterator[str]:
-    """Server-sent events: each log line as `data`, then `event: end` with the final status."""
-    store = services.store
-    exp = store.get_experiment(experiment_id)
+async def follow_log(services: Services, experiment_id: int) -> AsyncIterator[str]:
+    """Server-sent events: each log line as `data`, then `event: end` with the final status.
+
+    Async: a follower holds no worker thread, only a timer. While the log is silent a comment
+    line goes out every `sse_heartbeat_s`, so a follower whose client has gone is noticed
+    (the write fails) and closed.
+    """
+    exp = await anyio.to_thread.run_sync(services.store.get_experiment, experiment_id)
+    services.followers += 1
+    try:
+        yield _sse("status", json.dumps({"id": exp.id, "status": exp.status.value}))
+        async for event in _follow(services, exp):
+            yield event
+    finally:
+        services.followers -= 1
+
+
+async def _follow(services: Services, exp: Experiment) -> AsyncIterator[str]:
     offset, partial = 0, b""
-    started = last_status = time.monotonic()
-    yield _sse("status", json.dumps({"id": exp.id, "status": exp.status.value}))
+    heartbeat_s = services.settings.sse_heartbeat_s
+    started = last_status = last_sent = time.monotonic()
     while True:
-        path = Path(exp.log_path) if exp.log_path else None
-        if path is not None and path.is_file():
-            with open(path, "rb") as fh:
-                fh.seek(offset)
-                chunk = fh.read(1024 * 1024)
-            offset += len(chunk)
-            lines = (partial + chunk).split(b"\n")
-            partial = lines.pop()
-            for line in lines:
-                yield _sse(None, line.decode("utf-8", "replace").rstrip("\r"))
-            if len(chunk) == 1024 * 1024:
-                continue
+        chunk = _read_from(exp.log_path, offset)
+        offset += len(chunk)
+        lines = (partial + chunk).split(b"\n")
+        partial = lines.pop()
+        for line in lines:
+            yield _sse(None, line.decode("utf-8", "replace").rstrip("\r"))
+        if lines:
+            last_sent = time.monotonic()
+        if len(chunk) == FOLLOW_CHUNK:
+            await anyio.sleep(0)  # let others run between chunks of a flood
+            continue
         if exp.status.is_finished():
             if partial:
                 yield _sse(None, partial.decode("utf-8", "replace"))
@@ -117,16 +142,34 @@ def follow_log(services: Services, experiment_id: int) -> Iterator[str]:
             yield _sse("end", json.dumps({"id": exp.id, "status": exp.status.value,
                                           "timeout": True}))
             return
-        time.sleep(FOLLOW_POLL_S)
+        if time.monotonic() - last_sent >= heartbeat_s:
+            yield ": heartbeat\n\n"
+            last_sent = time.monotonic()
+        await anyio.sleep(FOLLOW_POLL_S)
         if time.monotonic() - last_status >= STATUS_POLL_S or exp.log_path is None:
-            exp, last_status = store.get_experiment(experiment_id), time.monotonic()
-            if exp.status.is_finished():
-                continue  # one more read of the file picks up its last lines
+            exp = await anyio.to_thread.run_sync(services.store.get_experiment, exp.id)
+            last_status = time.monotonic()
+
+
+def _read_from(log_path: str | None, offset: int) -> bytes:
+    """Up to FOLLOW_CHUNK bytes of the log from `offset` (b"" while there is no log yet)."""
+    if not log_path:
+        return b""
+    try:
+        with open(log_path, "rb") as fh:
+            fh.seek(offset)
+            return fh.read(FOLLOW_CHUNK)
+    except OSError:
+        return b""
 
 
 @router.get("/{experiment_id}/log", response_model=None,
-            responses={200: {"content": {"text/plain": {}, "text/event-stream": {}}}})
-def get_log(experiment_id: int, services: ServicesDep, _auth: ReadAuth,
+            responses={200: {"description": "the log (text/plain), or with ?follow=1 a stream "
+                             "of server-sent events",
+                             "content": {"text/plain": {"schema": {"type": "string"}},
+                                         "text/event-stream": {"schema": SSE_EVENT}}},
+                       **READ, **errors(404)})
+def get_log(experiment_id: ExperimentId, services: ServicesDep, _auth: ReadAuth,
             follow: Annotated[bool, Query(description="stream as server-sent events until "
                                           "the run ends")] = False,
             ) -> PlainTextResponse | StreamingResponse:

@@ -11,14 +11,31 @@ from fastapi.responses import PlainTextResponse
 
 from agent.config import load_config
 from agent.domain import ExperimentStatus, Sweep, SweepStatus
-from agent.errors import ConflictError
+from agent.errors import ConfigError, ConflictError
 from agent.insights import digest, render
 from agent.proposers.factory import make_proposer
 from agent.sweeps import check_sweep_name, create_sweep
 from api.deps import ReadAuth, Services, ServicesDep, WriteAuth
+from api.docs import COMMON, READ, WRITE, errors, text_body
 from api.schemas import BestPublic, InsightsPublic, KeptChange, Page, SweepCreate, SweepPublic
 
-router = APIRouter(prefix="/sweeps", tags=["sweeps"])
+router = APIRouter(prefix="/sweeps", tags=["sweeps"], responses=COMMON)
+
+
+def target_dir(raw: str) -> Path:
+    """The target folder named by a client; any problem with the path is a ConfigError
+    naming the field (a path the OS refuses is the client's mistake, not a server error)."""
+    if "\x00" in raw:
+        raise ConfigError("target: the path contains a NUL character")
+    try:
+        path = Path(raw).expanduser()
+        if not path.is_dir():
+            raise ConfigError(f"target: {raw!r} is not a folder on the server")
+        return path.resolve(strict=True)
+    except RuntimeError as exc:  # expanduser of ~nosuchuser
+        raise ConfigError(f"target: cannot expand {raw!r}: {exc}") from None
+    except OSError as exc:  # ENAMETOOLONG, ELOOP, EACCES...
+        raise ConfigError(f"target: {raw!r}: {exc.strerror or exc}") from None
 
 
 def _public(services: Services, sweep: Sweep) -> SweepPublic:
@@ -27,12 +44,13 @@ def _public(services: Services, sweep: Sweep) -> SweepPublic:
                           scheduled_start=starts.get(sweep.name))
 
 
-@router.post("", status_code=status.HTTP_201_CREATED, response_model=SweepPublic)
+@router.post("", status_code=status.HTTP_201_CREATED, response_model=SweepPublic,
+             responses={**WRITE, **errors(409)})
 def create(body: SweepCreate, services: ServicesDep, _auth: WriteAuth) -> SweepPublic:
     """Create a sweep on branch `overnight/<name>` and queue its baseline."""
     check_sweep_name(body.name)
     make_proposer(body.proposer, 0)  # an unknown proposer is refused before anything is made
-    target = Path(body.target).expanduser()
+    target = target_dir(body.target)
     config = load_config(target).with_budget(body.budget_s, body.timeout_s)
     sched = services.scheduler
     if body.start_at is not None and sched is None:
@@ -52,13 +70,13 @@ def create(body: SweepCreate, services: ServicesDep, _auth: WriteAuth) -> SweepP
     return _public(services, sweep)
 
 
-@router.get("", response_model=Page[SweepPublic])
+@router.get("", response_model=Page[SweepPublic], responses=READ)
 def list_sweeps(services: ServicesDep, _auth: ReadAuth) -> Page[SweepPublic]:
     sweeps = services.store.list_sweeps()
     return Page(data=[_public(services, s) for s in sweeps], count=len(sweeps), next_cursor=None)
 
 
-@router.get("/{name}", response_model=SweepPublic)
+@router.get("/{name}", response_model=SweepPublic, responses={**READ, **errors(404)})
 def get_sweep(name: str, services: ServicesDep, _auth: ReadAuth) -> SweepPublic:
     return _public(services, services.store.get_sweep(name))
 
@@ -67,24 +85,27 @@ def _set_status(services: Services, name: str, new: SweepStatus) -> SweepPublic:
     return _public(services, services.service.set_status(name, new))
 
 
-@router.post("/{name}/pause", response_model=SweepPublic)
+@router.post("/{name}/pause", response_model=SweepPublic,
+             responses={**errors(401, 404, 409)})
 def pause(name: str, services: ServicesDep, _auth: WriteAuth) -> SweepPublic:
     """Nothing new starts; a run in flight finishes."""
     return _set_status(services, name, SweepStatus.PAUSED)
 
 
-@router.post("/{name}/resume", response_model=SweepPublic)
+@router.post("/{name}/resume", response_model=SweepPublic,
+             responses={**errors(401, 404, 409)})
 def resume(name: str, services: ServicesDep, _auth: WriteAuth) -> SweepPublic:
     return _set_status(services, name, SweepStatus.RUNNING)
 
 
-@router.post("/{name}/stop", response_model=SweepPublic)
+@router.post("/{name}/stop", response_model=SweepPublic,
+             responses={**errors(401, 404, 409)})
 def stop(name: str, services: ServicesDep, _auth: WriteAuth) -> SweepPublic:
     """Final: nothing new starts (a run in flight finishes); queued experiments stay queued."""
     return _set_status(services, name, SweepStatus.STOPPED)
 
 
-@router.get("/{name}/best", response_model=BestPublic)
+@router.get("/{name}/best", response_model=BestPublic, responses={**READ, **errors(404)})
 def best(name: str, services: ServicesDep, _auth: ReadAuth) -> BestPublic:
     """The best metric and commit, each editable file at that commit, the kept diffs."""
     sweep = services.store.get_sweep(name)
@@ -98,14 +119,17 @@ def best(name: str, services: ServicesDep, _auth: ReadAuth) -> BestPublic:
                       experiment_id=sweep.best_experiment_id, files=files, kept=kept)
 
 
-@router.get("/{name}/results.tsv", response_class=PlainTextResponse)
+@router.get("/{name}/results.tsv", response_class=PlainTextResponse,
+            responses={**text_body("text/tab-separated-values", "autoresearch's results.tsv"),
+                       **READ, **errors(404)})
 def results(name: str, services: ServicesDep, _auth: ReadAuth) -> PlainTextResponse:
     """autoresearch's results.tsv: commit, metric, memory_gb, status, description."""
     text = services.service.results_tsv(services.store.get_sweep(name))
     return PlainTextResponse(text, media_type="text/tab-separated-values; charset=utf-8")
 
 
-@router.get("/{name}/insights", response_model=InsightsPublic)
+@router.get("/{name}/insights", response_model=InsightsPublic,
+            responses={**READ, **errors(404)})
 def insights(name: str, services: ServicesDep, _auth: ReadAuth,
              max_chars: Annotated[int, Query(ge=500, le=50_000)] = 6000) -> InsightsPublic:
     """What the sweep has learned: effects per knob, near-misses, crash lessons, plateau,

@@ -1,17 +1,19 @@
-"""Service routes: health, Prometheus-style counters, and the dashboard's login cookie."""
+"""Service routes: health and Prometheus-style counters (the login form is the dashboard's)."""
 
 from __future__ import annotations
 
 from typing import Annotated
+from urllib.parse import quote
 
-from fastapi import APIRouter, HTTPException, Query
+from fastapi import APIRouter, Query
 from fastapi.responses import PlainTextResponse, RedirectResponse
 
 from agent.domain import ExperimentStatus
-from api.deps import TOKEN_COOKIE, ReadAuth, ServicesDep, token_matches
+from api.deps import ReadAuth, ServicesDep, safe_next
+from api.docs import COMMON, READ, text_body
 from api.schemas import HealthPublic
 
-router = APIRouter(tags=["service"])
+router = APIRouter(tags=["service"], responses=COMMON)
 
 
 @router.get("/health", response_model=HealthPublic)
@@ -35,7 +37,8 @@ def health(services: ServicesDep) -> HealthPublic:
                         retired_slots=retired)
 
 
-@router.get("/metrics", response_class=PlainTextResponse)
+@router.get("/metrics", response_class=PlainTextResponse,
+            responses={**text_body("text/plain", "Prometheus text format"), **READ})
 def metrics(services: ServicesDep, _auth: ReadAuth) -> PlainTextResponse:
     """Counters in the Prometheus text format."""
     counts = services.store.status_counts()
@@ -45,20 +48,16 @@ def metrics(services: ServicesDep, _auth: ReadAuth) -> PlainTextResponse:
               for s in ExperimentStatus]
     gauges = {"overnight_slots": services.settings.slots if sched else 0,
               "overnight_slots_busy": sched.busy() if sched else 0,
-              "overnight_sweeps": len(services.store.list_sweeps())}
+              "overnight_sweeps": len(services.store.list_sweeps()),
+              "overnight_log_followers": services.followers}
     for name, value in gauges.items():
         lines += [f"# TYPE {name} gauge", f"{name} {value}"]
     return PlainTextResponse("\n".join(lines) + "\n", media_type="text/plain; version=0.0.4")
 
 
 @router.get("/login", include_in_schema=False)
-def login(services: ServicesDep, token: Annotated[str, Query()],
-          next: Annotated[str, Query()] = "/") -> RedirectResponse:
-    """Set the `overnight_token` cookie (HttpOnly, SameSite=Strict) for the dashboard."""
-    if not token_matches(services.settings, token):
-        raise HTTPException(401, detail={"code": "unauthorized", "message": "invalid token"})
-    target = next if next.startswith("/") and not next.startswith("//") else "/"
-    resp = RedirectResponse(target, status_code=303)
-    resp.set_cookie(TOKEN_COOKIE, token, httponly=True, samesite="strict",
-                    secure=False, max_age=30 * 24 * 3600)
-    return resp
+def login_moved(next: Annotated[str, Query()] = "/") -> RedirectResponse:
+    """Old links: the token is never taken from a URL (it would land in access logs and
+    browser history); send the browser to the form, which POSTs it."""
+    return RedirectResponse(f"/ui/login?next={quote(safe_next(next), safe='/')}",
+                            status_code=303)

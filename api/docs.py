@@ -1,0 +1,80 @@
+"""What the OpenAPI document promises: the error body, each route's error statuses, id bounds.
+
+Every refusal is `{"detail": {"code", "message"}}` (api.errors); listing it per route lets a
+client (and schemathesis' conformance checks) know every status and body it can get.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import FastAPI, Path, Query
+from pydantic import BaseModel, ConfigDict
+
+MAX_ID = 2**63 - 1  # SQLite's INTEGER: a larger id can name nothing (it overflowed before)
+
+_WHY = {
+    400: "the Host header is not one this server answers to (DNS rebinding guard)",
+    401: "missing or invalid bearer token",
+    404: "no such sweep or experiment",
+    409: "clashes with current state (finished record, diff that no longer applies, name taken)",
+    413: "request body over the size limit",
+    422: "invalid input: the message names the field",
+    503: "the database failed",
+}
+
+
+class ErrorDetail(BaseModel):
+    model_config = ConfigDict(extra="allow")  # validation errors add `errors`
+
+    code: str
+    message: str
+
+
+class ErrorPublic(BaseModel):
+    detail: ErrorDetail
+
+
+def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """`responses=` for a route: each status with the shared error body."""
+    return {s: {"model": ErrorPublic, "description": _WHY[s]} for s in statuses}
+
+
+def text_body(media_type: str, description: str) -> dict[int | str, dict[str, Any]]:
+    """`responses=` for a 200 that is text, not JSON."""
+    return {200: {"description": description,
+                  "content": {media_type: {"schema": {"type": "string"}}}}}
+
+
+def errors_are_json(document: dict[str, Any]) -> dict[str, Any]:
+    """FastAPI files a route's error responses under the route's own media type (text/plain for
+    a text route); every error body is JSON, so say so."""
+    ref = {"$ref": "#/components/schemas/ErrorPublic"}
+    for operations in document.get("paths", {}).values():
+        for operation in operations.values():
+            for status, response in operation.get("responses", {}).items():
+                if status[:1] in ("4", "5"):
+                    response["content"] = {"application/json": {"schema": ref}}
+    return document
+
+
+def install_openapi(app: FastAPI) -> None:
+    """Serve the corrected document at /openapi.json (built once, on first request)."""
+    build = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            app.openapi_schema = errors_are_json(build())
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
+# Answered by every route: the host guard, validation, the database.
+COMMON = errors(400, 422, 503)
+READ = errors(401)  # reads need the token off loopback
+WRITE = errors(401, 413)
+
+ExperimentId = Annotated[int, Path(ge=1, le=MAX_ID, description="experiment id")]
+Cursor = Annotated[int | None, Query(ge=1, le=MAX_ID,
+                                     description="next_cursor of the page before")]

@@ -82,7 +82,8 @@ def gate(facts: SweepFacts, now: datetime, tz: tzinfo | None = None) -> Gate:
         return Gate(GateKind.WAIT, f"sweep is {facts.status.value}")
     if facts.deadline is not None and now >= facts.deadline:
         return Gate(GateKind.FINISH, "reached the deadline")
-    if facts.max_experiments is not None and facts.used >= facts.max_experiments:
+    if (facts.max_experiments is not None and facts.used >= facts.max_experiments
+            and facts.baseline_kept):  # the baseline never counts: it runs even at 0
         return Gate(GateKind.FINISH, f"reached max_experiments={facts.max_experiments}")
     if not in_window(facts.window, now, tz):
         assert facts.window is not None

@@ -84,6 +84,10 @@ def test_gate_rules() -> None:
         GateKind.FINISH
     assert gate(facts(baseline_kept=False, running=1), now, TZ).kind is GateKind.WAIT
     assert gate(facts(baseline_kept=False, running=0), now, TZ).kind is GateKind.START
+    # the baseline never counts: a sweep of 0 experiments still runs it, then finishes
+    zero = facts(max_experiments=0, used=0, baseline_kept=False)
+    assert gate(zero, now, TZ).kind is GateKind.START
+    assert gate(facts(max_experiments=0, used=0), now, TZ).kind is GateKind.FINISH
 
 
 def test_slot_env_pins_gpus() -> None:
@@ -433,3 +437,12 @@ def test_cancel_while_a_proposer_hands_its_row_over(setup) -> None:  # type: ign
     finally:
         go.set()
         sched.shutdown()
+
+
+def test_zero_experiments_still_runs_the_baseline(setup) -> None:  # type: ignore
+    target, store, repo, sched, clock = setup
+    sweep = create_sweep(store, repo, target, name="zero", proposer="knobs", max_experiments=0)
+    assert sched.run_slot(0) == 1
+    done = store.get_sweep("zero")
+    assert done.baseline_metric is not None and done.status is SweepStatus.DONE
+    assert [e.is_baseline for e in store.list_experiments(sweep.id)] == [True]

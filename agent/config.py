@@ -73,7 +73,17 @@ class TargetConfig(BaseModel):
     timeout_s: float = 900.0  # hard kill; default max(3 x budget, budget + 60)
     seed: StrictInt = 42
     min_delta: float = Field(0.0, ge=0)
-    confirm_runs: StrictInt = Field(0, ge=0, le=MAX_CONFIRM_RUNS)  # extra runs before a keep
+    # strict: extra runs of a would-be keep; sequential (deprecated there): max_runs = k + 1
+    confirm_runs: StrictInt = Field(0, ge=0, le=MAX_CONFIRM_RUNS)
+    # the keep rule (agent.decide): "sequential" (default) or "strict" (autoresearch's one run)
+    decision: Literal["sequential", "strict"] = "sequential"
+    noise_sigma: float | None = Field(None, gt=0)  # known run-to-run σ; else measured
+    keep_z: float = Field(1.75, gt=0)
+    discard_z: float = Field(0.6, gt=0)
+    max_runs: StrictInt = Field(4, ge=2, le=20)
+    baseline_runs: StrictInt = Field(3, ge=1, le=20)
+    incumbent_every: StrictInt = Field(8, ge=0, le=10_000)  # re-run the best every N (0: never)
+    throughput_tolerance: float = Field(0.15, gt=0, le=10)  # share off the incumbent: suspect
     pass_env: tuple[EnvName, ...] = ()  # service variables a run gets beyond the allow-list
     sandbox: Literal["none", "bwrap"] = "none"  # bwrap: read-only root, writable worktree
     sandbox_network: StrictBool = False  # the bwrap sandbox keeps the network
@@ -90,7 +100,20 @@ class TargetConfig(BaseModel):
                 data = {**data, "timeout_s": max(budget * 3, budget + 60)}
         return data
 
-    @field_validator("budget_s", "timeout_s", "min_delta", mode="before")
+    @model_validator(mode="before")
+    @classmethod
+    def _confirm_runs_caps_max_runs(cls, data: Any) -> Any:
+        """The deprecated `confirm_runs = k` of the sequential rule means max_runs = k + 1."""
+        if isinstance(data, dict) and "max_runs" not in data:
+            k = data.get("confirm_runs")
+            if isinstance(k, int) and not isinstance(k, bool) and k > 0:
+                data = {**data, "max_runs": max(2, k + 1)}
+        return data
+
+    @field_validator(
+        "budget_s", "timeout_s", "min_delta", "keep_z", "discard_z", "throughput_tolerance",
+        mode="before",
+    )
     @classmethod
     def _number(cls, v: Any) -> float:
         if isinstance(v, bool) or not isinstance(v, int | float):
@@ -116,6 +139,10 @@ class TargetConfig(BaseModel):
     @field_serializer("category_shares")
     def _dump_shares(self, v: tuple[tuple[str, float], ...]) -> dict[str, float]:
         return dict(v)
+    @field_validator("noise_sigma", mode="before")
+    @classmethod
+    def _sigma(cls, v: Any) -> float | None:
+        return None if v is None else cls._number(v)
 
     @field_validator("command")
     @classmethod
@@ -139,6 +166,9 @@ class TargetConfig(BaseModel):
         if self.timeout_s <= self.budget_s:
             raise ValueError(f"timeout_s: must be greater than budget_s ({self.budget_s:g}), "
                              f"got {self.timeout_s:g}")
+        if self.discard_z > self.keep_z:
+            raise ValueError(f"discard_z/keep_z: discard_z ({self.discard_z:g}) must not exceed "
+                             f"keep_z ({self.keep_z:g})")
         return self
 
     def to_dict(self) -> dict[str, Any]:

@@ -181,6 +181,73 @@ class Experiment:
         return self.metric - self.best_before
 
 
+class RunRole(str, enum.Enum):
+    BASELINE = "baseline"  # a run of the unmodified head that starts the sweep
+    SCREEN = "screen"  # the first run of a change
+    CONFIRM = "confirm"  # a later run of a change
+    INCUMBENT = "incumbent"  # a re-measurement of the current best
+
+
+class RunStatus(str, enum.Enum):
+    RUNNING = "running"
+    OK = "ok"  # a finite metric, decided on
+    SUSPECT = "suspect"  # a metric, but its throughput says it measured the machine
+    FAILED = "failed"  # no usable metric (crash, FAIL, NaN, tampering)
+    TIMEOUT = "timeout"
+    CANCELLED = "cancelled"
+    INTERRUPTED = "interrupted"  # the service died while it ran
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """What is known when a run starts."""
+
+    sweep_id: int
+    experiment_id: int
+    commit: str
+    seed: int
+    role: RunRole
+    log_path: str | None = None
+    device: str | None = None
+
+
+@dataclass(frozen=True)
+class RunEnd:
+    """What is recorded when a run ends."""
+
+    status: RunStatus
+    metric: float | None = None
+    summary: dict[str, Any] = field(default_factory=dict)
+    throughput: float | None = None
+    throughput_unit: str | None = None
+    training_s: float | None = None
+    total_s: float | None = None
+
+
+@dataclass(frozen=True)
+class Run:
+    """One execution of a commit's training script: a first-class record."""
+
+    id: int
+    sweep_id: int
+    experiment_id: int
+    commit: str
+    seed: int
+    role: RunRole
+    status: RunStatus
+    metric: float | None = None
+    summary: dict[str, Any] = field(default_factory=dict)
+    throughput: float | None = None
+    throughput_unit: str | None = None
+    training_s: float | None = None
+    total_s: float | None = None
+    pgid: int | None = None
+    log_path: str | None = None
+    device: str | None = None
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+
+
 @dataclass(frozen=True)
 class Finish:
     """Everything recorded when an experiment reaches a finished status."""
@@ -194,3 +261,4 @@ class Finish:
     log_tail: str | None = None
     run_started_at: datetime | None = None
     run_ended_at: datetime | None = None
+    warnings: tuple[str, ...] = ()  # contract problems (budget ignored or overshot), kept in meta

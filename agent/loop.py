@@ -7,27 +7,39 @@ the ports in agent.ports. Every run's outcome is recorded; only unexpected error
 from __future__ import annotations
 
 import logging
-import math
 import threading
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from agent.admit import check_changes
-from agent.classify import CrashFacts, classify
+from agent.classify import CrashFacts
 from agent.config import TargetConfig
-from agent.decide import is_improvement
+from agent.decide import (
+    Evidence,
+    Rule,
+    RunFailure,
+    Sample,
+    Verdict,
+    contract_warnings,
+    decide,
+    incumbent_due,
+)
 from agent.domain import (
-    CrashKind,
     Experiment,
     ExperimentStatus,
     Finish,
     Proposal,
+    Run,
+    RunRole,
+    RunSpec,
+    RunStatus,
     Sweep,
     utcnow,
 )
 from agent.errors import AdmissionError, interrupt_reason
 from agent.gitrepo import hash_worktree_files
+from agent.noise import mean, squares, suspect_flags
 from agent.ports import Proposer, Repo, Runner, Store
 from agent.sweeps import proposal_context, submit
 from agent.training import EventFn, LoopSettings, TrainingRuns
@@ -126,8 +138,8 @@ class Loop:
             head, commit = prepared
             self.repo.add_worktree(wt, commit)
             added_worktree = True
-            result, started = self.training.run(sweep, exp, wt, stop)
-            return self._record(sweep, exp, result, started, head, commit, wt, stop)
+            self._remeasure_incumbent(sweep, exp, head, stop)
+            return self._settle(sweep, exp, head, commit, wt, stop)
         except BaseException as exc:
             self._record_failure(exp, exc)
             raise
@@ -186,107 +198,194 @@ class Loop:
             return f"refused after applying: {exc.message}"
         return None
 
-    def _record(
+    def _settle(
         self,
         sweep: Sweep,
         exp: Experiment,
-        result: RunResult,
-        started: bool,
         head: str,
         commit: str,
         wt: Path,
         stop: threading.Event,
     ) -> Experiment:
+        """Run the commit until decide() gives a verdict; carry the verdict out."""
         config = sweep.config
-        ended = utcnow()
-        common: dict[str, Any] = {
-            "summary": result.summary,
-            "log_tail": result.log_tail,
-            "run_ended_at": ended,
-        }
-        if result.outcome is Outcome.STOPPED:
-            return self._finish(
-                exp, Finish(ExperimentStatus.CANCELLED, reason="cancelled while running", **common)
-            )
-        tampered = self._tampered(sweep, config, wt)
-        raw = result.summary.get(config.metric)
-        metric = float(raw) if isinstance(raw, int | float) else None
-        if tampered:
-            return self._finish(
-                exp,
-                Finish(
-                    ExperimentStatus.CRASHED,
-                    CrashKind.FUNDAMENTAL,
-                    f"the run modified protected file(s): {', '.join(tampered)}",
-                    **common,
-                ),
-            )
-        if result.ok and metric is not None and math.isfinite(metric):
-            current = self.store.get_sweep(sweep.name)
-            if config.confirm_runs and (
-                exp.is_baseline
-                or is_improvement(metric, current.best_metric, current.direction, current.min_delta)
-            ):
-                mean, note = self.training.confirm(sweep, exp, wt, stop, metric)
-                if mean is None and stop.is_set():
-                    return self._finish(
-                        exp,
-                        Finish(
-                            ExperimentStatus.CANCELLED,
-                            reason=f"cancelled during a confirmation run ({note})",
-                            **common,
-                        ),
-                    )
-                if mean is None:
-                    status = (
-                        ExperimentStatus.CRASHED if exp.is_baseline else ExperimentStatus.DISCARDED
-                    )
-                    return self._finish(
-                        exp,
-                        Finish(
-                            status,
-                            CrashKind.FUNDAMENTAL if exp.is_baseline else None,
-                            note,
-                            metric=metric,
-                            best_before=current.best_metric,
-                            **common,
-                        ),
-                    )
-                metric, common["reason"] = mean, note
+        rule = Rule.of(config)
+        seed, role = rule.seed, RunRole.BASELINE if exp.is_baseline else RunRole.SCREEN
+        while True:
+            spec = RunSpec(sweep.id, exp.id, commit, seed, role)
+            result, started, run = self.training.run(sweep, exp, wt, stop, spec)
+            failed = self._failure(sweep, config, wt, result, started, run)
             # Slots of one process each have their own Loop: decisions on a sweep take turns
             # so that reading the best, recording a keep and moving the branch are one step.
             with _decision_lock(sweep.branch, sweep.target_path):
-                return self._decide(sweep, exp, metric, head, commit, common)
-        verdict = classify(
-            CrashFacts(
-                timed_out=result.outcome is Outcome.TIMED_OUT,
-                fail_marker=result.fail_marker,
-                exit_code=result.exit_code,
-                signal=result.signal if result.outcome is Outcome.SIGNALED else None,
-                error=result.error,
-                log_tail=result.log_tail,
-                training_started=started,
-                has_metric=metric is not None,
-            )
-        )
-        status = (
-            ExperimentStatus.TIMEOUT
-            if verdict.kind is CrashKind.TIMEOUT
-            else ExperimentStatus.CRASHED
-        )
-        done = self._finish(
-            exp,
-            Finish(
-                status,
-                verdict.kind,
-                verdict.reason,
-                metric=metric,
-                best_before=self.store.get_sweep(sweep.name).best_metric,
-                **common,
-            ),
-        )
-        if verdict.kind is CrashKind.TRIVIAL:
+                evidence, now_head = self._evidence(sweep, exp, head, commit, failed)
+                verdict = decide(evidence, rule)
+                self._mark_suspects(exp, verdict)
+                if verdict.status is not None:
+                    done = self._conclude(sweep, exp, verdict, result, head, commit)
+            if verdict.status is not None:
+                break
+            seed = verdict.seed if verdict.seed is not None else seed + 1
+            role = RunRole.BASELINE if exp.is_baseline else RunRole.CONFIRM
+        if verdict.repair:
             self._repair(sweep, done)
+        if verdict.requeue:
+            self._requeue(sweep, exp, now_head)
+        return done
+
+    def _remeasure_incumbent(
+        self, sweep: Sweep, exp: Experiment, head: str, stop: threading.Event
+    ) -> None:
+        """Once every `incumbent_every` proposals, run the best commit again before a change, so
+        the recorded best (the mean of all its runs) converges to its true value."""
+        current = self.store.get_sweep(sweep.name)
+        rule = Rule.of(current.config)
+        if exp.is_baseline or current.best_commit != head or current.best_experiment_id is None:
+            return
+        runs = self.store.list_runs(sweep_id=sweep.id)
+        decided = self.store.count_experiments(
+            sweep.id, [ExperimentStatus.KEPT, ExperimentStatus.DISCARDED], is_baseline=False
+        )
+        done = sum(r.role is RunRole.INCUMBENT for r in runs)
+        if not incumbent_due(decided, done, rule):
+            return
+        mine = [r for r in runs if r.commit == head]
+        ok = [r for r in mine if r.status is RunStatus.OK and r.metric is not None]
+        wt = self.settings.work_dir / "worktrees" / sweep.name / f"exp-{exp.id}-incumbent"
+        spec = RunSpec(
+            sweep.id, current.best_experiment_id, head, rule.seed + len(mine), RunRole.INCUMBENT
+        )
+        self.repo.add_worktree(wt, head)
+        try:
+            _, _, run = self.training.run(sweep, exp, wt, stop, spec)
+        finally:
+            self.repo.remove_worktree(wt)
+        if run.status is not RunStatus.OK or run.metric is None:
+            return
+        flags = suspect_flags(
+            [run.throughput], [r.throughput for r in ok], rule.throughput_tolerance
+        )
+        if flags[0]:
+            self.store.set_run_status(run.id, RunStatus.SUSPECT)
+            return
+        best = mean([r.metric for r in ok if r.metric is not None] + [run.metric])
+        with _decision_lock(sweep.branch, sweep.target_path):
+            if best is not None and self.store.get_sweep(sweep.name).best_commit == head:
+                self.store.set_best(
+                    sweep.id,
+                    current.best_experiment_id,
+                    best,
+                    head,
+                    baseline=current.best_experiment_id == self._baseline_id(sweep),
+                )
+
+    def _baseline_id(self, sweep: Sweep) -> int | None:
+        first = self.store.list_experiments(sweep.id, limit=1)
+        return first[0].id if first and first[0].is_baseline else None
+
+    def _failure(
+        self,
+        sweep: Sweep,
+        config: TargetConfig,
+        wt: Path,
+        result: RunResult,
+        started: bool,
+        run: Run,
+    ) -> RunFailure | None:
+        """The latest run as a failure, or None when it produced a usable metric."""
+        if result.outcome is Outcome.STOPPED:
+            return RunFailure(stopped=True)
+        tampered = self._tampered(sweep, config, wt)
+        if tampered:
+            return RunFailure(tampered=tuple(tampered))
+        if run.status is RunStatus.OK:
+            return None
+        facts = CrashFacts(
+            timed_out=result.outcome is Outcome.TIMED_OUT,
+            fail_marker=result.fail_marker,
+            exit_code=result.exit_code,
+            signal=result.signal if result.outcome is Outcome.SIGNALED else None,
+            error=result.error,
+            log_tail=result.log_tail,
+            training_started=started,
+            has_metric=run.metric is not None,
+        )
+        why = result.error or ("FAIL" if result.fail_marker else result.outcome.value)
+        return RunFailure(facts=facts, error=why)
+
+    def _evidence(
+        self, sweep: Sweep, exp: Experiment, head: str, commit: str, failed: RunFailure | None
+    ) -> tuple[Evidence, str]:
+        """What the decision needs, from the store and git: runs, the incumbent's, the head."""
+        runs = [r for r in self.store.list_runs(sweep_id=sweep.id) if r.metric is not None]
+        good = (RunStatus.OK, RunStatus.SUSPECT)
+        mine = [r for r in runs if r.experiment_id == exp.id and r.status in good]
+        best = (
+            []
+            if exp.is_baseline
+            else [r for r in runs if r.commit == head and r.status is RunStatus.OK]
+        )
+        groups: dict[str, list[float]] = {}
+        for r in runs:
+            if r.status is RunStatus.OK and r.commit not in (head, commit):
+                groups.setdefault(r.commit, []).append(r.metric)  # type: ignore[arg-type]
+        now_head = head if exp.is_baseline else self.repo.head(sweep.branch)
+        moved = now_head != head
+        evidence = Evidence(
+            is_baseline=exp.is_baseline,
+            runs=tuple(Sample(r.metric, r.throughput) for r in mine),  # type: ignore[arg-type]
+            best=tuple(Sample(r.metric, r.throughput) for r in best),  # type: ignore[arg-type]
+            others=squares(list(groups.values())),
+            failed=failed,
+            head_moved=moved,
+            conflict=self.repo.check_applies(now_head, exp.diff) if moved else None,
+        )
+        return evidence, now_head
+
+    def _mark_suspects(self, exp: Experiment, verdict: Verdict) -> None:
+        runs = [
+            r
+            for r in self.store.list_runs(experiment_id=exp.id)
+            if r.status in (RunStatus.OK, RunStatus.SUSPECT)
+        ]
+        for run, suspect in zip(runs, verdict.suspect, strict=False):
+            want = RunStatus.SUSPECT if suspect else RunStatus.OK
+            if run.status is not want:
+                self.store.set_run_status(run.id, want)
+
+    def _conclude(
+        self,
+        sweep: Sweep,
+        exp: Experiment,
+        verdict: Verdict,
+        result: RunResult,
+        head: str,
+        commit: str,
+    ) -> Experiment:
+        """Record the verdict; a keep is recorded first, then the branch moves."""
+        assert verdict.status is not None
+        raw = result.summary.get(sweep.config.metric)
+        metric = verdict.metric
+        if metric is None and isinstance(raw, int | float):
+            metric = float(raw)
+        best = None if exp.is_baseline else self.store.get_sweep(sweep.name).best_metric
+        finish = Finish(
+            verdict.status,
+            verdict.crash_kind,
+            verdict.reason or None,
+            metric=metric,
+            best_before=best,
+            summary=result.summary,
+            log_tail=result.log_tail,
+            run_ended_at=utcnow(),
+            warnings=tuple(contract_warnings(result.summary, sweep.budget_s)),
+        )
+        if not verdict.keep:
+            return self._finish(exp, finish)
+        # The DB learns first: a kill before the branch moves is repaired from the DB on start.
+        done = self._finish(exp, finish, keep_commit=commit)
+        if not exp.is_baseline:
+            self.repo.advance_branch(sweep.branch, commit, head)
         return done
 
     def _tampered(self, sweep: Sweep, config: TargetConfig, wt: Path) -> list[str]:
@@ -294,76 +393,17 @@ class Loop:
         actual = hash_worktree_files(wt, config.protected)
         return sorted(p for p in expected if actual.get(p) != expected[p])
 
-    def _decide(
-        self,
-        sweep: Sweep,
-        exp: Experiment,
-        metric: float,
-        head: str,
-        commit: str,
-        common: dict[str, Any],
-    ) -> Experiment:
-        current = self.store.get_sweep(sweep.name)
-        best = current.best_metric
-        if exp.is_baseline:
-            return self._finish(
-                exp,
-                Finish(ExperimentStatus.KEPT, metric=metric, best_before=None, **common),
-                keep_commit=commit,
-            )
-        if not is_improvement(metric, best, current.direction, current.min_delta):
-            return self._finish(
-                exp, Finish(ExperimentStatus.DISCARDED, metric=metric, best_before=best, **common)
-            )
-        now_head = self.repo.head(sweep.branch)
-        if now_head != head:  # another slot kept a change while this one ran
-            return self._rerun_on_new_head(sweep, exp, metric, best, now_head, common)
-        keep = commit
-        # The DB learns first: a kill before the branch moves is repaired from the DB on start.
-        done = self._finish(
-            exp,
-            Finish(ExperimentStatus.KEPT, metric=metric, best_before=best, **common),
-            keep_commit=keep,
+    def _requeue(self, sweep: Sweep, exp: Experiment, now_head: str) -> None:
+        """It looked promising, but was measured without the change kept meanwhile: the
+        combination has never run, so the same diff is re-queued on the new head (ahead of
+        new proposals) and judged there."""
+        again = Proposal(
+            exp.description, exp.diff, exp.proposer, exp.id, {**exp.meta, "rerun_of": exp.id}
         )
-        self.repo.advance_branch(sweep.branch, keep, now_head)
-        return done
-
-    def _rerun_on_new_head(
-        self,
-        sweep: Sweep,
-        exp: Experiment,
-        metric: float,
-        best: float | None,
-        now_head: str,
-        common: dict[str, Any],
-    ) -> Experiment:
-        """It beat the best, but was measured without the change kept meanwhile: the
-        combination has never run, so it is not kept; the same diff is re-queued on the new
-        head (ahead of new proposals) and judged there."""
-        conflict = self.repo.check_applies(now_head, exp.diff)
-        why = (
-            "beat the best but conflicts with the change kept meanwhile"
-            if conflict
-            else "beat the best, but the branch moved while it ran; re-queued on the new head"
+        child = self.store.add_experiment(
+            sweep.id, again, attempt=exp.attempt, priority=REPAIR_PRIORITY, base_commit=now_head
         )
-        done = self._finish(
-            exp,
-            Finish(
-                ExperimentStatus.DISCARDED,
-                metric=metric,
-                best_before=best,
-                **{**common, "reason": why},
-            ),
-        )
-        if not conflict:
-            again = Proposal(
-                exp.description, exp.diff, exp.proposer, exp.id, {**exp.meta, "rerun_of": exp.id}
-            )
-            child = self.store.add_experiment(
-                sweep.id, again, attempt=exp.attempt, priority=REPAIR_PRIORITY, base_commit=now_head
-            )
-            self.emit("queued", child)
-        return done
+        self.emit("queued", child)
 
     def _repair(self, sweep: Sweep, failed: Experiment) -> None:
         if self.proposer is None or failed.attempt >= self.settings.max_repairs:

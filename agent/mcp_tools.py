@@ -18,7 +18,7 @@ from agent.domain import ExperimentStatus, Proposal
 from agent.errors import AdmissionError
 from agent.insights import digest, render
 from agent.ports import Store
-from agent.report import experiment_row, fmt_delta, fmt_metric
+from agent.report import evidence_header, experiment_row, fmt_delta, fmt_metric
 from agent.service import Service, read_log
 from agent.sweeps import read_program
 
@@ -203,7 +203,9 @@ class AgentTools:
         head = (f"# sweep {s.name} ({s.status.value}): {s.metric} {s.direction.value}, "
                 f"baseline {fmt_metric(s.baseline_metric)}, best {fmt_metric(s.best_metric)}"
                 f" ({(s.best_commit or '')[:7] or '-'}); {running} running, {queued} queued\n")
-        return head + self.service.results_tsv(s)
+        ev = self.service.evidence(s)
+        head += f"# {evidence_header(ev, s.metric)}\n# {ev.statement()}\n"
+        return head + self.service.results_tsv(s, full=True)
 
     def get_insights(
         self, sweep: SweepArg,

@@ -20,6 +20,10 @@ from agent.domain import (
     ExperimentStatus,
     Finish,
     Proposal,
+    Run,
+    RunEnd,
+    RunSpec,
+    RunStatus,
     Sweep,
     SweepStatus,
 )
@@ -177,6 +181,24 @@ class Store(Protocol):
         """Make `points` the experiment's whole loss curve (after downsampling)."""
 
     def loss_points(self, experiment_id: int) -> list[ProgressPoint]: ...
+
+    def start_run(self, spec: RunSpec) -> Run:
+        """Record a run as `running` before its process starts. NotFoundError: no experiment."""
+
+    def set_run_pgid(self, run_id: int, pgid: int) -> None:
+        """Record the process group of a started run (at spawn, so recovery can kill it)."""
+
+    def end_run(self, run_id: int, end: RunEnd) -> Run:
+        """Record how a running run ended. Raises ConflictError if it had already ended."""
+
+    def set_run_status(self, run_id: int, status: RunStatus) -> None:
+        """Flip an ended run between ok and suspect. ConflictError for any other change."""
+
+    def list_runs(self, sweep_id: int | None = None, experiment_id: int | None = None) -> list[Run]:
+        """Runs oldest first, of one sweep and/or one experiment (None = any)."""
+
+    def interrupt_running_runs(self) -> list[Run]:
+        """Mark every `running` run `interrupted` and return them (with their pgids)."""
 
 
 class Repo(Protocol):

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from agent.domain import Experiment, ExperimentStatus, Proposal, Sweep
+from agent.domain import Experiment, ExperimentStatus, Proposal, Run, Sweep
 from agent.errors import INTERRUPT_PREFIX
 from agent.ports import Repo, Store
 from agent.private import private_file
@@ -132,6 +132,16 @@ def kill_run_id_carriers(exps: list[Experiment], work_dir: Path,
     return killed
 
 
+def kill_orphan_runs(runs: list[Run], work_dir: Path, kill: Callable[[int], bool]) -> list[int]:
+    killed = []
+    for run in runs:
+        if run.pgid and _is_our_group(run.pgid, work_dir) and kill(run.pgid):
+            logger.warning("killed orphaned process group %d of run %d (experiment %d, %s)",
+                           run.pgid, run.id, run.experiment_id, run.role.value)
+            killed.append(run.pgid)
+    return killed
+
+
 def requeue_interrupted(store: Store, report: RecoveryReport) -> None:
     """Re-queue every interrupted experiment once, as a new row linked to it.
 
@@ -214,6 +224,11 @@ def recover(store: Store, repo_for: Callable[[Sweep], Repo], work_dir: Path,
     report.interrupted = [e.id for e in reaped]
     report.killed_groups = kill_orphans(reaped, work_dir, kill)
     report.killed_pids = kill_run_id_carriers(reaped, work_dir, kill_run)
+    # confirmation and incumbent runs have their own process groups, recorded at spawn
+    runs = store.interrupt_running_runs()
+    known = set(report.killed_groups)
+    report.killed_groups += kill_orphan_runs([r for r in runs if r.pgid not in known],
+                                             work_dir, kill)
     repos: dict[str, Repo] = {}
     for sweep in store.list_sweeps():
         if sweep.target_path in repos:

@@ -23,6 +23,7 @@ from agent.domain import (
     SweepStatus,
 )
 from agent.errors import ConflictError
+from agent.evidence import SweepEvidence, sweep_evidence
 from agent.ports import Repo, Store
 from agent.report import results_tsv
 from agent.sweeps import submit
@@ -88,8 +89,15 @@ class Service:
         editable = sweep.config.editable
         return commit, {p: repo.read_file(commit, p) for p in editable}
 
-    def results_tsv(self, sweep: Sweep) -> str:
-        return results_tsv(sweep, self.store.list_experiments(sweep.id))
+    def evidence(self, sweep: Sweep) -> SweepEvidence:
+        """Each experiment's mean ± CI, n and P(better); σ̂ and the honest statement."""
+        runs = self.store.list_runs(sweep_id=sweep.id)
+        return sweep_evidence(sweep, self.store.list_experiments(sweep.id), runs)
+
+    def results_tsv(self, sweep: Sweep, full: bool = False) -> str:
+        """autoresearch's results.tsv; `full` adds n, sd, P(better) and the runs."""
+        exps = self.store.list_experiments(sweep.id)
+        return results_tsv(sweep, exps, self.evidence(sweep) if full else None)
 
     # --- acting ---------------------------------------------------------------------------
     def queue(self, sweep_name: str, proposal: Proposal, priority: int = 0) -> Experiment:

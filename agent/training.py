@@ -1,8 +1,9 @@
-"""Running the target's command for one experiment: environment, log, loss curve, confirmations.
+"""Running the target's command once, as a run record: environment, log, loss curve, pgid.
 
 Used by agent.loop. Talks to the Store and Runner ports only; knows nothing of git or keep rules.
-Each run carries OVERNIGHT_RUN_ID = "<work-dir key>:<experiment id>:<run k>" (k = 0 for the
-run, 1.. for confirmations), so recovery can find every process of an interrupted experiment.
+Each run carries OVERNIGHT_RUN_ID = "<work-dir key>:<experiment id>:<k>" (the experiment
+executing it; k = 0 for its first run, then the run record's id), so recovery can find every
+process of an interrupted experiment.
 The loss curve is downsampled to at most MAX_LOSS_POINTS (+ the last point) per run.
 """
 
@@ -14,16 +15,17 @@ import os
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from agent.config import TargetConfig
-from agent.domain import Experiment, Sweep, utcnow
+from agent.domain import Experiment, Run, RunEnd, RunSpec, RunStatus, Sweep, utcnow
+from agent.noise import throughput
 from agent.ports import Runner, Store
 from agent.private import DIR_MODE
 from runner.process import resolve_command, run_command
-from runner.result import RunResult
+from runner.result import Outcome, RunResult
 from runner.sandbox import bwrap_command
 from runner.summary import ProgressPoint, parse_progress
 from runner.tree import RUN_ID_ENV
@@ -153,20 +155,40 @@ class TrainingRuns:
         self.store, self.runner, self.settings, self.emit = store, runner, settings, emit
 
     def run(
-        self, sweep: Sweep, exp: Experiment, wt: Path, stop: threading.Event
-    ) -> tuple[RunResult, bool]:
-        """Run the target's command in the worktree; (result, whether training started)."""
+        self, sweep: Sweep, exp: Experiment, wt: Path, stop: threading.Event, spec: RunSpec
+    ) -> tuple[RunResult, bool, Run]:
+        """Run the target's command in the worktree as one run record.
+
+        Returns (result, whether training started, the ended run). The experiment's own first
+        run owns its log path and loss curve; later runs (confirmations, incumbent re-runs)
+        get their own log file beside it.
+        """
         config = sweep.config
-        log_path = self.settings.work_dir / "logs" / sweep.name / f"{exp.id}.log"
-        env = self.env(sweep, exp, sweep.seed)
+        first = spec.experiment_id == exp.id and not self.store.list_runs(experiment_id=exp.id)
+        logs = self.settings.work_dir / "logs" / sweep.name
+        k = len(self.store.list_runs(experiment_id=spec.experiment_id))
+        log_path = logs / (f"{exp.id}.log" if first else f"{spec.experiment_id}.run{k + 1}.log")
         for folder in (self.settings.work_dir, log_path.parent.parent, log_path.parent):
             _private(folder)
-        self.store.mark_started(exp.id, log_path=str(log_path), run_started_at=utcnow())
-        sink = LineSink(self.store, exp, self.emit)
-        self.emit("started", self.store.get_experiment(exp.id), {"budget_s": config.budget_s})
+        run = self.store.start_run(
+            replace(spec, log_path=str(log_path), device=self.settings.device)
+        )
+        # The run id carries the executing experiment (recovery kills by it); the experiment id
+        # names the one whose commit runs (the best's, for an incumbent re-run).
+        env = self.env(sweep, exp, spec.seed, run=0 if first else run.id)
+        env["OVERNIGHT_EXPERIMENT_ID"] = str(spec.experiment_id)
+        sink: LineSink | None = None
+        if first:
+            self.store.mark_started(exp.id, log_path=str(log_path), run_started_at=utcnow())
+            sink = LineSink(self.store, exp, self.emit)
+            self.emit("started", self.store.get_experiment(exp.id), {"budget_s": config.budget_s})
+        else:
+            self.emit("confirming", exp, {"run": k + 1, "role": spec.role.value})
 
         def on_start(pid: int, pgid: int) -> None:
-            self.store.mark_started(exp.id, pgid=pgid)
+            self.store.set_run_pgid(run.id, pgid)
+            if first:
+                self.store.mark_started(exp.id, pgid=pgid)
 
         try:
             result = self.runner.run(
@@ -181,8 +203,10 @@ class TrainingRuns:
                 stop_event=stop,
             )
         finally:
-            sink.flush(final=True)
-        return result, sink.count > 0
+            if sink is not None:
+                sink.flush(final=True)
+        ended = self.store.end_run(run.id, run_end(result, config.metric))
+        return result, sink is None or sink.count > 0, ended
 
     def argv(self, config: TargetConfig, wt: Path) -> list[str]:
         """The target's command, inside the bwrap sandbox when the target asks for it."""
@@ -214,36 +238,33 @@ class TrainingRuns:
             env["OVERNIGHT_DEVICE"] = self.settings.device
         return env
 
-    def confirm(
-        self, sweep: Sweep, exp: Experiment, wt: Path, stop: threading.Event, first: float
-    ) -> tuple[float | None, str]:
-        """Re-run a would-be keep with other seeds; (mean metric or None, a reason line)."""
-        config = sweep.config
-        samples = [first]
-        for k in range(1, config.confirm_runs + 1):
-            log = self.settings.work_dir / "logs" / sweep.name / f"{exp.id}.confirm{k}.log"
-            self.emit("confirming", exp, {"run": k, "of": config.confirm_runs})
-            result = self.runner.run(
-                self.argv(config, wt),
-                cwd=wt,
-                log_path=log,
-                timeout_s=config.timeout_s,
-                env=self.env(sweep, exp, sweep.seed + k, run=k),
-                pass_env=config.pass_env,
-                stop_event=stop,
-            )
-            value = result.summary.get(config.metric)
-            if not (result.ok and isinstance(value, int | float) and math.isfinite(value)):
-                why = result.error or result.outcome.value
-                return None, f"confirmation run {k} (seed {sweep.seed + k}) failed: {why}"
-            samples.append(float(value))
-        mean = sum(samples) / len(samples)
-        runs = ", ".join(f"{v:.6f}" for v in samples)
-        return (
-            mean,
-            f"{config.metric} is the mean of {len(samples)} runs (seeds "
-            f"{sweep.seed}..{sweep.seed + config.confirm_runs}): {runs}",
-        )
+
+def run_end(result: RunResult, metric_key: str) -> RunEnd:
+    """How a run ended, as a record: status, metric, throughput, training vs total seconds."""
+    raw = result.summary.get(metric_key)
+    metric = float(raw) if isinstance(raw, int | float) else None
+    if result.outcome is Outcome.STOPPED:
+        status = RunStatus.CANCELLED
+    elif result.outcome is Outcome.TIMED_OUT:
+        status = RunStatus.TIMEOUT
+    elif result.ok and metric is not None and math.isfinite(metric):
+        status = RunStatus.OK
+    else:
+        status = RunStatus.FAILED
+    speed, unit = throughput(result.summary)
+    return RunEnd(
+        status,
+        metric=metric if metric is not None and math.isfinite(metric) else None,
+        summary=dict(result.summary),
+        throughput=speed,
+        throughput_unit=unit,
+        training_s=_seconds(result.summary.get("training_seconds")),
+        total_s=_seconds(result.summary.get("total_seconds")),
+    )
+
+
+def _seconds(value: object) -> float | None:
+    return float(value) if isinstance(value, int | float) and math.isfinite(value) else None
 
 
 def _private(folder: Path) -> None:

@@ -19,6 +19,10 @@ from agent.domain import (
     ExperimentStatus,
     Finish,
     Proposal,
+    Run,
+    RunEnd,
+    RunSpec,
+    RunStatus,
     Sweep,
     SweepStatus,
     can_transition,
@@ -45,6 +49,7 @@ class MemoryStore:
         self._exps: dict[int, Experiment] = {}
         self._keys: dict[int, str | None] = {}
         self._points: dict[int, list[ProgressPoint]] = {}
+        self._runs: dict[int, Run] = {}
 
     def ping(self) -> None:
         return None
@@ -250,8 +255,10 @@ class MemoryStore:
             if not can_transition(exp.status, finish.status):
                 raise ConflictError(f"experiment {experiment_id} is {exp.status.value}; it "
                                     f"cannot become {finish.status.value}")
+            meta = {**exp.meta, "warnings": list(finish.warnings)} if finish.warnings else exp.meta
             exp = replace(
                 exp, status=finish.status, crash_kind=finish.crash_kind, reason=finish.reason,
+                meta=meta,
                 metric=finish.metric, best_before=finish.best_before,
                 summary=dict(finish.summary), log_tail=finish.log_tail,
                 run_started_at=finish.run_started_at or exp.run_started_at,
@@ -286,6 +293,65 @@ class MemoryStore:
     def loss_points(self, experiment_id: int) -> list[ProgressPoint]:
         with self._lock:
             return sorted(self._points.get(experiment_id, []), key=lambda p: p.step)
+
+    # --- runs ---------------------------------------------------------------------------
+    def start_run(self, spec: RunSpec) -> Run:
+        with self._lock:
+            self.get_experiment(spec.experiment_id)
+            run = Run(
+                id=len(self._runs) + 1, sweep_id=spec.sweep_id, experiment_id=spec.experiment_id,
+                commit=spec.commit, seed=spec.seed, role=spec.role, status=RunStatus.RUNNING,
+                log_path=spec.log_path, device=spec.device, started_at=utcnow())
+            self._runs[run.id] = run
+            return run
+
+    def _run(self, run_id: int) -> Run:
+        run = self._runs.get(run_id)
+        if run is None:
+            raise NotFoundError(f"no run with id {run_id}")
+        return run
+
+    def set_run_pgid(self, run_id: int, pgid: int) -> None:
+        with self._lock:
+            self._runs[run_id] = replace(self._run(run_id), pgid=pgid)
+
+    def end_run(self, run_id: int, end: RunEnd) -> Run:
+        with self._lock:
+            run = self._run(run_id)
+            if run.status is not RunStatus.RUNNING:
+                raise ConflictError(f"run {run_id} already ended ({run.status.value})")
+            run = replace(
+                run, status=end.status, metric=end.metric, summary=dict(end.summary),
+                throughput=end.throughput, throughput_unit=end.throughput_unit,
+                training_s=end.training_s, total_s=end.total_s, ended_at=utcnow())
+            self._runs[run_id] = run
+            return run
+
+    def set_run_status(self, run_id: int, status: RunStatus) -> None:
+        allowed = (RunStatus.OK, RunStatus.SUSPECT)
+        with self._lock:
+            run = self._run(run_id)
+            if run.status not in allowed or status not in allowed:
+                raise ConflictError(f"run {run_id} is {run.status.value}; cannot become "
+                                    f"{status.value}")
+            self._runs[run_id] = replace(run, status=status)
+
+    def list_runs(self, sweep_id: int | None = None, experiment_id: int | None = None
+                  ) -> list[Run]:
+        with self._lock:
+            return [r for _, r in sorted(self._runs.items())
+                    if (sweep_id is None or r.sweep_id == sweep_id)
+                    and (experiment_id is None or r.experiment_id == experiment_id)]
+
+    def interrupt_running_runs(self) -> list[Run]:
+        with self._lock:
+            reaped = []
+            for run in self.list_runs():
+                if run.status is RunStatus.RUNNING:
+                    run = replace(run, status=RunStatus.INTERRUPTED, ended_at=utcnow())
+                    self._runs[run.id] = run
+                    reaped.append(run)
+            return reaped
 
 
 def _implements_the_port(store: MemoryStore) -> Store:

@@ -123,3 +123,33 @@ class LossPointRow(Base):
     step: Mapped[int] = mapped_column(Integer)
     loss: Mapped[float] = mapped_column(Float)
     elapsed_s: Mapped[float | None] = mapped_column(Float)
+
+
+class RunRow(Base):
+    """One execution of a commit's script (baseline, screen, confirm or incumbent run)."""
+
+    __tablename__ = "runs"
+    __table_args__ = (
+        Index("ix_runs_sweep", "sweep_id", "id"),
+        Index("ix_runs_experiment", "experiment_id", "id"),
+        Index("ix_runs_status", "status"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    sweep_id: Mapped[int] = mapped_column(ForeignKey("sweeps.id", ondelete="CASCADE"))
+    experiment_id: Mapped[int] = mapped_column(ForeignKey("experiments.id", ondelete="CASCADE"))
+    commit: Mapped[str] = mapped_column(String(64))
+    seed: Mapped[int] = mapped_column(Integer)
+    role: Mapped[str] = mapped_column(String(20))
+    status: Mapped[str] = mapped_column(String(20))
+    metric: Mapped[float | None] = mapped_column(Float)
+    summary: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    throughput: Mapped[float | None] = mapped_column(Float)
+    throughput_unit: Mapped[str | None] = mapped_column(String(20))
+    training_s: Mapped[float | None] = mapped_column(Float)
+    total_s: Mapped[float | None] = mapped_column(Float)
+    pgid: Mapped[int | None] = mapped_column(Integer)
+    log_path: Mapped[str | None] = mapped_column(Text)
+    device: Mapped[str | None] = mapped_column(String(100))
+    started_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime)

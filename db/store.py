@@ -24,6 +24,11 @@ from agent.domain import (
     ExperimentStatus,
     Finish,
     Proposal,
+    Run,
+    RunEnd,
+    RunRole,
+    RunSpec,
+    RunStatus,
     Sweep,
     SweepStatus,
     can_transition,
@@ -31,7 +36,7 @@ from agent.domain import (
 )
 from agent.errors import ConflictError, DuplicateError, NotFoundError, StoreError
 from agent.ports import Store, SweepSpec
-from db.models import ExperimentRow, LossPointRow, SweepRow
+from db.models import ExperimentRow, LossPointRow, RunRow, SweepRow
 from runner.summary import ProgressPoint
 
 logger = logging.getLogger(__name__)
@@ -41,8 +46,8 @@ logger = logging.getLogger(__name__)
 BRIEF_FIELDS = (
     "id", "sweep_id", "status", "description", "diff", "proposer", "parent_id", "retry_of",
     "attempt", "is_baseline", "crash_kind", "reason", "metric", "best_before", "summary",
-    "log_path", "commit", "ref", "created_at", "started_at", "finished_at", "run_started_at",
-    "run_ended_at",
+    "log_path", "commit", "base_commit", "ref", "created_at", "started_at", "finished_at",
+    "run_started_at", "run_ended_at",
 )  # fmt: skip
 
 
@@ -97,6 +102,29 @@ def to_experiment(row: ExperimentRow) -> Experiment:
         finished_at=row.finished_at,
         run_started_at=row.run_started_at,
         run_ended_at=row.run_ended_at,
+    )
+
+
+def to_run(row: RunRow) -> Run:
+    return Run(
+        id=row.id,
+        sweep_id=row.sweep_id,
+        experiment_id=row.experiment_id,
+        commit=row.commit,
+        seed=row.seed,
+        role=RunRole(row.role),
+        status=RunStatus(row.status),
+        metric=row.metric,
+        summary=dict(row.summary or {}),
+        throughput=row.throughput,
+        throughput_unit=row.throughput_unit,
+        training_s=row.training_s,
+        total_s=row.total_s,
+        pgid=row.pgid,
+        log_path=row.log_path,
+        device=row.device,
+        started_at=row.started_at,
+        ended_at=row.ended_at,
     )
 
 
@@ -428,6 +456,8 @@ class SqlStore:
             row.run_started_at = finish.run_started_at or row.run_started_at
             row.run_ended_at = finish.run_ended_at
             row.finished_at = utcnow()
+            if finish.warnings:
+                row.meta = {**(row.meta or {}), "warnings": list(finish.warnings)}
             if keep_commit is not None:
                 if finish.metric is None:
                     raise ValueError("keep_commit needs a metric")
@@ -526,6 +556,78 @@ class SqlStore:
         with self.session("looking up a retry") as s:
             row = s.scalar(q)
             return to_experiment(row) if row is not None else None
+
+    # --- runs ---------------------------------------------------------------------------
+    def start_run(self, spec: RunSpec) -> Run:
+        """Record a run as `running` before its process starts."""
+        row = RunRow(
+            sweep_id=spec.sweep_id,
+            experiment_id=spec.experiment_id,
+            commit=spec.commit,
+            seed=spec.seed,
+            role=spec.role.value,
+            status=RunStatus.RUNNING.value,
+            summary={},
+            log_path=spec.log_path,
+            device=spec.device,
+            started_at=utcnow(),
+        )
+        with self.session("recording a run start") as s:
+            if s.get(ExperimentRow, spec.experiment_id) is None:
+                raise NotFoundError(f"no experiment with id {spec.experiment_id}")
+            s.add(row)
+            s.flush()
+            return to_run(row)
+
+    def _run_row(self, s: Session, run_id: int) -> RunRow:
+        row = s.get(RunRow, run_id)
+        if row is None:
+            raise NotFoundError(f"no run with id {run_id}")
+        return row
+
+    def set_run_pgid(self, run_id: int, pgid: int) -> None:
+        with self.session("recording a run's process group") as s:
+            self._run_row(s, run_id).pgid = pgid
+
+    def end_run(self, run_id: int, end: RunEnd) -> Run:
+        """Record how a running run ended. ConflictError if it already ended."""
+        with self.session("recording a run end") as s:
+            row = self._run_row(s, run_id)
+            if row.status != RunStatus.RUNNING.value:
+                raise ConflictError(f"run {run_id} already ended ({row.status})")
+            row.status, row.metric, row.summary = end.status.value, end.metric, dict(end.summary)
+            row.throughput, row.throughput_unit = end.throughput, end.throughput_unit
+            row.training_s, row.total_s = end.training_s, end.total_s
+            row.ended_at = utcnow()
+            return to_run(row)
+
+    def set_run_status(self, run_id: int, status: RunStatus) -> None:
+        """Flip an ended run between ok and suspect (the only change an ended run allows)."""
+        allowed = {RunStatus.OK.value, RunStatus.SUSPECT.value}
+        with self.session("updating a run") as s:
+            row = self._run_row(s, run_id)
+            if row.status not in allowed or status.value not in allowed:
+                raise ConflictError(f"run {run_id} is {row.status}; cannot become {status.value}")
+            row.status = status.value
+
+    def list_runs(self, sweep_id: int | None = None, experiment_id: int | None = None) -> list[Run]:
+        q = select(RunRow).order_by(RunRow.id)
+        if sweep_id is not None:
+            q = q.where(RunRow.sweep_id == sweep_id)
+        if experiment_id is not None:
+            q = q.where(RunRow.experiment_id == experiment_id)
+        with self.session("listing runs") as s:
+            return [to_run(r) for r in s.scalars(q)]
+
+    def interrupt_running_runs(self) -> list[Run]:
+        """Mark every `running` run `interrupted` (left by a dead process) and return them."""
+        with self.session("reaping interrupted runs") as s:
+            q = select(RunRow).where(RunRow.status == RunStatus.RUNNING.value)
+            rows = list(s.scalars(q))
+            now = utcnow()
+            for row in rows:
+                row.status, row.ended_at = RunStatus.INTERRUPTED.value, now
+            return [to_run(r) for r in rows]
 
 
 def _implements_the_port(store: SqlStore) -> Store:

@@ -72,12 +72,16 @@ def init_target(src: Path, path: Path) -> None:
 
 
 def _print_results(sweep: Sweep, store, fmt: str) -> None:  # type: ignore[no-untyped-def]
+    from agent.evidence import sweep_evidence
+    from agent.report import evidence_header, evidence_row, sweep_evidence_row
     from overnight.console import results_table
 
     exps = store.list_experiments(sweep.id)
-    if fmt == "tsv":
-        sys.stdout.write(results_tsv(sweep, exps))
+    ev = sweep_evidence(sweep, exps, store.list_runs(sweep_id=sweep.id))
+    if fmt in ("tsv", "tsv-full"):
+        sys.stdout.write(results_tsv(sweep, exps, ev if fmt == "tsv-full" else None))
     elif fmt == "json":
+        rows = [{**experiment_row(e), **evidence_row(ev.experiments.get(e.id))} for e in exps]
         print(
             json.dumps(
                 {
@@ -86,21 +90,33 @@ def _print_results(sweep: Sweep, store, fmt: str) -> None:  # type: ignore[no-un
                     "baseline": sweep.baseline_metric,
                     "best": sweep.best_metric,
                     "best_commit": sweep.best_commit,
-                    "experiments": [experiment_row(e) for e in exps],
+                    "evidence": sweep_evidence_row(ev),
+                    "experiments": rows,
                 },
                 indent=2,
             )
         )
     elif fmt == "table":
-        console.print(results_table(sweep, exps))
+        console.print(results_table(sweep, exps, evidence=ev))
         rel = improvement(sweep)
         if sweep.best_metric is not None:  # the baseline may have no metric (never finished)
             console.print(
                 f"baseline {fmt_metric(sweep.baseline_metric)} -> best "
                 f"{fmt_metric(sweep.best_metric)}" + (f" ({rel:+.2%})" if rel is not None else "")
             )
+        console.print(evidence_header(ev, sweep.metric))
+        warned: dict[str, list[int]] = {}
+        for e in exps:
+            for warning in e.meta.get("warnings", []):
+                warned.setdefault(warning, []).append(e.id)
+        for warning, ids in warned.items():
+            which = ", ".join(f"#{i}" for i in ids[:5]) + (
+                f" … ({len(ids)})" if len(ids) > 5 else ""
+            )
+            console.print(f"[yellow]warning[/yellow] {which}: {warning}")
+        console.print(f"[bold]{ev.statement()}[/bold]")
     else:
-        fail(f"--format must be tsv, table or json, got {fmt!r}")
+        fail(f"--format must be tsv, tsv-full, table or json, got {fmt!r}")
 
 
 def _print_summary(sweep: Sweep, store) -> None:  # type: ignore[no-untyped-def]
@@ -277,10 +293,13 @@ def run(
 def results(
     sweep: Annotated[str | None, typer.Option(help="sweep name")] = None,
     target: Annotated[Path | None, typer.Option(help="latest sweep of this target")] = None,
-    format: Annotated[str, typer.Option("--format", help="tsv | table | json")] = "table",
+    format: Annotated[
+        str, typer.Option("--format", help="tsv | tsv-full | table | json")
+    ] = "table",
     db: DbOpt = None,
 ) -> None:
-    """Print a sweep's results (tsv = autoresearch's results.tsv)."""
+    """Print a sweep's results (tsv = autoresearch's results.tsv; tsv-full adds n, sd,
+    P(better) and the runs)."""
     store = runtime_for(db).store
     _print_results(find_sweep(store, sweep, target), store, format)
 
@@ -307,6 +326,7 @@ def status(db: DbOpt = None) -> None:
     from rich.table import Table
 
     from agent.domain import ExperimentStatus as S
+    from agent.evidence import sweep_evidence
 
     store = runtime_for(db).store
     table = Table(title=f"sweeps in {db_path(db)}")
@@ -320,6 +340,7 @@ def status(db: DbOpt = None) -> None:
         "baseline",
         "best",
         "gain",
+        "supported",
         "target",
     ):
         table.add_column(col)
@@ -329,6 +350,7 @@ def status(db: DbOpt = None) -> None:
             return str(store.count_experiments(sid, st))
 
         rel = improvement(s)
+        ev = sweep_evidence(s, store.list_experiments(s.id), store.list_runs(sweep_id=s.id))
         table.add_row(
             s.name,
             s.status.value,
@@ -339,6 +361,7 @@ def status(db: DbOpt = None) -> None:
             f"{s.baseline_metric:.4f}" if s.baseline_metric is not None else "-",
             f"{s.best_metric:.4f}" if s.best_metric is not None else "-",
             f"{rel:+.2%}" if rel is not None else "",
+            f"{ev.supported} of {ev.kept} keeps",
             s.target_path,
         )
     console.print(table)
@@ -383,6 +406,10 @@ def demo(
         f"\nsee it in the dashboard: overnight serve --db {db_file}  then open "
         "http://127.0.0.1:8000/"
     )
+    from agent.evidence import sweep_evidence
+
+    ev = sweep_evidence(done, store.list_experiments(done.id), store.list_runs(sweep_id=done.id))
+    console.print(f"\n[bold]{ev.statement()}[/bold]")
 
 
 def _overheads(store, sweep: Sweep) -> list[float]:  # type: ignore[no-untyped-def]

@@ -12,6 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from agent.domain import Experiment, ExperimentStatus, Sweep
+from agent.evidence import ExperimentEvidence, SweepEvidence
 from agent.report import fmt_delta, fmt_metric, memory_gb
 
 STYLE = {
@@ -25,11 +26,21 @@ STYLE = {
 }
 
 
-def results_table(sweep: Sweep, experiments: list[Experiment], title: str | None = None) -> Table:
+def results_table(
+    sweep: Sweep,
+    experiments: list[Experiment],
+    title: str | None = None,
+    evidence: SweepEvidence | None = None,
+) -> Table:
+    """One row per experiment; with `evidence`, its n, 95 % CI and P(better) too."""
     table = Table(title=title or f"sweep {sweep.name} ({sweep.metric}, {sweep.direction.value})")
-    for col in ("#", "commit", "status", sweep.metric, "delta", "mem GB", "train s", "description"):
+    cols = ["#", "commit", "status", sweep.metric, "delta", "mem GB", "train s", "description"]
+    if evidence is not None:
+        cols[4:4] = ["± 95% CI", "n", "P(better)"]
+    for col in cols:
         table.add_column(col, overflow="fold")
     for exp in experiments:
+        stats = _stats(evidence.experiments.get(exp.id)) if evidence is not None else []
         status = exp.status.value + (f" ({exp.crash_kind.value})" if exp.crash_kind else "")
         secs = exp.summary.get("training_seconds")
         table.add_row(
@@ -37,6 +48,7 @@ def results_table(sweep: Sweep, experiments: list[Experiment], title: str | None
             (exp.commit or "")[:7],
             Text(status, style=STYLE.get(exp.status, "")),
             fmt_metric(exp.metric),
+            *stats,
             fmt_delta(exp.delta),
             f"{memory_gb(exp):.1f}",
             f"{secs:.1f}" if isinstance(secs, float) else "",
@@ -49,6 +61,14 @@ def results_table(sweep: Sweep, experiments: list[Experiment], title: str | None
             ),
         )
     return table
+
+
+def _stats(ev: ExperimentEvidence | None) -> list[str]:
+    if ev is None or not ev.n:
+        return ["", "", ""]
+    ci = f"± {ev.ci:.4f}" if ev.ci is not None else ""
+    p = f"{ev.p_better:.2f}" if ev.p_better is not None else ""
+    return [ci, str(ev.n), p]
 
 
 class LiveView:

@@ -3,7 +3,7 @@
 The target is the fake trainer with independent knobs K0..K{n-1}: metric = score(LR, WIDTH,
 USE_TRICK) - 0.001 * sum(K). Setting Ki to 1 is always an improvement, to -1 always worse, and
 diffs on different Ki never conflict, so many can be queued at once. Each run appends its
-OVERNIGHT_EXPERIMENT_ID to $FAKE_RUN_LOG when it starts (to count run starts).
+OVERNIGHT_EXPERIMENT_ID and OVERNIGHT_SEED to $FAKE_RUN_LOG when it starts (to count run starts).
 """
 
 from __future__ import annotations
@@ -43,7 +43,8 @@ from prepare import score
 _RUN_LOG = os.environ.get("FAKE_RUN_LOG")
 if _RUN_LOG:
     with open(_RUN_LOG, "a") as fh:
-        fh.write(os.environ.get("OVERNIGHT_EXPERIMENT_ID", "?") + "\\n")
+        fh.write(os.environ.get("OVERNIGHT_EXPERIMENT_ID", "?") + " "
+                 + os.environ.get("OVERNIGHT_SEED", "?") + "\\n")
 
 LR = 0.01  # best at 0.04
 WIDTH = 64  # best at 256
@@ -112,10 +113,29 @@ def wait_for(predicate: Callable[[], Any], timeout_s: float, what: str, poll_s: 
         time.sleep(poll_s)
 
 
-def read_run_log(path: Path) -> list[int]:
+def read_run_log(path: Path) -> list[tuple[int, int]]:
+    """(experiment id, seed) of every run start, in order."""
     if not path.is_file():
         return []
-    return [int(x) for x in path.read_text().split()]
+    pairs = (line.split() for line in path.read_text().splitlines() if line.strip())
+    return [(int(e), int(s)) for e, s in pairs]
+
+
+def run_records(db: Path) -> dict[int, int]:
+    """How many run records (started, not interrupted) each experiment has in the database."""
+    from agent.domain import RunStatus
+    from db.engine import open_database
+    from db.store import SqlStore
+
+    engine = open_database(db)
+    try:
+        counts: dict[int, int] = {}
+        for r in SqlStore(engine).list_runs():
+            if r.status is not RunStatus.INTERRUPTED:
+                counts[r.experiment_id] = counts.get(r.experiment_id, 0) + 1
+        return counts
+    finally:
+        engine.dispose()
 
 
 class ServerProcess:
@@ -210,18 +230,27 @@ def given_up(exp: dict[str, Any]) -> bool:
     return int((exp.get("meta") or {}).get("crash_retries", 0)) >= MAX_CRASH_RETRIES
 
 
-def check_invariants(exps: list[dict[str, Any]], runs: list[int], before: dict[int, Any],
-                     branch_head: str, best_commit: str | None) -> list[str]:
-    """Everything a kill -9 must not break; returns the problems found (empty: all good)."""
+def check_invariants(exps: list[dict[str, Any]], runs: list[tuple[int, int]],
+                     before: dict[int, Any], branch_head: str, best_commit: str | None,
+                     records: dict[int, int]) -> list[str]:
+    """Everything a kill -9 must not break; returns the problems found (empty: all good).
+
+    `runs` are the (experiment, seed) starts the trainer logged; `records` the run records per
+    experiment in the database. No (experiment, seed) may run twice, and every finished
+    experiment ran exactly as often as it has (non-interrupted) run records.
+    """
     problems = []
+    pairs: dict[tuple[int, int], int] = {}
     counts: dict[int, int] = {}
     for r in runs:
-        counts[r] = counts.get(r, 0) + 1
+        pairs[r] = pairs.get(r, 0) + 1
+        counts[r[0]] = counts.get(r[0], 0) + 1
     by_id = {e["id"]: e for e in exps}
-    problems += [f"experiment {i} ran {n} times" for i, n in counts.items() if n > 1]
+    problems += [f"experiment {i} ran seed {s} {n} times" for (i, s), n in pairs.items() if n > 1]
     for e in exps:
-        if e["status"] in FINISHED_RUNS and counts.get(e["id"], 0) != 1:
-            problems.append(f"finished experiment {e['id']} has {counts.get(e['id'], 0)} runs")
+        n, want = counts.get(e["id"], 0), records.get(e["id"], 0)
+        if e["status"] in FINISHED_RUNS and (n < 1 or n != want):
+            problems.append(f"finished experiment {e['id']} ran {n} times, {want} run records")
         if e["status"] in ("queued", "running"):
             problems.append(f"experiment {e['id']} still {e['status']}")
         retry_of = (e.get("meta") or {}).get("retry_of")
@@ -242,16 +271,20 @@ def check_invariants(exps: list[dict[str, Any]], runs: list[int], before: dict[i
 
 
 def live_orphans(db: Path) -> list[int]:
-    """Process groups recorded for interrupted runs that are still alive (should be none)."""
-    from agent.domain import ExperimentStatus
+    """Process groups recorded for interrupted experiments and runs (confirmation and incumbent
+    runs included) that are still alive (should be none)."""
+    from agent.domain import ExperimentStatus, RunStatus
     from db.engine import open_database
     from db.store import SqlStore
     from runner.groups import process_group_alive
 
     engine = open_database(db)
     try:
-        exps = SqlStore(engine).list_experiments(statuses=[ExperimentStatus.INTERRUPTED])
-        return [e.pgid for e in exps if e.pgid and process_group_alive(e.pgid)]
+        store = SqlStore(engine)
+        exps = store.list_experiments(statuses=[ExperimentStatus.INTERRUPTED])
+        runs = [r for r in store.list_runs() if r.status is RunStatus.INTERRUPTED]
+        groups = {e.pgid for e in exps} | {r.pgid for r in runs}
+        return sorted(g for g in groups if g and process_group_alive(g))
     finally:
         engine.dispose()
 
@@ -317,7 +350,8 @@ def kill9_scenario(tmp: Path, kills: int, experiments: int, sleep_s: float = 1.2
     runs = read_run_log(runs_file)
     head = branch_head(target, "overnight/k9")
     # results recorded before a kill must be unchanged at the end (not compared with themselves)
-    problems = check_invariants(exps, runs, seen_finished, head, sweep["best_commit"])
+    problems = check_invariants(exps, runs, seen_finished, head, sweep["best_commit"],
+                                run_records(tmp / "o.db"))
     statuses: dict[str, int] = {}
     for e in exps:
         statuses[e["status"]] = statuses.get(e["status"], 0) + 1

@@ -432,7 +432,7 @@ def test_cancel_during_a_confirmation_run_is_recorded_cancelled(tmp_path: Path) 
         assert r.status_code == 201, r.text
         exp_id = r.json()["id"]
         work = c.app.state.services.runtime.work_dir  # type: ignore[attr-defined]
-        confirm_log = work / "logs" / "conf" / f"{exp_id}.confirm1.log"
+        confirm_log = work / "logs" / "conf" / f"{exp_id}.run2.log"  # its second run
         wait_for(lambda: confirm_log.is_file() and "holding" in confirm_log.read_text(), 60,
                  "the confirmation run to start")
         r = c.delete(f"/experiments/{exp_id}", headers=AUTH)

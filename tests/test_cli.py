@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -39,6 +40,14 @@ def test_run_results_and_status(tmp_path: Path, target: Path):
     assert "val_bpb (lower is better): baseline 1.3" in summary
     assert "## Knobs tried" in summary and summary.index("## Knobs tried") < summary.index(
         "baseline 1.300000 ->")
+    # the fake trainer reports 0.0 s of training for a 1 s budget: a contract warning
+    assert "warning #1, #2, #3, #4, #5 … (6): trained 0 s of a 1 s budget" in out
+    # the noise-free fake trainer: σ̂ = 0, so every real gain is supported after two runs
+    assert re.search(r"σ̂ 0 \(\d+ df\); smallest detectable effect 0; improvement \+0\.\d+ ± 0 ",
+                     out)
+    statement = re.fullmatch(r"(\d+) changes? kept with P ≥ 0\.96 \(σ̂ = 0\)",
+                             out.strip().splitlines()[-1])
+    assert statement, out.strip().splitlines()[-1]
     tsv = run("results", "--sweep", "night1", "--format", "tsv", "--db", db).stdout
     lines = tsv.splitlines()
     assert lines[0].split("\t") == ["commit", "val_bpb", "memory_gb", "status", "description"]
@@ -52,7 +61,17 @@ def test_run_results_and_status(tmp_path: Path, target: Path):
     )
     assert data["sweep"] == "night1" and len(data["experiments"]) == 6
     assert data["best"] < data["baseline"]
-    assert "night1" in run("status", "--db", db).stdout
+    assert data["evidence"]["kept_supported"] == data["evidence"]["kept"] >= 1
+    assert data["evidence"]["kept"] == int(statement.group(1))
+    base = data["experiments"][0]
+    assert base["n"] == 3 and base["runs"] == [1.3, 1.3, 1.3] and base["sd"] == 0.0
+    assert base["warnings"] and all(e["n"] >= 1 for e in data["experiments"])
+    full = run("results", "--sweep", "night1", "--format", "tsv-full", "--db", db).stdout
+    header, first = full.splitlines()[0].split("\t"), full.splitlines()[1].split("\t")
+    assert header[5:] == ["n", "sd", "p_better", "runs"] and header[:5] == lines[0].split("\t")
+    assert first[5] == "3" and first[8] == "1.300000,1.300000,1.300000"
+    status = run("status", "--db", db).stdout
+    assert "night1" in status and "keeps" in status
     # the default sweep name is a date tag, made unique
     env = {"OVERNIGHT_DB": db}
     run("run", "--target", str(target), "--experiments", "1", env=env)
@@ -91,7 +110,7 @@ def test_init_makes_a_committed_gpt_target(tmp_path: Path):
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(1500)  # a hang bound: three real runs plus start-up on a busy machine
+@pytest.mark.timeout(1500)  # a hang bound: baseline x3 and repeated runs on a busy machine
 def test_demo_on_the_real_gpt_target(tmp_path: Path):
     """The README's main job, shortened: a real CPU sweep of the gpt target."""
     db = tmp_path / "demo.db"
@@ -105,7 +124,7 @@ def test_demo_on_the_real_gpt_target(tmp_path: Path):
         str(db),
         "--dir",
         str(tmp_path / "demo-target"),
-        timeout=600,
+        timeout=1150,
     ).stdout
     assert "results.tsv" in out and "git log overnight/demo-" in out
     tsv = out.split("results.tsv", 1)[1].split("git log", 1)[0]
@@ -115,6 +134,9 @@ def test_demo_on_the_real_gpt_target(tmp_path: Path):
     check_learning(base_log.read_text(), float(rows[0][1]))  # vs. its own initial loss
     assert len(rows) == 3
     assert all(r[3] in ("keep", "discard", "crash") and len(r[0]) == 7 for r in rows)
+    # it ends with an honest statement of what the noise supports
+    last = out.strip().splitlines()[-1]
+    assert "kept with P ≥ 0.96" in last or "nothing beat the noise" in last or "none with" in last
 
 
 def test_kill_9_then_resume_loses_nothing_and_repeats_nothing(tmp_path: Path):

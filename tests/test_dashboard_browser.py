@@ -160,3 +160,77 @@ def test_live_log_updates_while_a_run_is_in_flight(filled: Filled, browser) -> N
         assert done.status is ExperimentStatus.DISCARDED, (done.status, done.reason)
         assert "val_bpb" in (done.log_tail or "") and done.metric is not None
         page.close()
+
+
+class _Changes:
+    """Two changes on the seeded-noise fake trainer: a real gain (LR) and a loss (WIDTH)."""
+
+    name = "changes"
+
+    def __init__(self) -> None:
+        self.todo = [("lr 0.04", "LR = 0.01", "LR = 0.04"), ("width 32", "WIDTH = 64",
+                                                               "WIDTH = 32")]
+
+    def propose(self, ctx):  # type: ignore[no-untyped-def]
+        from agent.domain import Proposal
+        from agent.proposers.knobs import make_diff
+
+        if not self.todo:
+            return None
+        desc, old, new = self.todo.pop(0)
+        text = ctx.files["train.py"]
+        return Proposal(desc, make_diff("train.py", text, text.replace(old, new, 1)), self.name)
+
+    def repair(self, ctx, failed):  # type: ignore[no-untyped-def]
+        return None
+
+
+def test_progress_plot_shows_every_run_and_the_best_with_its_band(tmp_path, browser) -> None:
+    """Seeded noise (σ̂ from three baseline runs): every run is a dot, the kept mean carries
+    its 95 % band, and the header states σ̂ and how many keeps the noise supports."""
+    from conftest import make_target as make_git_target
+    from playwright.sync_api import expect
+
+    from agent.config import load_config
+    from agent.domain import RunStatus
+    from agent.gitrepo import GitRepo
+    from agent.loop import Loop, LoopSettings
+    from agent.scheduler import run_sweep
+    from agent.sweeps import create_sweep
+    from agent.training import SubprocessRunner
+    from db.engine import open_database
+    from db.store import SqlStore
+
+    fixture = Path(__file__).parent / "fixtures" / "fake_target"
+    train = (fixture / "train.py").read_text().replace("NOISE = 0.0", "NOISE = 0.1")
+    target = make_git_target(tmp_path / "t", edits={"train.py": train})
+    db = tmp_path / "o.db"
+    store = SqlStore(open_database(db))
+    create_sweep(store, GitRepo(target), target, name="noisy", config=load_config(target))
+    loop = Loop(store, GitRepo(target), SubprocessRunner(grace_s=0.5),
+                LoopSettings(tmp_path / "w"), proposer=_Changes())  # type: ignore[arg-type]
+    run_sweep(loop, "noisy")
+    sweep = store.get_sweep("noisy")
+    runs = [r for r in store.list_runs(sweep_id=sweep.id) if r.status is RunStatus.OK]
+    kept = [e for e in store.list_experiments(sweep.id) if e.description == "lr 0.04"][0]
+    assert kept.status.value == "kept"
+
+    with serve(make_app(db)) as base:
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        page.goto(base + "/ui/sweeps/noisy")
+        plot = page.locator("svg.progress")
+        expect(plot.locator("circle.run")).to_have_count(len(runs))
+        expect(plot.locator(f"circle.run[data-id='{kept.id}']")).to_have_count(2)
+        band = plot.locator(f"rect.best-band[data-id='{kept.id}']")
+        expect(band).to_have_count(1)
+        assert float(band.get_attribute("height") or 0) > 1.0
+        expect(page.locator("#sigma")).to_contain_text("0.1")
+        expect(page.locator("#statement")).to_contain_text("1 change kept with P ≥ 0.96")
+        row = page.locator("#experiments tbody tr", has_text="lr 0.04")
+        expect(row).to_contain_text("± 0.")
+        _shot(page, "sweep-evidence")
+
+        page.goto(base + f"/ui/experiments/{kept.id}")
+        expect(page.locator("#runs tbody tr")).to_have_count(2)
+        expect(page.locator(".facts")).to_contain_text("mean of 2 runs")
+        page.close()

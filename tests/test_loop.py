@@ -219,9 +219,12 @@ def test_diff_queued_against_an_old_head_is_rejected_if_it_conflicts(store, targ
 
 
 def _noisy_target(tmp_path: Path, confirm_runs: int) -> Path:
+    """The strict rule (autoresearch's, with the optional confirmation runs) on seeded noise."""
     fixture = Path(__file__).parent / "fixtures" / "fake_target"
     train = (fixture / "train.py").read_text().replace("NOISE = 0.0", "NOISE = 0.1")
-    toml = (fixture / "overnight.toml").read_text() + f"confirm_runs = {confirm_runs}\n"
+    toml = (fixture / "overnight.toml").read_text() + (
+        f'confirm_runs = {confirm_runs}\ndecision = "strict"\n'
+    )
     return make_target(tmp_path / f"noisy{confirm_runs}", edits={"train.py": train,
                                                                   "overnight.toml": toml})
 
@@ -245,7 +248,13 @@ def test_confirm_runs_keep_real_gains_and_drop_lucky_seeds(tmp_path, store, make
     assert real.status is ExperimentStatus.KEPT and abs(real.metric - (1.2 + 0.1 / 3)) < 1e-6
     assert store.get_sweep("noisy").best_metric == real.metric
     logs = sorted(p.name for p in (tmp_path / "work" / "logs" / "noisy").iterdir())
-    assert f"{real.id}.confirm2.log" in logs
+    assert f"{real.id}.run3.log" in logs
+    # every run is its own record: seed base+k, its own log and process group
+    runs = store.list_runs(experiment_id=real.id)
+    assert [(r.seed, r.role.value, r.status.value) for r in runs] == [
+        (42, "screen", "ok"), (43, "confirm", "ok"), (44, "confirm", "ok")]
+    assert all(r.pgid and Path(r.log_path).is_file() for r in runs)
+    assert [round(r.metric, 6) for r in runs] == [1.1, 1.3, 1.3]
 
 
 def test_without_confirmation_the_lucky_seed_is_kept(tmp_path, store, make_loop):
@@ -255,7 +264,7 @@ def test_without_confirmation_the_lucky_seed_is_kept(tmp_path, store, make_loop)
     run_sweep(make_loop(target, Scripted([fixture_lr])), sweep.name)
     base, exp = store.list_experiments(sweep.id)
     assert base.metric == 1.2  # one run, seed 42
-    assert exp.status is ExperimentStatus.KEPT and exp.reason is None
+    assert exp.status is ExperimentStatus.KEPT and exp.reason.startswith("better (strict)")
 
 
 def test_a_keep_measured_on_a_stale_head_is_rerun_on_the_new_head(tmp_path, store, make_loop):
@@ -365,7 +374,7 @@ def test_a_stale_keep_that_conflicts_with_the_new_head_is_discarded_not_requeued
     assert not b_thread.is_alive()
     b_done = store.get_experiment(b.id)
     assert b_done.status is ExperimentStatus.DISCARDED and abs(b_done.metric - 1.1) < 1e-9
-    assert b_done.reason == "beat the best but conflicts with the change kept meanwhile"
+    assert b_done.reason.startswith("promising, but conflicts with the change kept meanwhile")
     assert store.count_experiments(sweep.id, [ExperimentStatus.QUEUED]) == 0
     assert store.claim_next(sweep.id) is None
     assert repo.head(sweep.branch) == a_done.commit == store.get_sweep("clash").best_commit

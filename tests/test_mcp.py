@@ -168,6 +168,7 @@ def test_mcp_stdio_session_end_to_end(setup, tmp_path):
         in insights["text"]
     assert [k["name"] for k in insights["data"]["knobs"]] == ["LR"]
     assert insights["data"]["crash_lessons"] == []  # a typo is a bug to fix, not a region
+    assert "kept with P ≥ 0.96" in seen["table"] and "\tp_better\t" in seen["table"]
     # Refused proposals wrote nothing: baseline, LR, typo.
     store = SqlStore(open_database(db))
     assert [e.id for e in store.list_experiments(store.get_sweep("night").id)] == [1, 2, 3]

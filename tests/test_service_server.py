@@ -133,13 +133,18 @@ def test_the_kill9_invariants_check_can_fail() -> None:
     exps = [{"id": 1, "status": "kept", "metric": 1.3, "meta": {}},
             {"id": 2, "status": "interrupted", "metric": None, "meta": {}},
             {"id": 3, "status": "discarded", "metric": 1.4, "meta": {"retry_of": 2}}]
-    assert check_invariants(exps, [1, 2, 3], {1: ("kept", 1.3)}, "abc", "abc") == []
-    changed = check_invariants(exps, [1, 2, 3], {3: ("kept", 1.2)}, "abc", "abc")
+    one = [(1, 42), (2, 42), (3, 42)]  # (experiment, seed) of each run start
+    rec = {1: 1, 3: 1}  # run records per experiment
+    assert check_invariants(exps, one, {1: ("kept", 1.3)}, "abc", "abc", rec) == []
+    changed = check_invariants(exps, one, {3: ("kept", 1.2)}, "abc", "abc", rec)
     assert changed == ["finished result 3 changed: ('kept', 1.2) -> ('discarded', 1.4)"]
-    assert "experiment 3 ran 2 times" in check_invariants(exps, [1, 2, 3, 3], {}, "abc", "abc")
-    assert check_invariants(exps, [1, 2, 3], {}, "abc", "def") == [
+    assert "experiment 3 ran seed 42 2 times" in check_invariants(
+        exps, [*one, (3, 42)], {}, "abc", "abc", rec)
+    assert "finished experiment 3 ran 2 times, 1 run records" in check_invariants(
+        exps, [*one, (3, 43)], {}, "abc", "abc", rec)  # a run the database does not know
+    assert check_invariants(exps, one, {}, "abc", "def", rec) == [
         "branch at abc but the DB best is def"]
-    lost = check_invariants(exps[:2], [1, 2], {}, "abc", "abc")
+    lost = check_invariants(exps[:2], one[:2], {}, "abc", "abc", rec)
     assert lost == ["interrupted experiment 2 was not re-queued"]
-    gone = check_invariants(exps[:1], [1], {2: ("discarded", 1.4)}, "abc", "abc")
+    gone = check_invariants(exps[:1], one[:1], {2: ("discarded", 1.4)}, "abc", "abc", rec)
     assert gone == ["finished result 2 changed: ('discarded', 1.4) -> None"]

@@ -26,7 +26,7 @@ import time
 X = sum(v for k, v in dict(globals()).items() if k.startswith("K"))
 dev = os.environ.get("CUDA_VISIBLE_DEVICES", "none")
 with open(os.environ["OVERNIGHT_TEST_DEVICE_LOG"], "a") as fh:
-    fh.write(f"{os.environ['OVERNIGHT_EXPERIMENT_ID']} {dev}\\n")
+    fh.write(f"{os.environ['OVERNIGHT_EXPERIMENT_ID']} {dev} {os.environ['OVERNIGHT_SEED']}\\n")
 if dev == os.environ.get("OVERNIGHT_TEST_BAD_DEVICE") and X != 0:
     print("RuntimeError: CUDA error: unspecified launch failure", file=sys.stderr)
     sys.exit(1)
@@ -63,9 +63,14 @@ def x_diff(knob: int) -> str:
 
 
 def device_log(path: Path) -> dict[int, str]:
+    """Experiment id -> the device of its first run; no (experiment, seed) may run twice (the
+    keep rule runs an experiment several times, each time with the next seed)."""
     rows = [line.split() for line in path.read_text().splitlines()]
-    assert len({exp for exp, _ in rows}) == len(rows), rows  # no experiment ran twice
-    return {int(exp): dev for exp, dev in rows}
+    assert len({(exp, seed) for exp, _, seed in rows}) == len(rows), rows
+    devices: dict[int, str] = {}
+    for exp, dev, _ in rows:
+        devices.setdefault(int(exp), dev)
+    return devices
 
 
 @pytest.fixture

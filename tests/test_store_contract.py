@@ -9,7 +9,17 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from agent.config import TargetConfig
-from agent.domain import CrashKind, ExperimentStatus, Finish, Proposal, SweepStatus
+from agent.domain import (
+    CrashKind,
+    ExperimentStatus,
+    Finish,
+    Proposal,
+    RunEnd,
+    RunRole,
+    RunSpec,
+    RunStatus,
+    SweepStatus,
+)
 from agent.errors import ConflictError, DuplicateError, NotFoundError
 from agent.ports import Store, SweepSpec
 from db.engine import open_database
@@ -250,3 +260,43 @@ def test_loss_points_and_llm_usage(store: Store):
     store.add_llm_usage(sweep.id, None, 1, 2, 0.5)
     assert store.llm_usage(sweep.id) == (11, 7, 0.75)
     store.ping()
+
+
+def test_runs_are_records_with_a_guarded_life(store: Store):
+    sweep = store.create_sweep(spec())
+    exp_id = running(store, sweep.id)
+    run = store.start_run(RunSpec(sweep.id, exp_id, "abc", 8, RunRole.CONFIRM, "/l.log", "cpu"))
+    assert (run.status, run.seed, run.role, run.device, run.log_path) == (
+        RunStatus.RUNNING, 8, RunRole.CONFIRM, "cpu", "/l.log")
+    store.set_run_pgid(run.id, 4242)
+    with pytest.raises(ConflictError):  # only ended ok/suspect runs may flip
+        store.set_run_status(run.id, RunStatus.SUSPECT)
+    ended = store.end_run(run.id, RunEnd(RunStatus.OK, 1.5, {"val_bpb": 1.5}, 100.0,
+                                         "steps/s", 30.0, 35.0))
+    assert (ended.pgid, ended.metric, ended.training_s, ended.total_s) == (4242, 1.5, 30.0, 35.0)
+    assert ended.ended_at is not None and ended.summary == {"val_bpb": 1.5}
+    assert (ended.throughput, ended.throughput_unit) == (100.0, "steps/s")
+    with pytest.raises(ConflictError):  # an ended run is not ended twice
+        store.end_run(run.id, RunEnd(RunStatus.FAILED))
+    store.set_run_status(run.id, RunStatus.SUSPECT)
+    assert store.list_runs(experiment_id=exp_id)[0].status is RunStatus.SUSPECT
+    with pytest.raises(ConflictError):
+        store.set_run_status(run.id, RunStatus.FAILED)
+    with pytest.raises(NotFoundError):
+        store.start_run(RunSpec(sweep.id, 999, "abc", 7, RunRole.SCREEN))
+    with pytest.raises(NotFoundError):
+        store.set_run_pgid(999, 1)
+    other = store.start_run(RunSpec(sweep.id, exp_id, "abc", 9, RunRole.CONFIRM))
+    assert [r.id for r in store.list_runs(sweep_id=sweep.id)] == [run.id, other.id]
+    assert store.list_runs(sweep_id=sweep.id + 1) == []
+    assert [r.id for r in store.interrupt_running_runs()] == [other.id]
+    assert store.list_runs(sweep_id=sweep.id)[-1].status is RunStatus.INTERRUPTED
+    assert store.interrupt_running_runs() == []
+
+
+def test_finish_keeps_contract_warnings_in_meta(store: Store):
+    sweep = store.create_sweep(spec())
+    exp_id = running(store, sweep.id)
+    done = store.finish(exp_id, Finish(S.DISCARDED, metric=1.0, warnings=("over budget",)))
+    assert done.meta["warnings"] == ["over budget"]
+    assert store.get_experiment(exp_id).meta["warnings"] == ["over budget"]

@@ -14,6 +14,7 @@ from html import escape
 from markupsafe import Markup
 
 from agent.domain import Experiment, ExperimentStatus
+from agent.evidence import SweepEvidence
 
 PLOT_W, PLOT_H = 960, 340
 MARGIN_L, MARGIN_R, MARGIN_T, MARGIN_B = 72, 20, 18, 46
@@ -86,9 +87,12 @@ def progress_svg(
     metric_name: str,
     baseline: float | None,
     href: str = "/ui/experiments/{id}#diff",
+    evidence: SweepEvidence | None = None,
 ) -> Markup:
-    """x = run number, y = metric; kept green on the running-best step line, discarded grey,
-    crashes and timeouts as red/purple marks in the bottom band. Each mark links to `href`."""
+    """x = run number, y = metric (the mean of the experiment's runs); kept green on the
+    running-best step line, discarded grey, crashes and timeouts as red/purple marks in the
+    bottom band. Each mark links to `href`. With `evidence`, every run is a small dot and the
+    best line carries its 95 % interval as a band."""
     points = [PlotPoint(i + 1, e) for i, e in enumerate(e for e in experiments if e.status in RUNS)]
     if not points:
         return Markup('<p class="empty">No finished runs yet.</p>')
@@ -140,6 +144,9 @@ def progress_svg(
         f"{escape(metric_name)}</text>"
     )
     kept = [p for p in scored if p.exp.status is ExperimentStatus.KEPT]
+    if evidence is not None:
+        out.extend(_best_band(kept, points[-1].n, sx, sy, evidence))
+        out.extend(_run_dots(scored, sx, sy, lo, hi, evidence))
     if kept:  # the running best: flat until the next keep, then a step
         d = [f"M{sx(kept[0].n):.1f},{sy(kept[0].exp.metric):.1f}"]  # type: ignore[arg-type]
         for p in kept[1:]:
@@ -152,6 +159,36 @@ def progress_svg(
         out.append(_mark(p, sx(p.n), sy, y_bot, hi, metric_name, href))
     out.append("</svg>")
     return Markup("".join(out))
+
+
+def _best_band(kept, last_n, sx, sy, evidence: SweepEvidence) -> list[str]:  # type: ignore[no-untyped-def]
+    """The 95 % interval of each kept mean, drawn along its stretch of the best line."""
+    out = []
+    for p, nxt in zip(kept, [*kept[1:], None], strict=True):
+        ev = evidence.experiments.get(p.exp.id)
+        if ev is None or ev.ci is None or ev.mean is None:
+            continue
+        x_a, x_b = sx(p.n), sx(nxt.n if nxt else last_n)
+        y_a, y_b = sy(ev.mean + ev.ci), sy(ev.mean - ev.ci)
+        out.append(
+            f'<rect class="best-band" data-id="{p.exp.id}" x="{x_a:.1f}" y="{min(y_a, y_b):.1f}" '
+            f'width="{max(x_b - x_a, 2.0):.1f}" height="{abs(y_b - y_a):.1f}"/>'
+        )
+    return out
+
+
+def _run_dots(scored, sx, sy, lo: float, hi: float, evidence: SweepEvidence) -> list[str]:  # type: ignore[no-untyped-def]
+    """Every run of every scored experiment as a small dot at the experiment's x."""
+    out = []
+    for p in scored:
+        ev = evidence.experiments.get(p.exp.id)
+        for v in ev.runs if ev is not None else ():
+            if math.isfinite(v):
+                out.append(
+                    f'<circle class="run" data-id="{p.exp.id}" cx="{sx(p.n):.1f}" '
+                    f'cy="{sy(v):.1f}" r="2"><title>run: {_fmt(v)}</title></circle>'
+                )
+    return out
 
 
 def _mark(

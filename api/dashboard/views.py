@@ -18,9 +18,10 @@ from typing import Any
 
 from agent.diff import diff_stats, view_lines
 from agent.domain import Experiment, ExperimentStatus, Sweep, utcnow
+from agent.evidence import ExperimentEvidence, sweep_evidence
 from agent.insights import digest, sections
 from agent.ports import Store
-from agent.report import improvement, memory_gb
+from agent.report import evidence_header, improvement, memory_gb
 from agent.service import Service, read_log
 from runner.summary import parse_progress
 
@@ -110,12 +111,18 @@ def sweep_page(service: Service, sweep: Sweep, status: str, page: int) -> dict[s
     page = min(max(page, 1), pages)
     kept = [e for e in exps if e.status is S.KEPT]
     running = [e for e in exps if e.status is S.RUNNING]
+    ev = sweep_evidence(sweep, exps, store.list_runs(sweep_id=sweep.id))
     return {
         "sweep": sweep,
         "r": rollup_of(exps),
         "improvement": improvement(sweep),
-        "plot": progress_svg(exps, sweep.metric, sweep.baseline_metric),
-        "rows": [table_row(e) for e in rows[(page - 1) * PAGE_SIZE : page * PAGE_SIZE]],
+        "evidence": ev,
+        "evidence_header": evidence_header(ev, sweep.metric),
+        "plot": progress_svg(exps, sweep.metric, sweep.baseline_metric, evidence=ev),
+        "rows": [
+            table_row(e, ev.experiments.get(e.id))
+            for e in rows[(page - 1) * PAGE_SIZE : page * PAGE_SIZE]
+        ],
         "row_count": len(rows),
         "status": status if status in FILTERS else "all",
         "filters": list(FILTERS),
@@ -139,10 +146,11 @@ def insights_panel(sweep: Sweep, exps: list[Experiment]) -> list[dict[str, Any]]
             for h, lines in sections(found) if lines]
 
 
-def table_row(e: Experiment) -> dict[str, Any]:
+def table_row(e: Experiment, ev: ExperimentEvidence | None = None) -> dict[str, Any]:
     secs = e.summary.get("training_seconds")
     return {
         "exp": e,
+        "ev": ev,
         "memory_gb": memory_gb(e) if e.summary else None,
         "train_s": secs if isinstance(secs, int | float) else None,
     }
@@ -215,9 +223,13 @@ def experiment_page(store: Any, e: Experiment) -> dict[str, Any]:
     if not points:
         parsed = (parse_progress(line) for line in text.splitlines())
         points = [(p.step, p.loss) for p in parsed if p is not None]
+    ev = sweep_evidence(sweep, siblings, store.list_runs(sweep_id=sweep.id))
     return {
         "sweep": sweep,
         "exp": e,
+        "ev": ev.experiments.get(e.id),
+        "runs": store.list_runs(experiment_id=e.id),
+        "warnings": e.meta.get("warnings", []),
         "lines": view_lines(e.diff),
         "stats": diff_stats(e.diff),
         "summary": sorted(e.summary.items()),

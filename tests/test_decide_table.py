@@ -1,0 +1,186 @@
+"""The keep rule as a table: every branch of decide(), both directions, suspect runs, stale head."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from agent.classify import CrashFacts
+from agent.decide import (
+    Evidence,
+    Rule,
+    RunFailure,
+    Sample,
+    contract_warnings,
+    decide,
+    incumbent_due,
+)
+from agent.domain import CrashKind, Direction
+from agent.domain import ExperimentStatus as S
+from agent.noise import pooled_sigma, squares, suspect_flags, throughput, z_score
+
+SEQ = Rule()  # defaults: sequential, discard z < 0.6, keep z >= 1.75 from run 2, 4 runs max
+MAX = Rule(direction=Direction.MAXIMIZE)
+STRICT = Rule(decision="strict")
+BASE = (Sample(1.0), Sample(1.1), Sample(0.9))  # mean 1.0, sd 0.1, 2 degrees of freedom
+
+
+def ev(runs, best=BASE, **kw):
+    return Evidence(False, tuple(Sample(v) if isinstance(v, float) else v for v in runs),
+                    best, **kw)
+
+
+def crash(**kw):
+    facts = dict(timed_out=False, fail_marker=False, exit_code=1, signal=None, error=None,
+                 log_tail="", training_started=False, has_metric=False)
+    facts.update(kw)
+    return CrashFacts(**facts)
+
+
+@pytest.mark.parametrize(
+    "name, evidence, rule, status, seed, keep",
+    [
+        # sequential, minimize: σ̂ = 0.1 (baseline), n_best = 3
+        ("clearly worse: discard at once", ev([1.2]), SEQ, S.DISCARDED, None, False),
+        ("equal: discard at once", ev([1.0]), SEQ, S.DISCARDED, None, False),
+        ("promising once: run again, seed base+1", ev([0.85]), SEQ, None, 43, False),
+        ("one great run is never a keep", ev([0.5]), SEQ, None, 43, False),
+        ("two good runs: keep", ev([0.8, 0.82]), SEQ, S.KEPT, None, True),
+        ("second run regresses: discard", ev([0.88, 1.05]), SEQ, S.DISCARDED, None, False),
+        ("undecided after two: third run", ev([0.88, 0.95]), SEQ, None, 44, False),
+        ("undecided after four: discard", ev([0.9, 0.95, 0.9, 0.95]), SEQ, S.DISCARDED, None,
+         False),
+        ("min_delta eats the gain", ev([0.8, 0.82]), Rule(min_delta=0.15), S.DISCARDED, None,
+         False),
+        ("noise_sigma stands in for σ̂", ev([0.8, 0.82], best=(Sample(1.0),)),
+         Rule(noise_sigma=0.05), S.KEPT, None, True),
+        ("no σ̂ yet (one incumbent run): never kept", ev([0.5, 0.5], best=(Sample(1.0),)),
+         SEQ, None, 44, False),
+        ("no σ̂ after max runs: discard", ev([0.5, 0.6], best=(Sample(1.0),)),
+         Rule(max_runs=2), S.DISCARDED, None, False),
+        ("σ̂ from the change's own runs", ev([0.5, 0.6, 0.5], best=(Sample(1.0),)),
+         SEQ, S.KEPT, None, True),
+        # maximize: the sign flips
+        ("maximize: higher is better", ev([1.2, 1.18]), MAX, S.KEPT, None, True),
+        ("maximize: lower is worse", ev([0.8]), MAX, S.DISCARDED, None, False),
+        # strict (autoresearch's rule)
+        ("strict: one better run keeps", ev([0.99]), STRICT, S.KEPT, None, True),
+        ("strict: equal discards", ev([1.0]), STRICT, S.DISCARDED, None, False),
+        ("strict + confirm: run again", ev([0.9]), Rule(decision="strict", confirm_runs=2),
+         None, 43, False),
+        ("strict + confirm: mean decides", ev([0.9, 1.1, 1.1]),
+         Rule(decision="strict", confirm_runs=2), S.DISCARDED, None, False),
+    ],
+)
+def test_decision_table(name, evidence, rule, status, seed, keep):
+    v = decide(evidence, rule)
+    assert (v.status, v.seed, v.keep) == (status, seed, keep), (name, v.reason)
+    assert v.run_again is (status is None)
+    if status is not None:
+        assert v.reason
+
+
+def test_keep_states_the_evidence():
+    v = decide(ev([0.8, 0.82]), SEQ)
+    assert v.metric == pytest.approx(0.81) and v.n == 2 and v.sigma == pytest.approx(
+        pooled_sigma([[1.0, 1.1, 0.9], [0.8, 0.82]])[0])
+    assert v.p_better > 0.99 and "P(better)" in v.reason and "σ̂" in v.reason
+
+
+def test_baseline_runs_three_times_then_keeps_the_mean():
+    runs = (Sample(1.0), Sample(1.2))
+    assert decide(Evidence(True, runs), SEQ).seed == 44
+    v = decide(Evidence(True, runs + (Sample(1.1),)), SEQ)
+    assert v.status is S.KEPT and v.keep and v.metric == pytest.approx(1.1)
+    assert decide(Evidence(True, (Sample(1.0),)), STRICT).status is S.KEPT  # strict: one run
+    # a busy machine: every run suspect; after the cap the mean of all, with a warning
+    swings = tuple(Sample(1.0 + i / 10, t) for i, t in enumerate((100.0, 300.0, 20.0)))
+    v = decide(Evidence(True, swings), SEQ)
+    assert v.suspect == (True, True, True) and v.seed == 45  # run k uses seed + k
+    v = decide(Evidence(True, swings + (Sample(1.3, 1000.0),)), SEQ)
+    assert v.status is S.KEPT and v.metric == pytest.approx(1.15) and v.n == 4
+    assert "busy" in v.reason
+
+
+def test_stale_head_is_requeued_before_spending_more_runs():
+    v = decide(ev([0.85], head_moved=True), SEQ)  # would run again: re-queue instead
+    assert v.status is S.DISCARDED and v.requeue and "re-queued" in v.reason
+    v = decide(ev([0.8, 0.82], head_moved=True), SEQ)  # would keep: re-queue instead
+    assert v.status is S.DISCARDED and v.requeue and not v.keep
+    v = decide(ev([0.8, 0.82], head_moved=True, conflict="patch failed"), SEQ)
+    assert v.status is S.DISCARDED and not v.requeue and "conflicts" in v.reason
+    assert decide(ev([1.2], head_moved=True), SEQ).requeue is False  # worse: just discarded
+    assert decide(ev([0.9], head_moved=True), STRICT).requeue  # strict would keep
+
+
+def test_suspect_run_is_rerun_not_decided_on():
+    inc = tuple(Sample(m, 100.0) for m in (1.0, 1.1, 0.9))
+    fast = ev([Sample(0.5, 140.0)], best=inc)  # 40 % faster than the incumbent: the machine
+    v = decide(fast, SEQ)
+    assert v.run_again and v.suspect == (True,) and v.seed == 43  # run again, next seed
+    # the re-run is at the usual speed and unremarkable: decided on it alone -> discarded
+    v = decide(ev([Sample(0.5, 140.0), Sample(1.0, 101.0)], best=inc), SEQ)
+    assert v.suspect == (True, False) and v.status is S.DISCARDED and v.n == 1
+    # a change that really changes speed: two runs agree with each other, both count
+    v = decide(ev([Sample(0.8, 60.0), Sample(0.82, 61.0)], best=inc), SEQ)
+    assert v.suspect == (False, False) and v.status is S.KEPT
+    # a keep never rests on a suspect run alone: a suspect second run is re-run
+    v = decide(ev([Sample(0.8, 100.0), Sample(0.5, 150.0)], best=inc), SEQ)
+    assert v.suspect == (False, True) and v.run_again
+    # swinging forever: discarded at the cap
+    swings = [Sample(0.5, t) for t in (150.0, 60.0, 200.0, 30.0, 250.0)]
+    v = decide(ev(swings, best=inc), SEQ)
+    assert v.status is S.DISCARDED and "throughput" in v.reason
+
+
+@pytest.mark.parametrize(
+    "failure, runs, status, kind, repair",
+    [
+        (RunFailure(stopped=True), [], S.CANCELLED, None, False),
+        (RunFailure(tampered=("prepare.py",)), [0.5], S.CRASHED, CrashKind.FUNDAMENTAL, False),
+        (RunFailure(facts=crash(error="NameError: name 'x' is not defined")), [], S.CRASHED,
+         CrashKind.TRIVIAL, True),
+        (RunFailure(facts=crash(fail_marker=True, training_started=True)), [], S.CRASHED,
+         CrashKind.FUNDAMENTAL, False),
+        (RunFailure(facts=crash(timed_out=True, exit_code=None)), [], S.TIMEOUT,
+         CrashKind.TIMEOUT, False),
+        (RunFailure(facts=crash(error="MemoryError"), error="MemoryError"), [0.85], S.DISCARDED,
+         None, False),  # a later run of a change failed: not kept
+    ],
+)
+def test_failures(failure, runs, status, kind, repair):
+    v = decide(ev(runs, failed=failure), SEQ)
+    assert (v.status, v.crash_kind, v.repair, v.keep) == (status, kind, repair, False)
+
+
+def test_a_later_baseline_run_failing_fails_the_baseline():
+    v = decide(Evidence(True, (Sample(1.0),), failed=RunFailure(error="boom")), SEQ)
+    assert v.status is S.CRASHED and v.crash_kind is CrashKind.FUNDAMENTAL
+    assert "run 2 (seed 43) failed: boom" in v.reason
+
+
+def test_noise_helpers():
+    assert pooled_sigma([[1.0], [2.0]]) == (None, 0)
+    sigma, df = pooled_sigma([[1.0, 3.0]], prior=squares([[0.0, 2.0, 4.0]]))
+    assert df == 3 and sigma == pytest.approx(math.sqrt(10 / 3))
+    assert z_score(0.0, 0.0, 1, 3) == 0.0 and z_score(0.1, 0.0, 1, 3) == math.inf
+    assert z_score(-0.1, 0.0, 1, 3) == -math.inf
+    assert suspect_flags([None, 100.0], [100.0], 0.15) == [False, False]
+    assert throughput({"training_seconds": 10.0, "total_tokens_M": 1.0}) == (1e5, "tokens/s")
+    assert throughput({"training_seconds": 10.0, "num_steps": 50}) == (5.0, "steps/s")
+    assert throughput({"training_seconds": 0.0, "num_steps": 50}) == (None, None)
+
+
+def test_incumbent_rerun_cadence():
+    assert [incumbent_due(k, 0, SEQ) for k in (0, 7, 8)] == [False, False, True]
+    assert not incumbent_due(8, 1, SEQ) and incumbent_due(16, 1, SEQ)
+    assert not incumbent_due(100, 0, STRICT) and not incumbent_due(100, 0, Rule(incumbent_every=0))
+
+
+def test_contract_warnings():
+    assert contract_warnings({"training_seconds": 300.0}, 300) == []
+    assert "over" in contract_warnings({"training_seconds": 330.0}, 300)[0]
+    assert "OVERNIGHT_BUDGET_S" in contract_warnings({"training_seconds": 20.0}, 300)[0]
+    assert "no training_seconds" in contract_warnings({"val_bpb": 1.0}, 300)[0]
+    assert contract_warnings({}, 300) == []

@@ -1,0 +1,198 @@
+"""Runs as records, on real git, real subprocesses and a real SQLite file: the 0002 migration,
+a sweep of null changes under the default rule, incumbent re-runs, and recovery of an orphaned
+confirmation run after kill -9 of the process running the loop."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from conftest import REPO_ROOT, make_target
+from service_fixtures import wait_for
+
+from agent.config import load_config
+from agent.domain import ExperimentStatus, Proposal, RunRole, RunStatus
+from agent.gitrepo import GitRepo
+from agent.proposers.knobs import make_diff
+from agent.recovery import recover
+from agent.scheduler import run_sweep
+from agent.sweeps import create_sweep
+from db.engine import make_engine, migrate, open_database
+from db.store import SqlStore
+from runner.groups import process_group_alive
+
+NOISY = (Path(__file__).parent / "scripts" / "noisy_trainer.py").read_text()
+
+
+class Ideas:
+    """Proposes IDEA = 1, 2, ...: changes with no effect on the metric's distribution."""
+
+    name = "ideas"
+
+    def __init__(self) -> None:
+        self.k = 0
+
+    def propose(self, ctx):  # type: ignore[no-untyped-def]
+        self.k += 1
+        text = ctx.files["train.py"]
+        new = re.sub(r"^IDEA = \d+", f"IDEA = {self.k}", text, count=1, flags=re.M)
+        return Proposal(f"idea {self.k}", make_diff("train.py", text, new), self.name)
+
+    def repair(self, ctx, failed):  # type: ignore[no-untyped-def]
+        return None
+
+
+def noisy_target(dest: Path, budget_s: float = 0.2) -> Path:
+    toml = textwrap.dedent(f"""\
+        [target]
+        command   = "python train.py"
+        editable  = ["train.py"]
+        protected = ["prepare.py", "overnight.toml"]
+        metric    = "val_bpb"
+        budget_s  = {budget_s}
+        timeout_s = 30
+        """)
+    return make_target(dest, edits={"train.py": NOISY, "overnight.toml": toml})
+
+
+def test_null_sweep_keeps_at_most_one_change(tmp_path, store, make_loop):
+    """20 null proposals, σ = 0.05, default settings: the sequential rule keeps ≤ 1."""
+    target = noisy_target(tmp_path / "noisy")
+    sweep = create_sweep(store, GitRepo(target), target, name="null",
+                         config=load_config(target), max_experiments=20)
+    run_sweep(make_loop(target, Ideas()), sweep.name)
+    exps = store.list_experiments(sweep.id)
+    changes = [e for e in exps if not e.is_baseline]
+    kept = [e for e in changes if e.status is ExperimentStatus.KEPT]
+    runs = store.list_runs(sweep_id=sweep.id)
+    print(f"null sweep: {len(kept)} of {len(changes)} null changes kept, {len(runs)} runs")
+    assert len(changes) == 20 and len(kept) <= 1, [e.reason for e in kept]
+    roles = [r.role for r in runs]
+    assert roles[:3] == [RunRole.BASELINE] * 3  # σ̂ starts from three baseline runs
+    assert roles.count(RunRole.INCUMBENT) == 2  # re-measured after 8 and 16 proposals
+    assert all(r.pgid and r.status in (RunStatus.OK, RunStatus.SUSPECT) for r in runs)
+    # every experiment's metric is the mean of its good runs
+    for e in changes:
+        good = [r.metric for r in runs if r.experiment_id == e.id and r.status is RunStatus.OK
+                and r.role is not RunRole.INCUMBENT]
+        assert abs(e.metric - sum(good) / len(good)) < 1e-9
+    # the sweep's best is the mean of every good run of the kept commit, incumbent runs too
+    best = store.get_sweep("null")
+    mine = [r.metric for r in runs if r.commit == best.best_commit and r.status is RunStatus.OK]
+    assert abs(best.best_metric - sum(mine) / len(mine)) < 1e-9
+
+
+def test_migration_from_0001_keeps_data_and_backfills_runs(tmp_path):
+    from alembic import command
+    from alembic.config import Config
+
+    db = tmp_path / "old.db"
+    engine = make_engine(db)
+    cfg = Config()
+    cfg.set_main_option("script_location", str(REPO_ROOT / "db" / "migrations"))
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "0001")
+    con = sqlite3.connect(db)
+    con.execute(
+        "INSERT INTO sweeps (id, name, target_path, branch, status, proposer, config, "
+        "protected_hashes, seed, min_delta, llm_tokens_in, llm_tokens_out, llm_usd, created_at,"
+        " updated_at) VALUES (1, 'old', '/t', 'overnight/old', 'done', 'knobs', '{\"seed\": 7}', "
+        "'{}', 7, 0, 0, 0, 0, '2026-11-01 00:00:00', '2026-11-01 00:00:00')")
+    rows = [(1, 1, "kept", "aaa", 1.5, 111), (2, 0, "crashed", "bbb", None, 222),
+            (3, 0, "queued", None, None, None)]
+    for i, base, status, commit, metric, pgid in rows:
+        summary = json.dumps({"val_bpb": metric, "training_seconds": 30.0} if metric else {})
+        started = "'2026-11-01 01:00:00'" if commit else "NULL"
+        con.execute(
+            "INSERT INTO experiments (id, sweep_id, attempt, is_baseline, priority, proposer, "
+            "description, diff, status, \"commit\", metric, summary, meta, pgid, log_path, "
+            "llm_tokens_in, llm_tokens_out, llm_usd, created_at, run_started_at) VALUES "
+            f"(?, 1, 0, ?, 0, 'knobs', 'd', '', ?, ?, ?, ?, '{{}}', ?, '/l/{i}.log', 0, 0, 0, "
+            f"'2026-11-01 00:00:00', {started})", (i, base, status, commit, metric, summary, pgid))
+    con.commit()
+    con.close()
+
+    migrate(engine)  # what every open does: upgrade to head
+    store = SqlStore(open_database(db))
+    assert [e.status.value for e in store.list_experiments(1)] == ["kept", "crashed", "queued"]
+    assert store.get_experiment(1).metric == 1.5
+    runs = store.list_runs(sweep_id=1)
+    assert [(r.experiment_id, r.role, r.status, r.seed, r.pgid) for r in runs] == [
+        (1, RunRole.BASELINE, RunStatus.OK, 7, 111), (2, RunRole.SCREEN, RunStatus.FAILED, 7, 222)]
+    assert runs[0].metric == 1.5 and runs[0].training_s == 30.0 and runs[0].log_path == "/l/1.log"
+    migrate(engine)  # idempotent: no second backfill
+    assert len(store.list_runs()) == 2
+
+
+HANGS_ON_CONFIRM = """\
+import os, time
+LR = 1
+seed = int(os.environ["OVERNIGHT_SEED"])
+if LR == 2 and seed != 42:  # the change's confirmation run hangs
+    time.sleep(120)
+print("---")
+print(f"val_bpb: {1.0 if LR == 1 else 0.5}")
+"""
+
+DRIVER = """\
+import sys
+from pathlib import Path
+from agent.config import load_config
+from agent.domain import Proposal
+from agent.gitrepo import GitRepo
+from agent.loop import Loop, LoopSettings
+from agent.scheduler import run_sweep
+from agent.sweeps import create_sweep, submit
+from agent.training import SubprocessRunner
+from db.engine import open_database
+from db.store import SqlStore
+
+target, db, work, diff = Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3]), sys.argv[4]
+store = SqlStore(open_database(db))
+repo = GitRepo(target)
+sweep = create_sweep(store, repo, target, name="k", config=load_config(target), proposer="queue")
+submit(store, repo, sweep, Proposal("lr 2", diff), record_rejection=False)
+run_sweep(Loop(store, repo, SubprocessRunner(grace_s=0.5), LoopSettings(work_dir=work)), "k")
+"""
+
+
+def test_recovery_kills_an_orphaned_confirmation_run(tmp_path):
+    toml = ('[target]\ncommand = "python train.py"\neditable = ["train.py"]\n'
+            'protected = ["overnight.toml"]\nmetric = "val_bpb"\nbudget_s = 1\ntimeout_s = 300\n')
+    target = make_target(tmp_path / "t", edits={"train.py": HANGS_ON_CONFIRM,
+                                                 "overnight.toml": toml})
+    diff = make_diff("train.py", HANGS_ON_CONFIRM, HANGS_ON_CONFIRM.replace("LR = 1", "LR = 2"))
+    db, work = tmp_path / "o.db", tmp_path / "work"
+    argv = [sys.executable, "-c", DRIVER, str(target), str(db), str(work), diff]
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    service = subprocess.Popen(argv, cwd=REPO_ROOT, env=env)
+    store = SqlStore(open_database(db))
+
+    def confirming():
+        runs = [r for r in store.list_runs() if r.role is RunRole.CONFIRM and r.pgid]
+        return runs[0] if runs and process_group_alive(runs[0].pgid) else None
+
+    try:
+        run = wait_for(confirming, 120, "the confirmation run to start")
+    finally:
+        service.send_signal(signal.SIGKILL)
+        service.wait(30)
+    assert process_group_alive(run.pgid)  # orphaned: its service is gone
+
+    report = recover(store, lambda s: GitRepo(target), work)
+    # killed by its run id (OVERNIGHT_RUN_ID names the interrupted experiment) or its group
+    assert run.pgid in report.killed_pids + report.killed_groups
+    wait_for(lambda: not process_group_alive(run.pgid), 30, "the orphan to die")
+    after = {r.id: r for r in store.list_runs()}
+    assert after[run.id].status is RunStatus.INTERRUPTED
+    exp = store.get_experiment(run.experiment_id)
+    assert exp.status is ExperimentStatus.INTERRUPTED and store.retry_of(exp.id) is not None
+

@@ -29,7 +29,7 @@ from agent.domain import (
 from agent.errors import AdmissionError
 from agent.gitrepo import hash_worktree_files
 from agent.ports import Proposer, Repo, Runner, Store
-from agent.sweeps import proposal_context, submit
+from agent.sweeps import link_assets, proposal_context, submit
 from agent.training import EventFn, LoopSettings, TrainingRuns
 from runner.result import Outcome, RunResult
 
@@ -116,6 +116,7 @@ class Loop:
             head, commit = prepared
             self.repo.add_worktree(wt, commit)
             added_worktree = True
+            link_assets(wt, Path(sweep.target_path), sweep.config)
             result, started = self.training.run(sweep, exp, wt, stop)
             return self._record(sweep, exp, result, started, head, commit, wt, stop)
         except BaseException as exc:
@@ -156,7 +157,7 @@ class Loop:
                 return self._finish(exp, Finish(ExperimentStatus.REJECTED, reason=refused))
         expected = self.store.protected_hashes(sweep.id)
         actual = self.repo.file_hashes(commit, config.protected)
-        changed = sorted(p for p in expected if actual.get(p) != expected[p])
+        changed = sorted(p for p in config.protected if actual.get(p) != expected.get(p))
         if changed:
             return self._finish(
                 exp,
@@ -272,8 +273,9 @@ class Loop:
 
     def _tampered(self, sweep: Sweep, config: TargetConfig, wt: Path) -> list[str]:
         expected = self.store.protected_hashes(sweep.id)
-        actual = hash_worktree_files(wt, config.protected)
-        return sorted(p for p in expected if actual.get(p) != expected[p])
+        watched = [*config.protected, *config.assets]
+        actual = hash_worktree_files(wt, watched)
+        return sorted(p for p in watched if p in expected and actual.get(p) != expected[p])
 
     def _decide(
         self,

@@ -171,7 +171,7 @@ class TrainingRuns:
         try:
             result = self.runner.run(
                 self.argv(config, wt),
-                cwd=wt,
+                cwd=wt / config.workdir,
                 log_path=log_path,
                 timeout_s=config.timeout_s,
                 env=env,
@@ -197,9 +197,12 @@ class TrainingRuns:
         caches = [Path(self.settings.env[k]) for k in CACHE_ENV if k in self.settings.env]
         for cache in caches:
             cache.mkdir(parents=True, exist_ok=True)
-        return bwrap_command(argv, writable=wt.resolve(), hidden_dirs=[work],
-                             hidden_files=private, also_writable=caches,
-                             network=config.sandbox_network)
+        wrapped = bwrap_command(argv, writable=wt.resolve(), hidden_dirs=[work],
+                                hidden_files=private, also_writable=caches,
+                                network=config.sandbox_network)
+        at = wrapped.index("--chdir") + 1  # the target's workdir, not the worktree's root
+        wrapped[at] = str((wt / config.workdir).resolve())
+        return wrapped
 
     def env(self, sweep: Sweep, exp: Experiment, seed: int, run: int = 0) -> dict[str, str]:
         config = sweep.config
@@ -225,7 +228,7 @@ class TrainingRuns:
             self.emit("confirming", exp, {"run": k, "of": config.confirm_runs})
             result = self.runner.run(
                 self.argv(config, wt),
-                cwd=wt,
+                cwd=wt / config.workdir,
                 log_path=log,
                 timeout_s=config.timeout_s,
                 env=self.env(sweep, exp, sweep.seed + k, run=k),

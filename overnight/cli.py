@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
+from rich.markup import escape
 
 from agent.config import CONFIG_FILE, load_config
 from agent.domain import Sweep
@@ -125,6 +126,7 @@ def run_foreground(
     llm_config: Path | None = None,
     slots: int = 1,
     devices: tuple[str, ...] = (),
+    allow_dirty: bool = False,
 ) -> Sweep:
     """Hold the database's instance lock, recover leftovers, then run one sweep to its end."""
     from agent.scheduler import SchedulerSettings
@@ -135,7 +137,8 @@ def run_foreground(
     try:
         return _run_locked(rt, target, sweep_name=sweep_name, experiments=experiments,
                            budget=budget, proposer=proposer, settings=settings,
-                           timeout=timeout, quiet=quiet, resume=resume, llm_config=llm_config)
+                           timeout=timeout, quiet=quiet, resume=resume, llm_config=llm_config,
+                           allow_dirty=allow_dirty)
     finally:
         rt.release_lock()
 
@@ -143,11 +146,11 @@ def run_foreground(
 def _run_locked(
     rt: Runtime, target: Path, *, sweep_name: str | None, experiments: int,
     budget: float | None, proposer: str, settings: SchedulerSettings, timeout: float | None,
-    quiet: bool, resume: bool, llm_config: Path | None,
+    quiet: bool, resume: bool, llm_config: Path | None, allow_dirty: bool = False,
 ) -> Sweep:
     from agent.domain import SweepStatus
     from agent.scheduler import SlotScheduler
-    from agent.sweeps import create_sweep, default_sweep_name
+    from agent.sweeps import create_sweep, default_sweep_name, dirty_files
     from overnight.console import LiveView
 
     config = None if resume else load_config(target).with_budget(budget, timeout)
@@ -169,8 +172,12 @@ def _run_locked(
     else:
         assert config is not None
         name = sweep_name or default_sweep_name(store)
+        dirty = dirty_files(repo, config)
+        if dirty and allow_dirty:
+            console.print(f"[bold red]--allow-dirty: running the committed HEAD; these "
+                          f"uncommitted changes are NOT run:[/bold red] {escape(', '.join(dirty))}")
         sweep = create_sweep(store, repo, target, name=name, proposer=proposer, config=config,
-                             max_experiments=experiments)
+                             max_experiments=experiments, allow_dirty=allow_dirty)
         console.print(
             f"sweep [bold]{name}[/bold] on branch {sweep.branch}: baseline + "
             f"{experiments} experiments, budget {config.budget_s:g}s, db {rt.db_path}"
@@ -202,6 +209,8 @@ def run(
     resume: Annotated[bool, typer.Option(help="continue an existing --sweep after a stop")] = False,
     llm_config: Annotated[Path | None, typer.Option(
         help="LLM profiles file (default $OVERNIGHT_LLM_CONFIG or ~/.overnight/llm.toml)")] = None,
+    allow_dirty: Annotated[bool, typer.Option(
+        help="run the committed HEAD although the checkout has uncommitted changes")] = False,
     db: DbOpt = None,
 ) -> None:
     """Run a sweep in the foreground: baseline, then one change at a time (one per slot)."""
@@ -218,6 +227,7 @@ def run(
         llm_config=llm_config,
         slots=n_slots,
         devices=found,
+        allow_dirty=allow_dirty,
     )
     _print_summary(done, runtime_for(db).store)
 
@@ -345,7 +355,7 @@ def main() -> None:
     try:
         app()
     except OvernightError as exc:
-        err.print(f"[red]error:[/red] {exc}")
+        err.print(f"[red]error:[/red] {escape(str(exc))}")
         sys.exit(2)
     except KeyboardInterrupt:
         err.print("interrupted")

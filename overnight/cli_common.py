@@ -9,6 +9,7 @@ from typing import Annotated, NoReturn
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from db.paths import default_db
 from overnight.runtime import Runtime
@@ -64,5 +65,5 @@ def _runtime(path: Path) -> Runtime:
 
 
 def fail(message: str) -> NoReturn:
-    err.print(f"[red]error:[/red] {message}")
+    err.print(f"[red]error:[/red] {escape(message)}")
     raise typer.Exit(2)

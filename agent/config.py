@@ -138,6 +138,20 @@ class TargetConfig(BaseModel):
             raise ValueError("must be a non-empty string such as 'python train.py'")
         return v.strip()
 
+    @field_validator("progress_regex")
+    @classmethod
+    def _progress_regex(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        try:
+            pattern = re.compile(v)
+        except re.error as exc:
+            raise ValueError(f"not a regular expression ({exc}): {v!r}") from None
+        if "loss" not in pattern.groupindex:
+            raise ValueError("needs a named group (?P<loss>...) (and optionally (?P<step>...), "
+                             f"(?P<elapsed>...)), got {v!r}")
+        return v
+
     @field_validator("metric")
     @classmethod
     def _metric(cls, v: str) -> str:

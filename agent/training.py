@@ -11,10 +11,11 @@ from __future__ import annotations
 import hashlib
 import math
 import os
+import re
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -118,16 +119,20 @@ class LineSink:
     """Collects a downsampled loss curve from log lines; writes it to the store every few
     seconds (appending, or rewriting it after a thinning)."""
 
-    def __init__(self, store: Store, exp: Experiment, emit: EventFn) -> None:
+    def __init__(self, store: Store, exp: Experiment, emit: EventFn,
+                 pattern: re.Pattern[str] | None = None) -> None:
         self.store, self.exp, self.emit = store, exp, emit
         self.curve = LossCurve()
         self.written = 0  # how many of curve.kept the store holds
         self.rewrite = False
+        self.pattern = pattern
         self.count = 0
         self.last_flush = time.monotonic()
 
     def __call__(self, line: str) -> None:
-        point = parse_progress(line)
+        point = parse_progress(line, self.pattern)
+        if point is not None and point.step < 0:  # a progress_regex without a step group
+            point = replace(point, step=self.count + 1)
         self.emit("line", self.exp, {"line": line, "point": point})
         if point is None:
             return
@@ -162,7 +167,8 @@ class TrainingRuns:
         for folder in (self.settings.work_dir, log_path.parent.parent, log_path.parent):
             _private(folder)
         self.store.mark_started(exp.id, log_path=str(log_path), run_started_at=utcnow())
-        sink = LineSink(self.store, exp, self.emit)
+        pattern = re.compile(config.progress_regex) if config.progress_regex else None
+        sink = LineSink(self.store, exp, self.emit, pattern)
         self.emit("started", self.store.get_experiment(exp.id), {"budget_s": config.budget_s})
 
         def on_start(pid: int, pgid: int) -> None:

@@ -17,7 +17,11 @@ from agent.config import CONFIG_FILE, load_config
 from agent.domain import Sweep
 from agent.errors import OvernightError
 from agent.report import experiment_row, improvement, results_tsv
-from overnight import cli_agents, cli_service  # noqa: F401  (they register their commands)
+from overnight import (  # noqa: F401  (they register their commands)
+    cli_agents,
+    cli_doctor,
+    cli_service,
+)
 from overnight.cli_common import (
     DbOpt,
     DevicesOpt,
@@ -230,6 +234,7 @@ def run(
         allow_dirty=allow_dirty,
     )
     _print_summary(done, runtime_for(db).store)
+    cli_doctor.print_baseline_hints(runtime_for(db).store, done)
 
 
 @app.command()

@@ -18,6 +18,7 @@ from agent.domain import Sweep
 from agent.errors import OvernightError
 from agent.report import experiment_row, improvement, results_tsv
 from overnight import (  # noqa: F401  (they register their commands)
+    cli_adopt,
     cli_agents,
     cli_doctor,
     cli_service,

@@ -99,7 +99,14 @@ def diagnose(target: Path, config: TargetConfig, runs: int = 2) -> Diagnosis:
                 second, _ = _run_once(config, worktree, Path(tmp) / "run2.log")
                 results.append(second)
                 metrics = [_metric(r, config) for r in results]
-                checks += check_noise(config, metrics[0], metrics[1])
+                if metrics[1] is None:
+                    why = "timed out" if second.outcome is Outcome.TIMED_OUT else (
+                        second.error or f"exit code {second.exit_code}")
+                    checks.append(Check("noise", "warn", f"the second run printed no "
+                                        f"{config.metric} ({why}) although the first did",
+                                        "a run that fails only sometimes: read its log"))
+                else:
+                    checks += check_noise(config, metrics[0], metrics[1])
         finally:
             repo.remove_worktree(worktree)
     return Diagnosis(checks, results)

@@ -15,7 +15,7 @@ from rich.markup import escape
 
 from agent.config import CONFIG_FILE, load_config
 from agent.domain import Sweep
-from agent.errors import OvernightError
+from agent.errors import NotFoundError, OvernightError
 from agent.report import experiment_row, improvement, results_tsv
 from overnight import (  # noqa: F401  (they register their commands)
     cli_adopt,
@@ -73,6 +73,23 @@ def init_target(src: Path, path: Path) -> None:
     init_repo(path)
 
 
+def closing_line(sweep: Sweep, exps: list) -> str:  # type: ignore[type-arg]
+    """One honest sentence: how many changes were tried and kept, and what they bought."""
+    from agent.domain import ExperimentStatus as S
+
+    tried = [e for e in exps if not e.is_baseline and e.status is not S.REJECTED]
+    kept = [e for e in tried if e.status is S.KEPT]
+    if sweep.baseline_metric is None or sweep.best_metric is None:
+        return f"no baseline metric: {len(tried)} change(s) tried, nothing compared"
+    if not kept:
+        return (f"no change beat the baseline {sweep.metric} {sweep.baseline_metric:.6f} "
+                f"({len(tried)} tried); the branch is unchanged")
+    rel = improvement(sweep)
+    return (f"{len(kept)} of {len(tried)} change(s) kept: {sweep.metric} "
+            f"{sweep.baseline_metric:.6f} -> {sweep.best_metric:.6f}"
+            + (f" ({rel:+.2%})" if rel is not None else ""))
+
+
 def _print_results(sweep: Sweep, store, fmt: str) -> None:  # type: ignore[no-untyped-def]
     from overnight.console import results_table
 
@@ -95,12 +112,7 @@ def _print_results(sweep: Sweep, store, fmt: str) -> None:  # type: ignore[no-un
         )
     elif fmt == "table":
         console.print(results_table(sweep, exps))
-        rel = improvement(sweep)
-        if sweep.best_metric is not None:
-            console.print(
-                f"baseline {sweep.baseline_metric:.6f} -> best {sweep.best_metric:.6f}"
-                + (f" ({rel:+.2%})" if rel is not None else "")
-            )
+        console.print(closing_line(sweep, exps))
     else:
         fail(f"--format must be tsv, table or json, got {fmt!r}")
 
@@ -156,7 +168,7 @@ def _run_locked(
     from agent.domain import SweepStatus
     from agent.scheduler import SlotScheduler
     from agent.sweeps import create_sweep, default_sweep_name, dirty_files
-    from overnight.console import LiveView
+    from overnight.console import LineLog, LiveView
 
     config = None if resume else load_config(target).with_budget(budget, timeout)
     store = rt.store
@@ -187,17 +199,16 @@ def _run_locked(
             f"sweep [bold]{name}[/bold] on branch {sweep.branch}: baseline + "
             f"{experiments} experiments, budget {config.budget_s:g}s, db {rt.db_path}"
         )
-    view = LiveView(console, sweep)
+    view = LiveView(console, sweep) if console.is_terminal else LineLog(console, sweep)
     llm_kwargs = ({"config_path": llm_config}
                   if llm_config and sweep.proposer.startswith("llm:") else {})
     engine = SlotScheduler(rt.store, settings, rt.loop_factory(
         settings, on_event=None if quiet else view.on_event, proposer_kwargs=llm_kwargs))
-    if quiet:
+    if quiet or isinstance(view, LineLog):
         engine.run_burst([sweep.name])
     else:
         with view.live:
             engine.run_burst([sweep.name])
-        console.print()  # the live view's last frame ends without a newline off a terminal
     return store.get_sweep(sweep.name)
 
 
@@ -247,12 +258,17 @@ def results(
 ) -> None:
     """Print a sweep's results (tsv = autoresearch's results.tsv)."""
     store = runtime_for(db).store
-    _print_results(find_sweep(store, sweep, target), store, format)
+    _print_results(find_sweep(store, sweep, target, db_path(db)), store, format)
 
 
-def find_sweep(store, name: str | None, target: Path | None) -> Sweep:  # type: ignore[no-untyped-def]
+def find_sweep(store, name: str | None, target: Path | None,  # type: ignore[no-untyped-def]
+               db: Path | None = None) -> Sweep:
+    where = f" in {db.resolve()}" if db else ""
     if name:
-        return store.get_sweep(name)
+        try:
+            return store.get_sweep(name)
+        except NotFoundError as exc:
+            fail(f"{exc}{where}")
     sweeps = store.list_sweeps()
     if target is not None:
         want = str(target.resolve())
@@ -261,7 +277,8 @@ def find_sweep(store, name: str | None, target: Path | None) -> Sweep:  # type: 
         fail(
             "no sweep found"
             + (f" for target {target}" if target else "")
-            + " (give --sweep NAME or --target PATH)"
+            + where
+            + " (give --sweep NAME or --target PATH, and --db or OVERNIGHT_DB for another database)"
         )
     return sweeps[-1]
 

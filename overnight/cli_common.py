@@ -4,6 +4,8 @@ and one Runtime per database per process."""
 from __future__ import annotations
 
 import functools
+import os
+import sys
 from pathlib import Path
 from typing import Annotated, NoReturn
 
@@ -20,7 +22,8 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-console = Console()
+# Piped output is read by people too: wide enough that tables do not fold into strips.
+console = Console(width=None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 200)
 err = Console(stderr=True, soft_wrap=True)  # error lines stay whole for grep
 
 DbOpt = Annotated[

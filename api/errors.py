@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import html
 import json
 import logging
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import HTMLResponse, JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -72,7 +73,9 @@ def install_error_handlers(app: FastAPI) -> None:
         return _json(422, code, _validation_message(errors), errors=errors)
 
     @app.exception_handler(StarletteHTTPException)
-    def _http(_r: Request, exc: StarletteHTTPException) -> JSONResponse:
+    def _http(request: Request, exc: StarletteHTTPException) -> Response:
+        if exc.status_code == 404 and _wants_page(request):
+            return HTMLResponse(_not_found_page(str(exc.detail)), status_code=404)
         if isinstance(exc.detail, dict) and "code" in exc.detail:
             return JSONResponse({"detail": exc.detail}, status_code=exc.status_code,
                                 headers=exc.headers)
@@ -80,6 +83,19 @@ def install_error_handlers(app: FastAPI) -> None:
             exc.status_code, "http_error")
         return JSONResponse(error_body(code, str(exc.detail)), status_code=exc.status_code,
                             headers=exc.headers)
+
+
+def _wants_page(request: Request) -> bool:
+    """A browser on a dashboard address gets a page; API clients keep JSON errors."""
+    path = request.url.path
+    return (path == "/" or path.startswith("/ui/")) and "text/html" in request.headers.get(
+        "accept", "")
+
+
+def _not_found_page(detail: str) -> str:
+    return ("<!doctype html><html><head><meta charset='utf-8'><title>not found · overnight"
+            "</title></head><body style='font-family:sans-serif;margin:3em'><h1>Not found</h1>"
+            f"<p>{html.escape(detail)}</p><p><a href='/'>all sweeps</a></p></body></html>")
 
 
 class BodyLimitMiddleware:

@@ -34,3 +34,17 @@ def test_config_errors_keep_their_bracketed_text(tmp_path: Path, target: Path):
     proc = run("run", "--target", str(target), "--db", str(tmp_path / "o.db"), check=False)
     assert proc.returncode == 2
     assert "unknown key(s) budget_secs in [target]" in proc.stderr
+
+
+def test_agent_instructions_leave_out_program_md_s_manual_git_loop(tmp_path: Path, target: Path):
+    (target / "program.md").write_text(
+        "# Program\n\nLowest val_bpb wins.\n\n## The loop\n\n1. Commit the change.\n"
+        "2. Worse: `git reset --hard HEAD~1`.\n\n## Hints\n\nTry the learning rate.\n")
+    GitRepo(target)._git("add", "program.md")
+    GitRepo(target)._git("commit", "-m", "program")
+    db = str(tmp_path / "o.db")
+    run("run", "--target", str(target), "--experiments", "0", "--sweep", "p1", "--db", db)
+    text = run("agent-instructions", "--sweep", "p1", "--db", db).stdout
+    assert "Lowest val_bpb wins." in text and "Try the learning rate." in text
+    assert "git reset" not in text and "Commit the change." not in text
+    assert "the service commits, runs, keeps and resets" in text

@@ -32,14 +32,15 @@ def print_checks(checks: list[Check]) -> None:
 def doctor(
     target: Annotated[Path, typer.Option(help="target git repository with overnight.toml")],
     budget: Annotated[float, typer.Option(help="training seconds for the check runs")] = 20.0,
-    timeout: Annotated[float | None, typer.Option(help="hard kill per run (default 3x budget, "
-                                                  "at least budget + 60)")] = None,
+    timeout: Annotated[float | None, typer.Option(help="hard kill per run (default 4x budget, "
+                                                  "at least budget + 120)")] = None,
     runs: Annotated[int, typer.Option(min=1, max=5, help="runs of HEAD (2 measure noise)")] = 2,
 ) -> None:
     """Run the target's HEAD at a short budget and print a checklist of the script contract."""
     from agent.doctor import diagnose
 
-    config = load_config(target).with_budget(budget, timeout)
+    # Generous: a slow start-up on a busy machine is a finding to report, not a run to kill.
+    config = load_config(target).with_budget(budget, timeout or max(budget * 4, budget + 120))
     console.print(f"doctor: {runs} run(s) of {target} HEAD at a {config.budget_s:g} s budget "
                   f"(timeout {config.timeout_s:g} s): {escape(config.command)}", soft_wrap=True)
     result = diagnose(target.resolve(), config, runs=runs)

@@ -83,6 +83,7 @@ class Loop:
         for _ in range(MAX_REJECTED_IN_A_ROW):
             proposal = self.proposer.propose(proposal_context(self.store, self.repo, sweep))
             if proposal is None:
+                self._record_out_of_ideas(sweep)
                 return None
             queued = submit(self.store, self.repo, sweep, proposal, record_rejection=True)
             if queued.status is ExperimentStatus.QUEUED:
@@ -91,6 +92,18 @@ class Loop:
         logger.warning("sweep %s: %d proposals in a row were refused; the proposer is out of "
                        "ideas", sweep.name, MAX_REJECTED_IN_A_ROW)
         return None
+
+    def _record_out_of_ideas(self, sweep: Sweep) -> None:
+        """A proposer that can say why it has nothing (e.g. no knobs in the target) gets that
+        reason recorded as a rejected row, so the sweep does not end in a silent `done`."""
+        why = getattr(self.proposer, "out_of_ideas", None)
+        if not why or self.proposer is None:
+            return
+        logger.warning("sweep %s: %s", sweep.name, why)
+        row = self.store.add_experiment(
+            sweep.id, Proposal("the proposer has nothing to propose", "", self.proposer.name),
+            status=ExperimentStatus.REJECTED, reason=why)
+        self.emit("finished", row)
 
     def cancel(self, experiment_id: int) -> bool:
         """Ask a running experiment to stop; it is recorded as cancelled. False if not here."""

@@ -17,7 +17,6 @@ from agent.domain import Experiment, ExperimentStatus, Proposal, Sweep, utcnow
 from agent.errors import AdmissionError, ConfigError
 from agent.filehash import MISSING, hash_paths
 from agent.ports import ProposalContext, Repo, Store, SweepSpec
-from agent.proposers.knob_sources import find_knobs, no_knobs_message
 from runner.sandbox import bwrap_path
 
 logger = logging.getLogger(__name__)
@@ -86,8 +85,6 @@ def create_sweep(
     if missing:
         raise ConfigError(f"protected: {', '.join(missing)} not found in the target at {head[:7]}")
     hashes.update(asset_hashes(repo, Path(target), head, config))
-    if proposer.startswith("knobs"):
-        check_has_knobs(repo, head, config)
     head = repo.ensure_branch(branch, head)
     sweep = store.create_sweep(
         SweepSpec(
@@ -111,18 +108,6 @@ def create_sweep(
     )
     logger.info("sweep %s created on %s at %s", name, branch, head[:7])
     return sweep
-
-
-def check_has_knobs(repo: Repo, head: str, config: TargetConfig) -> None:
-    """The knobs proposer needs something to turn: refuse up front instead of a silent `done`."""
-    files = {}
-    for path in config.editable:
-        try:
-            files[path] = repo.read_file(head, path)
-        except Exception:  # a missing editable file is admission's business, not this check's
-            continue
-    if not any(find_knobs(path, text) for path, text in files.items()):
-        raise ConfigError(no_knobs_message(files))
 
 
 def dirty_files(repo: Repo, config: TargetConfig) -> list[str]:

@@ -8,10 +8,11 @@ import pytest
 from conftest import FIXTURES
 
 from agent.config import load_config
-from agent.errors import ConfigError
+from agent.domain import ExperimentStatus, SweepStatus
 from agent.gitrepo import GitRepo, init_repo
 from agent.proposers.knob_sources import find_knobs
-from agent.proposers.knobs import candidates
+from agent.proposers.knobs import KnobsProposer, candidates
+from agent.scheduler import run_sweep
 from agent.sweeps import create_sweep
 
 WORDLM = (FIXTURES / "wordlm_target" / "main.py").read_text()
@@ -69,7 +70,8 @@ def test_config_file_keys(path, text, name, line_after):
     assert "false" in flag.rewrite(flag_line, "False")  # the file's own boolean spelling
 
 
-def test_a_target_without_knobs_is_refused_with_a_message(store, tmp_path: Path):
+def test_a_knobs_sweep_on_a_target_without_knobs_ends_with_the_reason(store, make_loop,
+                                                                     tmp_path: Path):
     target = tmp_path / "t"
     target.mkdir()
     (target / "train.py").write_text("import os\nprint('---')\nprint('val_bpb: 1.0')\n")
@@ -77,9 +79,10 @@ def test_a_target_without_knobs_is_refused_with_a_message(store, tmp_path: Path)
         '[target]\ncommand = "python train.py"\neditable = ["train.py"]\nmetric = "val_bpb"\n'
         "budget_s = 1\n")
     init_repo(target)
-    with pytest.raises(ConfigError, match=r"no knobs found in train\.py: .*see README"):
-        create_sweep(store, GitRepo(target), target, name="s1", config=load_config(target))
-    assert store.list_sweeps() == []
-    queue = create_sweep(store, GitRepo(target), target, name="s2", proposer="queue",
-                         config=load_config(target))
-    assert queue.name == "s2"
+    sweep = create_sweep(store, GitRepo(target), target, name="s1", config=load_config(target))
+    done = run_sweep(make_loop(target, KnobsProposer()), sweep.name)
+    assert done.status is SweepStatus.DONE
+    base, note = store.list_experiments(sweep.id)
+    assert base.status is ExperimentStatus.KEPT
+    assert note.status is ExperimentStatus.REJECTED
+    assert note.reason.startswith("no knobs found in train.py: ") and "see README" in note.reason

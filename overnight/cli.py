@@ -328,8 +328,8 @@ def status(db: DbOpt = None) -> None:
 
 @app.command()
 def demo(
-    budget: Annotated[float, typer.Option(help="training seconds per run")] = 15.0,
-    experiments: Annotated[int, typer.Option(min=1, help="experiments after baseline")] = 8,
+    budget: Annotated[float, typer.Option(help="training seconds per run")] = 10.0,
+    experiments: Annotated[int, typer.Option(min=1, help="experiments after baseline")] = 5,
     dir: Annotated[Path | None, typer.Option("--dir", help="where to make the target")] = None,
     db: DbOpt = None,
 ) -> None:
@@ -362,9 +362,18 @@ def demo(
     if gaps:
         console.print(f"\nservice overhead between runs: median {statistics.median(gaps):.3f}s")
     console.print(
-        f"\nsee it in the dashboard: overnight serve --db {db_file}  then open "
-        "http://127.0.0.1:8000/"
+        f"\nsee it in the dashboard: {own_command()} serve --db {db_file}  then open "
+        "http://127.0.0.1:8000/", soft_wrap=True,
     )
+
+
+def own_command() -> str:
+    """`overnight` when it is on PATH, else the path of this one (e.g. .venv/bin/overnight)."""
+    here = Path(sys.executable).parent / "overnight"
+    on_path = shutil.which("overnight")
+    if on_path and Path(on_path).resolve() == here.resolve():
+        return "overnight"
+    return str(here) if here.exists() else "overnight"
 
 
 def _overheads(store, sweep: Sweep) -> list[float]:  # type: ignore[no-untyped-def]

@@ -21,6 +21,7 @@ BUDGET_SLACK = 1.25  # training_seconds may overrun the budget by this factor (+
 BUDGET_FLOOR = 0.5  # ... and should use at least this share of it
 MAX_OVERHEAD_SHARE = 0.5
 NOISE_MARGIN = 2.0  # suggested min_delta = this many run-to-run sigmas
+STEPS_AGREE = 0.8  # two runs of the same code should do similar numbers of steps
 
 
 @dataclass(frozen=True)
@@ -168,3 +169,13 @@ def check_evaluation(config: TargetConfig, files: Mapping[str, str]) -> Check:
                  "change how the metric is computed",
                  "move the evaluation (and the data loading) into a file listed in protected, "
                  "e.g. prepare.py, and import it")
+
+
+def check_steps(first: Mapping[str, float | str], second: Mapping[str, float | str]) -> list[Check]:
+    """Two runs of the same code with very different step counts measured the machine's load."""
+    a, b = _number(first, "num_steps"), _number(second, "num_steps")
+    if a is None or b is None or max(a, b) <= 0 or min(a, b) / max(a, b) >= STEPS_AGREE:
+        return []
+    return [Check("steady machine", "warn", f"num_steps {a:g} then {b:g} for the same code: the "
+                  "difference (and the noise above) is mostly the machine's load",
+                  "measure noise on an otherwise idle machine before setting min_delta")]

@@ -13,7 +13,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agent.config import TargetConfig
-from agent.contract import Check, RunFacts, check_evaluation, check_noise, check_run
+from agent.contract import (
+    Check,
+    RunFacts,
+    check_evaluation,
+    check_noise,
+    check_run,
+    check_steps,
+)
 from agent.gitrepo import GitRepo
 from agent.proposers.knob_sources import find_knobs
 from agent.sweeps import asset_hashes, dirty_files, link_assets
@@ -107,6 +114,7 @@ def diagnose(target: Path, config: TargetConfig, runs: int = 2) -> Diagnosis:
                                         "a run that fails only sometimes: read its log"))
                 else:
                     checks += check_noise(config, metrics[0], metrics[1])
+                    checks += check_steps(first.summary, second.summary)
         finally:
             repo.remove_worktree(worktree)
     return Diagnosis(checks, results)

@@ -102,3 +102,12 @@ def test_run_says_what_failed_on_the_baseline(tmp_path: Path):
     out = proc.stdout
     assert "the baseline and the script contract" in out, out + proc.stderr
     assert "✗ summary block: none in the log" in out and "overnight doctor" in out
+
+
+def test_runs_with_very_different_step_counts_blame_the_machine():
+    from agent.contract import check_steps
+
+    assert check_steps({"num_steps": 100.0}, {"num_steps": 95.0}) == []
+    assert check_steps({}, {"num_steps": 95.0}) == []
+    (check,) = check_steps({"num_steps": 281.0}, {"num_steps": 120.0})
+    assert check.status == "warn" and "281 then 120" in check.detail and "load" in check.detail

@@ -113,8 +113,10 @@ def create_sweep(
 def dirty_files(repo: Repo, config: TargetConfig) -> list[str]:
     """Uncommitted changes a run would silently ignore: tracked files, and untracked files
     among the editable/protected ones (other untracked files, such as outputs, are ignored)."""
-    named = set(config.editable) | set(config.protected) | {CONFIG_FILE}
-    return [path for code, path in repo.uncommitted() if code != "??" or path in named]
+    named = set(config.editable) | set(config.protected)
+    # overnight.toml itself is read from the checkout, so an edit to it is in effect already.
+    return [path for code, path in repo.uncommitted()
+            if path != CONFIG_FILE and (code != "??" or path in named)]
 
 
 def dirty_message(target: Path, files: list[str]) -> str:

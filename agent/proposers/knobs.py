@@ -69,7 +69,8 @@ class KnobsProposer:
                     knobs.setdefault(knob.name, knob)
         # Read by the loop when propose() returns None: a reason instead of a silent `done`.
         self.out_of_ideas = None if knobs else no_knobs_message(ctx.files)
-        head = [KnobValue(k.name, k.raw, k.value) for k in knobs.values()]
+        head = [KnobValue(k.name, k.raw, k.value) for k in knobs.values()
+                if not isinstance(k.value, str)]
         shares = dict(ctx.sweep.config.category_shares)
         blocked = set(exhausted(ctx.history, shares, ctx.sweep.max_experiments))
         state, moves = ranked_moves(head, trials(ctx.history, ctx.sweep.direction),

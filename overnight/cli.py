@@ -86,7 +86,7 @@ def closing_line(sweep: Sweep, exps: list) -> str:  # type: ignore[type-arg]
                 f"({len(tried)} tried); the branch is unchanged")
     rel = improvement(sweep)
     return (f"{len(kept)} of {len(tried)} change(s) kept: {sweep.metric} "
-            f"{sweep.baseline_metric:.6f} -> {sweep.best_metric:.6f}"
+            f"baseline {sweep.baseline_metric:.6f} -> best {sweep.best_metric:.6f}"
             + (f" ({rel:+.2%})" if rel is not None else ""))
 
 

@@ -52,6 +52,17 @@ def _env_name(value: str) -> str:
 EnvName = Annotated[str, AfterValidator(_env_name)]
 
 
+def _asset(value: str) -> str:
+    p = PurePosixPath(value)
+    if not value.strip() or ".." in p.parts or str(p) == ".":
+        raise ValueError(f"{value!r} must be a folder or file inside the repository or an "
+                         "absolute path")
+    return str(p)
+
+
+Asset = Annotated[str, AfterValidator(lambda v: _asset(v))]
+
+
 def _relpath(value: str) -> str:
     p = PurePosixPath(value)
     if not value.strip() or p.is_absolute() or ".." in p.parts:
@@ -90,6 +101,9 @@ class TargetConfig(BaseModel):
     # the most of the experiments one kind of change may take: (("architecture", 0.3),);
     # read and written as a table ({ architecture = 0.3 }), kept as pairs so the model hashes
     category_shares: tuple[tuple[str, float], ...] = ()
+    workdir: Path_ = "."  # where `command` runs, relative to the repository root
+    assets: tuple[Asset, ...] = ()  # data outside git: linked into each worktree, hashed
+    progress_regex: str | None = None  # extra progress-line format (named groups step/loss)
 
     @model_validator(mode="before")
     @classmethod
@@ -151,6 +165,20 @@ class TargetConfig(BaseModel):
             raise ValueError("must be a non-empty string such as 'python train.py'")
         return v.strip()
 
+    @field_validator("progress_regex")
+    @classmethod
+    def _progress_regex(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        try:
+            pattern = re.compile(v)
+        except re.error as exc:
+            raise ValueError(f"not a regular expression ({exc}): {v!r}") from None
+        if "loss" not in pattern.groupindex:
+            raise ValueError("needs a named group (?P<loss>...) (and optionally (?P<step>...), "
+                             f"(?P<elapsed>...)), got {v!r}")
+        return v
+
     @field_validator("metric")
     @classmethod
     def _metric(cls, v: str) -> str:
@@ -163,6 +191,10 @@ class TargetConfig(BaseModel):
         both = sorted(set(self.editable) & set(self.protected))
         if both:
             raise ValueError(f"editable/protected: {', '.join(both)} cannot be both")
+        clash = sorted(set(self.assets) & (set(self.editable) | set(self.protected)))
+        if clash:
+            raise ValueError(f"assets: {', '.join(clash)} is also editable or protected; "
+                             "assets are files outside git")
         if self.timeout_s <= self.budget_s:
             raise ValueError(f"timeout_s: must be greater than budget_s ({self.budget_s:g}), "
                              f"got {self.timeout_s:g}")

@@ -8,7 +8,6 @@ git call runs with hooks disabled (core.hooksPath=/dev/null), so a hook planted 
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import shutil
@@ -20,6 +19,7 @@ from pathlib import Path
 import git
 
 from agent.diff import PathChange, parse_diff_tree
+from agent.filehash import MISSING, folder_digest, hash_paths
 
 logger = logging.getLogger(__name__)
 
@@ -190,13 +190,48 @@ class GitRepo:
         return self._git("show", f"{sha}:{path}") + "\n"
 
     def file_hashes(self, sha: str, paths: Sequence[str]) -> dict[str, str]:
+        """Each path's hash at `sha` as agent.filehash computes it on disk (a folder too)."""
         out = {}
         for p in paths:
             try:
-                out[p] = self._git("rev-parse", f"{sha}:{p}")
+                kind = self._git("cat-file", "-t", f"{sha}:{p}")
             except GitError:
-                out[p] = "missing"
+                out[p] = MISSING
+                continue
+            if kind == "tree":
+                out[p] = folder_digest(self._tree_blobs(sha, p))
+            else:
+                out[p] = self._git("rev-parse", f"{sha}:{p}")
         return out
+
+    def _tree_blobs(self, sha: str, folder: str) -> list[tuple[str, str]]:
+        listing = self._git("ls-tree", "-r", "-z", "--full-tree", sha, "--", folder)
+        entries = []
+        for item in listing.split("\0"):
+            if item:
+                meta, path = item.split("\t", 1)
+                entries.append((path[len(folder.rstrip("/")) + 1 :], meta.split()[2]))
+        return entries
+
+    def uncommitted(self) -> list[tuple[str, str]]:
+        """(status code, path) of each change in the checkout: `git status --porcelain`."""
+        proc = subprocess.run(  # not _git: its strip() would eat the first status column
+            ["git", "status", "--porcelain=v1", "-z", "--untracked-files=all"],
+            capture_output=True, text=True, cwd=self.path, env={**os.environ, **IDENTITY},
+        )
+        if proc.returncode != 0:
+            raise GitError(f"git status: {proc.stderr.strip()}")
+        out = proc.stdout
+        items = out.split("\0")
+        changes, i = [], 0
+        while i < len(items):
+            item = items[i]
+            i += 1
+            if len(item) > 3:
+                changes.append((item[:2], item[3:]))
+                if item[0] in "RC":  # a rename names its source next
+                    i += 1
+        return changes
 
     def log(self, branch: str, limit: int = 100) -> list[tuple[str, str]]:
         text = self._git("log", f"-n{limit}", "--format=%h%x09%s", branch)
@@ -207,16 +242,8 @@ class GitRepo:
 
 
 def hash_worktree_files(root: Path, paths: Sequence[str]) -> dict[str, str]:
-    """Git blob ids of files on disk (to catch a run that rewrote a protected file)."""
-    out = {}
-    for p in paths:
-        f = root / p
-        if not f.is_file():
-            out[p] = "missing"
-            continue
-        data = f.read_bytes()
-        out[p] = hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
-    return out
+    """Hashes of files and folders on disk, comparable with GitRepo.file_hashes."""
+    return hash_paths(root, paths)
 
 
 def init_repo(path: Path, message: str = "overnight: initial target") -> str:

@@ -41,7 +41,7 @@ from agent.errors import AdmissionError, interrupt_reason
 from agent.gitrepo import hash_worktree_files
 from agent.noise import mean, squares, suspect_flags
 from agent.ports import Proposer, Repo, Runner, Store
-from agent.sweeps import proposal_context, submit
+from agent.sweeps import link_assets, proposal_context, submit
 from agent.training import EventFn, LoopSettings, TrainingRuns
 from runner.result import Outcome, RunResult
 
@@ -95,6 +95,7 @@ class Loop:
         for _ in range(MAX_REJECTED_IN_A_ROW):
             proposal = self.proposer.propose(proposal_context(self.store, self.repo, sweep))
             if proposal is None:
+                self._record_out_of_ideas(sweep)
                 return None
             queued = submit(self.store, self.repo, sweep, proposal, record_rejection=True)
             if queued.status is ExperimentStatus.QUEUED:
@@ -103,6 +104,18 @@ class Loop:
         logger.warning("sweep %s: %d proposals in a row were refused; the proposer is out of "
                        "ideas", sweep.name, MAX_REJECTED_IN_A_ROW)
         return None
+
+    def _record_out_of_ideas(self, sweep: Sweep) -> None:
+        """A proposer that can say why it has nothing (e.g. no knobs in the target) gets that
+        reason recorded as a rejected row, so the sweep does not end in a silent `done`."""
+        why = getattr(self.proposer, "out_of_ideas", None)
+        if not why or self.proposer is None:
+            return
+        logger.warning("sweep %s: %s", sweep.name, why)
+        row = self.store.add_experiment(
+            sweep.id, Proposal("the proposer has nothing to propose", "", self.proposer.name),
+            status=ExperimentStatus.REJECTED, reason=why)
+        self.emit("finished", row)
 
     def cancel(self, experiment_id: int) -> bool:
         """Ask a running experiment to stop; it is recorded as cancelled. False if not here."""
@@ -138,6 +151,7 @@ class Loop:
             head, commit = prepared
             self.repo.add_worktree(wt, commit)
             added_worktree = True
+            link_assets(wt, Path(sweep.target_path), sweep.config)
             self._remeasure_incumbent(sweep, exp, head, stop)
             return self._settle(sweep, exp, head, commit, wt, stop)
         except BaseException as exc:
@@ -178,7 +192,7 @@ class Loop:
                 return self._finish(exp, Finish(ExperimentStatus.REJECTED, reason=refused))
         expected = self.store.protected_hashes(sweep.id)
         actual = self.repo.file_hashes(commit, config.protected)
-        changed = sorted(p for p in expected if actual.get(p) != expected[p])
+        changed = sorted(p for p in config.protected if actual.get(p) != expected.get(p))
         if changed:
             return self._finish(
                 exp,
@@ -257,6 +271,7 @@ class Loop:
         )
         self.repo.add_worktree(wt, head)
         try:
+            link_assets(wt, Path(sweep.target_path), sweep.config)
             _, _, run = self.training.run(sweep, exp, wt, stop, spec)
         finally:
             self.repo.remove_worktree(wt)
@@ -390,8 +405,9 @@ class Loop:
 
     def _tampered(self, sweep: Sweep, config: TargetConfig, wt: Path) -> list[str]:
         expected = self.store.protected_hashes(sweep.id)
-        actual = hash_worktree_files(wt, config.protected)
-        return sorted(p for p in expected if actual.get(p) != expected[p])
+        watched = [*config.protected, *config.assets]
+        actual = hash_worktree_files(wt, watched)
+        return sorted(p for p in watched if p in expected and actual.get(p) != expected[p])
 
     def _requeue(self, sweep: Sweep, exp: Experiment, now_head: str) -> None:
         """It looked promising, but was measured without the change kept meanwhile: the

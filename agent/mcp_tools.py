@@ -9,6 +9,7 @@ service runs the database's queue. Imports no MCP, no HTTP.
 from __future__ import annotations
 
 import logging
+import re
 import time
 from typing import Annotated, Any
 
@@ -344,5 +345,26 @@ Prefer small, simple changes; a tiny gain bought with a lot of ugly code is not 
 Seed noise is of the order of many small "wins": treat a keep as evidence, not proof.
 """
     if t.program.strip():
-        text += f"\n## The target's program.md\n\n{t.program.strip()}\n"
+        text += f"\n## The target's program.md\n\n{without_manual_loop(t.program).strip()}\n"
     return text
+
+
+_LOOP_HEADING = re.compile(r"^#{1,3}\s+(?:the\s+)?(?:experiment\s+|research\s+)?loop\b",
+                           re.IGNORECASE)
+
+
+def without_manual_loop(program: str) -> str:
+    """program.md minus its hand-run loop (commit, run, `git reset`): here the service owns git
+    and the runs, so that section would contradict the tools' loop above."""
+    out: list[str] = []
+    skipping = False
+    for line in program.splitlines():
+        if line.startswith("#"):
+            skipping = bool(_LOOP_HEADING.match(line))
+            if skipping:
+                out.append(f"{line}\n\n(Left out: the service commits, runs, keeps and resets; "
+                           "use the loop above.)")
+                continue
+        if not skipping and "git reset" not in line:
+            out.append(line)
+    return "\n".join(out)

@@ -206,6 +206,11 @@ class Repo(Protocol):
 
     def head(self, ref: str) -> str: ...
 
+    def has_ref(self, ref: str) -> bool: ...
+
+    def uncommitted(self) -> list[tuple[str, str]]:
+        """(status code, path) of each uncommitted change in the user's checkout."""
+
     def ensure_branch(self, branch: str, start: str = "HEAD") -> str:
         """Create `branch` at `start` if missing; return its sha."""
 

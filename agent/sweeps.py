@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import logging
 import re
+import shlex
 from datetime import datetime
 from pathlib import Path
 
 from agent.admit import check_changes, check_proposal, clean_description
-from agent.config import TargetConfig, load_config
+from agent.config import CONFIG_FILE, TargetConfig, load_config
 from agent.domain import Experiment, ExperimentStatus, Proposal, Sweep, utcnow
 from agent.errors import AdmissionError, ConfigError, DuplicateError
+from agent.filehash import MISSING, hash_paths
 from agent.ports import ProposalContext, Repo, Store, SweepSpec
 from runner.sandbox import bwrap_path
 
@@ -57,19 +59,33 @@ def create_sweep(
     deadline: datetime | None = None,
     window: dict[str, str] | None = None,
     start: str = "HEAD",
+    allow_dirty: bool = False,
 ) -> Sweep:
-    """Create the sweep row and its branch `overnight/<name>`, and queue the baseline."""
+    """Create the sweep row and its branch `overnight/<name>`, and queue the baseline.
+
+    Refuses a checkout with uncommitted changes (runs use committed files only) unless
+    `allow_dirty`. Raises ConfigError naming the problem; nothing is created then.
+    """
     check_sweep_name(name)
     config = config or load_config(target)
     if config.sandbox == "bwrap" and bwrap_path() is None:
         raise ConfigError("sandbox: 'bwrap' needs bubblewrap installed (Debian: apt-get install "
                           "bubblewrap), or set sandbox = \"none\"")
+    dirty = dirty_files(repo, config)
+    if dirty and not allow_dirty:
+        raise ConfigError(dirty_message(Path(target).resolve(), dirty))
+    if dirty:
+        logger.warning("sweep %s runs the committed HEAD; uncommitted changes are NOT run: %s",
+                       name, ", ".join(dirty))
     branch = BRANCH_PREFIX + name
-    head = repo.ensure_branch(branch, start)
+    ref = f"refs/heads/{branch}"
+    head = repo.head(ref if repo.has_ref(ref) else start)
     hashes = repo.file_hashes(head, config.protected)
     missing = [p for p, h in hashes.items() if h == "missing"]
     if missing:
         raise ConfigError(f"protected: {', '.join(missing)} not found in the target at {head[:7]}")
+    hashes.update(asset_hashes(repo, Path(target), head, config))
+    head = repo.ensure_branch(branch, head)
     sweep = store.create_sweep(
         SweepSpec(
             name=name,
@@ -110,6 +126,55 @@ def requeue_baseline(store: Store, repo: Repo, sweep: Sweep) -> Experiment | Non
         priority=100,
         base_commit=repo.head(sweep.branch),
     )
+
+
+def dirty_files(repo: Repo, config: TargetConfig) -> list[str]:
+    """Uncommitted changes a run would silently ignore: tracked files, and untracked files
+    among the editable/protected ones (other untracked files, such as outputs, are ignored)."""
+    named = set(config.editable) | set(config.protected)
+    # overnight.toml itself is read from the checkout, so an edit to it is in effect already.
+    return [path for code, path in repo.uncommitted()
+            if path != CONFIG_FILE and (code != "??" or path in named)]
+
+
+def dirty_message(target: Path, files: list[str]) -> str:
+    listed = " ".join(shlex.quote(f) for f in files)
+    return (f"{target} has uncommitted changes that a run would not see (runs use committed "
+            f"files only): {', '.join(files)}. Commit them with:  git -C "
+            f"{shlex.quote(str(target))} add -- {listed} && git -C {shlex.quote(str(target))} "
+            "commit -m 'before overnight'   (or pass --allow-dirty to run HEAD anyway)")
+
+
+def asset_hashes(repo: Repo, target: Path, head: str, config: TargetConfig) -> dict[str, str]:
+    """Check `workdir` and `assets` against the target; the assets' hashes. Raises ConfigError."""
+    workdir = config.workdir
+    if workdir != "." and repo.file_hashes(head, [workdir])[workdir] == MISSING:
+        raise ConfigError(f"workdir: {config.workdir} not found in the target at {head[:7]}")
+    relative = [a for a in config.assets if not Path(a).is_absolute()]
+    tracked = [a for a, h in repo.file_hashes(head, relative).items() if h != MISSING]
+    if tracked:
+        raise ConfigError(f"assets: {', '.join(tracked)} is committed in git; assets are files "
+                          "outside git (list a committed folder in `protected` instead)")
+    hashes = hash_paths(target.resolve(), config.assets)
+    absent = [a for a, h in hashes.items() if h == MISSING]
+    if absent:
+        where = ", ".join(str(target.resolve() / a) for a in absent)
+        raise ConfigError(f"assets: {', '.join(absent)} not found (looked for {where}); an asset "
+                          "is a file or folder outside git that every run can read")
+    return hashes
+
+
+def link_assets(worktree: Path, target: Path, config: TargetConfig) -> list[Path]:
+    """Make the relative assets appear in a worktree at the same paths (symlinks); the links."""
+    links = []
+    for asset in config.assets:
+        if Path(asset).is_absolute():
+            continue  # an absolute path reads the same from every worktree
+        link = worktree / asset
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(Path(target).resolve() / asset)
+        links.append(link)
+    return links
 
 
 def admit(store: Store, repo: Repo, sweep: Sweep, proposal: Proposal) -> str:

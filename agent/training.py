@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import math
 import os
+import re
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -120,16 +121,20 @@ class LineSink:
     """Collects a downsampled loss curve from log lines; writes it to the store every few
     seconds (appending, or rewriting it after a thinning)."""
 
-    def __init__(self, store: Store, exp: Experiment, emit: EventFn) -> None:
+    def __init__(self, store: Store, exp: Experiment, emit: EventFn,
+                 pattern: re.Pattern[str] | None = None) -> None:
         self.store, self.exp, self.emit = store, exp, emit
         self.curve = LossCurve()
         self.written = 0  # how many of curve.kept the store holds
         self.rewrite = False
+        self.pattern = pattern
         self.count = 0
         self.last_flush = time.monotonic()
 
     def __call__(self, line: str) -> None:
-        point = parse_progress(line)
+        point = parse_progress(line, self.pattern)
+        if point is not None and point.step < 0:  # a progress_regex without a step group
+            point = replace(point, step=self.count + 1)
         self.emit("line", self.exp, {"line": line, "point": point})
         if point is None:
             return
@@ -180,7 +185,8 @@ class TrainingRuns:
         sink: LineSink | None = None
         if first:
             self.store.mark_started(exp.id, log_path=str(log_path), run_started_at=utcnow())
-            sink = LineSink(self.store, exp, self.emit)
+            pattern = re.compile(config.progress_regex) if config.progress_regex else None
+            sink = LineSink(self.store, exp, self.emit, pattern)
             self.emit("started", self.store.get_experiment(exp.id), {"budget_s": config.budget_s})
         else:
             self.emit("confirming", exp, {"run": k + 1, "role": spec.role.value})
@@ -193,7 +199,7 @@ class TrainingRuns:
         try:
             result = self.runner.run(
                 self.argv(config, wt),
-                cwd=wt,
+                cwd=wt / config.workdir,
                 log_path=log_path,
                 timeout_s=config.timeout_s,
                 env=env,
@@ -221,9 +227,12 @@ class TrainingRuns:
         caches = [Path(self.settings.env[k]) for k in CACHE_ENV if k in self.settings.env]
         for cache in caches:
             cache.mkdir(parents=True, exist_ok=True)
-        return bwrap_command(argv, writable=wt.resolve(), hidden_dirs=[work],
-                             hidden_files=private, also_writable=caches,
-                             network=config.sandbox_network)
+        wrapped = bwrap_command(argv, writable=wt.resolve(), hidden_dirs=[work],
+                                hidden_files=private, also_writable=caches,
+                                network=config.sandbox_network)
+        at = wrapped.index("--chdir") + 1  # the target's workdir, not the worktree's root
+        wrapped[at] = str((wt / config.workdir).resolve())
+        return wrapped
 
     def env(self, sweep: Sweep, exp: Experiment, seed: int, run: int = 0) -> dict[str, str]:
         config = sweep.config

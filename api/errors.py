@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import html
 import json
 import logging
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import HTMLResponse, JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -73,10 +74,12 @@ def install_error_handlers(app: FastAPI) -> None:
         return _json(422, code, _validation_message(errors), errors=errors)
 
     @app.exception_handler(StarletteHTTPException)
-    def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+    def _http(request: Request, exc: StarletteHTTPException) -> Response:
         if exc.status_code == 400 and isinstance(exc.__cause__, UnicodeDecodeError):
             # FastAPI answers 400 for a JSON body that is not UTF-8; it is invalid input (422)
             return _json(422, "malformed_json", f"the body is not valid UTF-8: {exc.__cause__}")
+        if exc.status_code == 404 and _wants_page(request):
+            return HTMLResponse(_not_found_page(str(exc.detail)), status_code=404)
         if isinstance(exc.detail, dict) and "code" in exc.detail:
             return JSONResponse({"detail": exc.detail}, status_code=exc.status_code,
                                 headers=exc.headers)
@@ -97,6 +100,19 @@ def _allowed_methods(request: Request) -> list[str]:
         if match is not Match.NONE:
             methods |= set(getattr(route, "methods", None) or ())
     return sorted(methods)
+
+
+def _wants_page(request: Request) -> bool:
+    """A browser on a dashboard address gets a page; API clients keep JSON errors."""
+    path = request.url.path
+    return (path == "/" or path.startswith("/ui/")) and "text/html" in request.headers.get(
+        "accept", "")
+
+
+def _not_found_page(detail: str) -> str:
+    return ("<!doctype html><html><head><meta charset='utf-8'><title>not found · overnight"
+            "</title></head><body style='font-family:sans-serif;margin:3em'><h1>Not found</h1>"
+            f"<p>{html.escape(detail)}</p><p><a href='/'>all sweeps</a></p></body></html>")
 
 
 class BodyLimitMiddleware:

@@ -64,7 +64,7 @@ def create_app(settings: Settings, runtime: Runtime, *,
         finally:
             runtime.close(timeout_s=settings.grace_s + 10)
 
-    app = FastAPI(title="overnight", version="0.1.0", lifespan=lifespan,
+    app = FastAPI(title="overnight", version="0.1.0", lifespan=lifespan, docs_url=None,
                   description="Autonomous ML research loops: queue proposals, run them under a "
                   "fixed budget, keep or reset, all recorded.")
     app.state.services = services
@@ -78,4 +78,23 @@ def create_app(settings: Settings, runtime: Runtime, *,
     app.include_router(dashboard_routes.router)
     install_openapi(app)
     extra_lifespans.append(mount_mcp(app, services))
+    mount_docs(app)
     return app
+
+
+def mount_docs(app: FastAPI) -> None:
+    """Swagger UI at /docs from the swagger-ui-bundle package: no CDN, so it works offline."""
+    from fastapi.openapi.docs import get_swagger_ui_html
+    from fastapi.responses import HTMLResponse
+    from fastapi.staticfiles import StaticFiles
+    from swagger_ui_bundle import swagger_ui_path
+
+    app.mount("/docs-static", StaticFiles(directory=str(swagger_ui_path)), name="docs-static")
+
+    @app.get("/docs", include_in_schema=False)
+    def docs() -> HTMLResponse:
+        return get_swagger_ui_html(
+            openapi_url=app.openapi_url or "/openapi.json", title="overnight API",
+            swagger_js_url="/docs-static/swagger-ui-bundle.js",
+            swagger_css_url="/docs-static/swagger-ui.css",
+            swagger_favicon_url="/docs-static/favicon-32x32.png")

@@ -43,6 +43,8 @@ class SweepCreate(BaseModel):
     start_at: AwareDatetime | None = Field(None, description="start paused; resume at this time "
                                            "(persists across restarts)")
     paused: bool = False
+    allow_dirty: bool = Field(False, description="run the committed HEAD although the target's "
+                              "checkout has uncommitted changes (refused otherwise)")
 
 
 class SweepPublic(BaseModel):

@@ -15,12 +15,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+from rich.markup import escape
 
 from agent.config import CONFIG_FILE, load_config
 from agent.domain import Sweep
-from agent.errors import INTERRUPT_PREFIX, Interrupted, OvernightError
-from agent.report import experiment_row, fmt_metric, improvement, results_tsv
-from overnight import cli_agents, cli_service  # noqa: F401  (they register their commands)
+from agent.errors import INTERRUPT_PREFIX, Interrupted, NotFoundError, OvernightError
+from agent.report import experiment_row, improvement, results_tsv
+from overnight import (  # noqa: F401  (they register their commands)
+    cli_adopt,
+    cli_agents,
+    cli_doctor,
+    cli_service,
+)
 from overnight.cli_common import (
     DbOpt,
     DevicesOpt,
@@ -71,6 +77,23 @@ def init_target(src: Path, path: Path) -> None:
     init_repo(path)
 
 
+def closing_line(sweep: Sweep, exps: list) -> str:  # type: ignore[type-arg]
+    """One honest sentence: how many changes were tried and kept, and what they bought."""
+    from agent.domain import ExperimentStatus as S
+
+    tried = [e for e in exps if not e.is_baseline and e.status is not S.REJECTED]
+    kept = [e for e in tried if e.status is S.KEPT]
+    if sweep.baseline_metric is None or sweep.best_metric is None:
+        return f"no baseline metric: {len(tried)} change(s) tried, nothing compared"
+    if not kept:
+        return (f"no change beat the baseline {sweep.metric} {sweep.baseline_metric:.6f} "
+                f"({len(tried)} tried); the branch is unchanged")
+    rel = improvement(sweep)
+    return (f"{len(kept)} of {len(tried)} change(s) kept: {sweep.metric} "
+            f"baseline {sweep.baseline_metric:.6f} -> best {sweep.best_metric:.6f}"
+            + (f" ({rel:+.2%})" if rel is not None else ""))
+
+
 def _print_results(sweep: Sweep, store, fmt: str) -> None:  # type: ignore[no-untyped-def]
     from agent.evidence import sweep_evidence
     from agent.report import evidence_header, evidence_row, sweep_evidence_row
@@ -98,12 +121,7 @@ def _print_results(sweep: Sweep, store, fmt: str) -> None:  # type: ignore[no-un
         )
     elif fmt == "table":
         console.print(results_table(sweep, exps, evidence=ev))
-        rel = improvement(sweep)
-        if sweep.best_metric is not None:  # the baseline may have no metric (never finished)
-            console.print(
-                f"baseline {fmt_metric(sweep.baseline_metric)} -> best "
-                f"{fmt_metric(sweep.best_metric)}" + (f" ({rel:+.2%})" if rel is not None else "")
-            )
+        console.print(closing_line(sweep, exps))
         console.print(evidence_header(ev, sweep.metric))
         warned: dict[str, list[int]] = {}
         for e in exps:
@@ -113,8 +131,8 @@ def _print_results(sweep: Sweep, store, fmt: str) -> None:  # type: ignore[no-un
             which = ", ".join(f"#{i}" for i in ids[:5]) + (
                 f" … ({len(ids)})" if len(ids) > 5 else ""
             )
-            console.print(f"[yellow]warning[/yellow] {which}: {warning}")
-        console.print(f"[bold]{ev.statement()}[/bold]")
+            console.print(f"[yellow]warning[/yellow] {which}: {escape(warning)}")
+        console.print(f"[bold]{escape(ev.statement())}[/bold]")
     else:
         fail(f"--format must be tsv, tsv-full, table or json, got {fmt!r}")
 
@@ -145,6 +163,7 @@ def run_foreground(
     llm_config: Path | None = None,
     slots: int = 1,
     devices: tuple[str, ...] = (),
+    allow_dirty: bool = False,
 ) -> Sweep:
     """Hold the database's instance lock, recover leftovers, then run one sweep to its end."""
     from agent.scheduler import SchedulerSettings
@@ -156,7 +175,8 @@ def run_foreground(
     try:
         return _run_locked(rt, target, sweep_name=sweep_name, experiments=experiments,
                            budget=budget, proposer=proposer, settings=settings,
-                           timeout=timeout, quiet=quiet, resume=resume, llm_config=llm_config)
+                           timeout=timeout, quiet=quiet, resume=resume, llm_config=llm_config,
+                           allow_dirty=allow_dirty)
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
@@ -203,12 +223,12 @@ def _interrupted(rt: Runtime, sweep: Sweep, target: Path, exc: KeyboardInterrupt
 def _run_locked(
     rt: Runtime, target: Path, *, sweep_name: str | None, experiments: int,
     budget: float | None, proposer: str, settings: SchedulerSettings, timeout: float | None,
-    quiet: bool, resume: bool, llm_config: Path | None,
+    quiet: bool, resume: bool, llm_config: Path | None, allow_dirty: bool = False,
 ) -> Sweep:
     from agent.domain import SweepStatus, utcnow
     from agent.scheduler import SlotScheduler
-    from agent.sweeps import create_sweep, default_sweep_name, requeue_baseline
-    from overnight.console import LiveView
+    from agent.sweeps import create_sweep, default_sweep_name, dirty_files, requeue_baseline
+    from overnight.console import LineLog, LiveView
 
     config = None if resume else load_config(target).with_budget(budget, timeout)
     store = rt.store
@@ -231,20 +251,24 @@ def _run_locked(
     else:
         assert config is not None
         name = sweep_name or default_sweep_name(store)
+        dirty = dirty_files(repo, config)
+        if dirty and allow_dirty:
+            console.print(f"[bold red]--allow-dirty: running the committed HEAD; these "
+                          f"uncommitted changes are NOT run:[/bold red] {escape(', '.join(dirty))}")
         sweep = create_sweep(store, repo, target, name=name, proposer=proposer, config=config,
-                             max_experiments=experiments)
+                             max_experiments=experiments, allow_dirty=allow_dirty)
         console.print(
             f"sweep [bold]{name}[/bold] on branch {sweep.branch}: baseline + "
             f"{experiments} experiments, budget {config.budget_s:g}s, db {rt.db_path}"
         )
-    view = LiveView(console, sweep)
+    view = LiveView(console, sweep) if console.is_terminal else LineLog(console, sweep)
     llm_kwargs = ({"config_path": llm_config}
                   if llm_config and sweep.proposer.startswith("llm:") else {})
     engine = SlotScheduler(rt.store, settings, rt.loop_factory(
         settings, on_event=None if quiet else view.on_event, proposer_kwargs=llm_kwargs))
     since = utcnow()
     try:
-        if quiet:
+        if quiet or isinstance(view, LineLog):
             engine.run_burst([sweep.name])
         else:
             with view.live:
@@ -269,6 +293,8 @@ def run(
     resume: Annotated[bool, typer.Option(help="continue an existing --sweep after a stop")] = False,
     llm_config: Annotated[Path | None, typer.Option(
         help="LLM profiles file (default $OVERNIGHT_LLM_CONFIG or ~/.overnight/llm.toml)")] = None,
+    allow_dirty: Annotated[bool, typer.Option(
+        help="run the committed HEAD although the checkout has uncommitted changes")] = False,
     db: DbOpt = None,
 ) -> None:
     """Run a sweep in the foreground: baseline, then one change at a time (one per slot)."""
@@ -285,8 +311,10 @@ def run(
         llm_config=llm_config,
         slots=n_slots,
         devices=found,
+        allow_dirty=allow_dirty,
     )
     _print_summary(done, runtime_for(db).store)
+    cli_doctor.print_baseline_hints(runtime_for(db).store, done)
 
 
 @app.command()
@@ -301,12 +329,17 @@ def results(
     """Print a sweep's results (tsv = autoresearch's results.tsv; tsv-full adds n, sd,
     P(better) and the runs)."""
     store = runtime_for(db).store
-    _print_results(find_sweep(store, sweep, target), store, format)
+    _print_results(find_sweep(store, sweep, target, db_path(db)), store, format)
 
 
-def find_sweep(store, name: str | None, target: Path | None) -> Sweep:  # type: ignore[no-untyped-def]
+def find_sweep(store, name: str | None, target: Path | None,  # type: ignore[no-untyped-def]
+               db: Path | None = None) -> Sweep:
+    where = f" in {db.resolve()}" if db else ""
     if name:
-        return store.get_sweep(name)
+        try:
+            return store.get_sweep(name)
+        except NotFoundError as exc:
+            fail(f"{exc}{where}")
     sweeps = store.list_sweeps()
     if target is not None:
         want = str(target.resolve())
@@ -315,7 +348,8 @@ def find_sweep(store, name: str | None, target: Path | None) -> Sweep:  # type: 
         fail(
             "no sweep found"
             + (f" for target {target}" if target else "")
-            + " (give --sweep NAME or --target PATH)"
+            + where
+            + " (give --sweep NAME or --target PATH, and --db or OVERNIGHT_DB for another database)"
         )
     return sweeps[-1]
 
@@ -369,8 +403,8 @@ def status(db: DbOpt = None) -> None:
 
 @app.command()
 def demo(
-    budget: Annotated[float, typer.Option(help="training seconds per run")] = 15.0,
-    experiments: Annotated[int, typer.Option(min=1, help="experiments after baseline")] = 8,
+    budget: Annotated[float, typer.Option(help="training seconds per run")] = 10.0,
+    experiments: Annotated[int, typer.Option(min=1, help="experiments after baseline")] = 5,
     dir: Annotated[Path | None, typer.Option("--dir", help="where to make the target")] = None,
     db: DbOpt = None,
 ) -> None:
@@ -403,13 +437,22 @@ def demo(
     if gaps:
         console.print(f"\nservice overhead between runs: median {statistics.median(gaps):.3f}s")
     console.print(
-        f"\nsee it in the dashboard: overnight serve --db {db_file}  then open "
-        "http://127.0.0.1:8000/"
+        f"\nsee it in the dashboard: {own_command()} serve --db {db_file}  then open "
+        "http://127.0.0.1:8000/", soft_wrap=True,
     )
     from agent.evidence import sweep_evidence
 
     ev = sweep_evidence(done, store.list_experiments(done.id), store.list_runs(sweep_id=done.id))
     console.print(f"\n[bold]{ev.statement()}[/bold]")
+
+
+def own_command() -> str:
+    """`overnight` when it is on PATH, else the path of this one (e.g. .venv/bin/overnight)."""
+    here = Path(sys.executable).parent / "overnight"
+    on_path = shutil.which("overnight")
+    if on_path and Path(on_path).resolve() == here.resolve():
+        return "overnight"
+    return str(here) if here.exists() else "overnight"
 
 
 def _overheads(store, sweep: Sweep) -> list[float]:  # type: ignore[no-untyped-def]
@@ -423,7 +466,7 @@ def main() -> None:
     try:
         app()
     except OvernightError as exc:
-        err.print(f"[red]error:[/red] {exc}")
+        err.print(f"[red]error:[/red] {escape(str(exc))}")
         sys.exit(2)
     except KeyboardInterrupt:
         err.print("interrupted")

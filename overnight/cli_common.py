@@ -4,11 +4,14 @@ and one Runtime per database per process."""
 from __future__ import annotations
 
 import functools
+import os
+import sys
 from pathlib import Path
 from typing import Annotated, NoReturn
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from db.paths import default_db
 from overnight.runtime import Runtime
@@ -19,7 +22,8 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-console = Console()
+# Piped output is read by people too: wide enough that tables do not fold into strips.
+console = Console(width=None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 200)
 err = Console(stderr=True, soft_wrap=True)  # error lines stay whole for grep
 
 DbOpt = Annotated[
@@ -64,5 +68,5 @@ def _runtime(path: Path) -> Runtime:
 
 
 def fail(message: str) -> NoReturn:
-    err.print(f"[red]error:[/red] {message}")
+    err.print(f"[red]error:[/red] {escape(message)}")
     raise typer.Exit(2)

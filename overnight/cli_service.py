@@ -72,6 +72,8 @@ def serve(
         fail(str(exc))
         return
     logging.getLogger().setLevel(log_level.upper())
+    if logging.getLogger().level > logging.DEBUG:  # its two lines per second are debug noise
+        logging.getLogger("apscheduler").setLevel(logging.WARNING)
     try:
         sock = _bind(host, port)
     except OSError as exc:

@@ -52,13 +52,7 @@ def results_table(
             fmt_delta(exp.delta),
             f"{memory_gb(exp):.1f}",
             f"{secs:.1f}" if isinstance(secs, float) else "",
-            exp.description
-            + (
-                f"  [{exp.reason}]"
-                if exp.reason
-                and exp.status not in (ExperimentStatus.KEPT, ExperimentStatus.DISCARDED)
-                else ""
-            ),
+            Text(describe(exp)),  # plain text: a reason in brackets is not rich markup
         )
     return table
 
@@ -71,6 +65,29 @@ def _stats(ev: ExperimentEvidence | None) -> list[str]:
     return [ci, str(ev.n), p]
 
 
+def describe(exp: Experiment) -> str:
+    """The description, with the reason of a run that was not simply kept or discarded."""
+    shown = exp.reason and exp.status not in (ExperimentStatus.KEPT, ExperimentStatus.DISCARDED)
+    return exp.description + (f"  [{exp.reason}]" if shown else "")
+
+
+class LineLog:
+    """Off a terminal (piped, logged): one plain line per finished experiment, as it happens."""
+
+    def __init__(self, console: Console, sweep: Sweep) -> None:
+        self.console, self.sweep = console, sweep
+
+    def on_event(self, kind: str, exp: Experiment, data: dict[str, Any]) -> None:
+        if kind != "finished":
+            return
+        secs = exp.summary.get("training_seconds")
+        trained = f"train {secs:.1f}s" if isinstance(secs, float) else ""
+        line = (f"#{exp.id} {exp.status.value:<9} {self.sweep.metric} {fmt_metric(exp.metric)} "
+                f"{fmt_delta(exp.delta)} {trained}  {describe(exp)}")
+        self.console.print(Text(" ".join(line.split(" ")).rstrip()), soft_wrap=True)
+        self.console.file.flush()
+
+
 class LiveView:
     """Current run (elapsed vs budget, last loss) above the last finished experiments."""
 
@@ -81,6 +98,7 @@ class LiveView:
         self.started = 0.0
         self.budget = sweep.budget_s
         self.last_loss: float | None = None
+        self.trained_s: float | None = None
         self.live = Live(
             self.render(),
             console=console,
@@ -94,24 +112,31 @@ class LiveView:
         if self.finished:
             parts.append(results_table(self.sweep, self.finished[-12:], title="recent"))
         if self.current is not None:
-            elapsed = time.monotonic() - self.started
+            wall = time.monotonic() - self.started
             loss = f"{self.last_loss:.4f}" if self.last_loss is not None else "-"
+            # The budget counts training only: compare it with the script's own elapsed time
+            # (from its progress lines); wall time includes start-up and evaluation.
+            trained = self.trained_s
+            clock = (f"training {trained:5.1f}s / budget {self.budget:g}s (wall {wall:.1f}s)"
+                     if trained is not None else
+                     f"wall {wall:5.1f}s incl. start-up (budget {self.budget:g}s of training)")
             parts.append(
-                Text(
-                    f"running #{self.current.id}: {self.current.description}  "
-                    f"elapsed {elapsed:5.1f}s / budget {self.budget:g}s  loss {loss}"
-                )
+                Text(f"running #{self.current.id}: {self.current.description}  {clock}  "
+                     f"loss {loss}")
             )
+            done = trained if trained is not None else 0.0
             parts.append(
-                ProgressBar(total=self.budget, completed=min(elapsed, self.budget), width=60)
+                ProgressBar(total=self.budget, completed=min(done, self.budget), width=60)
             )
         return Group(*parts)
 
     def on_event(self, kind: str, exp: Experiment, data: dict[str, Any]) -> None:
         if kind == "started":
             self.current, self.started, self.last_loss = exp, time.monotonic(), None
+            self.trained_s = None
         elif kind == "line" and data.get("point") is not None:
             self.last_loss = data["point"].loss
+            self.trained_s = data["point"].elapsed_s
         elif kind == "finished":
             self.finished.append(exp)
             if self.current is not None and self.current.id == exp.id:

@@ -69,12 +69,33 @@ def has_fail_marker(text: str) -> bool:
     return any(line.strip() == FAIL_MARKER for line in text.splitlines())
 
 
-def parse_progress(line: str) -> ProgressPoint | None:
+def parse_custom_progress(line: str, pattern: re.Pattern[str]) -> ProgressPoint | None:
+    """Parse a line with a target's own `progress_regex`: named groups `loss` (required),
+    `step` and `elapsed` (optional; without `step` the caller numbers the points, step -1)."""
+    match = pattern.search(line)
+    if match is None:
+        return None
+    groups = match.groupdict()
+    try:
+        loss = float(groups["loss"])
+        step = int(groups["step"]) if groups.get("step") else -1
+        elapsed = float(groups["elapsed"]) if groups.get("elapsed") else None
+    except (KeyError, TypeError, ValueError):
+        return None
+    return ProgressPoint(step=step, loss=loss, elapsed_s=elapsed)
+
+
+def parse_progress(line: str, pattern: re.Pattern[str] | None = None) -> ProgressPoint | None:
     """Parse a progress line such as ``step 120 | loss 3.41 | elapsed 31.2s``.
 
     Tolerates ``step 00120/01000 (12.0%) | loss: 3.41 | elapsed: 31.2s``, ``step=120 loss=3.41``
     and extra fields in any order. Returns None unless both a step and a loss are present.
+    With a `pattern` (a target's `progress_regex`), lines it matches are parsed by it first.
     """
+    if pattern is not None:
+        custom = parse_custom_progress(line, pattern)
+        if custom is not None:
+            return custom
     step = _STEP.search(line)
     loss = _LOSS.search(line)
     if step is None or loss is None:

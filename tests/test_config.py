@@ -48,6 +48,11 @@ def test_good_config_round_trips():
         ({"category_shares": {"architecture": 1.5}}, "architecture"),
         ({"category_shares": {"architecture": 0}}, "architecture"),
         ({"category_shares": {"optimizer": True}}, "optimizer"),
+        ({"workdir": "../up"}, "workdir"),
+        ({"assets": ["../data"]}, "assets"),
+        ({"assets": ["prepare.py"]}, "assets"),
+        ({"progress_regex": "loss ([\\d.]+"}, "progress_regex"),
+        ({"progress_regex": "loss ([\\d.]+)"}, "progress_regex"),  # no (?P<loss>...) group
     ],
 )
 def test_bad_config_names_the_key(change, key):

@@ -261,3 +261,15 @@ def test_read_log_end_starts_at_line_boundary(tmp_path: Path) -> None:
     log.write_text("aaaa\nbbbb\ncccc\n")
     assert read_log_end(log, max_bytes=8) == "cccc\n"
     assert read_log_end(tmp_path / "missing.log") == ""
+
+
+def test_progress_regex_parses_a_script_s_own_format() -> None:
+    import re
+
+    pattern = re.compile(r"(?P<step>\d+)/\s*\d+ batches .*loss\s+(?P<loss>[\d.]+)")
+    line = "| epoch   1 |   200/ 2983 batches | lr 20.00 | ms/batch 38.42 | loss  7.63 | ppl 2064"
+    assert parse_progress(line) is None  # the built-in format does not know it
+    assert parse_progress(line, pattern) == ProgressPoint(step=200, loss=7.63, elapsed_s=None)
+    assert parse_progress("step 3 | loss 1.5", pattern) == ProgressPoint(3, 1.5, None)
+    no_step = re.compile(r"loss=(?P<loss>[\d.]+)")
+    assert parse_progress("train loss=0.5", no_step) == ProgressPoint(-1, 0.5, None)

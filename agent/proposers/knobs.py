@@ -1,6 +1,9 @@
-"""The offline `knobs` proposer: a search over UPPER_CASE constants that learns from the sweep.
+"""The offline `knobs` proposer: a search over a target's knobs that learns from the sweep.
 
-This module does the text side (find the constants, write the changed lines, make the diff);
+Knobs are found by agent.proposers.knob_sources (constants, argparse defaults, dataclass
+fields, config-file keys); each rewrites its own literal.
+
+This module does the text side (write the changed lines, make the diff);
 the decisions are agent.proposers.policy's (effects per knob and direction with their
 uncertainty, Thompson sampling, adapted steps, crash regions, plateaus, near-miss re-tests and
 combinations). Deterministic for a seed and a history; no network, no API key; never proposes
@@ -9,36 +12,16 @@ a diff already tried in the sweep. A constant whose line carries `knobs: skip` i
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from agent.categories import exhausted
-from agent.diff import lines_with_ends, make_diff, normalize, split_lines
+from agent.diff import lines_with_ends, make_diff, normalize
 from agent.domain import Experiment, Proposal
 from agent.ports import ProposalContext
-from agent.proposers.evidence import CONST_LINE, Change, trials
-from agent.proposers.knob_space import KnobValue, parse_literal
+from agent.proposers.evidence import Change, trials
+from agent.proposers.knob_sources import Knob, find_knobs, no_knobs_message
+from agent.proposers.knob_space import KnobValue
 from agent.proposers.policy import Move, plateau_status, ranked_moves
-
-
-@dataclass(frozen=True)
-class Knob:
-    path: str
-    line_no: int
-    name: str
-    raw: str
-    value: float | int | bool
-
-
-def find_knobs(path: str, text: str) -> list[Knob]:
-    knobs = []
-    for i, line in enumerate(split_lines(text)):
-        m = CONST_LINE.match(line)
-        if not m or "knobs: skip" in m.group("rest"):
-            continue
-        raw = m.group("value")
-        knobs.append(Knob(path, i, m.group("name"), raw, parse_literal(raw)))
-    return knobs
 
 
 def edit(files: dict[str, str], knobs: dict[str, Knob], changes: tuple[Change, ...]) -> str:
@@ -47,11 +30,7 @@ def edit(files: dict[str, str], knobs: dict[str, Knob], changes: tuple[Change, .
     for change in changes:
         knob = knobs[change.name]
         lines = new_files[knob.path]
-        m = CONST_LINE.match(lines[knob.line_no].rstrip("\r\n"))
-        assert m is not None  # the line was found by the same pattern
-        ending = lines[knob.line_no][len(lines[knob.line_no].rstrip("\r\n")):]
-        lines[knob.line_no] = (f"{m.group('name')}{m.group('sep')}{change.new}"
-                               f"{m.group('rest')}{ending}")
+        lines[knob.line_no] = knob.rewrite(lines[knob.line_no], change.new)
     return "".join(make_diff(path, files[path], "".join(new_files[path]))
                    for path in sorted(files) if "".join(new_files[path]) != files[path])
 
@@ -72,18 +51,26 @@ def _meta(move: Move, status: str) -> dict[str, Any]:
     return meta
 
 
+__all__ = ["Knob", "KnobsProposer", "find_knobs", "make_diff"]
+
+
 class KnobsProposer:
     name = "knobs"
 
     def __init__(self, seed: int = 42) -> None:
         self.seed = seed
+        self.out_of_ideas: str | None = None
 
     def propose(self, ctx: ProposalContext) -> Proposal | None:
         knobs: dict[str, Knob] = {}
         for path, text in sorted(ctx.files.items()):
             for knob in find_knobs(path, text):
-                knobs.setdefault(knob.name, knob)
-        head = [KnobValue(k.name, k.raw, k.value) for k in knobs.values()]
+                if not isinstance(knob.value, str):  # string choices: not searched (yet)
+                    knobs.setdefault(knob.name, knob)
+        # Read by the loop when propose() returns None: a reason instead of a silent `done`.
+        self.out_of_ideas = None if knobs else no_knobs_message(ctx.files)
+        head = [KnobValue(k.name, k.raw, k.value) for k in knobs.values()
+                if not isinstance(k.value, str)]
         shares = dict(ctx.sweep.config.category_shares)
         blocked = set(exhausted(ctx.history, shares, ctx.sweep.max_experiments))
         state, moves = ranked_moves(head, trials(ctx.history, ctx.sweep.direction),

@@ -62,6 +62,7 @@ def create(body: SweepCreate, services: ServicesDep, _auth: WriteAuth) -> SweepP
             proposer=body.proposer, config=config, max_experiments=body.max_experiments,
             deadline=body.deadline,
             window=body.window.model_dump() if body.window else None,
+            allow_dirty=body.allow_dirty,
         )
         if body.paused or body.start_at is not None:
             sweep = services.store.set_sweep_status(sweep.name, SweepStatus.PAUSED)

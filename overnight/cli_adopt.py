@@ -1,0 +1,84 @@
+"""`overnight adopt PATH`: write an overnight.toml for an existing training repository.
+
+Registers its command on `overnight.cli_common.app` when imported (overnight.cli imports it).
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+
+from agent.config import CONFIG_FILE, parse_config
+from agent.errors import ConfigError
+from overnight.cli_common import app, console, fail
+
+
+def _ask(question: str, default: str | None) -> str | None:
+    if not sys.stdin.isatty():
+        return default
+    answer = typer.prompt(question, default=default or "", show_default=bool(default))
+    return str(answer).strip() or default
+
+
+@app.command()
+def adopt(
+    path: Annotated[Path, typer.Argument(help="an existing git repository with a training script")],
+    script: Annotated[str | None, typer.Option(help="the training script (default: found)")] = None,
+    metric: Annotated[str | None, typer.Option(help="summary-block key to optimise")] = None,
+    direction: Annotated[str | None, typer.Option(help="minimize | maximize")] = None,
+    command: Annotated[str | None, typer.Option(help="command run from the repo root")] = None,
+    editable: Annotated[list[str] | None, typer.Option(help="a file proposals may change "
+                                                       "(repeat the option)")] = None,
+    budget: Annotated[float, typer.Option(help="training seconds per run")] = 300.0,
+    force: Annotated[bool, typer.Option(help=f"overwrite an existing {CONFIG_FILE}")] = False,
+) -> None:
+    """Find the training entry point and write overnight.toml (asks when run in a terminal)."""
+    from agent.adopt import adopt as inspect_repo
+    from agent.adopt import render_toml
+
+    root = path.resolve()
+    if not (root / ".git").exists():
+        fail(f"{root} is not a git repository: run `git -C {shlex.quote(str(root))} init` and "
+             "commit your code first")
+    if (root / CONFIG_FILE).exists() and not force:
+        fail(f"{root / CONFIG_FILE} exists; pass --force to overwrite it")
+    try:
+        found = inspect_repo(root, Path(script) if script else None)
+    except ValueError as exc:
+        fail(str(exc))
+    found = replace(
+        found, command=command or found.command, editable=editable or found.editable,
+        metric=metric or _ask("metric (a key of the script's summary block)", found.metric),
+        direction=direction or _ask("direction (minimize/maximize)", found.direction)
+        or found.direction)
+    if not found.metric:
+        fail("no metric found in the script; pass --metric NAME (the key it prints after ---)")
+    text = render_toml(found, budget)
+    try:
+        import tomllib
+
+        parse_config(tomllib.loads(text)["target"])
+    except ConfigError as exc:
+        fail(f"the {CONFIG_FILE} adopt would write is invalid: {exc}")
+    (root / CONFIG_FILE).write_text(text)
+    _report(root, found, text)
+
+
+def _report(root: Path, found, text: str) -> None:  # type: ignore[no-untyped-def]
+    console.print(f"wrote {root / CONFIG_FILE}:\n{escape(text)}", soft_wrap=True)
+    console.print(f"{found.knobs} knob(s) found in {found.script}"
+                  + ("" if found.knobs else ": the knobs proposer needs argparse defaults, "
+                     "UPPER_CASE constants, dataclass fields or config-file keys"))
+    if found.todo:
+        console.print(f"\n[bold]{found.script} still needs, for the contract:[/bold]")
+        for item in found.todo:
+            console.print(f"- {escape(item)}", soft_wrap=True)
+    q = shlex.quote(str(root))
+    console.print(f"\nnext: git -C {q} add {CONFIG_FILE} && git -C {q} commit -m 'overnight "
+                  f"target'\n      overnight doctor --target {q}", soft_wrap=True)

@@ -1,0 +1,113 @@
+"""`overnight doctor` and the baseline's hints on real git targets with small fake trainers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from test_cli import run
+
+from agent.gitrepo import init_repo
+
+PREPARE = "def score(lr):\n    return 1.0 + abs(lr - 0.04)\n"
+TOML = """[target]
+command   = "python train.py"
+editable  = ["train.py"]
+protected = ["prepare.py", "overnight.toml"]
+metric    = "val_loss"
+budget_s  = 300
+{extra}
+"""
+HEAD = "import os, time\nfrom prepare import score\nLR = 0.01\n"
+BUDGET = "budget = float(os.environ['OVERNIGHT_BUDGET_S'])\n"
+PROGRESS = "for i in range(1, 4):\n    print(f'| epoch 1 | {i}/3 batches | loss {5 / i:.2f} |')\n"
+BLOCK = "print('---')\nprint(f'val_loss: {score(LR):.6f}')\nprint(f'training_seconds: {trained}')\n"
+
+GOOD = HEAD + BUDGET + PROGRESS + "trained = budget\n" + BLOCK
+IGNORES_BUDGET = HEAD + "start = time.time()\ntime.sleep(3)\n" + PROGRESS + (
+    "trained = round(time.time() - start, 2)\n") + BLOCK
+NO_SUMMARY = HEAD + BUDGET + PROGRESS + "print('done, val_loss', score(LR))\n"
+PROGRESS_REGEX = r"""progress_regex = '(?P<step>\d+)/\d+ batches \| loss (?P<loss>[\d.]+)'"""
+
+
+def target(tmp_path: Path, train: str, extra: str = PROGRESS_REGEX) -> Path:
+    root = tmp_path / "t"
+    root.mkdir()
+    (root / "train.py").write_text(train)
+    (root / "prepare.py").write_text(PREPARE)
+    (root / "overnight.toml").write_text(TOML.format(extra=extra))
+    init_repo(root)
+    return root
+
+
+def doctor(root: Path, *extra: str):
+    return run("doctor", "--target", str(root), "--budget", "1", "--timeout", "30", *extra,
+               check=False)
+
+
+def lines_with(out: str, mark: str) -> list[str]:
+    return [line for line in out.splitlines() if line.startswith(mark)]
+
+
+def test_a_good_script_passes_every_check(tmp_path: Path):
+    proc = doctor(target(tmp_path, GOOD))
+    out = proc.stdout
+    assert proc.returncode == 0, out + proc.stderr
+    assert lines_with(out, "✗") == [] and lines_with(out, "!") == [], out
+    for name in ("summary block", "metric: val_loss = 1.03", "budget honoured: trained 1 s of 1 s",
+                 "progress lines: 3 parsed", "evaluation outside editable files",
+                 "deterministic for a fixed seed", "noise", "start-up overhead",
+                 "checkout committed"):
+        assert name in out, name
+    assert "0 failed, 0 warning(s)" in out
+
+
+def test_a_script_that_ignores_the_budget_is_told_to_read_it(tmp_path: Path):
+    proc = doctor(target(tmp_path, IGNORES_BUDGET))
+    assert proc.returncode == 1
+    failed = lines_with(proc.stdout, "✗")
+    assert len(failed) == 1 and failed[0].startswith("✗ budget honoured: trained 3")
+    assert "OVERNIGHT_BUDGET_S" in proc.stdout.split(failed[0])[1].splitlines()[1]
+
+
+def test_a_script_without_a_summary_block_is_told_how_to_print_one(tmp_path: Path):
+    proc = doctor(target(tmp_path, NO_SUMMARY, extra=""))
+    assert proc.returncode == 1
+    out = proc.stdout
+    failed = lines_with(out, "✗")
+    assert [f.split(":")[0] for f in failed] == ["✗ summary block", "✗ budget honoured"]
+    assert "`val_loss: <value>`" in out and "`---`" in out
+    warned = lines_with(out, "!")
+    assert [w.split(":")[0] for w in warned] == ["! progress lines"]  # no progress_regex given
+    assert "progress_regex" in out
+
+
+def test_a_command_flag_that_overrides_an_editable_default_is_warned(tmp_path: Path):
+    train = GOOD.replace("LR = 0.01\n", "import argparse\np = argparse.ArgumentParser()\n"
+                         "p.add_argument('--lr', type=float, default=0.01)\n"
+                         "LR = p.parse_args().lr\n")
+    root = target(tmp_path, train, extra=PROGRESS_REGEX)
+    toml = (root / "overnight.toml").read_text().replace("python train.py",
+                                                          "python train.py --lr 0.02")
+    (root / "overnight.toml").write_text(toml)
+    init_repo(root, "flag in the command")
+    proc = doctor(root, "--runs", "1")
+    warned = lines_with(proc.stdout, "! command flags")
+    assert len(warned) == 1 and "--lr" in warned[0], proc.stdout
+
+
+def test_run_says_what_failed_on_the_baseline(tmp_path: Path):
+    root = target(tmp_path, NO_SUMMARY, extra="")
+    proc = run("run", "--target", str(root), "--budget", "1", "--experiments", "1",
+               "--db", str(tmp_path / "o.db"), check=False)
+    out = proc.stdout
+    assert "the baseline and the script contract" in out, out + proc.stderr
+    assert "✗ summary block: none in the log" in out and "overnight doctor" in out
+
+
+def test_runs_with_very_different_step_counts_blame_the_machine():
+    from agent.contract import check_steps
+
+    assert check_steps({"num_steps": 100.0}, {"num_steps": 95.0}) == []
+    assert check_steps({}, {"num_steps": 95.0}) == []
+    (check,) = check_steps({"num_steps": 281.0}, {"num_steps": 120.0})
+    assert check.status == "warn" and "281 then 120" in check.detail and "load" in check.detail

@@ -313,8 +313,9 @@ def run(
         devices=found,
         allow_dirty=allow_dirty,
     )
-    _print_summary(done, runtime_for(db).store)
+    # What the baseline got wrong first, so the night's honest statement stays the last line.
     cli_doctor.print_baseline_hints(runtime_for(db).store, done)
+    _print_summary(done, runtime_for(db).store)
 
 
 @app.command()

@@ -182,9 +182,11 @@ def test_live_endpoint_reads_the_growing_log(client: TestClient, filled: Filled)
         (run,) = data["running"]
         assert run["id"] == exp.id and "step 2" in run["log"] and run["last_loss"] == 3.0
         assert run["elapsed_s"] >= 2 and "<polyline" in run["loss_svg"]
+        assert run["training_s"] == 1.0  # the script's own clock, apart from start-up
         with log.open("a") as fh:
             fh.write("step 3 | loss 2.5 | elapsed 1.5s\n")
-        assert "step 3" in client.get(f"/ui/experiments/{exp.id}/tail").json()["log"]
+        tail = client.get(f"/ui/experiments/{exp.id}/tail").json()
+        assert "step 3" in tail["log"] and tail["training_s"] == 1.5
         page = client.get("/ui/sweeps/night").text
         assert f'data-exp="{exp.id}"' in page and "hand-made running row" in page
     finally:

@@ -190,10 +190,13 @@ def tail(text: str, n: int = TAIL_LINES) -> str:
 def live_run(store: Any, sweep: Sweep, e: Experiment, with_points: bool = True) -> dict[str, Any]:
     """A running (or just finished) experiment as JSON-ready data for the live panel."""
     text = log_text(e)
-    points = [(p.step, p.loss) for p in store.loss_points(e.id)] if with_points else []
-    if not points:  # loss points reach the DB every few seconds; the log is fresher
-        parsed = (parse_progress(line) for line in text.splitlines())
-        points = [(p.step, p.loss) for p in parsed if p is not None]
+    progress = list(store.loss_points(e.id)) if with_points else []
+    if not progress:  # loss points reach the DB every few seconds; the log is fresher
+        progress = [p for p in map(parse_progress, text.splitlines()) if p is not None]
+    points = [(p.step, p.loss) for p in progress]
+    # Training time is what the script reports (its clock starts after start-up/compile);
+    # the wall time since spawn includes start-up, so only training is held against the budget.
+    trained = [p.elapsed_s for p in progress if p.elapsed_s is not None]
     started = e.run_started_at or e.started_at
     end = e.run_ended_at or (None if e.status is S.RUNNING else e.finished_at) or utcnow()
     elapsed = (end - started).total_seconds() if started else 0.0
@@ -204,6 +207,7 @@ def live_run(store: Any, sweep: Sweep, e: Experiment, with_points: bool = True) 
         "status": e.status.value,
         "finished": e.status.is_finished(),
         "elapsed_s": round(max(elapsed, 0.0), 1),
+        "training_s": round(trained[-1], 1) if trained else 0.0,
         "budget_s": sweep.budget_s,
         "timeout_s": sweep.timeout_s,
         "last_loss": points[-1][1] if points else None,

@@ -47,19 +47,21 @@
     h.appendChild(document.createTextNode(" "));
     h.appendChild(el("span", "live-desc", run.description));
     art.appendChild(h);
-    var bar = el("div", run.elapsed_s > run.budget_s ? "bar over" : "bar");
+    var bar = el("div", run.training_s > run.budget_s ? "bar over" : "bar");
     bar.setAttribute("role", "progressbar");
-    bar.setAttribute("aria-label", "elapsed versus budget");
+    bar.setAttribute("aria-label", "training time versus budget");
     bar.setAttribute("aria-valuemin", "0");
     bar.setAttribute("aria-valuemax", String(run.budget_s));
-    bar.setAttribute("aria-valuenow", String(Math.min(run.elapsed_s, run.budget_s)));
+    bar.setAttribute("aria-valuenow", String(Math.min(run.training_s, run.budget_s)));
     var fill = el("span");
-    fill.style.width = Math.min(100, run.budget_s ? (run.elapsed_s / run.budget_s) * 100 : 0) + "%";
+    fill.style.width = Math.min(100, run.budget_s ? (run.training_s / run.budget_s) * 100 : 0) + "%";
     bar.appendChild(fill);
     art.appendChild(bar);
     var p = el("p", "small");
+    p.appendChild(el("span", "live-training", String(run.training_s)));
+    p.appendChild(document.createTextNode(" s trained of " + run.budget_s + " s budget · "));
     p.appendChild(el("span", "live-elapsed", String(run.elapsed_s)));
-    p.appendChild(document.createTextNode(" s of " + run.budget_s + " s budget "));
+    p.appendChild(document.createTextNode(" s since start, start-up included "));
     p.appendChild(el("span", "muted", "(hard limit " + run.timeout_s + " s)"));
     p.appendChild(document.createTextNode(" · last loss "));
     p.appendChild(el("span", "live-loss mono",

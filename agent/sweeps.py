@@ -47,6 +47,32 @@ def default_sweep_name(store: Store, now: datetime | None = None, prefix: str = 
     return f"{base}-{n}"
 
 
+def check_checkout(repo: Repo, target: Path, config: TargetConfig, name: str,
+                   allow_dirty: bool) -> None:
+    """Refuse what would make every run of the sweep wrong: a sandbox that cannot start, or
+    uncommitted changes a run would silently ignore (unless `allow_dirty`)."""
+    if config.sandbox == "bwrap" and bwrap_path() is None:
+        raise ConfigError("sandbox: 'bwrap' needs bubblewrap installed (Debian: apt-get install "
+                          "bubblewrap), or set sandbox = \"none\"")
+    dirty = dirty_files(repo, config)
+    if dirty and not allow_dirty:
+        raise ConfigError(dirty_message(target.resolve(), dirty))
+    if dirty:
+        logger.warning("sweep %s runs the committed HEAD; uncommitted changes are NOT run: %s",
+                       name, ", ".join(dirty))
+
+
+def watched_hashes(repo: Repo, target: Path, head: str, config: TargetConfig) -> dict[str, str]:
+    """Hashes of the protected files at `head` and of the assets on disk, checked after every
+    run. Raises ConfigError when one is missing."""
+    hashes = repo.file_hashes(head, config.protected)
+    missing = [p for p, h in hashes.items() if h == MISSING]
+    if missing:
+        raise ConfigError(f"protected: {', '.join(missing)} not found in the target at {head[:7]}")
+    hashes.update(asset_hashes(repo, target, head, config))
+    return hashes
+
+
 def create_sweep(
     store: Store,
     repo: Repo,
@@ -68,23 +94,11 @@ def create_sweep(
     """
     check_sweep_name(name)
     config = config or load_config(target)
-    if config.sandbox == "bwrap" and bwrap_path() is None:
-        raise ConfigError("sandbox: 'bwrap' needs bubblewrap installed (Debian: apt-get install "
-                          "bubblewrap), or set sandbox = \"none\"")
-    dirty = dirty_files(repo, config)
-    if dirty and not allow_dirty:
-        raise ConfigError(dirty_message(Path(target).resolve(), dirty))
-    if dirty:
-        logger.warning("sweep %s runs the committed HEAD; uncommitted changes are NOT run: %s",
-                       name, ", ".join(dirty))
+    check_checkout(repo, Path(target), config, name, allow_dirty)
     branch = BRANCH_PREFIX + name
     ref = f"refs/heads/{branch}"
     head = repo.head(ref if repo.has_ref(ref) else start)
-    hashes = repo.file_hashes(head, config.protected)
-    missing = [p for p, h in hashes.items() if h == "missing"]
-    if missing:
-        raise ConfigError(f"protected: {', '.join(missing)} not found in the target at {head[:7]}")
-    hashes.update(asset_hashes(repo, Path(target), head, config))
+    hashes = watched_hashes(repo, Path(target), head, config)
     head = repo.ensure_branch(branch, head)
     sweep = store.create_sweep(
         SweepSpec(

@@ -10,6 +10,7 @@ anything about devices (/dev is the host's, so GPUs work) or about what the host
 from __future__ import annotations
 
 import shutil
+import sys
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -19,6 +20,18 @@ BWRAP = "bwrap"
 def bwrap_path() -> str | None:
     """The bwrap executable, or None when it is not installed."""
     return shutil.which(BWRAP)
+
+
+def interpreter_dirs(argv: list[str]) -> list[Path]:
+    """Folders under /tmp the command needs to start: the service's interpreter (its venv) and
+    the command's own executable. The private /tmp would hide them otherwise."""
+    tmp = Path("/tmp")
+    found = []
+    for folder in (Path(sys.prefix), Path(argv[0]).parent if argv else None):
+        if folder is not None and folder.is_absolute() and folder.is_dir() \
+                and tmp in folder.parents and folder not in found:
+            found.append(folder)
+    return found
 
 
 def bwrap_command(
@@ -32,6 +45,8 @@ def bwrap_command(
     """
     wrapped = [bwrap_path() or BWRAP, "--ro-bind", "/", "/", "--dev-bind", "/dev", "/dev",
                "--proc", "/proc", "--tmpfs", "/tmp"]
+    for folder in interpreter_dirs(argv):  # a venv under /tmp must outlive the private /tmp
+        wrapped += ["--ro-bind", str(folder), str(folder)]
     for folder in hidden_dirs:
         wrapped += ["--tmpfs", str(folder)]
     for file in hidden_files:

@@ -106,3 +106,20 @@ def test_without_the_sandbox_a_run_has_the_service_users_rights(tmp_path: Path) 
     """What the README's threat model says the sandbox is for."""
     seen = run_probes(tmp_path, "none")
     assert set(seen.values()) == {"allowed"}, seen
+
+
+def test_an_interpreter_under_tmp_stays_visible(tmp_path):
+    """A checkout (and its venv) under /tmp, as in a CI clone, survives the private /tmp."""
+    from runner.sandbox import bwrap_command, interpreter_dirs
+
+    exe_dir = Path("/tmp") / f"venv-{tmp_path.name}" / "bin"
+    exe_dir.mkdir(parents=True)
+    try:
+        assert exe_dir in interpreter_dirs([str(exe_dir / "python"), "train.py"])
+        assert Path("/usr/bin") not in interpreter_dirs(["/usr/bin/python3"])  # outside /tmp
+        argv = bwrap_command([str(exe_dir / "python")], writable=tmp_path)
+        tmpfs = argv.index("/tmp")  # --tmpfs /tmp comes first, the re-bind after it
+        assert argv.index(str(exe_dir)) > tmpfs
+    finally:
+        exe_dir.rmdir()
+        exe_dir.parent.rmdir()

@@ -1,0 +1,126 @@
+"""Reading experiments: lists, the dashboard's brief rows, diff lookups, counts, retries."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from sqlalchemy import func, select
+
+from agent.admit import diff_key
+from agent.domain import CrashKind, Experiment, ExperimentStatus
+from db.models import ExperimentRow
+from db.rows import BRIEF_FIELDS, to_experiment
+from db.session import StoreBase
+
+
+class ExperimentReads(StoreBase):
+    def list_experiments(
+        self,
+        sweep_id: int | None = None,
+        statuses: Sequence[ExperimentStatus] | None = None,
+        limit: int | None = None,
+        newest_first: bool = False,
+        before_id: int | None = None,
+        crash_kind: CrashKind | None = None,
+    ) -> list[Experiment]:
+        q = select(ExperimentRow)
+        if sweep_id is not None:
+            q = q.where(ExperimentRow.sweep_id == sweep_id)
+        if statuses:
+            q = q.where(ExperimentRow.status.in_([st.value for st in statuses]))
+        if crash_kind is not None:
+            q = q.where(ExperimentRow.crash_kind == crash_kind.value)
+        if before_id is not None:
+            q = q.where(ExperimentRow.id < before_id)
+        q = q.order_by(ExperimentRow.id.desc() if newest_first else ExperimentRow.id)
+        if limit is not None:
+            q = q.limit(limit)
+        with self.session("listing experiments") as s:
+            return [to_experiment(r) for r in s.scalars(q)]
+
+    def experiment_briefs(self, sweep_id: int) -> list[Experiment]:
+        """The sweep's experiments, oldest first, with `log_tail` None and `meta` empty: only
+        the columns the pages use (a log tail is kilobytes; a sweep page lists thousands)."""
+        cols = [getattr(ExperimentRow, f) for f in BRIEF_FIELDS]
+        q = select(*cols).where(ExperimentRow.sweep_id == sweep_id).order_by(ExperimentRow.id)
+        out = []
+        with self.session("listing a sweep's experiments") as s:
+            for row in s.execute(q):
+                d = dict(zip(BRIEF_FIELDS, row, strict=True))
+                d["status"] = ExperimentStatus(d["status"])
+                d["crash_kind"] = CrashKind(d["crash_kind"]) if d["crash_kind"] else None
+                d["summary"] = dict(d["summary"] or {})
+                out.append(Experiment(**d))
+        return out
+
+    def run_spans(self) -> list[tuple[int, ExperimentStatus, datetime | None, datetime | None]]:
+        """(sweep id, status, run started, run ended) of every experiment, in one query."""
+        q = select(ExperimentRow.sweep_id, ExperimentRow.status, ExperimentRow.run_started_at,
+                   ExperimentRow.run_ended_at)
+        with self.session("summarising sweeps") as s:
+            return [(sid, ExperimentStatus(st), a, b) for sid, st, a, b in s.execute(q)]
+
+    def has_diff(self, sweep_id: int, diff: str) -> Experiment | None:
+        key = diff_key(diff)
+        if key is None:
+            return None
+        q = (
+            select(ExperimentRow)
+            .where(
+                ExperimentRow.sweep_id == sweep_id,
+                ExperimentRow.diff_key == key,
+                ExperimentRow.status != ExperimentStatus.REJECTED.value,
+            )
+            .order_by(ExperimentRow.id)
+            .limit(1)
+        )
+        with self.session("looking up a diff") as s:
+            row = s.scalar(q)
+            return to_experiment(row) if row else None
+
+    def timestamps(self, sweep_id: int) -> list[tuple[datetime | None, datetime | None]]:
+        q = (
+            select(ExperimentRow.run_started_at, ExperimentRow.run_ended_at)
+            .where(ExperimentRow.sweep_id == sweep_id)
+            .order_by(ExperimentRow.id)
+        )
+        with self.session("reading run times") as s:
+            return [(a, b) for a, b in s.execute(q)]
+
+    def count_experiments(
+        self,
+        sweep_id: int | None = None,
+        statuses: Sequence[ExperimentStatus] | None = None,
+        crash_kind: CrashKind | None = None,
+        is_baseline: bool | None = None,
+    ) -> int:
+        """How many experiments match; every filter is optional (None = any)."""
+        q = select(func.count(ExperimentRow.id))
+        if sweep_id is not None:
+            q = q.where(ExperimentRow.sweep_id == sweep_id)
+        if statuses:
+            q = q.where(ExperimentRow.status.in_([st.value for st in statuses]))
+        if crash_kind is not None:
+            q = q.where(ExperimentRow.crash_kind == crash_kind.value)
+        if is_baseline is not None:
+            q = q.where(ExperimentRow.is_baseline == is_baseline)
+        with self.session("counting experiments") as s:
+            return int(s.scalar(q) or 0)
+
+    def status_counts(self, sweep_id: int | None = None) -> dict[str, int]:
+        """Experiments per status, of one sweep or the whole database."""
+        q = select(ExperimentRow.status, func.count(ExperimentRow.id)).group_by(
+            ExperimentRow.status
+        )
+        if sweep_id is not None:
+            q = q.where(ExperimentRow.sweep_id == sweep_id)
+        with self.session("counting experiments") as s:
+            return {status: int(n) for status, n in s.execute(q)}
+
+    def retry_of(self, experiment_id: int) -> Experiment | None:
+        """The row re-queued for an interrupted experiment, if any."""
+        q = select(ExperimentRow).where(ExperimentRow.retry_of == experiment_id)
+        with self.session("looking up a retry") as s:
+            row = s.scalar(q)
+            return to_experiment(row) if row is not None else None

@@ -1,0 +1,193 @@
+"""An experiment's life: queue (atomic duplicate check), claim (guarded UPDATE), start, finish
+(the transition table; a keep moves the sweep's best in the same transaction), interrupt."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from agent.admit import diff_key
+from agent.domain import (
+    Experiment,
+    ExperimentStatus,
+    Finish,
+    Proposal,
+    can_transition,
+    utcnow,
+)
+from agent.errors import ConflictError, DuplicateError, NotFoundError, StoreError
+from db.models import ExperimentRow, SweepRow
+from db.rows import to_experiment
+from db.session import StoreBase
+
+
+class ExperimentWrites(StoreBase):
+    # --- experiments --------------------------------------------------------------------
+    def add_experiment(
+        self,
+        sweep_id: int,
+        proposal: Proposal,
+        *,
+        status: ExperimentStatus = ExperimentStatus.QUEUED,
+        reason: str | None = None,
+        is_baseline: bool = False,
+        attempt: int = 0,
+        priority: int = 0,
+        base_commit: str | None = None,
+        retry_of: int | None = None,
+    ) -> Experiment:
+        now = utcnow()
+        row = ExperimentRow(
+            sweep_id=sweep_id,
+            parent_id=proposal.parent_id,
+            retry_of=retry_of,
+            attempt=attempt,
+            is_baseline=is_baseline,
+            priority=priority,
+            proposer=proposal.proposer,
+            description=proposal.description,
+            diff=proposal.diff,
+            diff_key=diff_key(proposal.diff),
+            status=status.value,
+            reason=reason,
+            base_commit=base_commit,
+            meta=dict(proposal.meta),
+            summary={},
+            created_at=now,
+            finished_at=now if status.is_finished() else None,
+        )
+        try:
+            with self.session("queueing an experiment") as s:
+                if s.get(SweepRow, sweep_id) is None:
+                    raise NotFoundError(f"no sweep with id {sweep_id}")
+                if retry_of is not None and s.scalar(
+                        select(ExperimentRow.id).where(ExperimentRow.retry_of == retry_of)):
+                    raise ConflictError(f"experiment {retry_of} already has a retry")
+                s.add(row)
+                try:
+                    s.flush()
+                except IntegrityError as exc:
+                    if "diff_key" not in str(exc.orig):
+                        raise
+                    raise DuplicateError(
+                        "the same change is already queued or running in this sweep"
+                    ) from None
+                return to_experiment(row)
+        except StoreError as exc:
+            if retry_of is not None and isinstance(exc.__cause__, IntegrityError):
+                raise ConflictError(f"experiment {retry_of} already has a retry") from None
+            raise
+
+    def get_experiment(self, experiment_id: int) -> Experiment:
+        with self.session("reading an experiment") as s:
+            row = s.get(ExperimentRow, experiment_id)
+            if row is None:
+                raise NotFoundError(f"no experiment with id {experiment_id}")
+            return to_experiment(row)
+
+    def _claim(self, s: Session, experiment_id: int) -> ExperimentRow | None:
+        now = utcnow()
+        res = s.execute(
+            update(ExperimentRow)
+            .where(
+                ExperimentRow.id == experiment_id,
+                ExperimentRow.status == ExperimentStatus.QUEUED.value,
+            )
+            .values(status=ExperimentStatus.RUNNING.value, started_at=now)
+        )
+        if res.rowcount != 1:  # type: ignore[attr-defined]
+            return None
+        return s.get(ExperimentRow, experiment_id, populate_existing=True)
+
+    def claim(self, experiment_id: int) -> Experiment | None:
+        with self.session("claiming an experiment") as s:
+            row = self._claim(s, experiment_id)
+            return to_experiment(row) if row else None
+
+    def claim_next(self, sweep_id: int | None = None) -> Experiment | None:
+        q = select(ExperimentRow.id).where(ExperimentRow.status == ExperimentStatus.QUEUED.value)
+        if sweep_id is not None:
+            q = q.where(ExperimentRow.sweep_id == sweep_id)
+        q = q.order_by(ExperimentRow.priority.desc(), ExperimentRow.id).limit(5)
+        with self.session("claiming the next experiment") as s:
+            for exp_id in list(s.scalars(q)):
+                row = self._claim(s, exp_id)
+                if row is not None:
+                    return to_experiment(row)
+            return None
+
+    def mark_started(self, experiment_id: int, **fields: Any) -> None:
+        allowed = {"commit", "ref", "base_commit", "log_path", "pgid", "run_started_at"}
+        bad = set(fields) - allowed
+        if bad:
+            raise ValueError(f"mark_started: unknown field(s) {sorted(bad)}")
+        with self.session("recording a run start") as s:
+            row = s.get(ExperimentRow, experiment_id)
+            if row is None:
+                raise NotFoundError(f"no experiment with id {experiment_id}")
+            if ExperimentStatus(row.status).is_finished():
+                raise ConflictError(f"experiment {experiment_id} is finished ({row.status})")
+            for key, value in fields.items():
+                if value is not None:
+                    setattr(row, key, value)
+
+    def finish(
+        self, experiment_id: int, finish: Finish, keep_commit: str | None = None
+    ) -> Experiment:
+        """Record the end of an experiment; with `keep_commit`, also make it the sweep's best
+        in the same transaction (so a kill between the two can never split them)."""
+        if not finish.status.is_finished():
+            raise ValueError(f"finish needs a finished status, got {finish.status.value}")
+        with self.session("finishing an experiment") as s:
+            row = s.get(ExperimentRow, experiment_id)
+            if row is None:
+                raise NotFoundError(f"no experiment with id {experiment_id}")
+            old = ExperimentStatus(row.status)
+            if old.is_finished():
+                raise ConflictError(f"experiment {experiment_id} is already {old.value}")
+            if not can_transition(old, finish.status):
+                raise ConflictError(f"experiment {experiment_id} is {old.value}; it cannot "
+                                    f"become {finish.status.value}")
+            row.status = finish.status.value
+            row.crash_kind = finish.crash_kind.value if finish.crash_kind else None
+            row.reason = finish.reason
+            row.metric, row.best_before = finish.metric, finish.best_before
+            row.summary = dict(finish.summary)
+            row.log_tail = finish.log_tail
+            row.run_started_at = finish.run_started_at or row.run_started_at
+            row.run_ended_at = finish.run_ended_at
+            row.finished_at = utcnow()
+            if finish.warnings:
+                row.meta = {**(row.meta or {}), "warnings": list(finish.warnings)}
+            if keep_commit is not None:
+                if finish.metric is None:
+                    raise ValueError("keep_commit needs a metric")
+                row.commit = keep_commit
+                sweep = s.get(SweepRow, row.sweep_id)
+                assert sweep is not None
+                if row.is_baseline:
+                    sweep.baseline_metric = finish.metric
+                sweep.best_metric, sweep.best_commit = finish.metric, keep_commit
+                sweep.best_experiment_id = row.id
+                sweep.updated_at = utcnow()
+            return to_experiment(row)
+
+    def interrupt_running(self) -> list[Experiment]:
+        """Mark every `running` experiment `interrupted` (a dead process left them)."""
+        with self.session("reaping interrupted experiments") as s:
+            rows = list(
+                s.scalars(
+                    select(ExperimentRow).where(
+                        ExperimentRow.status == ExperimentStatus.RUNNING.value
+                    )
+                )
+            )
+            now = utcnow()
+            for row in rows:
+                row.status = ExperimentStatus.INTERRUPTED.value
+                row.reason = "the service stopped while this experiment was running"
+                row.finished_at = now
+            return [to_experiment(r) for r in rows]

@@ -1,0 +1,36 @@
+"""Loss curves: bulk insert, replace and read of an experiment's progress points."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sqlalchemy import delete, insert, select
+
+from db.models import LossPointRow
+from db.rows import loss_rows
+from db.session import StoreBase
+from runner.summary import ProgressPoint
+
+
+class LossCurves(StoreBase):
+    # --- loss curve ---------------------------------------------------------------------
+    def add_loss_points(self, experiment_id: int, points: Sequence[ProgressPoint]) -> None:
+        if not points:
+            return
+        with self.session("recording loss points") as s:
+            s.execute(insert(LossPointRow), loss_rows(experiment_id, points))
+
+    def replace_loss_points(self, experiment_id: int, points: Sequence[ProgressPoint]) -> None:
+        with self.session("recording loss points") as s:
+            s.execute(delete(LossPointRow).where(LossPointRow.experiment_id == experiment_id))
+            if points:
+                s.execute(insert(LossPointRow), loss_rows(experiment_id, points))
+
+    def loss_points(self, experiment_id: int) -> list[ProgressPoint]:
+        q = (
+            select(LossPointRow)
+            .where(LossPointRow.experiment_id == experiment_id)
+            .order_by(LossPointRow.step, LossPointRow.id)
+        )
+        with self.session("reading loss points") as s:
+            return [ProgressPoint(r.step, r.loss, r.elapsed_s) for r in s.scalars(q)]

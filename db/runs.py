@@ -1,0 +1,86 @@
+"""Run records: one per execution of a commit (start, pgid, end, suspect flag, reaping)."""
+
+from __future__ import annotations
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from agent.domain import Run, RunEnd, RunSpec, RunStatus, utcnow
+from agent.errors import ConflictError, NotFoundError
+from db.models import ExperimentRow, RunRow
+from db.rows import to_run
+from db.session import StoreBase
+
+
+class RunQueries(StoreBase):
+    # --- runs ---------------------------------------------------------------------------
+    def start_run(self, spec: RunSpec) -> Run:
+        """Record a run as `running` before its process starts."""
+        row = RunRow(
+            sweep_id=spec.sweep_id,
+            experiment_id=spec.experiment_id,
+            commit=spec.commit,
+            seed=spec.seed,
+            role=spec.role.value,
+            status=RunStatus.RUNNING.value,
+            summary={},
+            log_path=spec.log_path,
+            device=spec.device,
+            started_at=utcnow(),
+        )
+        with self.session("recording a run start") as s:
+            if s.get(ExperimentRow, spec.experiment_id) is None:
+                raise NotFoundError(f"no experiment with id {spec.experiment_id}")
+            s.add(row)
+            s.flush()
+            return to_run(row)
+
+    def _run_row(self, s: Session, run_id: int) -> RunRow:
+        row = s.get(RunRow, run_id)
+        if row is None:
+            raise NotFoundError(f"no run with id {run_id}")
+        return row
+
+    def set_run_pgid(self, run_id: int, pgid: int) -> None:
+        with self.session("recording a run's process group") as s:
+            self._run_row(s, run_id).pgid = pgid
+
+    def end_run(self, run_id: int, end: RunEnd) -> Run:
+        """Record how a running run ended. ConflictError if it already ended."""
+        with self.session("recording a run end") as s:
+            row = self._run_row(s, run_id)
+            if row.status != RunStatus.RUNNING.value:
+                raise ConflictError(f"run {run_id} already ended ({row.status})")
+            row.status, row.metric, row.summary = end.status.value, end.metric, dict(end.summary)
+            row.throughput, row.throughput_unit = end.throughput, end.throughput_unit
+            row.training_s, row.total_s = end.training_s, end.total_s
+            row.ended_at = utcnow()
+            return to_run(row)
+
+    def set_run_status(self, run_id: int, status: RunStatus) -> None:
+        """Flip an ended run between ok and suspect (the only change an ended run allows)."""
+        allowed = {RunStatus.OK.value, RunStatus.SUSPECT.value}
+        with self.session("updating a run") as s:
+            row = self._run_row(s, run_id)
+            if row.status not in allowed or status.value not in allowed:
+                raise ConflictError(f"run {run_id} is {row.status}; cannot become {status.value}")
+            row.status = status.value
+
+    def list_runs(self, sweep_id: int | None = None, experiment_id: int | None = None) -> list[Run]:
+        q = select(RunRow).order_by(RunRow.id)
+        if sweep_id is not None:
+            q = q.where(RunRow.sweep_id == sweep_id)
+        if experiment_id is not None:
+            q = q.where(RunRow.experiment_id == experiment_id)
+        with self.session("listing runs") as s:
+            return [to_run(r) for r in s.scalars(q)]
+
+    def interrupt_running_runs(self) -> list[Run]:
+        """Mark every `running` run `interrupted` (left by a dead process) and return them."""
+        with self.session("reaping interrupted runs") as s:
+            q = select(RunRow).where(RunRow.status == RunStatus.RUNNING.value)
+            rows = list(s.scalars(q))
+            now = utcnow()
+            for row in rows:
+                row.status, row.ended_at = RunStatus.INTERRUPTED.value, now
+            return [to_run(r) for r in rows]

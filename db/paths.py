@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
+from agent.environment import environment
+
 DEFAULT_HOME = Path("~/.overnight")
-DB_ENV = "OVERNIGHT_DB"
 
 
 def default_db() -> Path:
     """`$OVERNIGHT_DB`, else `~/.overnight/overnight.db`."""
-    return Path(os.environ.get(DB_ENV) or DEFAULT_HOME / "overnight.db").expanduser()
+    return Path(environment().db or DEFAULT_HOME / "overnight.db").expanduser()
 
 
 def work_dir_for(db_path: Path | str) -> Path:

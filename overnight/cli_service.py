@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 import socket
 import sys
 from pathlib import Path
@@ -11,6 +10,7 @@ from typing import Annotated
 
 import typer
 
+from agent.environment import environment
 from overnight.cli_common import (
     DbOpt,
     DevicesOpt,
@@ -38,8 +38,8 @@ def serve(
         "the database, created on first start)")] = None,
     token: Annotated[str | None, typer.Option(hidden=True, help="refused: shows in ps")] = None,
     allowed_host: Annotated[list[str] | None, typer.Option(
-        envvar="OVERNIGHT_ALLOWED_HOSTS", help="also answer to this Host name (repeatable or "
-        "comma-separated; '*': any). Loopback names and --host are always accepted")] = None,
+        help="also answer to this Host name (repeatable or comma-separated; '*': any; default "
+        "$OVERNIGHT_ALLOWED_HOSTS). Loopback names and --host are always accepted")] = None,
     heartbeat: Annotated[float, typer.Option(hidden=True, help="seconds between SSE "
                                              "heartbeats on a silent log stream")] = 15.0,
     no_auth: Annotated[bool, typer.Option("--no-auth", help="no token at all (loopback only)")]
@@ -63,8 +63,7 @@ def serve(
     slots, found = slots_and_devices(slots, devices)
     settings = Settings.build(db_path=db_file, host=host, port=port, slots=slots, devices=found,
                               token=secret, auth=not no_auth, poll_interval_s=poll,
-                              allowed_hosts=tuple(h.strip() for v in allowed_host or ()
-                                                  for h in v.split(",") if h.strip()),
+                              allowed_hosts=_allowed_hosts(allowed_host),
                               sse_heartbeat_s=heartbeat)
     try:
         lock = InstanceLock(db_file).acquire()
@@ -97,6 +96,13 @@ def serve(
         lock.release()
 
 
+def _allowed_hosts(given: list[str] | None) -> tuple[str, ...]:
+    """--allowed-host values (comma-separated too), else $OVERNIGHT_ALLOWED_HOSTS."""
+    if not given:
+        return environment().allowed_hosts
+    return tuple(h.strip() for v in given for h in v.split(",") if h.strip())
+
+
 def _token(db_path: Path, token_file: Path | None) -> str:
     """--token-file, else $OVERNIGHT_TOKEN, else the file beside the database (made once)."""
     from api.settings import TOKEN_ENV, ensure_token
@@ -110,9 +116,10 @@ def _token(db_path: Path, token_file: Path | None) -> str:
             fail(f"--token-file {token_file} is empty")
         console.print(f"token read from {token_file}")
         return value
-    if os.environ.get(TOKEN_ENV):
+    from_env = environment().token
+    if from_env is not None:
         console.print(f"token from ${TOKEN_ENV}")
-        return os.environ[TOKEN_ENV].strip()
+        return from_env.get_secret_value()
     value, path, created = ensure_token(db_path)
     console.print(f"token {'created in' if created else 'read from'} {path} "
                   "(send it as 'Authorization: Bearer <token>')")

@@ -24,6 +24,7 @@ from pydantic import (
 )
 
 from agent.config import validation_message
+from agent.environment import environment
 from agent.errors import ConfigError
 
 CONFIG_ENV = "OVERNIGHT_LLM_CONFIG"
@@ -108,7 +109,7 @@ class LLMProfile(BaseModel):
 
 def config_path(explicit: Path | str | None = None) -> Path:
     """--llm-config, else $OVERNIGHT_LLM_CONFIG, else ~/.overnight/llm.toml."""
-    raw = explicit or os.environ.get(CONFIG_ENV) or DEFAULT_CONFIG
+    raw = explicit or environment().llm_config or DEFAULT_CONFIG
     return Path(raw).expanduser()
 
 

@@ -108,7 +108,7 @@ class Loop:
     def _record_out_of_ideas(self, sweep: Sweep) -> None:
         """A proposer that can say why it has nothing (e.g. no knobs in the target) gets that
         reason recorded as a rejected row, so the sweep does not end in a silent `done`."""
-        why = getattr(self.proposer, "out_of_ideas", None)
+        why = self.proposer.out_of_ideas if self.proposer is not None else None
         if not why or self.proposer is None:
             return
         logger.warning("sweep %s: %s", sweep.name, why)

@@ -279,6 +279,9 @@ class ProposalContext:
 
 class Proposer(Protocol):
     name: str
+    # Why the last propose() returned None, when the proposer can say (e.g. "no knobs in
+    # train.py"); the engine records it as a rejected row so a sweep never ends silently.
+    out_of_ideas: str | None
 
     def propose(self, ctx: ProposalContext) -> Proposal | None:
         """The next one-change proposal, or None when out of ideas."""

@@ -11,16 +11,15 @@ default settings; `--seeds` sweeps per rule, each with another `seed` in overnig
 from __future__ import annotations
 
 import argparse
-import re
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
 from agent.config import load_config
-from agent.domain import ExperimentStatus, Proposal
+from agent.domain import ExperimentStatus
 from agent.gitrepo import GitRepo, init_repo
 from agent.loop import Loop, LoopSettings
-from agent.proposers.knobs import make_diff
 from agent.scheduler import run_sweep
 from agent.sweeps import create_sweep
 from agent.training import SubprocessRunner
@@ -28,6 +27,9 @@ from db.engine import open_database
 from db.store import SqlStore
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+from null_proposer import Ideas  # noqa: E402  (tests/: the null-change proposer)
+
 TOML = """[target]
 command   = "python train.py"
 editable  = ["train.py"]
@@ -38,24 +40,6 @@ timeout_s = 30
 seed      = {seed}
 decision  = "{decision}"
 """
-
-
-class Ideas:
-    """IDEA = 1, 2, ...: changes with no effect on the metric's distribution."""
-
-    name = "ideas"
-
-    def __init__(self) -> None:
-        self.k = 0
-
-    def propose(self, ctx):  # type: ignore[no-untyped-def]
-        self.k += 1
-        text = ctx.files["train.py"]
-        new = re.sub(r"^IDEA = \d+", f"IDEA = {self.k}", text, count=1, flags=re.M)
-        return Proposal(f"idea {self.k}", make_diff("train.py", text, new), self.name)
-
-    def repair(self, ctx, failed):  # type: ignore[no-untyped-def]
-        return None
 
 
 def one_sweep(root: Path, decision: str, seed: int, proposals: int) -> tuple[int, int]:

@@ -89,6 +89,7 @@ class RandomOneKnob:
     """Uniform random one-knob changes (a baseline, not a product proposer)."""
 
     name = "random"
+    out_of_ideas: str | None = None
 
     def __init__(self, seed: int) -> None:
         self.rng = random.Random(seed)
@@ -112,6 +113,7 @@ class OptunaOneKnob:
     """Optuna TPE over (which knob, its value), one knob per trial from the current best."""
 
     name = "optuna-tpe"
+    out_of_ideas: str | None = None
 
     def __init__(self, seed: int) -> None:
         import optuna

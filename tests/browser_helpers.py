@@ -97,6 +97,7 @@ class ScriptedProposer:
     """The knobs proposer, with a crashing and a too-slow change slipped in at fixed calls."""
 
     name = "knobs"
+    out_of_ideas: str | None = None
 
     def __init__(self, seed: int, crash_at: int = 3, timeout_at: int = 5) -> None:
         self.inner = KnobsProposer(seed=seed)

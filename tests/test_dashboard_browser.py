@@ -166,6 +166,7 @@ class _Changes:
     """Two changes on the seeded-noise fake trainer: a real gain (LR) and a loss (WIDTH)."""
 
     name = "changes"
+    out_of_ideas: str | None = None
 
     def __init__(self) -> None:
         self.todo = [("lr 0.04", "LR = 0.01", "LR = 0.04"), ("width 32", "WIDTH = 64",

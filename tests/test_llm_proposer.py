@@ -142,7 +142,9 @@ def test_anthropic_duplicate_accounting_and_cap(tmp_path, target, monkeypatch):
                       max_llm_tokens=3000, omit=["temperature"])
         store, sweep_id = run_llm_sweep(tmp_path, target, max_experiments=10)
     exps = store.list_experiments(sweep_id)
-    assert [e.status for e in exps] == [S.KEPT, S.DISCARDED, S.KEPT]
+    assert [e.status for e in exps] == [S.KEPT, S.DISCARDED, S.KEPT, S.REJECTED]
+    # The sweep says why it ended: the cap, recorded as the proposer's last word.
+    assert "LLM token cap reached" in (exps[-1].reason or "") and exps[-1].diff == ""
     assert "already tried as experiment 2" in fake.requests[2].last_user
     assert fake.script == [GOOD_LR]  # the cap stopped the sweep before asking again
     assert store.get_sweep("llm").status.value == "done"
@@ -164,7 +166,9 @@ def test_server_errors_exhaust_retries_and_end_the_sweep(tmp_path, target, monke
         write_profile(tmp_path, monkeypatch, fake, max_retries=3)
         store, sweep_id = run_llm_sweep(tmp_path, target, max_experiments=3)
     assert len(fake.requests) == 4  # 1 try + 3 retries, then the proposer gives up
-    assert [e.status for e in store.list_experiments(sweep_id)] == [S.KEPT]
+    exps = store.list_experiments(sweep_id)
+    assert [e.status for e in exps] == [S.KEPT, S.REJECTED]  # the sweep says why it ended
+    assert "the language model failed" in (exps[1].reason or "") and "503" in exps[1].reason
     assert store.llm_usage(sweep_id)[:2] == (0, 0)
 
 
@@ -175,8 +179,11 @@ def test_client_error_is_not_retried(tmp_path, target, monkeypatch, caplog):
             store, sweep_id = run_llm_sweep(tmp_path, target, max_experiments=2)
     assert len(fake.requests) == 1 and fake.script == [GOOD_LR]  # never asked again
     assert fake.requests[0].headers["authorization"] == f"Bearer {KEY}"
-    # the sweep ends cleanly on the baseline, with the error logged once, readably
-    assert [e.status for e in store.list_experiments(sweep_id)] == [S.KEPT]
+    # the sweep ends cleanly on the baseline, with the error logged once, readably, and
+    # recorded as the reason it ended
+    exps = store.list_experiments(sweep_id)
+    assert [e.status for e in exps] == [S.KEPT, S.REJECTED]
+    assert "HTTP 401" in (exps[1].reason or "") and "bad key" in exps[1].reason
     assert store.get_sweep("llm").status.value == "done"
     assert store.llm_usage(sweep_id)[:2] == (0, 0)
     errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]

@@ -25,6 +25,7 @@ class Scripted:
     """A proposer that plays back proposals, and fixes for repairs."""
 
     name = "scripted"
+    out_of_ideas: str | None = None
 
     def __init__(self, proposals, fixes=()):
         self.proposals, self.fixes = list(proposals), list(fixes)

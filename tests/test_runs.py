@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import sqlite3
 import subprocess
@@ -15,10 +14,11 @@ import textwrap
 from pathlib import Path
 
 from conftest import REPO_ROOT, make_target
+from null_proposer import Ideas
 from service_fixtures import wait_for
 
 from agent.config import load_config
-from agent.domain import ExperimentStatus, Proposal, RunRole, RunStatus
+from agent.domain import ExperimentStatus, RunRole, RunStatus
 from agent.gitrepo import GitRepo
 from agent.proposers.knobs import make_diff
 from agent.recovery import recover
@@ -29,24 +29,6 @@ from db.store import SqlStore
 from runner.groups import process_group_alive
 
 NOISY = (Path(__file__).parent / "scripts" / "noisy_trainer.py").read_text()
-
-
-class Ideas:
-    """Proposes IDEA = 1, 2, ...: changes with no effect on the metric's distribution."""
-
-    name = "ideas"
-
-    def __init__(self) -> None:
-        self.k = 0
-
-    def propose(self, ctx):  # type: ignore[no-untyped-def]
-        self.k += 1
-        text = ctx.files["train.py"]
-        new = re.sub(r"^IDEA = \d+", f"IDEA = {self.k}", text, count=1, flags=re.M)
-        return Proposal(f"idea {self.k}", make_diff("train.py", text, new), self.name)
-
-    def repair(self, ctx, failed):  # type: ignore[no-untyped-def]
-        return None
 
 
 def noisy_target(dest: Path, budget_s: float = 0.2) -> Path:

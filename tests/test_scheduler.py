@@ -221,6 +221,7 @@ def test_a_slow_proposer_blocks_neither_other_slots_nor_sweep_creation(setup) ->
 
     class SlowProposer:
         name = "slow"
+        out_of_ideas: str | None = None
 
         def propose(self, ctx):  # type: ignore[no-untyped-def]
             asked.set()

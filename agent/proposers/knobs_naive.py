@@ -119,6 +119,7 @@ def _seen_values(history: list[Experiment]) -> dict[str, set[str]]:
 
 class NaiveKnobsProposer:
     name = "knobs-naive"
+    out_of_ideas: str | None = None
 
     def __init__(self, seed: int = 42) -> None:
         self.seed = seed

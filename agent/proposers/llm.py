@@ -68,6 +68,7 @@ class LLMProposer:
                  store: Any = None) -> None:
         self.profile, self.backend, self.seed = profile, backend, seed
         self.name = f"llm:{profile.name}"
+        self.out_of_ideas: str | None = None
         self.store = store  # records usage that no proposal carries (a failed conversation)
 
     # --- caps -----------------------------------------------------------------------------
@@ -84,6 +85,7 @@ class LLMProposer:
 
     # --- Proposer protocol ----------------------------------------------------------------
     def propose(self, ctx: ProposalContext) -> Proposal | None:
+        self.out_of_ideas = None
         return self._converse(ctx, propose_prompt(ctx, self.profile.history_tokens),
                               fallback_description=None)
 
@@ -105,6 +107,7 @@ class LLMProposer:
             if stop:
                 logger.warning("%s: %s; not asking the model", self.name, stop)
                 if attempt == 0:
+                    self.out_of_ideas = stop
                     return None
                 break
             try:
@@ -112,6 +115,7 @@ class LLMProposer:
             except LLMError as exc:
                 logger.error("%s: %s", self.name, exc)
                 self._record_unattributed(ctx, usage)
+                self.out_of_ideas = f"the language model failed: {exc}"
                 return None
             usage.tokens_in += reply.tokens_in
             usage.tokens_out += reply.tokens_out

@@ -42,6 +42,8 @@ from overnight.cli_common import (
 from overnight.runtime import Runtime, open_target
 
 if TYPE_CHECKING:
+    from agent.config import TargetConfig
+    from agent.gitrepo import GitRepo
     from agent.scheduler import SchedulerSettings
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "experiments"
@@ -225,13 +227,7 @@ def _run_locked(
     budget: float | None, proposer: str, settings: SchedulerSettings, timeout: float | None,
     quiet: bool, resume: bool, llm_config: Path | None, allow_dirty: bool = False,
 ) -> Sweep:
-    from agent.domain import SweepStatus, utcnow
-    from agent.scheduler import SlotScheduler
-    from agent.sweeps import create_sweep, default_sweep_name, dirty_files, requeue_baseline
-    from overnight.console import LineLog, LiveView
-
     config = None if resume else load_config(target).with_budget(budget, timeout)
-    store = rt.store
     repo = open_target(target)
     # A foreground run killed earlier leaves rows `running`: interrupt and re-queue them once.
     report = rt.recover()
@@ -239,33 +235,62 @@ def _run_locked(
         console.print(f"recovered {len(report.interrupted)} interrupted experiment(s); "
                       "each is re-queued once")
     if resume:
-        if not sweep_name:
-            fail("--resume needs --sweep NAME")
-        sweep = store.get_sweep(sweep_name)
-        if Path(sweep.target_path) != target.resolve():
-            fail(f"sweep {sweep_name} belongs to {sweep.target_path}, not {target}")
-        sweep = store.set_sweep_status(sweep_name, SweepStatus.RUNNING)
-        console.print(f"resuming sweep [bold]{sweep.name}[/bold] on branch {sweep.branch}")
-        if requeue_baseline(store, repo, sweep) is not None:
-            console.print("the baseline never finished: it runs again first")
+        sweep = _resume_sweep(rt, repo, target, sweep_name)
     else:
         assert config is not None
-        name = sweep_name or default_sweep_name(store)
-        dirty = dirty_files(repo, config)
-        if dirty and allow_dirty:
-            console.print(f"[bold red]--allow-dirty: running the committed HEAD; these "
-                          f"uncommitted changes are NOT run:[/bold red] {escape(', '.join(dirty))}")
-        sweep = create_sweep(store, repo, target, name=name, proposer=proposer, config=config,
-                             max_experiments=experiments, allow_dirty=allow_dirty)
-        console.print(
-            f"sweep [bold]{name}[/bold] on branch {sweep.branch}: baseline + "
-            f"{experiments} experiments, budget {config.budget_s:g}s, db {rt.db_path}"
-        )
-    view = LiveView(console, sweep) if console.is_terminal else LineLog(console, sweep)
+        sweep = _new_sweep(rt, repo, target, config, sweep_name=sweep_name, proposer=proposer,
+                           experiments=experiments, allow_dirty=allow_dirty)
     llm_kwargs = ({"config_path": llm_config}
                   if llm_config and sweep.proposer.startswith("llm:") else {})
+    _drive(rt, sweep, target, settings, quiet=quiet, proposer_kwargs=llm_kwargs)
+    return rt.store.get_sweep(sweep.name)
+
+
+def _resume_sweep(rt: Runtime, repo: GitRepo, target: Path, sweep_name: str | None) -> Sweep:
+    from agent.domain import SweepStatus
+    from agent.sweeps import requeue_baseline
+
+    if not sweep_name:
+        fail("--resume needs --sweep NAME")
+    sweep = rt.store.get_sweep(sweep_name)
+    if Path(sweep.target_path) != target.resolve():
+        fail(f"sweep {sweep_name} belongs to {sweep.target_path}, not {target}")
+    sweep = rt.store.set_sweep_status(sweep_name, SweepStatus.RUNNING)
+    console.print(f"resuming sweep [bold]{sweep.name}[/bold] on branch {sweep.branch}")
+    if requeue_baseline(rt.store, repo, sweep) is not None:
+        console.print("the baseline never finished: it runs again first")
+    return sweep
+
+
+def _new_sweep(rt: Runtime, repo: GitRepo, target: Path, config: TargetConfig, *,
+               sweep_name: str | None, proposer: str, experiments: int,
+               allow_dirty: bool) -> Sweep:
+    from agent.sweeps import create_sweep, default_sweep_name, dirty_files
+
+    name = sweep_name or default_sweep_name(rt.store)
+    dirty = dirty_files(repo, config)
+    if dirty and allow_dirty:
+        console.print(f"[bold red]--allow-dirty: running the committed HEAD; these "
+                      f"uncommitted changes are NOT run:[/bold red] {escape(', '.join(dirty))}")
+    sweep = create_sweep(rt.store, repo, target, name=name, proposer=proposer, config=config,
+                         max_experiments=experiments, allow_dirty=allow_dirty)
+    console.print(
+        f"sweep [bold]{name}[/bold] on branch {sweep.branch}: baseline + "
+        f"{experiments} experiments, budget {config.budget_s:g}s, db {rt.db_path}"
+    )
+    return sweep
+
+
+def _drive(rt: Runtime, sweep: Sweep, target: Path, settings: SchedulerSettings, *,
+           quiet: bool, proposer_kwargs: dict[str, Any]) -> None:
+    """The one engine in burst mode, with a live view on a terminal, lines otherwise."""
+    from agent.domain import utcnow
+    from agent.scheduler import SlotScheduler
+    from overnight.console import LineLog, LiveView
+
+    view = LiveView(console, sweep) if console.is_terminal else LineLog(console, sweep)
     engine = SlotScheduler(rt.store, settings, rt.loop_factory(
-        settings, on_event=None if quiet else view.on_event, proposer_kwargs=llm_kwargs))
+        settings, on_event=None if quiet else view.on_event, proposer_kwargs=proposer_kwargs))
     since = utcnow()
     try:
         if quiet or isinstance(view, LineLog):
@@ -277,7 +302,6 @@ def _run_locked(
     except KeyboardInterrupt as exc:
         _interrupted(rt, sweep, target, exc, since)
         raise
-    return store.get_sweep(sweep.name)
 
 
 @app.command()

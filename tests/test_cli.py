@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -130,8 +131,17 @@ def test_demo_on_the_real_gpt_target(tmp_path: Path):
     tsv = out.split("results.tsv", 1)[1].split("git log", 1)[0]
     rows = [line.split("\t") for line in tsv.strip().splitlines()[1:]]
     assert rows[0][3] == "keep" and rows[0][4] == "baseline"
-    (base_log,) = (Path(str(db) + ".work") / "logs").glob("*/1.log")
-    check_learning(base_log.read_text(), float(rows[0][1]))  # vs. its own initial loss
+    # The baseline's metric is the mean of its runs (the sequential rule runs it up to 3 times);
+    # each run is judged against its own initial loss, and the mean against the runs.
+    logs = sorted((Path(str(db) + ".work") / "logs").glob("*/1.*log"))
+    assert logs and logs[0].name == "1.log", logs
+    run_bpbs = []
+    for log in logs:
+        text = log.read_text()
+        (bpb,) = re.findall(r"^val_bpb:\s+(\S+)$", text, re.M)
+        check_learning(text, float(bpb))
+        run_bpbs.append(float(bpb))
+    assert float(rows[0][1]) == pytest.approx(statistics.fmean(run_bpbs), abs=1e-5)
     assert len(rows) == 3
     assert all(r[3] in ("keep", "discard", "crash") and len(r[0]) == 7 for r in rows)
     # it ends with an honest statement of what the noise supports

@@ -107,7 +107,13 @@ class Store(Protocol):
         statuses: Sequence[ExperimentStatus] | None = None,
         limit: int | None = None,
         newest_first: bool = False,
-    ) -> list[Experiment]: ...
+        before_id: int | None = None,
+        crash_kind: CrashKind | None = None,
+        after_id: int | None = None,
+    ) -> list[Experiment]:
+        """Experiments matching every given filter, by id (descending with `newest_first`),
+        at most `limit`: a keyset page. `before_id`/`after_id` keep ids below/above them (the
+        cursor); a page's cost must not grow with the rows outside it."""
 
     def count_experiments(
         self,
@@ -116,7 +122,8 @@ class Store(Protocol):
         crash_kind: CrashKind | None = None,
         is_baseline: bool | None = None,
     ) -> int:
-        """How many experiments match; every filter is optional (None = any)."""
+        """How many experiments match; every filter is optional (None = any). Exact, and
+        cheap without `is_baseline` (a store keeps counts per sweep, status and crash kind)."""
 
     def status_counts(self, sweep_id: int | None = None) -> dict[str, int]:
         """Experiments per status value, of one sweep or the whole database."""

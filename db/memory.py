@@ -175,9 +175,10 @@ class MemoryStore:
                          statuses: Sequence[ExperimentStatus] | None = None,
                          limit: int | None = None, newest_first: bool = False,
                          before_id: int | None = None,
-                         crash_kind: CrashKind | None = None) -> list[Experiment]:
-        rows = self._select(sweep_id, statuses, crash_kind,
-                            where=None if before_id is None else (lambda e: e.id < before_id))
+                         crash_kind: CrashKind | None = None,
+                         after_id: int | None = None) -> list[Experiment]:
+        lo, hi = after_id or 0, before_id or float("inf")
+        rows = self._select(sweep_id, statuses, crash_kind, where=lambda e: lo < e.id < hi)
         if newest_first:
             rows.reverse()
         return rows if limit is None else rows[:limit]

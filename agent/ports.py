@@ -164,6 +164,21 @@ class Store(Protocol):
     def experiment_briefs(self, sweep_id: int) -> list[Experiment]:
         """The sweep's experiments, oldest first, without log tails and metadata (pages)."""
 
+    def experiment_marks(self, sweep_id: int) -> list[Experiment]:
+        """The sweep's experiments, oldest first, with only id, status, crash_kind, metric,
+        best_before, description, is_baseline, commit, base_commit and the run times set
+        (diff "", no summary/meta/log): what a plot of thousands of them needs."""
+
+    def run_metrics(self, sweep_id: int) -> list[Run]:
+        """The sweep's runs by id with id, experiment_id, commit, seed, role, status and
+        metric set (no summary, times or log): what the sweep's evidence needs."""
+
+    def sweep_version(self, sweep_id: int) -> tuple[object, ...]:
+        """A cheap value that differs whenever one of the sweep's experiments or runs has been
+        added or has changed status since it was read (pages cache what they derive from the
+        whole sweep under it). Experiments only move forward through their statuses; a run's
+        only way back (suspect → ok) comes with its experiment's finish."""
+
     def run_spans(self) -> list[tuple[int, ExperimentStatus, datetime | None, datetime | None]]:
         """(sweep id, status, run started, run ended) of every experiment."""
 

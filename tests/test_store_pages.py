@@ -10,9 +10,20 @@ from itertools import combinations
 
 import pytest
 from sqlalchemy import text
-from test_store_contract import spec, store  # noqa: F401  (the fixture: every store)
+from test_store_contract import spec
+from test_store_contract import store as every_store  # noqa: F401  (the fixture `store`)
 
-from agent.domain import CrashKind, ExperimentStatus, Finish, Proposal
+from agent.domain import (
+    CrashKind,
+    ExperimentStatus,
+    Finish,
+    Proposal,
+    RunEnd,
+    RunRole,
+    RunSpec,
+    RunStatus,
+    utcnow,
+)
 from agent.errors import ConflictError, DuplicateError
 from agent.ports import Store
 
@@ -144,3 +155,61 @@ def test_statuses_filter_combinations_are_disjoint_sums(store: Store):
     for a, b in combinations(list(S), 2):
         assert store.count_experiments(statuses=[a, b]) == (
             store.count_experiments(statuses=[a]) + store.count_experiments(statuses=[b]))
+
+
+def test_marks_are_the_listing_with_only_the_plot_fields(store: Store):
+    sid = store.create_sweep(spec()).id
+    base = store.add_experiment(sid, Proposal("baseline", ""), is_baseline=True)
+    store.claim(base.id)
+    store.mark_started(base.id, commit="c0", base_commit="c0", run_started_at=utcnow())
+    run = store.start_run(RunSpec(sid, base.id, "c0", 42, RunRole.BASELINE, "/l"))
+    store.end_run(run.id, RunEnd(RunStatus.OK, metric=1.5, summary={"x": 1}))
+    store.finish(base.id, Finish(S.KEPT, metric=1.5, summary={"val_bpb": 1.5},
+                                 run_ended_at=utcnow()), keep_commit="c0")
+    crash = store.add_experiment(sid, Proposal("boom", "d1"))
+    store.claim(crash.id)
+    store.finish(crash.id, Finish(S.CRASHED, CrashKind.FUNDAMENTAL, "oom", log_tail="t"))
+    store.add_experiment(sid, Proposal("waits", "d2"))
+    full = store.list_experiments(sid)
+    marks = store.experiment_marks(sid)
+    fields = ("id", "sweep_id", "status", "crash_kind", "metric", "best_before", "description",
+              "is_baseline", "commit", "base_commit", "run_started_at", "run_ended_at")
+    assert [tuple(getattr(m, f) for f in fields) for m in marks] == [
+        tuple(getattr(e, f) for f in fields) for e in full]
+    assert all(m.diff == "" and m.summary == {} and m.log_tail is None for m in marks)
+    [light] = store.run_metrics(sid)
+    [whole] = store.list_runs(sweep_id=sid)
+    keep = ("id", "sweep_id", "experiment_id", "commit", "seed", "role", "status", "metric")
+    assert [getattr(light, f) for f in keep] == [getattr(whole, f) for f in keep]
+    assert light.summary == {} and whole.summary == {"x": 1}
+
+
+def test_sweep_version_moves_with_every_add_and_status_change(store: Store):
+    sid, other = store.create_sweep(spec()).id, store.create_sweep(spec("t")).id
+    seen = [store.sweep_version(sid)]
+
+    def changed() -> None:
+        now = store.sweep_version(sid)
+        assert now not in seen and store.sweep_version(sid) == now  # new, and stable
+        seen.append(now)
+
+    exp = store.add_experiment(sid, Proposal("a", "d1"))
+    changed()
+    store.add_experiment(other, Proposal("elsewhere", "d1"))  # another sweep: no change
+    assert store.sweep_version(sid) == seen[-1]
+    store.claim(exp.id)
+    changed()
+    store.mark_started(exp.id, commit="c1", base_commit="c0")
+    run = store.start_run(RunSpec(sid, exp.id, "c1", 42, RunRole.SCREEN))
+    changed()
+    store.end_run(run.id, RunEnd(RunStatus.OK, metric=1.0))
+    changed()
+    store.set_run_status(run.id, RunStatus.SUSPECT)
+    changed()
+    store.finish(exp.id, Finish(S.DISCARDED, metric=1.0))
+    changed()
+    second = store.add_experiment(sid, Proposal("b", "d2"))
+    store.claim(second.id)
+    changed()
+    store.interrupt_running()
+    changed()

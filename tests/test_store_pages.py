@@ -213,3 +213,47 @@ def test_sweep_version_moves_with_every_add_and_status_change(store: Store):
     changed()
     store.interrupt_running()
     changed()
+
+
+def test_the_migration_counts_the_rows_already_there(tmp_path):
+    """A database made before keyset_pages: its rows are counted by the upgrade."""
+    from pathlib import Path
+
+    from alembic import command
+    from alembic.config import Config
+
+    import db.engine as db_engine
+    from db.engine import make_engine, migrate
+    from db.store import SqlStore
+
+    engine = make_engine(tmp_path / "old.db")
+    cfg = Config()
+    cfg.set_main_option("script_location", str(Path(db_engine.__file__).parent / "migrations"))
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "0003_runs")
+        for sid in (1, 2):
+            conn.execute(text(
+                "INSERT INTO sweeps (id, name, target_path, branch, status, proposer, config, "
+                "protected_hashes, llm_tokens_in, llm_tokens_out, llm_usd, created_at, "
+                f"updated_at) VALUES ({sid}, 's{sid}', '/t', 'overnight/s{sid}', 'running', "
+                "'queue', '{}', '{}', 0, 0, 0, '2026-11-29 00:00:00', '2026-11-29 00:00:00')"))
+        rows = [(1, "kept", None), (1, "crashed", "trivial"), (1, "crashed", "trivial"),
+                (1, "timeout", "timeout"), (2, "queued", None), (2, "discarded", None)]
+        for i, (sid, status, kind) in enumerate(rows, start=1):
+            conn.execute(text(
+                "INSERT INTO experiments (id, sweep_id, attempt, is_baseline, priority, "
+                "proposer, description, diff, status, crash_kind, summary, meta, "
+                "llm_tokens_in, llm_tokens_out, llm_usd, created_at) VALUES (:i, :s, 0, 0, 0, "
+                "'knobs', 'd', '', :st, :k, '{}', '{}', 0, 0, 0, '2026-11-29 00:00:00')"),
+                {"i": i, "s": sid, "st": status, "k": kind})
+    migrate(engine)
+    store = SqlStore(engine)
+    assert store.status_counts(1) == {"kept": 1, "crashed": 2, "timeout": 1}
+    assert store.count_experiments(crash_kind=CrashKind.TRIVIAL) == 2
+    assert store.count_experiments(2, [S.QUEUED, S.DISCARDED]) == 2
+    store.claim(5)  # and they go on being kept from there
+    assert store.status_counts(2) == {"running": 1, "discarded": 1}
+    migrate(engine)  # idempotent
+    assert store.count_experiments() == 6
+    engine.dispose()

@@ -174,10 +174,12 @@ class Store(Protocol):
         metric set (no summary, times or log): what the sweep's evidence needs."""
 
     def sweep_version(self, sweep_id: int) -> tuple[object, ...]:
-        """A cheap value that differs whenever one of the sweep's experiments or runs has been
-        added or has changed status since it was read (pages cache what they derive from the
-        whole sweep under it). Experiments only move forward through their statuses; a run's
-        only way back (suspect → ok) comes with its experiment's finish."""
+        """A cheap value that differs whenever one of the sweep's experiments has reached a
+        finished status (rows added finished included) or one of its runs has ended or changed
+        verdict since it was read; queued and running rows do not move it. Pages cache what
+        they derive from the sweep's finished work under it. Finished experiments never change
+        and runs only end once; a verdict flipped back (suspect → ok) comes with its
+        experiment's finish."""
 
     def run_spans(self) -> list[tuple[int, ExperimentStatus, datetime | None, datetime | None]]:
         """(sweep id, status, run started, run ended) of every experiment."""

@@ -22,6 +22,7 @@ STATUS = {s.value: s for s in ExperimentStatus}
 KIND = {k.value: k for k in CrashKind}
 ROLE = {r.value: r for r in RunRole}
 RUN_STATUS = {r.value: r for r in RunStatus}
+FINISHED = sorted(s.value for s in ExperimentStatus if s.is_finished())
 # The run times as plain DateTime: UTCDateTime's per-value hook was most of the query's time;
 # the UTC zone is put back below, in the one loop that builds the records.
 MARK_COLUMNS = (E.id, E.status, E.crash_kind, E.metric, E.best_before, E.description,
@@ -55,18 +56,19 @@ class SweepMarks(StoreBase):
                 for i, e, c, sd, role, st, m in rows]
 
     def sweep_version(self, sweep_id: int) -> tuple[Any, ...]:
-        """Changes whenever one of the sweep's experiments or runs is added or changes status
-        (see the port): its highest ids and its counts per status, from small reads."""
+        """Changes whenever one of the sweep's experiments reaches a finished status or one of
+        its runs ends or changes verdict (see the port): counts per finished status of its
+        experiments, and per ended status of its runs with their highest id."""
         C = ExperimentCountRow
         with self.session("reading a sweep's version") as s:
-            exp_top = s.scalar(select(func.max(E.id)).where(E.sweep_id == sweep_id))
-            exp_counts = s.execute(select(C.status, C.crash_kind, C.n)
-                                   .where(C.sweep_id == sweep_id, C.n != 0)
-                                   .order_by(C.status, C.crash_kind)).all()
+            exps = s.execute(select(C.status, C.crash_kind, C.n)
+                             .where(C.sweep_id == sweep_id, C.status.in_(FINISHED), C.n != 0)
+                             .order_by(C.status, C.crash_kind)).all()
             runs = s.execute(select(R.status, func.count(), func.max(R.id))
-                             .where(R.sweep_id == sweep_id).group_by(R.status)
-                             .order_by(R.status)).all()
-        return (exp_top or 0, tuple(map(tuple, exp_counts)), tuple(map(tuple, runs)))
+                             .where(R.sweep_id == sweep_id,
+                                    R.status != RunStatus.RUNNING.value)
+                             .group_by(R.status).order_by(R.status)).all()
+        return tuple(map(tuple, exps)), tuple(map(tuple, runs))
 
 
 def _utc(value: Any) -> Any:

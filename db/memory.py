@@ -201,15 +201,16 @@ class MemoryStore:
 
     def sweep_version(self, sweep_id: int) -> tuple[object, ...]:
         with self._lock:
-            exps = self._select(sweep_id)
-            runs = self.list_runs(sweep_id=sweep_id)
+            exps = [e for e in self._select(sweep_id) if e.status.is_finished()]
+            runs = [r for r in self.list_runs(sweep_id=sweep_id)
+                    if r.status is not RunStatus.RUNNING]
         exp_counts = Counter((e.status.value, e.crash_kind.value if e.crash_kind else "")
                              for e in exps)
         run_top: dict[str, int] = {}
         for r in runs:
             run_top[r.status.value] = max(run_top.get(r.status.value, 0), r.id)
         run_counts = Counter(r.status.value for r in runs)
-        return (exps[-1].id if exps else 0, tuple(sorted(exp_counts.items())),
+        return (tuple(sorted((*k, n) for k, n in exp_counts.items())),
                 tuple(sorted((st, n, run_top[st]) for st, n in run_counts.items())))
 
     def run_spans(self) -> list[tuple[int, ExperimentStatus, datetime | None, datetime | None]]:

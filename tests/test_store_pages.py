@@ -184,33 +184,38 @@ def test_marks_are_the_listing_with_only_the_plot_fields(store: Store):
     assert light.summary == {} and whole.summary == {"x": 1}
 
 
-def test_sweep_version_moves_with_every_add_and_status_change(store: Store):
+def test_sweep_version_moves_when_work_finishes(store: Store):
     sid, other = store.create_sweep(spec()).id, store.create_sweep(spec("t")).id
     seen = [store.sweep_version(sid)]
 
-    def changed() -> None:
+    def changed(expected: bool = True) -> None:
         now = store.sweep_version(sid)
-        assert now not in seen and store.sweep_version(sid) == now  # new, and stable
-        seen.append(now)
+        assert store.sweep_version(sid) == now  # stable while nothing happens
+        if expected:
+            assert now not in seen
+            seen.append(now)
+        else:
+            assert now == seen[-1]
 
     exp = store.add_experiment(sid, Proposal("a", "d1"))
-    changed()
-    store.add_experiment(other, Proposal("elsewhere", "d1"))  # another sweep: no change
-    assert store.sweep_version(sid) == seen[-1]
+    changed(False)  # queued, running: not finished work
     store.claim(exp.id)
-    changed()
     store.mark_started(exp.id, commit="c1", base_commit="c0")
     run = store.start_run(RunSpec(sid, exp.id, "c1", 42, RunRole.SCREEN))
-    changed()
+    changed(False)
+    store.add_experiment(other, Proposal("elsewhere", "d1"), status=S.REJECTED)
+    changed(False)  # another sweep
     store.end_run(run.id, RunEnd(RunStatus.OK, metric=1.0))
     changed()
     store.set_run_status(run.id, RunStatus.SUSPECT)
     changed()
     store.finish(exp.id, Finish(S.DISCARDED, metric=1.0))
     changed()
-    second = store.add_experiment(sid, Proposal("b", "d2"))
-    store.claim(second.id)
+    store.add_experiment(sid, Proposal("refused", "d2"), status=S.REJECTED)
     changed()
+    second = store.add_experiment(sid, Proposal("b", "d3"))
+    store.claim(second.id)
+    changed(False)
     store.interrupt_running()
     changed()
 

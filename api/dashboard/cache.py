@@ -2,9 +2,10 @@
 
 The plot, counts, evidence and digest of a sweep read every experiment (the digest every diff):
 ~1 s at 10,000 experiments, while the table, kept stack and live panel read a page each. Those
-derived parts depend only on the sweep's experiments and runs, which change only by being
-added or changing status: `Store.sweep_version` changes with each, so a value cached under it
-(and the sweep's best, which the page also shows) is the value the page would compute now.
+derived parts depend on the sweep's finished work (queued and running rows are not drawn, and
+the page reads their counts and times afresh): `Store.sweep_version` changes whenever an
+experiment or run finishes, so a value cached under it (and the sweep's best, which the page
+also shows) is the value the page would compute now.
 Entries are keyed weakly by the store (a store that goes away takes its entries with it).
 """
 

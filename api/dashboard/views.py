@@ -2,7 +2,7 @@
 
 A sweep page's whole-sweep parts (counts, plot, evidence, digest) come from one read of its
 experiments' plot fields (store.experiment_marks: a few columns, no diffs) and runs' metrics,
-cached under the sweep's version (cache.py) so a page view between two changes reads none of
+cached under the sweep's version (cache.py) so a page view between two finishes reads none of
 it; the table is one keyset page (`before`/`after` cursors, PAGE_SIZE rows), the kept stack the
 latest KEPT_SHOWN keeps, the live panel the running rows. No HTML here (templates render it).
 """
@@ -113,20 +113,21 @@ def overview(store: Any) -> list[dict[str, Any]]:
 
 # --- sweep page ----------------------------------------------------------------------------
 SUMMARIES = SweepCache()
+DIGESTS = SweepCache()
 
 
 @dataclass(frozen=True)
 class SweepSummary:
     """The parts of a sweep page computed from every experiment and run of the sweep."""
 
-    rollup: Rollup  # running rows counted, their time so far left out
+    rollup: Rollup  # the page uses its training time (running rows' time left out)
     evidence: SweepEvidence
     plot: Markup
     insights: list[dict[str, Any]]
 
 
 def sweep_summary(store: Store, sweep: Sweep) -> SweepSummary:
-    """The sweep's summary, cached until one of its experiments or runs changes."""
+    """The sweep's summary, cached until one of its experiments or runs finishes."""
     version = (store.sweep_version(sweep.id), sweep.best_metric, sweep.best_commit,
                sweep.baseline_metric)
 
@@ -136,9 +137,21 @@ def sweep_summary(store: Store, sweep: Sweep) -> SweepSummary:
         return SweepSummary(
             rollup=rollup_of(marks, running_time=False), evidence=ev,
             plot=progress_svg(marks, sweep.metric, sweep.baseline_metric, evidence=ev),
-            insights=insights_panel(sweep, store.experiment_briefs(sweep.id)))
+            insights=sweep_digest(store, sweep, marks))
 
     return SUMMARIES.get(store, sweep.id, version, make)
+
+
+def sweep_digest(store: Store, sweep: Sweep, marks: list[Experiment]) -> list[dict[str, Any]]:
+    """The digest panel, redrawn when an experiment finishes (or the best moves), not on every
+    claim or run start: it reads every diff. Finished rows never change and are never removed,
+    so how many there are per status says whether any finished since; the digest's count of
+    queued and running ones may lag until the next finish."""
+    done = Counter(e.status.value for e in marks if e.status.is_finished())
+    version = (tuple(sorted(done.items())), sweep.best_metric, sweep.best_commit,
+               sweep.baseline_metric)
+    return DIGESTS.get(store, sweep.id, version,
+                       lambda: insights_panel(sweep, store.experiment_briefs(sweep.id)))
 
 
 def sweep_page(service: Service, sweep: Sweep, status: str, page: int,
@@ -146,7 +159,8 @@ def sweep_page(service: Service, sweep: Sweep, status: str, page: int,
     store = service.store
     summary = sweep_summary(store, sweep)
     running = store.list_experiments(sweep.id, [S.RUNNING])
-    r = replace(summary.rollup, counts=Counter(summary.rollup.counts))
+    # Counts now (the summary only moves when work finishes), finished time from the summary.
+    r = replace(summary.rollup, counts=Counter(store.status_counts(sweep.id)))
     now = utcnow()
     for e in running:  # their time so far, as of now
         r.train_s += max(0.0, (now - e.run_started_at).total_seconds()) if e.run_started_at \

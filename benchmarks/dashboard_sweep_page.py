@@ -7,7 +7,8 @@ times GET /ui/sweeps/{name} with httpx: `--requests` views of an unchanged sweep
 whole-sweep summary is then cached), `--changed` views each right after an experiment was added
 and claimed (counts and times are read afresh; the summary stays) and as many right after it
 finished (plot, evidence and digest are redrawn: the digest reads every diff), and table pages
-deep in the sweep. Prints p50/p90/max in milliseconds and the page's size. Targets (issue 14): p50 ≤ 100 ms, page ≤ 500 KiB.
+deep in the sweep. Prints p50/p90/max in milliseconds and the page's size. Targets (issue
+14): p50 ≤ 100 ms, page ≤ 500 KiB.
 
     .venv/bin/python benchmarks/dashboard_sweep_page.py [--experiments 10000] [--requests 50]
 """

@@ -5,15 +5,21 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from sqlalchemy import func, select
+from sqlalchemy import DateTime, func, select, type_coerce
 
 from agent.admit import diff_key
 from agent.domain import CrashKind, Experiment, ExperimentStatus
 from db import counts
 from db.keyset import Page
-from db.models import ExperimentRow
-from db.rows import BRIEF_FIELDS, to_experiment
+from db.models import ExperimentRow, UTCDateTime
+from db.rows import BRIEF_FIELDS, to_experiment, utc
 from db.session import StoreBase
+
+# Timestamps read as plain DateTime (UTCDateTime's per-value hook was half the read) and made
+# aware again in the loop that builds the records.
+BRIEF_TIMES = [f for f in BRIEF_FIELDS if isinstance(getattr(ExperimentRow, f).type, UTCDateTime)]
+BRIEF_COLUMNS = [type_coerce(getattr(ExperimentRow, f), DateTime) if f in BRIEF_TIMES
+                 else getattr(ExperimentRow, f) for f in BRIEF_FIELDS]
 
 
 class ExperimentReads(StoreBase):
@@ -36,12 +42,14 @@ class ExperimentReads(StoreBase):
     def experiment_briefs(self, sweep_id: int) -> list[Experiment]:
         """The sweep's experiments, oldest first, with `log_tail` None and `meta` empty: only
         the columns the pages use (a log tail is kilobytes; a sweep page lists thousands)."""
-        cols = [getattr(ExperimentRow, f) for f in BRIEF_FIELDS]
-        q = select(*cols).where(ExperimentRow.sweep_id == sweep_id).order_by(ExperimentRow.id)
+        q = select(*BRIEF_COLUMNS).where(ExperimentRow.sweep_id == sweep_id).order_by(
+            ExperimentRow.id)
         out = []
         with self.session("listing a sweep's experiments") as s:
             for row in s.execute(q):
                 d = dict(zip(BRIEF_FIELDS, row, strict=True))
+                for f in BRIEF_TIMES:
+                    d[f] = utc(d[f])
                 d["status"] = ExperimentStatus(d["status"])
                 d["crash_kind"] = CrashKind(d["crash_kind"]) if d["crash_kind"] else None
                 d["summary"] = dict(d["summary"] or {})

@@ -7,13 +7,13 @@ build the domain records from them.
 
 from __future__ import annotations
 
-from datetime import UTC
 from typing import Any
 
 from sqlalchemy import DateTime, func, select, type_coerce
 
 from agent.domain import CrashKind, Experiment, ExperimentStatus, Run, RunRole, RunStatus
 from db.models import ExperimentCountRow, ExperimentRow, RunRow
+from db.rows import utc
 from db.session import StoreBase
 
 E, R = ExperimentRow, RunRow
@@ -40,8 +40,8 @@ class SweepMarks(StoreBase):
         return [Experiment(id=i, sweep_id=sweep_id, status=STATUS[st],
                            crash_kind=KIND[ck] if ck else None, metric=m, best_before=bb,
                            description=d, diff="", proposer="", is_baseline=bool(base),
-                           commit=c, base_commit=bc, run_started_at=_utc(rs),
-                           run_ended_at=_utc(re))
+                           commit=c, base_commit=bc, run_started_at=utc(rs),
+                           run_ended_at=utc(re))
                 for i, st, ck, m, bb, d, base, c, bc, rs, re in rows]
 
     def run_metrics(self, sweep_id: int) -> list[Run]:
@@ -69,7 +69,3 @@ class SweepMarks(StoreBase):
                                     R.status != RunStatus.RUNNING.value)
                              .group_by(R.status).order_by(R.status)).all()
         return tuple(map(tuple, exps)), tuple(map(tuple, runs))
-
-
-def _utc(value: Any) -> Any:
-    return value.replace(tzinfo=UTC) if value is not None else None

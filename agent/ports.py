@@ -164,19 +164,21 @@ class Store(Protocol):
     def experiment_briefs(self, sweep_id: int) -> list[Experiment]:
         """The sweep's experiments, oldest first, without log tails and metadata (pages)."""
 
-    def experiment_marks(self, sweep_id: int) -> list[Experiment]:
+    def experiment_marks(self, sweep_id: int, with_diffs: bool = False) -> list[Experiment]:
         """The sweep's experiments, oldest first, with only id, status, crash_kind, metric,
         best_before, description, is_baseline, commit, base_commit and the run times set
-        (diff "", no summary/meta/log): what a plot of thousands of them needs."""
+        (diff "", no summary/meta/log): what a plot of thousands of them needs. `with_diffs`
+        sets diff and reason too (what the digest reads)."""
 
     def run_metrics(self, sweep_id: int) -> list[Run]:
         """The sweep's runs by id with id, experiment_id, commit, seed, role, status and
         metric set (no summary, times or log): what the sweep's evidence needs."""
 
-    def sweep_version(self, sweep_id: int) -> tuple[object, ...]:
-        """A cheap value that differs whenever one of the sweep's experiments has reached a
-        finished status (rows added finished included) or one of its runs has ended or changed
-        verdict since it was read; queued and running rows do not move it. Pages cache what
+    def sweep_version(self, sweep_id: int) -> tuple[object, object]:
+        """Two cheap values (experiments, runs): the first differs whenever one of the sweep's
+        experiments has reached a finished status (rows added finished included), the second
+        whenever one of its runs has ended or changed verdict, since they were read; queued
+        and running rows move neither. Pages cache what
         they derive from the sweep's finished work under it. Finished experiments never change
         and runs only end once; a verdict flipped back (suspect → ok) comes with its
         experiment's finish."""

@@ -31,18 +31,21 @@ MARK_COLUMNS = (E.id, E.status, E.crash_kind, E.metric, E.best_before, E.descrip
 
 
 class SweepMarks(StoreBase):
-    def experiment_marks(self, sweep_id: int) -> list[Experiment]:
+    def experiment_marks(self, sweep_id: int, with_diffs: bool = False) -> list[Experiment]:
         """The sweep's experiments, oldest first: id, status, crash kind, metric, best before,
-        description, baseline flag, commits and run times; diff "" and summary/meta empty."""
-        q = select(*MARK_COLUMNS).where(E.sweep_id == sweep_id).order_by(E.id)
+        description, baseline flag, commits and run times (`with_diffs`: diff and reason too);
+        summary and meta empty."""
+        extra = (E.diff, E.reason) if with_diffs else ()
+        q = select(*MARK_COLUMNS, *extra).where(E.sweep_id == sweep_id).order_by(E.id)
         with self.session("reading a sweep's plot") as s:
             rows = s.execute(q).all()
         return [Experiment(id=i, sweep_id=sweep_id, status=STATUS[st],
                            crash_kind=KIND[ck] if ck else None, metric=m, best_before=bb,
-                           description=d, diff="", proposer="", is_baseline=bool(base),
+                           description=d, diff=more[0] if more else "", proposer="",
+                           reason=more[1] if more else None, is_baseline=bool(base),
                            commit=c, base_commit=bc, run_started_at=utc(rs),
                            run_ended_at=utc(re))
-                for i, st, ck, m, bb, d, base, c, bc, rs, re in rows]
+                for i, st, ck, m, bb, d, base, c, bc, rs, re, *more in rows]
 
     def run_metrics(self, sweep_id: int) -> list[Run]:
         """The sweep's runs by id with id, experiment, commit, seed, role, status and metric
@@ -55,10 +58,11 @@ class SweepMarks(StoreBase):
                     role=ROLE[role], status=RUN_STATUS[st], metric=m)
                 for i, e, c, sd, role, st, m in rows]
 
-    def sweep_version(self, sweep_id: int) -> tuple[Any, ...]:
-        """Changes whenever one of the sweep's experiments reaches a finished status or one of
-        its runs ends or changes verdict (see the port): counts per finished status of its
-        experiments, and per ended status of its runs with their highest id."""
+    def sweep_version(self, sweep_id: int) -> tuple[Any, Any]:
+        """(experiments, runs): the first changes whenever one of the sweep's experiments
+        reaches a finished status, the second whenever one of its runs ends or changes verdict
+        (see the port): counts per finished status of its experiments, and per ended status of
+        its runs with their highest id."""
         C = ExperimentCountRow
         with self.session("reading a sweep's version") as s:
             exps = s.execute(select(C.status, C.crash_kind, C.n)

@@ -186,10 +186,11 @@ class MemoryStore:
     def experiment_briefs(self, sweep_id: int) -> list[Experiment]:
         return [replace(e, log_tail=None, meta={}, pgid=None) for e in self._select(sweep_id)]
 
-    def experiment_marks(self, sweep_id: int) -> list[Experiment]:
+    def experiment_marks(self, sweep_id: int, with_diffs: bool = False) -> list[Experiment]:
         return [Experiment(id=e.id, sweep_id=e.sweep_id, status=e.status,
                            crash_kind=e.crash_kind, metric=e.metric, best_before=e.best_before,
-                           description=e.description, diff="", proposer="",
+                           description=e.description, diff=e.diff if with_diffs else "",
+                           reason=e.reason if with_diffs else None, proposer="",
                            is_baseline=e.is_baseline, commit=e.commit, base_commit=e.base_commit,
                            run_started_at=e.run_started_at, run_ended_at=e.run_ended_at)
                 for e in self._select(sweep_id)]
@@ -199,7 +200,7 @@ class MemoryStore:
                     commit=r.commit, seed=r.seed, role=r.role, status=r.status, metric=r.metric)
                 for r in self.list_runs(sweep_id=sweep_id)]
 
-    def sweep_version(self, sweep_id: int) -> tuple[object, ...]:
+    def sweep_version(self, sweep_id: int) -> tuple[object, object]:
         with self._lock:
             exps = [e for e in self._select(sweep_id) if e.status.is_finished()]
             runs = [r for r in self.list_runs(sweep_id=sweep_id)

@@ -177,6 +177,9 @@ def test_marks_are_the_listing_with_only_the_plot_fields(store: Store):
     assert [tuple(getattr(m, f) for f in fields) for m in marks] == [
         tuple(getattr(e, f) for f in fields) for e in full]
     assert all(m.diff == "" and m.summary == {} and m.log_tail is None for m in marks)
+    with_diffs = store.experiment_marks(sid, with_diffs=True)
+    assert [(m.diff, m.reason) for m in with_diffs] == [(e.diff, e.reason) for e in full]
+    assert [m.id for m in with_diffs] == [m.id for m in marks] and full[1].reason == "oom"
     [light] = store.run_metrics(sid)
     [whole] = store.list_runs(sweep_id=sid)
     keep = ("id", "sweep_id", "experiment_id", "commit", "seed", "role", "status", "metric")

@@ -28,11 +28,16 @@ class SweepCache:
 
     def get(self, store: Any, sweep_id: int, version: Hashable, make: Callable[[], T]) -> T:
         """The value cached for the sweep at `version`, else `make()` (then cached)."""
+        hit = self.peek(store, sweep_id, version)
+        return hit if hit is not None else self.put(store, sweep_id, version, make())
+
+    def peek(self, store: Any, sweep_id: int, version: Hashable) -> Any | None:
+        """The value cached for the sweep at `version`, or None."""
         with self._lock:
             hit = self._by_store.setdefault(store, {}).get(sweep_id)
-        if hit is not None and hit[0] == version:
-            return hit[1]  # type: ignore[no-any-return]
-        value = make()
+        return hit[1] if hit is not None and hit[0] == version else None
+
+    def put(self, store: Any, sweep_id: int, version: Hashable, value: T) -> T:
         with self._lock:
             entries = self._by_store.setdefault(store, {})
             entries.pop(sweep_id, None)

@@ -128,30 +128,25 @@ class SweepSummary:
 
 def sweep_summary(store: Store, sweep: Sweep) -> SweepSummary:
     """The sweep's summary, cached until one of its experiments or runs finishes."""
-    version = (store.sweep_version(sweep.id), sweep.best_metric, sweep.best_commit,
-               sweep.baseline_metric)
+    experiments, runs = store.sweep_version(sweep.id)
+    best = (sweep.best_metric, sweep.best_commit, sweep.baseline_metric)
 
     def make() -> SweepSummary:
-        marks = store.experiment_marks(sweep.id)
+        # The digest reads every diff: it is redrawn when an experiment finishes (or the best
+        # moves), not when only a run ended. Its count of queued and running experiments may
+        # lag until then.
+        insights = DIGESTS.peek(store, sweep.id, (experiments, best))
+        marks = store.experiment_marks(sweep.id, with_diffs=insights is None)
+        if insights is None:
+            insights = DIGESTS.put(store, sweep.id, (experiments, best),
+                                   insights_panel(sweep, marks))
         ev = sweep_evidence(sweep, marks, store.run_metrics(sweep.id))
         return SweepSummary(
             rollup=rollup_of(marks, running_time=False), evidence=ev,
             plot=progress_svg(marks, sweep.metric, sweep.baseline_metric, evidence=ev),
-            insights=sweep_digest(store, sweep, marks))
+            insights=insights)
 
-    return SUMMARIES.get(store, sweep.id, version, make)
-
-
-def sweep_digest(store: Store, sweep: Sweep, marks: list[Experiment]) -> list[dict[str, Any]]:
-    """The digest panel, redrawn when an experiment finishes (or the best moves), not on every
-    claim or run start: it reads every diff. Finished rows never change and are never removed,
-    so how many there are per status says whether any finished since; the digest's count of
-    queued and running ones may lag until the next finish."""
-    done = Counter(e.status.value for e in marks if e.status.is_finished())
-    version = (tuple(sorted(done.items())), sweep.best_metric, sweep.best_commit,
-               sweep.baseline_metric)
-    return DIGESTS.get(store, sweep.id, version,
-                       lambda: insights_panel(sweep, store.experiment_briefs(sweep.id)))
+    return SUMMARIES.get(store, sweep.id, (experiments, runs, best), make)
 
 
 def sweep_page(service: Service, sweep: Sweep, status: str, page: int,

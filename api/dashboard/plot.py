@@ -170,6 +170,38 @@ def progress_svg(
     def sy(v: float) -> float:
         return y_bot - (min(max(v, lo), hi) - lo) / (hi - lo) * (y_bot - y_top)
 
+    out = _frame(metric_name, n_max, lo, hi, sx, sy)
+    kept = [p for p in scored if p.exp.status is ExperimentStatus.KEPT]
+    last_n, total = points[-1].n, len(points)
+    downsampled = total > MAX_MARKS
+    if downsampled:
+        points, envelopes = downsample(points)
+        scored = [p for p in points if _scored(p)]
+        out.append(_envelope_path(envelopes, sx, sy))
+        out.append(f'<text class="tick note" x="{x1}" y="{y_top - 4}" text-anchor="end">'
+                   f"{len(points):,} of {total:,} runs drawn: every kept one; of the rest, "
+                   "each stretch's lowest and highest (band) and first crash</text>")
+    if evidence is not None:
+        out.extend(_best_band(kept, last_n, sx, sy, evidence, one_path=downsampled))
+        out.extend(_run_dots(scored, sx, sy, lo, hi, evidence, min_runs=2 if downsampled else 1))
+    if kept:  # the running best: flat until the next keep, then a step
+        d = [f"M{sx(kept[0].n):.1f},{sy(kept[0].exp.metric):.1f}"]  # type: ignore[arg-type]
+        for p in kept[1:]:
+            d.append(f"H{sx(p.n):.1f}V{sy(p.exp.metric):.1f}")  # type: ignore[arg-type]
+        d.append(f"H{sx(last_n):.1f}")
+        out.append(f'<path class="best" d="{"".join(d)}"/>')
+    # Discarded first so that kept marks are drawn on top.
+    order = sorted(points, key=lambda p: p.exp.status is ExperimentStatus.KEPT)
+    for p in order:
+        out.append(_mark(p, sx(p.n), sy, y_bot, hi, metric_name, href))
+    out.append("</svg>")
+    return Markup("".join(out))
+
+
+def _frame(metric_name: str, n_max: int, lo: float, hi: float, sx, sy) -> list[str]:  # type: ignore[no-untyped-def]
+    """The plot's opening tag, crash band, grid, ticks and axis labels."""
+    x0, x1 = MARGIN_L, PLOT_W - MARGIN_R
+    y_top, y_bot = MARGIN_T, PLOT_H - MARGIN_B - CRASH_BAND_PX
     out = [
         f'<svg class="progress" viewBox="0 0 {PLOT_W} {PLOT_H}" role="img" '
         f'aria-label="progress plot: {escape(metric_name)} by run number" '
@@ -199,31 +231,7 @@ def progress_svg(
         f'text-anchor="middle" transform="rotate(-90 14 {(y_top + y_bot) / 2})">'
         f"{escape(metric_name)}</text>"
     )
-    kept = [p for p in scored if p.exp.status is ExperimentStatus.KEPT]
-    last_n, total = points[-1].n, len(points)
-    downsampled = total > MAX_MARKS
-    if downsampled:
-        points, envelopes = downsample(points)
-        scored = [p for p in points if _scored(p)]
-        out.append(_envelope_path(envelopes, sx, sy))
-        out.append(f'<text class="tick note" x="{x1}" y="{y_top - 4}" text-anchor="end">'
-                   f"{len(points):,} of {total:,} runs drawn: every kept one; of the rest, "
-                   "each stretch's lowest and highest (band) and first crash</text>")
-    if evidence is not None:
-        out.extend(_best_band(kept, last_n, sx, sy, evidence, one_path=downsampled))
-        out.extend(_run_dots(scored, sx, sy, lo, hi, evidence, min_runs=2 if downsampled else 1))
-    if kept:  # the running best: flat until the next keep, then a step
-        d = [f"M{sx(kept[0].n):.1f},{sy(kept[0].exp.metric):.1f}"]  # type: ignore[arg-type]
-        for p in kept[1:]:
-            d.append(f"H{sx(p.n):.1f}V{sy(p.exp.metric):.1f}")  # type: ignore[arg-type]
-        d.append(f"H{sx(last_n):.1f}")
-        out.append(f'<path class="best" d="{"".join(d)}"/>')
-    # Discarded first so that kept marks are drawn on top.
-    order = sorted(points, key=lambda p: p.exp.status is ExperimentStatus.KEPT)
-    for p in order:
-        out.append(_mark(p, sx(p.n), sy, y_bot, hi, metric_name, href))
-    out.append("</svg>")
-    return Markup("".join(out))
+    return out
 
 
 def _best_band(kept, last_n, sx, sy, evidence: SweepEvidence, one_path: bool = False  # type: ignore[no-untyped-def]

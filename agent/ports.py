@@ -107,7 +107,13 @@ class Store(Protocol):
         statuses: Sequence[ExperimentStatus] | None = None,
         limit: int | None = None,
         newest_first: bool = False,
-    ) -> list[Experiment]: ...
+        before_id: int | None = None,
+        crash_kind: CrashKind | None = None,
+        after_id: int | None = None,
+    ) -> list[Experiment]:
+        """Experiments matching every given filter, by id (descending with `newest_first`),
+        at most `limit`: a keyset page. `before_id`/`after_id` keep ids below/above them (the
+        cursor); a page's cost must not grow with the rows outside it."""
 
     def count_experiments(
         self,
@@ -116,7 +122,8 @@ class Store(Protocol):
         crash_kind: CrashKind | None = None,
         is_baseline: bool | None = None,
     ) -> int:
-        """How many experiments match; every filter is optional (None = any)."""
+        """How many experiments match; every filter is optional (None = any). Exact, and
+        cheap without `is_baseline` (a store keeps counts per sweep, status and crash kind)."""
 
     def status_counts(self, sweep_id: int | None = None) -> dict[str, int]:
         """Experiments per status value, of one sweep or the whole database."""
@@ -156,6 +163,25 @@ class Store(Protocol):
 
     def experiment_briefs(self, sweep_id: int) -> list[Experiment]:
         """The sweep's experiments, oldest first, without log tails and metadata (pages)."""
+
+    def experiment_marks(self, sweep_id: int, with_diffs: bool = False) -> list[Experiment]:
+        """The sweep's experiments, oldest first, with only id, status, crash_kind, metric,
+        best_before, description, is_baseline, commit, base_commit and the run times set
+        (diff "", no summary/meta/log): what a plot of thousands of them needs. `with_diffs`
+        sets diff and reason too (what the digest reads)."""
+
+    def run_metrics(self, sweep_id: int) -> list[Run]:
+        """The sweep's runs by id with id, experiment_id, commit, seed, role, status and
+        metric set (no summary, times or log): what the sweep's evidence needs."""
+
+    def sweep_version(self, sweep_id: int) -> tuple[object, object]:
+        """Two cheap values (experiments, runs): the first differs whenever one of the sweep's
+        experiments has reached a finished status (rows added finished included), the second
+        whenever one of its runs has ended or changed verdict, since they were read; queued
+        and running rows move neither. Pages cache what
+        they derive from the sweep's finished work under it. Finished experiments never change
+        and runs only end once; a verdict flipped back (suspect → ok) comes with its
+        experiment's finish."""
 
     def run_spans(self) -> list[tuple[int, ExperimentStatus, datetime | None, datetime | None]]:
         """(sweep id, status, run started, run ended) of every experiment."""

@@ -1,11 +1,16 @@
-"""Server time of the dashboard's sweep page with 1,000 experiments, over loopback.
+"""Server time and size of the dashboard's sweep page with 10,000 experiments, over loopback.
 
-Fills a fresh SQLite database directly through the store (a sweep on a real git target, 1,000
-finished experiments with diffs, summaries and log tails, loss points), starts the real app
-(overnight.runtime.service_app, no scheduler) under uvicorn on an ephemeral port, and times
-GET /ui/sweeps/{name} with httpx. Prints p50/p90/max in milliseconds.
+Fills a fresh SQLite database with a sweep on a real git target whose experiments (and one run
+each) are bulk rows (tests/bulk_seed.py: kept ~5 %, crashed ~8 %, timeouts ~2 %), starts the
+real app (overnight.runtime.service_app, no scheduler) under uvicorn on an ephemeral port and
+times GET /ui/sweeps/{name} with httpx: `--requests` views of an unchanged sweep (the page's
+whole-sweep summary is then cached), `--changed` views each right after an experiment was added
+and claimed (counts and times are read afresh; the summary stays) and as many right after it
+finished (plot, evidence and digest are redrawn: the digest reads every diff), and table pages
+deep in the sweep. Prints p50/p90/max in milliseconds and the page's size. Targets (issue
+14): p50 ≤ 100 ms, page ≤ 500 KiB.
 
-    .venv/bin/python benchmarks/dashboard_sweep_page.py [--experiments 1000] [--requests 30]
+    .venv/bin/python benchmarks/dashboard_sweep_page.py [--experiments 10000] [--requests 50]
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -22,40 +28,82 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
-from browser_helpers import fill_direct, make_app, serve  # noqa: E402
+from browser_helpers import make_app, serve  # noqa: E402
+from bulk_seed import seed_sweep  # noqa: E402
+
+
+def timed(get: Callable[[], httpx.Response], n: int, before: Callable[[], object] | None = None
+          ) -> tuple[list[float], httpx.Response]:
+    times, r = [], None
+    for _ in range(n):
+        if before is not None:
+            before()
+        t = time.perf_counter()
+        r = get()
+        times.append((time.perf_counter() - t) * 1000)
+        r.raise_for_status()
+    assert r is not None
+    return sorted(times), r
+
+
+def line(what: str, times: list[float]) -> str:
+    return (f"{what}: p50 {statistics.median(times):.1f} ms, p90 "
+            f"{times[round(0.9 * (len(times) - 1))]:.1f} ms, max {times[-1]:.1f} ms over "
+            f"{len(times)} requests")
 
 
 def main() -> None:
+    from agent.domain import ExperimentStatus, Finish, Proposal
+    from db.engine import open_database
+    from db.store import SqlStore
+
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--experiments", type=int, default=1000)
-    ap.add_argument("--requests", type=int, default=30)
+    ap.add_argument("--experiments", type=int, default=10_000)
+    ap.add_argument("--requests", type=int, default=50)
+    ap.add_argument("--changed", type=int, default=10)
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="overnight-bench-") as tmp:
         t0 = time.perf_counter()
-        name = fill_direct(Path(tmp), args.experiments)
-        print(f"filled {args.experiments} experiments in {time.perf_counter() - t0:.1f}s")
-        with serve(make_app(Path(tmp) / f"{name}.db")) as base, httpx.Client(base_url=base) as c:
+        db = seed_sweep(Path(tmp), args.experiments, name="bench")
+        print(f"filled {args.experiments:,} experiments in {time.perf_counter() - t0:.1f}s")
+        store = SqlStore(open_database(db))
+        n, started = iter(range(10**6)), []
+
+        def start() -> None:  # one more experiment starts: the summary must be redrawn
+            i = next(n)
+            e = store.add_experiment(1, Proposal(f"bench change {i}", f"--- a/t\n+++ b/t\n"
+                                                 f"@@ -1 +1 @@\n-A = 1\n+A = {i + 2}\n"))
+            store.claim(e.id)
+            started.append(e.id)
+
+        def finish() -> None:  # ... and finishes: the digest too
+            store.finish(started.pop(), Finish(ExperimentStatus.DISCARDED, metric=1.5,
+                                               best_before=1.0))
+
+        with serve(make_app(db)) as base, httpx.Client(base_url=base, timeout=60) as c:
+            def get() -> httpx.Response:
+                return c.get("/ui/sweeps/bench")
+
             for _ in range(3):  # warm up: templates compiled, connections pooled
-                c.get(f"/ui/sweeps/{name}").raise_for_status()
-            times = []
-            for _ in range(args.requests):
-                t = time.perf_counter()
-                r = c.get(f"/ui/sweeps/{name}")
-                times.append((time.perf_counter() - t) * 1000)
-                r.raise_for_status()
-            size = len(r.content)
-            ov = []
-            for _ in range(10):
-                t = time.perf_counter()
-                c.get("/").raise_for_status()
-                ov.append((time.perf_counter() - t) * 1000)
-    times.sort()
-    print(
-        f"GET /ui/sweeps/{name} ({args.experiments} experiments, {size / 1024:.0f} KiB): "
-        f"p50 {statistics.median(times):.1f} ms, p90 {times[int(0.9 * (len(times) - 1))]:.1f} "
-        f"ms, max {times[-1]:.1f} ms over {len(times)} requests"
-    )
-    print(f"GET / (overview): p50 {statistics.median(ov):.1f} ms")
+                get().raise_for_status()
+            warm, r = timed(get, args.requests)
+            began: list[float] = []
+            finished: list[float] = []
+            for _ in range(args.changed):
+                began += timed(get, 1, before=start)[0]
+                finished += timed(get, 1, before=finish)[0]
+            older = c.get("/ui/sweeps/bench", params={"before": args.experiments // 2})
+            deep, _ = timed(lambda: c.get("/ui/sweeps/bench",
+                                          params={"before": args.experiments // 2}), 20)
+    size = len(r.content)
+    print(f"GET /ui/sweeps/bench ({args.experiments:,} experiments, {size / 1024:.0f} KiB):")
+    print("  " + line("unchanged sweep", warm))
+    print("  " + line("right after an experiment was queued and claimed",
+                      sorted(began)))
+    print("  " + line("right after it finished (plot, evidence, digest redrawn)",
+                      sorted(finished)))
+    print("  " + line(f"table page deep in the sweep ({len(older.content) / 1024:.0f} KiB)",
+                      deep))
 
 
 if __name__ == "__main__":

@@ -5,13 +5,21 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from sqlalchemy import func, select
+from sqlalchemy import DateTime, func, select, type_coerce
 
 from agent.admit import diff_key
 from agent.domain import CrashKind, Experiment, ExperimentStatus
-from db.models import ExperimentRow
-from db.rows import BRIEF_FIELDS, to_experiment
+from db import counts
+from db.keyset import Page
+from db.models import ExperimentRow, UTCDateTime
+from db.rows import BRIEF_FIELDS, to_experiment, utc
 from db.session import StoreBase
+
+# Timestamps read as plain DateTime (UTCDateTime's per-value hook was half the read) and made
+# aware again in the loop that builds the records.
+BRIEF_TIMES = [f for f in BRIEF_FIELDS if isinstance(getattr(ExperimentRow, f).type, UTCDateTime)]
+BRIEF_COLUMNS = [type_coerce(getattr(ExperimentRow, f), DateTime) if f in BRIEF_TIMES
+                 else getattr(ExperimentRow, f) for f in BRIEF_FIELDS]
 
 
 class ExperimentReads(StoreBase):
@@ -23,31 +31,25 @@ class ExperimentReads(StoreBase):
         newest_first: bool = False,
         before_id: int | None = None,
         crash_kind: CrashKind | None = None,
+        after_id: int | None = None,
     ) -> list[Experiment]:
-        q = select(ExperimentRow)
-        if sweep_id is not None:
-            q = q.where(ExperimentRow.sweep_id == sweep_id)
-        if statuses:
-            q = q.where(ExperimentRow.status.in_([st.value for st in statuses]))
-        if crash_kind is not None:
-            q = q.where(ExperimentRow.crash_kind == crash_kind.value)
-        if before_id is not None:
-            q = q.where(ExperimentRow.id < before_id)
-        q = q.order_by(ExperimentRow.id.desc() if newest_first else ExperimentRow.id)
-        if limit is not None:
-            q = q.limit(limit)
+        """A keyset page: each query is one index's equality prefix then an `id` range
+        (db/keyset.py), so a page of `limit` rows reads about `limit` rows per status."""
+        page = Page(sweep_id, statuses, crash_kind, before_id, after_id, newest_first, limit)
         with self.session("listing experiments") as s:
-            return [to_experiment(r) for r in s.scalars(q)]
+            return [to_experiment(r) for r in page.rows(s, select(ExperimentRow))]
 
     def experiment_briefs(self, sweep_id: int) -> list[Experiment]:
         """The sweep's experiments, oldest first, with `log_tail` None and `meta` empty: only
         the columns the pages use (a log tail is kilobytes; a sweep page lists thousands)."""
-        cols = [getattr(ExperimentRow, f) for f in BRIEF_FIELDS]
-        q = select(*cols).where(ExperimentRow.sweep_id == sweep_id).order_by(ExperimentRow.id)
+        q = select(*BRIEF_COLUMNS).where(ExperimentRow.sweep_id == sweep_id).order_by(
+            ExperimentRow.id)
         out = []
         with self.session("listing a sweep's experiments") as s:
             for row in s.execute(q):
                 d = dict(zip(BRIEF_FIELDS, row, strict=True))
+                for f in BRIEF_TIMES:
+                    d[f] = utc(d[f])
                 d["status"] = ExperimentStatus(d["status"])
                 d["crash_kind"] = CrashKind(d["crash_kind"]) if d["crash_kind"] else None
                 d["summary"] = dict(d["summary"] or {})
@@ -95,7 +97,11 @@ class ExperimentReads(StoreBase):
         crash_kind: CrashKind | None = None,
         is_baseline: bool | None = None,
     ) -> int:
-        """How many experiments match; every filter is optional (None = any)."""
+        """How many experiments match; every filter is optional (None = any). Without
+        `is_baseline` the answer is a sum over the maintained counts (db/counts.py)."""
+        if is_baseline is None:
+            with self.session("counting experiments") as s:
+                return counts.total(s, sweep_id, statuses, crash_kind)
         q = select(func.count(ExperimentRow.id))
         if sweep_id is not None:
             q = q.where(ExperimentRow.sweep_id == sweep_id)
@@ -109,14 +115,9 @@ class ExperimentReads(StoreBase):
             return int(s.scalar(q) or 0)
 
     def status_counts(self, sweep_id: int | None = None) -> dict[str, int]:
-        """Experiments per status, of one sweep or the whole database."""
-        q = select(ExperimentRow.status, func.count(ExperimentRow.id)).group_by(
-            ExperimentRow.status
-        )
-        if sweep_id is not None:
-            q = q.where(ExperimentRow.sweep_id == sweep_id)
+        """Experiments per status, of one sweep or the whole database (maintained counts)."""
         with self.session("counting experiments") as s:
-            return {status: int(n) for status, n in s.execute(q)}
+            return counts.by_status(s, sweep_id)
 
     def retry_of(self, experiment_id: int) -> Experiment | None:
         """The row re-queued for an interrupted experiment, if any."""

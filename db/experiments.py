@@ -19,6 +19,7 @@ from agent.domain import (
     utcnow,
 )
 from agent.errors import ConflictError, DuplicateError, NotFoundError, StoreError
+from db import counts
 from db.models import ExperimentRow, SweepRow
 from db.rows import to_experiment
 from db.session import StoreBase
@@ -75,6 +76,7 @@ class ExperimentWrites(StoreBase):
                     raise DuplicateError(
                         "the same change is already queued or running in this sweep"
                     ) from None
+                counts.bump(s, came=[counts.key(sweep_id, row.status, None)])
                 return to_experiment(row)
         except StoreError as exc:
             if retry_of is not None and isinstance(exc.__cause__, IntegrityError):
@@ -100,7 +102,11 @@ class ExperimentWrites(StoreBase):
         )
         if res.rowcount != 1:  # type: ignore[attr-defined]
             return None
-        return s.get(ExperimentRow, experiment_id, populate_existing=True)
+        row = s.get(ExperimentRow, experiment_id, populate_existing=True)
+        assert row is not None
+        counts.bump(s, gone=[counts.key(row.sweep_id, ExperimentStatus.QUEUED.value, None)],
+                    came=[counts.key(row.sweep_id, row.status, None)])
+        return row
 
     def claim(self, experiment_id: int) -> Experiment | None:
         with self.session("claiming an experiment") as s:
@@ -151,8 +157,11 @@ class ExperimentWrites(StoreBase):
             if not can_transition(old, finish.status):
                 raise ConflictError(f"experiment {experiment_id} is {old.value}; it cannot "
                                     f"become {finish.status.value}")
+            gone = counts.key(row.sweep_id, row.status, row.crash_kind)
             row.status = finish.status.value
             row.crash_kind = finish.crash_kind.value if finish.crash_kind else None
+            counts.bump(s, gone=[gone], came=[counts.key(row.sweep_id, row.status,
+                                                         row.crash_kind)])
             row.reason = finish.reason
             row.metric, row.best_before = finish.metric, finish.best_before
             row.summary = dict(finish.summary)
@@ -186,6 +195,9 @@ class ExperimentWrites(StoreBase):
                 )
             )
             now = utcnow()
+            counts.bump(s, gone=[counts.key(r.sweep_id, r.status, r.crash_kind) for r in rows],
+                        came=[counts.key(r.sweep_id, ExperimentStatus.INTERRUPTED.value,
+                                         r.crash_kind) for r in rows])
             for row in rows:
                 row.status = ExperimentStatus.INTERRUPTED.value
                 row.reason = "the service stopped while this experiment was running"

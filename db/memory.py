@@ -175,15 +175,44 @@ class MemoryStore:
                          statuses: Sequence[ExperimentStatus] | None = None,
                          limit: int | None = None, newest_first: bool = False,
                          before_id: int | None = None,
-                         crash_kind: CrashKind | None = None) -> list[Experiment]:
-        rows = self._select(sweep_id, statuses, crash_kind,
-                            where=None if before_id is None else (lambda e: e.id < before_id))
+                         crash_kind: CrashKind | None = None,
+                         after_id: int | None = None) -> list[Experiment]:
+        lo, hi = after_id or 0, before_id or float("inf")
+        rows = self._select(sweep_id, statuses, crash_kind, where=lambda e: lo < e.id < hi)
         if newest_first:
             rows.reverse()
         return rows if limit is None else rows[:limit]
 
     def experiment_briefs(self, sweep_id: int) -> list[Experiment]:
         return [replace(e, log_tail=None, meta={}, pgid=None) for e in self._select(sweep_id)]
+
+    def experiment_marks(self, sweep_id: int, with_diffs: bool = False) -> list[Experiment]:
+        return [Experiment(id=e.id, sweep_id=e.sweep_id, status=e.status,
+                           crash_kind=e.crash_kind, metric=e.metric, best_before=e.best_before,
+                           description=e.description, diff=e.diff if with_diffs else "",
+                           reason=e.reason if with_diffs else None, proposer="",
+                           is_baseline=e.is_baseline, commit=e.commit, base_commit=e.base_commit,
+                           run_started_at=e.run_started_at, run_ended_at=e.run_ended_at)
+                for e in self._select(sweep_id)]
+
+    def run_metrics(self, sweep_id: int) -> list[Run]:
+        return [Run(id=r.id, sweep_id=r.sweep_id, experiment_id=r.experiment_id,
+                    commit=r.commit, seed=r.seed, role=r.role, status=r.status, metric=r.metric)
+                for r in self.list_runs(sweep_id=sweep_id)]
+
+    def sweep_version(self, sweep_id: int) -> tuple[object, object]:
+        with self._lock:
+            exps = [e for e in self._select(sweep_id) if e.status.is_finished()]
+            runs = [r for r in self.list_runs(sweep_id=sweep_id)
+                    if r.status is not RunStatus.RUNNING]
+        exp_counts = Counter((e.status.value, e.crash_kind.value if e.crash_kind else "")
+                             for e in exps)
+        run_top: dict[str, int] = {}
+        for r in runs:
+            run_top[r.status.value] = max(run_top.get(r.status.value, 0), r.id)
+        run_counts = Counter(r.status.value for r in runs)
+        return (tuple(sorted((*k, n) for k, n in exp_counts.items())),
+                tuple(sorted((st, n, run_top[st]) for st, n in run_counts.items())))
 
     def run_spans(self) -> list[tuple[int, ExperimentStatus, datetime | None, datetime | None]]:
         return [(e.sweep_id, e.status, e.run_started_at, e.run_ended_at) for e in self._select()]

@@ -68,11 +68,23 @@ class SweepRow(Base):
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
 
 
+CRASHED_ROWS = "crash_kind IS NOT NULL"
+
+
 class ExperimentRow(Base):
     __tablename__ = "experiments"
     __table_args__ = (
         Index("ix_experiments_queue", "status", "priority", "id"),
         Index("ix_experiments_sweep_id", "sweep_id", "id"),
+        # Keyset pages (newest first, `id < cursor`) for every filter the API and dashboard
+        # offer (migration keyset_pages): each is an equality prefix then `id`, so a page
+        # reads its own rows only, however big the table.
+        Index("ix_experiments_status_id", "status", "id"),
+        Index("ix_experiments_sweep_status", "sweep_id", "status", "id"),
+        Index("ix_experiments_crash", "crash_kind", "id",
+              sqlite_where=text(CRASHED_ROWS), postgresql_where=text(CRASHED_ROWS)),
+        Index("ix_experiments_sweep_crash", "sweep_id", "crash_kind", "id",
+              sqlite_where=text(CRASHED_ROWS), postgresql_where=text(CRASHED_ROWS)),
         # One queued/running row per change and sweep: the duplicate check is the insert
         # itself (migration active_diff_unique).
         Index("ux_experiments_active_diff", "sweep_id", "diff_key", unique=True,
@@ -112,6 +124,20 @@ class ExperimentRow(Base):
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     run_started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     run_ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+
+class ExperimentCountRow(Base):
+    """How many experiments a sweep has per status and crash kind ("" for none): changed in
+    the same transaction as every insert and status change (db/counts.py), so a page's total
+    is a sum over a few rows instead of a COUNT over the table."""
+
+    __tablename__ = "experiment_counts"
+
+    sweep_id: Mapped[int] = mapped_column(ForeignKey("sweeps.id", ondelete="CASCADE"),
+                                          primary_key=True)
+    status: Mapped[str] = mapped_column(String(20), primary_key=True)
+    crash_kind: Mapped[str] = mapped_column(String(20), primary_key=True)
+    n: Mapped[int] = mapped_column(Integer)
 
 
 class LossPointRow(Base):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import UTC
 from typing import Any
 
 from agent.config import TargetConfig
@@ -26,6 +27,11 @@ BRIEF_FIELDS = (
     "log_path", "commit", "base_commit", "ref", "created_at", "started_at", "finished_at",
     "run_started_at", "run_ended_at",
 )  # fmt: skip
+
+
+def utc(value: Any) -> Any:
+    """A naive UTC datetime read past UTCDateTime, made aware (None stays None)."""
+    return value.replace(tzinfo=UTC) if value is not None else None
 
 
 def to_sweep(row: SweepRow) -> Sweep:

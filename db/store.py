@@ -11,6 +11,7 @@ from agent.ports import Store
 from db.experiment_reads import ExperimentReads
 from db.experiments import ExperimentWrites
 from db.loss import LossCurves
+from db.marks import SweepMarks
 from db.rows import BRIEF_FIELDS, to_experiment, to_run, to_sweep
 from db.runs import RunQueries
 from db.sweeps import SweepQueries
@@ -18,7 +19,8 @@ from db.sweeps import SweepQueries
 __all__ = ["BRIEF_FIELDS", "SqlStore", "diff_key", "to_experiment", "to_run", "to_sweep"]
 
 
-class SqlStore(SweepQueries, ExperimentWrites, ExperimentReads, LossCurves, RunQueries):
+class SqlStore(SweepQueries, ExperimentWrites, ExperimentReads, LossCurves, RunQueries,
+               SweepMarks):
     """Every part shares StoreBase's engine and session(); each file holds one table's queries."""
 
 

@@ -129,7 +129,10 @@ def _token(db_path: Path, token_file: Path | None) -> str:
 def _bind(host: str, port: int) -> socket.socket:
     """Bind before uvicorn starts so `--port 0` can be reported and a busy port fails early."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # proto must say TCP: asyncio sets TCP_NODELAY on accepted connections only when the
+    # listening socket's proto is IPPROTO_TCP (proto 0 left Nagle on: every keep-alive
+    # request then waited ~40 ms for a delayed ACK).
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
     sock.set_inheritable(True)

@@ -2,6 +2,9 @@
 
 Pure: stdlib + markupsafe (for the Markup type only). Every text that reaches the SVG is
 escaped. Not guaranteed: pretty ticks for every range (they are evenly spaced, not "nice").
+Above MAX_MARKS runs the progress plot is downsampled (`downsample`): every kept run stays a
+mark; the rest keep, per bucket of consecutive runs, their lowest and highest metric and their
+first crash and timeout, and a grey band draws each bucket's min–max envelope.
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ from agent.evidence import SweepEvidence
 PLOT_W, PLOT_H = 960, 340
 MARGIN_L, MARGIN_R, MARGIN_T, MARGIN_B = 72, 20, 18, 46
 CRASH_BAND_PX = 30  # crashes sit in a band under the metric area
+MAX_MARKS = 1000  # runs drawn one mark each; above this the plot is downsampled
+BUCKETS = 160  # buckets of consecutive runs when downsampled (~5.5 px each)
 RUNS = (
     ExperimentStatus.KEPT,
     ExperimentStatus.DISCARDED,
@@ -31,6 +36,63 @@ RUNS = (
 class PlotPoint:
     n: int  # run number within the sweep (x)
     exp: Experiment
+
+
+@dataclass(frozen=True)
+class Envelope:
+    """The non-kept scored runs n_lo..n_hi of one bucket: their lowest and highest metric."""
+
+    n_lo: int
+    n_hi: int
+    lo: float
+    hi: float
+
+
+def _scored(p: PlotPoint) -> bool:
+    m = p.exp.metric
+    return m is not None and math.isfinite(m) and p.exp.status in (
+        ExperimentStatus.KEPT, ExperimentStatus.DISCARDED)
+
+
+def downsample(points: Sequence[PlotPoint], buckets: int = BUCKETS
+               ) -> tuple[list[PlotPoint], list[Envelope]]:
+    """Every kept point; of the others, per bucket of consecutive run numbers, the lowest and
+    the highest scored one and the first of each unscored status (crash, timeout, no metric);
+    with each bucket's envelope of its non-kept scored metrics. Points stay in run order."""
+    n_max = max((p.n for p in points), default=1)
+    keep: dict[int, PlotPoint] = {}
+    spans: dict[int, list[PlotPoint]] = {}
+    firsts: dict[tuple[int, str], PlotPoint] = {}
+    for p in points:
+        b = (p.n - 1) * buckets // n_max
+        if p.exp.status is ExperimentStatus.KEPT:
+            keep[p.n] = p
+        elif _scored(p):
+            spans.setdefault(b, []).append(p)
+        else:
+            firsts.setdefault((b, p.exp.status.value), p)
+    envelopes = []
+    for b in sorted(spans):
+        ps = spans[b]
+        low = min(ps, key=lambda p: p.exp.metric)  # type: ignore[arg-type,return-value]
+        high = max(ps, key=lambda p: p.exp.metric)  # type: ignore[arg-type,return-value]
+        keep[low.n], keep[high.n] = low, high
+        envelopes.append(Envelope(ps[0].n, ps[-1].n, low.exp.metric,  # type: ignore[arg-type]
+                                  high.exp.metric))  # type: ignore[arg-type]
+    for p in firsts.values():
+        keep[p.n] = p
+    return [keep[n] for n in sorted(keep)], envelopes
+
+
+def _envelope_path(envelopes: Sequence[Envelope], sx, sy) -> str:  # type: ignore[no-untyped-def]
+    """One closed path: along each bucket's highest metric, back along the lowest."""
+    if not envelopes:
+        return ""
+    top = [f"{sx(e.n_lo) - 1:.1f},{sy(e.hi) - 1:.1f}L{sx(e.n_hi) + 1:.1f},{sy(e.hi) - 1:.1f}"
+           for e in envelopes]
+    bottom = [f"{sx(e.n_hi) + 1:.1f},{sy(e.lo) + 1:.1f}L{sx(e.n_lo) - 1:.1f},{sy(e.lo) + 1:.1f}"
+              for e in reversed(envelopes)]
+    return f'<path class="envelope" d="M{"L".join(top)}L{"L".join(bottom)}Z"/>'
 
 
 def _fmt(v: float) -> str:
@@ -96,13 +158,7 @@ def progress_svg(
     points = [PlotPoint(i + 1, e) for i, e in enumerate(e for e in experiments if e.status in RUNS)]
     if not points:
         return Markup('<p class="empty">No finished runs yet.</p>')
-    scored = [
-        p
-        for p in points
-        if p.exp.metric is not None
-        and math.isfinite(p.exp.metric)
-        and p.exp.status in (ExperimentStatus.KEPT, ExperimentStatus.DISCARDED)
-    ]
+    scored = [p for p in points if _scored(p)]
     lo, hi = _y_range([p.exp.metric for p in scored], baseline) if scored else (0.0, 1.0)  # type: ignore[misc]
     x0, x1 = MARGIN_L, PLOT_W - MARGIN_R
     y_top, y_bot = MARGIN_T, PLOT_H - MARGIN_B - CRASH_BAND_PX
@@ -114,6 +170,38 @@ def progress_svg(
     def sy(v: float) -> float:
         return y_bot - (min(max(v, lo), hi) - lo) / (hi - lo) * (y_bot - y_top)
 
+    out = _frame(metric_name, n_max, lo, hi, sx, sy)
+    kept = [p for p in scored if p.exp.status is ExperimentStatus.KEPT]
+    last_n, total = points[-1].n, len(points)
+    downsampled = total > MAX_MARKS
+    if downsampled:
+        points, envelopes = downsample(points)
+        scored = [p for p in points if _scored(p)]
+        out.append(_envelope_path(envelopes, sx, sy))
+        out.append(f'<text class="tick note" x="{x1}" y="{y_top - 4}" text-anchor="end">'
+                   f"{len(points):,} of {total:,} runs drawn: every kept one; of the rest, "
+                   "each stretch's lowest and highest (band) and first crash</text>")
+    if evidence is not None:
+        out.extend(_best_band(kept, last_n, sx, sy, evidence, one_path=downsampled))
+        out.extend(_run_dots(scored, sx, sy, lo, hi, evidence, min_runs=2 if downsampled else 1))
+    if kept:  # the running best: flat until the next keep, then a step
+        d = [f"M{sx(kept[0].n):.1f},{sy(kept[0].exp.metric):.1f}"]  # type: ignore[arg-type]
+        for p in kept[1:]:
+            d.append(f"H{sx(p.n):.1f}V{sy(p.exp.metric):.1f}")  # type: ignore[arg-type]
+        d.append(f"H{sx(last_n):.1f}")
+        out.append(f'<path class="best" d="{"".join(d)}"/>')
+    # Discarded first so that kept marks are drawn on top.
+    order = sorted(points, key=lambda p: p.exp.status is ExperimentStatus.KEPT)
+    for p in order:
+        out.append(_mark(p, sx(p.n), sy, y_bot, hi, metric_name, href))
+    out.append("</svg>")
+    return Markup("".join(out))
+
+
+def _frame(metric_name: str, n_max: int, lo: float, hi: float, sx, sy) -> list[str]:  # type: ignore[no-untyped-def]
+    """The plot's opening tag, crash band, grid, ticks and axis labels."""
+    x0, x1 = MARGIN_L, PLOT_W - MARGIN_R
+    y_top, y_bot = MARGIN_T, PLOT_H - MARGIN_B - CRASH_BAND_PX
     out = [
         f'<svg class="progress" viewBox="0 0 {PLOT_W} {PLOT_H}" role="img" '
         f'aria-label="progress plot: {escape(metric_name)} by run number" '
@@ -143,46 +231,42 @@ def progress_svg(
         f'text-anchor="middle" transform="rotate(-90 14 {(y_top + y_bot) / 2})">'
         f"{escape(metric_name)}</text>"
     )
-    kept = [p for p in scored if p.exp.status is ExperimentStatus.KEPT]
-    if evidence is not None:
-        out.extend(_best_band(kept, points[-1].n, sx, sy, evidence))
-        out.extend(_run_dots(scored, sx, sy, lo, hi, evidence))
-    if kept:  # the running best: flat until the next keep, then a step
-        d = [f"M{sx(kept[0].n):.1f},{sy(kept[0].exp.metric):.1f}"]  # type: ignore[arg-type]
-        for p in kept[1:]:
-            d.append(f"H{sx(p.n):.1f}V{sy(p.exp.metric):.1f}")  # type: ignore[arg-type]
-        d.append(f"H{sx(points[-1].n):.1f}")
-        out.append(f'<path class="best" d="{"".join(d)}"/>')
-    # Discarded first so that kept marks are drawn on top.
-    order = sorted(points, key=lambda p: p.exp.status is ExperimentStatus.KEPT)
-    for p in order:
-        out.append(_mark(p, sx(p.n), sy, y_bot, hi, metric_name, href))
-    out.append("</svg>")
-    return Markup("".join(out))
+    return out
 
 
-def _best_band(kept, last_n, sx, sy, evidence: SweepEvidence) -> list[str]:  # type: ignore[no-untyped-def]
-    """The 95 % interval of each kept mean, drawn along its stretch of the best line."""
-    out = []
+def _best_band(kept, last_n, sx, sy, evidence: SweepEvidence, one_path: bool = False  # type: ignore[no-untyped-def]
+               ) -> list[str]:
+    """The 95 % interval of each kept mean, drawn along its stretch of the best line: a rect
+    per keep, or (`one_path`, for a downsampled plot) one path of their outlines."""
+    out, shapes = [], []
     for p, nxt in zip(kept, [*kept[1:], None], strict=True):
         ev = evidence.experiments.get(p.exp.id)
         if ev is None or ev.ci is None or ev.mean is None:
             continue
         x_a, x_b = sx(p.n), sx(nxt.n if nxt else last_n)
         y_a, y_b = sy(ev.mean + ev.ci), sy(ev.mean - ev.ci)
+        if one_path:
+            shapes.append(f"M{x_a:.0f},{min(y_a, y_b):.0f}H{max(x_b, x_a + 1):.0f}"
+                          f"V{max(y_a, y_b):.0f}H{x_a:.0f}Z")
+            continue
         out.append(
             f'<rect class="best-band" data-id="{p.exp.id}" x="{x_a:.1f}" y="{min(y_a, y_b):.1f}" '
             f'width="{max(x_b - x_a, 2.0):.1f}" height="{abs(y_b - y_a):.1f}"/>'
         )
+    if shapes:
+        out.append(f'<path class="best-band" d="{"".join(shapes)}"/>')
     return out
 
 
-def _run_dots(scored, sx, sy, lo: float, hi: float, evidence: SweepEvidence) -> list[str]:  # type: ignore[no-untyped-def]
-    """Every run of every scored experiment as a small dot at the experiment's x."""
+def _run_dots(scored, sx, sy, lo: float, hi: float, evidence: SweepEvidence,  # type: ignore[no-untyped-def]
+              min_runs: int = 1) -> list[str]:
+    """Every run of every scored experiment with at least `min_runs` runs as a small dot at
+    the experiment's x (a downsampled plot skips lone runs: their dot is under the mark)."""
     out = []
     for p in scored:
         ev = evidence.experiments.get(p.exp.id)
-        for v in ev.runs if ev is not None else ():
+        runs = ev.runs if ev is not None and len(ev.runs) >= min_runs else ()
+        for v in runs:
             if math.isfinite(v):
                 out.append(
                     f'<circle class="run" data-id="{p.exp.id}" cx="{sx(p.n):.1f}" '
@@ -202,9 +286,9 @@ def _mark(
 ) -> str:
     e = p.exp
     label = escape(_label(p, metric_name))
-    attrs = (
+    attrs = (  # the tooltip reads <title>: the label is written once
         f'class="pt {e.status.value}" href="{escape(href.format(id=e.id))}" '
-        f'data-id="{e.id}" data-n="{p.n}" data-label="{label}"'
+        f'data-id="{e.id}" data-n="{p.n}"'
     )
     if (
         e.status in (ExperimentStatus.CRASHED, ExperimentStatus.TIMEOUT)

@@ -26,7 +26,7 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from agent.errors import NotFoundError
 from api.deps import TOKEN_COOKIE, ServicesDep, safe_next, token_matches
-from api.docs import ExperimentId
+from api.docs import MAX_ID, ExperimentId
 
 from . import views
 from ._deps import PageAuth, ReadAuth, ServiceDep, StoreDep
@@ -140,9 +140,12 @@ def overview_page(store: Store) -> HTMLResponse:
 def sweep_page(
     service: ServiceDep, name: str, status: str = "all",
     page: Annotated[int, Query(ge=1, le=1_000_000)] = 1,
+    before: Annotated[int | None, Query(ge=1, le=MAX_ID)] = None,
+    after: Annotated[int | None, Query(ge=0, le=MAX_ID)] = None,
 ) -> HTMLResponse:
+    """The sweep; its table is a keyset page: `before`/`after` an id (the pager's links)."""
     sweep = _sweep(service.store, name)
-    return render("sweep.html", **views.sweep_page(service, sweep, status, page))
+    return render("sweep.html", **views.sweep_page(service, sweep, status, page, before, after))
 
 
 @json.get("/ui/sweeps/{name}/live")

@@ -1,8 +1,10 @@
 """What each dashboard page shows, computed from the store: plain dicts and dataclasses.
 
-One list query per page: a sweep page reads the sweep and its experiments once and derives the
-plot, table, kept stack, insights and live panel from that list. No HTML here (templates
-render it).
+A sweep page's whole-sweep parts (counts, plot, evidence, digest) come from one read of its
+experiments' plot fields (store.experiment_marks: a few columns, no diffs) and runs' metrics,
+cached under the sweep's version (cache.py) so a page view between two finishes reads none of
+it; the table is one keyset page (`before`/`after` cursors, PAGE_SIZE rows), the kept stack the
+latest KEPT_SHOWN keeps, the live panel the running rows. No HTML here (templates render it).
 """
 
 from __future__ import annotations
@@ -11,25 +13,30 @@ import logging
 import math
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
+from markupsafe import Markup
+
 from agent.diff import diff_stats, view_lines
 from agent.domain import Experiment, ExperimentStatus, Sweep, utcnow
-from agent.evidence import ExperimentEvidence, sweep_evidence
+from agent.evidence import ExperimentEvidence, SweepEvidence, sweep_evidence
 from agent.insights import digest, sections
 from agent.ports import Store
 from agent.report import evidence_header, improvement, memory_gb
 from agent.service import Service, read_log
 from runner.summary import parse_progress
 
+from .cache import SweepCache
 from .plot import loss_svg, progress_svg
 
 logger = logging.getLogger(__name__)
 S = ExperimentStatus
 PAGE_SIZE = 50
+KEPT_SHOWN = 30  # the kept stack's latest changes; the `kept` filter pages through all
 TAIL_LINES = 40
 TAIL_BYTES = 64 * 1024
 RUNS = (S.KEPT, S.DISCARDED, S.CRASHED, S.TIMEOUT)
@@ -87,11 +94,14 @@ def rollups(store: Store, sweeps: Sequence[Sweep]) -> dict[int, Rollup]:
     return out
 
 
-def rollup_of(experiments: Sequence[Experiment]) -> Rollup:
+def rollup_of(experiments: Sequence[Experiment], running_time: bool = True) -> Rollup:
+    """Counts and training time; without `running_time` the running rows are counted but
+    their time so far is left out (a cached rollup adds it when the page is drawn)."""
     now = utcnow()
     r = Rollup()
     for e in experiments:
-        r.add(e.status.value, e.run_started_at, e.run_ended_at, now)
+        running = e.status is S.RUNNING and not running_time
+        r.add(e.status.value, None if running else e.run_started_at, e.run_ended_at, now)
     return r
 
 
@@ -102,39 +112,108 @@ def overview(store: Any) -> list[dict[str, Any]]:
 
 
 # --- sweep page ----------------------------------------------------------------------------
-def sweep_page(service: Service, sweep: Sweep, status: str, page: int) -> dict[str, Any]:
+SUMMARIES = SweepCache()
+DIGESTS = SweepCache()
+
+
+@dataclass(frozen=True)
+class SweepSummary:
+    """The parts of a sweep page computed from every experiment and run of the sweep."""
+
+    rollup: Rollup  # the page uses its training time (running rows' time left out)
+    evidence: SweepEvidence
+    plot: Markup
+    insights: list[dict[str, Any]]
+
+
+def sweep_summary(store: Store, sweep: Sweep) -> SweepSummary:
+    """The sweep's summary, cached until one of its experiments or runs finishes."""
+    experiments, runs = store.sweep_version(sweep.id)
+    best = (sweep.best_metric, sweep.best_commit, sweep.baseline_metric)
+
+    def make() -> SweepSummary:
+        # The digest reads every diff: it is redrawn when an experiment finishes (or the best
+        # moves), not when only a run ended. Its count of queued and running experiments may
+        # lag until then.
+        insights = DIGESTS.peek(store, sweep.id, (experiments, best))
+        marks = store.experiment_marks(sweep.id, with_diffs=insights is None)
+        if insights is None:
+            insights = DIGESTS.put(store, sweep.id, (experiments, best),
+                                   insights_panel(sweep, marks))
+        ev = sweep_evidence(sweep, marks, store.run_metrics(sweep.id))
+        return SweepSummary(
+            rollup=rollup_of(marks, running_time=False), evidence=ev,
+            plot=progress_svg(marks, sweep.metric, sweep.baseline_metric, evidence=ev),
+            insights=insights)
+
+    return SUMMARIES.get(store, sweep.id, (experiments, runs, best), make)
+
+
+def sweep_page(service: Service, sweep: Sweep, status: str, page: int,
+               before: int | None = None, after: int | None = None) -> dict[str, Any]:
     store = service.store
-    exps = store.experiment_briefs(sweep.id)
-    wanted = FILTERS.get(status, ())
-    rows = [e for e in reversed(exps) if not wanted or e.status in wanted]
-    pages = max(1, math.ceil(len(rows) / PAGE_SIZE))
-    page = min(max(page, 1), pages)
-    kept = [e for e in exps if e.status is S.KEPT]
-    running = [e for e in exps if e.status is S.RUNNING]
-    ev = sweep_evidence(sweep, exps, store.list_runs(sweep_id=sweep.id))
+    summary = sweep_summary(store, sweep)
+    running = store.list_experiments(sweep.id, [S.RUNNING])
+    # Counts now (the summary only moves when work finishes), finished time from the summary.
+    r = replace(summary.rollup, counts=Counter(store.status_counts(sweep.id)))
+    now = utcnow()
+    for e in running:  # their time so far, as of now
+        r.train_s += max(0.0, (now - e.run_started_at).total_seconds()) if e.run_started_at \
+            else 0.0
+    ev = summary.evidence
+    status = status if status in FILTERS else "all"
+    kept = store.list_experiments(sweep.id, [S.KEPT], limit=KEPT_SHOWN, newest_first=True)
     return {
         "sweep": sweep,
-        "r": rollup_of(exps),
+        "r": r,
         "improvement": improvement(sweep),
         "evidence": ev,
         "evidence_header": evidence_header(ev, sweep.metric),
-        "plot": progress_svg(exps, sweep.metric, sweep.baseline_metric, evidence=ev),
-        "rows": [
-            table_row(e, ev.experiments.get(e.id))
-            for e in rows[(page - 1) * PAGE_SIZE : page * PAGE_SIZE]
-        ],
-        "row_count": len(rows),
-        "status": status if status in FILTERS else "all",
+        "plot": summary.plot,
+        **table_page(store, sweep, status, page, before, after, ev),
+        "status": status,
         "filters": list(FILTERS),
-        "page": page,
-        "pages": pages,
         "kept": [
-            {"exp": e, "lines": view_lines(e.diff), "stats": diff_stats(e.diff)} for e in kept
+            {"exp": e, "lines": view_lines(e.diff), "stats": diff_stats(e.diff)}
+            for e in reversed(kept)
         ],
+        "kept_total": r.counts[S.KEPT.value],
         "best_files": best_files(service, sweep),
         "running": [live_run(store, sweep, e, with_points=False) for e in running],
-        "queued": sum(1 for e in exps if e.status is S.QUEUED),
-        "insights": insights_panel(sweep, exps),
+        "queued": r.counts[S.QUEUED.value],
+        "insights": summary.insights,
+    }
+
+
+def table_page(store: Store, sweep: Sweep, status: str, page: int, before: int | None,
+               after: int | None, ev: Any) -> dict[str, Any]:
+    """One keyset page of the table, newest first, and the pager's cursors. `page` is the
+    page's number as the links counted it; without a cursor it is read as "the page-th page"
+    (reads page × PAGE_SIZE rows: kept for old links; the pager's links are cursors)."""
+    wanted = list(FILTERS[status]) or None
+    total = store.count_experiments(sweep.id, wanted)
+    pages = max(1, math.ceil(total / PAGE_SIZE))
+    page = min(max(page, 1), pages)
+    listed = partial(store.list_experiments, sweep.id, wanted, limit=PAGE_SIZE + 1)
+    if after is not None:
+        got = listed(after_id=after)
+        newer, older, rows = len(got) > PAGE_SIZE, True, got[:PAGE_SIZE][::-1]
+        page = page if newer else 1
+    elif before is not None:
+        got = listed(before_id=before, newest_first=True)
+        newer, older, rows = True, len(got) > PAGE_SIZE, got[:PAGE_SIZE]
+    else:
+        got = store.list_experiments(sweep.id, wanted, limit=page * PAGE_SIZE + 1,
+                                     newest_first=True)
+        rows = got[(page - 1) * PAGE_SIZE: page * PAGE_SIZE]
+        newer, older = page > 1, len(got) > page * PAGE_SIZE
+    return {
+        "rows": [table_row(e, ev.experiments.get(e.id)) for e in rows],
+        "row_count": total,
+        "page": page,
+        "pages": pages,
+        "newer": f"after={rows[0].id}&page={page - 1}" if newer and rows else None,
+        "older": f"before={rows[-1].id}&page={page + 1}" if older and rows else None,
     }
 
 

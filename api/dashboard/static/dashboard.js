@@ -9,7 +9,8 @@
     function show(ev) {
       var a = ev.target.closest && ev.target.closest("a.pt");
       if (!a) return;
-      tip.textContent = a.getAttribute("data-label");
+      var title = a.querySelector("title");
+      tip.textContent = title ? title.textContent : "";
       tip.hidden = false;
       var box = wrap.getBoundingClientRect();
       var r = a.getBoundingClientRect();

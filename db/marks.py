@@ -1,0 +1,75 @@
+"""A sweep's experiments and runs with only the fields its plot and evidence need.
+
+A sweep page with 10,000 experiments cannot afford full rows (diffs, summaries, logs, five
+timestamps each): these read a handful of columns as plain tuples, without ORM objects, and
+build the domain records from them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import DateTime, func, select, type_coerce
+
+from agent.domain import CrashKind, Experiment, ExperimentStatus, Run, RunRole, RunStatus
+from db.models import ExperimentCountRow, ExperimentRow, RunRow
+from db.rows import utc
+from db.session import StoreBase
+
+E, R = ExperimentRow, RunRow
+# Enum(value) is a slow call; 30,000 of them were a third of a 10,000-experiment page.
+STATUS = {s.value: s for s in ExperimentStatus}
+KIND = {k.value: k for k in CrashKind}
+ROLE = {r.value: r for r in RunRole}
+RUN_STATUS = {r.value: r for r in RunStatus}
+FINISHED = sorted(s.value for s in ExperimentStatus if s.is_finished())
+# The run times as plain DateTime: UTCDateTime's per-value hook was most of the query's time;
+# the UTC zone is put back below, in the one loop that builds the records.
+MARK_COLUMNS = (E.id, E.status, E.crash_kind, E.metric, E.best_before, E.description,
+                E.is_baseline, E.commit, E.base_commit, type_coerce(E.run_started_at, DateTime),
+                type_coerce(E.run_ended_at, DateTime))
+
+
+class SweepMarks(StoreBase):
+    def experiment_marks(self, sweep_id: int, with_diffs: bool = False) -> list[Experiment]:
+        """The sweep's experiments, oldest first: id, status, crash kind, metric, best before,
+        description, baseline flag, commits and run times (`with_diffs`: diff and reason too);
+        summary and meta empty."""
+        extra = (E.diff, E.reason) if with_diffs else ()
+        q = select(*MARK_COLUMNS, *extra).where(E.sweep_id == sweep_id).order_by(E.id)
+        with self.session("reading a sweep's plot") as s:
+            rows = s.execute(q).all()
+        return [Experiment(id=i, sweep_id=sweep_id, status=STATUS[st],
+                           crash_kind=KIND[ck] if ck else None, metric=m, best_before=bb,
+                           description=d, diff=more[0] if more else "", proposer="",
+                           reason=more[1] if more else None, is_baseline=bool(base),
+                           commit=c, base_commit=bc, run_started_at=utc(rs),
+                           run_ended_at=utc(re))
+                for i, st, ck, m, bb, d, base, c, bc, rs, re, *more in rows]
+
+    def run_metrics(self, sweep_id: int) -> list[Run]:
+        """The sweep's runs by id with id, experiment, commit, seed, role, status and metric
+        only (what the sweep's evidence is computed from)."""
+        q = (select(R.id, R.experiment_id, R.commit, R.seed, R.role, R.status, R.metric)
+             .where(R.sweep_id == sweep_id).order_by(R.id))
+        with self.session("reading a sweep's run metrics") as s:
+            rows = s.execute(q).all()
+        return [Run(id=i, sweep_id=sweep_id, experiment_id=e, commit=c, seed=sd,
+                    role=ROLE[role], status=RUN_STATUS[st], metric=m)
+                for i, e, c, sd, role, st, m in rows]
+
+    def sweep_version(self, sweep_id: int) -> tuple[Any, Any]:
+        """(experiments, runs): the first changes whenever one of the sweep's experiments
+        reaches a finished status, the second whenever one of its runs ends or changes verdict
+        (see the port): counts per finished status of its experiments, and per ended status of
+        its runs with their highest id."""
+        C = ExperimentCountRow
+        with self.session("reading a sweep's version") as s:
+            exps = s.execute(select(C.status, C.crash_kind, C.n)
+                             .where(C.sweep_id == sweep_id, C.status.in_(FINISHED), C.n != 0)
+                             .order_by(C.status, C.crash_kind)).all()
+            runs = s.execute(select(R.status, func.count(), func.max(R.id))
+                             .where(R.sweep_id == sweep_id,
+                                    R.status != RunStatus.RUNNING.value)
+                             .group_by(R.status).order_by(R.status)).all()
+        return tuple(map(tuple, exps)), tuple(map(tuple, runs))

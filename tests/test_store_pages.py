@@ -1,0 +1,267 @@
+"""Keyset pages and maintained counts, on every store (the contract suite's `store` fixture):
+after a mixed workload each count equals the rows a listing returns, and walking pages with a
+cursor (either way, one status or several) gives exactly the full listing."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from itertools import combinations
+
+import pytest
+from sqlalchemy import text
+from test_store_contract import spec
+from test_store_contract import store as every_store  # noqa: F401  (the fixture `store`)
+
+from agent.domain import (
+    CrashKind,
+    ExperimentStatus,
+    Finish,
+    Proposal,
+    RunEnd,
+    RunRole,
+    RunSpec,
+    RunStatus,
+    utcnow,
+)
+from agent.errors import ConflictError, DuplicateError
+from agent.ports import Store
+
+S = ExperimentStatus
+ENDS = [(S.KEPT, None), (S.DISCARDED, None), (S.CRASHED, CrashKind.TRIVIAL),
+        (S.CRASHED, CrashKind.FUNDAMENTAL), (S.TIMEOUT, CrashKind.TIMEOUT), (S.REJECTED, None),
+        (S.CANCELLED, None)]
+
+
+def _workload(store: Store, steps: int = 260, seed: int = 3) -> list[int]:
+    """Adds (some rejected at once, some duplicates), claims, finishes of every kind, cancels
+    of queued rows, and two reaps of running ones, over two sweeps."""
+    rng = random.Random(seed)
+    sweeps = [store.create_sweep(spec("a")).id, store.create_sweep(spec("b")).id]
+    for step in range(steps):
+        sid, roll = rng.choice(sweeps), rng.random()
+        if roll < 0.4:
+            status = S.REJECTED if rng.random() < 0.1 else S.QUEUED
+            try:
+                store.add_experiment(sid, Proposal(f"e{step}", f"d{rng.randrange(40)}"),
+                                     status=status, is_baseline=rng.random() < 0.05)
+            except DuplicateError:
+                pass
+        elif roll < 0.6:
+            store.claim_next(sid)
+        elif roll < 0.9:
+            running = store.list_experiments(sid, [S.RUNNING], limit=3)
+            if running:
+                status, kind = rng.choice(ENDS)
+                store.finish(rng.choice(running).id, Finish(status, kind, "r"))
+        elif roll < 0.98:
+            queued = store.list_experiments(sid, [S.QUEUED], limit=1)
+            if queued and store.claim(queued[0].id):
+                store.finish(queued[0].id, Finish(S.CANCELLED, reason="cancelled"))
+        elif step > steps // 3:
+            store.interrupt_running()
+    return sweeps
+
+
+FILTER_STATUSES = [None, *([st] for st in S), [S.CRASHED, S.TIMEOUT], [S.QUEUED, S.RUNNING],
+                   [S.REJECTED, S.CANCELLED, S.INTERRUPTED]]
+
+
+def test_counts_equal_real_counts_after_a_mixed_workload(store: Store):
+    sweeps = _workload(store)
+    everything = store.list_experiments()
+    assert {e.status for e in everything} >= {S.QUEUED, S.RUNNING, S.KEPT, S.CRASHED,
+                                              S.INTERRUPTED, S.CANCELLED}, "a thin workload"
+    for sid in [None, *sweeps]:
+        for statuses in FILTER_STATUSES:
+            for kind in [None, *CrashKind]:
+                real = [e for e in everything if (sid is None or e.sweep_id == sid)
+                        and (not statuses or e.status in statuses)
+                        and (kind is None or e.crash_kind is kind)]
+                assert store.count_experiments(sid, statuses, kind) == len(real), (
+                    sid, statuses, kind)
+                listed = store.list_experiments(sid, statuses, crash_kind=kind)
+                assert [e.id for e in listed] == [e.id for e in real]
+        mine = [e for e in everything if sid is None or e.sweep_id == sid]
+        assert store.status_counts(sid) == dict(Counter(e.status.value for e in mine))
+        assert store.count_experiments(sid, is_baseline=True) == sum(e.is_baseline for e in mine)
+
+
+def test_a_refused_write_changes_no_count(store: Store):
+    sid = store.create_sweep(spec()).id
+    first = store.add_experiment(sid, Proposal("a", "same"))
+    with pytest.raises(DuplicateError):
+        store.add_experiment(sid, Proposal("b", "same"))
+    store.claim(first.id)
+    store.finish(first.id, Finish(S.KEPT, metric=1.0), keep_commit="c")
+    with pytest.raises(ConflictError):
+        store.finish(first.id, Finish(S.DISCARDED, metric=2.0))
+    assert store.claim(first.id) is None
+    assert store.status_counts(sid) == {"kept": 1} and store.count_experiments() == 1
+
+
+def _walk(store: Store, newest_first: bool, limit: int, **filters) -> list[int]:  # type: ignore[no-untyped-def]
+    seen: list[int] = []
+    while True:
+        cursor = {} if not seen else (
+            {"before_id": seen[-1]} if newest_first else {"after_id": seen[-1]})
+        page = store.list_experiments(**filters, newest_first=newest_first, limit=limit,
+                                      **cursor)
+        assert len(page) <= limit
+        seen.extend(e.id for e in page)
+        if len(page) < limit:
+            return seen
+
+
+def test_keyset_pages_walk_the_whole_listing(store: Store):
+    sweeps = _workload(store, steps=160, seed=5)
+    groups = [None, [S.KEPT], [S.CRASHED, S.TIMEOUT], [S.QUEUED, S.RUNNING, S.CANCELLED]]
+    for sid in [None, sweeps[0]]:
+        for statuses in groups:
+            for kind in [None, CrashKind.TRIVIAL]:
+                f = {"sweep_id": sid, "statuses": statuses, "crash_kind": kind}
+                full = [e.id for e in store.list_experiments(**f)]
+                for limit in (1, 7):
+                    assert _walk(store, True, limit, **f) == full[::-1], (f, limit)
+                    assert _walk(store, False, limit, **f) == full, (f, limit)
+    ids = [e.id for e in store.list_experiments()]
+    lo, hi = ids[3], ids[-3]
+    assert [e.id for e in store.list_experiments(after_id=lo, before_id=hi)] == ids[4:-3]
+    # A status named twice is still one page of distinct rows.
+    twice = store.list_experiments(statuses=[S.KEPT, S.KEPT, S.CRASHED], limit=5)
+    assert len({e.id for e in twice}) == len(twice)
+
+
+def test_counts_table_matches_a_group_by_over_the_rows(tmp_path):
+    """The SQL store's counts are rows of their own: equal to a real COUNT(*) per key."""
+    from db.engine import open_database
+    from db.store import SqlStore
+
+    engine = open_database(tmp_path / "c.db")
+    _workload(SqlStore(engine), steps=200, seed=11)
+    with engine.connect() as conn:
+        kept = {(a, b, c): n for a, b, c, n in conn.execute(text(
+            "SELECT sweep_id, status, crash_kind, n FROM experiment_counts")) if n}
+        real = {(a, b, c): n for a, b, c, n in conn.execute(text(
+            "SELECT sweep_id, status, COALESCE(crash_kind, ''), COUNT(*) FROM experiments "
+            "GROUP BY 1, 2, 3"))}
+    assert kept == real and sum(real.values()) > 50
+    assert all(n >= 0 for n in kept.values())
+
+
+def test_statuses_filter_combinations_are_disjoint_sums(store: Store):
+    """Counts over several statuses are the sum of each (no key counted twice)."""
+    _workload(store, steps=120, seed=7)
+    for a, b in combinations(list(S), 2):
+        assert store.count_experiments(statuses=[a, b]) == (
+            store.count_experiments(statuses=[a]) + store.count_experiments(statuses=[b]))
+
+
+def test_marks_are_the_listing_with_only_the_plot_fields(store: Store):
+    sid = store.create_sweep(spec()).id
+    base = store.add_experiment(sid, Proposal("baseline", ""), is_baseline=True)
+    store.claim(base.id)
+    store.mark_started(base.id, commit="c0", base_commit="c0", run_started_at=utcnow())
+    run = store.start_run(RunSpec(sid, base.id, "c0", 42, RunRole.BASELINE, "/l"))
+    store.end_run(run.id, RunEnd(RunStatus.OK, metric=1.5, summary={"x": 1}))
+    store.finish(base.id, Finish(S.KEPT, metric=1.5, summary={"val_bpb": 1.5},
+                                 run_ended_at=utcnow()), keep_commit="c0")
+    crash = store.add_experiment(sid, Proposal("boom", "d1"))
+    store.claim(crash.id)
+    store.finish(crash.id, Finish(S.CRASHED, CrashKind.FUNDAMENTAL, "oom", log_tail="t"))
+    store.add_experiment(sid, Proposal("waits", "d2"))
+    full = store.list_experiments(sid)
+    marks = store.experiment_marks(sid)
+    fields = ("id", "sweep_id", "status", "crash_kind", "metric", "best_before", "description",
+              "is_baseline", "commit", "base_commit", "run_started_at", "run_ended_at")
+    assert [tuple(getattr(m, f) for f in fields) for m in marks] == [
+        tuple(getattr(e, f) for f in fields) for e in full]
+    assert all(m.diff == "" and m.summary == {} and m.log_tail is None for m in marks)
+    with_diffs = store.experiment_marks(sid, with_diffs=True)
+    assert [(m.diff, m.reason) for m in with_diffs] == [(e.diff, e.reason) for e in full]
+    assert [m.id for m in with_diffs] == [m.id for m in marks] and full[1].reason == "oom"
+    [light] = store.run_metrics(sid)
+    [whole] = store.list_runs(sweep_id=sid)
+    keep = ("id", "sweep_id", "experiment_id", "commit", "seed", "role", "status", "metric")
+    assert [getattr(light, f) for f in keep] == [getattr(whole, f) for f in keep]
+    assert light.summary == {} and whole.summary == {"x": 1}
+
+
+def test_sweep_version_moves_when_work_finishes(store: Store):
+    sid, other = store.create_sweep(spec()).id, store.create_sweep(spec("t")).id
+    seen = [store.sweep_version(sid)]
+
+    def changed(expected: bool = True) -> None:
+        now = store.sweep_version(sid)
+        assert store.sweep_version(sid) == now  # stable while nothing happens
+        if expected:
+            assert now not in seen
+            seen.append(now)
+        else:
+            assert now == seen[-1]
+
+    exp = store.add_experiment(sid, Proposal("a", "d1"))
+    changed(False)  # queued, running: not finished work
+    store.claim(exp.id)
+    store.mark_started(exp.id, commit="c1", base_commit="c0")
+    run = store.start_run(RunSpec(sid, exp.id, "c1", 42, RunRole.SCREEN))
+    changed(False)
+    store.add_experiment(other, Proposal("elsewhere", "d1"), status=S.REJECTED)
+    changed(False)  # another sweep
+    store.end_run(run.id, RunEnd(RunStatus.OK, metric=1.0))
+    changed()
+    store.set_run_status(run.id, RunStatus.SUSPECT)
+    changed()
+    store.finish(exp.id, Finish(S.DISCARDED, metric=1.0))
+    changed()
+    store.add_experiment(sid, Proposal("refused", "d2"), status=S.REJECTED)
+    changed()
+    second = store.add_experiment(sid, Proposal("b", "d3"))
+    store.claim(second.id)
+    changed(False)
+    store.interrupt_running()
+    changed()
+
+
+def test_the_migration_counts_the_rows_already_there(tmp_path):
+    """A database made before keyset_pages: its rows are counted by the upgrade."""
+    from pathlib import Path
+
+    from alembic import command
+    from alembic.config import Config
+
+    import db.engine as db_engine
+    from db.engine import make_engine, migrate
+    from db.store import SqlStore
+
+    engine = make_engine(tmp_path / "old.db")
+    cfg = Config()
+    cfg.set_main_option("script_location", str(Path(db_engine.__file__).parent / "migrations"))
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "0003_runs")
+        for sid in (1, 2):
+            conn.execute(text(
+                "INSERT INTO sweeps (id, name, target_path, branch, status, proposer, config, "
+                "protected_hashes, llm_tokens_in, llm_tokens_out, llm_usd, created_at, "
+                f"updated_at) VALUES ({sid}, 's{sid}', '/t', 'overnight/s{sid}', 'running', "
+                "'queue', '{}', '{}', 0, 0, 0, '2026-11-29 00:00:00', '2026-11-29 00:00:00')"))
+        rows = [(1, "kept", None), (1, "crashed", "trivial"), (1, "crashed", "trivial"),
+                (1, "timeout", "timeout"), (2, "queued", None), (2, "discarded", None)]
+        for i, (sid, status, kind) in enumerate(rows, start=1):
+            conn.execute(text(
+                "INSERT INTO experiments (id, sweep_id, attempt, is_baseline, priority, "
+                "proposer, description, diff, status, crash_kind, summary, meta, "
+                "llm_tokens_in, llm_tokens_out, llm_usd, created_at) VALUES (:i, :s, 0, 0, 0, "
+                "'knobs', 'd', '', :st, :k, '{}', '{}', 0, 0, 0, '2026-11-29 00:00:00')"),
+                {"i": i, "s": sid, "st": status, "k": kind})
+    migrate(engine)
+    store = SqlStore(engine)
+    assert store.status_counts(1) == {"kept": 1, "crashed": 2, "timeout": 1}
+    assert store.count_experiments(crash_kind=CrashKind.TRIVIAL) == 2
+    assert store.count_experiments(2, [S.QUEUED, S.DISCARDED]) == 2
+    store.claim(5)  # and they go on being kept from there
+    assert store.status_counts(2) == {"running": 1, "discarded": 1}
+    migrate(engine)  # idempotent
+    assert store.count_experiments() == 6
+    engine.dispose()

@@ -1,0 +1,145 @@
+"""The sweep page at 10,000 experiments (a real SQLite file, rows bulk-inserted), and the plot's
+downsampler as a pure function: every kept run stays a mark, the rest keep their envelope."""
+
+from __future__ import annotations
+
+import math
+import random
+import re
+from pathlib import Path
+
+import pytest
+from browser_helpers import make_app
+from bulk_seed import seed_sweep
+from fastapi.testclient import TestClient
+from test_query_plans import captured, check_plans
+
+from agent.domain import Experiment, ExperimentStatus, Finish, Proposal
+from api.dashboard.plot import MAX_MARKS, PlotPoint, downsample, progress_svg
+from api.dashboard.views import KEPT_SHOWN, PAGE_SIZE
+from db.engine import open_database
+from db.store import SqlStore
+
+S = ExperimentStatus
+N = 10_000
+PAGE_LIMIT = 500 * 1024
+
+
+@pytest.fixture(scope="module")
+def big(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return seed_sweep(tmp_path_factory.mktemp("big"), N)
+
+
+def _table_ids(html: str) -> list[int]:
+    body = html.split('id="experiments"')[1].split("</table>")[0]
+    return [int(m) for m in re.findall(r'<td class="num"><a href="/ui/experiments/(\d+)">', body)]
+
+
+def _link(html: str, rel: str) -> str:
+    m = re.search(rf'<a href="\?([^"]+)#experiments" rel="{rel}">', html)
+    assert m, f"no {rel} link"
+    return m[1].replace("&amp;", "&")
+
+
+def test_the_page_renders_small_with_every_kept_point(big: Path) -> None:
+    store = SqlStore(open_database(big))
+    kept = {e.id for e in store.list_experiments(1, [S.KEPT])}
+    with TestClient(make_app(big)) as c:
+        r = c.get("/ui/sweeps/big")
+    assert r.status_code == 200 and len(r.content) <= PAGE_LIMIT, len(r.content)
+    html = r.text
+    drawn = {int(i) for i in re.findall(r'class="pt kept" href="[^"]*" data-id="(\d+)"', html)}
+    assert len(kept) > 100 and drawn == kept
+    assert '<path class="envelope" d="M' in html and f"of {N:,} runs drawn" in html
+    assert html.count('class="pt ') < MAX_MARKS + len(kept)
+    assert _table_ids(html) == sorted(_table_ids(html), reverse=True)
+    assert len(_table_ids(html)) == PAGE_SIZE and f"page 1 of {math.ceil(N / PAGE_SIZE)}" in html
+    stack = html.split('<ol class="stack">')[1].split("</ol>")[0]
+    assert stack.count("<li>") == KEPT_SHOWN and f"of {len(kept)} kept changes" in html
+
+
+def test_cursor_pages_walk_the_table_both_ways(big: Path) -> None:
+    with TestClient(make_app(big)) as c:
+        first = c.get("/ui/sweeps/big?status=crashed").text
+        ids1 = _table_ids(first)
+        second = c.get(f"/ui/sweeps/big?{_link(first, 'next')}").text
+        ids2 = _table_ids(second)
+        assert len(ids2) == PAGE_SIZE and max(ids2) < min(ids1) and "page 2 of" in second
+        back = c.get(f"/ui/sweeps/big?{_link(second, 'prev')}").text
+        assert _table_ids(back) == ids1 and "page 1 of" in back and 'rel="prev"' not in back
+        # The crashed filter: crashes and timeouts only, newest first.
+        body = second.split('id="experiments"')[1].split("</table>")[0]
+        assert set(re.findall(r'<tr class="r-(\w+)"', body)) <= {"crashed", "timeout"}
+
+
+def test_table_queries_read_index_ranges(big: Path) -> None:
+    with TestClient(make_app(big)) as c, captured() as seen:
+        for status in ("all", "kept", "crashed", "queued", "other"):
+            page = c.get(f"/ui/sweeps/big?status={status}").text
+            if 'rel="next"' in page:
+                c.get(f"/ui/sweeps/big?{_link(page, 'next')}").raise_for_status()
+    assert check_plans(big, seen) >= 10
+
+
+def test_a_change_shows_at_once(tmp_path: Path) -> None:
+    """The cached summary is redrawn when the sweep changes: a new keep is on the plot."""
+    db = seed_sweep(tmp_path, 2 * MAX_MARKS)
+    store = SqlStore(open_database(db))
+    with TestClient(make_app(db)) as c:
+        before = c.get("/ui/sweeps/big").text
+        diff = "--- a/train.py\n+++ b/train.py\n@@ -1 +1 @@\n-a\n+b\n"
+        exp = store.add_experiment(1, Proposal("a fresh keep", diff))
+        assert f'data-id="{exp.id}"' not in before
+        store.claim(exp.id)
+        store.finish(exp.id, Finish(S.KEPT, metric=0.5, best_before=1.0), keep_commit="f" * 40)
+        after = c.get("/ui/sweeps/big").text
+    assert re.search(rf'class="pt kept" href="[^"]*" data-id="{exp.id}"', after)
+    assert _table_ids(after)[0] == exp.id
+
+
+# --- the downsampler, pure ----------------------------------------------------------------------
+def _points(n: int, seed: int) -> list[PlotPoint]:
+    rng = random.Random(seed)
+    out = []
+    for i in range(1, n + 1):
+        roll = rng.random()
+        status = S.KEPT if roll < 0.05 else S.CRASHED if roll < 0.12 else \
+            S.TIMEOUT if roll < 0.14 else S.DISCARDED
+        metric = None if status in (S.CRASHED, S.TIMEOUT) else rng.gauss(1.0, 0.1)
+        if status is S.DISCARDED and roll > 0.995:
+            metric = float("nan")  # a discarded run without a finite metric
+        out.append(PlotPoint(i, Experiment(id=i, sweep_id=1, status=status, description="d",
+                                           diff="", proposer="p", metric=metric)))
+    return out
+
+
+@pytest.mark.parametrize("n, buckets", [(5000, 160), (1001, 7), (30, 160)])
+def test_downsample_keeps_kept_points_and_the_envelope(n: int, buckets: int) -> None:
+    points = _points(n, seed=n)
+    shown, envelopes = downsample(points, buckets)
+    ids = [p.n for p in shown]
+    assert ids == sorted(set(ids))  # run order, no repeats
+    assert {p.n for p in points if p.exp.status is S.KEPT} <= set(ids)
+    finite = [p for p in points if p.exp.status is S.DISCARDED and p.exp.metric is not None
+              and math.isfinite(p.exp.metric)]
+    for p in finite:  # each non-kept scored run lies inside its bucket's envelope
+        env = next(e for e in envelopes if e.n_lo <= p.n <= e.n_hi)
+        assert env.lo <= p.exp.metric <= env.hi  # type: ignore[operator]
+    by_n = {p.n: p for p in shown}
+    for env in envelopes:  # and each envelope's extremes are real runs drawn as marks
+        inside = [by_n[k].exp.metric for k in by_n if env.n_lo <= k <= env.n_hi
+                  and by_n[k].exp.status is S.DISCARDED]
+        assert env.lo in inside and env.hi in inside
+    assert sum(e.n_hi >= e.n_lo for e in envelopes) == len(envelopes) <= buckets
+    for status in (S.CRASHED, S.TIMEOUT):  # every bucket with a crash keeps one
+        assert any(p.exp.status is status for p in shown) == any(
+            p.exp.status is status for p in points)
+    kept = sum(p.exp.status is S.KEPT for p in points)
+    assert len(shown) <= kept + 5 * buckets  # min, max; first crash, timeout, unscored
+
+
+def test_a_small_plot_is_not_downsampled() -> None:
+    points = _points(200, seed=1)
+    svg = str(progress_svg([p.exp for p in points], "m", 1.0))
+    runs = [p for p in points if p.exp.status in (S.KEPT, S.DISCARDED, S.CRASHED, S.TIMEOUT)]
+    assert svg.count('class="pt ') == len(runs) and "envelope" not in svg

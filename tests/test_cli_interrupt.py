@@ -32,7 +32,12 @@ def _held_target(tmp_path: Path) -> tuple[Path, Path]:
         "value = score(LR, WIDTH, USE_TRICK)",
         f"while os.path.exists({str(hold)!r}) and time.time() - start < 300:\n"
         "    time.sleep(0.05)\nvalue = score(LR, WIDTH, USE_TRICK)")
-    return make_target(tmp_path / "t", edits={"train.py": text}), hold
+    # The hold, not the run's limit, decides when the trainer ends: on a busy machine the
+    # signal may come long after the first step.
+    toml = (FIXTURES / "fake_target" / "overnight.toml").read_text()
+    assert "timeout_s = 20" in toml
+    toml = toml.replace("timeout_s = 20", "timeout_s = 600")
+    return make_target(tmp_path / "t", edits={"train.py": text, "overnight.toml": toml}), hold
 
 
 def _rows(store: SqlStore) -> list[Experiment]:

@@ -247,7 +247,9 @@ class Repo(Protocol):
         """Create a commit of `diff` on `base` without touching any worktree; return its sha."""
 
     def tree_changes(self, base: str, diff: str) -> list[PathChange]:
-        """What applying `diff` on `base` would change, as git reports it (no ref moves)."""
+        """What applying `diff` on `base` would change, as git reports it (no ref moves).
+
+        Raises PatchError (git's message) when the diff does not apply."""
 
     def commit_changes(self, commit: str) -> list[PathChange]:
         """What `commit` changes against its parent, as git reports it."""

@@ -106,6 +106,9 @@ class Service:
         if sweep.status.is_finished():
             raise ConflictError(f"sweep {sweep.name} is {sweep.status.value}: it takes no more "
                                 "experiments")
+        if sweep.max_experiments is None:  # no cap: nothing to count (the cheap path)
+            return submit(self.store, self.repo_for(sweep), sweep, proposal,
+                          record_rejection=False, priority=priority)
         usage = self.usage(sweep)
         if usage.left == 0:
             raise ConflictError(f"sweep {sweep.name} reached max_experiments="

@@ -1,9 +1,11 @@
 """Git adapter (gitpython): commits proposals without touching any checkout, runs worktrees.
 
 Commits are built in a throw-away index (GIT_INDEX_FILE, a copy of the base commit's index,
-cached per commit) so the user's checkout, index and branches are never touched; only `overnight/<sweep>` and `refs/overnight/...` refs move. Every
-git call runs with hooks disabled (core.hooksPath=/dev/null), so a hook planted in the target
-(by a run, say) never runs as the service.
+cached per commit) so the user's checkout, index and branches are never touched; only
+`overnight/<sweep>` and `refs/overnight/...` refs move. Every git call runs with hooks disabled
+(core.hooksPath=/dev/null), so a hook planted in the target (by a run, say) never runs as the
+service. Admission costs one git process per proposal: `apply --cached` on the cached index,
+whose result is read in-process (agent.gitfiles), as is the sweep branch's commit.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from typing import TypeVar
 import anyio
 
 T = TypeVar("T")
-ADMISSIONS_PER_SWEEP = 6  # worker threads one sweep's admissions may hold at once
+ADMISSIONS_PER_SWEEP = 4  # worker threads one sweep's admissions may hold at once
 ADMISSIONS_TOTAL = 24  # worker threads all admissions may hold at once
 
 

@@ -125,6 +125,7 @@ class ExperimentRow(Base):
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     run_started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     run_ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    pruned_at: Mapped[datetime | None] = mapped_column(UTCDateTime)  # by `overnight gc`
 
 
 class ExperimentCountRow(Base):

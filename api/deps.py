@@ -19,6 +19,7 @@ from fastapi import Depends, HTTPException, Request
 from agent.domain import Sweep
 from agent.ports import Repo
 from agent.recovery import InstanceLock, RecoveryReport
+from agent.retention import RetentionPolicy
 from agent.scheduler import SchedulerSettings, SlotScheduler
 from agent.service import Service
 from api.admissions import AdmissionGate
@@ -42,6 +43,8 @@ class Runtime(Protocol):
 
     def start_engine(self, settings: SchedulerSettings, *,
                      lock: InstanceLock | None = None) -> SlotScheduler: ...
+
+    def start_retention(self, policy: RetentionPolicy, every_s: float = ...) -> None: ...
 
     def close(self, timeout_s: float = 30.0) -> None: ...
 

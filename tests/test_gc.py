@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 import pytest
-from service_fixtures import AUTH, ServerProcess, make_counting_target
+from service_fixtures import AUTH, ServerProcess, make_counting_target, wait_for
 from storage_fixtures import Night, seed_night
 
 from agent.domain import ExperimentStatus, Proposal
@@ -189,3 +189,31 @@ def test_downsample_keeps_the_ends_and_the_lowest_loss() -> None:
     assert min(p.loss for p in thin) == 1.0
     assert downsample(points[:5], 10) == points[:5] and downsample(points, 0) == []
     assert parse_age("36h") == timedelta(hours=36) and parse_age("2w") == timedelta(days=14)
+
+
+def test_serve_with_a_retention_setting_prunes_on_its_own(scene: Scene, tmp_path: Path) -> None:
+    """`overnight serve --retention 7d` runs the same gc (at start, then every 6 h)."""
+    old = pruned_ids(scene.old)
+    server = ServerProcess(scene.db, log=tmp_path / "server.log", slots=0,
+                           extra=["--retention", "7d"]).start()
+    try:
+        with httpx.Client(base_url=server.url, headers=AUTH, timeout=30) as c:
+            def pruned() -> bool:
+                return all(c.get(f"/experiments/{i}/log").text.startswith("[the full log was "
+                                                                          "pruned")
+                           for i in old)
+
+            wait_for(pruned, 120, "the retention pass to prune the old night")
+            kept = scene.old.ids[S.KEPT][0]
+            assert not c.get(f"/experiments/{kept}/log").text.startswith("[the full log")
+    finally:
+        server.stop()
+    assert "Traceback" not in server.tail(1_000_000)
+    assert not any(Path(e.log_path or "/nonexistent").exists() for e, _, _ in
+                   (scene.experiments()[i] for i in old))
+
+
+def test_a_bad_retention_setting_is_refused(tmp_path: Path) -> None:
+    done = subprocess.run([OVERNIGHT, "serve", "--db", str(tmp_path / "o.db"), "--port", "0",
+                           "--retention", "soon"], capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0 and "retention" in done.stderr and "'soon'" in done.stderr

@@ -166,7 +166,8 @@ def test_a_pruned_experiment_still_reads_in_the_api_and_the_dashboard(scene: Sce
             assert "loss" in log.text  # the tail stored at finish follows
             page = c.get(f"/ui/experiments/{exp_id}")
             assert page.status_code == 200 and "pruned by" in page.text
-            assert c.get(f"/ui/experiments/{exp_id}/log.txt").status_code == 200
+            download = c.get(f"/ui/experiments/{exp_id}/log.txt")
+            assert download.status_code == 200 and download.text.startswith("[the full log")
             assert c.get(f"/ui/experiments/{exp_id}/tail").status_code == 200
     finally:
         server.stop()

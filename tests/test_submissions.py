@@ -114,12 +114,24 @@ class GatedRepo(GitRepo):
         return super().tree_changes(base, diff)
 
 
+class GatedRuntime(Runtime):
+    """The real runtime, handing out the gated repository for its target."""
+
+    def __init__(self, db: Path, gated: GatedRepo) -> None:
+        super().__init__(db)
+        self.gated = gated
+
+    def repo_at(self, path: Path | str) -> GitRepo:
+        if Path(path).resolve() == self.gated.path.resolve():
+            return self.gated
+        return super().repo_at(path)
+
+
 def test_slow_admissions_block_neither_the_event_loop_nor_another_sweep(tmp_path: Path) -> None:
     slow_target = make_counting_target(tmp_path / "slow", n_knobs=50)
     fast_target = make_counting_target(tmp_path / "fast", n_knobs=2)
-    runtime = Runtime(tmp_path / "o.db")
     gated = GatedRepo(slow_target)
-    runtime._repos[str(slow_target.resolve())] = gated  # the adapter the runtime hands out
+    runtime = GatedRuntime(tmp_path / "o.db", gated)
     settings = Settings.build(db_path=tmp_path / "o.db", token=TOKEN, run_scheduler=False)
     app = create_app(settings, runtime)
     with serve(app) as url, httpx.Client(base_url=url, headers=AUTH, timeout=60,

@@ -9,10 +9,13 @@ every table, so gc never runs one there.
 from __future__ import annotations
 
 import logging
+import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 
 from sqlalchemy import Engine, text
+
+from agent.errors import StoreError
 
 logger = logging.getLogger(__name__)
 VACUUM_MIN_FREE_BYTES = 1024 * 1024  # below this a rewrite gains nothing worth its cost
@@ -76,8 +79,11 @@ def vacuum(engine: Engine) -> bool:
         conn.commit()
         raw = conn.connection.dbapi_connection
         assert raw is not None
-        raw.execute("VACUUM")  # outside any transaction, as SQLite requires
-        raw.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        try:
+            raw.execute("VACUUM")  # outside any transaction, as SQLite requires
+            raw.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        except sqlite3.Error as exc:  # busy past the timeout (a long reader), disk full
+            raise StoreError(f"VACUUM of {_sqlite_file(engine)} failed: {exc}") from None
     logger.info("VACUUM done on %s", _sqlite_file(engine))
     return True
 

@@ -13,7 +13,7 @@ from typing import Annotated, Any
 
 import typer
 
-from agent.errors import ConfigError
+from agent.errors import ConfigError, StoreError
 from agent.retention import (
     LOSS_POINTS_KEPT,
     GcReport,
@@ -88,7 +88,10 @@ def _vacuum(runtime: Runtime, mode: VacuumMode, dry_run: bool) -> str:
         return f"VACUUM: not run ({human(size.free_bytes)} free in the file)"
     if dry_run:
         return f"VACUUM: would run ({human(size.free_bytes)} free in the file)"
-    vacuum(runtime.engine)
+    try:
+        vacuum(runtime.engine)
+    except StoreError as exc:
+        return f"VACUUM: not run ({exc})"
     after = database_size(runtime.engine)
     return f"VACUUM: database {human(size.total_bytes)} → {human(after.total_bytes)}"
 

@@ -139,7 +139,7 @@ class Runtime:
         if not dry_run:
             checkpoint(self.engine)
             if vacuum_pays(database_size(self.engine)):
-                vacuum(self.engine)
+                vacuum(self.engine)  # StoreError (busy): logged, tried again next pass
         return report
 
     def start_retention(self, policy: RetentionPolicy,

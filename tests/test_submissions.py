@@ -134,7 +134,7 @@ def test_slow_admissions_block_neither_the_event_loop_nor_another_sweep(tmp_path
     runtime = GatedRuntime(tmp_path / "o.db", gated)
     settings = Settings.build(db_path=tmp_path / "o.db", token=TOKEN, run_scheduler=False)
     app = create_app(settings, runtime)
-    with serve(app) as url, httpx.Client(base_url=url, headers=AUTH, timeout=60,
+    with serve(app) as url, httpx.Client(base_url=url, headers=AUTH, timeout=300,
                                          limits=httpx.Limits(max_connections=60)) as c:
         _sweep(c, "slow", slow_target)
         _sweep(c, "fast", fast_target)

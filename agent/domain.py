@@ -173,6 +173,7 @@ class Experiment:
     finished_at: datetime | None = None
     run_started_at: datetime | None = None
     run_ended_at: datetime | None = None
+    pruned_at: datetime | None = None  # when `overnight gc` removed its log files
 
     @property
     def delta(self) -> float | None:

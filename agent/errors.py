@@ -25,6 +25,10 @@ class AdmissionError(OvernightError):
         self.status_hint = status_hint
 
 
+class PatchError(OvernightError):
+    """A diff does not apply to its base commit; the message is git's own."""
+
+
 class NotFoundError(OvernightError):
     """A sweep or experiment that does not exist."""
 

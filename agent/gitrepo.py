@@ -1,9 +1,11 @@
 """Git adapter (gitpython): commits proposals without touching any checkout, runs worktrees.
 
-Commits are built in a throw-away index (GIT_INDEX_FILE) so the user's checkout, index and
-branches are never touched; only `overnight/<sweep>` and `refs/overnight/...` refs move. Every
-git call runs with hooks disabled (core.hooksPath=/dev/null), so a hook planted in the target
-(by a run, say) never runs as the service.
+Commits are built in a throw-away index (GIT_INDEX_FILE, a copy of the base commit's index,
+cached per commit) so the user's checkout, index and branches are never touched; only
+`overnight/<sweep>` and `refs/overnight/...` refs move. Every git call runs with hooks disabled
+(core.hooksPath=/dev/null), so a hook planted in the target (by a run, say) never runs as the
+service. Admission costs one git process per proposal: `apply --cached` on the cached index,
+whose result is read in-process (agent.gitfiles), as is the sweep branch's commit.
 """
 
 from __future__ import annotations
@@ -13,13 +15,18 @@ import os
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Sequence
+import threading
+from collections import OrderedDict
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import git
 
 from agent.diff import PathChange, parse_diff_tree
+from agent.errors import PatchError
 from agent.filehash import MISSING, folder_digest, hash_paths
+from agent.gitfiles import IndexEntries, branch_commit, index_changes, is_object_id, read_index
 
 logger = logging.getLogger(__name__)
 
@@ -38,6 +45,10 @@ NO_HOOKS = {
     "GIT_CONFIG_VALUE_0": os.devnull,
 }
 GIT_ENV = {**IDENTITY, **NO_HOOKS}
+INDEX_CACHE_SIZE = 8  # base commits whose index is kept: a few sweep heads per target
+# Scratch indexes are written and deleted once per proposal: in memory (tmpfs) where there is
+# one, since on a journalling disk the delete alone cost more than the git process's start.
+SCRATCH_DIR = "/dev/shm" if os.access("/dev/shm", os.W_OK | os.X_OK) else None
 
 
 class GitError(RuntimeError):
@@ -51,6 +62,9 @@ class GitRepo:
         except (git.InvalidGitRepositoryError, git.NoSuchPathError):
             raise GitError(f"{path}: not a git repository") from None
         self.path = Path(self._repo.working_tree_dir or path)
+        self._git_dir, self._common_dir = Path(self._repo.git_dir), Path(self._repo.common_dir)
+        self._indexes: OrderedDict[str, tuple[bytes, IndexEntries | None]] = OrderedDict()
+        self._index_lock = threading.Lock()
 
     def _git(self, *args: str, env: dict[str, str] | None = None) -> str:
         if not self.path.is_dir():
@@ -76,7 +90,10 @@ class GitRepo:
         return removed
 
     def head(self, ref: str) -> str:
-        return self._git("rev-parse", "--verify", f"{ref}^{{commit}}")
+        """The commit `ref` names. A branch is read from git's ref files in-process (no
+        process per call); anything else, or anything unusual, is asked of `rev-parse`."""
+        return (branch_commit(self._git_dir, self._common_dir, ref)
+                or self._git("rev-parse", "--verify", f"{ref}^{{commit}}"))
 
     def has_ref(self, ref: str) -> bool:
         try:
@@ -91,30 +108,68 @@ class GitRepo:
             self._git("update-ref", ref, self.head(start), "")
         return self.head(ref)
 
-    def _with_index(self, base: str, diff: str, *, check_only: bool) -> str:
-        fd, index = tempfile.mkstemp(prefix="overnight-index-")
-        os.close(fd)
-        os.unlink(index)
-        env = {"GIT_INDEX_FILE": index}
-        try:
-            self._git("read-tree", base, env=env)
-            patch = diff if diff.endswith("\n") else diff + "\n"
-            args = ["apply", "--cached", "--recount", "--whitespace=nowarn"]
-            args += ["--check"] if check_only else []
+    # --- applying a diff in a scratch index ------------------------------------------------
+    def _base_index(self, base: str) -> tuple[bytes, IndexEntries | None]:
+        """The index of `base`'s tree (bytes, and its entries when readable in-process).
+
+        Cached per commit (immutable), so the POSTs against one sweep head share one
+        read-tree; the lock is this repository's own and held only to build a missing one.
+        """
+        cacheable = is_object_id(base)
+        with self._index_lock:
+            hit = self._indexes.get(base) if cacheable else None
+            if hit is not None:
+                self._indexes.move_to_end(base)
+                return hit
+            index = self._scratch_path()
             try:
-                self._apply(args, patch, env)
-            except GitError as exc:
-                # Hunks written without context lines (common from language models) only
-                # apply with --unidiff-zero; git's first message is the one worth showing.
-                first = exc
-                try:
-                    self._apply(args + ["--unidiff-zero"], patch, env)
-                except GitError:
-                    raise first from None
-            return "" if check_only else self._git("write-tree", env=env)
+                self._git("read-tree", base, env={"GIT_INDEX_FILE": index,
+                                                  "GIT_INDEX_VERSION": "2"})
+                data = Path(index).read_bytes()
+            finally:
+                _unlink(index)
+            hit = (data, read_index(data, len(base) // 2) if cacheable else None)
+            if cacheable:
+                self._indexes[base] = hit
+                while len(self._indexes) > INDEX_CACHE_SIZE:
+                    self._indexes.popitem(last=False)
+            return hit
+
+    @staticmethod
+    def _scratch_path() -> str:
+        fd, index = tempfile.mkstemp(prefix="overnight-index-", dir=SCRATCH_DIR)
+        os.close(fd)
+        os.unlink(index)  # git writes it (through index.lock) itself
+        return index
+
+    @contextmanager
+    def _scratch_index(self, base: str) -> Iterator[str]:
+        """A throw-away index file holding `base`'s tree (deleted afterwards)."""
+        data, _ = self._base_index(base)
+        fd, index = tempfile.mkstemp(prefix="overnight-index-", dir=SCRATCH_DIR)
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+            yield index
         finally:
-            if os.path.exists(index):
-                os.unlink(index)
+            _unlink(index)
+
+    def _apply_cached(self, index: str, diff: str, *, check_only: bool) -> None:
+        """`git apply --cached` of `diff` onto the scratch `index`; GitError with git's words."""
+        env = {"GIT_INDEX_FILE": index}
+        patch = diff if diff.endswith("\n") else diff + "\n"
+        args = ["apply", "--cached", "--recount", "--whitespace=nowarn"]
+        args += ["--check"] if check_only else []
+        try:
+            self._apply(args, patch, env)
+        except GitError as exc:
+            # Hunks written without context lines (common from language models) only
+            # apply with --unidiff-zero; git's first message is the one worth showing.
+            first = exc
+            try:
+                self._apply(args + ["--unidiff-zero"], patch, env)
+            except GitError:
+                raise first from None
 
     def _apply(self, args: list[str], patch: str, env: dict[str, str]) -> None:
         # gitpython cannot feed stdin text portably; a plain subprocess keeps git's message.
@@ -131,14 +186,29 @@ class GitRepo:
 
     def check_applies(self, base: str, diff: str) -> str | None:
         try:
-            self._with_index(base, diff, check_only=True)
+            with self._scratch_index(base) as index:
+                self._apply_cached(index, diff, check_only=True)
         except GitError as exc:
             return str(exc)
         return None
 
     def tree_changes(self, base: str, diff: str) -> list[PathChange]:
-        """What applying ``diff`` on ``base`` changes, in git's own words. Raises GitError."""
-        tree = self._with_index(base, diff, check_only=False)
+        """What applying ``diff`` on ``base`` changes, in git's own words. Raises PatchError
+        (git's message) when it does not apply.
+
+        One git process: the applied scratch index is compared with `base`'s in-process
+        (agent.gitfiles), falling back to write-tree + diff-tree for an unusual index."""
+        _, before = self._base_index(base)
+        with self._scratch_index(base) as index:
+            try:
+                self._apply_cached(index, diff, check_only=False)
+            except GitError as exc:
+                raise PatchError(str(exc)) from None
+            after = (read_index(Path(index).read_bytes(), len(base) // 2) if before is not None
+                     else None)
+            if before is not None and after is not None:
+                return index_changes(before, after)
+            tree = self._git("write-tree", env={"GIT_INDEX_FILE": index})
         return self._diff_tree(base, tree)
 
     def commit_changes(self, commit: str) -> list[PathChange]:
@@ -155,11 +225,12 @@ class GitRepo:
         return parse_diff_tree(proc.stdout)
 
     def commit_diff(self, base: str, diff: str, message: str) -> str:
-        tree = (
-            self._with_index(base, diff, check_only=False)
-            if diff.strip()
-            else self._git("rev-parse", f"{base}^{{tree}}")
-        )
+        if not diff.strip():
+            tree = self._git("rev-parse", f"{base}^{{tree}}")
+        else:
+            with self._scratch_index(base) as index:
+                self._apply_cached(index, diff, check_only=False)
+                tree = self._git("write-tree", env={"GIT_INDEX_FILE": index})
         return self._git("commit-tree", tree, "-p", base, "-m", message)
 
     def set_ref(self, ref: str, sha: str) -> None:
@@ -239,6 +310,12 @@ class GitRepo:
 
     def diff(self, old: str, new: str) -> str:
         return self._git("diff", old, new) + "\n"
+
+
+def _unlink(path: str) -> None:
+    for leftover in (path, path + ".lock"):
+        if os.path.exists(leftover):
+            os.unlink(leftover)
 
 
 def hash_worktree_files(root: Path, paths: Sequence[str]) -> dict[str, str]:

@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from agent.config import TargetConfig
 from agent.diff import PathChange
@@ -208,6 +208,21 @@ class Store(Protocol):
 
     def loss_points(self, experiment_id: int) -> list[ProgressPoint]: ...
 
+    def prunable_experiments(self, finished_before: datetime,
+                             statuses: Sequence[ExperimentStatus], limit: int,
+                             after_id: int = 0) -> list[Experiment]:
+        """`overnight gc`'s candidates: experiments in `statuses` (finished ones only) that
+        finished before `finished_before` and were never pruned, with ids above `after_id`;
+        by id, at most `limit`."""
+
+    def prune_experiment(self, experiment_id: int, points: Sequence[ProgressPoint],
+                         note: Mapping[str, Any]) -> Experiment:
+        """`overnight gc`: make `points` the loss curve, forget the log files (the
+        experiment's and its runs' `log_path` become None), stamp `pruned_at`, and record
+        `note` as meta["pruned"]. Diff, metric, summary, log tail, commit and ref stay.
+
+        Raises NotFoundError; ConflictError unless the experiment is finished."""
+
     def start_run(self, spec: RunSpec) -> Run:
         """Record a run as `running` before its process starts. NotFoundError: no experiment."""
 
@@ -247,7 +262,9 @@ class Repo(Protocol):
         """Create a commit of `diff` on `base` without touching any worktree; return its sha."""
 
     def tree_changes(self, base: str, diff: str) -> list[PathChange]:
-        """What applying `diff` on `base` would change, as git reports it (no ref moves)."""
+        """What applying `diff` on `base` would change, as git reports it (no ref moves).
+
+        Raises PatchError (git's message) when the diff does not apply."""
 
     def commit_changes(self, commit: str) -> list[PathChange]:
         """What `commit` changes against its parent, as git reports it."""

@@ -26,6 +26,7 @@ from agent.errors import ConflictError
 from agent.evidence import SweepEvidence, sweep_evidence
 from agent.ports import Repo, Store
 from agent.report import results_tsv
+from agent.retention import pruned_log_note
 from agent.sweeps import submit
 from runner.logtail import read_log_end
 
@@ -53,12 +54,16 @@ class Usage:
 
 def read_log(exp: Experiment, tail_lines: int | None = None,
              max_bytes: int = LOG_READ_LIMIT) -> str:
-    """The run's log (its last `max_bytes`), else the tail stored at finish; with
-    `tail_lines`, only that many last lines (falling back to the reason when there is no log)."""
+    """The run's log (its last `max_bytes`), else the tail stored at finish (after a line
+    saying so once `overnight gc` pruned the log); with `tail_lines`, only that many last
+    lines (falling back to the reason when there is no log)."""
     text = ""
     if exp.log_path and Path(exp.log_path).is_file():
         text = read_log_end(Path(exp.log_path), max_bytes)
+    note = pruned_log_note(exp) if not text else None
     text = text or exp.log_tail or ""
+    if note and tail_lines is None:
+        return note + text
     if tail_lines is None:
         return text
     return "\n".join((text or exp.reason or "").splitlines()[-tail_lines:])
@@ -106,6 +111,9 @@ class Service:
         if sweep.status.is_finished():
             raise ConflictError(f"sweep {sweep.name} is {sweep.status.value}: it takes no more "
                                 "experiments")
+        if sweep.max_experiments is None:  # no cap: nothing to count (the cheap path)
+            return submit(self.store, self.repo_for(sweep), sweep, proposal,
+                          record_rejection=False, priority=priority)
         usage = self.usage(sweep)
         if usage.left == 0:
             raise ConflictError(f"sweep {sweep.name} reached max_experiments="

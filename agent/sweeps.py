@@ -14,7 +14,7 @@ from pathlib import Path
 from agent.admit import check_changes, check_proposal, clean_description
 from agent.config import CONFIG_FILE, TargetConfig, load_config
 from agent.domain import Experiment, ExperimentStatus, Proposal, Sweep, utcnow
-from agent.errors import AdmissionError, ConfigError, DuplicateError
+from agent.errors import AdmissionError, ConfigError, DuplicateError, PatchError
 from agent.filehash import MISSING, hash_paths
 from agent.ports import ProposalContext, Repo, Store, SweepSpec
 from runner.sandbox import bwrap_path
@@ -203,13 +203,14 @@ def admit(store: Store, repo: Repo, sweep: Sweep, proposal: Proposal) -> str:
             f"({earlier.status.value}): {earlier.description}",
         )
     head = repo.head(sweep.branch)
-    problem = repo.check_applies(head, proposal.diff)
-    if problem:
+    try:
+        changes = repo.tree_changes(head, proposal.diff)  # one git process: apply, then read
+    except PatchError as exc:
         raise AdmissionError(
-            "does_not_apply", f"diff does not apply to the sweep head {head[:7]}: {problem}", 409
-        )
+            "does_not_apply", f"diff does not apply to the sweep head {head[:7]}: {exc}", 409
+        ) from None
     # git is the final authority on what the diff touches: check its view, not only ours.
-    check_changes(repo.tree_changes(head, proposal.diff), config)
+    check_changes(changes, config)
     return head
 
 

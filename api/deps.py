@@ -9,7 +9,7 @@ say so) and also accepts the `overnight_token` cookie set by the dashboard's log
 from __future__ import annotations
 
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Protocol
 from urllib.parse import unquote, urlsplit
@@ -19,8 +19,10 @@ from fastapi import Depends, HTTPException, Request
 from agent.domain import Sweep
 from agent.ports import Repo
 from agent.recovery import InstanceLock, RecoveryReport
+from agent.retention import RetentionPolicy
 from agent.scheduler import SchedulerSettings, SlotScheduler
 from agent.service import Service
+from api.admissions import AdmissionGate
 from api.settings import Settings
 from db.store import SqlStore
 
@@ -42,6 +44,8 @@ class Runtime(Protocol):
     def start_engine(self, settings: SchedulerSettings, *,
                      lock: InstanceLock | None = None) -> SlotScheduler: ...
 
+    def start_retention(self, policy: RetentionPolicy, every_s: float = ...) -> None: ...
+
     def close(self, timeout_s: float = 30.0) -> None: ...
 
 
@@ -52,6 +56,7 @@ class Services:
     settings: Settings
     runtime: Runtime
     followers: int = 0  # open ?follow=1 log streams (changed on the event loop only)
+    admissions: AdmissionGate = field(default_factory=AdmissionGate)  # POST /experiments
 
     @property
     def store(self) -> SqlStore:
@@ -69,7 +74,7 @@ class Services:
         return self.runtime.repo_for(sweep)
 
 
-def get_services(request: Request) -> Services:
+async def get_services(request: Request) -> Services:
     return request.app.state.services  # type: ignore[no-any-return]
 
 
@@ -94,7 +99,7 @@ def _unauthorized(message: str) -> HTTPException:
                          headers={"WWW-Authenticate": "Bearer"})
 
 
-def require_write(request: Request, services: ServicesDep) -> None:
+async def require_write(request: Request, services: ServicesDep) -> None:
     settings = services.settings
     if not settings.auth:
         return

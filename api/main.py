@@ -25,6 +25,7 @@ from fastapi import FastAPI
 
 from agent.devices import detect_devices
 from agent.recovery import InstanceLock
+from agent.retention import RetentionPolicy, parse_age
 from agent.scheduler import SchedulerSettings
 from api.dashboard import routes as dashboard_routes
 from api.deps import Runtime, Services
@@ -57,6 +58,8 @@ def create_app(settings: Settings, runtime: Runtime, *,
         try:
             if settings.run_scheduler:  # slots=0: scheduled starts only
                 runtime.start_engine(scheduler_settings(settings), lock=lock)
+                if settings.retention:
+                    runtime.start_retention(RetentionPolicy(parse_age(settings.retention)))
             async with contextlib.AsyncExitStack() as stack:
                 for cm in extra_lifespans:
                     await stack.enter_async_context(cm)

@@ -48,6 +48,18 @@ class Settings(BaseModel):
     devices: tuple[str, ...] | None = None  # GPU indexes for the slots (None: detect)
     allowed_hosts: tuple[str, ...] = ()  # Host names beyond loopback and the bound one; "*": any
     sse_heartbeat_s: float = Field(15.0, gt=0, le=3600)  # comment line on a silent log stream
+    retention: str | None = None  # e.g. "7d": gc experiments finished longer ago (with slots)
+
+    @model_validator(mode="after")
+    def _retention(self) -> Settings:
+        if self.retention is not None:
+            from agent.retention import parse_age
+
+            try:
+                parse_age(self.retention)
+            except ConfigError as exc:
+                raise ValueError(f"retention: {exc}") from None
+        return self
 
     @model_validator(mode="after")
     def _safe(self) -> Settings:

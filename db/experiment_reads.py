@@ -67,8 +67,10 @@ class ExperimentReads(StoreBase):
         key = diff_key(diff)
         if key is None:
             return None
+        # The id alone first (one search of ix_experiments_sweep_diff): the usual answer, on
+        # every proposal, is "none", and the row is only loaded for the refusal's message.
         q = (
-            select(ExperimentRow)
+            select(ExperimentRow.id)
             .where(
                 ExperimentRow.sweep_id == sweep_id,
                 ExperimentRow.diff_key == key,
@@ -78,7 +80,8 @@ class ExperimentReads(StoreBase):
             .limit(1)
         )
         with self.session("looking up a diff") as s:
-            row = s.scalar(q)
+            found = s.scalar(q)
+            row = s.get(ExperimentRow, found) if found is not None else None
             return to_experiment(row) if row else None
 
     def timestamps(self, sweep_id: int) -> list[tuple[datetime | None, datetime | None]]:

@@ -62,7 +62,7 @@ class ExperimentWrites(StoreBase):
         )
         try:
             with self.session("queueing an experiment") as s:
-                if s.get(SweepRow, sweep_id) is None:
+                if s.scalar(select(SweepRow.id).where(SweepRow.id == sweep_id)) is None:
                     raise NotFoundError(f"no sweep with id {sweep_id}")
                 if retry_of is not None and s.scalar(
                         select(ExperimentRow.id).where(ExperimentRow.retry_of == retry_of)):

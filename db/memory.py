@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
+from typing import Any
 
 from agent.admit import diff_key
 from agent.domain import (
@@ -322,6 +323,32 @@ class MemoryStore:
     def loss_points(self, experiment_id: int) -> list[ProgressPoint]:
         with self._lock:
             return sorted(self._points.get(experiment_id, []), key=lambda p: p.step)
+
+    # --- gc -----------------------------------------------------------------------------
+    def prunable_experiments(self, finished_before: datetime,
+                             statuses: Sequence[ExperimentStatus], limit: int,
+                             after_id: int = 0) -> list[Experiment]:
+        wanted = {s for s in statuses if s.is_finished()}
+        with self._lock:
+            found = [e for _, e in sorted(self._exps.items())
+                     if e.status in wanted and e.pruned_at is None and e.id > after_id
+                     and e.finished_at is not None and e.finished_at < finished_before]
+            return found[:limit]
+
+    def prune_experiment(self, experiment_id: int, points: Sequence[ProgressPoint],
+                         note: Mapping[str, Any]) -> Experiment:
+        with self._lock:
+            exp = self.get_experiment(experiment_id)
+            if not exp.status.is_finished():
+                raise ConflictError(f"experiment {experiment_id} is {exp.status.value}: only "
+                                    "finished experiments are pruned")
+            self._points[experiment_id] = list(points)
+            for run in self.list_runs(experiment_id=experiment_id):
+                self._runs[run.id] = replace(run, log_path=None)
+            exp = replace(exp, log_path=None, pruned_at=utcnow(),
+                          meta={**exp.meta, "pruned": dict(note)})
+            self._exps[experiment_id] = exp
+            return exp
 
     # --- runs ---------------------------------------------------------------------------
     def start_run(self, spec: RunSpec) -> Run:

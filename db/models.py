@@ -85,6 +85,7 @@ class ExperimentRow(Base):
               sqlite_where=text(CRASHED_ROWS), postgresql_where=text(CRASHED_ROWS)),
         Index("ix_experiments_sweep_crash", "sweep_id", "crash_kind", "id",
               sqlite_where=text(CRASHED_ROWS), postgresql_where=text(CRASHED_ROWS)),
+        Index("ix_experiments_sweep_diff", "sweep_id", "diff_key"),  # the duplicate check
         # One queued/running row per change and sweep: the duplicate check is the insert
         # itself (migration active_diff_unique).
         Index("ux_experiments_active_diff", "sweep_id", "diff_key", unique=True,
@@ -102,7 +103,7 @@ class ExperimentRow(Base):
     proposer: Mapped[str] = mapped_column(String(100))
     description: Mapped[str] = mapped_column(Text)
     diff: Mapped[str] = mapped_column(Text)
-    diff_key: Mapped[str | None] = mapped_column(String(64), index=True)
+    diff_key: Mapped[str | None] = mapped_column(String(64))
     status: Mapped[str] = mapped_column(String(20))
     crash_kind: Mapped[str | None] = mapped_column(String(20))
     reason: Mapped[str | None] = mapped_column(Text)
@@ -124,6 +125,7 @@ class ExperimentRow(Base):
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     run_started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     run_ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    pruned_at: Mapped[datetime | None] = mapped_column(UTCDateTime)  # by `overnight gc`
 
 
 class ExperimentCountRow(Base):

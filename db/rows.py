@@ -85,6 +85,7 @@ def to_experiment(row: ExperimentRow) -> Experiment:
         finished_at=row.finished_at,
         run_started_at=row.run_started_at,
         run_ended_at=row.run_ended_at,
+        pruned_at=row.pruned_at,
     )
 
 

@@ -12,6 +12,7 @@ from db.experiment_reads import ExperimentReads
 from db.experiments import ExperimentWrites
 from db.loss import LossCurves
 from db.marks import SweepMarks
+from db.pruning import Pruning
 from db.rows import BRIEF_FIELDS, to_experiment, to_run, to_sweep
 from db.runs import RunQueries
 from db.sweeps import SweepQueries
@@ -20,7 +21,7 @@ __all__ = ["BRIEF_FIELDS", "SqlStore", "diff_key", "to_experiment", "to_run", "t
 
 
 class SqlStore(SweepQueries, ExperimentWrites, ExperimentReads, LossCurves, RunQueries,
-               SweepMarks):
+               SweepMarks, Pruning):
     """Every part shares StoreBase's engine and session(); each file holds one table's queries."""
 
 

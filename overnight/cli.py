@@ -25,6 +25,7 @@ from overnight import (  # noqa: F401  (they register their commands)
     cli_adopt,
     cli_agents,
     cli_doctor,
+    cli_gc,
     cli_service,
 )
 from overnight.cli_common import (

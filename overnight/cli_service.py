@@ -46,6 +46,9 @@ def serve(
     = False,
     poll: Annotated[float, typer.Option(help="seconds between idle slot checks")] = 1.0,
     log_level: Annotated[str, typer.Option(help="uvicorn/app log level")] = "info",
+    retention: Annotated[str | None, typer.Option(
+        help="every 6 h, prune experiments finished longer ago than this (e.g. 7d) as "
+        "`overnight gc --older-than` does (logs of kept ones stay)")] = None,
 ) -> None:
     """Run the REST API and the experiment scheduler (one process, one worker)."""
     import uvicorn
@@ -64,7 +67,7 @@ def serve(
     settings = Settings.build(db_path=db_file, host=host, port=port, slots=slots, devices=found,
                               token=secret, auth=not no_auth, poll_interval_s=poll,
                               allowed_hosts=_allowed_hosts(allowed_host),
-                              sse_heartbeat_s=heartbeat)
+                              sse_heartbeat_s=heartbeat, retention=retention)
     try:
         lock = InstanceLock(db_file).acquire()
     except InstanceLockError as exc:

@@ -24,10 +24,12 @@ from agent.gitrepo import GitError, GitRepo
 from agent.loop import Loop
 from agent.proposers.factory import make_proposer
 from agent.recovery import InstanceLock, InstanceLockError, RecoveryReport, recover
+from agent.retention import GcReport, RetentionPolicy, collect_garbage
 from agent.scheduler import SchedulerSettings, SlotScheduler
 from agent.service import Service
 from agent.training import EventFn, LoopSettings, SubprocessRunner
 from db.engine import open_database
+from db.maintenance import checkpoint, database_size, vacuum, vacuum_pays
 from db.paths import work_dir_for
 from db.store import SqlStore
 
@@ -37,6 +39,7 @@ if TYPE_CHECKING:
     from api.settings import Settings
 
 logger = logging.getLogger(__name__)
+RETENTION_EVERY_S = 6 * 3600.0  # how often `serve --retention` prunes
 
 
 def compile_cache_env(work_dir: Path, sweep: Sweep) -> dict[str, str]:
@@ -62,6 +65,7 @@ class Runtime:
         self.scheduler: SlotScheduler | None = None
         self._repos: dict[str, GitRepo] = {}
         self._repos_lock = threading.Lock()
+        self._retention_stop: threading.Event | None = None
 
     # --- repositories ----------------------------------------------------------------------
     def repo_at(self, path: Path | str) -> GitRepo:
@@ -127,6 +131,33 @@ class Runtime:
         self.scheduler.start()
         return self.scheduler
 
+    # --- retention -------------------------------------------------------------------------
+    def collect_garbage(self, policy: RetentionPolicy, *, dry_run: bool = False) -> GcReport:
+        """`overnight gc` without its report of sizes: prune, then VACUUM if it pays."""
+        report = collect_garbage(self.store, self.repo_for, self.work_dir, policy,
+                                 dry_run=dry_run)
+        if not dry_run:
+            checkpoint(self.engine)
+            if vacuum_pays(database_size(self.engine)):
+                vacuum(self.engine)  # StoreError (busy): logged, tried again next pass
+        return report
+
+    def start_retention(self, policy: RetentionPolicy,
+                        every_s: float = RETENTION_EVERY_S) -> None:
+        """Run `collect_garbage(policy)` now and every `every_s` in a daemon thread, until
+        `close()` (the retention setting of `overnight serve`)."""
+        stop = self._retention_stop = threading.Event()
+
+        def loop() -> None:
+            while not stop.is_set():
+                try:
+                    self.collect_garbage(policy)
+                except Exception:  # noqa: BLE001 - one failed pass must not end retention
+                    logger.exception("retention: gc failed; trying again in %.0f s", every_s)
+                stop.wait(every_s)
+
+        threading.Thread(target=loop, name="overnight-retention", daemon=True).start()
+
     def stop_running(self, experiment_id: int) -> bool:
         """Ask the engine to stop a running experiment of this process; False if not here."""
         return bool(self.scheduler is not None and self.scheduler.cancel(experiment_id))
@@ -136,6 +167,8 @@ class Runtime:
         if self.scheduler is not None:
             self.scheduler.shutdown(timeout_s=timeout_s)
             self.scheduler = None
+        if self._retention_stop is not None:
+            self._retention_stop.set()
         self.release_lock()
         self.engine.dispose()
 

@@ -46,3 +46,24 @@ def test_gpt_cpu_reads_the_device_line() -> None:
     out = "device cuda | data synthetic | params 1.00M | tokens/step 4096 | budget 60s\nstep 1"
     assert bench.device_of(out) == "cuda"
     assert bench.device_of("device cpu | data x\n") == "cpu"
+
+
+def test_post_rate_reads_responses_and_takes_nearest_rank_quantiles() -> None:
+    import asyncio
+
+    bench = _load("post_rate")
+    assert bench.pct([1.0, 2.0, 3.0, 4.0, 5.0], 0.5) == 3.0
+    assert bench.pct([float(i) for i in range(100)], 0.99) == 98.0
+
+    async def read() -> list[int]:
+        reader = asyncio.StreamReader()
+        body = b'{"id": 1}'
+        reader.feed_data(b"HTTP/1.1 201 Created\r\ncontent-length: 9\r\n\r\n" + body
+                         + b"HTTP/1.1 422 Unprocessable\r\nContent-Length: 2\r\n\r\n{}")
+        reader.feed_eof()
+        return [await bench.read_response(reader), await bench.read_response(reader)]
+
+    assert asyncio.run(read()) == [201, 422]
+    request = bench.request_bytes("127.0.0.1:1", {"a": 1})
+    assert request.startswith(b"POST /experiments HTTP/1.1\r\n")
+    assert request.endswith(b'\r\n\r\n{"a": 1}') and b"Content-Length: 8\r\n" in request

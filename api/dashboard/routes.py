@@ -25,6 +25,7 @@ from fastapi.responses import (
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from agent.errors import NotFoundError
+from agent.service import read_log
 from api.deps import TOKEN_COOKIE, ServicesDep, safe_next, token_matches
 from api.docs import MAX_ID, ExperimentId
 
@@ -197,8 +198,8 @@ def experiment_log(store: Store, exp_id: ExperimentId) -> Response:
     headers = {"Content-Disposition": f'attachment; filename="experiment-{e.id}.log"'}
     if e.log_path and Path(e.log_path).is_file():
         return FileResponse(e.log_path, media_type="text/plain; charset=utf-8", headers=headers)
-    if e.log_tail:
-        return PlainTextResponse(e.log_tail, headers=headers)
+    if e.log_tail:  # the tail stored at finish (after a line saying so once gc pruned the log)
+        return PlainTextResponse(read_log(e), headers=headers)
     raise HTTPException(404, "this experiment has no log")
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import AsyncIterator
+from functools import partial
 from typing import Annotated
 
 import anyio
@@ -34,10 +35,13 @@ def _sweep_names(services: Services) -> dict[int, str]:
 
 @router.post("", status_code=status.HTTP_201_CREATED, response_model=ExperimentPublic,
              responses={**WRITE, **errors(404, 409)})
-def queue(body: ExperimentCreate, services: ServicesDep, _auth: WriteAuth) -> ExperimentPublic:
+async def queue(body: ExperimentCreate, services: ServicesDep,
+                _auth: WriteAuth) -> ExperimentPublic:
     """Admit and queue one proposal; a refusal queues nothing and says why (409/413/422)."""
     proposal = Proposal(description=body.description, diff=body.diff, proposer="external")
-    exp = services.service.queue(body.sweep, proposal, priority=body.priority)
+    # Blocking work (database, git) in the admissions' own worker threads, per-sweep bounded.
+    exp = await services.admissions.run(body.sweep, partial(
+        services.service.queue, body.sweep, proposal, priority=body.priority))
     return ExperimentPublic.of(exp, body.sweep)
 
 

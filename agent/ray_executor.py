@@ -1,0 +1,390 @@
+"""The Ray executor: each run as a Ray task on an existing cluster; the coordinator keeps the rest.
+
+`RayExecutor` connects to a cluster (`executor = "ray"`, `ray_address`) and hands out one
+`RayRunner` per loop: the Runner port (agent.ports), so agent.loop and agent.training run a
+remote run exactly like a local one. The coordinator keeps the database, git and decisions; a
+run ships its commit as a git bundle through the object store to a task that asks for
+`num_gpus` (1 by default) and runs it with the same runner on the worker (agent.remote_run).
+Log lines come back through a small channel actor on the coordinator's node, and go to the
+local log file and the same line callback (the loss curve) as a local run.
+
+Guaranteed: Ray never retries a run by itself (max_retries=0): a task whose worker or node
+died raises WorkerLostError, which the loop records `interrupted` and re-queues once. A stop
+is first asked of the worker (the runner ends the whole process tree); a worker that does not
+answer within the grace is force-cancelled and its node swept for the run's processes by their
+OVERNIGHT_RUN_ID; the same happens to a run that overstays its deadline by `backstop_s`. No
+remote pgid is ever recorded (recovery must not kill a local group of that number).
+Not guaranteed: the sweep reaches a node that is gone (its processes went with it).
+Ray is imported lazily: the coordinator installs and runs without it.
+"""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from agent.domain import Sweep
+from agent.errors import ConfigError, WorkerLostError
+from agent.remote_run import RemoteOutcome, RemoteRequest, local_result, run_remote
+from runner.result import Outcome, RunResult, last_error_line, tail_lines
+from runner.summary import has_fail_marker, parse_summary
+from runner.tree import RUN_ID_ENV, kill_by_run_id
+
+logger = logging.getLogger(__name__)
+
+RAY_MISSING = "executor 'ray' needs Ray on the coordinator: pip install 'overnight[ray]'"
+POLL_S = 0.1
+SWEEP_TIMEOUT_S = 30.0
+
+
+@dataclass(frozen=True)
+class RaySettings:
+    address: str | None = None  # None: the cluster this machine belongs to ("auto")
+    num_gpus: float = 1.0  # what one run asks of the cluster
+    num_cpus: float = 1.0
+    resources: dict[str, float] = field(default_factory=dict)  # custom resources, per run
+    grace_s: float = 5.0  # SIGTERM → SIGKILL on the worker
+    stop_wait_s: float = 20.0  # after grace: a worker that has not ended the run is killed
+    backstop_s: float = 60.0  # past timeout + grace: the task is killed from here
+
+
+class RayExecutor:
+    """One connection to a Ray cluster, the channel actor, and the runners of the loops."""
+
+    def __init__(self, settings: RaySettings) -> None:
+        self.settings = settings
+        self._lock = threading.Lock()
+        self._ray: Any = None
+        self._channel: Any = None
+        self._task: Any = None
+        self._connected_here = False
+
+    def connect(self) -> Any:
+        """Join the cluster once (ConfigError naming the address if it cannot be reached)."""
+        with self._lock:
+            if self._ray is None:
+                self._ray, self._connected_here = _join(self.settings.address)
+                self._setup()
+            return self._ray
+
+    def _setup(self) -> None:
+        ray, s = self._ray, self.settings
+        self._channel = self._new_channel()
+        # max_calls=0: the worker process is reused (the run is a child process anyway).
+        self._task = ray.remote(max_calls=0, max_retries=0, retry_exceptions=False)(
+            _remote_task).options(num_gpus=s.num_gpus, num_cpus=s.num_cpus,
+                                  resources=dict(s.resources) or None)
+        gpus = ray.cluster_resources().get("GPU", 0)
+        if s.num_gpus and gpus < s.num_gpus:
+            logger.warning("the Ray cluster has %g GPU(s) and each run asks for %g: runs wait "
+                           "until a node with GPUs joins", gpus, s.num_gpus)
+
+    def _new_channel(self) -> Any:
+        """The channel actor, on this machine's node when it is one (it lives as long as we
+        do; a worker node that dies must not take it along)."""
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        here = self._ray.get_runtime_context().get_node_id()
+        strategy = NodeAffinitySchedulingStrategy(here, soft=False) if here else "DEFAULT"
+        return self._ray.remote(Channel).options(num_cpus=0, scheduling_strategy=strategy).remote()
+
+    def channel(self, dead: Any = None) -> Any:
+        """The channel actor; a new one when `dead` (the current one's node went away)."""
+        with self._lock:
+            if dead is not None and dead is self._channel:
+                logger.warning("the runs' channel actor died; starting a new one")
+                self._channel = self._new_channel()
+            return self._channel
+
+    def runner(self, sweep: Sweep, expected: Callable[[], Mapping[str, str]]) -> RayRunner:
+        """The Runner of one loop of `sweep`; `expected` gives the watched files' hashes."""
+        config = sweep.config
+        if config.sandbox == "bwrap":
+            raise ConfigError("sandbox = 'bwrap' is not supported with executor 'ray' yet; "
+                              "run this target with the local executor")
+        self.connect()
+        return RayRunner(self, sweep, expected)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._ray is not None and self._connected_here:
+                self._ray.shutdown()
+            self._ray = self._channel = self._task = None
+
+
+class Channel:
+    """Actor: the lines and stop flags of the runs in flight, by token."""
+
+    def __init__(self) -> None:
+        self.lines: dict[str, list[str]] = {}
+        self.nodes: dict[str, str] = {}
+        self.stops: set[str] = set()
+
+    def started(self, token: str, node_id: str) -> None:
+        self.nodes[token] = node_id
+
+    def exchange(self, token: str, lines: list[str]) -> bool:
+        self.lines.setdefault(token, []).extend(lines)
+        return token in self.stops
+
+    def take(self, token: str) -> tuple[list[str], str | None]:
+        return self.lines.pop(token, []), self.nodes.get(token)
+
+    def stop(self, token: str) -> None:
+        self.stops.add(token)
+
+    def forget(self, token: str) -> None:
+        self.lines.pop(token, None)
+        self.nodes.pop(token, None)
+        self.stops.discard(token)
+
+
+def _remote_task(request: RemoteRequest, bundle: bytes, channel: Any,
+                 token: str) -> RemoteOutcome:
+    """The Ray task: report the node, then agent.remote_run.run_remote with the channel."""
+    import ray
+
+    node_id = ray.get_runtime_context().get_node_id()
+    channel.started.remote(token, node_id)
+
+    def exchange(lines: list[str]) -> bool:
+        return bool(ray.get(channel.exchange.remote(token, lines), timeout=30))
+
+    node = f"{ray.util.get_node_ip_address()} (node {node_id[:8]})"
+    return run_remote(request, bundle, exchange, node=node)
+
+
+def _sweep_node(run_id: str) -> list[int]:
+    """The Ray task that kills what is left of a run on its node, by OVERNIGHT_RUN_ID."""
+    return kill_by_run_id(run_id)
+
+
+def _join(address: str | None) -> tuple[Any, bool]:
+    """The ray module, connected; and whether this call made the connection."""
+    try:
+        import ray
+    except ImportError:
+        raise ConfigError(RAY_MISSING) from None
+    if ray.is_initialized():
+        return ray, False
+    where = address or "auto"
+    try:
+        ray.init(address=where, namespace="overnight", log_to_driver=False,
+                 include_dashboard=False)
+    except (ConnectionError, RuntimeError, ValueError) as exc:
+        raise ConfigError(f"cannot join the Ray cluster at {where}: {exc}; start one with "
+                          "`ray start --head` and give its address (--ray-address)") from None
+    return ray, True
+
+
+class RayRunner:
+    """The Runner port for one loop: each run is one Ray task (see the module docstring)."""
+
+    def __init__(self, executor: RayExecutor, sweep: Sweep,
+                 expected: Callable[[], Mapping[str, str]]) -> None:
+        self.executor, self.sweep, self.expected = executor, sweep, expected
+
+    def run(
+        self,
+        argv: list[str],
+        *,
+        cwd: Path,
+        log_path: Path,
+        timeout_s: float,
+        env: Mapping[str, str] | None = None,
+        pass_env: Sequence[str] = (),
+        on_start: Callable[[int, int], None] | None = None,
+        on_line: Callable[[str], None] | None = None,
+        stop_event: threading.Event | None = None,
+    ) -> RunResult:
+        """Run remotely; `on_start` is never called (no local process group exists).
+
+        Raises WorkerLostError when the worker or its node died before reporting a result.
+        """
+        del on_start
+        wt, commit = worktree_of(cwd)
+        request = self._request(argv, wt, cwd, commit, timeout_s, env, pass_env)
+        follow = _Follow(self.executor, request, log_path, on_line, stop_event)
+        outcome = follow.run(make_bundle(wt))
+        if isinstance(outcome, RunResult):
+            return outcome
+        return self._mirror(wt, outcome, local_result(outcome.result, log_path))
+
+    def _request(self, argv: list[str], wt: Path, cwd: Path, commit: str, timeout_s: float,
+                 env: Mapping[str, str] | None, pass_env: Sequence[str]) -> RemoteRequest:
+        config, s = self.sweep.config, self.executor.settings
+        watched = [*config.protected, *config.assets]
+        known = self.expected()
+        return RemoteRequest(
+            commit=commit, argv=list(argv), workdir=str(cwd.relative_to(wt)),
+            timeout_s=timeout_s, env=dict(env or {}), pass_env=tuple(pass_env),
+            grace_s=s.grace_s, coordinator_python=sys.executable,
+            asset_root=str(Path(self.sweep.target_path).resolve()), assets=tuple(config.assets),
+            expected={p: known[p] for p in watched if p in known}, cache_key=self.sweep.name)
+
+    def _mirror(self, wt: Path, outcome: RemoteOutcome, result: RunResult) -> RunResult:
+        """Watched files the worker saw changed: relative ones are marked changed in the local
+        worktree (so the loop's tamper check sees them); an absolute asset fails the run."""
+        foreign = []
+        for rel, digest in sorted(outcome.changed.items()):
+            if Path(rel).is_absolute():
+                foreign.append(f"{rel} on {outcome.node} is not the coordinator's "
+                               f"(hash {digest[:12]})")
+                continue
+            local = wt / rel
+            if local.is_dir() and not local.is_symlink():
+                import shutil
+
+                shutil.rmtree(local)
+            elif local.exists() or local.is_symlink():
+                local.unlink()
+            local.parent.mkdir(parents=True, exist_ok=True)
+            local.write_text(f"changed on the Ray worker {outcome.node}: hash {digest}\n",
+                             encoding="utf-8")
+        if foreign:
+            return replace(result, fail_marker=True, error="; ".join(foreign))
+        return result
+
+
+class _Follow:
+    """One submitted task, followed to its end: lines, stop, deadline, result."""
+
+    def __init__(self, executor: RayExecutor, request: RemoteRequest, log_path: Path,
+                 on_line: Callable[[str], None] | None, stop: threading.Event | None) -> None:
+        self.executor, self.request, self.log_path = executor, request, log_path
+        self.on_line, self.stop = on_line, stop or threading.Event()
+        self.ray = executor.connect()
+        self.channel = executor.channel()
+        self.channel_lost = False
+        self.token = uuid.uuid4().hex
+        self.node: str | None = None
+        self.ref: Any = None
+        self.begun = time.monotonic()
+
+    def run(self, bundle: bytes) -> RemoteOutcome | RunResult:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self.log_path.write_bytes(b"")
+        self.log_path.chmod(0o600)
+        self.ref = self.executor._task.remote(  # noqa: SLF001
+            self.request, self.ray.put(bundle), self.channel, self.token)
+        try:
+            return self._follow()
+        finally:
+            if not self.channel_lost:
+                self.channel.forget.remote(self.token)
+
+    def _follow(self) -> RemoteOutcome | RunResult:
+        started: float | None = None
+        asked: float | None = None
+        s = self.executor.settings
+        while True:
+            ready, _ = self.ray.wait([self.ref], timeout=POLL_S)
+            self._drain()
+            if ready:
+                return self._collect()
+            now = time.monotonic()
+            if started is None and self.node is not None:
+                started = now
+            if self.stop.is_set() and asked is None:
+                asked = now
+                self.channel.stop.remote(self.token)
+                if self.node is None or self.channel_lost:
+                    # Not started yet (dropped), or no channel to ask through: Ray interrupts
+                    # the task and the runner kills the tree as it unwinds.
+                    self.ray.cancel(self.ref)
+            if asked is not None and now - asked > s.grace_s + s.stop_wait_s:
+                return self._force(Outcome.STOPPED, "the worker did not stop the run")
+            if started is not None and now - started > (self.request.timeout_s + s.grace_s
+                                                         + s.backstop_s):
+                return self._force(Outcome.TIMED_OUT, "the worker overstayed the deadline")
+
+    def _drain(self) -> None:
+        if self.channel_lost:
+            return
+        try:
+            lines, node = self.ray.get(self.channel.take.remote(self.token), timeout=30)
+        except Exception as exc:  # the channel's node is gone: the result still comes
+            logger.warning("cannot read the run's lines (the full log comes with its result): "
+                           "%s", str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+            self.channel_lost = True
+            self.executor.channel(dead=self.channel)
+            return
+        self.node = self.node or node
+        if not lines:
+            return
+        with self.log_path.open("a", encoding="utf-8") as log:
+            log.writelines(line + "\n" for line in lines)
+        for line in lines:
+            if self.on_line is not None:
+                try:
+                    self.on_line(line)
+                except Exception:
+                    logger.exception("line callback failed")
+
+    def _collect(self) -> RemoteOutcome | RunResult:
+        from ray.exceptions import RayError, RayTaskError, TaskCancelledError
+
+        try:
+            outcome: RemoteOutcome = self.ray.get(self.ref)
+        except TaskCancelledError:
+            return self._synthesized(Outcome.STOPPED, None)
+        except RayTaskError:
+            raise  # our own code failed on the worker: a bug, not a lost machine
+        except RayError as exc:
+            why = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            raise WorkerLostError(f"{type(exc).__name__}: {why}"[:300]) from exc
+        self.log_path.write_bytes(outcome.log)
+        return outcome
+
+    def _force(self, outcome: Outcome, why: str) -> RunResult:
+        """Kill the task from here and sweep its node for the run's processes."""
+        logger.warning("run %s: %s; force-cancelling its Ray task", self.token[:8], why)
+        self.ray.cancel(self.ref, force=True)
+        run_id = self.request.env.get(RUN_ID_ENV)
+        if self.node is not None and run_id:
+            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+            sweep = self.ray.remote(_sweep_node).options(
+                num_cpus=0, max_retries=0,
+                scheduling_strategy=NodeAffinitySchedulingStrategy(self.node, soft=False))
+            try:
+                self.ray.get(sweep.remote(run_id), timeout=SWEEP_TIMEOUT_S)
+            except Exception as exc:  # the node is gone: so are its processes
+                logger.warning("run %s: cannot sweep its node: %s", self.token[:8], exc)
+        return self._synthesized(outcome, why)
+
+    def _synthesized(self, outcome: Outcome, why: str | None) -> RunResult:
+        """A result from the lines that came back, for a task that returned none."""
+        text = self.log_path.read_text(encoding="utf-8", errors="replace")
+        return RunResult(outcome=outcome, exit_code=None, signal=None,
+                         wall_s=time.monotonic() - self.begun, summary=parse_summary(text),
+                         fail_marker=has_fail_marker(text), log_path=self.log_path,
+                         log_tail=tail_lines(text), pgid=None,
+                         error=last_error_line(text) or why)
+
+
+def worktree_of(cwd: Path) -> tuple[Path, str]:
+    """The git worktree holding `cwd` and its checked-out commit."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(cwd), *args], check=True, capture_output=True,
+                              text=True).stdout.strip()
+
+    return Path(git("rev-parse", "--show-toplevel")), git("rev-parse", "HEAD")
+
+
+def make_bundle(wt: Path) -> bytes:
+    """A git bundle of the worktree's HEAD (the commit and its history)."""
+    with tempfile.TemporaryDirectory(prefix="overnight-bundle-") as tmp:
+        path = Path(tmp) / "commit.bundle"
+        subprocess.run(["git", "-C", str(wt), "bundle", "create", "--quiet", str(path), "HEAD"],
+                       check=True, capture_output=True)
+        return path.read_bytes()

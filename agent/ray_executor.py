@@ -21,6 +21,7 @@ Ray is imported lazily: the coordinator installs and runs without it.
 from __future__ import annotations
 
 import logging
+import os
 import subprocess
 import sys
 import tempfile
@@ -168,6 +169,15 @@ def _sweep_node(run_id: str) -> list[int]:
     return kill_by_run_id(run_id)
 
 
+def cluster_slots(address: str | None, num_gpus: float, num_cpus: float) -> int:
+    """How many runs the cluster holds at once: its GPUs / num_gpus (CPUs without GPUs)."""
+    ray, _ = _join(address)
+    total = ray.cluster_resources()
+    if num_gpus:
+        return max(1, int(total.get("GPU", 0) // num_gpus))
+    return max(1, int(total.get("CPU", 0) // max(num_cpus, 1)))
+
+
 def _join(address: str | None) -> tuple[Any, bool]:
     """The ray module, connected; and whether this call made the connection."""
     try:
@@ -176,7 +186,7 @@ def _join(address: str | None) -> tuple[Any, bool]:
         raise ConfigError(RAY_MISSING) from None
     if ray.is_initialized():
         return ray, False
-    where = address or "auto"
+    where = address or os.environ.get("RAY_ADDRESS") or "auto"
     try:
         ray.init(address=where, namespace="overnight", log_to_driver=False,
                  include_dashboard=False)

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import difflib
 import os
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -258,3 +260,38 @@ def test_a_node_lost_mid_run_interrupts_and_requeues_once(cluster, tmp_path):
     runs = {r.experiment_id: r.status for r in store.list_runs(sweep_id=sweep.id)}
     assert runs[lost.id] is RunStatus.INTERRUPTED and runs[again.id] is RunStatus.OK
     runtime.close()
+
+
+def test_overnight_run_executor_ray_through_the_console_script(cluster, tmp_path):
+    target, _ = make_target(tmp_path / "target", tmp_path / "release")
+    db = tmp_path / "o.db"
+    proc = subprocess.run(
+        [str(Path(sys.executable).parent / "overnight"), "run", "--target", str(target),
+         "--experiments", "2", "--executor", "ray", "--ray-address", cluster.address,
+         "--ray-cpus", "0", "--db", str(db)],
+        capture_output=True, text=True, timeout=240, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    runtime = Runtime(db)
+    try:
+        exps = runtime.store.list_experiments()
+        assert len(exps) == 3 and exps[0].status is ExperimentStatus.KEPT, exps
+        assert all(e.status.is_finished() and e.status is not ExperimentStatus.INTERRUPTED
+                   for e in exps)
+        assert "data hello" in Path(exps[0].log_path or "").read_text()
+    finally:
+        runtime.close()
+
+
+def test_local_only_options_are_refused_with_the_ray_executor(tmp_path):
+    target, _ = make_target(tmp_path / "target", tmp_path / "release")
+    overnight = str(Path(sys.executable).parent / "overnight")
+    bad = [(["--executor", "slurm"], "--executor: expected 'local' or 'ray'"),
+           (["--executor", "ray", "--devices", "0,1"], "--devices is for the local executor"),
+           (["--ray-address", "127.0.0.1:1"], "need --executor ray"),
+           (["--executor", "ray", "--ray-resource", "A100"], "--ray-resource: expected NAME")]
+    for args, message in bad:
+        proc = subprocess.run([overnight, "run", "--target", str(target), "--db",
+                               str(tmp_path / "o.db"), *args], capture_output=True, text=True,
+                              timeout=60, check=False)
+        assert proc.returncode == 2 and message in proc.stderr, (args, proc.stderr)
+    assert not (tmp_path / "o.db").exists()  # refused before anything was created

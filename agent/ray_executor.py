@@ -359,6 +359,7 @@ class _Follow:
         """Kill the task from here and sweep its node for the run's processes."""
         logger.warning("run %s: %s; force-cancelling its Ray task", self.token[:8], why)
         self.ray.cancel(self.ref, force=True)
+        self._drain()  # the lines that made it back
         run_id = self.request.env.get(RUN_ID_ENV)
         if self.node is not None and run_id:
             from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from conftest import commit_all
 
 from agent.domain import ExperimentStatus, Proposal, RunStatus, Sweep
 from agent.gitrepo import init_repo
@@ -295,3 +296,42 @@ def test_local_only_options_are_refused_with_the_ray_executor(tmp_path):
                               timeout=60, check=False)
         assert proc.returncode == 2 and message in proc.stderr, (args, proc.stderr)
     assert not (tmp_path / "o.db").exists()  # refused before anything was created
+
+
+def test_a_force_cancel_sweeps_the_runs_processes_off_its_node(cluster, tmp_path):
+    """A worker that does not end the run when asked is killed from here (ray.cancel with
+    force), and what it started is found on its node by OVERNIGHT_RUN_ID and killed too."""
+    from agent.ray_executor import RayExecutor, RaySettings, _Follow, make_bundle
+    from agent.remote_run import RemoteRequest
+    from runner.result import Outcome
+
+    target, train = make_target(tmp_path / "target", tmp_path / "release")
+    (target / "train.py").write_text(train.replace('MODE = "normal"', 'MODE = "forever"'))
+    commit_all(target, "forever")
+    head = subprocess.run(["git", "-C", str(target), "rev-parse", "HEAD"], capture_output=True,
+                          text=True, check=True).stdout.strip()
+    run_id = f"force-test-{os.getpid()}:1:0"
+    request = RemoteRequest(commit=head, argv=[sys.executable, "train.py"], workdir=".",
+                            timeout_s=600, env={RUN_ID_ENV: run_id}, grace_s=0.5,
+                            asset_root=str(target), assets=("data",))
+    executor = RayExecutor(RaySettings(num_cpus=0))
+    follow = _Follow(executor, request, tmp_path / "run.log", None, None)
+    ended: list[object] = []
+    thread = threading.Thread(target=lambda: ended.append(follow.run(make_bundle(target))),
+                              daemon=True)
+    thread.start()
+    try:
+        log = tmp_path / "run.log"
+        wait_until(lambda: log.exists() and "data hello" in log.read_text(), "its first line")
+        assert pids_with_env(RUN_ID_ENV, run_id)
+        result = follow._force(Outcome.STOPPED, "asked by the test")  # noqa: SLF001
+        assert result.outcome is Outcome.STOPPED and "data hello" in result.log_tail
+        assert result.error == "asked by the test"
+        wait_until(lambda: not pids_with_env(RUN_ID_ENV, run_id), "the run's processes to go",
+                   timeout_s=60)
+        thread.join(60)
+        assert not thread.is_alive()
+    finally:
+        for pid in pids_with_env(RUN_ID_ENV, run_id):
+            os.kill(pid, 9)
+        executor.close()

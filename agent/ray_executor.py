@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -252,8 +253,6 @@ class RayRunner:
                 continue
             local = wt / rel
             if local.is_dir() and not local.is_symlink():
-                import shutil
-
                 shutil.rmtree(local)
             elif local.exists() or local.is_symlink():
                 local.unlink()

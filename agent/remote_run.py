@@ -155,6 +155,7 @@ class _Relay(threading.Thread):
         self._lines: list[str] = []
         self._lock = threading.Lock()
         self._closed = threading.Event()
+        self._unreachable = False
 
     def add(self, line: str) -> None:
         with self._lock:
@@ -170,8 +171,10 @@ class _Relay(threading.Thread):
         try:
             if self.exchange(batch):
                 self.stop.set()
-        except Exception:  # the coordinator's channel is gone: keep running to the deadline
-            logger.exception("cannot reach the coordinator's channel")
+        except Exception as exc:  # the channel is gone: the run goes on to its deadline
+            if not self._unreachable:
+                logger.warning("cannot reach the coordinator's channel: %s", exc)
+            self._unreachable = True
 
     def close(self) -> None:
         self._closed.set()

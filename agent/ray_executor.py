@@ -13,8 +13,9 @@ died raises WorkerLostError, which the loop records `interrupted` and re-queues 
 is first asked of the worker (the runner ends the whole process tree); a worker that does not
 answer within the grace is force-cancelled and its node swept for the run's processes by their
 OVERNIGHT_RUN_ID; the same happens to a run that overstays its deadline by `backstop_s`. No
-remote pgid is ever recorded (recovery must not kill a local group of that number).
-Not guaranteed: the sweep reaches a node that is gone (its processes went with it).
+remote pgid is ever recorded (recovery must not kill a local group of that number); instead a
+restart after the coordinator died sweeps every node for the interrupted runs (`sweep_nodes`).
+Not guaranteed: that a sweep reaches a node that is gone (its processes went with it).
 Ray is imported lazily: the coordinator installs and runs without it.
 """
 
@@ -116,6 +117,30 @@ class RayExecutor:
         self.connect()
         return RayRunner(self, sweep, expected)
 
+    def sweep_nodes(self, run_ids: Sequence[str]) -> list[int]:
+        """Kill, on every live node, the processes whose OVERNIGHT_RUN_ID starts with one of
+        `run_ids` (the runs of a coordinator that died: Ray ended its tasks' workers, but not
+        the processes the runner started below them). Returns the pids killed."""
+        if not run_ids:
+            return []
+        ray = self.connect()
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        task = ray.remote(_sweep_node)
+        refs = [task.options(num_cpus=0, max_retries=0, scheduling_strategy=(
+            NodeAffinitySchedulingStrategy(node["NodeID"], soft=False))).remote(
+                list(run_ids), True) for node in ray.nodes() if node.get("Alive")]
+        killed: list[int] = []
+        for ref in refs:
+            try:
+                killed += ray.get(ref, timeout=SWEEP_TIMEOUT_S)
+            except Exception as exc:  # a node that went away took its processes along
+                logger.warning("cannot sweep a node for orphaned runs: %s", exc)
+        if killed:
+            logger.warning("killed %d orphaned process(es) of interrupted runs on the Ray "
+                           "cluster", len(killed))
+        return killed
+
     def close(self) -> None:
         with self._lock:
             if self._ray is not None and self._connected_here:
@@ -165,9 +190,9 @@ def _remote_task(request: RemoteRequest, bundle: bytes, channel: Any,
     return run_remote(request, bundle, exchange, node=node)
 
 
-def _sweep_node(run_id: str) -> list[int]:
-    """The Ray task that kills what is left of a run on its node, by OVERNIGHT_RUN_ID."""
-    return kill_by_run_id(run_id)
+def _sweep_node(run_ids: list[str], prefix: bool = False) -> list[int]:
+    """The Ray task that kills what is left of runs on its node, by OVERNIGHT_RUN_ID."""
+    return [pid for run_id in run_ids for pid in kill_by_run_id(run_id, prefix=prefix)]
 
 
 def cluster_slots(address: str | None, num_gpus: float, num_cpus: float) -> int:
@@ -367,7 +392,7 @@ class _Follow:
                 num_cpus=0, max_retries=0,
                 scheduling_strategy=NodeAffinitySchedulingStrategy(self.node, soft=False))
             try:
-                self.ray.get(sweep.remote(run_id), timeout=SWEEP_TIMEOUT_S)
+                self.ray.get(sweep.remote([run_id]), timeout=SWEEP_TIMEOUT_S)
             except Exception as exc:  # the node is gone: so are its processes
                 logger.warning("run %s: cannot sweep its node: %s", self.token[:8], exc)
         return self._synthesized(outcome, why)

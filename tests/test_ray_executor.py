@@ -39,7 +39,7 @@ TRAIN = '''"""Fake trainer for the Ray tests: the real output contract, MODE pic
 import os
 import time
 
-MODE = "normal"  # normal | forever | hold (until RELEASE exists) | tamper
+MODE = "normal"  # normal | forever | hold (until RELEASE exists) | hold-first | tamper
 RELEASE = {release!r}
 K1 = 0
 #
@@ -57,6 +57,8 @@ if MODE == "forever":
     while True:
         time.sleep(0.2)
 while MODE == "hold" and not os.path.exists(RELEASE):
+    time.sleep(0.1)
+while MODE == "hold-first" and os.environ["OVERNIGHT_EXPERIMENT_ID"] == "1":
     time.sleep(0.1)
 if MODE == "tamper":
     with open("prepare.py", "a") as fh:
@@ -279,6 +281,44 @@ def test_overnight_run_executor_ray_through_the_console_script(cluster, tmp_path
         assert all(e.status.is_finished() and e.status is not ExperimentStatus.INTERRUPTED
                    for e in exps)
         assert "data hello" in Path(exps[0].log_path or "").read_text()
+    finally:
+        runtime.close()
+
+
+def test_a_restart_after_the_coordinator_died_kills_its_runs_on_the_nodes(cluster, tmp_path):
+    """kill -9 of `overnight run` mid-run: Ray ends the task's worker, but the trainer it
+    started lives on; the next start interrupts the experiment, sweeps every node for its
+    processes (by OVERNIGHT_RUN_ID) and re-queues it once."""
+    from agent.training import run_id_prefix
+    from db.paths import work_dir_for
+
+    target, train = make_target(tmp_path / "target", tmp_path / "release")
+    (target / "train.py").write_text(train.replace('MODE = "normal"', 'MODE = "hold-first"'))
+    commit_all(target, "the first baseline holds")
+    db = tmp_path / "o.db"
+    prefix = run_id_prefix(work_dir_for(db.resolve()), 1)
+    argv = [str(Path(sys.executable).parent / "overnight"), "run", "--target", str(target),
+            "--sweep", "s", "--experiments", "0", "--executor", "ray", "--ray-address",
+            cluster.address, "--ray-cpus", "0", "--db", str(db)]
+    first = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_until(lambda: pids_with_env(RUN_ID_ENV, prefix, prefix=True), "the baseline's run")
+    finally:
+        first.kill()
+        first.wait()
+    try:
+        proc = subprocess.run([*argv, "--resume"], capture_output=True, text=True, timeout=240,
+                              check=False)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert not pids_with_env(RUN_ID_ENV, prefix, prefix=True)  # swept at the restart
+    finally:
+        for pid in pids_with_env(RUN_ID_ENV, prefix, prefix=True):
+            os.kill(pid, 9)
+    runtime = Runtime(db)
+    try:
+        exps = runtime.store.list_experiments()
+        assert [(e.status, e.retry_of) for e in exps] == [
+            (ExperimentStatus.INTERRUPTED, None), (ExperimentStatus.KEPT, exps[0].id)]
     finally:
         runtime.close()
 

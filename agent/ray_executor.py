@@ -13,9 +13,9 @@ died raises WorkerLostError, which the loop records `interrupted` and re-queues 
 is first asked of the worker (the runner ends the whole process tree); a worker that does not
 answer within the grace is force-cancelled and its node swept for the run's processes by their
 OVERNIGHT_RUN_ID; the same happens to a run that overstays its deadline by `backstop_s`. No
-remote pgid is ever recorded (recovery must not kill a local group of that number); instead a
-restart after the coordinator died sweeps every node for the interrupted runs (`sweep_nodes`).
-Not guaranteed: that a sweep reaches a node that is gone (its processes went with it).
+remote pgid is ever recorded (recovery must not kill a local group of that number): when the
+coordinator dies, Ray ends its tasks (tests/test_ray_executor.py checks that nothing of the run
+is left). Not guaranteed: that a sweep reaches a node that is gone (its processes went with it).
 Ray is imported lazily: the coordinator installs and runs without it.
 """
 
@@ -116,30 +116,6 @@ class RayExecutor:
                               "run this target with the local executor")
         self.connect()
         return RayRunner(self, sweep, expected)
-
-    def sweep_nodes(self, run_ids: Sequence[str]) -> list[int]:
-        """Kill, on every live node, the processes whose OVERNIGHT_RUN_ID starts with one of
-        `run_ids` (the runs of a coordinator that died: Ray ended its tasks' workers, but not
-        the processes the runner started below them). Returns the pids killed."""
-        if not run_ids:
-            return []
-        ray = self.connect()
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-        task = ray.remote(_sweep_node)
-        refs = [task.options(num_cpus=0, max_retries=0, scheduling_strategy=(
-            NodeAffinitySchedulingStrategy(node["NodeID"], soft=False))).remote(
-                list(run_ids), True) for node in ray.nodes() if node.get("Alive")]
-        killed: list[int] = []
-        for ref in refs:
-            try:
-                killed += ray.get(ref, timeout=SWEEP_TIMEOUT_S)
-            except Exception as exc:  # a node that went away took its processes along
-                logger.warning("cannot sweep a node for orphaned runs: %s", exc)
-        if killed:
-            logger.warning("killed %d orphaned process(es) of interrupted runs on the Ray "
-                           "cluster", len(killed))
-        return killed
 
     def close(self) -> None:
         with self._lock:

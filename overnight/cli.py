@@ -241,7 +241,6 @@ def _run_locked(
     repo = open_target(target)
     # A foreground run killed earlier leaves rows `running`: interrupt and re-queue them once.
     report = rt.recover()
-    rt.sweep_remote(settings, report)
     if report.interrupted:
         console.print(f"recovered {len(report.interrupted)} interrupted experiment(s); "
                       "each is re-queued once")

@@ -28,7 +28,7 @@ from agent.ray_executor import RayExecutor, RaySettings
 from agent.recovery import InstanceLock, InstanceLockError, RecoveryReport, recover
 from agent.scheduler import SchedulerSettings, SlotScheduler
 from agent.service import Service
-from agent.training import EventFn, LoopSettings, SubprocessRunner, run_id_prefix
+from agent.training import EventFn, LoopSettings, SubprocessRunner
 from db.engine import open_database
 from db.paths import work_dir_for
 from db.store import SqlStore
@@ -128,13 +128,6 @@ class Runtime:
 
         return make
 
-    def sweep_remote(self, settings: SchedulerSettings, report: RecoveryReport) -> None:
-        """On the Ray executor, kill what the runs interrupted by a dead process left running on
-        the cluster's nodes (recovery kills the local ones)."""
-        if settings.executor == "ray" and report.interrupted:
-            self.ray_executor(settings).sweep_nodes(
-                [run_id_prefix(self.work_dir, i) for i in report.interrupted])
-
     def ray_executor(self, settings: SchedulerSettings) -> RayExecutor:
         """The one connection to the Ray cluster of `settings` (joined on first use)."""
         with self._repos_lock:
@@ -149,7 +142,7 @@ class Runtime:
                      hint: str = "") -> SlotScheduler:
         """Lock → recover → start the slot scheduler (slots=0: scheduled starts only)."""
         self.hold_lock(lock, hint)
-        self.sweep_remote(settings, self.recover())
+        self.recover()
         self.scheduler = SlotScheduler(self.store, settings, self.loop_factory(settings))
         self.scheduler.start()
         return self.scheduler

@@ -28,25 +28,20 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from agent.domain import Sweep
-from agent.errors import ConfigError, WorkerLostError
+from agent.errors import ConfigError
+from agent.ray_follow import Follow, Link
 from agent.remote_run import RemoteOutcome, RemoteRequest, local_result, run_remote
-from runner.result import Outcome, RunResult, last_error_line, tail_lines
-from runner.summary import has_fail_marker, parse_summary
-from runner.tree import RUN_ID_ENV, kill_by_run_id
+from runner.result import RunResult
 
 logger = logging.getLogger(__name__)
 
 RAY_MISSING = "executor 'ray' needs Ray on the coordinator: pip install 'overnight[ray]'"
-POLL_S = 0.1
-SWEEP_TIMEOUT_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -108,6 +103,12 @@ class RayExecutor:
                 self._channel = self._new_channel()
             return self._channel
 
+    def link(self) -> Link:
+        """What following one task needs: ray, the task, the channel and a way to renew it."""
+        ray = self.connect()
+        return Link(ray, self._task, self.channel(), self.channel, self.settings.grace_s,
+                    self.settings.stop_wait_s, self.settings.backstop_s)
+
     def runner(self, sweep: Sweep, expected: Callable[[], Mapping[str, str]]) -> RayRunner:
         """The Runner of one loop of `sweep`; `expected` gives the watched files' hashes."""
         config = sweep.config
@@ -166,11 +167,6 @@ def _remote_task(request: RemoteRequest, bundle: bytes, channel: Any,
     return run_remote(request, bundle, exchange, node=node)
 
 
-def _sweep_node(run_ids: list[str], prefix: bool = False) -> list[int]:
-    """The Ray task that kills what is left of runs on its node, by OVERNIGHT_RUN_ID."""
-    return [pid for run_id in run_ids for pid in kill_by_run_id(run_id, prefix=prefix)]
-
-
 def cluster_slots(address: str | None, num_gpus: float, num_cpus: float) -> int:
     """How many runs the cluster holds at once: its GPUs / num_gpus (CPUs without GPUs)."""
     ray, _ = _join(address)
@@ -225,7 +221,7 @@ class RayRunner:
         del on_start
         wt, commit = worktree_of(cwd)
         request = self._request(argv, wt, cwd, commit, timeout_s, env, pass_env)
-        follow = _Follow(self.executor, request, log_path, on_line, stop_event)
+        follow = Follow(self.executor.link(), request, log_path, on_line, stop_event)
         outcome = follow.run(make_bundle(wt))
         if isinstance(outcome, RunResult):
             return outcome
@@ -263,124 +259,6 @@ class RayRunner:
         if foreign:
             return replace(result, fail_marker=True, error="; ".join(foreign))
         return result
-
-
-class _Follow:
-    """One submitted task, followed to its end: lines, stop, deadline, result."""
-
-    def __init__(self, executor: RayExecutor, request: RemoteRequest, log_path: Path,
-                 on_line: Callable[[str], None] | None, stop: threading.Event | None) -> None:
-        self.executor, self.request, self.log_path = executor, request, log_path
-        self.on_line, self.stop = on_line, stop or threading.Event()
-        self.ray = executor.connect()
-        self.channel = executor.channel()
-        self.channel_lost = False
-        self.token = uuid.uuid4().hex
-        self.node: str | None = None
-        self.ref: Any = None
-        self.begun = time.monotonic()
-
-    def run(self, bundle: bytes) -> RemoteOutcome | RunResult:
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        self.log_path.write_bytes(b"")
-        self.log_path.chmod(0o600)
-        self.ref = self.executor._task.remote(  # noqa: SLF001
-            self.request, self.ray.put(bundle), self.channel, self.token)
-        try:
-            return self._follow()
-        finally:
-            if not self.channel_lost:
-                self.channel.forget.remote(self.token)
-
-    def _follow(self) -> RemoteOutcome | RunResult:
-        started: float | None = None
-        asked: float | None = None
-        s = self.executor.settings
-        while True:
-            ready, _ = self.ray.wait([self.ref], timeout=POLL_S)
-            self._drain()
-            if ready:
-                return self._collect()
-            now = time.monotonic()
-            if started is None and self.node is not None:
-                started = now
-            if self.stop.is_set() and asked is None:
-                asked = now
-                self.channel.stop.remote(self.token)
-                if self.node is None or self.channel_lost:
-                    # Not started yet (dropped), or no channel to ask through: Ray interrupts
-                    # the task and the runner kills the tree as it unwinds.
-                    self.ray.cancel(self.ref)
-            if asked is not None and now - asked > s.grace_s + s.stop_wait_s:
-                return self._force(Outcome.STOPPED, "the worker did not stop the run")
-            if started is not None and now - started > (self.request.timeout_s + s.grace_s
-                                                         + s.backstop_s):
-                return self._force(Outcome.TIMED_OUT, "the worker overstayed the deadline")
-
-    def _drain(self) -> None:
-        if self.channel_lost:
-            return
-        try:
-            lines, node = self.ray.get(self.channel.take.remote(self.token), timeout=30)
-        except Exception as exc:  # the channel's node is gone: the result still comes
-            logger.warning("cannot read the run's lines (the full log comes with its result): "
-                           "%s", str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
-            self.channel_lost = True
-            self.executor.channel(dead=self.channel)
-            return
-        self.node = self.node or node
-        if not lines:
-            return
-        with self.log_path.open("a", encoding="utf-8") as log:
-            log.writelines(line + "\n" for line in lines)
-        for line in lines:
-            if self.on_line is not None:
-                try:
-                    self.on_line(line)
-                except Exception:
-                    logger.exception("line callback failed")
-
-    def _collect(self) -> RemoteOutcome | RunResult:
-        from ray.exceptions import RayError, RayTaskError, TaskCancelledError
-
-        try:
-            outcome: RemoteOutcome = self.ray.get(self.ref)
-        except TaskCancelledError:
-            return self._synthesized(Outcome.STOPPED, None)
-        except RayTaskError:
-            raise  # our own code failed on the worker: a bug, not a lost machine
-        except RayError as exc:
-            why = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-            raise WorkerLostError(f"{type(exc).__name__}: {why}"[:300]) from exc
-        self.log_path.write_bytes(outcome.log)
-        return outcome
-
-    def _force(self, outcome: Outcome, why: str) -> RunResult:
-        """Kill the task from here and sweep its node for the run's processes."""
-        logger.warning("run %s: %s; force-cancelling its Ray task", self.token[:8], why)
-        self.ray.cancel(self.ref, force=True)
-        self._drain()  # the lines that made it back
-        run_id = self.request.env.get(RUN_ID_ENV)
-        if self.node is not None and run_id:
-            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-            sweep = self.ray.remote(_sweep_node).options(
-                num_cpus=0, max_retries=0,
-                scheduling_strategy=NodeAffinitySchedulingStrategy(self.node, soft=False))
-            try:
-                self.ray.get(sweep.remote([run_id]), timeout=SWEEP_TIMEOUT_S)
-            except Exception as exc:  # the node is gone: so are its processes
-                logger.warning("run %s: cannot sweep its node: %s", self.token[:8], exc)
-        return self._synthesized(outcome, why)
-
-    def _synthesized(self, outcome: Outcome, why: str | None) -> RunResult:
-        """A result from the lines that came back, for a task that returned none."""
-        text = self.log_path.read_text(encoding="utf-8", errors="replace")
-        return RunResult(outcome=outcome, exit_code=None, signal=None,
-                         wall_s=time.monotonic() - self.begun, summary=parse_summary(text),
-                         fail_marker=has_fail_marker(text), log_path=self.log_path,
-                         log_tail=tail_lines(text), pgid=None,
-                         error=last_error_line(text) or why)
 
 
 def worktree_of(cwd: Path) -> tuple[Path, str]:

@@ -30,7 +30,7 @@ from runner.result import Outcome, RunResult, tail_lines
 
 logger = logging.getLogger(__name__)
 
-EXCHANGE_EVERY_S = 0.2  # how often lines go back and the stop flag is read
+EXCHANGE_EVERY_S = 0.5  # how often lines go back and the stop flag is read
 GIT_TIMEOUT_S = 120.0
 CACHE_ENV = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
 Exchange = Callable[[list[str]], bool]  # send lines; True when the coordinator asks to stop

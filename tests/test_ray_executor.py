@@ -341,7 +341,8 @@ def test_local_only_options_are_refused_with_the_ray_executor(tmp_path):
 def test_a_force_cancel_sweeps_the_runs_processes_off_its_node(cluster, tmp_path):
     """A worker that does not end the run when asked is killed from here (ray.cancel with
     force), and what it started is found on its node by OVERNIGHT_RUN_ID and killed too."""
-    from agent.ray_executor import RayExecutor, RaySettings, _Follow, make_bundle
+    from agent.ray_executor import RayExecutor, RaySettings, make_bundle
+    from agent.ray_follow import Follow
     from agent.remote_run import RemoteRequest
     from runner.result import Outcome
 
@@ -355,7 +356,7 @@ def test_a_force_cancel_sweeps_the_runs_processes_off_its_node(cluster, tmp_path
                             timeout_s=600, env={RUN_ID_ENV: run_id}, grace_s=0.5,
                             asset_root=str(target), assets=("data",))
     executor = RayExecutor(RaySettings(num_cpus=0))
-    follow = _Follow(executor, request, tmp_path / "run.log", None, None)
+    follow = Follow(executor.link(), request, tmp_path / "run.log", None, None)
     ended: list[object] = []
     thread = threading.Thread(target=lambda: ended.append(follow.run(make_bundle(target))),
                               daemon=True)

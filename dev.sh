@@ -27,10 +27,10 @@ setup() {
     echo "installing $spec ..."
     "${PIP[@]}" "$spec" numpy
   fi
-  if ! "$PY" -c "import agent, db, runner, api, fastapi, mcp, playwright" 2>/dev/null \
+  if ! "$PY" -c "import agent, db, runner, api, fastapi, mcp, playwright, ray" 2>/dev/null \
      || [[ pyproject.toml -nt "$VENV/.installed" ]]; then
     echo "installing overnight ..."
-    "${PIP[@]}" -e ".[dev,train,bench]"
+    "${PIP[@]}" -e ".[dev,train,bench,ray]"
     touch "$VENV/.installed"
   fi
 }

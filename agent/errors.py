@@ -41,6 +41,15 @@ class DuplicateError(ConflictError):
     """The same change is already queued or running in the sweep (refused by the insert)."""
 
 
+class WorkerLostError(OvernightError):
+    """The machine (or worker process) executing a run went away before reporting a result.
+
+    Raised by a remote Runner (agent.ray_executor). The run has no outcome: the experiment is
+    recorded `interrupted` and re-queued once, never judged on it.
+    """
+
+
+LOST_PREFIX = "the worker running it was lost: "
 INTERRUPT_PREFIX = "interrupted by "
 
 

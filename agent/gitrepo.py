@@ -55,6 +55,17 @@ class GitError(RuntimeError):
     """A git command failed; the message is git's own stderr."""
 
 
+# git's `worktree add/remove/prune` are not safe at once on one repository (one reads
+# .git/worktrees/* while another is half-way writing it): slots of one process take turns.
+_WORKTREE_LOCKS: dict[str, threading.Lock] = {}
+_WORKTREE_LOCKS_GUARD = threading.Lock()
+
+
+def _worktree_lock(path: Path) -> threading.Lock:
+    with _WORKTREE_LOCKS_GUARD:
+        return _WORKTREE_LOCKS.setdefault(str(path.resolve()), threading.Lock())
+
+
 class GitRepo:
     def __init__(self, path: Path | str) -> None:
         try:
@@ -244,18 +255,21 @@ class GitRepo:
 
     def add_worktree(self, path: Path, sha: str) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        self._git("worktree", "add", "--detach", "--force", str(path), sha)
+        with _worktree_lock(self.path):
+            self._git("worktree", "add", "--detach", "--force", str(path), sha)
 
     def remove_worktree(self, path: Path) -> None:
-        try:
-            self._git("worktree", "remove", "--force", str(path))
-        except GitError as exc:
-            logger.warning("worktree remove failed (%s); deleting the folder", exc)
-            shutil.rmtree(path, ignore_errors=True)
-            self._git("worktree", "prune")
+        with _worktree_lock(self.path):
+            try:
+                self._git("worktree", "remove", "--force", str(path))
+            except GitError as exc:
+                logger.warning("worktree remove failed (%s); deleting the folder", exc)
+                shutil.rmtree(path, ignore_errors=True)
+                self._git("worktree", "prune")
 
     def prune_worktrees(self) -> None:
-        self._git("worktree", "prune")
+        with _worktree_lock(self.path):
+            self._git("worktree", "prune")
 
     def read_file(self, sha: str, path: str) -> str:
         return self._git("show", f"{sha}:{path}") + "\n"

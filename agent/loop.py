@@ -37,10 +37,11 @@ from agent.domain import (
     Sweep,
     utcnow,
 )
-from agent.errors import AdmissionError, interrupt_reason
+from agent.errors import LOST_PREFIX, AdmissionError, WorkerLostError, interrupt_reason
 from agent.gitrepo import hash_worktree_files
 from agent.noise import mean, squares, suspect_flags
 from agent.ports import Proposer, Repo, Runner, Store
+from agent.recovery import requeue_once
 from agent.sweeps import link_assets, proposal_context, submit
 from agent.training import EventFn, LoopSettings, TrainingRuns
 from runner.result import Outcome, RunResult
@@ -154,6 +155,8 @@ class Loop:
             link_assets(wt, Path(sweep.target_path), sweep.config)
             self._remeasure_incumbent(sweep, exp, head, stop)
             return self._settle(sweep, exp, head, commit, wt, stop)
+        except WorkerLostError as exc:
+            return self._lost(exp, exc)
         except BaseException as exc:
             self._record_failure(exp, exc)
             raise
@@ -447,6 +450,17 @@ class Loop:
     ) -> Experiment:
         done = self.store.finish(exp.id, finish, keep_commit=keep_commit)
         self.emit("finished", done)
+        return done
+
+    def _lost(self, exp: Experiment, exc: WorkerLostError) -> Experiment:
+        """A remote worker went away mid-run: no result, so the experiment is `interrupted` and
+        queued again exactly once (the store refuses a second retry row)."""
+        logger.warning("experiment %s: %s", exp.id, exc)
+        done = self._finish(exp, Finish(ExperimentStatus.INTERRUPTED,
+                                        reason=f"{LOST_PREFIX}{exc}"[:500]))
+        retry = requeue_once(self.store, done)
+        if retry is not None:
+            self.emit("queued", retry)
         return done
 
     def _record_failure(self, exp: Experiment, exc: BaseException) -> None:

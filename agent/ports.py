@@ -305,7 +305,11 @@ class Runner(Protocol):
         on_line: Callable[[str], None] | None = None,
         stop_event: threading.Event | None = None,
     ) -> RunResult:
-        """Run `argv` as a guest: allow-listed environment plus `pass_env` names, then `env`."""
+        """Run `argv` as a guest: allow-listed environment plus `pass_env` names, then `env`.
+
+        Raises WorkerLostError (a remote runner only) when the machine running it went away
+        before reporting a result; a local run always returns a RunResult.
+        """
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import IO
 
 from agent.domain import Experiment, ExperimentStatus, Proposal, Run, Sweep
-from agent.errors import INTERRUPT_PREFIX
+from agent.errors import INTERRUPT_PREFIX, ConflictError
 from agent.ports import Repo, Store
 from agent.private import private_file
 from agent.training import run_id_prefix
@@ -157,14 +157,28 @@ def requeue_interrupted(store: Store, report: RecoveryReport) -> None:
             continue
         if store.retry_of(exp.id) is not None:
             continue
-        stopped_on_purpose = exp.reason == SHUTDOWN_REASON or (exp.reason or "").startswith(
-            INTERRUPT_PREFIX)  # a clean stop or Ctrl-C/SIGTERM is not a crash
-        crashes = int(exp.meta.get("crash_retries", 0)) + (not stopped_on_purpose)
-        if crashes > MAX_CRASH_RETRIES:
+        retry = requeue_once(store, exp)
+        if retry is None:
             report.not_requeued.append(exp.id)
-            logger.error("experiment %d was interrupted by %d service crashes; giving it up",
-                         exp.id, crashes)
-            continue
+        else:
+            report.requeued[exp.id] = retry.id
+
+
+def requeue_once(store: Store, exp: Experiment) -> Experiment | None:
+    """Queue the one retry of an interrupted experiment (a new row linked by retry_of).
+
+    Returns None when the chain is given up (more than MAX_CRASH_RETRIES crash
+    interruptions) or when the experiment already has its retry (the store refuses a second:
+    ConflictError), so two callers can never queue it twice.
+    """
+    stopped_on_purpose = exp.reason == SHUTDOWN_REASON or (exp.reason or "").startswith(
+        INTERRUPT_PREFIX)  # a clean stop or Ctrl-C/SIGTERM is not a crash
+    crashes = int(exp.meta.get("crash_retries", 0)) + (not stopped_on_purpose)
+    if crashes > MAX_CRASH_RETRIES:
+        logger.error("experiment %d was interrupted by %d crashes; giving it up", exp.id,
+                     crashes)
+        return None
+    try:
         retry = store.add_experiment(
             exp.sweep_id,
             Proposal(exp.description, exp.diff, exp.proposer, parent_id=exp.id,
@@ -172,8 +186,10 @@ def requeue_interrupted(store: Store, report: RecoveryReport) -> None:
             is_baseline=exp.is_baseline, attempt=exp.attempt, priority=exp.priority,
             base_commit=exp.base_commit, retry_of=exp.id,
         )
-        report.requeued[exp.id] = retry.id
-        logger.warning("re-queued interrupted experiment %d as %d", exp.id, retry.id)
+    except ConflictError:
+        return None  # re-queued already (by another caller)
+    logger.warning("re-queued interrupted experiment %d as %d", exp.id, retry.id)
+    return retry
 
 
 def prune_worktrees(repos: list[Repo], work_dir: Path, report: RecoveryReport) -> None:

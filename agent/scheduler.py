@@ -67,6 +67,11 @@ class SchedulerSettings:
     tz: tzinfo | None = None  # window times are in this zone (default: server local time)
     extra_env: dict[str, str] = field(default_factory=dict)
     device: str | None = None  # OVERNIGHT_DEVICE for every run (e.g. "cpu")
+    executor: str = "local"  # "local": runs on this machine; "ray": tasks on a Ray cluster
+    ray_address: str | None = None  # the cluster to join (None: this machine's, "auto")
+    ray_gpus: float = 1.0  # what one run asks of the cluster
+    ray_cpus: float = 1.0
+    ray_resources: dict[str, float] = field(default_factory=dict)  # custom resources per run
 
 
 LoopFactory = Callable[[Sweep, int], Any]  # (sweep, slot) -> agent.loop.Loop
@@ -299,7 +304,9 @@ class SlotScheduler:
                 self._cancel_requests.discard(exp.id)
             self.wake()  # a finished run may open the gate for others (the baseline)
         self._watch_device(slot, result)
-        if result.is_baseline and result.status is not ExperimentStatus.KEPT:
+        # An interrupted baseline (its worker was lost) is queued again: the sweep goes on.
+        if result.is_baseline and result.status not in (ExperimentStatus.KEPT,
+                                                        ExperimentStatus.INTERRUPTED):
             logger.error("baseline of %s failed (%s); stopping the sweep", sweep.name,
                          result.reason)
             self.store.set_sweep_status(sweep.name, SweepStatus.STOPPED)

@@ -22,6 +22,7 @@ from typing import Any
 
 from agent.config import TargetConfig
 from agent.domain import Experiment, Run, RunEnd, RunSpec, RunStatus, Sweep, utcnow
+from agent.errors import WorkerLostError
 from agent.noise import throughput
 from agent.ports import Runner, Store
 from agent.private import DIR_MODE
@@ -208,6 +209,9 @@ class TrainingRuns:
                 on_line=sink,
                 stop_event=stop,
             )
+        except WorkerLostError:
+            self.store.end_run(run.id, RunEnd(RunStatus.INTERRUPTED))
+            raise
         finally:
             if sink is not None:
                 sink.flush(final=True)

@@ -42,8 +42,11 @@ logger = logging.getLogger(__name__)
 def scheduler_settings(settings: Settings) -> SchedulerSettings:
     return SchedulerSettings(
         slots=settings.slots, poll_interval_s=settings.poll_interval_s,
-        devices=detect_devices() if settings.devices is None else settings.devices,
-        grace_s=settings.grace_s,
+        devices=(() if settings.executor == "ray" else detect_devices()
+                 if settings.devices is None else settings.devices),
+        grace_s=settings.grace_s, executor=settings.executor, ray_address=settings.ray_address,
+        ray_gpus=settings.ray_gpus, ray_cpus=settings.ray_cpus,
+        ray_resources=dict(settings.ray_resources),
     )
 
 

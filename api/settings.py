@@ -7,6 +7,7 @@ import logging
 import os
 import secrets
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -48,6 +49,11 @@ class Settings(BaseModel):
     devices: tuple[str, ...] | None = None  # GPU indexes for the slots (None: detect)
     allowed_hosts: tuple[str, ...] = ()  # Host names beyond loopback and the bound one; "*": any
     sse_heartbeat_s: float = Field(15.0, gt=0, le=3600)  # comment line on a silent log stream
+    executor: Literal["local", "ray"] = "local"  # ray: runs are tasks on a Ray cluster
+    ray_address: str | None = None  # the cluster to join (None: $RAY_ADDRESS or this machine's)
+    ray_gpus: float = Field(1.0, ge=0)  # what each run asks of the cluster
+    ray_cpus: float = Field(1.0, ge=0)
+    ray_resources: dict[str, float] = Field(default_factory=dict)
     retention: str | None = None  # e.g. "7d": gc experiments finished longer ago (with slots)
 
     @model_validator(mode="after")

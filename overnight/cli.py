@@ -31,14 +31,20 @@ from overnight import (  # noqa: F401  (they register their commands)
 from overnight.cli_common import (
     DbOpt,
     DevicesOpt,
+    ExecutorOpt,
+    RayAddressOpt,
+    RayCpusOpt,
+    RayGpusOpt,
+    RayResourceOpt,
     SlotsOpt,
     app,
     console,
     db_path,
     err,
+    executor_options,
+    executor_slots,
     fail,
     runtime_for,
-    slots_and_devices,
 )
 from overnight.runtime import Runtime, open_target
 
@@ -167,13 +173,17 @@ def run_foreground(
     slots: int = 1,
     devices: tuple[str, ...] = (),
     allow_dirty: bool = False,
+    runs_on: dict[str, Any] | None = None,
 ) -> Sweep:
-    """Hold the database's instance lock, recover leftovers, then run one sweep to its end."""
+    """Hold the database's instance lock, recover leftovers, then run one sweep to its end.
+
+    `runs_on`: the executor's SchedulerSettings fields (executor_options)."""
     from agent.scheduler import SchedulerSettings
 
     rt = runtime_for(db)
     rt.hold_lock()
-    settings = SchedulerSettings(slots=slots, devices=devices, device=device)
+    settings = SchedulerSettings(slots=slots, devices=devices, device=device,
+                                 **(runs_on or {}))
     previous = _sigterm_interrupts()
     try:
         return _run_locked(rt, target, sweep_name=sweep_name, experiments=experiments,
@@ -315,6 +325,11 @@ def run(
     device: Annotated[str | None, typer.Option(help="OVERNIGHT_DEVICE for the script")] = None,
     slots: SlotsOpt = None,
     devices: DevicesOpt = None,
+    executor: ExecutorOpt = "local",
+    ray_address: RayAddressOpt = None,
+    ray_gpus: RayGpusOpt = 1.0,
+    ray_cpus: RayCpusOpt = 1.0,
+    ray_resource: RayResourceOpt = None,
     resume: Annotated[bool, typer.Option(help="continue an existing --sweep after a stop")] = False,
     llm_config: Annotated[Path | None, typer.Option(
         help="LLM profiles file (default $OVERNIGHT_LLM_CONFIG or ~/.overnight/llm.toml)")] = None,
@@ -323,7 +338,8 @@ def run(
     db: DbOpt = None,
 ) -> None:
     """Run a sweep in the foreground: baseline, then one change at a time (one per slot)."""
-    n_slots, found = slots_and_devices(slots, devices)
+    runs_on = executor_options(executor, ray_address, ray_gpus, ray_cpus, ray_resource)
+    n_slots, found = executor_slots(slots, devices, runs_on)
     done = run_foreground(
         db_path(db),
         target,
@@ -337,6 +353,7 @@ def run(
         slots=n_slots,
         devices=found,
         allow_dirty=allow_dirty,
+        runs_on=runs_on,
     )
     # What the baseline got wrong first, so the night's honest statement stays the last line.
     cli_doctor.print_baseline_hints(runtime_for(db).store, done)

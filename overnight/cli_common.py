@@ -7,7 +7,7 @@ import functools
 import os
 import sys
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
@@ -51,6 +51,56 @@ def slots_and_devices(slots: int | None, devices: str | None) -> tuple[int, tupl
 
     found = parse_devices(devices) if devices else detect_devices()
     return (slots if slots is not None else max(len(found), 1)), found
+
+
+ExecutorOpt = Annotated[str, typer.Option(
+    help="where runs execute: local (this machine) | ray (tasks on an existing Ray cluster; "
+    "pip install 'overnight[ray]')")]
+RayAddressOpt = Annotated[str | None, typer.Option(
+    help="with --executor ray: the cluster to join, e.g. 10.0.0.5:6379 (default $RAY_ADDRESS, "
+    "else this machine's cluster)")]
+RayGpusOpt = Annotated[float, typer.Option(min=0, help="with --executor ray: GPUs per run")]
+RayCpusOpt = Annotated[float, typer.Option(min=0, help="with --executor ray: CPUs per run")]
+RayResourceOpt = Annotated[list[str] | None, typer.Option(
+    help="with --executor ray: a custom Ray resource per run, NAME=AMOUNT (repeatable)")]
+
+
+def executor_options(executor: str, ray_address: str | None, ray_gpus: float, ray_cpus: float,
+                     ray_resource: list[str] | None) -> dict[str, Any]:
+    """--executor and the --ray-* options, checked, as SchedulerSettings fields."""
+    if executor not in ("local", "ray"):
+        fail(f"--executor: expected 'local' or 'ray', got {executor!r}")
+    resources: dict[str, float] = {}
+    for item in ray_resource or ():
+        name, _, amount = item.partition("=")
+        try:
+            resources[name.strip()] = float(amount)
+        except ValueError:
+            fail(f"--ray-resource: expected NAME=AMOUNT such as 'A100=1', got {item!r}")
+    if executor == "local" and (ray_address or resources):
+        fail("--ray-address/--ray-resource need --executor ray")
+    return {"executor": executor, "ray_address": ray_address, "ray_gpus": ray_gpus,
+            "ray_cpus": ray_cpus, "ray_resources": resources}
+
+
+def executor_slots(slots: int | None, devices: str | None,
+                   options: dict[str, Any]) -> tuple[int, tuple[str, ...]]:
+    """Slots and devices: as slots_and_devices locally; on Ray, one slot per run the cluster
+    can hold at once (its GPUs / --ray-gpus) unless --slots says otherwise."""
+    if options["executor"] != "ray":
+        return slots_and_devices(slots, devices)
+    if devices:
+        fail("--devices is for the local executor: Ray gives each run a GPU of the cluster")
+    if slots is not None:
+        return slots, ()
+    from agent.errors import ConfigError
+    from agent.ray_executor import cluster_slots
+
+    try:
+        return cluster_slots(options["ray_address"], options["ray_gpus"],
+                             options["ray_cpus"]), ()
+    except ConfigError as exc:
+        fail(str(exc))
 
 
 def db_path(db: Path | None) -> Path:

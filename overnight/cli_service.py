@@ -14,12 +14,18 @@ from agent.environment import environment
 from overnight.cli_common import (
     DbOpt,
     DevicesOpt,
+    ExecutorOpt,
+    RayAddressOpt,
+    RayCpusOpt,
+    RayGpusOpt,
+    RayResourceOpt,
     SlotsOpt,
     app,
     console,
     db_path,
+    executor_options,
+    executor_slots,
     fail,
-    slots_and_devices,
 )
 
 logger = logging.getLogger(__name__)
@@ -33,6 +39,11 @@ def serve(
     port: Annotated[int, typer.Option(min=0, max=65535, help="port (0: any free port)")] = 8000,
     slots: SlotsOpt = None,
     devices: DevicesOpt = None,
+    executor: ExecutorOpt = "local",
+    ray_address: RayAddressOpt = None,
+    ray_gpus: RayGpusOpt = 1.0,
+    ray_cpus: RayCpusOpt = 1.0,
+    ray_resource: RayResourceOpt = None,
     token_file: Annotated[Path | None, typer.Option(
         help="file holding the bearer token (default: $OVERNIGHT_TOKEN, else the file beside "
         "the database, created on first start)")] = None,
@@ -63,11 +74,12 @@ def serve(
              f"history); put it in a file (mode 0600) and give --token-file PATH, or set "
              f"{TOKEN_ENV}")
     secret = None if no_auth else _token(db_file, token_file)
-    slots, found = slots_and_devices(slots, devices)
+    runs_on = executor_options(executor, ray_address, ray_gpus, ray_cpus, ray_resource)
+    slots, found = executor_slots(slots, devices, runs_on)
     settings = Settings.build(db_path=db_file, host=host, port=port, slots=slots, devices=found,
                               token=secret, auth=not no_auth, poll_interval_s=poll,
                               allowed_hosts=_allowed_hosts(allowed_host),
-                              sse_heartbeat_s=heartbeat, retention=retention)
+                              sse_heartbeat_s=heartbeat, retention=retention, **runs_on)
     try:
         lock = InstanceLock(db_file).acquire()
     except InstanceLockError as exc:
@@ -84,7 +96,8 @@ def serve(
         return
     bound = sock.getsockname()[1]
     url_host = f"[{host}]" if ":" in host else host
-    console.print(f"overnight serve: db {db_file}, {slots} slot(s), auth "
+    where = f" on the Ray cluster {ray_address or 'of this machine'}" if executor == "ray" else ""
+    console.print(f"overnight serve: db {db_file}, {slots} slot(s){where}, auth "
                   f"{'off' if no_auth else 'on'}, listening on http://{url_host}:{bound}/",
                   soft_wrap=True)
     sys.stdout.flush()

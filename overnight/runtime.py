@@ -22,7 +22,9 @@ from agent.domain import Sweep
 from agent.errors import OvernightError
 from agent.gitrepo import GitError, GitRepo
 from agent.loop import Loop
+from agent.ports import Runner
 from agent.proposers.factory import make_proposer
+from agent.ray_executor import RayExecutor, RaySettings
 from agent.recovery import InstanceLock, InstanceLockError, RecoveryReport, recover
 from agent.retention import GcReport, RetentionPolicy, collect_garbage
 from agent.scheduler import SchedulerSettings, SlotScheduler
@@ -66,6 +68,7 @@ class Runtime:
         self._repos: dict[str, GitRepo] = {}
         self._repos_lock = threading.Lock()
         self._retention_stop: threading.Event | None = None
+        self._ray: RayExecutor | None = None
 
     # --- repositories ----------------------------------------------------------------------
     def repo_at(self, path: Path | str) -> GitRepo:
@@ -111,16 +114,33 @@ class Runtime:
         """Loops for the engine's slots: subprocess runner, the sweep's proposer, slot env."""
 
         def make(sweep: Sweep, slot: int) -> Loop:
-            env = {**slot_env(slot, settings.devices), **compile_cache_env(self.work_dir, sweep),
-                   **settings.extra_env}
+            runner: Runner
+            if settings.executor == "ray":  # Ray places runs on GPUs and caches per worker
+                env = dict(settings.extra_env)
+                runner = self.ray_executor(settings).runner(
+                    sweep, lambda: self.store.protected_hashes(sweep.id))
+            else:
+                env = {**slot_env(slot, settings.devices),
+                       **compile_cache_env(self.work_dir, sweep), **settings.extra_env}
+                runner = SubprocessRunner(settings.grace_s)
             loop_settings = LoopSettings(work_dir=self.work_dir, env=env, grace_s=settings.grace_s,
                                          device=settings.device)
             proposer = make_proposer(sweep.proposer, sweep.seed, store=self.store,
                                      **(proposer_kwargs or {}))
-            return Loop(self.store, self.repo_for(sweep), SubprocessRunner(settings.grace_s),
-                        loop_settings, proposer=proposer, on_event=on_event)
+            return Loop(self.store, self.repo_for(sweep), runner, loop_settings,
+                        proposer=proposer, on_event=on_event)
 
         return make
+
+    def ray_executor(self, settings: SchedulerSettings) -> RayExecutor:
+        """The one connection to the Ray cluster of `settings` (joined on first use)."""
+        with self._repos_lock:
+            if self._ray is None:
+                self._ray = RayExecutor(RaySettings(
+                    address=settings.ray_address, num_gpus=settings.ray_gpus,
+                    num_cpus=settings.ray_cpus, resources=dict(settings.ray_resources),
+                    grace_s=settings.grace_s))
+            return self._ray
 
     def start_engine(self, settings: SchedulerSettings, *, lock: InstanceLock | None = None,
                      hint: str = "") -> SlotScheduler:
@@ -169,6 +189,9 @@ class Runtime:
             self.scheduler = None
         if self._retention_stop is not None:
             self._retention_stop.set()
+        if self._ray is not None:
+            self._ray.close()
+            self._ray = None
         self.release_lock()
         self.engine.dispose()
 

@@ -142,3 +142,32 @@ def test_overnight_run_with_two_slots(tmp_path: Path) -> None:
     used = [e for e in exps if not e.is_baseline and e.status is not ExperimentStatus.QUEUED]
     assert len(used) == 4 and sweep.status.value == "done"
     assert runtime.repo_at(target).head(sweep.branch) == sweep.best_commit
+
+
+def test_slots_add_and_remove_worktrees_of_one_repository_at_once(tmp_path: Path):
+    """git's worktree add/remove are not safe at once on one repository; slots take turns."""
+    import threading
+
+    from agent.gitrepo import GitRepo
+
+    target = make_target(tmp_path / "target")
+    head = GitRepo(target).head("HEAD")
+    errors: list[BaseException] = []
+
+    def churn(slot: int) -> None:
+        repo = GitRepo(target)  # each slot's loop may hold its own adapter
+        try:
+            for i in range(30):
+                wt = tmp_path / "wt" / f"s{slot}-{i}"
+                repo.add_worktree(wt, head)
+                assert (wt / "train.py").is_file()
+                repo.remove_worktree(wt)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=churn, args=(n,)) for n in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors

@@ -146,3 +146,20 @@ def test_the_service_runs_without_torch():
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
                          text=True, check=True).stdout.strip()
     assert out == "[]"
+
+
+def test_the_coordinator_runs_without_ray():
+    """Ray is the `ray` extra: nothing imports it until executor 'ray' is asked for, and then
+    its absence is one readable error."""
+    code = (
+        "import sys; sys.modules['ray'] = None\n"  # as if not installed: `import ray` fails
+        "import overnight.cli, overnight.runtime, api.main, agent.ray_executor\n"
+        "from agent.errors import ConfigError\n"
+        "from agent.ray_executor import RayExecutor, RaySettings\n"
+        "try:\n"
+        "    RayExecutor(RaySettings()).connect()\n"
+        "except ConfigError as exc:\n"
+        "    print(exc)\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                         text=True, check=True).stdout.strip()
+    assert out == "executor 'ray' needs Ray on the coordinator: pip install 'overnight[ray]'"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from typing import Any
 
@@ -38,6 +39,25 @@ class UTCDateTime(TypeDecorator[datetime]):
         return value.replace(tzinfo=UTC) if value is not None else None
 
 
+class JsonText(TypeDecorator[Any]):
+    """JSON as text through Python's json module, so NaN and Infinity (a diverged run's
+    summary) round-trip; PostgreSQL's json type refuses them. SQLite's JSON is the same text."""
+
+    impl = Text
+    cache_ok = True
+
+    def process_bind_param(self, value: Any, dialect: Any) -> str | None:
+        return None if value is None else json.dumps(value)
+
+    def process_result_value(self, value: str | None, dialect: Any) -> Any:
+        return None if value is None else json.loads(value)
+
+
+# The JSON columns: SQLAlchemy's JSON on SQLite (as the migrations made them), text on PostgreSQL.
+JSON_TYPE = JSON().with_variant(JsonText(), "postgresql")
+ACTIVE_DIFF = text("status IN ('queued', 'running') AND diff_key IS NOT NULL")
+
+
 class Base(DeclarativeBase):
     pass
 
@@ -51,12 +71,12 @@ class SweepRow(Base):
     branch: Mapped[str] = mapped_column(String(200))
     status: Mapped[str] = mapped_column(String(20), index=True)
     proposer: Mapped[str] = mapped_column(String(100))
-    config: Mapped[dict[str, Any]] = mapped_column(JSON)
-    protected_hashes: Mapped[dict[str, str]] = mapped_column(JSON, default=dict)
+    config: Mapped[dict[str, Any]] = mapped_column(JSON_TYPE)
+    protected_hashes: Mapped[dict[str, str]] = mapped_column(JSON_TYPE, default=dict)
     max_experiments: Mapped[int | None] = mapped_column(Integer)
     deadline: Mapped[datetime | None] = mapped_column(UTCDateTime)
     start_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
-    window: Mapped[dict[str, str] | None] = mapped_column(JSON)
+    window: Mapped[dict[str, str] | None] = mapped_column(JSON_TYPE)
     baseline_metric: Mapped[float | None] = mapped_column(Float)
     best_metric: Mapped[float | None] = mapped_column(Float)
     best_commit: Mapped[str | None] = mapped_column(String(64))
@@ -88,7 +108,7 @@ class ExperimentRow(Base):
         # One queued/running row per change and sweep: the duplicate check is the insert
         # itself (migration active_diff_unique).
         Index("ux_experiments_active_diff", "sweep_id", "diff_key", unique=True,
-              sqlite_where=text("status IN ('queued', 'running') AND diff_key IS NOT NULL")),
+              sqlite_where=ACTIVE_DIFF, postgresql_where=ACTIVE_DIFF),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
@@ -111,8 +131,8 @@ class ExperimentRow(Base):
     ref: Mapped[str | None] = mapped_column(String(300))
     metric: Mapped[float | None] = mapped_column(Float)
     best_before: Mapped[float | None] = mapped_column(Float)
-    summary: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
-    meta: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    summary: Mapped[dict[str, Any]] = mapped_column(JSON_TYPE, default=dict)
+    meta: Mapped[dict[str, Any]] = mapped_column(JSON_TYPE, default=dict)
     log_path: Mapped[str | None] = mapped_column(Text)
     log_tail: Mapped[str | None] = mapped_column(Text)
     pgid: Mapped[int | None] = mapped_column(Integer)
@@ -169,7 +189,7 @@ class RunRow(Base):
     role: Mapped[str] = mapped_column(String(20))
     status: Mapped[str] = mapped_column(String(20))
     metric: Mapped[float | None] = mapped_column(Float)
-    summary: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    summary: Mapped[dict[str, Any]] = mapped_column(JSON_TYPE, default=dict)
     throughput: Mapped[float | None] = mapped_column(Float)
     throughput_unit: Mapped[str | None] = mapped_column(String(20))
     training_s: Mapped[float | None] = mapped_column(Float)

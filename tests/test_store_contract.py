@@ -1,5 +1,6 @@
-"""One contract, every store: the same suite runs against SqlStore (a real SQLite file) and the
-in-memory MemoryStore (optuna's storage tests are the model)."""
+"""One contract, every store: the same suite runs against SqlStore on a real SQLite file, SqlStore
+on a real PostgreSQL server (a throw-away cluster, tests/pg_server.py) and the in-memory
+MemoryStore (optuna's storage tests are the model)."""
 
 from __future__ import annotations
 
@@ -33,10 +34,14 @@ CONFIG = TargetConfig(command="python train.py", editable=("train.py",),
                       seed=7, min_delta=0.01)
 
 
-@pytest.fixture(params=["sql", "memory"])
+@pytest.fixture(params=["sql", "postgres", "memory"])
 def store(request, tmp_path) -> Store:  # type: ignore[no-untyped-def]
     if request.param == "sql":
         return SqlStore(open_database(tmp_path / "c.db"))
+    if request.param == "postgres":
+        engine = open_database(request.getfixturevalue("pg_url"))
+        request.addfinalizer(engine.dispose)
+        return SqlStore(engine)
     return MemoryStore()
 
 

@@ -8,6 +8,10 @@ Create Date: 2026-11-29 20:04:22.588063
 import sqlalchemy as sa
 from alembic import op
 
+# JSON is text on PostgreSQL: Python's json writes NaN and Infinity (a diverged run's summary),
+# which PostgreSQL's json type refuses; SQLite stores the same text (db.models.JsonText).
+JSON = sa.JSON().with_variant(sa.Text(), "postgresql")
+
 revision = "0001"
 down_revision = None
 branch_labels = None
@@ -24,13 +28,13 @@ def upgrade() -> None:
         sa.Column("branch", sa.String(length=200), nullable=False),
         sa.Column("status", sa.String(length=20), nullable=False),
         sa.Column("proposer", sa.String(length=100), nullable=False),
-        sa.Column("config", sa.JSON(), nullable=False),
-        sa.Column("protected_hashes", sa.JSON(), nullable=False),
+        sa.Column("config", JSON, nullable=False),
+        sa.Column("protected_hashes", JSON, nullable=False),
         sa.Column("max_experiments", sa.Integer(), nullable=True),
         sa.Column("seed", sa.Integer(), nullable=False),
         sa.Column("min_delta", sa.Float(), nullable=False),
         sa.Column("deadline", sa.DateTime(), nullable=True),
-        sa.Column("window", sa.JSON(), nullable=True),
+        sa.Column("window", JSON, nullable=True),
         sa.Column("baseline_metric", sa.Float(), nullable=True),
         sa.Column("best_metric", sa.Float(), nullable=True),
         sa.Column("best_commit", sa.String(length=64), nullable=True),
@@ -66,8 +70,8 @@ def upgrade() -> None:
         sa.Column("ref", sa.String(length=300), nullable=True),
         sa.Column("metric", sa.Float(), nullable=True),
         sa.Column("best_before", sa.Float(), nullable=True),
-        sa.Column("summary", sa.JSON(), nullable=False),
-        sa.Column("meta", sa.JSON(), nullable=False),
+        sa.Column("summary", JSON, nullable=False),
+        sa.Column("meta", JSON, nullable=False),
         sa.Column("log_path", sa.Text(), nullable=True),
         sa.Column("log_tail", sa.Text(), nullable=True),
         sa.Column("pgid", sa.Integer(), nullable=True),

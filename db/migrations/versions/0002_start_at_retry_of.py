@@ -32,7 +32,9 @@ def upgrade() -> None:
         batch.create_foreign_key("fk_experiments_retry_of", "experiments", ["retry_of"], ["id"])
         batch.create_index("ix_experiments_retry_of", ["retry_of"], unique=True)
     conn = op.get_bind()
-    rows = conn.execute(sa.text("SELECT id, meta FROM experiments WHERE meta LIKE '%retry_of%'"))
+    rows = conn.execute(sa.text(
+        "SELECT id, meta FROM experiments WHERE CAST(meta AS TEXT) LIKE '%retry_of%'"
+    ))
     for exp_id, meta in rows.fetchall():
         value = (json.loads(meta) if isinstance(meta, str) else meta or {}).get("retry_of")
         if isinstance(value, int):

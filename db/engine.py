@@ -21,6 +21,7 @@ CONNECT_TIMEOUT_S = 10
 # Advisory lock keys (pg_advisory_lock(int4, int4)): "ovnt" as an int4, then one key per use.
 LOCK_CLASS = 0x6F766E74
 MIGRATION_LOCK = 2
+NUL_STANDIN = "\ufffd"  # what a NUL in text becomes on PostgreSQL (the replacement character)
 
 
 def _on_connect(dbapi_conn: Any, _record: Any) -> None:
@@ -64,9 +65,28 @@ def _postgres_engine(db: DbLocation) -> Engine:
                            "pip install 'overnight[postgres]'") from None
     # The engine's slots, the API's threadpool and the scheduler share it; pre-ping drops
     # connections a server restart or an idle timeout closed, instead of failing a request.
-    return create_engine(db.url, pool_size=8, max_overflow=16, pool_timeout=30,
-                         pool_pre_ping=True, pool_recycle=1800,
-                         connect_args=postgres_connect_args())
+    engine = create_engine(db.url, pool_size=8, max_overflow=16, pool_timeout=30,
+                           pool_pre_ping=True, pool_recycle=1800,
+                           connect_args=postgres_connect_args())
+    event.listen(engine, "before_cursor_execute", _replace_nul, retval=True)
+    return engine
+
+
+def _without_nul(value: Any) -> Any:
+    if isinstance(value, str) and "\x00" in value:
+        return value.replace("\x00", NUL_STANDIN)
+    if isinstance(value, dict):
+        return {k: _without_nul(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(_without_nul(v) for v in value)
+    return value
+
+
+def _replace_nul(_conn: Any, _cursor: Any, statement: str, parameters: Any, _context: Any,
+                 _executemany: bool) -> tuple[str, Any]:
+    """PostgreSQL text cannot hold NUL; a trainer's binary output in a log tail would fail
+    the whole finish (and leave the experiment running). SQLite keeps it as given."""
+    return statement, _without_nul(parameters)
 
 
 def migrate(engine: Engine) -> None:

@@ -67,13 +67,9 @@ class DbLocation:
         assert self.pg_url is not None
         return self.pg_url.render_as_string(hide_password=False)
 
-    @property
-    def argument(self) -> str:
-        """The value to pass as `--db` to a child `overnight` process."""
-        return str(self.path) if self.path is not None else self.url
-
     def __str__(self) -> str:
-        """For messages and pages: the path, or the URL with any password masked."""
+        """For messages and printed commands: the path, or the URL with any password masked
+        (libpq reads it from ~/.pgpass or $PGPASSWORD instead)."""
         if self.path is not None:
             return str(self.path)
         assert self.pg_url is not None

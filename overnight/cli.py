@@ -216,7 +216,7 @@ def _interrupted(rt: Runtime, sweep: Sweep, target: Path, exc: KeyboardInterrupt
                 "it runs again on resume")
     name = getattr(exc, "signal_name", "Ctrl-C (SIGINT)")
     command = shlex.join(["overnight", "run", "--target", str(target), "--sweep", sweep.name,
-                          "--resume", "--db", str(rt.db_path)])
+                          "--resume", "--db", str(rt.db)])
     err.print(f"interrupted by {name}: {what}. Sweep {sweep.name} is paused.")
     err.print(f"resume with: {command}", markup=False)
     raise typer.Exit(143 if name == "SIGTERM" else 130)
@@ -276,7 +276,7 @@ def _new_sweep(rt: Runtime, repo: GitRepo, target: Path, config: TargetConfig, *
                          max_experiments=experiments, allow_dirty=allow_dirty)
     console.print(
         f"sweep [bold]{name}[/bold] on branch {sweep.branch}: baseline + "
-        f"{experiments} experiments, budget {config.budget_s:g}s, db {rt.db_path}"
+        f"{experiments} experiments, budget {config.budget_s:g}s, db {rt.db}"
     )
     return sweep
 

@@ -4,6 +4,7 @@ MemoryStore (optuna's storage tests are the model)."""
 
 from __future__ import annotations
 
+import math
 import threading
 from datetime import UTC, datetime, timedelta
 
@@ -305,3 +306,23 @@ def test_finish_keeps_contract_warnings_in_meta(store: Store):
     done = store.finish(exp_id, Finish(S.DISCARDED, metric=1.0, warnings=("over budget",)))
     assert done.meta["warnings"] == ["over budget"]
     assert store.get_experiment(exp_id).meta["warnings"] == ["over budget"]
+
+
+def test_a_diverged_run_and_binary_output_are_recorded(store: Store):
+    """NaN and infinity in a summary (a diverged run) and a NUL byte in the log tail (binary
+    output) are recorded, not a database error that leaves the experiment running."""
+    sweep = store.create_sweep(spec())
+    exp_id = running(store, sweep.id)
+    summary = {"val_bpb": float("nan"), "grad_norm": float("inf"), "note": "diverged"}
+    store.finish(exp_id, Finish(S.CRASHED, crash_kind=CrashKind.FUNDAMENTAL,
+                                summary=summary,
+                                metric=float("nan"), log_tail="loss nan\x00\x01 step 3",
+                                reason="val\x00bpb"))
+    got = store.get_experiment(exp_id)
+    assert got.status is S.CRASHED and math.isnan(got.summary["val_bpb"])
+    assert got.summary["grad_norm"] == float("inf") and got.summary["note"] == "diverged"
+    assert got.metric is None or math.isnan(got.metric)  # SQLite stores a NaN REAL as NULL
+    assert got.log_tail is not None and got.log_tail.startswith("loss nan")
+    assert got.log_tail.endswith("\x01 step 3") and got.reason is not None
+    brief = store.experiment_briefs(sweep.id)[0]
+    assert math.isnan(brief.summary["val_bpb"])

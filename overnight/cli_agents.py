@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from overnight.cli_common import DbOpt, app, db_path, fail, runtime_for
+from overnight.cli_common import DbOpt, WorkDirOpt, app, db_location, fail, runtime_for
 
 
 @app.command("mcp")
@@ -23,13 +23,14 @@ def mcp_command(
     = False,
     slots: Annotated[int, typer.Option(min=1, max=64, help="with --run: experiments at "
                                        "once")] = 1,
+    work_dir: WorkDirOpt = None,
 ) -> None:
     """Serve the agent tools over MCP stdio (for Claude Code, Codex and other MCP clients)."""
     from overnight.mcp_stdio import serve_stdio
 
     # stdout is the protocol channel: everything else goes to stderr.
     logging.getLogger().setLevel(logging.WARNING)
-    serve_stdio(db_path(db), run=run, slots=slots)
+    serve_stdio(db_location(db), run=run, slots=slots, work_dir=work_dir)
 
 
 @app.command("tools")

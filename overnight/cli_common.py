@@ -12,7 +12,9 @@ from typing import Annotated, NoReturn
 import typer
 from rich.console import Console
 from rich.markup import escape
+from sqlalchemy.exc import OperationalError
 
+from db.location import DbLocation, DbLocationError
 from db.paths import default_db
 from overnight.runtime import Runtime
 
@@ -27,9 +29,19 @@ console = Console(width=None if sys.stdout.isatty() or os.environ.get("COLUMNS")
 err = Console(stderr=True, soft_wrap=True)  # error lines stay whole for grep
 
 DbOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--db", help="SQLite file or postgresql://user@host[:port]/dbname (default "
+        "$OVERNIGHT_DB or ~/.overnight/overnight.db); a password goes in ~/.pgpass or "
+        "$PGPASSWORD, not the URL"
+    ),
+]
+WorkDirOpt = Annotated[
     Path | None,
     typer.Option(
-        "--db", help="SQLite database (default $OVERNIGHT_DB or ~/.overnight/overnight.db)"
+        "--work-dir", help="this machine's folder for worktrees, logs (and, for PostgreSQL, "
+        "the service token): default <db>.work beside a SQLite file, "
+        "~/.overnight/<host>-<dbname>.work for PostgreSQL"
     ),
 ]
 
@@ -53,18 +65,27 @@ def slots_and_devices(slots: int | None, devices: str | None) -> tuple[int, tupl
     return (slots if slots is not None else max(len(found), 1)), found
 
 
-def db_path(db: Path | None) -> Path:
-    return (db or default_db()).expanduser()
+def db_location(db: str | DbLocation | None) -> DbLocation:
+    """--db as given, else $OVERNIGHT_DB, else ~/.overnight/overnight.db; a value that names
+    no database is a clear error."""
+    try:
+        return DbLocation.parse(db) if db is not None else default_db()
+    except DbLocationError as exc:
+        fail(f"{'--db' if db is not None else '$OVERNIGHT_DB'}: {exc}")
 
 
-def runtime_for(db: Path | None) -> Runtime:
+def runtime_for(db: str | DbLocation | None, work_dir: Path | None = None) -> Runtime:
     """The Runtime of this database (one per process: migrations are checked once)."""
-    return _runtime(db_path(db).resolve())
+    where = db_location(db)
+    try:
+        return _runtime(where, work_dir.expanduser().resolve() if work_dir else None)
+    except OperationalError as exc:  # a server that is down, a database that does not exist
+        fail(f"cannot open {where}: {getattr(exc, 'orig', exc)}".strip())
 
 
 @functools.cache
-def _runtime(path: Path) -> Runtime:
-    return Runtime(path)
+def _runtime(where: DbLocation, work_dir: Path | None) -> Runtime:
+    return Runtime(where, work_dir=work_dir)
 
 
 def fail(message: str) -> NoReturn:

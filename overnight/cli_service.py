@@ -11,13 +11,15 @@ from typing import Annotated
 import typer
 
 from agent.environment import environment
+from db.location import DbLocation
 from overnight.cli_common import (
     DbOpt,
     DevicesOpt,
     SlotsOpt,
+    WorkDirOpt,
     app,
     console,
-    db_path,
+    db_location,
     fail,
     slots_and_devices,
 )
@@ -35,7 +37,8 @@ def serve(
     devices: DevicesOpt = None,
     token_file: Annotated[Path | None, typer.Option(
         help="file holding the bearer token (default: $OVERNIGHT_TOKEN, else the file beside "
-        "the database, created on first start)")] = None,
+        "the SQLite database or in the work dir for PostgreSQL, created on first start)")]
+    = None,
     token: Annotated[str | None, typer.Option(hidden=True, help="refused: shows in ps")] = None,
     allowed_host: Annotated[list[str] | None, typer.Option(
         help="also answer to this Host name (repeatable or comma-separated; '*': any; default "
@@ -46,27 +49,30 @@ def serve(
     = False,
     poll: Annotated[float, typer.Option(help="seconds between idle slot checks")] = 1.0,
     log_level: Annotated[str, typer.Option(help="uvicorn/app log level")] = "info",
+    work_dir: WorkDirOpt = None,
 ) -> None:
     """Run the REST API and the experiment scheduler (one process, one worker)."""
     import uvicorn
 
-    from agent.recovery import InstanceLock, InstanceLockError
+    from agent.recovery import InstanceLockError
     from api.settings import TOKEN_ENV, RedactToken, Settings
+    from db.lock import instance_lock
     from overnight.runtime import service_app
 
-    db_file = db_path(db).resolve()
+    where = db_location(db)
+    work = work_dir.expanduser().resolve() if work_dir else where.default_work_dir()
     if token is not None:
         fail("--token VALUE would show the token to every user of this machine (ps, shell "
              f"history); put it in a file (mode 0600) and give --token-file PATH, or set "
              f"{TOKEN_ENV}")
-    secret = None if no_auth else _token(db_file, token_file)
+    secret = None if no_auth else _token(where, work, token_file)
     slots, found = slots_and_devices(slots, devices)
-    settings = Settings.build(db_path=db_file, host=host, port=port, slots=slots, devices=found,
-                              token=secret, auth=not no_auth, poll_interval_s=poll,
+    settings = Settings.build(db_path=where, work_dir=work, host=host, port=port, slots=slots,
+                              devices=found, token=secret, auth=not no_auth, poll_interval_s=poll,
                               allowed_hosts=_allowed_hosts(allowed_host),
                               sse_heartbeat_s=heartbeat)
     try:
-        lock = InstanceLock(db_file).acquire()
+        lock = instance_lock(where)
     except InstanceLockError as exc:
         fail(str(exc))
         return
@@ -81,7 +87,7 @@ def serve(
         return
     bound = sock.getsockname()[1]
     url_host = f"[{host}]" if ":" in host else host
-    console.print(f"overnight serve: db {db_file}, {slots} slot(s), auth "
+    console.print(f"overnight serve: db {where}, {slots} slot(s), auth "
                   f"{'off' if no_auth else 'on'}, listening on http://{url_host}:{bound}/",
                   soft_wrap=True)
     sys.stdout.flush()
@@ -103,7 +109,7 @@ def _allowed_hosts(given: list[str] | None) -> tuple[str, ...]:
     return tuple(h.strip() for v in given for h in v.split(",") if h.strip())
 
 
-def _token(db_path: Path, token_file: Path | None) -> str:
+def _token(db: DbLocation, work_dir: Path, token_file: Path | None) -> str:
     """--token-file, else $OVERNIGHT_TOKEN, else the file beside the database (made once)."""
     from api.settings import TOKEN_ENV, ensure_token
 
@@ -120,7 +126,7 @@ def _token(db_path: Path, token_file: Path | None) -> str:
     if from_env is not None:
         console.print(f"token from ${TOKEN_ENV}")
         return from_env.get_secret_value()
-    value, path, created = ensure_token(db_path)
+    value, path, created = ensure_token(db, work_dir)
     console.print(f"token {'created in' if created else 'read from'} {path} "
                   "(send it as 'Authorization: Bearer <token>')")
     return value

@@ -5,7 +5,8 @@ by a dead process, so two engines on one database would interrupt each other's r
 file is guarded by a flock on `<db>.lock` (agent.recovery.InstanceLock); a server database has
 no file beside it, and the services sharing it may run on different machines, so the lock is
 the server's: `pg_try_advisory_lock` on a dedicated connection held for the process's life.
-The server drops it when that session ends: the process exits, is killed (-9 included: the
+A new process waits a few seconds for a holder that is going away (a restart right after a
+kill). The server drops it when that session ends: the process exits, is killed (-9 included: the
 kernel closes the socket), or its machine vanishes (TCP keepalives end the session in about a
 minute).
 """
@@ -17,7 +18,7 @@ import socket
 from typing import Any
 
 from sqlalchemy import Connection, create_engine, text
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import OperationalError, SQLAlchemyError
 from sqlalchemy.pool import NullPool
 
 from agent.recovery import DatabaseLock, InstanceLock, InstanceLockError
@@ -25,6 +26,9 @@ from db.engine import LOCK_CLASS, postgres_connect_args
 from db.location import DbLocation
 
 INSTANCE_LOCK = 1  # the key beside LOCK_CLASS (db.engine.MIGRATION_LOCK is 2)
+KEYS = {"c": LOCK_CLASS, "k": INSTANCE_LOCK}
+LOCK_WAIT_S = 5.0
+LOCK_NOT_AVAILABLE = "55P03"  # SQLSTATE of a lock wait that ran past lock_timeout
 # The server probes an idle lock session every 20 s and ends it after 3 unanswered probes.
 KEEPALIVE_OPTIONS = ("-c tcp_keepalives_idle=20 -c tcp_keepalives_interval=10 "
                      "-c tcp_keepalives_count=3")
@@ -37,14 +41,15 @@ _HOLDER = text(
 
 
 class AdvisoryLock:
-    """`pg_try_advisory_lock(LOCK_CLASS, INSTANCE_LOCK)` held by one dedicated session."""
+    """`pg_advisory_lock(LOCK_CLASS, INSTANCE_LOCK)` held by one dedicated session."""
 
-    def __init__(self, location: DbLocation) -> None:
-        self.location = location
+    def __init__(self, location: DbLocation, wait_s: float = LOCK_WAIT_S) -> None:
+        self.location, self.wait_s = location, wait_s
         self._conn: Connection | None = None
 
     def acquire(self) -> AdvisoryLock:
-        """Take the lock or raise InstanceLockError naming the holder (no waiting)."""
+        """Take the lock, waiting up to `wait_s` for a holder that is going away, or raise
+        InstanceLockError naming the holder."""
         name = f"overnight pid {os.getpid()} on {socket.gethostname()}"[:63]
         args: dict[str, Any] = postgres_connect_args(name)
         args["options"] += " " + KEEPALIVE_OPTIONS
@@ -52,13 +57,13 @@ class AdvisoryLock:
         try:
             conn = engine.connect().execution_options(isolation_level="AUTOCOMMIT")
         except SQLAlchemyError as exc:
+            engine.dispose()
             raise InstanceLockError(f"cannot reach {self.location} to take the instance lock: "
                                     f"{getattr(exc, 'orig', exc)}") from None
-        keys = {"c": LOCK_CLASS, "k": INSTANCE_LOCK}
-        if conn.execute(text("SELECT pg_try_advisory_lock(:c, :k)"), keys).scalar():
+        if self._take(conn):
             self._conn = conn
             return self
-        holder = conn.execute(_HOLDER, keys).first()
+        holder = conn.execute(_HOLDER, KEYS).first()
         conn.close()
         engine.dispose()
         who = (f"{holder.application_name or 'unnamed'}, server pid {holder.pid}, "
@@ -67,6 +72,22 @@ class AdvisoryLock:
             f"another overnight process (serve, run or mcp --run; {who}) is already using this "
             f"database (advisory lock on {self.location}); queue work through it, stop it "
             "first, or use another --db")
+
+    def _take(self, conn: Connection) -> bool:
+        if self.wait_s <= 0:
+            return bool(conn.execute(text("SELECT pg_try_advisory_lock(:c, :k)"), KEYS).scalar())
+        # A holder that was just killed keeps the lock until the server sees its socket close
+        # (a moment); a restart right after a crash waits for that instead of failing.
+        conn.execute(text(f"SET lock_timeout = '{int(self.wait_s * 1000)}ms'"))
+        try:
+            conn.execute(text("SELECT pg_advisory_lock(:c, :k)"), KEYS)
+        except OperationalError as exc:
+            if getattr(exc.orig, "sqlstate", None) != LOCK_NOT_AVAILABLE:
+                raise
+            return False
+        finally:
+            conn.execute(text("SET lock_timeout = 0"))
+        return True
 
     @property
     def held(self) -> bool:
@@ -77,8 +98,7 @@ class AdvisoryLock:
         if conn is None:
             return
         try:
-            conn.execute(text("SELECT pg_advisory_unlock(:c, :k)"),
-                         {"c": LOCK_CLASS, "k": INSTANCE_LOCK})
+            conn.execute(text("SELECT pg_advisory_unlock(:c, :k)"), KEYS)
         except SQLAlchemyError:
             pass  # the session is gone, and the lock with it
         finally:

@@ -1,0 +1,108 @@
+"""The commands and the service on a real PostgreSQL server (tests/pg_server.py): `--db URL`
+and OVERNIGHT_DB for run, results, status and agent-instructions, `--work-dir`, the advisory
+lock refusing a second `serve`, and kill -9 recovery on a PostgreSQL database."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+from service_fixtures import (
+    AUTH,
+    ServerProcess,
+    kill9_scenario,
+    knob_diff,
+    make_counting_target,
+    wait_for,
+)
+
+OVERNIGHT = str(Path(sys.executable).parent / "overnight")
+
+
+def overnight(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([OVERNIGHT, *args], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "COLUMNS": "200", **(env or {})})
+
+
+def test_run_results_and_status_on_a_postgresql_url(pg_url: str, tmp_path: Path,
+                                                    target: Path) -> None:
+    work = tmp_path / "work"
+    out = overnight("run", "--target", str(target), "--experiments", "2", "--db", pg_url,
+                    "--work-dir", str(work), "--sweep", "pg1")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "sweep pg1" in out.stdout and "baseline" in out.stdout
+    assert (work / "logs" / "pg1").is_dir()  # the runs' logs went to --work-dir
+    tsv = overnight("results", "--sweep", "pg1", "--format", "tsv", "--db", pg_url)
+    assert tsv.returncode == 0, tsv.stderr
+    rows = [line.split("\t") for line in tsv.stdout.splitlines()[1:]]
+    assert len(rows) == 3 and rows[0][3:] == ["keep", "baseline"]
+    status = overnight("status", env={"OVERNIGHT_DB": pg_url})  # the URL from the environment
+    assert status.returncode == 0, status.stderr
+    assert "pg1" in status.stdout and "127.0.0.1" in status.stdout
+    brief = overnight("agent-instructions", "--sweep", "pg1", env={"OVERNIGHT_DB": pg_url})
+    assert brief.returncode == 0 and "pg1" in brief.stdout, brief.stderr
+
+
+def test_bad_locations_are_one_clear_error(pg_cluster, tmp_path: Path) -> None:  # type: ignore
+    from pg_server import free_port
+
+    for db, message in [
+        ("mysql://u@h/x", "unsupported database URL scheme 'mysql'"),
+        ("postgresql://u@localhost", "needs a database name"),
+        (f"postgresql://postgres@127.0.0.1:{free_port()}/x", "cannot open postgresql://"),
+        (pg_cluster.url("no_such_database"), 'database "no_such_database" does not exist'),
+    ]:
+        proc = overnight("status", "--db", db)
+        assert proc.returncode == 2 and message in proc.stderr, (db, proc.stderr)
+        assert "Traceback" not in proc.stderr
+    env_bad = overnight("status", env={"OVERNIGHT_DB": "mysql://u@h/x"})
+    assert env_bad.returncode == 2 and "$OVERNIGHT_DB: unsupported" in env_bad.stderr
+
+
+def test_serve_on_postgresql_runs_and_refuses_a_second_instance(pg_url: str,
+                                                                tmp_path: Path) -> None:
+    target = make_counting_target(tmp_path / "target", n_knobs=3)
+    work = ["--work-dir", str(tmp_path / "work")]
+    server = ServerProcess(pg_url, log=tmp_path / "server.log", extra=work).start()
+    try:
+        with server.client() as c:
+            r = c.post("/sweeps", json={"name": "team", "target": str(target), "budget_s": 1,
+                                        "max_experiments": 2, "proposer": "knobs"})
+            assert r.status_code == 201, r.text
+            r = c.post("/experiments", json={"sweep": "team", "description": "K0 = 1",
+                                              "diff": knob_diff(target, 0, 1), "priority": 9})
+            assert r.status_code == 201, r.text
+            # a second machine's service on the same database: refused by the advisory lock
+            twin = ServerProcess(pg_url, log=tmp_path / "2.log",
+                                 extra=["--work-dir", str(tmp_path / "work2")])
+            second = subprocess.run(twin.argv, env=twin.env, capture_output=True, text=True,
+                                    timeout=60)
+            assert second.returncode == 2
+            assert "already using this database" in second.stdout + second.stderr
+            assert "advisory lock on postgresql://postgres@127.0.0.1" in second.stderr
+            wait_for(lambda: c.get("/sweeps/team").json()["status"] == "done", 120,
+                     "the sweep to finish")
+            exps = c.get("/experiments", params={"sweep": "team"}).json()
+        assert exps["count"] == 3
+        assert {e["status"] for e in exps["data"]} <= {"kept", "discarded"}
+        assert httpx.get(f"{server.url}/health", headers=AUTH).json()["db"] == "ok"
+    finally:
+        code = server.stop()
+    assert code in (0, -signal.SIGTERM), server.tail()
+    assert "Traceback" not in server.tail(100_000), server.tail()
+
+
+def test_kill9_mid_run_on_postgresql_loses_nothing_and_runs_nothing_twice(
+        pg_url: str, tmp_path: Path) -> None:
+    """The SQLite kill -9 scenario (tests/test_service_server.py) on a PostgreSQL database:
+    interrupted runs are re-queued once, finished results never change, nothing runs twice."""
+    result = kill9_scenario(tmp_path, kills=2, experiments=5, sleep_s=1.0, seed=3, db=pg_url)
+    assert result["problems"] == [], result
+    assert result["kills"] == 2 and len(result["interrupted"]) >= 1, result
+    assert all(i in result["retries"] for i in result["interrupted"]
+               if i not in result["abandoned"]), result
+    assert result["branch_ok"] and result["statuses"].get("queued", 0) == 0

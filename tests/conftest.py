@@ -90,3 +90,12 @@ def pg_url(pg_cluster) -> str:  # type: ignore[no-untyped-def]
     url = pg_cluster.create_database()
     yield url
     pg_cluster.drop_database(url)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test on the PostgreSQL cluster is marked `postgres` (-m "not postgres" skips them)."""
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        if {"pg_cluster", "pg_url"} & set(getattr(item, "fixturenames", ())) or (
+                callspec is not None and "postgres" in callspec.params.values()):
+            item.add_marker(pytest.mark.postgres)

@@ -83,6 +83,7 @@ def test_migrations_build_an_empty_database_once_under_a_race(pg_cluster) -> Non
 def test_a_url_without_a_server_is_one_readable_error(tmp_path: Path) -> None:
     from pg_server import free_port
 
+    pytest.importorskip("psycopg")
     url = f"postgresql://nobody@127.0.0.1:{free_port()}/nothing"
     with pytest.raises(Exception, match="connect|refused") as info:
         open_database(url)

@@ -12,7 +12,15 @@ from typing import Annotated
 
 import typer
 
-from overnight.cli_common import DbOpt, WorkDirOpt, app, db_location, fail, runtime_for
+from overnight.cli_common import (
+    DbOpt,
+    WorkDirOpt,
+    app,
+    db_location,
+    fail,
+    runtime_for,
+    work_dir_of,
+)
 
 
 @app.command("mcp")
@@ -30,7 +38,8 @@ def mcp_command(
 
     # stdout is the protocol channel: everything else goes to stderr.
     logging.getLogger().setLevel(logging.WARNING)
-    serve_stdio(db_location(db), run=run, slots=slots, work_dir=work_dir)
+    where = db_location(db)
+    serve_stdio(where, run=run, slots=slots, work_dir=work_dir_of(where, work_dir))
 
 
 @app.command("tools")

@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.markup import escape
 from sqlalchemy.exc import OperationalError
 
+from agent.environment import environment
 from db.location import DbLocation, DbLocationError
 from db.paths import default_db
 from overnight.runtime import Runtime
@@ -40,8 +41,8 @@ WorkDirOpt = Annotated[
     Path | None,
     typer.Option(
         "--work-dir", help="this machine's folder for worktrees, logs (and, for PostgreSQL, "
-        "the service token): default <db>.work beside a SQLite file, "
-        "~/.overnight/<host>-<dbname>.work for PostgreSQL"
+        "the service token): default $OVERNIGHT_WORK_DIR, else <db>.work beside a SQLite "
+        "file, ~/.overnight/<host>-<dbname>.work for PostgreSQL"
     ),
 ]
 
@@ -74,17 +75,23 @@ def db_location(db: str | DbLocation | None) -> DbLocation:
         fail(f"{'--db' if db is not None else '$OVERNIGHT_DB'}: {exc}")
 
 
+def work_dir_of(where: DbLocation, given: Path | None) -> Path:
+    """--work-dir, else $OVERNIGHT_WORK_DIR, else the database's default (db.location)."""
+    chosen = given or environment().work_dir
+    return chosen.expanduser().resolve() if chosen else where.default_work_dir()
+
+
 def runtime_for(db: str | DbLocation | None, work_dir: Path | None = None) -> Runtime:
     """The Runtime of this database (one per process: migrations are checked once)."""
     where = db_location(db)
     try:
-        return _runtime(where, work_dir.expanduser().resolve() if work_dir else None)
+        return _runtime(where, work_dir_of(where, work_dir))
     except OperationalError as exc:  # a server that is down, a database that does not exist
         fail(f"cannot open {where}: {getattr(exc, 'orig', exc)}".strip())
 
 
 @functools.cache
-def _runtime(where: DbLocation, work_dir: Path | None) -> Runtime:
+def _runtime(where: DbLocation, work_dir: Path) -> Runtime:
     return Runtime(where, work_dir=work_dir)
 
 

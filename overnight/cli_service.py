@@ -22,6 +22,7 @@ from overnight.cli_common import (
     db_location,
     fail,
     slots_and_devices,
+    work_dir_of,
 )
 
 logger = logging.getLogger(__name__)
@@ -60,7 +61,7 @@ def serve(
     from overnight.runtime import service_app
 
     where = db_location(db)
-    work = work_dir.expanduser().resolve() if work_dir else where.default_work_dir()
+    work = work_dir_of(where, work_dir)
     if token is not None:
         fail("--token VALUE would show the token to every user of this machine (ps, shell "
              f"history); put it in a file (mode 0600) and give --token-file PATH, or set "

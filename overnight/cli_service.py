@@ -6,7 +6,7 @@ import logging
 import socket
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -24,6 +24,9 @@ from overnight.cli_common import (
     slots_and_devices,
     work_dir_of,
 )
+
+if TYPE_CHECKING:
+    from agent.recovery import DatabaseLock
 
 logger = logging.getLogger(__name__)
 
@@ -51,13 +54,16 @@ def serve(
     poll: Annotated[float, typer.Option(help="seconds between idle slot checks")] = 1.0,
     log_level: Annotated[str, typer.Option(help="uvicorn/app log level")] = "info",
     work_dir: WorkDirOpt = None,
+    no_engine: Annotated[bool, typer.Option("--no-engine", help="the API and dashboard only: "
+                                            "no slots, no scheduled starts, no instance lock; "
+                                            "the service that runs the engine executes what "
+                                            "this one queues (more services on one "
+                                            "PostgreSQL database)")] = False,
 ) -> None:
     """Run the REST API and the experiment scheduler (one process, one worker)."""
     import uvicorn
 
-    from agent.recovery import InstanceLockError
     from api.settings import TOKEN_ENV, RedactToken, Settings
-    from db.lock import instance_lock
     from overnight.runtime import service_app
 
     where = db_location(db)
@@ -67,28 +73,26 @@ def serve(
              f"history); put it in a file (mode 0600) and give --token-file PATH, or set "
              f"{TOKEN_ENV}")
     secret = None if no_auth else _token(where, work, token_file)
-    slots, found = slots_and_devices(slots, devices)
+    slots, found = (0, ()) if no_engine else slots_and_devices(slots, devices)
     settings = Settings.build(db_path=where, work_dir=work, host=host, port=port, slots=slots,
                               devices=found, token=secret, auth=not no_auth, poll_interval_s=poll,
                               allowed_hosts=_allowed_hosts(allowed_host),
-                              sse_heartbeat_s=heartbeat)
-    try:
-        lock = instance_lock(where)
-    except InstanceLockError as exc:
-        fail(str(exc))
-        return
+                              sse_heartbeat_s=heartbeat, run_scheduler=not no_engine)
+    lock = None if no_engine else _instance_lock(where)
     logging.getLogger().setLevel(log_level.upper())
     if logging.getLogger().level > logging.DEBUG:  # its two lines per second are debug noise
         logging.getLogger("apscheduler").setLevel(logging.WARNING)
     try:
         sock = _bind(host, port)
     except OSError as exc:
-        lock.release()
+        if lock is not None:
+            lock.release()
         fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}")
         return
     bound = sock.getsockname()[1]
     url_host = f"[{host}]" if ":" in host else host
-    console.print(f"overnight serve: db {where}, {slots} slot(s), auth "
+    engine = "no engine" if no_engine else f"{slots} slot(s)"
+    console.print(f"overnight serve: db {where}, {engine}, auth "
                   f"{'off' if no_auth else 'on'}, listening on http://{url_host}:{bound}/",
                   soft_wrap=True)
     sys.stdout.flush()
@@ -100,7 +104,19 @@ def serve(
     try:
         uvicorn.Server(config).run(sockets=[sock])
     finally:
-        lock.release()
+        if lock is not None:
+            lock.release()
+
+
+def _instance_lock(where: DbLocation) -> DatabaseLock:
+    """The database's instance lock, or a clear error naming who holds it."""
+    from agent.recovery import InstanceLockError
+    from db.lock import instance_lock
+
+    try:
+        return instance_lock(where)
+    except InstanceLockError as exc:
+        fail(str(exc))
 
 
 def _allowed_hosts(given: list[str] | None) -> tuple[str, ...]:

@@ -1,6 +1,7 @@
 """The commands and the service on a real PostgreSQL server (tests/pg_server.py): `--db URL`
 and OVERNIGHT_DB for run, results, status and agent-instructions, `--work-dir`, the advisory
-lock refusing a second `serve`, and kill -9 recovery on a PostgreSQL database."""
+lock refusing a second engine while a `--no-engine` service queues work for it, and kill -9
+recovery on a PostgreSQL database."""
 
 from __future__ import annotations
 
@@ -63,37 +64,49 @@ def test_bad_locations_are_one_clear_error(pg_cluster, tmp_path: Path) -> None: 
     assert env_bad.returncode == 2 and "$OVERNIGHT_DB: unsupported" in env_bad.stderr
 
 
-def test_serve_on_postgresql_runs_and_refuses_a_second_instance(pg_url: str,
-                                                                tmp_path: Path) -> None:
+def test_one_engine_and_more_api_services_on_one_postgresql_database(pg_url: str,
+                                                                     tmp_path: Path) -> None:
+    """A second engine is refused by the advisory lock; a `--no-engine` service on the same
+    database queues work that the engine's service executes."""
     target = make_counting_target(tmp_path / "target", n_knobs=3)
-    work = ["--work-dir", str(tmp_path / "work")]
-    server = ServerProcess(pg_url, log=tmp_path / "server.log", extra=work).start()
+    server = ServerProcess(pg_url, log=tmp_path / "server.log",
+                           extra=["--work-dir", str(tmp_path / "work")]).start()
+    api = ServerProcess(pg_url, log=tmp_path / "api.log",
+                        extra=["--work-dir", str(tmp_path / "api-work"), "--no-engine"])
     try:
-        with server.client() as c:
+        twin = ServerProcess(pg_url, log=tmp_path / "2.log",
+                             extra=["--work-dir", str(tmp_path / "work2")])
+        second = subprocess.run(twin.argv, env=twin.env, capture_output=True, text=True,
+                                timeout=60)
+        assert second.returncode == 2
+        assert "already using this database" in second.stdout + second.stderr
+        assert "advisory lock on postgresql://postgres@127.0.0.1" in second.stderr
+        api.start()
+        with server.client() as c, api.client() as other:
+            assert other.get("/health").json()["scheduler"] == "disabled"
             r = c.post("/sweeps", json={"name": "team", "target": str(target), "budget_s": 1,
-                                        "max_experiments": 2, "proposer": "knobs"})
+                                        "max_experiments": 2, "proposer": "queue"})
             assert r.status_code == 201, r.text
-            r = c.post("/experiments", json={"sweep": "team", "description": "K0 = 1",
-                                              "diff": knob_diff(target, 0, 1), "priority": 9})
-            assert r.status_code == 201, r.text
-            # a second machine's service on the same database: refused by the advisory lock
-            twin = ServerProcess(pg_url, log=tmp_path / "2.log",
-                                 extra=["--work-dir", str(tmp_path / "work2")])
-            second = subprocess.run(twin.argv, env=twin.env, capture_output=True, text=True,
-                                    timeout=60)
-            assert second.returncode == 2
-            assert "already using this database" in second.stdout + second.stderr
-            assert "advisory lock on postgresql://postgres@127.0.0.1" in second.stderr
-            wait_for(lambda: c.get("/sweeps/team").json()["status"] == "done", 120,
-                     "the sweep to finish")
-            exps = c.get("/experiments", params={"sweep": "team"}).json()
-        assert exps["count"] == 3
-        assert {e["status"] for e in exps["data"]} <= {"kept", "discarded"}
+            ids = []
+            for client, knob in ((c, 0), (other, 1)):
+                r = client.post("/experiments", json={"sweep": "team", "description": f"K{knob}",
+                                                      "diff": knob_diff(target, knob, 1)})
+                assert r.status_code == 201, r.text
+                ids.append(r.json()["id"])
+
+            def finished() -> list[str] | None:
+                got = [other.get(f"/experiments/{i}").json()["status"] for i in ids]
+                return got if all(st in ("kept", "discarded") for st in got) else None
+
+            statuses = wait_for(finished, 120, "both queued experiments to run")
+        assert len(statuses) == 2
         assert httpx.get(f"{server.url}/health", headers=AUTH).json()["db"] == "ok"
     finally:
+        api.stop()
         code = server.stop()
     assert code in (0, -signal.SIGTERM), server.tail()
     assert "Traceback" not in server.tail(100_000), server.tail()
+    assert "Traceback" not in api.tail(100_000), api.tail()
 
 
 def test_kill9_mid_run_on_postgresql_loses_nothing_and_runs_nothing_twice(

@@ -190,3 +190,66 @@ def test_the_lock_is_per_database(pg_cluster) -> None:  # type: ignore[no-untype
     assert one.held and two.held
     one.release()
     two.release()
+
+
+def test_an_old_postgresql_database_is_upgraded_with_its_rows(pg_cluster) -> None:  # type: ignore
+    """Revision 0001 with rows, then every later migration's PostgreSQL branch: retry_of from
+    the metadata, the race's queued copies rejected before the partial index, runs
+    backfilled from the (text) JSON, nothing lost."""
+    from alembic import command
+    from alembic.config import Config
+
+    from agent.domain import RunRole, RunStatus
+    from agent.errors import DuplicateError
+    from db.engine import migrate
+    from db.store import diff_key
+
+    engine = make_engine(pg_cluster.create_database("old", template=None))
+    cfg = Config()
+    cfg.set_main_option("script_location", str(ROOT / "db" / "migrations"))
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "0001")
+        conn.execute(text(
+            "INSERT INTO sweeps (id, name, target_path, branch, status, proposer, config, "
+            "protected_hashes, seed, min_delta, llm_tokens_in, llm_tokens_out, llm_usd, "
+            "created_at, updated_at) VALUES (1, 's', '/t', 'overnight/s', 'running', 'queue', "
+            "'{\"seed\": 7}', '{}', 7, 0, 0, 0, 0, '2026-11-29', '2026-11-29')"))
+        rows = [  # id, baseline, status, commit, summary, meta, diff
+            (1, True, "kept", "aaa", '{"val_bpb": 1.5, "training_seconds": 30.0}', "{}", ""),
+            (2, False, "interrupted", "bbb", '{"val_bpb": NaN}', "{}", "d2"),
+            (3, False, "queued", None, "{}", '{"retry_of": 2}', "d3"),
+            (4, False, "queued", None, "{}", "{}", "same"),
+            (5, False, "queued", None, "{}", "{}", "same"),
+        ]
+        for i, base, status, commit, summary, meta, diff in rows:
+            conn.execute(text(
+                "INSERT INTO experiments (id, sweep_id, attempt, is_baseline, priority, "
+                "proposer, description, diff, diff_key, status, \"commit\", summary, meta, "
+                "llm_tokens_in, llm_tokens_out, llm_usd, created_at, run_started_at) VALUES "
+                "(:i, 1, 0, :b, 0, 'q', 'd', :diff, :key, :st, :c, :sm, :m, 0, 0, 0, "
+                "'2026-11-29', :started)"),
+                {"i": i, "b": base, "diff": diff, "key": diff_key(diff), "st": status,
+                 "c": commit, "sm": summary, "m": meta,
+                 "started": "2026-11-29 01:00" if commit else None})
+        for table in ("sweeps", "experiments"):  # explicit ids: move the sequences past them
+            conn.execute(text(f"SELECT setval(pg_get_serial_sequence('{table}', 'id'), "
+                              f"(SELECT MAX(id) FROM {table}))"))
+    migrate(engine)
+    store = SqlStore(engine)
+    try:
+        assert [(e.id, e.status.value) for e in store.list_experiments(1)] == [
+            (1, "kept"), (2, "interrupted"), (3, "queued"), (4, "queued"), (5, "rejected")]
+        assert "duplicate of experiment 4" in (store.get_experiment(5).reason or "")
+        assert store.retry_of(2) is not None and store.retry_of(2).id == 3  # type: ignore
+        runs = store.list_runs(sweep_id=1)
+        assert [(r.experiment_id, r.role, r.status, r.seed) for r in runs] == [
+            (1, RunRole.BASELINE, RunStatus.OK, 7), (2, RunRole.SCREEN, RunStatus.INTERRUPTED, 7)]
+        assert runs[0].training_s == 30.0
+        with pytest.raises(DuplicateError):
+            store.add_experiment(1, Proposal("again", "same"))
+        assert store.add_experiment(1, Proposal("new", "d6")).id > 5  # past the old ids
+        migrate(engine)  # idempotent
+        assert len(store.list_runs()) == 2
+    finally:
+        engine.dispose()

@@ -33,13 +33,16 @@ FROM experiments e JOIN sweeps s ON s.id = e.sweep_id
 WHERE e.run_started_at IS NOT NULL AND e."commit" IS NOT NULL
 ORDER BY e.id
 """
+# PostgreSQL's json refuses the NaN/Infinity that Python writes (a diverged run's summary):
+# those tokens read as null there.
+_PG_SUMMARY = r"CAST(regexp_replace(e.summary, '-?\m(NaN|Infinity)\M', 'null', 'g') AS json)"
 _JSON_READS = {
     "sqlite": {"seed": "json_extract(s.config, '$.seed')",
                "training": "json_extract(e.summary, '$.training_seconds')",
                "total": "json_extract(e.summary, '$.total_seconds')"},
     "postgresql": {"seed": "CAST(CAST(s.config AS json) ->> 'seed' AS integer)",
-                   "training": "CAST(CAST(e.summary AS json) ->> 'training_seconds' AS float)",
-                   "total": "CAST(CAST(e.summary AS json) ->> 'total_seconds' AS float)"},
+                   "training": f"CAST({_PG_SUMMARY} ->> 'training_seconds' AS float)",
+                   "total": f"CAST({_PG_SUMMARY} ->> 'total_seconds' AS float)"},
 }
 
 

@@ -6,12 +6,15 @@ recovery on a PostgreSQL database."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import httpx
+import pytest
 from service_fixtures import (
     AUTH,
     ServerProcess,
@@ -119,3 +122,44 @@ def test_kill9_mid_run_on_postgresql_loses_nothing_and_runs_nothing_twice(
     assert all(i in result["retries"] for i in result["interrupted"]
                if i not in result["abandoned"]), result
     assert result["branch_ok"] and result["statuses"].get("queued", 0) == 0
+
+
+def test_mcp_run_on_postgresql_with_the_official_client(pg_url: str, tmp_path: Path) -> None:
+    """`overnight mcp --db URL --run`: a coding agent's tools and the engine on PostgreSQL."""
+    import anyio
+    from mcp import ClientSession, StdioServerParameters
+    from mcp.client.stdio import stdio_client
+    from test_mcp import FIXTURE, Transcript, edit
+
+    from agent.gitrepo import GitRepo, init_repo
+    from agent.sweeps import create_sweep
+    from db.engine import open_database
+    from db.store import SqlStore
+
+    target = tmp_path / "target"
+    shutil.copytree(FIXTURE, target, ignore=shutil.ignore_patterns("__pycache__"))
+    init_repo(target)
+    engine = open_database(pg_url)
+    create_sweep(SqlStore(engine), GitRepo(target), target, name="night", proposer="queue",
+                 max_experiments=3)
+    engine.dispose()
+    work = tmp_path / "mcp-work"
+
+    async def session() -> tuple[dict[str, Any], dict[str, Any]]:
+        params = StdioServerParameters(command=OVERNIGHT, args=[
+            "mcp", "--db", pg_url, "--run", "--work-dir", str(work)])
+        async with stdio_client(params) as (read, write), ClientSession(read, write) as s:
+            await s.initialize()
+            t = Transcript(s)
+            _, best = await t.call("get_best", sweep="night")
+            _, proposed = await t.call("propose_experiment", sweep="night",
+                                       description="width 256",
+                                       diff=edit(best["files"], "WIDTH = 64", "WIDTH = 256"))
+            _, done = await t.call("wait_for_experiment", id=proposed["id"], timeout_s=120)
+            _, base = await t.call("wait_for_experiment", id=1, timeout_s=5)
+            return done, base
+
+    done, base = anyio.run(session)
+    assert base["status"] == "kept"
+    assert done["status"] == "kept" and done["delta"] == pytest.approx(-0.1)
+    assert (work / "logs" / "night").is_dir()  # the runs happened in --work-dir

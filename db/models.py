@@ -8,6 +8,7 @@ from typing import Any
 
 from sqlalchemy import (
     JSON,
+    BigInteger,
     Boolean,
     DateTime,
     Float,
@@ -55,6 +56,8 @@ class JsonText(TypeDecorator[Any]):
 
 # The JSON columns: SQLAlchemy's JSON on SQLite (as the migrations made them), text on PostgreSQL.
 JSON_TYPE = JSON().with_variant(JsonText(), "postgresql")
+# Ids, references and token sums: 64-bit like SQLite's INTEGER (BIGSERIAL ids on PostgreSQL).
+BIG = Integer().with_variant(BigInteger(), "postgresql")
 ACTIVE_DIFF = text("status IN ('queued', 'running') AND diff_key IS NOT NULL")
 
 
@@ -65,7 +68,7 @@ class Base(DeclarativeBase):
 class SweepRow(Base):
     __tablename__ = "sweeps"
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    id: Mapped[int] = mapped_column(BIG, primary_key=True)
     name: Mapped[str] = mapped_column(String(100), unique=True)
     target_path: Mapped[str] = mapped_column(Text)
     branch: Mapped[str] = mapped_column(String(200))
@@ -80,9 +83,9 @@ class SweepRow(Base):
     baseline_metric: Mapped[float | None] = mapped_column(Float)
     best_metric: Mapped[float | None] = mapped_column(Float)
     best_commit: Mapped[str | None] = mapped_column(String(64))
-    best_experiment_id: Mapped[int | None] = mapped_column(Integer)
-    llm_tokens_in: Mapped[int] = mapped_column(Integer, default=0)
-    llm_tokens_out: Mapped[int] = mapped_column(Integer, default=0)
+    best_experiment_id: Mapped[int | None] = mapped_column(BIG)
+    llm_tokens_in: Mapped[int] = mapped_column(BIG, default=0)
+    llm_tokens_out: Mapped[int] = mapped_column(BIG, default=0)
     llm_usd: Mapped[float] = mapped_column(Float, default=0.0)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
@@ -111,11 +114,11 @@ class ExperimentRow(Base):
               sqlite_where=ACTIVE_DIFF, postgresql_where=ACTIVE_DIFF),
     )
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    sweep_id: Mapped[int] = mapped_column(ForeignKey("sweeps.id", ondelete="CASCADE"))
-    parent_id: Mapped[int | None] = mapped_column(ForeignKey("experiments.id"))
+    id: Mapped[int] = mapped_column(BIG, primary_key=True)
+    sweep_id: Mapped[int] = mapped_column(BIG, ForeignKey("sweeps.id", ondelete="CASCADE"))
+    parent_id: Mapped[int | None] = mapped_column(BIG, ForeignKey("experiments.id"))
     retry_of: Mapped[int | None] = mapped_column(
-        ForeignKey("experiments.id", name="fk_experiments_retry_of"), unique=True)
+        BIG, ForeignKey("experiments.id", name="fk_experiments_retry_of"), unique=True)
     attempt: Mapped[int] = mapped_column(Integer, default=0)
     is_baseline: Mapped[bool] = mapped_column(Boolean, default=False)
     priority: Mapped[int] = mapped_column(Integer, default=0)
@@ -136,8 +139,8 @@ class ExperimentRow(Base):
     log_path: Mapped[str | None] = mapped_column(Text)
     log_tail: Mapped[str | None] = mapped_column(Text)
     pgid: Mapped[int | None] = mapped_column(Integer)
-    llm_tokens_in: Mapped[int] = mapped_column(Integer, default=0)
-    llm_tokens_out: Mapped[int] = mapped_column(Integer, default=0)
+    llm_tokens_in: Mapped[int] = mapped_column(BIG, default=0)
+    llm_tokens_out: Mapped[int] = mapped_column(BIG, default=0)
     llm_usd: Mapped[float] = mapped_column(Float, default=0.0)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
@@ -164,8 +167,9 @@ class LossPointRow(Base):
     __tablename__ = "loss_points"
     __table_args__ = (Index("ix_loss_points_experiment", "experiment_id", "step"),)
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    experiment_id: Mapped[int] = mapped_column(ForeignKey("experiments.id", ondelete="CASCADE"))
+    id: Mapped[int] = mapped_column(BIG, primary_key=True)
+    experiment_id: Mapped[int] = mapped_column(BIG, ForeignKey("experiments.id",
+                                                                ondelete="CASCADE"))
     step: Mapped[int] = mapped_column(Integer)
     loss: Mapped[float] = mapped_column(Float)
     elapsed_s: Mapped[float | None] = mapped_column(Float)
@@ -181,9 +185,10 @@ class RunRow(Base):
         Index("ix_runs_status", "status"),
     )
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    sweep_id: Mapped[int] = mapped_column(ForeignKey("sweeps.id", ondelete="CASCADE"))
-    experiment_id: Mapped[int] = mapped_column(ForeignKey("experiments.id", ondelete="CASCADE"))
+    id: Mapped[int] = mapped_column(BIG, primary_key=True)
+    sweep_id: Mapped[int] = mapped_column(BIG, ForeignKey("sweeps.id", ondelete="CASCADE"))
+    experiment_id: Mapped[int] = mapped_column(BIG, ForeignKey("experiments.id",
+                                                                ondelete="CASCADE"))
     commit: Mapped[str] = mapped_column(String(64))
     seed: Mapped[int] = mapped_column(Integer)
     role: Mapped[str] = mapped_column(String(20))

@@ -72,10 +72,14 @@ def test_migrations_build_an_empty_database_once_under_a_race(pg_cluster) -> Non
             summary = conn.execute(text(
                 "SELECT data_type FROM information_schema.columns "
                 "WHERE table_name = 'experiments' AND column_name = 'summary'")).scalar()
+            id_type = conn.execute(text(
+                "SELECT data_type FROM information_schema.columns "
+                "WHERE table_name = 'experiments' AND column_name = 'id'")).scalar()
         assert head == [ScriptDirectory(str(ROOT / "db" / "migrations")).get_current_head()]
         # partial: finished rows keep their history, only queued/running copies are refused
         assert index is not None and "WHERE" in index and "queued" in index, index
         assert summary == "text"  # JSON as text: NaN and Infinity round-trip
+        assert id_type == "bigint"  # 64-bit ids like SQLite's INTEGER
     finally:
         engine.dispose()
 

@@ -326,3 +326,16 @@ def test_a_diverged_run_and_binary_output_are_recorded(store: Store):
     assert got.log_tail.endswith("\x01 step 3") and got.reason is not None
     brief = store.experiment_briefs(sweep.id)[0]
     assert math.isnan(brief.summary["val_bpb"])
+
+
+def test_ids_past_32_bits_are_simply_not_found(store: Store):
+    """The API takes ids up to 2^63 - 1 (SQLite's INTEGER); every store answers 'not found',
+    never a database error (PostgreSQL's ids are bigint for this)."""
+    sweep = store.create_sweep(spec())
+    exp_id = running(store, sweep.id)
+    for huge in (2**31, 2**63 - 1):
+        with pytest.raises(NotFoundError):
+            store.get_experiment(huge)
+        assert store.retry_of(huge) is None
+    assert [e.id for e in store.list_experiments(before_id=2**63 - 1)] == [exp_id]
+    assert store.list_experiments(sweep_id=2**40) == []

@@ -11,6 +11,9 @@ from alembic import op
 # JSON is text on PostgreSQL: Python's json writes NaN and Infinity (a diverged run's summary),
 # which PostgreSQL's json type refuses; SQLite stores the same text (db.models.JsonText).
 JSON = sa.JSON().with_variant(sa.Text(), "postgresql")
+# Ids, references and token sums are 64-bit, as SQLite's INTEGER is (the API accepts ids up
+# to 2^63 - 1); PostgreSQL's integer would stop at 2^31 - 1 and refuse larger lookups.
+BIG = sa.Integer().with_variant(sa.BigInteger(), "postgresql")
 
 revision = "0001"
 down_revision = None
@@ -22,7 +25,7 @@ def upgrade() -> None:
 
     op.create_table(
         "sweeps",
-        sa.Column("id", sa.Integer(), nullable=False),
+        sa.Column("id", BIG, nullable=False),
         sa.Column("name", sa.String(length=100), nullable=False),
         sa.Column("target_path", sa.Text(), nullable=False),
         sa.Column("branch", sa.String(length=200), nullable=False),
@@ -38,9 +41,9 @@ def upgrade() -> None:
         sa.Column("baseline_metric", sa.Float(), nullable=True),
         sa.Column("best_metric", sa.Float(), nullable=True),
         sa.Column("best_commit", sa.String(length=64), nullable=True),
-        sa.Column("best_experiment_id", sa.Integer(), nullable=True),
-        sa.Column("llm_tokens_in", sa.Integer(), nullable=False),
-        sa.Column("llm_tokens_out", sa.Integer(), nullable=False),
+        sa.Column("best_experiment_id", BIG, nullable=True),
+        sa.Column("llm_tokens_in", BIG, nullable=False),
+        sa.Column("llm_tokens_out", BIG, nullable=False),
         sa.Column("llm_usd", sa.Float(), nullable=False),
         sa.Column("created_at", sa.DateTime(), nullable=False),
         sa.Column("updated_at", sa.DateTime(), nullable=False),
@@ -52,9 +55,9 @@ def upgrade() -> None:
 
     op.create_table(
         "experiments",
-        sa.Column("id", sa.Integer(), nullable=False),
-        sa.Column("sweep_id", sa.Integer(), nullable=False),
-        sa.Column("parent_id", sa.Integer(), nullable=True),
+        sa.Column("id", BIG, nullable=False),
+        sa.Column("sweep_id", BIG, nullable=False),
+        sa.Column("parent_id", BIG, nullable=True),
         sa.Column("attempt", sa.Integer(), nullable=False),
         sa.Column("is_baseline", sa.Boolean(), nullable=False),
         sa.Column("priority", sa.Integer(), nullable=False),
@@ -75,8 +78,8 @@ def upgrade() -> None:
         sa.Column("log_path", sa.Text(), nullable=True),
         sa.Column("log_tail", sa.Text(), nullable=True),
         sa.Column("pgid", sa.Integer(), nullable=True),
-        sa.Column("llm_tokens_in", sa.Integer(), nullable=False),
-        sa.Column("llm_tokens_out", sa.Integer(), nullable=False),
+        sa.Column("llm_tokens_in", BIG, nullable=False),
+        sa.Column("llm_tokens_out", BIG, nullable=False),
         sa.Column("llm_usd", sa.Float(), nullable=False),
         sa.Column("created_at", sa.DateTime(), nullable=False),
         sa.Column("started_at", sa.DateTime(), nullable=True),
@@ -97,8 +100,8 @@ def upgrade() -> None:
 
     op.create_table(
         "loss_points",
-        sa.Column("id", sa.Integer(), nullable=False),
-        sa.Column("experiment_id", sa.Integer(), nullable=False),
+        sa.Column("id", BIG, nullable=False),
+        sa.Column("experiment_id", BIG, nullable=False),
         sa.Column("step", sa.Integer(), nullable=False),
         sa.Column("loss", sa.Float(), nullable=False),
         sa.Column("elapsed_s", sa.Float(), nullable=True),

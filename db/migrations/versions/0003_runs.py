@@ -11,6 +11,10 @@ process groups and logs stay reachable through the new table; nothing is dropped
 import sqlalchemy as sa
 from alembic import op
 
+# Ids, references and token sums are 64-bit, as SQLite's INTEGER is (the API accepts ids up
+# to 2^63 - 1); PostgreSQL's integer would stop at 2^31 - 1 and refuse larger lookups.
+BIG = sa.Integer().with_variant(sa.BigInteger(), "postgresql")
+
 revision = "0003_runs"
 down_revision = "active_diff_unique"
 branch_labels = None
@@ -49,9 +53,9 @@ _JSON_READS = {
 def upgrade() -> None:
     op.create_table(
         "runs",
-        sa.Column("id", sa.Integer(), nullable=False),
-        sa.Column("sweep_id", sa.Integer(), nullable=False),
-        sa.Column("experiment_id", sa.Integer(), nullable=False),
+        sa.Column("id", BIG, nullable=False),
+        sa.Column("sweep_id", BIG, nullable=False),
+        sa.Column("experiment_id", BIG, nullable=False),
         sa.Column("commit", sa.String(length=64), nullable=False),
         sa.Column("seed", sa.Integer(), nullable=False),
         sa.Column("role", sa.String(length=20), nullable=False),

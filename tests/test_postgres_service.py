@@ -102,6 +102,11 @@ def test_one_engine_and_more_api_services_on_one_postgresql_database(pg_url: str
                 return got if all(st in ("kept", "discarded") for st in got) else None
 
             statuses = wait_for(finished, 120, "both queued experiments to run")
+            for page in ("/", "/ui/sweeps/team", f"/ui/experiments/{ids[1]}"):
+                for client in (c, other):  # the dashboard of either service
+                    r = client.get(page)
+                    assert r.status_code == 200, (page, r.text)
+                    assert page == "/" or "K1" in r.text, page
         assert len(statuses) == 2
         assert httpx.get(f"{server.url}/health", headers=AUTH).json()["db"] == "ok"
     finally:

@@ -98,7 +98,7 @@ class DbLocation:
 def _postgres_url(text: str) -> URL:
     try:
         url = make_url(text)
-    except ArgumentError as exc:
+    except (ArgumentError, ValueError) as exc:  # ValueError: a port that is not a number
         raise DbLocationError(f"not a database URL: {exc}") from None
     if not url.database:
         raise DbLocationError("a PostgreSQL URL needs a database name: "

@@ -129,7 +129,10 @@ def start_cluster() -> PgCluster:
     """initdb + start on a free port (a port taken in between gets one more try)."""
     binaries = find_bin()
     assert binaries is not None
-    root = Path(tempfile.mkdtemp(prefix="overnight-pg-"))
+    # As root the server runs as `postgres`, which must reach the folder: /tmp, not a $TMPDIR
+    # that may sit under root's 0700 home.
+    root = Path(tempfile.mkdtemp(prefix="overnight-pg-", dir="/tmp" if os.geteuid() == 0
+                                 else None))
     if os.geteuid() == 0:
         owner = pwd.getpwnam(SUPERUSER)
         os.chown(root, owner.pw_uid, owner.pw_gid)

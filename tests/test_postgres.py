@@ -257,3 +257,38 @@ def test_an_old_postgresql_database_is_upgraded_with_its_rows(pg_cluster) -> Non
         assert len(store.list_runs()) == 2
     finally:
         engine.dispose()
+
+
+def test_a_lock_whose_session_is_cut_is_taken_again(tmp_path: Path) -> None:
+    """The server restarts under a held lock: the holder's watch takes it again on a new
+    session, so a second process is still refused afterwards. (Its own cluster: restarting
+    the shared one would cut every other test's connections.)"""
+    import pg_server
+
+    reason = pg_server.why_unavailable()
+    if reason is not None:
+        if os.environ.get(pg_server.REQUIRE_ENV) == "1":
+            pytest.fail(reason)
+        pytest.skip(reason)
+    from service_fixtures import wait_for
+
+    cluster = pg_server.start_cluster()
+    try:
+        cluster.execute("CREATE DATABASE cut")
+        location = DbLocation.parse(cluster.url("cut"))
+        lock = AdvisoryLock(location, check_s=0.1).acquire()
+        cluster.restart()  # every session ends, the lock's too
+
+        def refused_again() -> bool:
+            try:
+                probe = AdvisoryLock(location, wait_s=0).acquire()
+            except InstanceLockError:
+                return lock.held  # someone holds it: the watch, on its new session
+            probe.release()  # the watch has not re-taken it yet: let it
+            return False
+
+        assert wait_for(refused_again, 120, "the lock to be taken again after the restart")
+        lock.release()
+        AdvisoryLock(location, wait_s=0).acquire().release()  # released for good
+    finally:
+        cluster.stop()

@@ -35,8 +35,16 @@ CONFIG = TargetConfig(command="python train.py", editable=("train.py",),
                       seed=7, min_delta=0.01)
 
 
-@pytest.fixture(params=["sql", "postgres", "memory"])
+STORES = ["sql", "postgres", "memory"]
+
+
+@pytest.fixture(params=STORES)
 def store(request, tmp_path) -> Store:  # type: ignore[no-untyped-def]
+    return make_store(request, tmp_path)
+
+
+def make_store(request, tmp_path) -> Store:  # type: ignore[no-untyped-def]
+    """The store `request.param` names (other suites parametrize their own `store` with it)."""
     if request.param == "sql":
         return SqlStore(open_database(tmp_path / "c.db"))
     if request.param == "postgres":

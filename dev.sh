@@ -6,6 +6,8 @@
 # already done are skipped.
 #   TORCH_SPEC   override the torch requirement (e.g. "torch==2.13.0" or "torch>=2.3")
 #   PYTHON       interpreter to build the venv with (default python3; needs >= 3.11)
+#   OVERNIGHT_REQUIRE_POSTGRES=1  `test` fails (instead of skipping the PostgreSQL tests) when
+#                PostgreSQL cannot be installed or started (.ci/run sets it)
 set -euo pipefail
 cd "$(dirname "$0")"
 VENV=.venv
@@ -27,10 +29,10 @@ setup() {
     echo "installing $spec ..."
     "${PIP[@]}" "$spec" numpy
   fi
-  if ! "$PY" -c "import agent, db, runner, api, fastapi, mcp, playwright, ray" 2>/dev/null \
+  if ! "$PY" -c "import agent, db, runner, api, fastapi, mcp, playwright, ray, psycopg" 2>/dev/null \
      || [[ pyproject.toml -nt "$VENV/.installed" ]]; then
     echo "installing overnight ..."
-    "${PIP[@]}" -e ".[dev,train,bench,ray]"
+    "${PIP[@]}" -e ".[dev,train,bench,ray,postgres]"
     touch "$VENV/.installed"
   fi
 }
@@ -51,11 +53,33 @@ sandbox() {
   fi
 }
 
+postgres() {
+  # Debian's PostgreSQL server binaries (initdb, pg_ctl) for the tests' throw-away cluster; the
+  # tests start their own server in a temp dir and never use the package's system cluster.
+  if compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || [[ -n "${OVERNIGHT_PG_BIN:-}" ]]; then
+    return
+  fi
+  if command -v apt-get >/dev/null 2>&1 && [[ $(id -u) == 0 ]]; then
+    echo "installing postgresql ..."
+    if apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null \
+       && compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null; then
+      return
+    fi
+    echo "error: could not install Debian's postgresql" >&2
+  else
+    echo "note: no PostgreSQL binaries and no apt-get as root: the PostgreSQL tests will skip" >&2
+  fi
+  if [[ "${OVERNIGHT_REQUIRE_POSTGRES:-}" == 1 ]]; then
+    echo "error: OVERNIGHT_REQUIRE_POSTGRES=1 but PostgreSQL is not installed" >&2
+    exit 1
+  fi
+}
+
 cmd="${1:-demo}"
 shift || true
 case "$cmd" in
   setup) setup ;;
   demo) setup; exec "$VENV/bin/overnight" demo "$@" ;;
-  test) setup; browser; sandbox; exec "$PY" -m pytest "$@" ;;
+  test) setup; browser; sandbox; postgres; exec "$PY" -m pytest "$@" ;;
   *) echo "usage: ./dev.sh demo|test|setup [args...]" >&2; exit 2 ;;
 esac

@@ -1,7 +1,8 @@
 """The environment variables overnight itself reads, as one typed pydantic-settings class.
 
-`OVERNIGHT_DB`, `OVERNIGHT_TOKEN`, `OVERNIGHT_ALLOWED_HOSTS` (comma-separated) and
-`OVERNIGHT_LLM_CONFIG`; an empty value counts as unset. Read fresh on each call of
+`OVERNIGHT_DB` (a SQLite path or a postgresql:// URL), `OVERNIGHT_WORK_DIR`, `OVERNIGHT_TOKEN`,
+`OVERNIGHT_ALLOWED_HOSTS` (comma-separated) and `OVERNIGHT_LLM_CONFIG`; an empty value counts
+as unset. Read fresh on each call of
 `environment()`, so a command sees the environment it was started with. The variables a
 *trainer* reads (OVERNIGHT_BUDGET_S, OVERNIGHT_DEVICE, …) are the guest contract, not settings.
 """
@@ -23,11 +24,12 @@ class Environment(BaseSettings):
     model_config = SettingsConfigDict(env_prefix=PREFIX, extra="ignore", frozen=True)
 
     db: str | None = None
+    work_dir: Path | None = None  # this machine's worktrees and logs (default: db.location's)
     token: SecretStr | None = None
     allowed_hosts: Annotated[tuple[str, ...], NoDecode] = ()
     llm_config: Path | None = None
 
-    @field_validator("db", "token", "llm_config", mode="before")
+    @field_validator("db", "work_dir", "token", "llm_config", mode="before")
     @classmethod
     def _empty_is_unset(cls, value: object) -> object:
         if isinstance(value, str):

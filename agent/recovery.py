@@ -18,7 +18,7 @@ import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, Protocol
 
 from agent.domain import Experiment, ExperimentStatus, Proposal, Run, Sweep
 from agent.errors import INTERRUPT_PREFIX, ConflictError
@@ -40,6 +40,17 @@ OUR_REFS = ("refs/heads/overnight", "refs/overnight")
 
 class InstanceLockError(RuntimeError):
     """Another `overnight serve` holds the database."""
+
+
+class DatabaseLock(Protocol):
+    """What the engine needs of an instance lock: one executing process per database, held
+    for the process's life. InstanceLock here (a file beside SQLite), db.lock.AdvisoryLock on
+    PostgreSQL."""
+
+    @property
+    def held(self) -> bool: ...
+
+    def release(self) -> None: ...
 
 
 class InstanceLock:

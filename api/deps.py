@@ -18,7 +18,7 @@ from fastapi import Depends, HTTPException, Request
 
 from agent.domain import Sweep
 from agent.ports import Repo
-from agent.recovery import InstanceLock, RecoveryReport
+from agent.recovery import DatabaseLock, RecoveryReport
 from agent.retention import RetentionPolicy
 from agent.scheduler import SchedulerSettings, SlotScheduler
 from agent.service import Service
@@ -42,7 +42,7 @@ class Runtime(Protocol):
     def repo_at(self, path: Path) -> Repo: ...
 
     def start_engine(self, settings: SchedulerSettings, *,
-                     lock: InstanceLock | None = None) -> SlotScheduler: ...
+                     lock: DatabaseLock | None = None) -> SlotScheduler: ...
 
     def start_retention(self, policy: RetentionPolicy, every_s: float = ...) -> None: ...
 

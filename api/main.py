@@ -24,7 +24,7 @@ from typing import Any
 from fastapi import FastAPI
 
 from agent.devices import detect_devices
-from agent.recovery import InstanceLock
+from agent.recovery import DatabaseLock
 from agent.retention import RetentionPolicy, parse_age
 from agent.scheduler import SchedulerSettings
 from api.dashboard import routes as dashboard_routes
@@ -51,8 +51,8 @@ def scheduler_settings(settings: Settings) -> SchedulerSettings:
 
 
 def create_app(settings: Settings, runtime: Runtime, *,
-               lock: InstanceLock | None = None) -> FastAPI:
-    """Build the app on `runtime`. `lock`: an InstanceLock already held (`overnight serve`)."""
+               lock: DatabaseLock | None = None) -> FastAPI:
+    """Build the app on `runtime`. `lock`: an instance lock already held (`overnight serve`)."""
     services = Services(settings=settings, runtime=runtime)
     extra_lifespans: list[Any] = []
 

@@ -9,10 +9,11 @@ import secrets
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from agent.errors import ConfigError
 from agent.private import private_dir
+from db.location import DbLocation
 
 MAX_BODY_BYTES = 1024 * 1024
 TOKEN_ENV = "OVERNIGHT_TOKEN"
@@ -32,9 +33,9 @@ class Settings(BaseModel):
     """Everything `create_app` needs. Build it with `Settings(...)`; bad values raise ConfigError
     (via `Settings.build`) or pydantic's ValidationError."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
 
-    db_path: Path
+    db_path: DbLocation  # a SQLite file or a PostgreSQL URL (a path or text is parsed)
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=0, le=65535)
     slots: int = Field(1, ge=0, le=64)  # 0: API only, nothing runs (tests, read replicas)
@@ -67,6 +68,13 @@ class Settings(BaseModel):
                 raise ValueError(f"retention: {exc}") from None
         return self
 
+    @field_validator("db_path", mode="before")
+    @classmethod
+    def _location(cls, value: object) -> DbLocation:
+        if not isinstance(value, DbLocation | Path | str):
+            raise ValueError("give a SQLite file path or a postgresql:// URL")
+        return DbLocation.parse(value)
+
     @model_validator(mode="after")
     def _safe(self) -> Settings:
         if not self.auth and not is_loopback(self.host):
@@ -94,9 +102,7 @@ class Settings(BaseModel):
 
     @property
     def resolved_work_dir(self) -> Path:
-        from db.paths import work_dir_for
-
-        return (self.work_dir or work_dir_for(self.db_path)).expanduser().resolve()
+        return (self.work_dir or self.db_path.default_work_dir()).expanduser().resolve()
 
     @property
     def reads_need_token(self) -> bool:
@@ -105,16 +111,23 @@ class Settings(BaseModel):
         return self.read_auth if self.read_auth is not None else not is_loopback(self.host)
 
 
-def token_file(db_path: Path) -> Path:
-    return Path(str(Path(db_path).expanduser().resolve()) + ".token")
+def token_file(db: DbLocation | Path | str, work_dir: Path | None = None) -> Path:
+    """`<db>.token` beside a SQLite file; `<work dir>/token` for PostgreSQL (no file lives
+    beside a server database, and each machine's service has its own token)."""
+    where = DbLocation.parse(db)
+    if where.path is not None:
+        return Path(str(where.path) + ".token")
+    return Path(work_dir or where.default_work_dir()).expanduser().resolve() / "token"
 
 
-def ensure_token(db_path: Path) -> tuple[str, Path, bool]:
-    """The token stored beside the database, created (mode 0600) on first use.
+def ensure_token(db: DbLocation | Path | str,
+                 work_dir: Path | None = None) -> tuple[str, Path, bool]:
+    """The token stored beside the database (or in a server database's work dir), created
+    (mode 0600) on first use.
 
     Returns (token, path, created).
     """
-    path = token_file(db_path)
+    path = token_file(db, work_dir)
     if path.is_file():
         token = path.read_text(encoding="utf-8").strip()
         if token:

@@ -114,10 +114,22 @@ class ExperimentWrites(StoreBase):
             return to_experiment(row) if row else None
 
     def claim_next(self, sweep_id: int | None = None) -> Experiment | None:
+        """The highest-priority, oldest queued experiment, now `running`; None if none.
+
+        SQLite: a few candidates, each tried with the guarded UPDATE (writers are serialised,
+        so one of them is still queued unless all were just claimed). PostgreSQL: the first
+        candidate that no other transaction has locked (FOR UPDATE SKIP LOCKED), so concurrent
+        claimers take different rows instead of queueing behind the same one; the UPDATE
+        stays guarded, which READ COMMITTED re-checks against the committed row.
+        """
         q = select(ExperimentRow.id).where(ExperimentRow.status == ExperimentStatus.QUEUED.value)
         if sweep_id is not None:
             q = q.where(ExperimentRow.sweep_id == sweep_id)
-        q = q.order_by(ExperimentRow.priority.desc(), ExperimentRow.id).limit(5)
+        q = q.order_by(ExperimentRow.priority.desc(), ExperimentRow.id)
+        if self.engine.dialect.name == "postgresql":
+            q = q.limit(1).with_for_update(skip_locked=True)
+        else:
+            q = q.limit(5)
         with self.session("claiming the next experiment") as s:
             for exp_id in list(s.scalars(q)):
                 row = self._claim(s, exp_id)

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
     JSON,
+    BigInteger,
     Boolean,
     DateTime,
     Float,
@@ -38,6 +40,27 @@ class UTCDateTime(TypeDecorator[datetime]):
         return value.replace(tzinfo=UTC) if value is not None else None
 
 
+class JsonText(TypeDecorator[Any]):
+    """JSON as text through Python's json module, so NaN and Infinity (a diverged run's
+    summary) round-trip; PostgreSQL's json type refuses them. SQLite's JSON is the same text."""
+
+    impl = Text
+    cache_ok = True
+
+    def process_bind_param(self, value: Any, dialect: Any) -> str | None:
+        return None if value is None else json.dumps(value)
+
+    def process_result_value(self, value: str | None, dialect: Any) -> Any:
+        return None if value is None else json.loads(value)
+
+
+# The JSON columns: SQLAlchemy's JSON on SQLite (as the migrations made them), text on PostgreSQL.
+JSON_TYPE = JSON().with_variant(JsonText(), "postgresql")
+# Ids, references and token sums: 64-bit like SQLite's INTEGER (BIGSERIAL ids on PostgreSQL).
+BIG = Integer().with_variant(BigInteger(), "postgresql")
+ACTIVE_DIFF = text("status IN ('queued', 'running') AND diff_key IS NOT NULL")
+
+
 class Base(DeclarativeBase):
     pass
 
@@ -45,24 +68,24 @@ class Base(DeclarativeBase):
 class SweepRow(Base):
     __tablename__ = "sweeps"
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    id: Mapped[int] = mapped_column(BIG, primary_key=True)
     name: Mapped[str] = mapped_column(String(100), unique=True)
     target_path: Mapped[str] = mapped_column(Text)
     branch: Mapped[str] = mapped_column(String(200))
     status: Mapped[str] = mapped_column(String(20), index=True)
     proposer: Mapped[str] = mapped_column(String(100))
-    config: Mapped[dict[str, Any]] = mapped_column(JSON)
-    protected_hashes: Mapped[dict[str, str]] = mapped_column(JSON, default=dict)
+    config: Mapped[dict[str, Any]] = mapped_column(JSON_TYPE)
+    protected_hashes: Mapped[dict[str, str]] = mapped_column(JSON_TYPE, default=dict)
     max_experiments: Mapped[int | None] = mapped_column(Integer)
     deadline: Mapped[datetime | None] = mapped_column(UTCDateTime)
     start_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
-    window: Mapped[dict[str, str] | None] = mapped_column(JSON)
+    window: Mapped[dict[str, str] | None] = mapped_column(JSON_TYPE)
     baseline_metric: Mapped[float | None] = mapped_column(Float)
     best_metric: Mapped[float | None] = mapped_column(Float)
     best_commit: Mapped[str | None] = mapped_column(String(64))
-    best_experiment_id: Mapped[int | None] = mapped_column(Integer)
-    llm_tokens_in: Mapped[int] = mapped_column(Integer, default=0)
-    llm_tokens_out: Mapped[int] = mapped_column(Integer, default=0)
+    best_experiment_id: Mapped[int | None] = mapped_column(BIG)
+    llm_tokens_in: Mapped[int] = mapped_column(BIG, default=0)
+    llm_tokens_out: Mapped[int] = mapped_column(BIG, default=0)
     llm_usd: Mapped[float] = mapped_column(Float, default=0.0)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
@@ -89,14 +112,14 @@ class ExperimentRow(Base):
         # One queued/running row per change and sweep: the duplicate check is the insert
         # itself (migration active_diff_unique).
         Index("ux_experiments_active_diff", "sweep_id", "diff_key", unique=True,
-              sqlite_where=text("status IN ('queued', 'running') AND diff_key IS NOT NULL")),
+              sqlite_where=ACTIVE_DIFF, postgresql_where=ACTIVE_DIFF),
     )
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    sweep_id: Mapped[int] = mapped_column(ForeignKey("sweeps.id", ondelete="CASCADE"))
-    parent_id: Mapped[int | None] = mapped_column(ForeignKey("experiments.id"))
+    id: Mapped[int] = mapped_column(BIG, primary_key=True)
+    sweep_id: Mapped[int] = mapped_column(BIG, ForeignKey("sweeps.id", ondelete="CASCADE"))
+    parent_id: Mapped[int | None] = mapped_column(BIG, ForeignKey("experiments.id"))
     retry_of: Mapped[int | None] = mapped_column(
-        ForeignKey("experiments.id", name="fk_experiments_retry_of"), unique=True)
+        BIG, ForeignKey("experiments.id", name="fk_experiments_retry_of"), unique=True)
     attempt: Mapped[int] = mapped_column(Integer, default=0)
     is_baseline: Mapped[bool] = mapped_column(Boolean, default=False)
     priority: Mapped[int] = mapped_column(Integer, default=0)
@@ -112,13 +135,13 @@ class ExperimentRow(Base):
     ref: Mapped[str | None] = mapped_column(String(300))
     metric: Mapped[float | None] = mapped_column(Float)
     best_before: Mapped[float | None] = mapped_column(Float)
-    summary: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
-    meta: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    summary: Mapped[dict[str, Any]] = mapped_column(JSON_TYPE, default=dict)
+    meta: Mapped[dict[str, Any]] = mapped_column(JSON_TYPE, default=dict)
     log_path: Mapped[str | None] = mapped_column(Text)
     log_tail: Mapped[str | None] = mapped_column(Text)
     pgid: Mapped[int | None] = mapped_column(Integer)
-    llm_tokens_in: Mapped[int] = mapped_column(Integer, default=0)
-    llm_tokens_out: Mapped[int] = mapped_column(Integer, default=0)
+    llm_tokens_in: Mapped[int] = mapped_column(BIG, default=0)
+    llm_tokens_out: Mapped[int] = mapped_column(BIG, default=0)
     llm_usd: Mapped[float] = mapped_column(Float, default=0.0)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
@@ -146,8 +169,9 @@ class LossPointRow(Base):
     __tablename__ = "loss_points"
     __table_args__ = (Index("ix_loss_points_experiment", "experiment_id", "step"),)
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    experiment_id: Mapped[int] = mapped_column(ForeignKey("experiments.id", ondelete="CASCADE"))
+    id: Mapped[int] = mapped_column(BIG, primary_key=True)
+    experiment_id: Mapped[int] = mapped_column(BIG, ForeignKey("experiments.id",
+                                                                ondelete="CASCADE"))
     step: Mapped[int] = mapped_column(Integer)
     loss: Mapped[float] = mapped_column(Float)
     elapsed_s: Mapped[float | None] = mapped_column(Float)
@@ -163,15 +187,16 @@ class RunRow(Base):
         Index("ix_runs_status", "status"),
     )
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    sweep_id: Mapped[int] = mapped_column(ForeignKey("sweeps.id", ondelete="CASCADE"))
-    experiment_id: Mapped[int] = mapped_column(ForeignKey("experiments.id", ondelete="CASCADE"))
+    id: Mapped[int] = mapped_column(BIG, primary_key=True)
+    sweep_id: Mapped[int] = mapped_column(BIG, ForeignKey("sweeps.id", ondelete="CASCADE"))
+    experiment_id: Mapped[int] = mapped_column(BIG, ForeignKey("experiments.id",
+                                                                ondelete="CASCADE"))
     commit: Mapped[str] = mapped_column(String(64))
     seed: Mapped[int] = mapped_column(Integer)
     role: Mapped[str] = mapped_column(String(20))
     status: Mapped[str] = mapped_column(String(20))
     metric: Mapped[float | None] = mapped_column(Float)
-    summary: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    summary: Mapped[dict[str, Any]] = mapped_column(JSON_TYPE, default=dict)
     throughput: Mapped[float | None] = mapped_column(Float)
     throughput_unit: Mapped[str | None] = mapped_column(String(20))
     training_s: Mapped[float | None] = mapped_column(Float)

@@ -1,21 +1,20 @@
-"""Where a database lives and what lives beside it: `<db>.work/`, `<db>.lock`, `<db>.token`."""
+"""Where a database lives and what lives beside it: `<db>.work/`, `<db>.lock`, `<db>.token`
+(for a PostgreSQL URL, see db.location: a local work dir and an advisory lock instead)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from agent.environment import environment
-
-DEFAULT_HOME = Path("~/.overnight")
-
-
-def default_db() -> Path:
-    """`$OVERNIGHT_DB`, else `~/.overnight/overnight.db`."""
-    return Path(environment().db or DEFAULT_HOME / "overnight.db").expanduser()
+from db.location import DEFAULT_HOME, DbLocation
 
 
-def work_dir_for(db_path: Path | str) -> Path:
+def default_db() -> DbLocation:
+    """`$OVERNIGHT_DB` (a SQLite path or a postgresql:// URL), else `~/.overnight/overnight.db`."""
+    return DbLocation.parse(environment().db or DEFAULT_HOME / "overnight.db")
+
+
+def work_dir_for(db_path: DbLocation | Path | str) -> Path:
     """Worktrees and logs live beside the database, in `<db>.work/` (like `<db>.lock` and
     `<db>.token`), so two databases in one folder never share or prune each other's runs."""
-    db = Path(db_path).expanduser().resolve()
-    return db.with_name(db.name + ".work")
+    return DbLocation.parse(db_path).default_work_dir()

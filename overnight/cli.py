@@ -21,6 +21,7 @@ from agent.config import CONFIG_FILE, load_config
 from agent.domain import Sweep
 from agent.errors import INTERRUPT_PREFIX, Interrupted, NotFoundError, OvernightError
 from agent.report import experiment_row, improvement, results_tsv
+from db.location import DbLocation
 from overnight import (  # noqa: F401  (they register their commands)
     cli_adopt,
     cli_agents,
@@ -37,9 +38,10 @@ from overnight.cli_common import (
     RayGpusOpt,
     RayResourceOpt,
     SlotsOpt,
+    WorkDirOpt,
     app,
     console,
-    db_path,
+    db_location,
     err,
     executor_options,
     executor_slots,
@@ -158,7 +160,7 @@ def _print_summary(sweep: Sweep, store) -> None:  # type: ignore[no-untyped-def]
 
 
 def run_foreground(
-    db: Path,
+    db: str | DbLocation | None,
     target: Path,
     *,
     sweep_name: str | None,
@@ -174,13 +176,14 @@ def run_foreground(
     devices: tuple[str, ...] = (),
     allow_dirty: bool = False,
     runs_on: dict[str, Any] | None = None,
+    work_dir: Path | None = None,
 ) -> Sweep:
     """Hold the database's instance lock, recover leftovers, then run one sweep to its end.
 
     `runs_on`: the executor's SchedulerSettings fields (executor_options)."""
     from agent.scheduler import SchedulerSettings
 
-    rt = runtime_for(db)
+    rt = runtime_for(db, work_dir)
     rt.hold_lock()
     settings = SchedulerSettings(slots=slots, devices=devices, device=device,
                                  **(runs_on or {}))
@@ -227,7 +230,7 @@ def _interrupted(rt: Runtime, sweep: Sweep, target: Path, exc: KeyboardInterrupt
                 "it runs again on resume")
     name = getattr(exc, "signal_name", "Ctrl-C (SIGINT)")
     command = shlex.join(["overnight", "run", "--target", str(target), "--sweep", sweep.name,
-                          "--resume", "--db", str(rt.db_path)])
+                          "--resume", "--db", str(rt.db)])
     err.print(f"interrupted by {name}: {what}. Sweep {sweep.name} is paused.")
     err.print(f"resume with: {command}", markup=False)
     raise typer.Exit(143 if name == "SIGTERM" else 130)
@@ -287,7 +290,7 @@ def _new_sweep(rt: Runtime, repo: GitRepo, target: Path, config: TargetConfig, *
                          max_experiments=experiments, allow_dirty=allow_dirty)
     console.print(
         f"sweep [bold]{name}[/bold] on branch {sweep.branch}: baseline + "
-        f"{experiments} experiments, budget {config.budget_s:g}s, db {rt.db_path}"
+        f"{experiments} experiments, budget {config.budget_s:g}s, db {rt.db}"
     )
     return sweep
 
@@ -336,12 +339,13 @@ def run(
     allow_dirty: Annotated[bool, typer.Option(
         help="run the committed HEAD although the checkout has uncommitted changes")] = False,
     db: DbOpt = None,
+    work_dir: WorkDirOpt = None,
 ) -> None:
     """Run a sweep in the foreground: baseline, then one change at a time (one per slot)."""
     runs_on = executor_options(executor, ray_address, ray_gpus, ray_cpus, ray_resource)
     n_slots, found = executor_slots(slots, devices, runs_on)
     done = run_foreground(
-        db_path(db),
+        db,
         target,
         sweep_name=sweep,
         experiments=experiments,
@@ -354,10 +358,11 @@ def run(
         devices=found,
         allow_dirty=allow_dirty,
         runs_on=runs_on,
+        work_dir=work_dir,
     )
     # What the baseline got wrong first, so the night's honest statement stays the last line.
-    cli_doctor.print_baseline_hints(runtime_for(db).store, done)
-    _print_summary(done, runtime_for(db).store)
+    cli_doctor.print_baseline_hints(runtime_for(db, work_dir).store, done)
+    _print_summary(done, runtime_for(db, work_dir).store)
 
 
 @app.command()
@@ -372,12 +377,12 @@ def results(
     """Print a sweep's results (tsv = autoresearch's results.tsv; tsv-full adds n, sd,
     P(better) and the runs)."""
     store = runtime_for(db).store
-    _print_results(find_sweep(store, sweep, target, db_path(db)), store, format)
+    _print_results(find_sweep(store, sweep, target, db_location(db)), store, format)
 
 
 def find_sweep(store, name: str | None, target: Path | None,  # type: ignore[no-untyped-def]
-               db: Path | None = None) -> Sweep:
-    where = f" in {db.resolve()}" if db else ""
+               db: DbLocation | None = None) -> Sweep:
+    where = f" in {db}" if db else ""
     if name:
         try:
             return store.get_sweep(name)
@@ -406,7 +411,7 @@ def status(db: DbOpt = None) -> None:
     from agent.evidence import sweep_evidence
 
     store = runtime_for(db).store
-    table = Table(title=f"sweeps in {db_path(db)}")
+    table = Table(title=f"sweeps in {db_location(db)}")
     for col in (
         "sweep",
         "status",
@@ -454,14 +459,14 @@ def demo(
     """A real short sweep on CPU: makes a throw-away gpt target, runs baseline + knobs."""
     from agent.sweeps import default_sweep_name
 
-    db_file = db_path(db)
-    store = runtime_for(db).store
+    where = db_location(db)
+    store = runtime_for(where).store
     name = default_sweep_name(store, prefix="demo-")
-    target = (dir or db_file.parent / "demo-targets" / name).expanduser()
+    target = (dir or where.local_home.parent / "demo-targets" / name).expanduser()
     init_target(TEMPLATES / "gpt", target)
     console.print(f"demo target: {target}")
     done = run_foreground(
-        db_file,
+        where,
         target,
         sweep_name=name,
         experiments=experiments,
@@ -480,7 +485,7 @@ def demo(
     if gaps:
         console.print(f"\nservice overhead between runs: median {statistics.median(gaps):.3f}s")
     console.print(
-        f"\nsee it in the dashboard: {own_command()} serve --db {db_file}  then open "
+        f"\nsee it in the dashboard: {own_command()} serve --db {where}  then open "
         "http://127.0.0.1:8000/", soft_wrap=True,
     )
     from agent.evidence import sweep_evidence

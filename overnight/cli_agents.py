@@ -12,7 +12,15 @@ from typing import Annotated
 
 import typer
 
-from overnight.cli_common import DbOpt, app, db_path, fail, runtime_for
+from overnight.cli_common import (
+    DbOpt,
+    WorkDirOpt,
+    app,
+    db_location,
+    fail,
+    runtime_for,
+    work_dir_of,
+)
 
 
 @app.command("mcp")
@@ -23,13 +31,15 @@ def mcp_command(
     = False,
     slots: Annotated[int, typer.Option(min=1, max=64, help="with --run: experiments at "
                                        "once")] = 1,
+    work_dir: WorkDirOpt = None,
 ) -> None:
     """Serve the agent tools over MCP stdio (for Claude Code, Codex and other MCP clients)."""
     from overnight.mcp_stdio import serve_stdio
 
     # stdout is the protocol channel: everything else goes to stderr.
     logging.getLogger().setLevel(logging.WARNING)
-    serve_stdio(db_path(db), run=run, slots=slots)
+    where = db_location(db)
+    serve_stdio(where, run=run, slots=slots, work_dir=work_dir_of(where, work_dir))
 
 
 @app.command("tools")

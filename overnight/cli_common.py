@@ -12,7 +12,10 @@ from typing import Annotated, Any, NoReturn
 import typer
 from rich.console import Console
 from rich.markup import escape
+from sqlalchemy.exc import OperationalError
 
+from agent.environment import environment
+from db.location import DbLocation, DbLocationError
 from db.paths import default_db
 from overnight.runtime import Runtime
 
@@ -27,9 +30,19 @@ console = Console(width=None if sys.stdout.isatty() or os.environ.get("COLUMNS")
 err = Console(stderr=True, soft_wrap=True)  # error lines stay whole for grep
 
 DbOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--db", help="SQLite file or postgresql://user@host[:port]/dbname (default "
+        "$OVERNIGHT_DB or ~/.overnight/overnight.db); a password goes in ~/.pgpass or "
+        "$PGPASSWORD, not the URL"
+    ),
+]
+WorkDirOpt = Annotated[
     Path | None,
     typer.Option(
-        "--db", help="SQLite database (default $OVERNIGHT_DB or ~/.overnight/overnight.db)"
+        "--work-dir", help="this machine's folder for worktrees, logs (and, for PostgreSQL, "
+        "the service token): default $OVERNIGHT_WORK_DIR, else <db>.work beside a SQLite "
+        "file, ~/.overnight/<host>-<dbname>.work for PostgreSQL"
     ),
 ]
 
@@ -103,18 +116,33 @@ def executor_slots(slots: int | None, devices: str | None,
         fail(str(exc))
 
 
-def db_path(db: Path | None) -> Path:
-    return (db or default_db()).expanduser()
+def db_location(db: str | DbLocation | None) -> DbLocation:
+    """--db as given, else $OVERNIGHT_DB, else ~/.overnight/overnight.db; a value that names
+    no database is a clear error."""
+    try:
+        return DbLocation.parse(db) if db is not None else default_db()
+    except DbLocationError as exc:
+        fail(f"{'--db' if db is not None else '$OVERNIGHT_DB'}: {exc}")
 
 
-def runtime_for(db: Path | None) -> Runtime:
+def work_dir_of(where: DbLocation, given: Path | None) -> Path:
+    """--work-dir, else $OVERNIGHT_WORK_DIR, else the database's default (db.location)."""
+    chosen = given or environment().work_dir
+    return chosen.expanduser().resolve() if chosen else where.default_work_dir()
+
+
+def runtime_for(db: str | DbLocation | None, work_dir: Path | None = None) -> Runtime:
     """The Runtime of this database (one per process: migrations are checked once)."""
-    return _runtime(db_path(db).resolve())
+    where = db_location(db)
+    try:
+        return _runtime(where, work_dir_of(where, work_dir))
+    except OperationalError as exc:  # a server that is down, a database that does not exist
+        fail(f"cannot open {where}: {getattr(exc, 'orig', exc)}".strip())
 
 
 @functools.cache
-def _runtime(path: Path) -> Runtime:
-    return Runtime(path)
+def _runtime(where: DbLocation, work_dir: Path) -> Runtime:
+    return Runtime(where, work_dir=work_dir)
 
 
 def fail(message: str) -> NoReturn:

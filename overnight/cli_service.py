@@ -6,11 +6,12 @@ import logging
 import socket
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from agent.environment import environment
+from db.location import DbLocation
 from overnight.cli_common import (
     DbOpt,
     DevicesOpt,
@@ -20,13 +21,18 @@ from overnight.cli_common import (
     RayGpusOpt,
     RayResourceOpt,
     SlotsOpt,
+    WorkDirOpt,
     app,
     console,
-    db_path,
+    db_location,
     executor_options,
     executor_slots,
     fail,
+    work_dir_of,
 )
+
+if TYPE_CHECKING:
+    from agent.recovery import DatabaseLock
 
 logger = logging.getLogger(__name__)
 
@@ -46,7 +52,8 @@ def serve(
     ray_resource: RayResourceOpt = None,
     token_file: Annotated[Path | None, typer.Option(
         help="file holding the bearer token (default: $OVERNIGHT_TOKEN, else the file beside "
-        "the database, created on first start)")] = None,
+        "the SQLite database or in the work dir for PostgreSQL, created on first start)")]
+    = None,
     token: Annotated[str | None, typer.Option(hidden=True, help="refused: shows in ps")] = None,
     allowed_host: Annotated[list[str] | None, typer.Option(
         help="also answer to this Host name (repeatable or comma-separated; '*': any; default "
@@ -60,44 +67,49 @@ def serve(
     retention: Annotated[str | None, typer.Option(
         help="every 6 h, prune experiments finished longer ago than this (e.g. 7d) as "
         "`overnight gc --older-than` does (logs of kept ones stay)")] = None,
+    work_dir: WorkDirOpt = None,
+    no_engine: Annotated[bool, typer.Option("--no-engine", help="the API and dashboard only: "
+                                            "no slots, no scheduled starts, no instance lock; "
+                                            "the service that runs the engine executes what "
+                                            "this one queues (more services on one "
+                                            "PostgreSQL database)")] = False,
 ) -> None:
     """Run the REST API and the experiment scheduler (one process, one worker)."""
     import uvicorn
 
-    from agent.recovery import InstanceLock, InstanceLockError
     from api.settings import TOKEN_ENV, RedactToken, Settings
     from overnight.runtime import service_app
 
-    db_file = db_path(db).resolve()
+    where = db_location(db)
+    work = work_dir_of(where, work_dir)
     if token is not None:
         fail("--token VALUE would show the token to every user of this machine (ps, shell "
              f"history); put it in a file (mode 0600) and give --token-file PATH, or set "
              f"{TOKEN_ENV}")
-    secret = None if no_auth else _token(db_file, token_file)
+    secret = None if no_auth else _token(where, work, token_file)
     runs_on = executor_options(executor, ray_address, ray_gpus, ray_cpus, ray_resource)
-    slots, found = executor_slots(slots, devices, runs_on)
-    settings = Settings.build(db_path=db_file, host=host, port=port, slots=slots, devices=found,
-                              token=secret, auth=not no_auth, poll_interval_s=poll,
+    slots, found = (0, ()) if no_engine else executor_slots(slots, devices, runs_on)
+    settings = Settings.build(db_path=where, work_dir=work, host=host, port=port, slots=slots,
+                              devices=found, token=secret, auth=not no_auth, poll_interval_s=poll,
                               allowed_hosts=_allowed_hosts(allowed_host),
-                              sse_heartbeat_s=heartbeat, retention=retention, **runs_on)
-    try:
-        lock = InstanceLock(db_file).acquire()
-    except InstanceLockError as exc:
-        fail(str(exc))
-        return
+                              sse_heartbeat_s=heartbeat, run_scheduler=not no_engine,
+                              retention=retention, **runs_on)
+    lock = None if no_engine else _instance_lock(where)
     logging.getLogger().setLevel(log_level.upper())
     if logging.getLogger().level > logging.DEBUG:  # its two lines per second are debug noise
         logging.getLogger("apscheduler").setLevel(logging.WARNING)
     try:
         sock = _bind(host, port)
     except OSError as exc:
-        lock.release()
+        if lock is not None:
+            lock.release()
         fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}")
         return
     bound = sock.getsockname()[1]
     url_host = f"[{host}]" if ":" in host else host
-    where = f" on the Ray cluster {ray_address or 'of this machine'}" if executor == "ray" else ""
-    console.print(f"overnight serve: db {db_file}, {slots} slot(s){where}, auth "
+    on = f" on the Ray cluster {ray_address or 'of this machine'}" if executor == "ray" else ""
+    engine = "no engine" if no_engine else f"{slots} slot(s){on}"
+    console.print(f"overnight serve: db {where}, {engine}, auth "
                   f"{'off' if no_auth else 'on'}, listening on http://{url_host}:{bound}/",
                   soft_wrap=True)
     sys.stdout.flush()
@@ -109,7 +121,19 @@ def serve(
     try:
         uvicorn.Server(config).run(sockets=[sock])
     finally:
-        lock.release()
+        if lock is not None:
+            lock.release()
+
+
+def _instance_lock(where: DbLocation) -> DatabaseLock:
+    """The database's instance lock, or a clear error naming who holds it."""
+    from agent.recovery import InstanceLockError
+    from db.lock import instance_lock
+
+    try:
+        return instance_lock(where)
+    except InstanceLockError as exc:
+        fail(str(exc))
 
 
 def _allowed_hosts(given: list[str] | None) -> tuple[str, ...]:
@@ -119,7 +143,7 @@ def _allowed_hosts(given: list[str] | None) -> tuple[str, ...]:
     return tuple(h.strip() for v in given for h in v.split(",") if h.strip())
 
 
-def _token(db_path: Path, token_file: Path | None) -> str:
+def _token(db: DbLocation, work_dir: Path, token_file: Path | None) -> str:
     """--token-file, else $OVERNIGHT_TOKEN, else the file beside the database (made once)."""
     from api.settings import TOKEN_ENV, ensure_token
 
@@ -136,7 +160,7 @@ def _token(db_path: Path, token_file: Path | None) -> str:
     if from_env is not None:
         console.print(f"token from ${TOKEN_ENV}")
         return from_env.get_secret_value()
-    value, path, created = ensure_token(db_path)
+    value, path, created = ensure_token(db, work_dir)
     console.print(f"token {'created in' if created else 'read from'} {path} "
                   "(send it as 'Authorization: Bearer <token>')")
     return value

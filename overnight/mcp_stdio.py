@@ -8,19 +8,21 @@ from agent.devices import detect_devices
 from agent.mcp_server import build_server
 from agent.mcp_tools import AgentTools
 from agent.scheduler import SchedulerSettings
+from db.location import DbLocation
 from overnight.runtime import Runtime
 
 RUN_HINT = " (or drop --run and let that service execute)"
 
 
-def serve_stdio(db_path: Path, *, run: bool = False, slots: int = 1) -> None:
-    """The tools over stdio on the database at `db_path`.
+def serve_stdio(db: DbLocation, *, run: bool = False, slots: int = 1,
+                work_dir: Path | None = None) -> None:
+    """The tools over stdio on the database `db` (worktrees and logs in `work_dir`).
 
     With `run`, this process also executes queued experiments (the service's slot scheduler,
     restart recovery and single-instance lock, without HTTP), for when no `overnight serve`
     uses the database.
     """
-    runtime = Runtime(db_path)
+    runtime = Runtime(db, work_dir=work_dir)
     try:
         if run:
             settings = SchedulerSettings(slots=slots, devices=detect_devices(),

@@ -25,14 +25,15 @@ from agent.loop import Loop
 from agent.ports import Runner
 from agent.proposers.factory import make_proposer
 from agent.ray_executor import RayExecutor, RaySettings
-from agent.recovery import InstanceLock, InstanceLockError, RecoveryReport, recover
+from agent.recovery import DatabaseLock, InstanceLockError, RecoveryReport, recover
 from agent.retention import GcReport, RetentionPolicy, collect_garbage
 from agent.scheduler import SchedulerSettings, SlotScheduler
 from agent.service import Service
 from agent.training import EventFn, LoopSettings, SubprocessRunner
 from db.engine import open_database
+from db.location import DbLocation
+from db.lock import instance_lock
 from db.maintenance import checkpoint, database_size, vacuum, vacuum_pays
-from db.paths import work_dir_for
 from db.store import SqlStore
 
 if TYPE_CHECKING:
@@ -55,14 +56,14 @@ def compile_cache_env(work_dir: Path, sweep: Sweep) -> dict[str, str]:
 class Runtime:
     """Store, repositories, service layer, and (when started) lock, recovery and scheduler."""
 
-    def __init__(self, db_path: Path | str, *, work_dir: Path | None = None) -> None:
-        self.db_path = Path(db_path).expanduser().resolve()
+    def __init__(self, db: DbLocation | Path | str, *, work_dir: Path | None = None) -> None:
+        self.db = DbLocation.parse(db)
         self.work_dir = (Path(work_dir).expanduser().resolve() if work_dir
-                         else work_dir_for(self.db_path))
-        self.engine = open_database(self.db_path)
+                         else self.db.default_work_dir())
+        self.engine = open_database(self.db)
         self.store = SqlStore(self.engine)
         self.service = Service(self.store, self.repo_for, stop_running=self.stop_running)
-        self.lock: InstanceLock | None = None
+        self.lock: DatabaseLock | None = None
         self.recovery: RecoveryReport | None = None
         self.scheduler: SlotScheduler | None = None
         self._repos: dict[str, GitRepo] = {}
@@ -84,14 +85,15 @@ class Runtime:
         return self.repo_at(sweep.target_path)
 
     # --- the engine ------------------------------------------------------------------------
-    def hold_lock(self, lock: InstanceLock | None = None, hint: str = "") -> InstanceLock:
-        """Take (or adopt) the database's instance lock: one executing process per database."""
+    def hold_lock(self, lock: DatabaseLock | None = None, hint: str = "") -> DatabaseLock:
+        """Take (or adopt) the database's instance lock: one executing process per database
+        (a file lock beside SQLite, an advisory lock on PostgreSQL)."""
         if self.lock is None or not self.lock.held:
             if lock is not None and lock.held:
                 self.lock = lock
             else:
                 try:
-                    self.lock = InstanceLock(self.db_path).acquire()
+                    self.lock = instance_lock(self.db)
                 except InstanceLockError as exc:
                     raise OvernightError(f"{exc}{hint}") from None
         return self.lock
@@ -142,7 +144,7 @@ class Runtime:
                     grace_s=settings.grace_s))
             return self._ray
 
-    def start_engine(self, settings: SchedulerSettings, *, lock: InstanceLock | None = None,
+    def start_engine(self, settings: SchedulerSettings, *, lock: DatabaseLock | None = None,
                      hint: str = "") -> SlotScheduler:
         """Lock → recover → start the slot scheduler (slots=0: scheduled starts only)."""
         self.hold_lock(lock, hint)
@@ -204,7 +206,7 @@ def open_target(path: Path) -> GitRepo:
         raise OvernightError(str(exc)) from None
 
 
-def service_app(settings: Settings, *, lock: InstanceLock | None = None) -> FastAPI:
+def service_app(settings: Settings, *, lock: DatabaseLock | None = None) -> FastAPI:
     """The HTTP service on a new Runtime for `settings.db_path` (api.main.create_app)."""
     from api.main import create_app
 

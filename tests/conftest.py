@@ -59,3 +59,43 @@ def make_loop(tmp_path: Path, store: SqlStore):
         )
 
     return _make
+
+
+# --- PostgreSQL: one throw-away cluster per session, a fresh database per test -------------
+@pytest.fixture(scope="session")
+def pg_cluster():
+    """A real PostgreSQL server (tests/pg_server.py); skips without its binaries unless
+    OVERNIGHT_REQUIRE_POSTGRES=1, where it fails."""
+    import os
+
+    import pg_server
+
+    reason = pg_server.why_unavailable()
+    if reason is not None:
+        if os.environ.get(pg_server.REQUIRE_ENV) == "1":
+            pytest.fail(f"{pg_server.REQUIRE_ENV}=1 but {reason}")
+        pytest.skip(reason)
+    cluster = pg_server.start_cluster()
+    try:
+        cluster.execute(f"CREATE DATABASE {pg_server.TEMPLATE}")
+        open_database(cluster.url(pg_server.TEMPLATE)).dispose()  # the migrations, once
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def pg_url(pg_cluster) -> str:  # type: ignore[no-untyped-def]
+    """The URL of a fresh, migrated PostgreSQL database, dropped after the test."""
+    url = pg_cluster.create_database()
+    yield url
+    pg_cluster.drop_database(url)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test on the PostgreSQL cluster is marked `postgres` (-m "not postgres" skips them)."""
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        if {"pg_cluster", "pg_url"} & set(getattr(item, "fixturenames", ())) or (
+                callspec is not None and "postgres" in callspec.params.values()):
+            item.add_marker(pytest.mark.postgres)

@@ -121,7 +121,7 @@ def read_run_log(path: Path) -> list[tuple[int, int]]:
     return [(int(e), int(s)) for e, s in pairs]
 
 
-def run_records(db: Path) -> dict[int, int]:
+def run_records(db: Path | str) -> dict[int, int]:
     """How many run records (started, not interrupted) each experiment has in the database."""
     from agent.domain import RunStatus
     from db.engine import open_database
@@ -141,7 +141,7 @@ def run_records(db: Path) -> dict[int, int]:
 class ServerProcess:
     """`overnight serve` in a subprocess on an ephemeral loopback port."""
 
-    def __init__(self, db: Path, *, log: Path, env: dict[str, str] | None = None,
+    def __init__(self, db: Path | str, *, log: Path, env: dict[str, str] | None = None,
                  slots: int = 1, poll_s: float = 0.1, extra: list[str] | None = None) -> None:
         self.db, self.log_path = db, log
         self.env = {**os.environ, "OVERNIGHT_TOKEN": TOKEN, **(env or {})}
@@ -270,7 +270,7 @@ def check_invariants(exps: list[dict[str, Any]], runs: list[tuple[int, int]],
     return problems
 
 
-def live_orphans(db: Path) -> list[int]:
+def live_orphans(db: Path | str) -> list[int]:
     """Process groups recorded for interrupted experiments and runs (confirmation and incumbent
     runs included) that are still alive (should be none)."""
     from agent.domain import ExperimentStatus, RunStatus
@@ -295,16 +295,20 @@ def branch_head(target: Path, branch: str) -> str:
 
 
 def kill9_scenario(tmp: Path, kills: int, experiments: int, sleep_s: float = 1.2,
-                   seed: int = 0, log: Callable[[str], None] | None = None) -> dict[str, Any]:
+                   seed: int = 0, log: Callable[[str], None] | None = None,
+                   db: str | None = None) -> dict[str, Any]:
     """Serve, queue `experiments` knob changes, kill -9 the server `kills` times at random
-    moments while something runs, restart each time, let it finish; check the invariants."""
+    moments while something runs, restart each time, let it finish; check the invariants.
+    `db`: a postgresql:// URL (worktrees and logs then in `tmp/work`); default a SQLite file."""
     import random
 
     rng = random.Random(seed)
     target = make_counting_target(tmp / "target", sleep_s=sleep_s, n_knobs=max(experiments, 1))
     runs_file = tmp / "runs.txt"
-    server = ServerProcess(tmp / "o.db", log=tmp / "server.log",
-                           env={"FAKE_RUN_LOG": str(runs_file)}, poll_s=0.05).start()
+    database = db or str(tmp / "o.db")
+    server = ServerProcess(database, log=tmp / "server.log", env={"FAKE_RUN_LOG": str(runs_file)},
+                           poll_s=0.05, extra=["--work-dir", str(tmp / "work")] if db else None
+                           ).start()
     killed_during: list[int] = []
     done_kills = 0
     seen_finished: dict[int, Any] = {}  # every finished result seen before any kill
@@ -335,7 +339,7 @@ def kill9_scenario(tmp: Path, kills: int, experiments: int, sleep_s: float = 1.2
         if log:
             log(f"kill {i + 1}: server killed while experiment(s) {now_running} ran")
         server.start()
-        orphans = live_orphans(tmp / "o.db")
+        orphans = live_orphans(database)
         assert not orphans, f"training process groups alive after restart: {orphans}"
         with server.client() as c:
             after = {e["id"]: e for e in all_experiments(c)}
@@ -351,7 +355,7 @@ def kill9_scenario(tmp: Path, kills: int, experiments: int, sleep_s: float = 1.2
     head = branch_head(target, "overnight/k9")
     # results recorded before a kill must be unchanged at the end (not compared with themselves)
     problems = check_invariants(exps, runs, seen_finished, head, sweep["best_commit"],
-                                run_records(tmp / "o.db"))
+                                run_records(database))
     statuses: dict[str, int] = {}
     for e in exps:
         statuses[e["status"]] = statuses.get(e["status"], 0) + 1

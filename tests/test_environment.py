@@ -11,12 +11,13 @@ from db.paths import default_db
 
 
 def test_unset_and_empty_variables_mean_the_defaults(monkeypatch, tmp_path):
-    for name in ("DB", "TOKEN", "ALLOWED_HOSTS", "LLM_CONFIG"):
+    for name in ("DB", "WORK_DIR", "TOKEN", "ALLOWED_HOSTS", "LLM_CONFIG"):
         monkeypatch.setenv(f"OVERNIGHT_{name}", "  ")
     monkeypatch.setenv("HOME", str(tmp_path))
     env = environment()
     assert (env.db, env.token, env.allowed_hosts, env.llm_config) == (None, None, (), None)
-    assert default_db() == tmp_path / ".overnight" / "overnight.db"
+    assert env.work_dir is None
+    assert default_db().path == tmp_path / ".overnight" / "overnight.db"
     assert config_path() == tmp_path / ".overnight" / "llm.toml"
 
 
@@ -27,7 +28,7 @@ def test_values_are_typed_and_the_token_is_not_printed(monkeypatch, tmp_path):
     monkeypatch.setenv("OVERNIGHT_LLM_CONFIG", str(tmp_path / "llm.toml"))
     monkeypatch.setenv("OVERNIGHT_BUDGET_S", "300")  # a trainer's variable: not a setting
     env = environment()
-    assert default_db() == tmp_path / "night.db"
+    assert default_db().path == tmp_path / "night.db"
     assert env.token is not None and env.token.get_secret_value() == "s3cret-token-0123456789"
     assert "s3cret" not in repr(env) and "s3cret" not in str(env)
     assert env.allowed_hosts == ("box.lan", "gpu-1")
@@ -37,9 +38,14 @@ def test_values_are_typed_and_the_token_is_not_printed(monkeypatch, tmp_path):
 
 def test_the_environment_is_read_when_asked_not_at_import(monkeypatch, tmp_path):
     monkeypatch.setenv("OVERNIGHT_DB", str(tmp_path / "a.db"))
-    assert default_db() == tmp_path / "a.db"
+    assert default_db().path == tmp_path / "a.db"
     monkeypatch.setenv("OVERNIGHT_DB", str(tmp_path / "b.db"))
-    assert default_db() == tmp_path / "b.db"
+    assert default_db().path == tmp_path / "b.db"
+    monkeypatch.setenv("OVERNIGHT_DB", "postgresql://team@db.lan:5433/nights")
+    assert not default_db().is_sqlite and str(default_db()) == (
+        "postgresql://team@db.lan:5433/nights")
+    monkeypatch.setenv("OVERNIGHT_WORK_DIR", str(tmp_path / "w"))
+    assert environment().work_dir == tmp_path / "w"
 
 
 def test_a_bad_value_names_the_variable(monkeypatch):

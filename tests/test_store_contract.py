@@ -1,8 +1,10 @@
-"""One contract, every store: the same suite runs against SqlStore (a real SQLite file) and the
-in-memory MemoryStore (optuna's storage tests are the model)."""
+"""One contract, every store: the same suite runs against SqlStore on a real SQLite file, SqlStore
+on a real PostgreSQL server (a throw-away cluster, tests/pg_server.py) and the in-memory
+MemoryStore (optuna's storage tests are the model)."""
 
 from __future__ import annotations
 
+import math
 import threading
 from datetime import UTC, datetime, timedelta
 
@@ -33,10 +35,22 @@ CONFIG = TargetConfig(command="python train.py", editable=("train.py",),
                       seed=7, min_delta=0.01)
 
 
-@pytest.fixture(params=["sql", "memory"])
+STORES = ["sql", "postgres", "memory"]
+
+
+@pytest.fixture(params=STORES)
 def store(request, tmp_path) -> Store:  # type: ignore[no-untyped-def]
+    return make_store(request, tmp_path)
+
+
+def make_store(request, tmp_path) -> Store:  # type: ignore[no-untyped-def]
+    """The store `request.param` names (other suites parametrize their own `store` with it)."""
     if request.param == "sql":
         return SqlStore(open_database(tmp_path / "c.db"))
+    if request.param == "postgres":
+        engine = open_database(request.getfixturevalue("pg_url"))
+        request.addfinalizer(engine.dispose)
+        return SqlStore(engine)
     return MemoryStore()
 
 
@@ -339,3 +353,36 @@ def test_gc_finds_old_finished_rows_and_prunes_one_in_place(store: Store):
     assert [r.log_path for r in store.list_runs(experiment_id=done)] == [None]
     assert store.prunable_experiments(later, everything, 10) == []  # pruned once only
     assert store.get_experiment(busy).status is S.RUNNING
+
+
+def test_a_diverged_run_and_binary_output_are_recorded(store: Store):
+    """NaN and infinity in a summary (a diverged run) and a NUL byte in the log tail (binary
+    output) are recorded, not a database error that leaves the experiment running."""
+    sweep = store.create_sweep(spec())
+    exp_id = running(store, sweep.id)
+    summary = {"val_bpb": float("nan"), "grad_norm": float("inf"), "note": "diverged"}
+    store.finish(exp_id, Finish(S.CRASHED, crash_kind=CrashKind.FUNDAMENTAL,
+                                summary=summary,
+                                metric=float("nan"), log_tail="loss nan\x00\x01 step 3",
+                                reason="val\x00bpb"))
+    got = store.get_experiment(exp_id)
+    assert got.status is S.CRASHED and math.isnan(got.summary["val_bpb"])
+    assert got.summary["grad_norm"] == float("inf") and got.summary["note"] == "diverged"
+    assert got.metric is None or math.isnan(got.metric)  # SQLite stores a NaN REAL as NULL
+    assert got.log_tail is not None and got.log_tail.startswith("loss nan")
+    assert got.log_tail.endswith("\x01 step 3") and got.reason is not None
+    brief = store.experiment_briefs(sweep.id)[0]
+    assert math.isnan(brief.summary["val_bpb"])
+
+
+def test_ids_past_32_bits_are_simply_not_found(store: Store):
+    """The API takes ids up to 2^63 - 1 (SQLite's INTEGER); every store answers 'not found',
+    never a database error (PostgreSQL's ids are bigint for this)."""
+    sweep = store.create_sweep(spec())
+    exp_id = running(store, sweep.id)
+    for huge in (2**31, 2**63 - 1):
+        with pytest.raises(NotFoundError):
+            store.get_experiment(huge)
+        assert store.retry_of(huge) is None
+    assert [e.id for e in store.list_experiments(before_id=2**63 - 1)] == [exp_id]
+    assert store.list_experiments(sweep_id=2**40) == []

@@ -10,8 +10,7 @@ from itertools import combinations
 
 import pytest
 from sqlalchemy import text
-from test_store_contract import spec
-from test_store_contract import store as every_store  # noqa: F401  (the fixture `store`)
+from test_store_contract import STORES, make_store, spec
 
 from agent.domain import (
     CrashKind,
@@ -28,6 +27,12 @@ from agent.errors import ConflictError, DuplicateError
 from agent.ports import Store
 
 S = ExperimentStatus
+
+
+@pytest.fixture(params=STORES)
+def store(request, tmp_path) -> Store:  # type: ignore[no-untyped-def]
+    """Every store of the contract suite: SQLite, PostgreSQL, memory."""
+    return make_store(request, tmp_path)
 ENDS = [(S.KEPT, None), (S.DISCARDED, None), (S.CRASHED, CrashKind.TRIVIAL),
         (S.CRASHED, CrashKind.FUNDAMENTAL), (S.TIMEOUT, CrashKind.TIMEOUT), (S.REJECTED, None),
         (S.CANCELLED, None)]

@@ -20,11 +20,14 @@ def run() -> None:
         engine = create_engine(url)
         with engine.begin() as conn:
             context.configure(connection=conn, target_metadata=target_metadata,
-                              render_as_batch=True)
+                              render_as_batch=conn.dialect.name == "sqlite")
             with context.begin_transaction():
                 context.run_migrations()
         return
-    context.configure(connection=connection, target_metadata=target_metadata, render_as_batch=True)
+    # Batch mode (copy, drop, rename a table) is how SQLite alters tables; PostgreSQL alters
+    # them in place, and `batch_alter_table` in a migration runs its ops directly there.
+    context.configure(connection=connection, target_metadata=target_metadata,
+                      render_as_batch=connection.dialect.name == "sqlite")
     with context.begin_transaction():
         context.run_migrations()
 

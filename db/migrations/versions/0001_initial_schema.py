@@ -8,6 +8,13 @@ Create Date: 2026-11-29 20:04:22.588063
 import sqlalchemy as sa
 from alembic import op
 
+# JSON is text on PostgreSQL: Python's json writes NaN and Infinity (a diverged run's summary),
+# which PostgreSQL's json type refuses; SQLite stores the same text (db.models.JsonText).
+JSON = sa.JSON().with_variant(sa.Text(), "postgresql")
+# Ids, references and token sums are 64-bit, as SQLite's INTEGER is (the API accepts ids up
+# to 2^63 - 1); PostgreSQL's integer would stop at 2^31 - 1 and refuse larger lookups.
+BIG = sa.Integer().with_variant(sa.BigInteger(), "postgresql")
+
 revision = "0001"
 down_revision = None
 branch_labels = None
@@ -18,25 +25,25 @@ def upgrade() -> None:
 
     op.create_table(
         "sweeps",
-        sa.Column("id", sa.Integer(), nullable=False),
+        sa.Column("id", BIG, nullable=False),
         sa.Column("name", sa.String(length=100), nullable=False),
         sa.Column("target_path", sa.Text(), nullable=False),
         sa.Column("branch", sa.String(length=200), nullable=False),
         sa.Column("status", sa.String(length=20), nullable=False),
         sa.Column("proposer", sa.String(length=100), nullable=False),
-        sa.Column("config", sa.JSON(), nullable=False),
-        sa.Column("protected_hashes", sa.JSON(), nullable=False),
+        sa.Column("config", JSON, nullable=False),
+        sa.Column("protected_hashes", JSON, nullable=False),
         sa.Column("max_experiments", sa.Integer(), nullable=True),
         sa.Column("seed", sa.Integer(), nullable=False),
         sa.Column("min_delta", sa.Float(), nullable=False),
         sa.Column("deadline", sa.DateTime(), nullable=True),
-        sa.Column("window", sa.JSON(), nullable=True),
+        sa.Column("window", JSON, nullable=True),
         sa.Column("baseline_metric", sa.Float(), nullable=True),
         sa.Column("best_metric", sa.Float(), nullable=True),
         sa.Column("best_commit", sa.String(length=64), nullable=True),
-        sa.Column("best_experiment_id", sa.Integer(), nullable=True),
-        sa.Column("llm_tokens_in", sa.Integer(), nullable=False),
-        sa.Column("llm_tokens_out", sa.Integer(), nullable=False),
+        sa.Column("best_experiment_id", BIG, nullable=True),
+        sa.Column("llm_tokens_in", BIG, nullable=False),
+        sa.Column("llm_tokens_out", BIG, nullable=False),
         sa.Column("llm_usd", sa.Float(), nullable=False),
         sa.Column("created_at", sa.DateTime(), nullable=False),
         sa.Column("updated_at", sa.DateTime(), nullable=False),
@@ -48,9 +55,9 @@ def upgrade() -> None:
 
     op.create_table(
         "experiments",
-        sa.Column("id", sa.Integer(), nullable=False),
-        sa.Column("sweep_id", sa.Integer(), nullable=False),
-        sa.Column("parent_id", sa.Integer(), nullable=True),
+        sa.Column("id", BIG, nullable=False),
+        sa.Column("sweep_id", BIG, nullable=False),
+        sa.Column("parent_id", BIG, nullable=True),
         sa.Column("attempt", sa.Integer(), nullable=False),
         sa.Column("is_baseline", sa.Boolean(), nullable=False),
         sa.Column("priority", sa.Integer(), nullable=False),
@@ -66,13 +73,13 @@ def upgrade() -> None:
         sa.Column("ref", sa.String(length=300), nullable=True),
         sa.Column("metric", sa.Float(), nullable=True),
         sa.Column("best_before", sa.Float(), nullable=True),
-        sa.Column("summary", sa.JSON(), nullable=False),
-        sa.Column("meta", sa.JSON(), nullable=False),
+        sa.Column("summary", JSON, nullable=False),
+        sa.Column("meta", JSON, nullable=False),
         sa.Column("log_path", sa.Text(), nullable=True),
         sa.Column("log_tail", sa.Text(), nullable=True),
         sa.Column("pgid", sa.Integer(), nullable=True),
-        sa.Column("llm_tokens_in", sa.Integer(), nullable=False),
-        sa.Column("llm_tokens_out", sa.Integer(), nullable=False),
+        sa.Column("llm_tokens_in", BIG, nullable=False),
+        sa.Column("llm_tokens_out", BIG, nullable=False),
         sa.Column("llm_usd", sa.Float(), nullable=False),
         sa.Column("created_at", sa.DateTime(), nullable=False),
         sa.Column("started_at", sa.DateTime(), nullable=True),
@@ -93,8 +100,8 @@ def upgrade() -> None:
 
     op.create_table(
         "loss_points",
-        sa.Column("id", sa.Integer(), nullable=False),
-        sa.Column("experiment_id", sa.Integer(), nullable=False),
+        sa.Column("id", BIG, nullable=False),
+        sa.Column("experiment_id", BIG, nullable=False),
         sa.Column("step", sa.Integer(), nullable=False),
         sa.Column("loss", sa.Float(), nullable=False),
         sa.Column("elapsed_s", sa.Float(), nullable=True),

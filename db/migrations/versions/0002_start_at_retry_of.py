@@ -16,6 +16,10 @@ import json
 import sqlalchemy as sa
 from alembic import op
 
+# Ids, references and token sums are 64-bit, as SQLite's INTEGER is (the API accepts ids up
+# to 2^63 - 1); PostgreSQL's integer would stop at 2^31 - 1 and refuse larger lookups.
+BIG = sa.Integer().with_variant(sa.BigInteger(), "postgresql")
+
 revision = "0002"
 down_revision = "0001"
 branch_labels = None
@@ -28,11 +32,13 @@ def upgrade() -> None:
         batch.drop_column("seed")
         batch.drop_column("min_delta")
     with op.batch_alter_table("experiments") as batch:
-        batch.add_column(sa.Column("retry_of", sa.Integer(), nullable=True))
+        batch.add_column(sa.Column("retry_of", BIG, nullable=True))
         batch.create_foreign_key("fk_experiments_retry_of", "experiments", ["retry_of"], ["id"])
         batch.create_index("ix_experiments_retry_of", ["retry_of"], unique=True)
     conn = op.get_bind()
-    rows = conn.execute(sa.text("SELECT id, meta FROM experiments WHERE meta LIKE '%retry_of%'"))
+    rows = conn.execute(sa.text(
+        "SELECT id, meta FROM experiments WHERE CAST(meta AS TEXT) LIKE '%retry_of%'"
+    ))
     for exp_id, meta in rows.fetchall():
         value = (json.loads(meta) if isinstance(meta, str) else meta or {}).get("retry_of")
         if isinstance(value, int):

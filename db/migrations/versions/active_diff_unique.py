@@ -36,7 +36,7 @@ def upgrade() -> None:
         )
     )
     op.create_index(INDEX, "experiments", ["sweep_id", "diff_key"], unique=True,
-                    sqlite_where=sa.text(ACTIVE))
+                    sqlite_where=sa.text(ACTIVE), postgresql_where=sa.text(ACTIVE))
 
 
 def downgrade() -> None:

@@ -36,7 +36,8 @@ def upgrade() -> None:
                     sqlite_where=sa.text(CRASHED_ROWS), postgresql_where=sa.text(CRASHED_ROWS))
     op.create_table(
         "experiment_counts",
-        sa.Column("sweep_id", sa.Integer(), nullable=False),
+        sa.Column("sweep_id", sa.Integer().with_variant(sa.BigInteger(), "postgresql"),
+                  nullable=False),  # 64-bit like sweeps.id (migration 0001)
         sa.Column("status", sa.String(length=20), nullable=False),
         sa.Column("crash_kind", sa.String(length=20), nullable=False),
         sa.Column("n", sa.Integer(), nullable=False),

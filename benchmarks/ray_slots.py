@@ -25,11 +25,10 @@ from pathlib import Path
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from slots import STARTUP_S, knob_diff, make_target  # noqa: E402
+from slots import STARTUP_S, make_target, timed_burst  # noqa: E402
 
-from agent.domain import ExperimentStatus, Proposal  # noqa: E402
-from agent.scheduler import SchedulerSettings, SlotScheduler  # noqa: E402
-from agent.sweeps import create_sweep  # noqa: E402
+from agent.domain import ExperimentStatus  # noqa: E402
+from agent.scheduler import SchedulerSettings  # noqa: E402
 from overnight.runtime import Runtime  # noqa: E402
 
 GPUS_PER_NODE = 2
@@ -61,18 +60,8 @@ def measure(tmp: Path, executor: str, slots: int, per_slot: int,
     root = tmp / f"{executor}-{slots}"
     target, train = make_target(root / "target", n, budget)
     runtime = Runtime(root / "o.db")
-    sweep = create_sweep(runtime.store, runtime.repo_at(target), target, name="bench",
-                         proposer="queue")
-    for i in range(n):
-        runtime.store.add_experiment(sweep.id, Proposal(f"K{i} on", knob_diff(train, i)))
     settings = SchedulerSettings(slots=slots, executor=executor, ray_cpus=1)
-    engine = SlotScheduler(runtime.store, settings, runtime.loop_factory(settings))
-    base = runtime.store.claim_next(sweep.id)
-    assert base is not None and base.is_baseline
-    engine._execute(0, sweep, base, engine._loop(sweep, 0))  # noqa: SLF001 - bench only
-    t0 = time.perf_counter()
-    engine.run_burst(["bench"])
-    wall = time.perf_counter() - t0
+    sweep, _, wall = timed_burst(runtime, target, train, n, settings)
     exps = [e for e in runtime.store.list_experiments(sweep.id) if not e.is_baseline]
     assert all(e.status is not ExperimentStatus.QUEUED for e in exps)
     ids = {e.id for e in exps}

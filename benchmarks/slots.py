@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from agent.domain import ExperimentStatus, Proposal
+from agent.domain import Experiment, ExperimentStatus, Proposal, Sweep
 from agent.gitrepo import init_repo
 from agent.scheduler import SchedulerSettings, SlotScheduler
 from agent.sweeps import create_sweep
@@ -68,24 +68,30 @@ def knob_diff(train: str, i: int) -> str:
     return "".join(difflib.unified_diff(old, new, "a/train.py", "b/train.py"))
 
 
-def measure(tmp: Path, slots: int, per_slot: int, budget: float,
-            keeps: bool = False) -> dict[str, float]:
-    n = slots * per_slot
-    target, train = make_target(tmp / f"target-{slots}", n, budget, keeps)
-    runtime = Runtime(tmp / f"o-{slots}.db")
+def timed_burst(runtime: Runtime, target: Path, train: str, n: int,
+                settings: SchedulerSettings) -> tuple[Sweep, Experiment, float]:
+    """Queue n knob changes, run the baseline alone (nothing is compared before it), then time
+    the engine's burst over the rest: (sweep, baseline, wall seconds)."""
     sweep = create_sweep(runtime.store, runtime.repo_at(target), target, name="bench",
                          proposer="queue")
     for i in range(n):
         runtime.store.add_experiment(sweep.id, Proposal(f"K{i} on", knob_diff(train, i)))
-    # The baseline runs alone (nothing is compared before it): time the rest only.
-    settings = SchedulerSettings(slots=slots, devices=tuple(str(i) for i in range(slots)))
     engine = SlotScheduler(runtime.store, settings, runtime.loop_factory(settings))
     base = runtime.store.claim_next(sweep.id)
     assert base is not None and base.is_baseline
     engine._execute(0, sweep, base, engine._loop(sweep, 0))  # noqa: SLF001 - bench only
     t0 = time.perf_counter()
     engine.run_burst(["bench"])
-    wall = time.perf_counter() - t0
+    return sweep, base, time.perf_counter() - t0
+
+
+def measure(tmp: Path, slots: int, per_slot: int, budget: float,
+            keeps: bool = False) -> dict[str, float]:
+    n = slots * per_slot
+    target, train = make_target(tmp / f"target-{slots}", n, budget, keeps)
+    runtime = Runtime(tmp / f"o-{slots}.db")
+    settings = SchedulerSettings(slots=slots, devices=tuple(str(i) for i in range(slots)))
+    sweep, base, wall = timed_burst(runtime, target, train, n, settings)
     exps = [e for e in runtime.store.list_experiments(sweep.id) if not e.is_baseline]
     ran = [e for e in exps if e.run_started_at and e.run_ended_at]
     assert all(e.status is not ExperimentStatus.QUEUED for e in exps)

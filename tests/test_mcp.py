@@ -252,13 +252,14 @@ def test_cli_tools_and_agent_instructions(setup):
     assert runner.invoke(app, ["tools", "--format", "xml"]).exit_code == 2
 
 
-def test_mcp_stdio_run_executes_without_a_service(setup):
-    """`overnight mcp --run`: one config line for an agent; this process runs the queue."""
-    db, _ = setup
+def propose_width_over_stdio(args: list[str], timeout_s: float,
+                             ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """`overnight <args>` as an MCP stdio server, driven by the official client: propose
+    WIDTH 64 -> 256 on sweep `night`, wait for it; (that experiment, the baseline) as the
+    tools return them."""
 
     async def session() -> tuple[dict[str, Any], dict[str, Any]]:
-        params = StdioServerParameters(command=str(OVERNIGHT),
-                                       args=["mcp", "--db", str(db), "--run"])
+        params = StdioServerParameters(command=str(OVERNIGHT), args=args)
         async with stdio_client(params) as (read, write), ClientSession(read, write) as s:
             await s.initialize()
             t = Transcript(s)
@@ -266,10 +267,17 @@ def test_mcp_stdio_run_executes_without_a_service(setup):
             _, proposed = await t.call("propose_experiment", sweep="night",
                                        description="width 256",
                                        diff=edit(best["files"], "WIDTH = 64", "WIDTH = 256"))
-            _, done = await t.call("wait_for_experiment", id=proposed["id"], timeout_s=60)
+            _, done = await t.call("wait_for_experiment", id=proposed["id"],
+                                   timeout_s=timeout_s)
             _, base = await t.call("wait_for_experiment", id=1, timeout_s=5)
             return done, base
 
-    done, base = anyio.run(session)
+    return anyio.run(session)
+
+
+def test_mcp_stdio_run_executes_without_a_service(setup):
+    """`overnight mcp --run`: one config line for an agent; this process runs the queue."""
+    db, _ = setup
+    done, base = propose_width_over_stdio(["mcp", "--db", str(db), "--run"], timeout_s=60)
     assert base["status"] == "kept"
     assert done["status"] == "kept" and done["delta"] == pytest.approx(-0.1)

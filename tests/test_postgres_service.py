@@ -11,7 +11,6 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -131,10 +130,7 @@ def test_kill9_mid_run_on_postgresql_loses_nothing_and_runs_nothing_twice(
 
 def test_mcp_run_on_postgresql_with_the_official_client(pg_url: str, tmp_path: Path) -> None:
     """`overnight mcp --db URL --run`: a coding agent's tools and the engine on PostgreSQL."""
-    import anyio
-    from mcp import ClientSession, StdioServerParameters
-    from mcp.client.stdio import stdio_client
-    from test_mcp import FIXTURE, Transcript, edit
+    from test_mcp import FIXTURE, propose_width_over_stdio
 
     from agent.gitrepo import GitRepo, init_repo
     from agent.sweeps import create_sweep
@@ -149,22 +145,8 @@ def test_mcp_run_on_postgresql_with_the_official_client(pg_url: str, tmp_path: P
                  max_experiments=3)
     engine.dispose()
     work = tmp_path / "mcp-work"
-
-    async def session() -> tuple[dict[str, Any], dict[str, Any]]:
-        params = StdioServerParameters(command=OVERNIGHT, args=[
-            "mcp", "--db", pg_url, "--run", "--work-dir", str(work)])
-        async with stdio_client(params) as (read, write), ClientSession(read, write) as s:
-            await s.initialize()
-            t = Transcript(s)
-            _, best = await t.call("get_best", sweep="night")
-            _, proposed = await t.call("propose_experiment", sweep="night",
-                                       description="width 256",
-                                       diff=edit(best["files"], "WIDTH = 64", "WIDTH = 256"))
-            _, done = await t.call("wait_for_experiment", id=proposed["id"], timeout_s=120)
-            _, base = await t.call("wait_for_experiment", id=1, timeout_s=5)
-            return done, base
-
-    done, base = anyio.run(session)
+    done, base = propose_width_over_stdio(
+        ["mcp", "--db", pg_url, "--run", "--work-dir", str(work)], timeout_s=120)
     assert base["status"] == "kept"
     assert done["status"] == "kept" and done["delta"] == pytest.approx(-0.1)
     assert (work / "logs" / "night").is_dir()  # the runs happened in --work-dir

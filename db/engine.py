@@ -89,8 +89,9 @@ def _replace_nul(_conn: Any, _cursor: Any, statement: str, parameters: Any, _con
     return statement, _without_nul(parameters)
 
 
-def migrate(engine: Engine) -> None:
-    """Bring the schema to the newest Alembic revision (a no-op when already there)."""
+def migrate(engine: Engine, revision: str = "head") -> None:
+    """Bring the schema to `revision`, by default the newest (a no-op when already there);
+    an older revision is for tests that build a database as an old release left it."""
     from alembic import command
     from alembic.config import Config
 
@@ -101,7 +102,7 @@ def migrate(engine: Engine) -> None:
     cfg.set_main_option("script_location", str(Path(__file__).parent / "migrations"))
     with engine.connect() as conn:
         if conn.dialect.name == "sqlite":
-            _migrate_sqlite(conn, cfg, command.upgrade)
+            _migrate_sqlite(conn, cfg, command.upgrade, revision)
             return
         with conn.begin():
             # Two processes opening a fresh database at once would both create the tables;
@@ -109,10 +110,10 @@ def migrate(engine: Engine) -> None:
             conn.execute(text("SELECT pg_advisory_xact_lock(:c, :k)"),
                          {"c": LOCK_CLASS, "k": MIGRATION_LOCK})
             cfg.attributes["connection"] = conn
-            command.upgrade(cfg, "head")
+            command.upgrade(cfg, revision)
 
 
-def _migrate_sqlite(conn: Connection, cfg: Any, upgrade: Any) -> None:
+def _migrate_sqlite(conn: Connection, cfg: Any, upgrade: Any, revision: str) -> None:
     # A batch migration re-creates a table (copy, DROP, rename); with foreign keys on, the
     # DROP of `sweeps` cascades and deletes every experiment. SQLite ignores this pragma
     # inside a transaction, so it is set before the migration's transaction begins.
@@ -121,7 +122,7 @@ def _migrate_sqlite(conn: Connection, cfg: Any, upgrade: Any) -> None:
     try:
         with conn.begin():
             cfg.attributes["connection"] = conn
-            upgrade(cfg, "head")
+            upgrade(cfg, revision)
             broken = conn.exec_driver_sql("PRAGMA foreign_key_check").fetchall()
             if broken:
                 raise RuntimeError(f"migration left dangling references: {broken[:5]}")

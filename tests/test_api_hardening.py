@@ -181,22 +181,16 @@ def test_silent_followers_hold_no_thread_and_end_with_their_clients(
 def test_upgrade_rejects_copies_queued_by_the_old_race_then_refuses_new_ones(
         tmp_path: Path, target: Path) -> None:
     """A database from before the unique index, holding three queued copies of one change."""
-    from alembic import command
-    from alembic.config import Config
     from sqlalchemy import text
 
     from agent.domain import Proposal
     from agent.errors import DuplicateError
-    from db import engine as db_engine
     from db.engine import make_engine, migrate
     from db.store import SqlStore, diff_key
 
     engine = make_engine(tmp_path / "old.db")
-    cfg = Config()
-    cfg.set_main_option("script_location", str(Path(db_engine.__file__).parent / "migrations"))
+    migrate(engine, "0001")  # the schema as that release left it
     with engine.begin() as conn:
-        cfg.attributes["connection"] = conn
-        command.upgrade(cfg, "0001")
         conn.execute(text(
             "INSERT INTO sweeps (id, name, target_path, branch, status, proposer, config, "
             "protected_hashes, seed, min_delta, llm_tokens_in, llm_tokens_out, llm_usd, "

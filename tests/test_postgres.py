@@ -200,20 +200,14 @@ def test_an_old_postgresql_database_is_upgraded_with_its_rows(pg_cluster) -> Non
     """Revision 0001 with rows, then every later migration's PostgreSQL branch: retry_of from
     the metadata, the race's queued copies rejected before the partial index, runs
     backfilled from the (text) JSON, nothing lost."""
-    from alembic import command
-    from alembic.config import Config
-
     from agent.domain import RunRole, RunStatus
     from agent.errors import DuplicateError
     from db.engine import migrate
     from db.store import diff_key
 
     engine = make_engine(pg_cluster.create_database("old", template=None))
-    cfg = Config()
-    cfg.set_main_option("script_location", str(ROOT / "db" / "migrations"))
+    migrate(engine, "0001")  # the schema as that release left it
     with engine.begin() as conn:
-        cfg.attributes["connection"] = conn
-        command.upgrade(cfg, "0001")
         conn.execute(text(
             "INSERT INTO sweeps (id, name, target_path, branch, status, proposer, config, "
             "protected_hashes, seed, min_delta, llm_tokens_in, llm_tokens_out, llm_usd, "

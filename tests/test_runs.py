@@ -72,16 +72,9 @@ def test_null_sweep_keeps_at_most_one_change(tmp_path, store, make_loop):
 
 
 def test_migration_from_0001_keeps_data_and_backfills_runs(tmp_path):
-    from alembic import command
-    from alembic.config import Config
-
     db = tmp_path / "old.db"
     engine = make_engine(db)
-    cfg = Config()
-    cfg.set_main_option("script_location", str(REPO_ROOT / "db" / "migrations"))
-    with engine.begin() as conn:
-        cfg.attributes["connection"] = conn
-        command.upgrade(cfg, "0001")
+    migrate(engine, "0001")  # the schema as that release left it
     con = sqlite3.connect(db)
     con.execute(
         "INSERT INTO sweeps (id, name, target_path, branch, status, proposer, config, "

@@ -109,9 +109,9 @@ class Loop:
     def _record_out_of_ideas(self, sweep: Sweep) -> None:
         """A proposer that can say why it has nothing (e.g. no knobs in the target) gets that
         reason recorded as a rejected row, so the sweep does not end in a silent `done`."""
-        why = self.proposer.out_of_ideas if self.proposer is not None else None
-        if not why or self.proposer is None:
+        if self.proposer is None or not self.proposer.out_of_ideas:
             return
+        why = self.proposer.out_of_ideas
         logger.warning("sweep %s: %s", sweep.name, why)
         row = self.store.add_experiment(
             sweep.id, Proposal("the proposer has nothing to propose", "", self.proposer.name),

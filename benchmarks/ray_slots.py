@@ -7,7 +7,8 @@ with num_gpus=1 that receives its commit as a git bundle, clones it and runs it 
 The local executor runs the same proposals at each slot count, right before, for the comparison
 (targets: Ray >= 0.9 x N, local >= 0.95 x N). Per-run overhead = a
 run record's wall time minus the trainer's own start-up + budget. Target: 4 slots run
->= 0.9 x 4 times the single-slot rate.
+>= 0.9 x 4 times the single-slot rate, at the steady rate (benchmarks/slots.py: runs started
+while every slot is busy; the burst's one-off ramp and tail are printed beside it).
 
     .venv/bin/python benchmarks/ray_slots.py [--slots 1 4] [--per-slot 6] [--budget 2]
 """
@@ -25,7 +26,7 @@ from pathlib import Path
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from slots import STARTUP_S, make_target, timed_burst  # noqa: E402
+from slots import STARTUP_S, make_target, steady_rate, timed_burst  # noqa: E402
 
 from agent.domain import ExperimentStatus  # noqa: E402
 from agent.scheduler import SchedulerSettings  # noqa: E402
@@ -70,15 +71,19 @@ def measure(tmp: Path, executor: str, slots: int, per_slot: int,
     overheads = [(r.ended_at - r.started_at).total_seconds() - STARTUP_S - budget  # type: ignore
                  for r in runs]
     runtime.close()
+    steady = steady_rate([r.started_at for r in runs], slots)  # type: ignore[misc]
+    per_exp = len(runs) / len(exps)
     return {"executor": executor, "slots": slots, "experiments": len(exps), "wall_s": wall,
             "per_hour": len(exps) / wall * 3600, "runs_per_hour": len(runs) / wall * 3600,
+            "steady_per_hour": steady * 3600 / per_exp if steady else float("nan"),
+            "ramp_tail_s": wall - len(runs) / steady if steady else float("nan"),
             "overheads": overheads}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--slots", type=int, nargs="+", default=[1, 4])
-    ap.add_argument("--per-slot", type=int, default=6)
+    ap.add_argument("--per-slot", type=int, default=10)
     ap.add_argument("--budget", type=float, default=2.0)
     args = ap.parse_args()
     t0 = time.perf_counter()
@@ -104,17 +109,17 @@ def report(rows: list[dict], args: argparse.Namespace, started: float) -> None:
     print(f"sleep trainer: {STARTUP_S:g} s start-up + {args.budget:g} s budget, "
           f"{args.per_slot} experiments per slot; local Ray cluster: {NODES} nodes x "
           f"{GPUS_PER_NODE} logical GPUs (started in {started:.1f} s, not counted)")
-    print("executor  slots  experiments  wall s  exp/hour  x single  target  runs/hour  "
-          "x single  overhead/run median  p90")
+    print("executor  slots  experiments  wall s  burst exp/h  x single  steady exp/h  x single  "
+          "target  ramp+tail s  overhead/run median  p90")
     for r in rows:
         one = single.get(r["executor"])
         ratio = r["per_hour"] / one["per_hour"] if one else float("nan")
-        runs_ratio = r["runs_per_hour"] / one["runs_per_hour"] if one else float("nan")
+        steady = r["steady_per_hour"] / one["steady_per_hour"] if one else float("nan")
         target = f"{(0.9 if r['executor'] == 'ray' else 0.95) * r['slots']:>6.2f}"
         print(f"{r['executor']:>8}  {r['slots']:>5}  {r['experiments']:>11}  {r['wall_s']:>6.1f}"
-              f"  {r['per_hour']:>8.0f}  {ratio:>8.2f}  {target}  {r['runs_per_hour']:>9.0f}  "
-              f"{runs_ratio:>8.2f}  {statistics.median(r['overheads']):>19.2f}  "
-              f"{p90(r['overheads']):>4.2f}")
+              f"  {r['per_hour']:>11.0f}  {ratio:>8.2f}  {r['steady_per_hour']:>12.0f}  "
+              f"{steady:>8.2f}  {target}  {r['ramp_tail_s']:>11.1f}  "
+              f"{statistics.median(r['overheads']):>19.2f}  {p90(r['overheads']):>4.2f}")
     local = {r["slots"]: r for r in rows if r["executor"] == "local"}
     for r in rows:
         base = local.get(r["slots"])
@@ -122,8 +127,9 @@ def report(rows: list[dict], args: argparse.Namespace, started: float) -> None:
             continue
         print(f"Ray adds per run at {r['slots']} slot(s): median "
               f"{statistics.median(r['overheads']) - statistics.median(base['overheads']):+.2f} s"
-              f", p90 {p90(r['overheads']) - p90(base['overheads']):+.2f} s; experiments/hour "
-              f"{r['per_hour'] / base['per_hour']:.2f} x the local executor's")
+              f", p90 {p90(r['overheads']) - p90(base['overheads']):+.2f} s; steady "
+              f"experiments/hour {r['steady_per_hour'] / base['steady_per_hour']:.2f} x the local "
+              "executor's")
     print("command: .venv/bin/python benchmarks/ray_slots.py " + " ".join(
         ["--slots", *map(str, args.slots), "--per-slot", str(args.per_slot),
          "--budget", f"{args.budget:g}"]))

@@ -67,3 +67,19 @@ def test_post_rate_reads_responses_and_takes_nearest_rank_quantiles() -> None:
     request = bench.request_bytes("127.0.0.1:1", {"a": 1})
     assert request.startswith(b"POST /experiments HTTP/1.1\r\n")
     assert request.endswith(b'\r\n\r\n{"a": 1}') and b"Content-Length: 8\r\n" in request
+
+
+def test_slots_steady_rate_leaves_out_the_ramp_and_the_tail() -> None:
+    from datetime import datetime, timedelta
+
+    bench = _load("slots")
+    t0 = datetime(2026, 1, 1)
+    # Two slots, a 3 s cycle: the second slot claims its first run 1 s late (the ramp); after the
+    # last start only idling is left (the tail). 8 starts; 6 of them from the 2nd start (t=1)
+    # to the last (t=10): 6 runs in 9 s, whatever the ramp's length.
+    starts = [t0 + timedelta(seconds=s) for s in (0, 1, 3, 4, 6, 7, 9, 10)]
+    assert bench.steady_rate(starts, 2) == pytest.approx(6 / 9)
+    late = [t0 + timedelta(seconds=s) for s in (0, 5, 7, 8, 10, 11, 13, 14)]
+    assert bench.steady_rate(late, 2) == pytest.approx(6 / 9)
+    assert bench.steady_rate(starts[:2], 2) is None  # no run started while both were busy
+    assert bench.steady_rate([t0, t0, t0], 2) is None  # no span to divide by

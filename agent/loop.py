@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -58,6 +61,31 @@ _DECISION_LOCKS_GUARD = threading.Lock()
 def _decision_lock(branch: str, target: str) -> threading.Lock:
     with _DECISION_LOCKS_GUARD:
         return _DECISION_LOCKS.setdefault((target, branch), threading.Lock())
+
+
+# Incumbent re-runs a slot of this process has decided on but whose run may not be recorded
+# yet, per sweep (target, branch): slots finishing together would otherwise all see the same
+# re-run as due.
+_INCUMBENT_CLAIMS: Counter[tuple[str, str]] = Counter()
+_INCUMBENT_GUARD = threading.Lock()
+
+
+@contextmanager
+def _incumbent_claim(sweep: Sweep, decided: int, recorded: int, rule: Rule) -> Iterator[bool]:
+    """Whether this slot re-runs the incumbent now (held for the re-run's length): due counting
+    the re-runs recorded and those other slots have claimed. While a claimed re-run is also
+    recorded it counts twice, which can only put the next re-run off, never double one."""
+    key = (sweep.target_path, sweep.branch)
+    with _INCUMBENT_GUARD:
+        mine = incumbent_due(decided, recorded + _INCUMBENT_CLAIMS[key], rule)
+        if mine:
+            _INCUMBENT_CLAIMS[key] += 1
+    try:
+        yield mine
+    finally:
+        if mine:
+            with _INCUMBENT_GUARD:
+                _INCUMBENT_CLAIMS[key] -= 1
 
 
 class Loop:
@@ -264,20 +292,14 @@ class Loop:
             sweep.id, [ExperimentStatus.KEPT, ExperimentStatus.DISCARDED], is_baseline=False
         )
         done = sum(r.role is RunRole.INCUMBENT for r in runs)
-        if not incumbent_due(decided, done, rule):
-            return
-        mine = [r for r in runs if r.commit == head]
+        with _incumbent_claim(sweep, decided, done, rule) as due:
+            if not due:
+                return
+            mine = [r for r in runs if r.commit == head]
+            run = self._incumbent_run(sweep, exp, head, stop, RunSpec(
+                sweep.id, current.best_experiment_id, head, rule.seed + len(mine),
+                RunRole.INCUMBENT))
         ok = [r for r in mine if r.status is RunStatus.OK and r.metric is not None]
-        wt = self.settings.work_dir / "worktrees" / sweep.name / f"exp-{exp.id}-incumbent"
-        spec = RunSpec(
-            sweep.id, current.best_experiment_id, head, rule.seed + len(mine), RunRole.INCUMBENT
-        )
-        self.repo.add_worktree(wt, head)
-        try:
-            link_assets(wt, Path(sweep.target_path), sweep.config)
-            _, _, run = self.training.run(sweep, exp, wt, stop, spec)
-        finally:
-            self.repo.remove_worktree(wt)
         if run.status is not RunStatus.OK or run.metric is None:
             return
         flags = suspect_flags(
@@ -296,6 +318,16 @@ class Loop:
                     head,
                     baseline=current.best_experiment_id == self._baseline_id(sweep),
                 )
+
+    def _incumbent_run(self, sweep: Sweep, exp: Experiment, head: str, stop: threading.Event,
+                       spec: RunSpec) -> Run:
+        wt = self.settings.work_dir / "worktrees" / sweep.name / f"exp-{exp.id}-incumbent"
+        self.repo.add_worktree(wt, head)
+        try:
+            link_assets(wt, Path(sweep.target_path), sweep.config)
+            return self.training.run(sweep, exp, wt, stop, spec)[2]
+        finally:
+            self.repo.remove_worktree(wt)
 
     def _baseline_id(self, sweep: Sweep) -> int | None:
         first = self.store.list_experiments(sweep.id, limit=1)

@@ -11,6 +11,7 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 from conftest import REPO_ROOT, make_target
@@ -18,7 +19,7 @@ from null_proposer import Ideas
 from service_fixtures import wait_for
 
 from agent.config import load_config
-from agent.domain import ExperimentStatus, RunRole, RunStatus
+from agent.domain import ExperimentStatus, Proposal, RunRole, RunStatus
 from agent.gitrepo import GitRepo
 from agent.proposers.knobs import make_diff
 from agent.recovery import recover
@@ -69,6 +70,42 @@ def test_null_sweep_keeps_at_most_one_change(tmp_path, store, make_loop):
     best = store.get_sweep("null")
     mine = [r.metric for r in runs if r.commit == best.best_commit and r.status is RunStatus.OK]
     assert abs(best.best_metric - sum(mine) / len(mine)) < 1e-9
+
+
+def test_slots_finishing_together_re_run_the_incumbent_once(tmp_path, store, make_loop):
+    """8 proposals decided: the incumbent's re-run is due. Two slots check at once; the second
+    checks while the first has claimed the re-run but not yet recorded it (held in its worktree
+    set-up), and goes on without one: one re-run, not two."""
+    target = noisy_target(tmp_path / "noisy")
+    sweep = create_sweep(store, GitRepo(target), target, name="inc",
+                         config=load_config(target), max_experiments=8)
+    run_sweep(make_loop(target, Ideas()), sweep.name)
+    assert not [r for r in store.list_runs(sweep_id=sweep.id) if r.role is RunRole.INCUMBENT]
+    sweep = store.get_sweep("inc")
+    head = GitRepo(target).head(sweep.branch)
+    assert head == sweep.best_commit
+    first, second = make_loop(target), make_loop(target)
+    ea, eb = (store.add_experiment(sweep.id, Proposal(f"slot {k}", "")) for k in "ab")
+    entered, release = threading.Event(), threading.Event()
+    add_worktree = first.repo.add_worktree
+
+    def held_add(path: Path, sha: str) -> None:
+        entered.set()
+        assert release.wait(60)
+        add_worktree(path, sha)
+
+    first.repo.add_worktree = held_add  # type: ignore[method-assign]
+    slot = threading.Thread(target=first._remeasure_incumbent,
+                            args=(sweep, ea, head, threading.Event()))
+    slot.start()
+    try:
+        assert entered.wait(60)
+        second._remeasure_incumbent(sweep, eb, head, threading.Event())
+    finally:
+        release.set()
+        slot.join(60)
+    roles = [r.role for r in store.list_runs(sweep_id=sweep.id)]
+    assert roles.count(RunRole.INCUMBENT) == 1
 
 
 def test_migration_from_0001_keeps_data_and_backfills_runs(tmp_path):

@@ -244,6 +244,29 @@ class GitRepo:
                 tree = self._git("write-tree", env={"GIT_INDEX_FILE": index})
         return self._git("commit-tree", tree, "-p", base, "-m", message)
 
+    def commit_proposal(self, base: str, diff: str, message: str) -> tuple[str, list[PathChange]]:
+        """Commit `diff` on `base` without touching any worktree: (the commit, what it changes
+        against `base` in git's own words). Raises PatchError (git's message) when the diff does
+        not apply.
+
+        Three git processes (apply, write-tree, commit-tree): the changes are read from the
+        applied scratch index in-process as tree_changes does, not asked of diff-tree."""
+        if not diff.strip():
+            return self.commit_diff(base, diff, message), []
+        _, before = self._base_index(base)
+        with self._scratch_index(base) as index:
+            try:
+                self._apply_cached(index, diff, check_only=False)
+            except GitError as exc:
+                raise PatchError(str(exc)) from None
+            after = (read_index(Path(index).read_bytes(), len(base) // 2) if before is not None
+                     else None)
+            tree = self._git("write-tree", env={"GIT_INDEX_FILE": index})
+        commit = self._git("commit-tree", tree, "-p", base, "-m", message)
+        if before is not None and after is not None:
+            return commit, index_changes(before, after)
+        return commit, self._diff_tree(base, tree)
+
     def set_ref(self, ref: str, sha: str) -> None:
         self._git("update-ref", ref, sha)
 

@@ -28,6 +28,7 @@ from agent.decide import (
     decide,
     incumbent_due,
 )
+from agent.diff import PathChange
 from agent.domain import (
     Experiment,
     ExperimentStatus,
@@ -40,7 +41,13 @@ from agent.domain import (
     Sweep,
     utcnow,
 )
-from agent.errors import LOST_PREFIX, AdmissionError, WorkerLostError, interrupt_reason
+from agent.errors import (
+    LOST_PREFIX,
+    AdmissionError,
+    PatchError,
+    WorkerLostError,
+    interrupt_reason,
+)
 from agent.gitrepo import hash_worktree_files
 from agent.noise import mean, squares, suspect_flags
 from agent.ports import Proposer, Repo, Runner, Store
@@ -86,6 +93,15 @@ def _incumbent_claim(sweep: Sweep, decided: int, recorded: int, rule: Rule) -> I
         if mine:
             with _INCUMBENT_GUARD:
                 _INCUMBENT_CLAIMS[key] -= 1
+
+
+def _refused_by_git(changes: list[PathChange], config: TargetConfig) -> str | None:
+    """Why git's own view of the commit's changes is not admissible (None if it is)."""
+    try:
+        check_changes(changes, config)
+    except AdmissionError as exc:
+        return f"refused after applying: {exc.message}"
+    return None
 
 
 class Loop:
@@ -197,28 +213,21 @@ class Loop:
     def _prepare(self, sweep: Sweep, exp: Experiment) -> tuple[str, str] | Experiment:
         """Commit the diff on the current head; reject if it no longer applies."""
         head = self.repo.head(sweep.branch)
+        changes: list[PathChange] = []
         if exp.is_baseline:
             commit = head
         else:
-            problem = self.repo.check_applies(head, exp.diff)
-            if problem:
-                return self._finish(
-                    exp,
-                    Finish(
-                        ExperimentStatus.REJECTED,
-                        reason=(f"diff no longer applies to the sweep head {head[:7]}: {problem}"),
-                    ),
-                )
-            commit = self.repo.commit_diff(
-                head,
-                exp.diff,
-                f"{exp.description}\n\novernight experiment {exp.id} in sweep {sweep.name}",
-            )
+            message = f"{exp.description}\n\novernight experiment {exp.id} in sweep {sweep.name}"
+            try:
+                commit, changes = self.repo.commit_proposal(head, exp.diff, message)
+            except PatchError as exc:
+                why = f"diff no longer applies to the sweep head {head[:7]}: {exc}"
+                return self._finish(exp, Finish(ExperimentStatus.REJECTED, reason=why))
         ref = f"refs/overnight/{sweep.name}/{exp.id}"
         self.repo.set_ref(ref, commit)
         config = sweep.config
         if not exp.is_baseline:
-            refused = self._refused_by_git(commit, config)
+            refused = _refused_by_git(changes, config)
             if refused:
                 return self._finish(exp, Finish(ExperimentStatus.REJECTED, reason=refused))
         expected = self.store.protected_hashes(sweep.id)
@@ -234,14 +243,6 @@ class Loop:
             )
         self.store.mark_started(exp.id, commit=commit, ref=ref, base_commit=head)
         return head, commit
-
-    def _refused_by_git(self, commit: str, config: TargetConfig) -> str | None:
-        """Why git's own view of the commit is not admissible (None if it is)."""
-        try:
-            check_changes(self.repo.commit_changes(commit), config)
-        except AdmissionError as exc:
-            return f"refused after applying: {exc.message}"
-        return None
 
     def _settle(
         self,

@@ -269,6 +269,10 @@ class Repo(Protocol):
     def commit_changes(self, commit: str) -> list[PathChange]:
         """What `commit` changes against its parent, as git reports it."""
 
+    def commit_proposal(self, base: str, diff: str, message: str) -> tuple[str, list[PathChange]]:
+        """commit_diff and commit_changes at once: (the commit, what it changes against
+        `base`). Raises PatchError (git's message) when the diff does not apply."""
+
     def set_ref(self, ref: str, sha: str) -> None: ...
 
     def advance_branch(self, branch: str, sha: str, expected_old: str) -> None:

@@ -14,9 +14,18 @@ import typer
 
 from overnight.cli_common import (
     DbOpt,
+    DevicesOpt,
+    ExecutorOpt,
+    RayAddressOpt,
+    RayCpusOpt,
+    RayGpusOpt,
+    RayResourceOpt,
+    SlotsOpt,
     WorkDirOpt,
     app,
     db_location,
+    executor_options,
+    executor_slots,
     fail,
     runtime_for,
     work_dir_of,
@@ -29,17 +38,37 @@ def mcp_command(
     run: Annotated[bool, typer.Option("--run", help="also execute queued experiments in this "
                                       "process (when no `overnight serve` uses the database)")]
     = False,
-    slots: Annotated[int, typer.Option(min=1, max=64, help="with --run: experiments at "
-                                       "once")] = 1,
+    slots: SlotsOpt = None,
+    devices: DevicesOpt = None,
+    executor: ExecutorOpt = "local",
+    ray_address: RayAddressOpt = None,
+    ray_gpus: RayGpusOpt = 1.0,
+    ray_cpus: RayCpusOpt = 1.0,
+    ray_resource: RayResourceOpt = None,
     work_dir: WorkDirOpt = None,
 ) -> None:
-    """Serve the agent tools over MCP stdio (for Claude Code, Codex and other MCP clients)."""
+    """Serve the agent tools over MCP stdio (for Claude Code, Codex and other MCP clients).
+
+    With --run, the slot options are those of `overnight run` and `serve`: one slot per GPU by
+    default, or runs as tasks on a Ray cluster with --executor ray."""
+    from agent.scheduler import SchedulerSettings
     from overnight.mcp_stdio import serve_stdio
 
+    runs_on = executor_options(executor, ray_address, ray_gpus, ray_cpus, ray_resource)
+    given = [name for name, value in (("--slots", slots), ("--devices", devices),
+                                      ("--executor", executor != "local" or None))
+             if value is not None]
+    if given and not run:
+        fail(f"{', '.join(given)}: only with --run (without it, the service that uses the "
+             "database executes the queue)")
+    settings = None
+    if run:
+        n, found = executor_slots(slots, devices, runs_on)
+        settings = SchedulerSettings(slots=n, devices=found, poll_interval_s=0.5, **runs_on)
     # stdout is the protocol channel: everything else goes to stderr.
     logging.getLogger().setLevel(logging.WARNING)
     where = db_location(db)
-    serve_stdio(where, run=run, slots=slots, work_dir=work_dir_of(where, work_dir))
+    serve_stdio(where, settings, work_dir=work_dir_of(where, work_dir))
 
 
 @app.command("tools")

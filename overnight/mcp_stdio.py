@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agent.devices import detect_devices
 from agent.mcp_server import build_server
 from agent.mcp_tools import AgentTools
 from agent.scheduler import SchedulerSettings
@@ -14,20 +13,18 @@ from overnight.runtime import Runtime
 RUN_HINT = " (or drop --run and let that service execute)"
 
 
-def serve_stdio(db: DbLocation, *, run: bool = False, slots: int = 1,
+def serve_stdio(db: DbLocation, engine: SchedulerSettings | None = None,
                 work_dir: Path | None = None) -> None:
     """The tools over stdio on the database `db` (worktrees and logs in `work_dir`).
 
-    With `run`, this process also executes queued experiments (the service's slot scheduler,
-    restart recovery and single-instance lock, without HTTP), for when no `overnight serve`
-    uses the database.
+    With `engine` settings, this process also executes queued experiments (the service's slot
+    scheduler, restart recovery and single-instance lock, without HTTP), for when no
+    `overnight serve` uses the database.
     """
     runtime = Runtime(db, work_dir=work_dir)
     try:
-        if run:
-            settings = SchedulerSettings(slots=slots, devices=detect_devices(),
-                                         poll_interval_s=0.5)
-            runtime.start_engine(settings, hint=RUN_HINT)
+        if engine is not None:
+            runtime.start_engine(engine, hint=RUN_HINT)
         build_server(AgentTools(runtime.service), log_level="WARNING").run("stdio")
     finally:
         runtime.close(timeout_s=15)

@@ -65,6 +65,11 @@ class Executor:
 
 @pytest.fixture
 def setup(tmp_path: Path) -> tuple[Path, Path]:
+    return night_target(tmp_path)
+
+
+def night_target(tmp_path: Path) -> tuple[Path, Path]:
+    """(database, target): the fake target with a program.md and a queue sweep `night`."""
     target = tmp_path / "target"
     shutil.copytree(FIXTURE, target, ignore=shutil.ignore_patterns("__pycache__"))
     (target / "program.md").write_text("Find the best LR and WIDTH. Do not touch prepare.py.\n")
@@ -253,13 +258,14 @@ def test_cli_tools_and_agent_instructions(setup):
 
 
 def propose_width_over_stdio(args: list[str], timeout_s: float,
+                             env: dict[str, str] | None = None,
                              ) -> tuple[dict[str, Any], dict[str, Any]]:
     """`overnight <args>` as an MCP stdio server, driven by the official client: propose
     WIDTH 64 -> 256 on sweep `night`, wait for it; (that experiment, the baseline) as the
-    tools return them."""
+    tools return them. `env`: the server's environment (default: the client's default one)."""
 
     async def session() -> tuple[dict[str, Any], dict[str, Any]]:
-        params = StdioServerParameters(command=str(OVERNIGHT), args=args)
+        params = StdioServerParameters(command=str(OVERNIGHT), args=args, env=env)
         async with stdio_client(params) as (read, write), ClientSession(read, write) as s:
             await s.initialize()
             t = Transcript(s)
@@ -273,6 +279,21 @@ def propose_width_over_stdio(args: list[str], timeout_s: float,
             return done, base
 
     return anyio.run(session)
+
+
+def test_mcp_slot_options_need_run(setup):
+    """--slots/--devices/--executor say how this process would execute: refused without --run,
+    before any database is opened."""
+    from typer.testing import CliRunner
+
+    from overnight.cli import app
+
+    db, _ = setup
+    for args in (["--slots", "2"], ["--devices", "0"], ["--executor", "ray"]):
+        out = CliRunner().invoke(app, ["mcp", "--db", str(db), *args])
+        assert out.exit_code == 2 and "only with --run" in out.output, (args, out.output)
+    out = CliRunner().invoke(app, ["mcp", "--db", str(db), "--run", "--executor", "slurm"])
+    assert out.exit_code == 2 and "--executor: expected 'local' or 'ray'" in out.output
 
 
 def test_mcp_stdio_run_executes_without_a_service(setup):

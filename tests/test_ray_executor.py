@@ -285,6 +285,29 @@ def test_overnight_run_executor_ray_through_the_console_script(cluster, tmp_path
         runtime.close()
 
 
+def test_overnight_mcp_run_executes_an_agents_proposal_on_ray(cluster, tmp_path):
+    """`overnight mcp --run --executor ray`: a coding agent's proposal (the official MCP client
+    over stdio) runs as a Ray task; a remote run records no local process group."""
+    from mcp.client.stdio import get_default_environment
+    from test_mcp import night_target, propose_width_over_stdio
+
+    db, _ = night_target(tmp_path)
+    # An MCP client hands its server a minimal environment: the Ray setting that keeps this
+    # cluster on 127.0.0.1 goes in the server's `env`, as in a client's config file.
+    env = {**get_default_environment(), "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+    done, base = propose_width_over_stdio(
+        ["mcp", "--db", str(db), "--run", "--executor", "ray", "--ray-address",
+         cluster.address, "--ray-cpus", "0"], timeout_s=180, env=env)
+    assert base["status"] == "kept"
+    assert done["status"] == "kept" and done["delta"] == pytest.approx(-0.1)
+    runtime = Runtime(db)
+    try:
+        runs = runtime.store.list_runs()
+        assert len(runs) >= 2 and all(r.pgid is None for r in runs), runs
+    finally:
+        runtime.close()
+
+
 def test_a_restart_after_the_coordinator_died_requeues_its_run_once(cluster, tmp_path):
     """kill -9 of `overnight run` mid-run: Ray ends the tasks it owned, run and all; the next
     start records the experiment interrupted and re-queues it once, and the retry finishes."""

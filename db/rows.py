@@ -6,6 +6,8 @@ from collections.abc import Sequence
 from datetime import UTC
 from typing import Any
 
+from sqlalchemy import Row
+
 from agent.config import TargetConfig
 from agent.domain import (
     CrashKind,
@@ -89,7 +91,9 @@ def to_experiment(row: ExperimentRow) -> Experiment:
     )
 
 
-def to_run(row: RunRow) -> Run:
+def to_run(row: RunRow | Row[Any]) -> Run:
+    """A run record from its ORM row or a plain row of the runs table's columns (list_runs
+    reads those: a sweep's thousands of runs without building an ORM object each)."""
     return Run(
         id=row.id,
         sweep_id=row.sweep_id,

@@ -67,13 +67,13 @@ class RunQueries(StoreBase):
             row.status = status.value
 
     def list_runs(self, sweep_id: int | None = None, experiment_id: int | None = None) -> list[Run]:
-        q = select(RunRow).order_by(RunRow.id)
+        q = select(RunRow.__table__).order_by(RunRow.id)
         if sweep_id is not None:
             q = q.where(RunRow.sweep_id == sweep_id)
         if experiment_id is not None:
             q = q.where(RunRow.experiment_id == experiment_id)
         with self.session("listing runs") as s:
-            return [to_run(r) for r in s.scalars(q)]
+            return [to_run(r) for r in s.execute(q)]
 
     def interrupt_running_runs(self) -> list[Run]:
         """Mark every `running` run `interrupted` (left by a dead process) and return them."""

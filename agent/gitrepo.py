@@ -203,12 +203,11 @@ class GitRepo:
             return str(exc)
         return None
 
-    def tree_changes(self, base: str, diff: str) -> list[PathChange]:
-        """What applying ``diff`` on ``base`` changes, in git's own words. Raises PatchError
-        (git's message) when it does not apply.
-
-        One git process: the applied scratch index is compared with `base`'s in-process
-        (agent.gitfiles), falling back to write-tree + diff-tree for an unusual index."""
+    @contextmanager
+    def _applied(self, base: str, diff: str) -> Iterator[tuple[str, list[PathChange] | None]]:
+        """A scratch index of `base`'s tree with `diff` applied, and what that changes when both
+        indexes read in-process (agent.gitfiles; None for an unusual index: ask git). Raises
+        PatchError (git's message) when the diff does not apply."""
         _, before = self._base_index(base)
         with self._scratch_index(base) as index:
             try:
@@ -217,8 +216,18 @@ class GitRepo:
                 raise PatchError(str(exc)) from None
             after = (read_index(Path(index).read_bytes(), len(base) // 2) if before is not None
                      else None)
-            if before is not None and after is not None:
-                return index_changes(before, after)
+            yield index, (index_changes(before, after)
+                          if before is not None and after is not None else None)
+
+    def tree_changes(self, base: str, diff: str) -> list[PathChange]:
+        """What applying ``diff`` on ``base`` changes, in git's own words. Raises PatchError
+        (git's message) when it does not apply.
+
+        One git process: the applied scratch index is compared with `base`'s in-process,
+        falling back to write-tree + diff-tree for an unusual index."""
+        with self._applied(base, diff) as (index, changes):
+            if changes is not None:
+                return changes
             tree = self._git("write-tree", env={"GIT_INDEX_FILE": index})
         return self._diff_tree(base, tree)
 
@@ -251,21 +260,10 @@ class GitRepo:
 
         Three git processes (apply, write-tree, commit-tree): the changes are read from the
         applied scratch index in-process as tree_changes does, not asked of diff-tree."""
-        if not diff.strip():
-            return self.commit_diff(base, diff, message), []
-        _, before = self._base_index(base)
-        with self._scratch_index(base) as index:
-            try:
-                self._apply_cached(index, diff, check_only=False)
-            except GitError as exc:
-                raise PatchError(str(exc)) from None
-            after = (read_index(Path(index).read_bytes(), len(base) // 2) if before is not None
-                     else None)
+        with self._applied(base, diff) as (index, changes):
             tree = self._git("write-tree", env={"GIT_INDEX_FILE": index})
         commit = self._git("commit-tree", tree, "-p", base, "-m", message)
-        if before is not None and after is not None:
-            return commit, index_changes(before, after)
-        return commit, self._diff_tree(base, tree)
+        return commit, changes if changes is not None else self._diff_tree(base, tree)
 
     def set_ref(self, ref: str, sha: str) -> None:
         self._git("update-ref", ref, sha)

@@ -86,7 +86,9 @@ def _slow_changes(repo: GitRepo, base: str, diff: str) -> list:  # type: ignore[
 
 def test_changes_read_in_process_equal_git_diff_tree(hostile_target: Path) -> None:
     """Every hostile diff that git applies, and a plain edit: the same PathChanges as
-    write-tree + diff-tree; a diff that does not apply is a PatchError with git's words."""
+    write-tree + diff-tree, before committing (admission) and for the commit the loop runs
+    (commit_proposal, against git's diff-tree of that commit); a diff that does not apply is a
+    PatchError with git's words on both paths."""
     repo = GitRepo(hostile_target)
     head = repo.head("HEAD")
     compared = 0
@@ -96,8 +98,12 @@ def test_changes_read_in_process_equal_git_diff_tree(hostile_target: Path) -> No
         except Exception:  # git refuses it: so must the fast path, with git's message
             with pytest.raises(PatchError):
                 repo.tree_changes(head, diff)
+            with pytest.raises(PatchError):
+                repo.commit_proposal(head, diff, "refused")
             continue
         assert repo.tree_changes(head, diff) == expected, name
+        commit, changes = repo.commit_proposal(head, diff, name)
+        assert changes == expected == repo.commit_changes(commit), name
         compared += 1
     assert compared >= 5  # the git-only cases and the good edit did apply
 

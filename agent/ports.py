@@ -22,6 +22,7 @@ from agent.domain import (
     Proposal,
     Run,
     RunEnd,
+    RunSample,
     RunSpec,
     RunStatus,
     Sweep,
@@ -237,6 +238,10 @@ class Store(Protocol):
 
     def list_runs(self, sweep_id: int | None = None, experiment_id: int | None = None) -> list[Run]:
         """Runs oldest first, of one sweep and/or one experiment (None = any)."""
+
+    def run_samples(self, sweep_id: int) -> list[RunSample]:
+        """Every run of the sweep, oldest first, as the keep rule reads it (no summary, log or
+        times: read at each decision, so a long sweep's runs stay cheap)."""
 
     def interrupt_running_runs(self) -> list[Run]:
         """Mark every `running` run `interrupted` and return them (with their pgids)."""

@@ -22,6 +22,7 @@ from agent.domain import (
     Proposal,
     Run,
     RunEnd,
+    RunSample,
     RunSpec,
     RunStatus,
     Sweep,
@@ -398,6 +399,10 @@ class MemoryStore:
             return [r for _, r in sorted(self._runs.items())
                     if (sweep_id is None or r.sweep_id == sweep_id)
                     and (experiment_id is None or r.experiment_id == experiment_id)]
+
+    def run_samples(self, sweep_id: int) -> list[RunSample]:
+        return [RunSample(r.experiment_id, r.commit, r.role, r.status, r.metric, r.throughput)
+                for r in self.list_runs(sweep_id=sweep_id)]
 
     def interrupt_running_runs(self) -> list[Run]:
         with self._lock:

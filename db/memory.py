@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
@@ -38,6 +38,14 @@ INTERRUPTED_REASON = "the service stopped while this experiment was running"
 ACTIVE = (ExperimentStatus.QUEUED, ExperimentStatus.RUNNING)  # one per change and sweep
 MARK_STARTED_FIELDS = frozenset({"commit", "ref", "base_commit", "log_path", "pgid",
                                  "run_started_at"})
+
+
+def _newer(after_id: int | None, ids: Collection[int]) -> Callable[[int], bool]:
+    """Which ids a read `after_id` / `ids` wants (every id without either)."""
+    if after_id is None and not ids:
+        return lambda _: True
+    wanted = set(ids)
+    return lambda i: (after_id is not None and i > after_id) or i in wanted
 
 
 class MemoryStore:
@@ -188,19 +196,24 @@ class MemoryStore:
     def experiment_briefs(self, sweep_id: int) -> list[Experiment]:
         return [replace(e, log_tail=None, meta={}, pgid=None) for e in self._select(sweep_id)]
 
-    def experiment_marks(self, sweep_id: int, with_diffs: bool = False) -> list[Experiment]:
+    def experiment_marks(self, sweep_id: int, with_diffs: bool = False,
+                         after_id: int | None = None, ids: Collection[int] = ()
+                         ) -> list[Experiment]:
+        wanted = _newer(after_id, ids)
         return [Experiment(id=e.id, sweep_id=e.sweep_id, status=e.status,
                            crash_kind=e.crash_kind, metric=e.metric, best_before=e.best_before,
                            description=e.description, diff=e.diff if with_diffs else "",
                            reason=e.reason if with_diffs else None, proposer="",
                            is_baseline=e.is_baseline, commit=e.commit, base_commit=e.base_commit,
                            run_started_at=e.run_started_at, run_ended_at=e.run_ended_at)
-                for e in self._select(sweep_id)]
+                for e in self._select(sweep_id) if wanted(e.id)]
 
-    def run_metrics(self, sweep_id: int) -> list[Run]:
+    def run_metrics(self, sweep_id: int, after_id: int | None = None,
+                    ids: Collection[int] = ()) -> list[Run]:
+        wanted = _newer(after_id, ids)
         return [Run(id=r.id, sweep_id=r.sweep_id, experiment_id=r.experiment_id,
                     commit=r.commit, seed=r.seed, role=r.role, status=r.status, metric=r.metric)
-                for r in self.list_runs(sweep_id=sweep_id)]
+                for r in self.list_runs(sweep_id=sweep_id) if wanted(r.id)]
 
     def sweep_version(self, sweep_id: int) -> tuple[object, object]:
         with self._lock:

@@ -261,3 +261,22 @@ def test_the_migration_counts_the_rows_already_there(tmp_path):
     migrate(engine)  # idempotent
     assert store.count_experiments() == 6
     engine.dispose()
+
+
+def test_marks_and_run_metrics_read_only_newer_rows_and_the_ids_asked_for(store: Store):
+    """What a page's history refresh reads: rows after a cursor plus named (open) rows, of this
+    sweep only, oldest first and each once, the same fields as a full read."""
+    sid, other = store.create_sweep(spec()).id, store.create_sweep(spec("t")).id
+    exps = [store.add_experiment(sid, Proposal(f"e{i}", f"d{i}")) for i in range(6)]
+    elsewhere = store.add_experiment(other, Proposal("x", "d1"))
+    runs = [store.start_run(RunSpec(sid, e.id, "c", 42, RunRole.SCREEN)) for e in exps]
+    full, full_runs = store.experiment_marks(sid, with_diffs=True), store.run_metrics(sid)
+    ids = [exps[1].id, exps[4].id, elsewhere.id]  # an id after the cursor too, and another sweep's
+    got = store.experiment_marks(sid, with_diffs=True, after_id=exps[3].id, ids=ids)
+    assert got == [e for e in full if e.id in (exps[1].id, exps[4].id, exps[5].id)]
+    assert store.experiment_marks(sid, ids=[exps[2].id]) == [
+        m for m in store.experiment_marks(sid) if m.id == exps[2].id]
+    assert store.experiment_marks(sid, after_id=exps[5].id) == []
+    assert store.run_metrics(sid, after_id=runs[4].id, ids=[runs[0].id]) == [
+        full_runs[0], full_runs[5]]
+    assert store.run_metrics(sid, after_id=runs[5].id) == []

@@ -1,9 +1,9 @@
 """What each dashboard page shows, computed from the store: plain dicts and dataclasses.
 
-A sweep page's whole-sweep parts (counts, plot, evidence, digest) come from one read of its
-experiments' plot fields (store.experiment_marks: a few columns, no diffs) and runs' metrics,
-cached under the sweep's version (cache.py) so a page view between two finishes reads none of
-it; the table is one keyset page (`before`/`after` cursors, PAGE_SIZE rows), the kept stack the
+A sweep page's whole-sweep parts (counts, plot, evidence, digest) come from its experiments'
+plot fields and diffs and its runs' metrics (history.py: after a finish it reads only the rows
+that changed), cached under the sweep's version (cache.py) so a page view between two finishes
+derives none of it; the table is one keyset page (`before`/`after` cursors, PAGE_SIZE rows), the kept stack the
 latest KEPT_SHOWN keeps, the live panel the running rows. No HTML here (templates render it).
 """
 
@@ -31,6 +31,7 @@ from agent.service import Service, read_log
 from runner.summary import parse_progress
 
 from .cache import SweepCache
+from .history import HistoryCache
 from .plot import loss_svg, progress_svg
 
 logger = logging.getLogger(__name__)
@@ -114,6 +115,7 @@ def overview(store: Any) -> list[dict[str, Any]]:
 # --- sweep page ----------------------------------------------------------------------------
 SUMMARIES = SweepCache()
 DIGESTS = SweepCache()
+HISTORIES = HistoryCache()
 
 
 @dataclass(frozen=True)
@@ -132,15 +134,14 @@ def sweep_summary(store: Store, sweep: Sweep) -> SweepSummary:
     best = (sweep.best_metric, sweep.best_commit, sweep.baseline_metric)
 
     def make() -> SweepSummary:
-        # The digest reads every diff: it is redrawn when an experiment finishes (or the best
-        # moves), not when only a run ended. Its count of queued and running experiments may
-        # lag until then.
-        insights = DIGESTS.peek(store, sweep.id, (experiments, best))
-        marks = store.experiment_marks(sweep.id, with_diffs=insights is None)
-        if insights is None:
-            insights = DIGESTS.put(store, sweep.id, (experiments, best),
-                                   insights_panel(sweep, marks))
-        ev = sweep_evidence(sweep, marks, store.run_metrics(sweep.id))
+        # The rows come from the history (it reads what changed since its last read). The
+        # digest is redrawn when an experiment finishes (or the best moves), not when only a
+        # run ended; its count of queued and running experiments may lag until then.
+        history = HISTORIES.get(store, sweep.id, (experiments, runs))
+        marks = history.experiments
+        insights = DIGESTS.get(store, sweep.id, (experiments, best),
+                               partial(insights_panel, sweep, marks))
+        ev = sweep_evidence(sweep, marks, history.runs)
         return SweepSummary(
             rollup=rollup_of(marks, running_time=False), evidence=ev,
             plot=progress_svg(marks, sweep.metric, sweep.baseline_metric, evidence=ev),

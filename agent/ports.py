@@ -165,6 +165,18 @@ class Store(Protocol):
     def experiment_briefs(self, sweep_id: int) -> list[Experiment]:
         """The sweep's experiments, oldest first, without log tails and metadata (pages)."""
 
+    def adjacent_experiments(self, sweep_id: int, experiment_id: int
+                             ) -> tuple[Experiment | None, Experiment | None]:
+        """The sweep's experiments just before and just after `experiment_id` (by id), as
+        brief rows (experiment_briefs' fields); None at either end."""
+
+    def retries_of(self, experiment_id: int) -> list[Experiment]:
+        """Brief rows of the experiments whose `parent_id` is `experiment_id`, oldest first."""
+
+    def run_number(self, sweep_id: int, experiment_id: int) -> int:
+        """How many experiments of the sweep with an id up to `experiment_id` have a run
+        status (kept, discarded, crashed, timeout): the experiment's run number if it ran."""
+
     def experiment_marks(self, sweep_id: int, with_diffs: bool = False,
                          after_id: int | None = None, ids: Collection[int] = ()
                          ) -> list[Experiment]:
@@ -192,6 +204,13 @@ class Store(Protocol):
 
     def run_spans(self) -> list[tuple[int, ExperimentStatus, datetime | None, datetime | None]]:
         """(sweep id, status, run started, run ended) of every experiment."""
+
+    def run_seconds(self) -> dict[int, float]:
+        """Per sweep (those with any), the seconds from run start to run end (negative spans
+        as 0) summed over its experiments with both times set."""
+
+    def status_counts_by_sweep(self) -> dict[int, dict[str, int]]:
+        """status_counts of every sweep with experiments, by sweep id."""
 
     def has_diff(self, sweep_id: int, diff: str) -> Experiment | None:
         """An earlier non-rejected experiment of the sweep with the same normalized diff."""

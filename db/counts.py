@@ -76,6 +76,16 @@ def by_status(s: Session, sweep_id: int | None = None) -> dict[str, int]:
     return {status: int(n) for status, n in s.execute(q) if n}
 
 
+def by_sweep(s: Session) -> dict[int, dict[str, int]]:
+    """Experiments per sweep and status (statuses with none are left out), from the counts."""
+    out: dict[int, dict[str, int]] = {}
+    q = select(C.sweep_id, C.status, func.sum(C.n)).group_by(C.sweep_id, C.status)
+    for sweep_id, status, n in s.execute(q):
+        if n:
+            out.setdefault(sweep_id, {})[status] = int(n)
+    return out
+
+
 def rebuild(conn: Connection | Session) -> None:
     """Recount every sweep's experiments from the rows (replaces what the table held)."""
     e = ExperimentRow

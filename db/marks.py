@@ -31,7 +31,7 @@ MARK_COLUMNS = (E.id, E.status, E.crash_kind, E.metric, E.best_before, E.descrip
                 type_coerce(E.run_ended_at, DateTime))
 
 
-def _newer(q: Select[Any], sweep_id: int, after_id: int | None, ids: Collection[int],
+def _newer(q: Any, sweep_id: int, after_id: int | None, ids: Collection[int],
            key: Any, ident: Any) -> list[Select[Any]]:
     """The statements reading the sweep's rows with id > after_id (all without it) and the
     rows `ids`: one index range each (sweep, id) and one primary-key lookup, never a scan."""

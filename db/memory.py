@@ -196,6 +196,22 @@ class MemoryStore:
     def experiment_briefs(self, sweep_id: int) -> list[Experiment]:
         return [replace(e, log_tail=None, meta={}, pgid=None) for e in self._select(sweep_id)]
 
+    def adjacent_experiments(self, sweep_id: int, experiment_id: int
+                             ) -> tuple[Experiment | None, Experiment | None]:
+        briefs = self.experiment_briefs(sweep_id)
+        before = [e for e in briefs if e.id < experiment_id]
+        after = [e for e in briefs if e.id > experiment_id]
+        return (before[-1] if before else None), (after[0] if after else None)
+
+    def retries_of(self, experiment_id: int) -> list[Experiment]:
+        return [replace(e, log_tail=None, meta={}, pgid=None) for e in self._select()
+                if e.parent_id == experiment_id]
+
+    def run_number(self, sweep_id: int, experiment_id: int) -> int:
+        ran = (ExperimentStatus.KEPT, ExperimentStatus.DISCARDED, ExperimentStatus.CRASHED,
+               ExperimentStatus.TIMEOUT)
+        return sum(1 for e in self._select(sweep_id) if e.id <= experiment_id and e.status in ran)
+
     def experiment_marks(self, sweep_id: int, with_diffs: bool = False,
                          after_id: int | None = None, ids: Collection[int] = ()
                          ) -> list[Experiment]:
@@ -231,6 +247,19 @@ class MemoryStore:
 
     def run_spans(self) -> list[tuple[int, ExperimentStatus, datetime | None, datetime | None]]:
         return [(e.sweep_id, e.status, e.run_started_at, e.run_ended_at) for e in self._select()]
+
+    def run_seconds(self) -> dict[int, float]:
+        out: dict[int, float] = {}
+        for e in self._select():
+            if e.run_started_at is not None and e.run_ended_at is not None:
+                span = (e.run_ended_at - e.run_started_at).total_seconds()
+                out[e.sweep_id] = out.get(e.sweep_id, 0.0) + max(span, 0.0)
+        return out
+
+    def status_counts_by_sweep(self) -> dict[int, dict[str, int]]:
+        with self._lock:
+            sweep_ids = {e.sweep_id for e in self._select()}
+        return {sid: self.status_counts(sid) for sid in sweep_ids}
 
     def timestamps(self, sweep_id: int) -> list[tuple[datetime | None, datetime | None]]:
         return [(e.run_started_at, e.run_ended_at) for e in self._select(sweep_id)]

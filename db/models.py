@@ -92,6 +92,7 @@ class SweepRow(Base):
 
 
 CRASHED_ROWS = "crash_kind IS NOT NULL"
+HAS_PARENT = "parent_id IS NOT NULL"
 
 
 class ExperimentRow(Base):
@@ -109,6 +110,9 @@ class ExperimentRow(Base):
         Index("ix_experiments_sweep_crash", "sweep_id", "crash_kind", "id",
               sqlite_where=text(CRASHED_ROWS), postgresql_where=text(CRASHED_ROWS)),
         Index("ix_experiments_sweep_diff", "sweep_id", "diff_key"),  # the duplicate check
+        # An experiment page's "retried as" links (migration experiment_parent_index).
+        Index("ix_experiments_parent", "parent_id", "id", sqlite_where=text(HAS_PARENT),
+              postgresql_where=text(HAS_PARENT)),
         # One queued/running row per change and sweep: the duplicate check is the insert
         # itself (migration active_diff_unique).
         Index("ux_experiments_active_diff", "sweep_id", "diff_key", unique=True,

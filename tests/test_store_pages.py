@@ -280,3 +280,45 @@ def test_marks_and_run_metrics_read_only_newer_rows_and_the_ids_asked_for(store:
     assert store.run_metrics(sid, after_id=runs[4].id, ids=[runs[0].id]) == [
         full_runs[0], full_runs[5]]
     assert store.run_metrics(sid, after_id=runs[5].id) == []
+
+
+def test_an_experiment_pages_lookups_agree_with_the_whole_sweep(store: Store):
+    """Neighbours, retries and run numbers by index lookups equal what the old page derived
+    from every sibling; the overview's counts and run seconds equal a walk over every row."""
+    from datetime import timedelta
+
+    sid, other = store.create_sweep(spec()).id, store.create_sweep(spec("t")).id
+    t0 = utcnow()
+    rng = random.Random(5)
+    for i in range(24):
+        sweep = sid if i % 5 else other
+        parents = [e.id for e in store.list_experiments(sweep)]
+        parent = rng.choice(parents) if parents and rng.random() < 0.3 else None
+        e = store.add_experiment(sweep, Proposal(f"e{i}", f"d{i}", parent_id=parent))
+        if rng.random() < 0.8:
+            store.claim(e.id)
+            start = t0 + timedelta(seconds=i)
+            store.mark_started(e.id, run_started_at=start)
+            status, kind = ENDS[rng.randrange(len(ENDS) - 2)]
+            if rng.random() < 0.8:
+                store.finish(e.id, Finish(status, kind, run_started_at=start,
+                                          run_ended_at=start + timedelta(seconds=10 + i)))
+    ran = (S.KEPT, S.DISCARDED, S.CRASHED, S.TIMEOUT)
+    for sweep in (sid, other):
+        briefs = store.experiment_briefs(sweep)
+        for i, e in enumerate(briefs):
+            before, after = store.adjacent_experiments(sweep, e.id)
+            assert before == (briefs[i - 1] if i else None)
+            assert after == (briefs[i + 1] if i + 1 < len(briefs) else None)
+            assert store.retries_of(e.id) == [x for x in store.experiment_briefs(e.sweep_id)
+                                              if x.parent_id == e.id]
+            assert store.run_number(sweep, e.id) == sum(x.status in ran for x in briefs[:i + 1])
+    seconds: dict[int, float] = {}
+    for sweep, _, a, b in store.run_spans():
+        if a is not None and b is not None:
+            seconds[sweep] = seconds.get(sweep, 0.0) + (b - a).total_seconds()
+    got = store.run_seconds()
+    assert got.keys() == seconds.keys() and all(
+        got[k] == pytest.approx(v, abs=1e-3) for k, v in seconds.items())
+    assert store.status_counts_by_sweep() == {s: store.status_counts(s) for s in (sid, other)}
+    assert store.adjacent_experiments(sid, 10**6) == (store.experiment_briefs(sid)[-1], None)

@@ -6,7 +6,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import DateTime, case, func, select, type_coerce
+from sqlalchemy import DateTime, func, select, type_coerce
 
 from agent.admit import diff_key
 from agent.domain import CrashKind, Experiment, ExperimentStatus
@@ -102,17 +102,9 @@ class ExperimentReads(StoreBase):
 
     def run_seconds(self) -> dict[int, float]:
         """Per sweep, the seconds from run start to run end summed over its experiments whose
-        run has ended: one aggregate in the database (no rows come back but one per sweep)."""
-        E = ExperimentRow
-        if self.engine.dialect.name == "postgresql":
-            span: Any = func.extract("epoch", E.run_ended_at - E.run_started_at)
-        else:  # SQLite keeps the times as ISO text; julianday reads them (in days)
-            span = (func.julianday(E.run_ended_at) - func.julianday(E.run_started_at)) * 86400.0
-        q = (select(E.sweep_id, func.sum(case((span > 0, span), else_=0.0)))
-             .where(E.run_started_at.is_not(None), E.run_ended_at.is_not(None))
-             .group_by(E.sweep_id))
+        run has ended: from the maintained counts (a few rows per sweep)."""
         with self.session("summing run times") as s:
-            return {sid: float(total or 0.0) for sid, total in s.execute(q)}
+            return {sid: total for sid, total in counts.run_seconds(s).items()}
 
     def status_counts_by_sweep(self) -> dict[int, dict[str, int]]:
         """Experiments per sweep and status (statuses with none left out), from the counts."""

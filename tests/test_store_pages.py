@@ -322,3 +322,46 @@ def test_an_experiment_pages_lookups_agree_with_the_whole_sweep(store: Store):
         got[k] == pytest.approx(v, abs=1e-3) for k, v in seconds.items())
     assert store.status_counts_by_sweep() == {s: store.status_counts(s) for s in (sid, other)}
     assert store.adjacent_experiments(sid, 10**6) == (store.experiment_briefs(sid)[-1], None)
+
+
+def test_the_migration_sums_the_run_seconds_already_there(tmp_path):
+    """A database made before counts_run_seconds: its rows' run times are summed by the
+    upgrade, and finishes go on adding to them."""
+    from datetime import timedelta
+
+    from db.engine import make_engine, migrate
+    from db.store import SqlStore
+
+    engine = make_engine(tmp_path / "old.db")
+    migrate(engine, "experiment_parent_index")  # the schema as that release left it
+    with engine.begin() as conn:
+        conn.execute(text(
+            "INSERT INTO sweeps (id, name, target_path, branch, status, proposer, config, "
+            "protected_hashes, llm_tokens_in, llm_tokens_out, llm_usd, created_at, "
+            "updated_at) VALUES (1, 's', '/t', 'overnight/s', 'running', 'queue', '{}', '{}', "
+            "0, 0, 0, '2026-11-29 00:00:00', '2026-11-29 00:00:00')"))
+        rows = [("kept", None, "00:00:10"), ("discarded", None, "00:00:20"),
+                ("timeout", "timeout", "00:00:30"), ("queued", None, None),
+                ("crashed", "trivial", None)]
+        for i, (status, kind, end) in enumerate(rows, start=1):
+            conn.execute(text(
+                "INSERT INTO experiments (id, sweep_id, attempt, is_baseline, priority, "
+                "proposer, description, diff, status, crash_kind, summary, meta, "
+                "llm_tokens_in, llm_tokens_out, llm_usd, created_at, run_started_at, "
+                "run_ended_at) VALUES (:i, 1, 0, 0, 0, 'knobs', 'd', '', :st, :k, '{}', '{}', "
+                "0, 0, 0, '2026-11-29 00:00:00', '2026-11-29 00:00:00.000000', :end)"),
+                {"i": i, "st": status, "k": kind,
+                 "end": f"2026-11-29 {end}.000000" if end else None})
+        conn.execute(text(
+            "INSERT INTO experiment_counts (sweep_id, status, crash_kind, n) SELECT sweep_id, "
+            "status, COALESCE(crash_kind, ''), COUNT(*) FROM experiments "
+            "GROUP BY sweep_id, status, COALESCE(crash_kind, '')"))
+    migrate(engine)
+    store = SqlStore(engine)
+    assert store.run_seconds() == {1: pytest.approx(60.0, abs=1e-3)}
+    t0 = utcnow()
+    store.claim(4)
+    store.finish(4, Finish(S.DISCARDED, run_started_at=t0,
+                           run_ended_at=t0 + timedelta(seconds=5)))
+    assert store.run_seconds() == {1: pytest.approx(65.0, abs=1e-3)}
+    assert store.status_counts(1) == {"kept": 1, "discarded": 2, "timeout": 1, "crashed": 1}

@@ -196,3 +196,4 @@ def test_the_overview_reads_one_row_per_sweep(big: Path) -> None:
     assert f"{walked[1].runs - 1:,}".replace(",", "") in html.replace(",", "") and hours in html
     reads = _reads(big, seen)
     assert reads and all(n <= len(sweeps) for _, n in reads), reads
+    assert check_plans(big, seen) >= 1  # and no scan of experiments to find them

@@ -9,6 +9,7 @@ their description.
 from __future__ import annotations
 
 import enum
+import functools
 import math
 import re
 from collections import Counter
@@ -45,6 +46,7 @@ _TEXT_RULES: tuple[tuple[re.Pattern[str], Category], ...] = (
 )
 
 
+@functools.lru_cache(maxsize=4096)
 def category_of_knob(name: str) -> Category:
     """The category of changing one UPPER_CASE constant, from its name."""
     for pattern, category in _NAME_RULES:
@@ -100,13 +102,18 @@ _CONSTANT = re.compile(r"^([+-])([A-Z][A-Z0-9_]*)\s*(?::\s*\w+\s*)?=", re.MULTIL
 
 def changed_constants(diff: str) -> list[str]:
     """UPPER_CASE constants whose line a diff both removes and adds, in order."""
+    return list(_changed_constants(diff))
+
+
+@functools.lru_cache(maxsize=1 << 16)  # as constant_changes: a digest asks for every diff
+def _changed_constants(diff: str) -> tuple[str, ...]:
     removed, added = set(), []
     for sign, name in _CONSTANT.findall(diff):
         if sign == "-":
             removed.add(name)
         elif name not in added:
             added.append(name)
-    return [n for n in added if n in removed]
+    return tuple(n for n in added if n in removed)
 
 
 def _names_in_meta(exp: Experiment) -> list[str]:

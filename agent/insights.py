@@ -10,6 +10,7 @@ CLI's end-of-night summary all show this same digest.
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from collections import defaultdict
@@ -105,11 +106,18 @@ def _direction_word(t: Trial) -> str:
     return "up" if c.direction > 0 else "down"
 
 
+@functools.lru_cache(maxsize=128)  # a sweep has a few knobs × directions
+def _mean_sd(gains: tuple[float, ...]) -> tuple[float, float | None]:
+    """Exact mean and standard deviation (statistics: slow on thousands of gains; after a
+    finish only the group it joined has new gains, the others are read from here)."""
+    return statistics.mean(gains), statistics.stdev(gains) if len(gains) >= 2 else None
+
+
 def _effect(direction: str, items: list[Trial], scale: float | None) -> DirectionEffect:
-    gains = [t.gain for t in items if t.gain is not None]
-    mean = statistics.mean(gains) if gains else 0.0
-    if len(gains) >= 2:
-        stderr: float | None = statistics.stdev(gains) / math.sqrt(len(gains))
+    gains = tuple(t.gain for t in items if t.gain is not None)
+    mean, sd = _mean_sd(gains) if gains else (0.0, None)
+    if sd is not None:
+        stderr: float | None = sd / math.sqrt(len(gains))
     else:
         stderr = scale / math.sqrt(len(gains)) if scale and gains else None
     return DirectionEffect(direction, len(items), round(mean, 9), None if stderr is None else

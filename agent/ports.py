@@ -6,7 +6,7 @@ Core modules depend on these, never on SQLAlchemy, git or subprocess directly.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -165,15 +165,33 @@ class Store(Protocol):
     def experiment_briefs(self, sweep_id: int) -> list[Experiment]:
         """The sweep's experiments, oldest first, without log tails and metadata (pages)."""
 
-    def experiment_marks(self, sweep_id: int, with_diffs: bool = False) -> list[Experiment]:
+    def adjacent_experiments(self, sweep_id: int, experiment_id: int
+                             ) -> tuple[Experiment | None, Experiment | None]:
+        """The sweep's experiments just before and just after `experiment_id` (by id), as
+        brief rows (experiment_briefs' fields); None at either end."""
+
+    def retries_of(self, experiment_id: int) -> list[Experiment]:
+        """Brief rows of the experiments whose `parent_id` is `experiment_id`, oldest first."""
+
+    def run_number(self, sweep_id: int, experiment_id: int) -> int:
+        """How many experiments of the sweep with an id up to `experiment_id` have a run
+        status (kept, discarded, crashed, timeout): the experiment's run number if it ran."""
+
+    def experiment_marks(self, sweep_id: int, with_diffs: bool = False,
+                         after_id: int | None = None, ids: Collection[int] = ()
+                         ) -> list[Experiment]:
         """The sweep's experiments, oldest first, with only id, status, crash_kind, metric,
         best_before, description, is_baseline, commit, base_commit and the run times set
         (diff "", no summary/meta/log): what a plot of thousands of them needs. `with_diffs`
-        sets diff and reason too (what the digest reads)."""
+        sets diff and reason too (what the digest reads). With `after_id` and/or `ids`, only
+        the rows with a greater id and the rows `ids` (of this sweep): what changed since a
+        page last read them."""
 
-    def run_metrics(self, sweep_id: int) -> list[Run]:
+    def run_metrics(self, sweep_id: int, after_id: int | None = None,
+                    ids: Collection[int] = ()) -> list[Run]:
         """The sweep's runs by id with id, experiment_id, commit, seed, role, status and
-        metric set (no summary, times or log): what the sweep's evidence needs."""
+        metric set (no summary, times or log): what the sweep's evidence needs. `after_id`
+        and `ids` as in experiment_marks."""
 
     def sweep_version(self, sweep_id: int) -> tuple[object, object]:
         """Two cheap values (experiments, runs): the first differs whenever one of the sweep's
@@ -186,6 +204,13 @@ class Store(Protocol):
 
     def run_spans(self) -> list[tuple[int, ExperimentStatus, datetime | None, datetime | None]]:
         """(sweep id, status, run started, run ended) of every experiment."""
+
+    def run_seconds(self) -> dict[int, float]:
+        """Per sweep (those with any), the seconds from run start to run end (negative spans
+        as 0) summed over its experiments with both times set."""
+
+    def status_counts_by_sweep(self) -> dict[int, dict[str, int]]:
+        """status_counts of every sweep with experiments, by sweep id."""
 
     def has_diff(self, sweep_id: int, diff: str) -> Experiment | None:
         """An earlier non-rejected experiment of the sweep with the same normalized diff."""

@@ -1,19 +1,20 @@
-"""Maintained experiment counts (table experiment_counts): bumped in the writer's transaction.
+"""Maintained experiment counts and run seconds (table experiment_counts), bumped by writers.
 
 Every write that inserts an experiment or changes its status or crash kind calls `bump` in the
-same session, so the counts commit or roll back with the row itself and a page's total is a
-sum over a few small rows, never a COUNT(*) over the experiments table. `rebuild` recomputes
-them from the rows (the migration that made the table, and bulk loaders that bypass the
-store). Dialect-neutral: an upsert on SQLite and PostgreSQL (both have ON CONFLICT), an
-update-then-insert elsewhere.
+same session (a finish with both run times also adds the run's seconds), so the counts commit
+or roll back with the row itself and a page's total is a sum over a few small rows, never a
+COUNT(*) over the experiments table. `rebuild` recomputes them from the rows (the migration
+that made the table, and bulk loaders that bypass the store). Dialect-neutral: an upsert on
+SQLite and PostgreSQL (both have ON CONFLICT), an update-then-insert elsewhere.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
+from typing import Any
 
-from sqlalchemy import Connection, delete, func, insert, select, update
+from sqlalchemy import ColumnElement, Connection, case, delete, func, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -28,28 +29,34 @@ def key(sweep_id: int, status: str, crash_kind: str | None) -> Key:
     return (sweep_id, status, crash_kind or "")
 
 
-def bump(s: Session, gone: Sequence[Key] = (), came: Sequence[Key] = ()) -> None:
-    """Count the rows in `came` and stop counting those in `gone` (one key per row).
+def bump(s: Session, gone: Sequence[Key] = (), came: Sequence[Key] = (),
+         run_s: float = 0.0) -> None:
+    """Count the rows in `came` and stop counting those in `gone` (one key per row); `run_s`:
+    run seconds the (one) row in `came` brings (a finish with both run times).
 
     Keys are applied in sorted order, so two transactions that lock count rows on PostgreSQL
-    always take them in the same order (no deadlock)."""
+    always take them in the same order (no deadlock). Finished rows never change status, so a
+    row leaving a key never takes run seconds with it."""
     delta: Counter[Key] = Counter(came)
     delta.subtract(gone)
-    for k in sorted(delta):
-        if delta[k]:
-            _add(s, k, delta[k])
+    seconds = {came[0]: run_s} if run_s and len(came) == 1 else {}
+    for k in sorted(set(delta) | set(seconds)):
+        if delta[k] or seconds.get(k):
+            _add(s, k, delta[k], seconds.get(k, 0.0))
 
 
-def _add(s: Session, k: Key, n: int) -> None:
-    values = {"sweep_id": k[0], "status": k[1], "crash_kind": k[2], "n": n}
+def _add(s: Session, k: Key, n: int, run_s: float = 0.0) -> None:
+    values = {"sweep_id": k[0], "status": k[1], "crash_kind": k[2], "n": n, "run_s": run_s}
     dialect = s.get_bind().dialect.name
     if dialect in ("sqlite", "postgresql"):
         ins = (sqlite.insert if dialect == "sqlite" else postgresql.insert)(C).values(values)
-        s.execute(ins.on_conflict_do_update(index_elements=[C.sweep_id, C.status, C.crash_kind],
-                                            set_={"n": C.n + ins.excluded.n}))
+        s.execute(ins.on_conflict_do_update(
+            index_elements=[C.sweep_id, C.status, C.crash_kind],
+            set_={"n": C.n + ins.excluded.n, "run_s": C.run_s + ins.excluded.run_s}))
         return
     found = s.execute(update(C).where(C.sweep_id == k[0], C.status == k[1],
-                                      C.crash_kind == k[2]).values(n=C.n + n))
+                                      C.crash_kind == k[2])
+                      .values(n=C.n + n, run_s=C.run_s + run_s))
     if found.rowcount == 0:  # type: ignore[attr-defined]
         s.execute(insert(C).values(values))
 
@@ -76,11 +83,43 @@ def by_status(s: Session, sweep_id: int | None = None) -> dict[str, int]:
     return {status: int(n) for status, n in s.execute(q) if n}
 
 
+def by_sweep(s: Session) -> dict[int, dict[str, int]]:
+    """Experiments per sweep and status (statuses with none are left out), from the counts."""
+    out: dict[int, dict[str, int]] = {}
+    q = select(C.sweep_id, C.status, func.sum(C.n)).group_by(C.sweep_id, C.status)
+    for sweep_id, status, n in s.execute(q):
+        if n:
+            out.setdefault(sweep_id, {})[status] = int(n)
+    return out
+
+
+def run_seconds(conn: Connection | Session) -> dict[int, float]:
+    """Run seconds per sweep (those with experiments), from the counts."""
+    q = select(C.sweep_id, func.sum(C.run_s)).group_by(C.sweep_id)
+    return {sweep_id: float(total or 0.0) for sweep_id, total in conn.execute(q)}
+
+
+def span_seconds(dialect: str) -> ColumnElement[Any]:
+    """An experiment's run seconds (end − start; 0 when negative or either time is missing)
+    as SQL: PostgreSQL subtracts timestamps, SQLite (ISO text) goes through julianday."""
+    e = ExperimentRow
+    if dialect == "postgresql":
+        span: Any = func.extract("epoch", e.run_ended_at - e.run_started_at)
+    else:
+        span = (func.julianday(e.run_ended_at) - func.julianday(e.run_started_at)) * 86400.0
+    both = e.run_started_at.is_not(None) & e.run_ended_at.is_not(None)
+    return case((both & (span > 0), span), else_=0.0)
+
+
 def rebuild(conn: Connection | Session) -> None:
-    """Recount every sweep's experiments from the rows (replaces what the table held)."""
+    """Recount every sweep's experiments and run seconds from the rows (replaces what the
+    table held)."""
     e = ExperimentRow
     kind = func.coalesce(e.crash_kind, "")
+    span = span_seconds(conn.get_bind().dialect.name if isinstance(conn, Session)
+                        else conn.dialect.name)
     conn.execute(delete(C))
     conn.execute(insert(C).from_select(
-        ["sweep_id", "status", "crash_kind", "n"],
-        select(e.sweep_id, e.status, kind, func.count()).group_by(e.sweep_id, e.status, kind)))
+        ["sweep_id", "status", "crash_kind", "n", "run_s"],
+        select(e.sweep_id, e.status, kind, func.count(), func.sum(span))
+        .group_by(e.sweep_id, e.status, kind)))

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import select, update
@@ -21,8 +22,14 @@ from agent.domain import (
 from agent.errors import ConflictError, DuplicateError, NotFoundError, StoreError
 from db import counts
 from db.models import ExperimentRow, SweepRow
-from db.rows import to_experiment
+from db.rows import to_experiment, utc
 from db.session import StoreBase
+
+
+def _span_s(started: datetime | None, ended: datetime | None) -> float:
+    """A run's seconds for the maintained counts (0 unless both times are set and ordered)."""
+    a, b = utc(started), utc(ended)
+    return max(0.0, (b - a).total_seconds()) if a is not None and b is not None else 0.0
 
 
 class ExperimentWrites(StoreBase):
@@ -172,14 +179,15 @@ class ExperimentWrites(StoreBase):
             gone = counts.key(row.sweep_id, row.status, row.crash_kind)
             row.status = finish.status.value
             row.crash_kind = finish.crash_kind.value if finish.crash_kind else None
+            row.run_started_at = finish.run_started_at or row.run_started_at
+            row.run_ended_at = finish.run_ended_at
             counts.bump(s, gone=[gone], came=[counts.key(row.sweep_id, row.status,
-                                                         row.crash_kind)])
+                                                         row.crash_kind)],
+                        run_s=_span_s(row.run_started_at, row.run_ended_at))
             row.reason = finish.reason
             row.metric, row.best_before = finish.metric, finish.best_before
             row.summary = dict(finish.summary)
             row.log_tail = finish.log_tail
-            row.run_started_at = finish.run_started_at or row.run_started_at
-            row.run_ended_at = finish.run_ended_at
             row.finished_at = utcnow()
             if finish.warnings:
                 row.meta = {**(row.meta or {}), "warnings": list(finish.warnings)}

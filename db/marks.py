@@ -7,9 +7,10 @@ build the domain records from them.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
-from sqlalchemy import DateTime, func, select, type_coerce
+from sqlalchemy import DateTime, Select, func, select, type_coerce
 
 from agent.domain import CrashKind, Experiment, ExperimentStatus, Run, RunRole, RunStatus
 from db.models import ExperimentCountRow, ExperimentRow, RunRow
@@ -30,15 +31,38 @@ MARK_COLUMNS = (E.id, E.status, E.crash_kind, E.metric, E.best_before, E.descrip
                 type_coerce(E.run_ended_at, DateTime))
 
 
+def _newer(q: Any, sweep_id: int, after_id: int | None, ids: Collection[int],
+           key: Any, ident: Any) -> list[Select[Any]]:
+    """The statements reading the sweep's rows with id > after_id (all without it) and the
+    rows `ids`: one index range each (sweep, id) and one primary-key lookup, never a scan."""
+    if after_id is None and not ids:
+        return [q.where(key == sweep_id).order_by(ident)]
+    out = [] if after_id is None else [q.where(key == sweep_id, ident > after_id)
+                                       .order_by(ident)]
+    if ids:
+        out.append(q.where(ident.in_(sorted(ids)), key == sweep_id).order_by(ident))
+    return out
+
+
+def _rows(s: Any, statements: list[Select[Any]]) -> list[Any]:
+    if len(statements) == 1:
+        return list(s.execute(statements[0]))
+    rows = {row[0]: row for q in statements for row in s.execute(q)}  # an id in both: once
+    return [rows[i] for i in sorted(rows)]
+
+
 class SweepMarks(StoreBase):
-    def experiment_marks(self, sweep_id: int, with_diffs: bool = False) -> list[Experiment]:
+    def experiment_marks(self, sweep_id: int, with_diffs: bool = False,
+                         after_id: int | None = None, ids: Collection[int] = ()
+                         ) -> list[Experiment]:
         """The sweep's experiments, oldest first: id, status, crash kind, metric, best before,
         description, baseline flag, commits and run times (`with_diffs`: diff and reason too);
-        summary and meta empty."""
+        summary and meta empty. With `after_id` or `ids`: only those after it and those."""
         extra = (E.diff, E.reason) if with_diffs else ()
-        q = select(*MARK_COLUMNS, *extra).where(E.sweep_id == sweep_id).order_by(E.id)
+        statements = _newer(select(*MARK_COLUMNS, *extra), sweep_id, after_id, ids,
+                            E.sweep_id, E.id)
         with self.session("reading a sweep's plot") as s:
-            rows = s.execute(q).all()
+            rows = _rows(s, statements)
         return [Experiment(id=i, sweep_id=sweep_id, status=STATUS[st],
                            crash_kind=KIND[ck] if ck else None, metric=m, best_before=bb,
                            description=d, diff=more[0] if more else "", proposer="",
@@ -47,13 +71,15 @@ class SweepMarks(StoreBase):
                            run_ended_at=utc(re))
                 for i, st, ck, m, bb, d, base, c, bc, rs, re, *more in rows]
 
-    def run_metrics(self, sweep_id: int) -> list[Run]:
+    def run_metrics(self, sweep_id: int, after_id: int | None = None,
+                    ids: Collection[int] = ()) -> list[Run]:
         """The sweep's runs by id with id, experiment, commit, seed, role, status and metric
-        only (what the sweep's evidence is computed from)."""
-        q = (select(R.id, R.experiment_id, R.commit, R.seed, R.role, R.status, R.metric)
-             .where(R.sweep_id == sweep_id).order_by(R.id))
+        only (what the sweep's evidence is computed from). With `after_id` or `ids`: only
+        those after it and those."""
+        statements = _newer(select(R.id, R.experiment_id, R.commit, R.seed, R.role, R.status,
+                                   R.metric), sweep_id, after_id, ids, R.sweep_id, R.id)
         with self.session("reading a sweep's run metrics") as s:
-            rows = s.execute(q).all()
+            rows = _rows(s, statements)
         return [Run(id=i, sweep_id=sweep_id, experiment_id=e, commit=c, seed=sd,
                     role=ROLE[role], status=RUN_STATUS[st], metric=m)
                 for i, e, c, sd, role, st, m in rows]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
@@ -38,6 +38,14 @@ INTERRUPTED_REASON = "the service stopped while this experiment was running"
 ACTIVE = (ExperimentStatus.QUEUED, ExperimentStatus.RUNNING)  # one per change and sweep
 MARK_STARTED_FIELDS = frozenset({"commit", "ref", "base_commit", "log_path", "pgid",
                                  "run_started_at"})
+
+
+def _newer(after_id: int | None, ids: Collection[int]) -> Callable[[int], bool]:
+    """Which ids a read `after_id` / `ids` wants (every id without either)."""
+    if after_id is None and not ids:
+        return lambda _: True
+    wanted = set(ids)
+    return lambda i: (after_id is not None and i > after_id) or i in wanted
 
 
 class MemoryStore:
@@ -188,19 +196,40 @@ class MemoryStore:
     def experiment_briefs(self, sweep_id: int) -> list[Experiment]:
         return [replace(e, log_tail=None, meta={}, pgid=None) for e in self._select(sweep_id)]
 
-    def experiment_marks(self, sweep_id: int, with_diffs: bool = False) -> list[Experiment]:
+    def adjacent_experiments(self, sweep_id: int, experiment_id: int
+                             ) -> tuple[Experiment | None, Experiment | None]:
+        briefs = self.experiment_briefs(sweep_id)
+        before = [e for e in briefs if e.id < experiment_id]
+        after = [e for e in briefs if e.id > experiment_id]
+        return (before[-1] if before else None), (after[0] if after else None)
+
+    def retries_of(self, experiment_id: int) -> list[Experiment]:
+        return [replace(e, log_tail=None, meta={}, pgid=None) for e in self._select()
+                if e.parent_id == experiment_id]
+
+    def run_number(self, sweep_id: int, experiment_id: int) -> int:
+        ran = (ExperimentStatus.KEPT, ExperimentStatus.DISCARDED, ExperimentStatus.CRASHED,
+               ExperimentStatus.TIMEOUT)
+        return sum(1 for e in self._select(sweep_id) if e.id <= experiment_id and e.status in ran)
+
+    def experiment_marks(self, sweep_id: int, with_diffs: bool = False,
+                         after_id: int | None = None, ids: Collection[int] = ()
+                         ) -> list[Experiment]:
+        wanted = _newer(after_id, ids)
         return [Experiment(id=e.id, sweep_id=e.sweep_id, status=e.status,
                            crash_kind=e.crash_kind, metric=e.metric, best_before=e.best_before,
                            description=e.description, diff=e.diff if with_diffs else "",
                            reason=e.reason if with_diffs else None, proposer="",
                            is_baseline=e.is_baseline, commit=e.commit, base_commit=e.base_commit,
                            run_started_at=e.run_started_at, run_ended_at=e.run_ended_at)
-                for e in self._select(sweep_id)]
+                for e in self._select(sweep_id) if wanted(e.id)]
 
-    def run_metrics(self, sweep_id: int) -> list[Run]:
+    def run_metrics(self, sweep_id: int, after_id: int | None = None,
+                    ids: Collection[int] = ()) -> list[Run]:
+        wanted = _newer(after_id, ids)
         return [Run(id=r.id, sweep_id=r.sweep_id, experiment_id=r.experiment_id,
                     commit=r.commit, seed=r.seed, role=r.role, status=r.status, metric=r.metric)
-                for r in self.list_runs(sweep_id=sweep_id)]
+                for r in self.list_runs(sweep_id=sweep_id) if wanted(r.id)]
 
     def sweep_version(self, sweep_id: int) -> tuple[object, object]:
         with self._lock:
@@ -218,6 +247,19 @@ class MemoryStore:
 
     def run_spans(self) -> list[tuple[int, ExperimentStatus, datetime | None, datetime | None]]:
         return [(e.sweep_id, e.status, e.run_started_at, e.run_ended_at) for e in self._select()]
+
+    def run_seconds(self) -> dict[int, float]:
+        out: dict[int, float] = {}
+        for e in self._select():
+            if e.run_started_at is not None and e.run_ended_at is not None:
+                span = (e.run_ended_at - e.run_started_at).total_seconds()
+                out[e.sweep_id] = out.get(e.sweep_id, 0.0) + max(span, 0.0)
+        return out
+
+    def status_counts_by_sweep(self) -> dict[int, dict[str, int]]:
+        with self._lock:
+            sweep_ids = {e.sweep_id for e in self._select()}
+        return {sid: self.status_counts(sid) for sid in sweep_ids}
 
     def timestamps(self, sweep_id: int) -> list[tuple[datetime | None, datetime | None]]:
         return [(e.run_started_at, e.run_ended_at) for e in self._select(sweep_id)]

@@ -92,6 +92,7 @@ class SweepRow(Base):
 
 
 CRASHED_ROWS = "crash_kind IS NOT NULL"
+HAS_PARENT = "parent_id IS NOT NULL"
 
 
 class ExperimentRow(Base):
@@ -109,6 +110,9 @@ class ExperimentRow(Base):
         Index("ix_experiments_sweep_crash", "sweep_id", "crash_kind", "id",
               sqlite_where=text(CRASHED_ROWS), postgresql_where=text(CRASHED_ROWS)),
         Index("ix_experiments_sweep_diff", "sweep_id", "diff_key"),  # the duplicate check
+        # An experiment page's "retried as" links (migration experiment_parent_index).
+        Index("ix_experiments_parent", "parent_id", "id", sqlite_where=text(HAS_PARENT),
+              postgresql_where=text(HAS_PARENT)),
         # One queued/running row per change and sweep: the duplicate check is the insert
         # itself (migration active_diff_unique).
         Index("ux_experiments_active_diff", "sweep_id", "diff_key", unique=True,
@@ -152,9 +156,10 @@ class ExperimentRow(Base):
 
 
 class ExperimentCountRow(Base):
-    """How many experiments a sweep has per status and crash kind ("" for none): changed in
-    the same transaction as every insert and status change (db/counts.py), so a page's total
-    is a sum over a few rows instead of a COUNT over the table."""
+    """How many experiments a sweep has per status and crash kind ("" for none), and their run
+    seconds: changed in the same transaction as every insert, status change and finish
+    (db/counts.py), so a page's total is a sum over a few rows instead of a COUNT over the
+    table."""
 
     __tablename__ = "experiment_counts"
 
@@ -163,6 +168,9 @@ class ExperimentCountRow(Base):
     status: Mapped[str] = mapped_column(String(20), primary_key=True)
     crash_kind: Mapped[str] = mapped_column(String(20), primary_key=True)
     n: Mapped[int] = mapped_column(Integer)
+    # Seconds from run start to run end summed over those rows (migration counts_run_seconds):
+    # the overview's GPU-hours without reading the experiments.
+    run_s: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
 
 
 class LossPointRow(Base):

@@ -261,3 +261,107 @@ def test_the_migration_counts_the_rows_already_there(tmp_path):
     migrate(engine)  # idempotent
     assert store.count_experiments() == 6
     engine.dispose()
+
+
+def test_marks_and_run_metrics_read_only_newer_rows_and_the_ids_asked_for(store: Store):
+    """What a page's history refresh reads: rows after a cursor plus named (open) rows, of this
+    sweep only, oldest first and each once, the same fields as a full read."""
+    sid, other = store.create_sweep(spec()).id, store.create_sweep(spec("t")).id
+    exps = [store.add_experiment(sid, Proposal(f"e{i}", f"d{i}")) for i in range(6)]
+    elsewhere = store.add_experiment(other, Proposal("x", "d1"))
+    runs = [store.start_run(RunSpec(sid, e.id, "c", 42, RunRole.SCREEN)) for e in exps]
+    full, full_runs = store.experiment_marks(sid, with_diffs=True), store.run_metrics(sid)
+    ids = [exps[1].id, exps[4].id, elsewhere.id]  # an id after the cursor too, and another sweep's
+    got = store.experiment_marks(sid, with_diffs=True, after_id=exps[3].id, ids=ids)
+    assert got == [e for e in full if e.id in (exps[1].id, exps[4].id, exps[5].id)]
+    assert store.experiment_marks(sid, ids=[exps[2].id]) == [
+        m for m in store.experiment_marks(sid) if m.id == exps[2].id]
+    assert store.experiment_marks(sid, after_id=exps[5].id) == []
+    assert store.run_metrics(sid, after_id=runs[4].id, ids=[runs[0].id]) == [
+        full_runs[0], full_runs[5]]
+    assert store.run_metrics(sid, after_id=runs[5].id) == []
+
+
+def test_an_experiment_pages_lookups_agree_with_the_whole_sweep(store: Store):
+    """Neighbours, retries and run numbers by index lookups equal what the old page derived
+    from every sibling; the overview's counts and run seconds equal a walk over every row."""
+    from datetime import timedelta
+
+    sid, other = store.create_sweep(spec()).id, store.create_sweep(spec("t")).id
+    t0 = utcnow()
+    rng = random.Random(5)
+    for i in range(24):
+        sweep = sid if i % 5 else other
+        parents = [e.id for e in store.list_experiments(sweep)]
+        parent = rng.choice(parents) if parents and rng.random() < 0.3 else None
+        e = store.add_experiment(sweep, Proposal(f"e{i}", f"d{i}", parent_id=parent))
+        if rng.random() < 0.8:
+            store.claim(e.id)
+            start = t0 + timedelta(seconds=i)
+            store.mark_started(e.id, run_started_at=start)
+            status, kind = ENDS[rng.randrange(len(ENDS) - 2)]
+            if rng.random() < 0.8:
+                store.finish(e.id, Finish(status, kind, run_started_at=start,
+                                          run_ended_at=start + timedelta(seconds=10 + i)))
+    ran = (S.KEPT, S.DISCARDED, S.CRASHED, S.TIMEOUT)
+    for sweep in (sid, other):
+        briefs = store.experiment_briefs(sweep)
+        for i, e in enumerate(briefs):
+            before, after = store.adjacent_experiments(sweep, e.id)
+            assert before == (briefs[i - 1] if i else None)
+            assert after == (briefs[i + 1] if i + 1 < len(briefs) else None)
+            assert store.retries_of(e.id) == [x for x in store.experiment_briefs(e.sweep_id)
+                                              if x.parent_id == e.id]
+            assert store.run_number(sweep, e.id) == sum(x.status in ran for x in briefs[:i + 1])
+    seconds: dict[int, float] = {}
+    for sweep, _, a, b in store.run_spans():
+        if a is not None and b is not None:
+            seconds[sweep] = seconds.get(sweep, 0.0) + (b - a).total_seconds()
+    got = store.run_seconds()
+    assert got.keys() == seconds.keys() and all(
+        got[k] == pytest.approx(v, abs=1e-3) for k, v in seconds.items())
+    assert store.status_counts_by_sweep() == {s: store.status_counts(s) for s in (sid, other)}
+    assert store.adjacent_experiments(sid, 10**6) == (store.experiment_briefs(sid)[-1], None)
+
+
+def test_the_migration_sums_the_run_seconds_already_there(tmp_path):
+    """A database made before counts_run_seconds: its rows' run times are summed by the
+    upgrade, and finishes go on adding to them."""
+    from datetime import timedelta
+
+    from db.engine import make_engine, migrate
+    from db.store import SqlStore
+
+    engine = make_engine(tmp_path / "old.db")
+    migrate(engine, "experiment_parent_index")  # the schema as that release left it
+    with engine.begin() as conn:
+        conn.execute(text(
+            "INSERT INTO sweeps (id, name, target_path, branch, status, proposer, config, "
+            "protected_hashes, llm_tokens_in, llm_tokens_out, llm_usd, created_at, "
+            "updated_at) VALUES (1, 's', '/t', 'overnight/s', 'running', 'queue', '{}', '{}', "
+            "0, 0, 0, '2026-11-29 00:00:00', '2026-11-29 00:00:00')"))
+        rows = [("kept", None, "00:00:10"), ("discarded", None, "00:00:20"),
+                ("timeout", "timeout", "00:00:30"), ("queued", None, None),
+                ("crashed", "trivial", None)]
+        for i, (status, kind, end) in enumerate(rows, start=1):
+            conn.execute(text(
+                "INSERT INTO experiments (id, sweep_id, attempt, is_baseline, priority, "
+                "proposer, description, diff, status, crash_kind, summary, meta, "
+                "llm_tokens_in, llm_tokens_out, llm_usd, created_at, run_started_at, "
+                "run_ended_at) VALUES (:i, 1, 0, 0, 0, 'knobs', 'd', '', :st, :k, '{}', '{}', "
+                "0, 0, 0, '2026-11-29 00:00:00', '2026-11-29 00:00:00.000000', :end)"),
+                {"i": i, "st": status, "k": kind,
+                 "end": f"2026-11-29 {end}.000000" if end else None})
+        conn.execute(text(
+            "INSERT INTO experiment_counts (sweep_id, status, crash_kind, n) SELECT sweep_id, "
+            "status, COALESCE(crash_kind, ''), COUNT(*) FROM experiments "
+            "GROUP BY sweep_id, status, COALESCE(crash_kind, '')"))
+    migrate(engine)
+    store = SqlStore(engine)
+    assert store.run_seconds() == {1: pytest.approx(60.0, abs=1e-3)}
+    t0 = utcnow()
+    store.claim(4)
+    store.finish(4, Finish(S.DISCARDED, run_started_at=t0,
+                           run_ended_at=t0 + timedelta(seconds=5)))
+    assert store.run_seconds() == {1: pytest.approx(65.0, abs=1e-3)}
+    assert store.status_counts(1) == {"kept": 1, "discarded": 2, "timeout": 1, "crashed": 1}

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import random
 import re
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ from bulk_seed import seed_sweep
 from fastapi.testclient import TestClient
 from test_query_plans import captured, check_plans
 
-from agent.domain import Experiment, ExperimentStatus, Finish, Proposal
+from agent.domain import Experiment, ExperimentStatus, Finish, Proposal, utcnow
 from api.dashboard.plot import MAX_MARKS, PlotPoint, downsample, progress_svg
 from api.dashboard.views import KEPT_SHOWN, PAGE_SIZE
 from db.engine import open_database
@@ -143,3 +144,56 @@ def test_a_small_plot_is_not_downsampled() -> None:
     svg = str(progress_svg([p.exp for p in points], "m", 1.0))
     runs = [p for p in points if p.exp.status in (S.KEPT, S.DISCARDED, S.CRASHED, S.TIMEOUT)]
     assert svg.count('class="pt ') == len(runs) and "envelope" not in svg
+
+
+# --- the experiment page and the overview read what they show ---------------------------------
+def _reads(db: Path, statements: list[tuple[str, object]]) -> list[tuple[str, int]]:
+    """(statement, rows it returns) of each SELECT on experiments, run again on the file."""
+    con = sqlite3.connect(db)
+    try:
+        return [(sql, len(con.execute(sql, params or ()).fetchall()))  # type: ignore[arg-type]
+                for sql, params in statements
+                if sql.lstrip().upper().startswith("SELECT") and "FROM experiments" in sql]
+    finally:
+        con.close()
+
+
+def test_the_experiment_page_reads_its_own_rows(big: Path) -> None:
+    store = SqlStore(open_database(big))
+    mid = store.list_experiments(1, [S.DISCARDED], limit=1, before_id=N // 2,
+                                 newest_first=True)[0]
+    ran = [S.KEPT, S.DISCARDED, S.CRASHED, S.TIMEOUT]
+    run_no = sum(1 for e in store.experiment_briefs(1) if e.id <= mid.id and e.status in ran)
+    with TestClient(make_app(big)) as c:
+        c.get("/ui/sweeps/big").raise_for_status()  # the sweep's evidence is cached
+        with captured() as seen:
+            html = c.get(f"/ui/experiments/{mid.id}").text
+    assert f'href="/ui/experiments/{mid.id - 1}" rel="prev"' in html
+    assert f'href="/ui/experiments/{mid.id + 1}" rel="next"' in html
+    assert f"<dt>Run</dt><dd>{run_no} of the sweep</dd>" in html and "mean of 1 run" in html
+    assert check_plans(big, seen) >= 3
+    reads = _reads(big, seen)
+    assert reads and max(n for _, n in reads) <= 1, reads  # one row per lookup, no sweep
+
+
+def test_the_overview_reads_one_row_per_sweep(big: Path) -> None:
+    from api.dashboard.views import Rollup, rollups
+    from db.store import SqlStore as Store
+
+    store = Store(open_database(big))
+    sweeps = store.list_sweeps()
+    walked = {s.id: Rollup() for s in sweeps}  # what the page summed before: every row
+    now = utcnow()
+    for sid, status, a, b in store.run_spans():
+        walked[sid].add(status.value, a, b, now)
+    got = rollups(store, sweeps)
+    assert {k: r.counts for k, r in got.items()} == {k: r.counts for k, r in walked.items()}
+    assert {k: round(r.train_s, 3) for k, r in got.items()} == {
+        k: round(r.train_s, 3) for k, r in walked.items()}
+    with TestClient(make_app(big)) as c, captured() as seen:
+        html = c.get("/").text
+    hours = f"{walked[1].train_s / 3600:.1f}"
+    assert f"{walked[1].runs - 1:,}".replace(",", "") in html.replace(",", "") and hours in html
+    reads = _reads(big, seen)
+    assert reads and all(n <= len(sweeps) for _, n in reads), reads
+    assert check_plans(big, seen) >= 1  # and no scan of experiments to find them

@@ -11,6 +11,7 @@ import functools
 import math
 import re
 import statistics
+import weakref
 from dataclasses import dataclass
 
 from agent.domain import CrashKind, Direction, Experiment, ExperimentStatus
@@ -33,11 +34,13 @@ class Change:
     old: str
     new: str
 
-    @property
+    # Computed once per change: constant_changes hands out the same Change for the same diff,
+    # and a digest of a 10,000-experiment sweep asks each one again after every finish.
+    @functools.cached_property
     def direction(self) -> int:
         return direction_of(self.name, self.old, self.new)
 
-    @property
+    @functools.cached_property
     def step(self) -> float | None:
         return step_between(self.name, self.old, self.new)
 
@@ -56,7 +59,7 @@ class Trial:
     generation: int  # how many keeps came before it (which head it ran on)
     meta: dict[str, object]
 
-    @property
+    @functools.cached_property  # read for every trial by several of a digest's sums
     def kept(self) -> bool:
         return self.status is ExperimentStatus.KEPT
 
@@ -70,10 +73,11 @@ def _constants(lines: tuple[str, ...]) -> dict[str, str]:
     return out
 
 
-@functools.lru_cache(maxsize=8192)
+@functools.lru_cache(maxsize=1 << 16)
 def constant_changes(diff: str) -> tuple[tuple[Change, ...], bool]:
     """The constants a diff changes, and whether it changes nothing else (cached: the same
-    history is read again for every proposal)."""
+    history is read again for every proposal and every digest, so the cache holds a large
+    sweep's diffs whole: one smaller than the sweep is read in order and never hits)."""
     removed: list[str] = []
     added: list[str] = []
     lines = diff.splitlines()
@@ -113,6 +117,32 @@ def gain_of(exp: Experiment, direction: Direction) -> float | None:
     return -delta if direction is Direction.MINIMIZE else delta
 
 
+# A sweep page's digest asks for every trial again after each finish, and its history hands
+# over the same Experiment objects each time (frozen: what a trial is made of cannot change
+# under it). So a trial is remembered per live object (dropped when the object goes) and
+# reused while the direction and generation it was made with still hold.
+_REMEMBERED: dict[int, tuple[weakref.ref[Experiment], Direction, int, Trial]] = {}
+
+
+def _trial(exp: Experiment, direction: Direction, generation: int) -> Trial:
+    key = id(exp)
+    hit = _REMEMBERED.get(key)
+    if hit is not None and hit[0]() is exp and hit[1] is direction and hit[2] == generation:
+        return hit[3]
+    changes, pure = constant_changes(exp.diff)
+    trial = Trial(exp.id, exp.status, exp.description, changes, pure,
+                  gain_of(exp, direction) if exp.status in RUN_STATUSES[:2] else None,
+                  crash_class(exp), generation, dict(exp.meta))
+    gone = functools.partial(_forget, key)
+    _REMEMBERED[key] = (weakref.ref(exp, gone), direction, generation, trial)
+    return trial
+
+
+def _forget(key: int, _: object) -> None:
+    """The experiment remembered under `key` was freed: so is its trial."""
+    _REMEMBERED.pop(key, None)
+
+
 def trials(history: list[Experiment], direction: Direction) -> list[Trial]:
     """Finished runs, oldest first, each with its constant changes and gain."""
     out: list[Trial] = []
@@ -120,10 +150,7 @@ def trials(history: list[Experiment], direction: Direction) -> list[Trial]:
     for exp in history:
         if exp.status not in RUN_STATUSES or exp.is_baseline:
             continue
-        changes, pure = constant_changes(exp.diff)
-        out.append(Trial(exp.id, exp.status, exp.description, changes, pure,
-                         gain_of(exp, direction) if exp.status in RUN_STATUSES[:2] else None,
-                         crash_class(exp), generation, dict(exp.meta)))
+        out.append(_trial(exp, direction, generation))
         if exp.status is ExperimentStatus.KEPT:
             generation += 1
     return out

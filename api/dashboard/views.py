@@ -1,10 +1,11 @@
 """What each dashboard page shows, computed from the store: plain dicts and dataclasses.
 
-A sweep page's whole-sweep parts (counts, plot, evidence, digest) come from one read of its
-experiments' plot fields (store.experiment_marks: a few columns, no diffs) and runs' metrics,
-cached under the sweep's version (cache.py) so a page view between two finishes reads none of
-it; the table is one keyset page (`before`/`after` cursors, PAGE_SIZE rows), the kept stack the
-latest KEPT_SHOWN keeps, the live panel the running rows. No HTML here (templates render it).
+A sweep page's whole-sweep parts (counts, plot, evidence, digest) come from its experiments'
+plot fields and diffs and its runs' metrics (history.py: after a finish it reads only the rows
+that changed), cached under the sweep's version (cache.py) so a page view between two finishes
+derives none of it; the table is one keyset page (`before`/`after` cursors, PAGE_SIZE rows),
+the kept stack the latest KEPT_SHOWN keeps, the live panel the running rows. The overview and
+experiment pages read counts and index lookups, not sweeps. No HTML here (templates do).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import logging
 import math
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from functools import partial
@@ -31,6 +32,7 @@ from agent.service import Service, read_log
 from runner.summary import parse_progress
 
 from .cache import SweepCache
+from .history import HistoryCache, SweepHistory
 from .plot import loss_svg, progress_svg
 
 logger = logging.getLogger(__name__)
@@ -85,12 +87,15 @@ class Rollup:
 
 
 def rollups(store: Store, sweeps: Sequence[Sweep]) -> dict[int, Rollup]:
-    """Per-sweep counts and training time, from one query over every experiment."""
+    """Per-sweep counts (the maintained counts) and training time (ended runs summed in the
+    database, plus the running ones' time so far): one row per sweep comes back, not one per
+    experiment."""
     now = utcnow()
-    out = {s.id: Rollup() for s in sweeps}
-    for sweep_id, status, started, ended in store.run_spans():
-        if sweep_id in out:
-            out[sweep_id].add(status.value, started, ended, now)
+    counted, seconds = store.status_counts_by_sweep(), store.run_seconds()
+    out = {s.id: Rollup(Counter(counted.get(s.id, {})), seconds.get(s.id, 0.0)) for s in sweeps}
+    for e in store.list_experiments(statuses=[S.RUNNING]):
+        if e.sweep_id in out and e.run_started_at is not None and e.run_ended_at is None:
+            out[e.sweep_id].train_s += max(0.0, (now - e.run_started_at).total_seconds())
     return out
 
 
@@ -114,6 +119,8 @@ def overview(store: Any) -> list[dict[str, Any]]:
 # --- sweep page ----------------------------------------------------------------------------
 SUMMARIES = SweepCache()
 DIGESTS = SweepCache()
+HISTORIES = HistoryCache()
+EVIDENCE = SweepCache()
 
 
 @dataclass(frozen=True)
@@ -132,21 +139,37 @@ def sweep_summary(store: Store, sweep: Sweep) -> SweepSummary:
     best = (sweep.best_metric, sweep.best_commit, sweep.baseline_metric)
 
     def make() -> SweepSummary:
-        # The digest reads every diff: it is redrawn when an experiment finishes (or the best
-        # moves), not when only a run ended. Its count of queued and running experiments may
-        # lag until then.
-        insights = DIGESTS.peek(store, sweep.id, (experiments, best))
-        marks = store.experiment_marks(sweep.id, with_diffs=insights is None)
-        if insights is None:
-            insights = DIGESTS.put(store, sweep.id, (experiments, best),
-                                   insights_panel(sweep, marks))
-        ev = sweep_evidence(sweep, marks, store.run_metrics(sweep.id))
+        # The rows come from the history (it reads what changed since its last read). The
+        # digest is redrawn when an experiment finishes (or the best moves), not when only a
+        # run ended; its count of queued and running experiments may lag until then.
+        history = HISTORIES.get(store, sweep.id, (experiments, runs))
+        marks = history.experiments
+        insights = DIGESTS.get(store, sweep.id, (experiments, best),
+                               partial(insights_panel, sweep, marks))
+        ev = _evidence(store, sweep, (experiments, runs, best), history)
         return SweepSummary(
             rollup=rollup_of(marks, running_time=False), evidence=ev,
             plot=progress_svg(marks, sweep.metric, sweep.baseline_metric, evidence=ev),
             insights=insights)
 
     return SUMMARIES.get(store, sweep.id, (experiments, runs, best), make)
+
+
+def _evidence(store: Store, sweep: Sweep, version: Hashable, history: SweepHistory
+              ) -> SweepEvidence:
+    return EVIDENCE.get(store, sweep.id, version,
+                        partial(sweep_evidence, sweep, history.experiments, history.runs))
+
+
+def cached_evidence(store: Store, sweep: Sweep) -> SweepEvidence:
+    """The sweep's evidence as its page shows it, cached under the sweep's version (after a
+    finish: the history's few new rows, then the evidence over the sweep)."""
+    experiments, runs = store.sweep_version(sweep.id)
+    version = (experiments, runs, (sweep.best_metric, sweep.best_commit, sweep.baseline_metric))
+    hit = EVIDENCE.peek(store, sweep.id, version)
+    if hit is not None:
+        return hit  # type: ignore[no-any-return]
+    return _evidence(store, sweep, version, HISTORIES.get(store, sweep.id, (experiments, runs)))
 
 
 def sweep_page(service: Service, sweep: Sweep, status: str, page: int,
@@ -297,20 +320,20 @@ def live_run(store: Any, sweep: Sweep, e: Experiment, with_points: bool = True) 
 
 # --- experiment page -----------------------------------------------------------------------
 def experiment_page(store: Any, e: Experiment) -> dict[str, Any]:
+    """One experiment with its neighbours, parent, retries and run number (index lookups) and
+    its evidence from the sweep's cached evidence (a page view reads no other experiment)."""
     sweep = store.get_sweep_by_id(e.sweep_id)
-    siblings = store.experiment_briefs(e.sweep_id)
-    ids = [x.id for x in siblings]
-    i = ids.index(e.id) if e.id in ids else -1
     points = [(p.step, p.loss) for p in store.loss_points(e.id)]
     text = log_text(e)
     if not points:
         parsed = (parse_progress(line) for line in text.splitlines())
         points = [(p.step, p.loss) for p in parsed if p is not None]
-    ev = sweep_evidence(sweep, siblings, store.list_runs(sweep_id=sweep.id))
+    prev, next_ = store.adjacent_experiments(sweep.id, e.id)
+    parent = store.get_experiment(e.parent_id) if e.parent_id is not None else None
     return {
         "sweep": sweep,
         "exp": e,
-        "ev": ev.experiments.get(e.id),
+        "ev": cached_evidence(store, sweep).experiments.get(e.id),
         "runs": store.list_runs(experiment_id=e.id),
         "warnings": e.meta.get("warnings", []),
         "lines": view_lines(e.diff),
@@ -319,12 +342,10 @@ def experiment_page(store: Any, e: Experiment) -> dict[str, Any]:
         "loss": loss_svg(points, width=640, height=200),
         "log": tail(text, 200),
         "has_log_file": bool(e.log_path and Path(e.log_path).is_file()),
-        "parent": next((x for x in siblings if x.id == e.parent_id), None),
-        "retries": [x for x in siblings if x.parent_id == e.id],
-        "prev": siblings[i - 1] if i > 0 else None,
-        "next": siblings[i + 1] if 0 <= i < len(siblings) - 1 else None,
-        "run_no": sum(1 for x in siblings[: i + 1] if x.status in RUNS)
-        if e.status in RUNS
-        else None,
+        "parent": parent if parent is not None and parent.sweep_id == sweep.id else None,
+        "retries": [x for x in store.retries_of(e.id) if x.sweep_id == sweep.id],
+        "prev": prev,
+        "next": next_,
+        "run_no": store.run_number(sweep.id, e.id) if e.status in RUNS else None,
         "live": live_run(store, sweep, e) if e.status is S.RUNNING else None,
     }

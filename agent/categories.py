@@ -64,8 +64,11 @@ def category_of_text(description: str) -> Category:
 
 def parse_category(value: object) -> Category | None:
     """A category from a string such as 'architecture' or 'data/schedule' (None if unknown)."""
-    if not isinstance(value, str):
-        return None
+    return _parse_category(value) if isinstance(value, str) else None
+
+
+@functools.lru_cache(maxsize=1024)  # a digest asks once per experiment; the names are few
+def _parse_category(value: str) -> Category | None:
     text = value.strip().lower().replace("-", "").replace(" ", "").replace("_", "")
     for c in Category:
         if text in (c.value.replace("/", ""), c.value, c.value.split("/")[0]):
@@ -128,6 +131,8 @@ def exhausted(history: list[Experiment], shares: Mapping[str, float],
     With `max_experiments` a category may take ceil(share × max_experiments) proposals; without
     it, its running share may not exceed `share` once MIN_COUNTED_FOR_SHARE are counted.
     """
+    if not shares:
+        return {}  # no caps: nothing to count
     used = counts(history)
     total = sum(used.values())
     out: dict[Category, str] = {}

@@ -8,6 +8,7 @@ as the incumbent is re-measured.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 from agent.domain import Direction, Experiment, ExperimentStatus, Run, RunRole, RunStatus, Sweep
@@ -35,7 +36,7 @@ class SweepEvidence:
     improvement_ci: float | None
     kept: int  # kept changes (baseline excluded)
     supported: int  # of those, kept with P(better) ≥ SUPPORTED_P
-    experiments: dict[int, ExperimentEvidence] = field(default_factory=dict)
+    experiments: Mapping[int, ExperimentEvidence] = field(default_factory=dict)
 
     def statement(self) -> str:
         """One honest line for the morning: how many keeps the noise supports."""
@@ -71,11 +72,10 @@ def sweep_evidence(sweep: Sweep, experiments: list[Experiment], runs: list[Run])
     if config.noise_sigma is not None:
         sigma = config.noise_sigma
     sign = 1.0 if sweep.direction is Direction.MINIMIZE else -1.0
-    per = {}
-    for e in experiments:
-        values = by_exp.get(e.id, [])
-        base = by_commit.get(e.base_commit or "", []) if not e.is_baseline else []
-        per[e.id] = _one(values, base, sigma, sign)
+    per = PerExperiment({
+        e.id: (by_exp.get(e.id, []),
+               by_commit.get(e.base_commit or "", []) if not e.is_baseline else [])
+        for e in experiments}, sigma, sign)
     baseline = next((e for e in experiments if e.is_baseline), None)
     base_runs = by_commit.get(baseline.commit or "", []) if baseline else []
     best_runs = by_commit.get(sweep.best_commit or "", [])
@@ -95,6 +95,29 @@ def sweep_evidence(sweep: Sweep, experiments: list[Experiment], runs: list[Run])
         1 for e in kept if (per[e.id].p_better or 0.0) >= SUPPORTED_P and per[e.id].n >= 2
     )
     return SweepEvidence(sigma, df, detectable, improvement, ci, len(kept), supported, per)
+
+
+class PerExperiment(Mapping[int, ExperimentEvidence]):
+    """Each experiment's evidence by id, worked out the first time it is asked for: a page
+    shows a few dozen of a sweep's thousands (a dict's equality and iteration otherwise)."""
+
+    def __init__(self, inputs: dict[int, tuple[list[float], list[float]]], sigma: float | None,
+                 sign: float) -> None:
+        self._inputs, self._sigma, self._sign = inputs, sigma, sign
+        self._done: dict[int, ExperimentEvidence] = {}
+
+    def __getitem__(self, key: int) -> ExperimentEvidence:
+        hit = self._done.get(key)
+        if hit is None:
+            values, base = self._inputs[key]
+            hit = self._done[key] = _one(values, base, self._sigma, self._sign)
+        return hit
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._inputs)
+
+    def __len__(self) -> int:
+        return len(self._inputs)
 
 
 def _one(

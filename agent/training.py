@@ -170,9 +170,9 @@ class TrainingRuns:
         get their own log file beside it.
         """
         config = sweep.config
-        first = spec.experiment_id == exp.id and not self.store.list_runs(experiment_id=exp.id)
-        logs = self.settings.work_dir / "logs" / sweep.name
         k = len(self.store.list_runs(experiment_id=spec.experiment_id))
+        first = spec.experiment_id == exp.id and k == 0
+        logs = self.settings.work_dir / "logs" / sweep.name
         log_path = logs / (f"{exp.id}.log" if first else f"{spec.experiment_id}.run{k + 1}.log")
         for folder in (self.settings.work_dir, log_path.parent.parent, log_path.parent):
             _private(folder)

@@ -92,6 +92,9 @@ def seed(db: DbLocation | Path | str, sweep_id: int, n: int, *, rng_seed: int = 
     try:
         with engine.begin() as conn:
             counts.rebuild(conn)
+        if location.pg_url is not None:  # the planner's statistics, for the copied rows
+            with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+                conn.exec_driver_sql("ANALYZE")
     finally:
         engine.dispose()
 
@@ -113,7 +116,7 @@ def _seed_sqlite(db: Path, sweep_id: int, rows: Iterable[Row], *, runs: bool, co
 def _seed_postgres(db: DbLocation, sweep_id: int, rows: Iterable[Row], *, runs: bool,
                    commit: str) -> None:
     """COPY with ids taken past both the sequence and the table's newest id, then the sequence
-    set past them (the server's next insert gets a fresh id) and the statistics refreshed."""
+    set past them (the server's next insert gets a fresh id); one transaction."""
     import psycopg
 
     assert db.pg_url is not None
@@ -133,9 +136,6 @@ def _seed_postgres(db: DbLocation, sweep_id: int, rows: Iterable[Row], *, runs: 
         if runs:
             con.execute(RUNS_SQL, (sweep_id, first - 1))
         _set_best(con.execute, sweep_id, commit, "%s")
-        con.commit()
-        con.autocommit = True
-        con.execute("ANALYZE")
 
 
 def _set_best(execute: Any, sweep_id: int, commit: str, mark: str) -> None:

@@ -87,15 +87,13 @@ Result = dict[tuple[str, int, str], tuple[float, float]]  # (backend, rows, shap
 
 @contextlib.contextmanager
 def database(backend: str, root: Path, cluster: Any) -> Iterator[str]:
-    """A fresh, migrated database for one run: a file in `root`, or one on the cluster."""
-    from db.engine import open_database
-
+    """A fresh database for one run (`fill` migrates it): a file in `root`, or an empty
+    database on the cluster, dropped afterwards."""
     if backend == "sqlite":
         yield str(root / "o.db")
         return
     url = cluster.create_database("bench", template=None)
     try:
-        open_database(url).dispose()
         yield url
     finally:
         cluster.drop_database(url)

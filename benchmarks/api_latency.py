@@ -1,24 +1,29 @@
-"""p50/p99 of `GET /experiments` (a page of 50) at 100,000 and 1,000,000 rows, real server.
+"""p50/p99 of `GET /experiments` (a page of 50) at 100,000 and 1,000,000 rows, real server,
+on SQLite and (with `--backend postgres`) on PostgreSQL.
 
-For each `--rows` size: a fresh SQLite database gets that many finished experiments in one sweep
-(bulk rows written with sqlite3's executemany, tests/bulk_seed.py: kept ~5 %, crashed ~8 %,
-timeouts ~2 %), then `overnight serve` starts on an ephemeral loopback port and `--requests`
-sequential requests per shape are timed with one keep-alive httpx client: the first page; deep
-cursor pages (cursors spread from the newest row to the oldest tenth of the table); filtered
-pages (sweep + status, several statuses, crash kind), first and deep. Targets (issue 14): p99
-≤ 30 ms at 100k and ≤ 50 ms at 1M.
+For each `--rows` size and backend: a fresh database gets that many finished experiments in one
+sweep (bulk rows, tests/bulk_seed.py: sqlite3's executemany, or COPY FROM STDIN then ANALYZE on
+PostgreSQL; kept ~5 %, crashed ~8 %, timeouts ~2 %), then `overnight serve --db <file or URL>`
+starts on an ephemeral loopback port and `--requests` sequential requests per shape are timed
+with one keep-alive httpx client: the first page; deep cursor pages (cursors spread from the
+newest row to the oldest tenth of the table); filtered pages (sweep + status, several statuses,
+crash kind), first and deep. PostgreSQL is a throw-away cluster started the way the tests do
+(tests/pg_server.py: Debian's initdb/pg_ctl, a temp dir, loopback, fsync off). Targets (issue
+14, SQLite): p99 ≤ 30 ms at 100k and ≤ 50 ms at 1M.
 
     .venv/bin/python benchmarks/api_latency.py [--rows 100000 1000000] [--requests 300]
+        [--backend sqlite postgres]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,10 +32,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from bulk_seed import seed  # noqa: E402
 from service_fixtures import ServerProcess, make_counting_target  # noqa: E402
 
+BACKENDS = ("sqlite", "postgres")
 Params = Callable[[int], dict[str, Any]]
 
 
-def fill(db: Path, target: Path, rows: int) -> None:
+def fill(db: str, target: Path, rows: int) -> None:
     from agent.gitrepo import GitRepo
     from agent.sweeps import create_sweep
     from db.engine import open_database
@@ -62,45 +68,100 @@ def shapes(rows: int) -> dict[str, Params]:
     }
 
 
-def measure(c: Any, name: str, params: Params, requests: int, rows: int) -> None:
+def measure(c: Any, name: str, params: Params, requests: int, rows: int,
+            backend: str) -> tuple[float, float]:
     times = []
     for i in range(requests):
         t = time.perf_counter()
         r = c.get("/experiments", params={"limit": 50, **params(i)})
         times.append((time.perf_counter() - t) * 1000)
         assert r.status_code == 200 and len(r.json()["data"]) == 50, r.text[:300]
-    print(f"GET /experiments ({name}, 50 rows of {rows:,}): p50 {statistics.median(times):.1f} "
-          f"ms, p99 {pct(times, 0.99):.1f} ms, max {max(times):.1f} ms over {requests} requests",
-          flush=True)
+    p50, p99 = statistics.median(times), pct(times, 0.99)
+    print(f"{backend:8}  GET /experiments ({name}, 50 rows of {rows:,}): p50 {p50:.1f} ms, "
+          f"p99 {p99:.1f} ms, max {max(times):.1f} ms over {requests} requests", flush=True)
+    return p50, p99
 
 
-def run(rows: int, requests: int) -> None:
+Result = dict[tuple[str, int, str], tuple[float, float]]  # (backend, rows, shape) -> p50, p99
+
+
+@contextlib.contextmanager
+def database(backend: str, root: Path, cluster: Any) -> Iterator[str]:
+    """A fresh database for one run (`fill` migrates it): a file in `root`, or an empty
+    database on the cluster, dropped afterwards."""
+    if backend == "sqlite":
+        yield str(root / "o.db")
+        return
+    url = cluster.create_database("bench", template=None)
+    try:
+        yield url
+    finally:
+        cluster.drop_database(url)
+
+
+def run(rows: int, requests: int, backend: str, cluster: Any, results: Result) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         target = make_counting_target(root / "target", n_knobs=2)
-        t0 = time.monotonic()
-        fill(root / "o.db", target, rows)
-        print(f"filled {rows:,} rows in {time.monotonic() - t0:.1f}s", flush=True)
-        server = ServerProcess(root / "o.db", log=root / "server.log", slots=0).start()
-        try:
-            with server.client() as c:
-                first = c.get("/experiments", params={"limit": 50}).json()
-                assert first["count"] >= rows and len(first["data"]) == 50
-                for _ in range(20):  # warm-up
-                    c.get("/experiments", params={"limit": 50})
-                for name, params in shapes(rows).items():
-                    measure(c, name, params, requests, rows)
-        finally:
-            server.stop()
+        with database(backend, root, cluster) as db:
+            t0 = time.monotonic()
+            fill(db, target, rows)
+            print(f"{backend:8}  filled {rows:,} rows in {time.monotonic() - t0:.1f}s",
+                  flush=True)
+            server = ServerProcess(db, log=root / "server.log", slots=0,
+                                   extra=["--work-dir", str(root / "work")]).start()
+            try:
+                with server.client() as c:
+                    first = c.get("/experiments", params={"limit": 50}).json()
+                    assert first["count"] >= rows and len(first["data"]) == 50
+                    for _ in range(20):  # warm-up
+                        c.get("/experiments", params={"limit": 50})
+                    for name, params in shapes(rows).items():
+                        results[backend, rows, name] = measure(c, name, params, requests, rows,
+                                                               backend)
+            finally:
+                server.stop()
+
+
+@contextlib.contextmanager
+def postgres_cluster(wanted: bool) -> Iterator[Any]:
+    """A throw-away cluster (tests/pg_server.py) when PostgreSQL is measured, else None."""
+    if not wanted:
+        yield None
+        return
+    import pg_server
+
+    reason = pg_server.why_unavailable()
+    if reason:
+        sys.exit(f"cannot start PostgreSQL: {reason}")
+    cluster = pg_server.start_cluster()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def report(results: Result, args: argparse.Namespace) -> None:
+    print("\nbackend   rows       shape                    p50 ms   p99 ms")
+    for (backend, rows, name), (p50, p99) in results.items():
+        print(f"{backend:8}  {rows:>9,}  {name:23}  {p50:7.1f}  {p99:7.1f}")
+    print("command: .venv/bin/python benchmarks/api_latency.py " + " ".join(
+        ["--rows", *map(str, args.rows), "--requests", str(args.requests),
+         "--backend", *args.backend]))
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", type=int, nargs="+", default=[100_000, 1_000_000])
     ap.add_argument("--requests", type=int, default=300)
+    ap.add_argument("--backend", nargs="+", choices=BACKENDS, default=["sqlite"])
     args = ap.parse_args()
-    for rows in args.rows:
-        run(rows, args.requests)
+    results: Result = {}
+    with postgres_cluster("postgres" in args.backend) as cluster:
+        for rows in args.rows:
+            for backend in args.backend:
+                run(rows, args.requests, backend, cluster, results)
+    report(results, args)
     return 0
 
 

@@ -52,9 +52,13 @@ def make_engine(location: DbLocation | Path | str) -> Engine:
 
 
 def postgres_connect_args(application_name: str = "overnight") -> dict[str, Any]:
-    """Every session in UTC (timestamps are stored naive UTC), a bounded connect wait."""
+    """Every session in UTC (timestamps are stored naive UTC), a bounded connect wait, and
+    every execution planned for its own values: psycopg prepares a statement on its 5th run,
+    and the server's generic plan for a list page (one plan for every status) walks the
+    primary key filtering rows, which reads the whole table for a rare status
+    (tests/test_query_plans.py). Planning a page costs ~0.1 ms; the walk, the table."""
     return {"connect_timeout": CONNECT_TIMEOUT_S, "application_name": application_name,
-            "options": "-c timezone=UTC"}
+            "options": "-c timezone=UTC -c plan_cache_mode=force_custom_plan"}
 
 
 def _postgres_engine(db: DbLocation) -> Engine:

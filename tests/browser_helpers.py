@@ -255,8 +255,9 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def make_app(db: Path, token: str | None = None) -> Any:
-    """The real app (overnight.runtime.service_app, API only: no scheduler)."""
+def make_app(db: Path | str, token: str | None = None, work_dir: Path | None = None) -> Any:
+    """The real app (overnight.runtime.service_app, API only: no scheduler) on a SQLite file
+    or a PostgreSQL URL (give a PostgreSQL app a `work_dir`: its default is under ~)."""
     from api.settings import Settings
     from overnight.runtime import service_app
 
@@ -268,6 +269,7 @@ def make_app(db: Path, token: str | None = None) -> Any:
         slots=0,
         run_scheduler=False,
         allowed_hosts=("testserver",),  # TestClient's Host
+        work_dir=work_dir,
     )
     return service_app(settings)
 

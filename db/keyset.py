@@ -6,21 +6,34 @@ migration keyset_pages), so the database walks the index from the cursor and sto
 entries: a page costs the page, not the table. Several statuses at once (`status IN (...)`)
 cannot be read in `id` order from one index range, so a limited page runs one query per status
 (each reads at most `n` rows) and merges them here: k statuses cost k pages, never a scan.
+
+The time filter (`since` ≤ created_at < `until`) is on `created_at`, the time a row is written,
+which follows `id`: a time window is one id range of the same listing, so the walk stays on the
+filter's (…, id) index. The range's ends come from ix_experiments_created (created_at, id), one
+seek each, as scalar subqueries of the page itself: `id` above the last row created before
+`since - CLOCK_SLACK` and below the first created at or after `until + CLOCK_SLACK`; the exact
+`created_at` test is applied too. Writers stamp `created_at` just before their INSERT, so two
+concurrent ones (or a clock stepped back) can stamp out of id order; the slack keeps such rows
+inside the walked range, and costs the rows written in that minute, not the table.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Select
+from sqlalchemy import ColumnElement, Select, func, select
 from sqlalchemy.orm import Session
 
 from agent.domain import CrashKind, ExperimentStatus
 from db.models import ExperimentRow
 
 E = ExperimentRow
+# How far out of id order two rows' created_at may be and still be found (see above).
+CLOCK_SLACK = timedelta(minutes=1)
+NO_ID, LAST_ID = 0, 2**63 - 1
 
 
 @dataclass(frozen=True)
@@ -32,6 +45,8 @@ class Page:
     after_id: int | None = None
     newest_first: bool = False
     limit: int | None = None
+    since: datetime | None = None
+    until: datetime | None = None
 
     def statements(self, base: Select[Any]) -> list[Select[Any]]:
         """The page's queries on `base` (one per status when they must be merged)."""
@@ -53,8 +68,24 @@ class Page:
             q = q.where(E.id < self.before_id)
         if self.after_id is not None:
             q = q.where(E.id > self.after_id)
+        q = q.where(*self._window())
         q = q.order_by(E.id.desc() if self.newest_first else E.id)
         return q if self.limit is None else q.limit(self.limit)
+
+    def _window(self) -> list[ColumnElement[bool]]:
+        """The time filter: its id range (found on the time index) and the exact test."""
+        out: list[ColumnElement[bool]] = []
+        if self.since is not None:
+            since = self.since.astimezone(UTC)
+            before = (select(E.id).where(E.created_at < _shifted(since, -CLOCK_SLACK))
+                      .order_by(E.created_at.desc(), E.id.desc()).limit(1).scalar_subquery())
+            out += [E.id > func.coalesce(before, NO_ID), E.created_at >= since]
+        if self.until is not None:
+            until = self.until.astimezone(UTC)
+            after = (select(E.id).where(E.created_at >= _shifted(until, CLOCK_SLACK))
+                     .order_by(E.created_at, E.id).limit(1).scalar_subquery())
+            out += [E.id < func.coalesce(after, LAST_ID), E.created_at < until]
+        return out
 
     def rows(self, s: Session, base: Select[Any], *, entities: bool = True) -> list[Any]:
         """Run the page on `base`: ORM rows for `select(ExperimentRow)` (`entities`), else
@@ -66,6 +97,14 @@ class Page:
         merged = sorted((r for part in parts for r in part), key=_id_of,
                         reverse=self.newest_first)
         return merged if self.limit is None else merged[: self.limit]
+
+
+def _shifted(when: datetime, by: timedelta) -> datetime:
+    """`when + by`, or `when` itself at the edge of representable time."""
+    try:
+        return when + by
+    except OverflowError:
+        return when
 
 
 def _id_of(row: Any) -> int:

@@ -21,6 +21,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import Engine, event
 from test_store_pages import _workload
 
+from api.schemas import MAX_LIMIT
 from db.engine import open_database
 from db.store import SqlStore
 
@@ -91,6 +92,33 @@ def test_every_api_list_query_uses_an_index(db: Path) -> None:
             r = c.get("/experiments", params=params)
             assert r.status_code == 200, r.text
     assert check_plans(db, seen) >= len(sweeps) * len(statuses) * len(kinds) * 2
+
+
+def test_every_time_filtered_list_query_uses_an_index(db: Path) -> None:
+    """The time filter with each other filter, with and without a cursor: the page walks the
+    filter's (…, id) index inside the window's id range, each end found by one seek of
+    ix_experiments_created (db/keyset.py)."""
+    sweeps = [None, "a"]
+    statuses = [[], ["kept"], ["crashed", "timeout"]]
+    kinds = [None, "fundamental"]
+    with TestClient(make_app(db)) as c, captured() as seen:
+        stamps = [e["created_at"] for e in c.get("/experiments", params={"limit": MAX_LIMIT})
+                  .json()["data"]]
+        mid, late = stamps[len(stamps) // 2], stamps[len(stamps) // 4]
+        windows = [{"since": mid}, {"until": late}, {"since": mid, "until": late}]
+        cursor = c.get("/experiments", params={"limit": 5, "since": mid}).json()["next_cursor"]
+        assert cursor is not None and len(stamps) > 50
+        for window, sweep, status, kind, cur in product(windows, sweeps, statuses, kinds,
+                                                        [None, cursor]):
+            params: dict[str, Any] = {"limit": 5, "status": status, **window}
+            params.update({k: v for k, v in
+                           {"sweep": sweep, "crash_kind": kind, "cursor": cur}.items() if v})
+            r = c.get("/experiments", params=params)
+            assert r.status_code == 200 and r.json()["count"] is None, r.text
+    timed = [(sql, p) for sql, p in seen if "created_at" in sql and "FROM experiments" in sql]
+    assert check_plans(db, timed) >= len(windows) * len(sweeps) * len(statuses) * len(kinds) * 2
+    assert all("ix_experiments_created" in " ".join(plan(db, sql, p)) for sql, p in timed
+               if "WHERE" in sql and "experiments.created_at" in sql)
 
 
 def test_the_check_catches_a_scan(db: Path) -> None:

@@ -5,8 +5,11 @@ For each `--rows` size: a fresh SQLite database gets that many finished experime
 timeouts ~2 %), then `overnight serve` starts on an ephemeral loopback port and `--requests`
 sequential requests per shape are timed with one keep-alive httpx client: the first page; deep
 cursor pages (cursors spread from the newest row to the oldest tenth of the table); filtered
-pages (sweep + status, several statuses, crash kind), first and deep. Targets (issue 14): p99
-≤ 30 ms at 100k and ≤ 50 ms at 1M.
+pages (sweep + status, several statuses, crash kind), first and deep; time-filtered pages
+(`since` the last 24 h or 7 days, alone and with sweep + status; a window over 90 % of the
+table walked with deep cursors, alone and with a crash kind). The bulk rows are created 5
+minutes apart, so the windows hold 288 / 2,016 rows and most of the table. Targets (issue 14):
+p99 ≤ 30 ms at 100k and ≤ 50 ms at 1M.
 
     .venv/bin/python benchmarks/api_latency.py [--rows 100000 1000000] [--requests 300]
 """
@@ -47,10 +50,14 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
 
 
-def shapes(rows: int) -> dict[str, Params]:
+def shapes(rows: int, created: Callable[[int], str]) -> dict[str, Params]:
+    """The request shapes; `created(id)` is that row's created_at (for the time windows)."""
     deep = [rows - k * rows // 20 for k in range(19)]  # from the newest to the oldest tenth
     kept = {"sweep": "big", "status": "kept"}
     crashes = {"status": ["crashed", "timeout"]}
+    day, week = ({"since": created(rows - n)} for n in (288, 2016))
+    span = {"since": created(rows // 20), "until": created(rows - rows // 20)}
+    inside = [c for c in deep if rows // 10 <= c <= rows - rows // 10]
     return {
         "first page": lambda i: {},
         "deep cursor page": lambda i: {"cursor": deep[i % len(deep)]},
@@ -59,6 +66,11 @@ def shapes(rows: int) -> dict[str, Params]:
         "crashed+timeout, deep": lambda i: {**crashes, "cursor": deep[i % len(deep)]},
         "crash kind, deep": lambda i: {"crash_kind": "fundamental",
                                        "cursor": deep[i % len(deep)]},
+        "since 24 h, first": lambda i: day,
+        "sweep+status since 7 d, first": lambda i: {**kept, **week},
+        "90 % window, deep": lambda i: {**span, "cursor": inside[i % len(inside)]},
+        "crash kind in 90 % window, deep": lambda i: {**span, "crash_kind": "fundamental",
+                                                      "cursor": inside[i % len(inside)]},
     }
 
 
@@ -88,7 +100,10 @@ def run(rows: int, requests: int) -> None:
                 assert first["count"] >= rows and len(first["data"]) == 50
                 for _ in range(20):  # warm-up
                     c.get("/experiments", params={"limit": 50})
-                for name, params in shapes(rows).items():
+                def created(exp_id: int) -> str:
+                    return str(c.get(f"/experiments/{exp_id}").json()["created_at"])
+
+                for name, params in shapes(rows, created).items():
                     measure(c, name, params, requests, rows)
         finally:
             server.stop()

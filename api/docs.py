@@ -6,12 +6,13 @@ client (and schemathesis' conformance checks) know every status and body it can 
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import FastAPI, Path, Query
 from fastapi.exceptions import RequestValidationError
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, BeforeValidator, ConfigDict
 
 from agent.domain import as_utc
 
@@ -85,8 +86,20 @@ Cursor = Annotated[int | None, Query(ge=1, le=MAX_ID,
 # The time filter: experiments created in [since, until) (db/keyset.py says why created_at).
 _WHEN = ("ISO 8601 date or date-time; with an offset or `Z`, else read as UTC. Filters on "
          "created_at, the time the experiment was queued (or refused)")
-Since = Annotated[datetime | None, Query(description=f"created at or after this. {_WHEN}")]
-Until = Annotated[datetime | None, Query(description=f"created before this. {_WHEN}")]
+
+
+def _not_a_number(value: object) -> object:
+    """pydantic reads a bare number as Unix seconds; the documented format is ISO 8601 only."""
+    if isinstance(value, str) and _NUMBER.fullmatch(value.strip()):
+        raise ValueError("expected an ISO 8601 date or date-time, not a number")
+    return value
+
+
+_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+Since = Annotated[datetime | None, BeforeValidator(_not_a_number),
+                  Query(description=f"created at or after this. {_WHEN}")]
+Until = Annotated[datetime | None, BeforeValidator(_not_a_number),
+                  Query(description=f"created before this. {_WHEN}")]
 
 
 def time_window(since: datetime | None,

@@ -128,6 +128,7 @@ def test_list_time_window_in_any_offset_walks_with_the_cursor(client: TestClient
                                               "status": "queued"}).json()
     assert [e["id"] for e in both["data"]] == ids[2:][::-1]
     for bad, name in [({"since": "last night"}, "since"), ({"until": "2026-13-01"}, "until"),
+                      ({"since": "1764460800"}, "since"), ({"until": "0.5"}, "until"),
                       ({"since": "2026-11-30", "until": "2026-11-30"}, "until"),
                       ({"since": "2026-11-30T05:00Z", "until": "2026-11-30T01:00Z"}, "until")]:
         r = client.get("/experiments", params=bad)

@@ -443,3 +443,27 @@ def test_the_migration_sums_the_run_seconds_already_there(tmp_path):
                            run_ended_at=t0 + timedelta(seconds=5)))
     assert store.run_seconds() == {1: pytest.approx(65.0, abs=1e-3)}
     assert store.status_counts(1) == {"kept": 1, "discarded": 2, "timeout": 1, "crashed": 1}
+
+
+def test_the_time_index_migration_upgrades_a_database_with_rows(tmp_path):
+    """A database at the revision before created_index gets the index, and its old rows are
+    found by a time window (SQLite; the PostgreSQL suites migrate every database they use)."""
+    from sqlalchemy import inspect
+
+    from db.engine import make_engine, migrate
+    from db.store import SqlStore
+
+    engine = make_engine(tmp_path / "old.db")
+    migrate(engine, "counts_run_seconds")  # the revision before created_index
+    store = SqlStore(engine)
+    sid = store.create_sweep(spec()).id
+    ids = [store.add_experiment(sid, Proposal(f"e{i}", f"d{i}")).id for i in range(6)]
+    _restamp(store, {i: T0 + n * STEP for n, i in enumerate(ids)})
+    assert "ix_experiments_created" not in {
+        ix["name"] for ix in inspect(engine).get_indexes("experiments")}
+    migrate(engine)
+    assert "ix_experiments_created" in {
+        ix["name"] for ix in inspect(engine).get_indexes("experiments")}
+    window = store.list_experiments(since=T0 + STEP, until=T0 + 4 * STEP, newest_first=True)
+    assert [e.id for e in window] == ids[1:4][::-1]
+    engine.dispose()

@@ -14,7 +14,11 @@ seek each, as scalar subqueries of the page itself: `id` above the last row crea
 `since - CLOCK_SLACK` and below the first created at or after `until + CLOCK_SLACK`; the exact
 `created_at` test is applied too. Writers stamp `created_at` just before their INSERT, so two
 concurrent ones (or a clock stepped back) can stamp out of id order; the slack keeps such rows
-inside the walked range, and costs the rows written in that minute, not the table.
+inside the walked range, and costs the rows written in that minute, not the table (a row out
+of order by more than the slack, next to a bound, can be missed). The walk is bounded: from the
+cursor (or the window's upper id) down the filter's index, it stops after `n` matches or at the
+window's lower id. PostgreSQL may instead read a narrow window's rows on the time index and
+sort them (its cost model's choice: the window's rows, still not the table).
 """
 
 from __future__ import annotations

@@ -19,6 +19,16 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+def as_utc(when: datetime) -> datetime:
+    """`when` as aware UTC; a naive one is read as UTC already (the service's own times are)."""
+    if when.tzinfo is None:
+        return when.replace(tzinfo=UTC)
+    try:
+        return when.astimezone(UTC)
+    except OverflowError:  # an offset past year 1 or 9999: the edge of time is the answer
+        return (datetime.min if when.year == 1 else datetime.max).replace(tzinfo=UTC)
+
+
 class ExperimentStatus(str, enum.Enum):
     QUEUED = "queued"
     RUNNING = "running"

@@ -11,11 +11,12 @@ from __future__ import annotations
 import logging
 import re
 import time
+from datetime import datetime
 from typing import Annotated, Any
 
 from pydantic import BaseModel, Field
 
-from agent.domain import ExperimentStatus, Proposal
+from agent.domain import ExperimentStatus, Proposal, as_utc
 from agent.errors import AdmissionError
 from agent.insights import digest, render
 from agent.ports import Store
@@ -30,6 +31,7 @@ LOG_TAIL_LINES = 40
 
 SweepArg = Annotated[str, Field(description="sweep name, e.g. 'nov29'")]
 IdArg = Annotated[int, Field(description="experiment id returned by propose_experiment")]
+WHEN = "this ISO 8601 time (UTC unless it has an offset), e.g. 2026-11-29T22:00Z"
 
 # One line each, as an LLM reads them in a tool list.
 DESCRIPTIONS = {
@@ -41,7 +43,8 @@ DESCRIPTIONS = {
                           "against the current best files; refused at once with the reason.",
     "wait_for_experiment": "Block until an experiment finishes (or timeout_s passes); returns "
                            "status, metric, delta vs best, crash class and the log tail.",
-    "list_experiments": "List the sweep's experiments, newest first (optionally one status).",
+    "list_experiments": "List the sweep's experiments, newest first (optionally one status, "
+                        "or those created since/until a time).",
     "get_results_table": "The sweep's results as autoresearch's results.tsv, with baseline and "
                          "best on top.",
     "get_log": "The last lines of an experiment's training log (read it after a crash).",
@@ -188,10 +191,16 @@ class AgentTools:
                                             "kept, discarded, crashed, timeout, rejected, "
                                             "cancelled")] = None,
         limit: Annotated[int, Field(ge=1, le=500, description="at most this many")] = 50,
+        since: Annotated[str | None, Field(description=f"only those created at or after {WHEN}")]
+        = None,
+        until: Annotated[str | None, Field(description=f"only those created before {WHEN}")]
+        = None,
     ) -> ExperimentList:
         s = self.store.get_sweep(sweep)
         statuses = [_status(status)] if status else None
-        exps = self.store.list_experiments(s.id, statuses, limit=limit, newest_first=True)
+        exps = self.store.list_experiments(s.id, statuses, limit=limit, newest_first=True,
+                                           since=_when("since", since),
+                                           until=_when("until", until))
         return ExperimentList(sweep=s.name, count=len(exps),
                               data=[ExperimentBrief(**{**experiment_row(e),
                                                      "delta": _round(e.delta)}) for e in exps])
@@ -285,6 +294,17 @@ def _status(value: str) -> ExperimentStatus:
     except ValueError:
         names = ", ".join(s.value for s in ExperimentStatus)
         raise AdmissionError("bad_status", f"unknown status {value!r} (one of {names})") from None
+
+
+def _when(name: str, value: str | None) -> datetime | None:
+    """An ISO 8601 time as aware UTC (naive = UTC); AdmissionError naming `name` if not one."""
+    if not value:
+        return None
+    try:
+        return as_utc(datetime.fromisoformat(value))
+    except ValueError:
+        raise AdmissionError("bad_time", f"{name}: {value!r} is not an ISO 8601 date or "
+                             "date-time, e.g. 2026-11-29T22:00Z") from None
 
 
 def _round(value: float | None) -> float | None:

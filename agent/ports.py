@@ -111,10 +111,18 @@ class Store(Protocol):
         before_id: int | None = None,
         crash_kind: CrashKind | None = None,
         after_id: int | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
     ) -> list[Experiment]:
         """Experiments matching every given filter, by id (descending with `newest_first`),
         at most `limit`: a keyset page. `before_id`/`after_id` keep ids below/above them (the
-        cursor); a page's cost must not grow with the rows outside it."""
+        cursor); a page's cost must not grow with the rows outside it.
+
+        `since`/`until` (aware datetimes) keep experiments created in [since, until): the
+        time a row was written (queued, or refused at once). That is when it entered the
+        listing, in the listing's id order, so a window is one stretch of the pages and a
+        cursor walk inside it stays in it; every row has it (a queued or refused one has no
+        finish time)."""
 
     def count_experiments(
         self,

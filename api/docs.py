@@ -1,4 +1,4 @@
-"""What the OpenAPI document promises: the error body, each route's error statuses, id bounds.
+"""What the OpenAPI document promises: the error body, route error statuses, id bounds, time filter.
 
 Every refusal is `{"detail": {"code", "message"}}` (api.errors); listing it per route lets a
 client (and schemathesis' conformance checks) know every status and body it can get.
@@ -6,10 +6,15 @@ client (and schemathesis' conformance checks) know every status and body it can 
 
 from __future__ import annotations
 
+import re
+from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import FastAPI, Path, Query
-from pydantic import BaseModel, ConfigDict
+from fastapi.exceptions import RequestValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict
+
+from agent.domain import as_utc
 
 MAX_ID = 2**63 - 1  # SQLite's INTEGER: a larger id can name nothing (it overflowed before)
 
@@ -78,3 +83,32 @@ WRITE = errors(401, 413)
 ExperimentId = Annotated[int, Path(ge=1, le=MAX_ID, description="experiment id")]
 Cursor = Annotated[int | None, Query(ge=1, le=MAX_ID,
                                      description="next_cursor of the page before")]
+# The time filter: experiments created in [since, until) (db/keyset.py says why created_at).
+_WHEN = ("ISO 8601 date or date-time; with an offset or `Z`, else read as UTC. Filters on "
+         "created_at, the time the experiment was queued (or refused)")
+
+
+def _not_a_number(value: object) -> object:
+    """pydantic reads a bare number as Unix seconds; the documented format is ISO 8601 only."""
+    if isinstance(value, str) and _NUMBER.fullmatch(value.strip()):
+        raise ValueError("expected an ISO 8601 date or date-time, not a number")
+    return value
+
+
+_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+Since = Annotated[datetime | None, BeforeValidator(_not_a_number),
+                  Query(description=f"created at or after this. {_WHEN}")]
+Until = Annotated[datetime | None, BeforeValidator(_not_a_number),
+                  Query(description=f"created before this. {_WHEN}")]
+
+
+def time_window(since: datetime | None,
+                until: datetime | None) -> tuple[datetime | None, datetime | None]:
+    """`since` and `until` as aware UTC; 422 naming `until` when it is not after `since`."""
+    since = as_utc(since) if since is not None else None
+    until = as_utc(until) if until is not None else None
+    if since is not None and until is not None and until <= since:
+        raise RequestValidationError([{
+            "loc": ("query", "until"), "type": "value_error",
+            "msg": f"until ({until.isoformat()}) must be after since ({since.isoformat()})"}])
+    return since, until

@@ -134,7 +134,8 @@ class ExperimentPublic(BaseModel):
 
 class Page(BaseModel, Generic[T]):
     data: list[T]
-    count: int = Field(description="matching records in total (all pages)")
+    count: int | None = Field(description="matching records in total (all pages); null for "
+                              "a time-filtered list, which is not counted")
     next_cursor: int | None = Field(None, description="pass as ?cursor= for the next page")
 
 

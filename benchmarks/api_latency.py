@@ -7,7 +7,10 @@ PostgreSQL; kept ~5 %, crashed ~8 %, timeouts ~2 %), then `overnight serve --db 
 starts on an ephemeral loopback port and `--requests` sequential requests per shape are timed
 with one keep-alive httpx client: the first page; deep cursor pages (cursors spread from the
 newest row to the oldest tenth of the table); filtered pages (sweep + status, several statuses,
-crash kind), first and deep. PostgreSQL is a throw-away cluster started the way the tests do
+crash kind), first and deep; time-filtered pages (`since` the last 24 h or 7 days, alone and
+with sweep + status; a window over 90 % of the table walked with deep cursors, alone and with a
+crash kind). The bulk rows are created 5 minutes apart, so the windows hold 288 / 2,016 rows and
+most of the table. PostgreSQL is a throw-away cluster started the way the tests do
 (tests/pg_server.py: Debian's initdb/pg_ctl, a temp dir, loopback, fsync off). Targets (issue
 14, SQLite): p99 ≤ 30 ms at 100k and ≤ 50 ms at 1M.
 
@@ -53,10 +56,14 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
 
 
-def shapes(rows: int) -> dict[str, Params]:
+def shapes(rows: int, created: Callable[[int], str]) -> dict[str, Params]:
+    """The request shapes; `created(id)` is that row's created_at (for the time windows)."""
     deep = [rows - k * rows // 20 for k in range(19)]  # from the newest to the oldest tenth
     kept = {"sweep": "big", "status": "kept"}
     crashes = {"status": ["crashed", "timeout"]}
+    day, week = ({"since": created(rows - n)} for n in (288, 2016))
+    span = {"since": created(rows // 20), "until": created(rows - rows // 20)}
+    inside = [c for c in deep if rows // 10 <= c <= rows - rows // 10]
     return {
         "first page": lambda i: {},
         "deep cursor page": lambda i: {"cursor": deep[i % len(deep)]},
@@ -65,6 +72,11 @@ def shapes(rows: int) -> dict[str, Params]:
         "crashed+timeout, deep": lambda i: {**crashes, "cursor": deep[i % len(deep)]},
         "crash kind, deep": lambda i: {"crash_kind": "fundamental",
                                        "cursor": deep[i % len(deep)]},
+        "since 24 h, first": lambda i: day,
+        "sweep+status since 7 d, first": lambda i: {**kept, **week},
+        "90 % window, deep": lambda i: {**span, "cursor": inside[i % len(inside)]},
+        "crash kind in 90 % window, deep": lambda i: {**span, "crash_kind": "fundamental",
+                                                      "cursor": inside[i % len(inside)]},
     }
 
 
@@ -112,15 +124,22 @@ def run(rows: int, requests: int, backend: str, cluster: Any, results: Result) -
                                    extra=["--work-dir", str(root / "work")]).start()
             try:
                 with server.client() as c:
-                    first = c.get("/experiments", params={"limit": 50}).json()
-                    assert first["count"] >= rows and len(first["data"]) == 50
-                    for _ in range(20):  # warm-up
-                        c.get("/experiments", params={"limit": 50})
-                    for name, params in shapes(rows).items():
-                        results[backend, rows, name] = measure(c, name, params, requests, rows,
-                                                               backend)
+                    measure_all(c, rows, requests, backend, results)
             finally:
                 server.stop()
+
+
+def measure_all(c: Any, rows: int, requests: int, backend: str, results: Result) -> None:
+    first = c.get("/experiments", params={"limit": 50}).json()
+    assert first["count"] >= rows and len(first["data"]) == 50
+    for _ in range(20):  # warm-up
+        c.get("/experiments", params={"limit": 50})
+
+    def created(exp_id: int) -> str:
+        return str(c.get(f"/experiments/{exp_id}").json()["created_at"])
+
+    for name, params in shapes(rows, created).items():
+        results[backend, rows, name] = measure(c, name, params, requests, rows, backend)
 
 
 @contextlib.contextmanager
@@ -142,9 +161,9 @@ def postgres_cluster(wanted: bool) -> Iterator[Any]:
 
 
 def report(results: Result, args: argparse.Namespace) -> None:
-    print("\nbackend   rows       shape                    p50 ms   p99 ms")
+    print("\nbackend   rows       shape                            p50 ms   p99 ms")
     for (backend, rows, name), (p50, p99) in results.items():
-        print(f"{backend:8}  {rows:>9,}  {name:23}  {p50:7.1f}  {p99:7.1f}")
+        print(f"{backend:8}  {rows:>9,}  {name:31}  {p50:7.1f}  {p99:7.1f}")
     print("command: .venv/bin/python benchmarks/api_latency.py " + " ".join(
         ["--rows", *map(str, args.rows), "--requests", str(args.requests),
          "--backend", *args.backend]))

@@ -51,10 +51,14 @@ class ExperimentReads(StoreBase):
         before_id: int | None = None,
         crash_kind: CrashKind | None = None,
         after_id: int | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
     ) -> list[Experiment]:
         """A keyset page: each query is one index's equality prefix then an `id` range
-        (db/keyset.py), so a page of `limit` rows reads about `limit` rows per status."""
-        page = Page(sweep_id, statuses, crash_kind, before_id, after_id, newest_first, limit)
+        (db/keyset.py), so a page of `limit` rows reads about `limit` rows per status; a time
+        window narrows that id range (found on ix_experiments_created)."""
+        page = Page(sweep_id, statuses, crash_kind, before_id, after_id, newest_first, limit,
+                    since, until)
         with self.session("listing experiments") as s:
             return [to_experiment(r) for r in page.rows(s, select(ExperimentRow))]
 

@@ -186,9 +186,14 @@ class MemoryStore:
                          limit: int | None = None, newest_first: bool = False,
                          before_id: int | None = None,
                          crash_kind: CrashKind | None = None,
-                         after_id: int | None = None) -> list[Experiment]:
+                         after_id: int | None = None, since: datetime | None = None,
+                         until: datetime | None = None) -> list[Experiment]:
         lo, hi = after_id or 0, before_id or float("inf")
-        rows = self._select(sweep_id, statuses, crash_kind, where=lambda e: lo < e.id < hi)
+
+        def wanted(e: Experiment) -> bool:
+            return lo < e.id < hi and _within(e.created_at, since, until)
+
+        rows = self._select(sweep_id, statuses, crash_kind, where=wanted)
         if newest_first:
             rows.reverse()
         return rows if limit is None else rows[:limit]
@@ -460,3 +465,11 @@ class MemoryStore:
 def _implements_the_port(store: MemoryStore) -> Store:
     """mypy checks here that MemoryStore has every method of the Store port."""
     return store
+
+
+def _within(when: datetime | None, since: datetime | None, until: datetime | None) -> bool:
+    """`when` in [since, until) (None: that side is open)."""
+    if since is None and until is None:
+        return True
+    return when is not None and (since is None or when >= since) and (
+        until is None or when < until)

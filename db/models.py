@@ -113,6 +113,9 @@ class ExperimentRow(Base):
         # An experiment page's "retried as" links (migration experiment_parent_index).
         Index("ix_experiments_parent", "parent_id", "id", sqlite_where=text(HAS_PARENT),
               postgresql_where=text(HAS_PARENT)),
+        # The time filter's id range: one seek for each end (db/keyset.py, migration
+        # created_index); the pages themselves walk the (…, id) indexes above.
+        Index("ix_experiments_created", "created_at", "id"),
         # One queued/running row per change and sweep: the duplicate check is the insert
         # itself (migration active_diff_unique).
         Index("ux_experiments_active_diff", "sweep_id", "diff_key", unique=True,

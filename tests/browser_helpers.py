@@ -249,6 +249,26 @@ def fill_direct(root: Path, n: int, seed: int = 1, name: str = "bench") -> str:
     return sweep.name
 
 
+def stamp_hourly(db: Path) -> list[int]:
+    """Re-date a database's experiments one an hour, the newest created half an hour ago (a
+    history of nights for the time filter); returns their ids, newest first."""
+    from sqlalchemy import select, update
+
+    from db.models import ExperimentRow
+
+    engine = open_database(db)
+    now = utcnow()
+    try:
+        with engine.begin() as conn:
+            ids = list(conn.scalars(select(ExperimentRow.id).order_by(ExperimentRow.id.desc())))
+            for k, i in enumerate(ids):
+                conn.execute(update(ExperimentRow).where(ExperimentRow.id == i)
+                             .values(created_at=now - timedelta(hours=k + 0.5)))
+    finally:
+        engine.dispose()
+    return ids
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

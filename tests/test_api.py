@@ -5,16 +5,19 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 from conftest import make_target
 from fastapi.testclient import TestClient
 from service_fixtures import AUTH, TOKEN, knob_diff, make_counting_target, wait_for
+from sqlalchemy import update
 
 from agent.domain import ExperimentStatus, Finish
 from agent.errors import ConfigError
 from api.settings import Settings, ensure_token
+from db.models import ExperimentRow
 from overnight.runtime import service_app
 
 
@@ -92,6 +95,45 @@ def test_list_filters_and_cursor_pagination(client: TestClient, target: Path) ->
     assert client.get("/experiments", params={"crash_kind": "trivial"}).json()["count"] == 0
     assert client.get("/experiments", params={"status": "bogus"}).status_code == 422
     assert client.get("/experiments", params={"limit": 0}).status_code == 422
+
+
+def test_list_time_window_in_any_offset_walks_with_the_cursor(client: TestClient,
+                                                               target: Path) -> None:
+    """since/until on created_at, [since, until), in UTC, an offset or naive (read as UTC);
+    the cursor keeps the window; `count` is null with a window; a bad value is a 422 that
+    names the parameter."""
+    _sweep(client, target)
+    ids = [1] + [_queue(client, target, k).json()["id"] for k in range(9)]
+    night = datetime(2026, 11, 29, 22, 0, tzinfo=UTC)
+    engine = client.app.state.services.store.engine  # type: ignore[attr-defined]
+    with engine.begin() as conn:
+        for n, i in enumerate(ids):  # one an hour from 22:00
+            conn.execute(update(ExperimentRow).where(ExperimentRow.id == i)
+                         .values(created_at=night + timedelta(hours=n)))
+    windows = {("2026-11-30T00:00:00Z", "2026-11-30T05:00:00Z"): ids[2:7],
+               ("2026-11-30T02:00:00+02:00", None): ids[2:],
+               ("2026-11-30T01:30", "2026-11-30T03:00:00.000001"): ids[4:6],
+               (None, "2026-11-30"): ids[:2]}
+    for (since, until), want in windows.items():
+        params = {k: v for k, v in {"since": since, "until": until}.items() if v}
+        page = client.get("/experiments", params={**params, "limit": 2}).json()
+        assert page["count"] is None
+        seen = [e["id"] for e in page["data"]]
+        while page["next_cursor"]:
+            page = client.get("/experiments", params={**params, "limit": 2,
+                                                      "cursor": page["next_cursor"]}).json()
+            seen += [e["id"] for e in page["data"]]
+        assert seen == want[::-1], (since, until)
+    both = client.get("/experiments", params={"since": "2026-11-30T00:00:00Z", "sweep": "s1",
+                                              "status": "queued"}).json()
+    assert [e["id"] for e in both["data"]] == ids[2:][::-1]
+    for bad, name in [({"since": "last night"}, "since"), ({"until": "2026-13-01"}, "until"),
+                      ({"since": "1764460800"}, "since"), ({"until": "0.5"}, "until"),
+                      ({"since": "2026-11-30", "until": "2026-11-30"}, "until"),
+                      ({"since": "2026-11-30T05:00Z", "until": "2026-11-30T01:00Z"}, "until")]:
+        r = client.get("/experiments", params=bad)
+        assert r.status_code == 422 and _code(r) == "validation", r.text
+        assert r.json()["detail"]["message"].startswith(f"query.{name}:"), r.text
 
 
 @pytest.mark.parametrize("case,status,code", [

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import threading
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -17,13 +18,15 @@ from browser_helpers import (
     RELEASE_ENV,
     SCREENSHOTS,
     Filled,
+    fill_direct,
     fill_sweep,
     make_app,
     require_chromium,
     serve,
+    stamp_hourly,
 )
 
-from agent.domain import ExperimentStatus
+from agent.domain import ExperimentStatus, utcnow
 
 pytestmark = pytest.mark.browser
 
@@ -109,6 +112,44 @@ def test_overview_sweep_and_experiment_pages(filled: Filled, browser) -> None:
         expect(first.locator(".diff")).to_be_visible()
         href = page.get_by_role("link", name="download").first.get_attribute("href")
         assert href == "/ui/sweeps/night/best/train.py"
+        page.close()
+
+
+def test_time_filter_links_form_and_pager(tmp_path: Path, browser) -> None:
+    """Click "last 24 h", then a status: the window stays; type a since time in the form and
+    page back: every page keeps it."""
+    from playwright.sync_api import expect
+
+    name = fill_direct(tmp_path, 107, name="big")
+    ids = stamp_hourly(tmp_path / "big.db")  # newest first, one an hour
+    since = (utcnow() - timedelta(hours=70)).strftime("%Y-%m-%dT%H:%M")
+    with serve(make_app(tmp_path / "big.db")) as base:
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        page.goto(f"{base}/ui/sweeps/{name}")
+        rows = page.locator("#experiments tbody tr")
+        expect(rows).to_have_count(50)
+        page.locator("#time-filter").get_by_role("link", name="last 24 h").click()
+        page.wait_for_url(re.compile(r"since=24h"))
+        expect(rows).to_have_count(24)
+        page.get_by_role("navigation", name="filter by status").get_by_role(
+            "link", name="discarded").click()
+        page.wait_for_url(re.compile(r"status=discarded&since=24h"))
+        shown = rows.count()
+        assert 0 < shown < 24 and all(  # most runs are discards, not all
+            rows.nth(i).locator(".badge").inner_text() == "discarded" for i in range(shown))
+        page.goto(f"{base}/ui/sweeps/{name}")
+        page.get_by_label("created since").fill(since)
+        page.get_by_role("button", name="show").click()
+        page.wait_for_url(re.compile(r"since=\d{4}-"))
+        expect(rows).to_have_count(50)
+        first = [int(rows.nth(i).locator("td").first.inner_text()) for i in range(50)]
+        page.get_by_role("link", name="older →").click()
+        page.wait_for_url(re.compile(r"before=\d+"))
+        assert "since=" in page.url
+        expect(rows).to_have_count(20)
+        rest = [int(rows.nth(i).locator("td").first.inner_text()) for i in range(20)]
+        assert first + rest == ids[:70]
+        _shot(page, "sweep-time-filter")
         page.close()
 
 

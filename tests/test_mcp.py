@@ -12,6 +12,7 @@ import shutil
 import sys
 import threading
 import time
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
+from agent.domain import utcnow
 from agent.gitrepo import GitRepo, init_repo
 from agent.loop import Loop, LoopSettings
 from agent.sweeps import create_sweep
@@ -139,6 +141,12 @@ async def agent_session(db: Path) -> tuple[list[str], dict[str, Any]]:
         _, seen["typo"] = await t.call("wait_for_experiment", id=proposed["id"], timeout_s=30)
         _, seen["log"] = await t.call("get_log", id=proposed["id"], tail=3)
         _, seen["kept"] = await t.call("list_experiments", sweep="night", status="kept")
+        hour_ago, soon = (utcnow() + timedelta(hours=h) for h in (-1, 1))
+        _, seen["recent"] = await t.call("list_experiments", sweep="night",
+                                         since=hour_ago.isoformat(), until=soon.isoformat())
+        _, seen["later"] = await t.call("list_experiments", sweep="night",
+                                        since=soon.strftime("%Y-%m-%dT%H:%M"))
+        seen["bad_since"] = await t.call("list_experiments", sweep="night", since="tonight")
         _, seen["table"] = await t.call("get_results_table", sweep="night")
         _, seen["insights"] = await t.call("get_insights", sweep="night")
         seen["transcript"] = t
@@ -165,6 +173,9 @@ def test_mcp_stdio_session_end_to_end(setup, tmp_path):
     assert typo["status"] == "crashed" and typo["crash_kind"] == "trivial"
     assert "NameError" in typo["log_tail"] and "NameError" in seen["log"]["text"]
     assert [r["description"] for r in seen["kept"]["data"]] == ["LR 0.01 -> 0.04", "baseline"]
+    assert [r["id"] for r in seen["recent"]["data"]] == [3, 2, 1]  # created in the last hour
+    assert seen["later"]["data"] == [] and seen["later"]["count"] == 0
+    assert seen["bad_since"][0] and "since: 'tonight' is not an ISO 8601" in seen["bad_since"][1]
     assert "LR 0.01 -> 0.04" in seen["table"] and seen["table"].startswith("# sweep night")
     insights = seen["insights"]
     print("\n--- get_insights as the agent sees it ---\n" + insights["text"])

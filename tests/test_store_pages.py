@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from itertools import combinations
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta, timezone
+from itertools import combinations, product
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import text, update
 from test_store_contract import STORES, make_store, spec
 
 from agent.domain import (
@@ -25,6 +27,9 @@ from agent.domain import (
 )
 from agent.errors import ConflictError, DuplicateError
 from agent.ports import Store
+from db.keyset import CLOCK_SLACK
+from db.memory import MemoryStore
+from db.models import ExperimentRow
 
 S = ExperimentStatus
 
@@ -135,6 +140,79 @@ def test_keyset_pages_walk_the_whole_listing(store: Store):
     # A status named twice is still one page of distinct rows.
     twice = store.list_experiments(statuses=[S.KEPT, S.KEPT, S.CRASHED], limit=5)
     assert len({e.id for e in twice}) == len(twice)
+
+
+def _restamp(store: Store, stamps: dict[int, datetime]) -> None:
+    """Set rows' created_at (a night's spread of times, out-of-order writers)."""
+    if isinstance(store, MemoryStore):
+        for i, when in stamps.items():
+            store._exps[i] = replace(store._exps[i], created_at=when)
+        return
+    with store.engine.begin() as conn:  # type: ignore[attr-defined]
+        for i, when in stamps.items():
+            conn.execute(update(ExperimentRow).where(ExperimentRow.id == i)
+                         .values(created_at=when))
+
+
+T0 = datetime(2026, 11, 28, 18, 0, tzinfo=UTC)
+STEP = timedelta(minutes=10)
+PLUS_2 = timezone(timedelta(hours=2))
+
+
+def _night(store: Store) -> tuple[list[int], list[tuple[datetime | None, datetime | None]]]:
+    """A workload stamped one row per 10 minutes, but row K+1 written 30 s *before* row K (two
+    writers racing, within CLOCK_SLACK); returns the sweeps and windows to list, including
+    bounds equal to a row's time and bounds between the racing pair."""
+    sweeps = _workload(store, steps=160, seed=13)
+    ids = [e.id for e in store.list_experiments()]
+    stamps = {i: T0 + n * STEP for n, i in enumerate(ids)}
+    k = ids[len(ids) // 2]
+    stamps[k + 1] = stamps[k] - timedelta(seconds=30)
+    _restamp(store, stamps)
+    assert timedelta(seconds=30) < CLOCK_SLACK  # the race this night stages is one it covers
+    at = [stamps[ids[n]] for n in (5, 17, 40)]
+    edge = stamps[k] - timedelta(seconds=10)  # after row K+1's time, before row K's
+    windows: list[tuple[datetime | None, datetime | None]] = [
+        (at[0], None), (None, at[1]), (at[0], at[2]), (edge, None), (None, edge),
+        (edge, stamps[k] + 3 * STEP), (at[1], at[1] + timedelta(microseconds=1)),
+        (T0 - 10 * STEP, T0), (stamps[ids[-1]] + STEP, None),
+        (at[0].astimezone(PLUS_2), at[2].astimezone(PLUS_2))]  # same instants, +02:00
+    return sweeps, windows
+
+
+def test_time_windows_list_and_walk_exactly_the_rows_created_in_them(store: Store):
+    """since is inclusive, until exclusive, on created_at; combined with every other filter
+    and walked with a cursor either way, a window gives exactly its rows in id order."""
+    sweeps, windows = _night(store)
+    everything = store.list_experiments()
+    groups = [None, [S.KEPT], [S.CRASHED, S.TIMEOUT], [S.QUEUED, S.RUNNING, S.CANCELLED]]
+    seen_rows = 0
+    for (since, until), sid, statuses, kind in product(windows, [None, sweeps[0]], groups,
+                                                        [None, CrashKind.TRIVIAL]):
+        f = {"sweep_id": sid, "statuses": statuses, "crash_kind": kind, "since": since,
+             "until": until}
+        real = [e.id for e in everything if (sid is None or e.sweep_id == sid)
+                and (not statuses or e.status in statuses)
+                and (kind is None or e.crash_kind is kind)
+                and (since is None or e.created_at >= since)
+                and (until is None or e.created_at < until)]
+        assert [e.id for e in store.list_experiments(**f)] == real, f
+        assert _walk(store, True, 3, **f) == real[::-1], f
+        assert _walk(store, False, 3, **f) == real, f
+        seen_rows += len(real)
+    assert seen_rows > 500, "the windows hold too few rows to test anything"
+
+
+def test_a_window_edge_between_two_racing_writers_splits_them_by_time(store: Store):
+    """Row K+1 was stamped before row K: a bound between their times puts K in the window
+    and K+1 out (and the other way for `until`), though K+1's id is the larger."""
+    _night(store)
+    ids = [e.id for e in store.list_experiments()]
+    k = ids[len(ids) // 2]
+    edge = T0 + (len(ids) // 2) * STEP - timedelta(seconds=10)
+    after = [e.id for e in store.list_experiments(since=edge, until=edge + STEP)]
+    before = [e.id for e in store.list_experiments(since=edge - STEP, until=edge)]
+    assert after == [k] and before == [k - 1, k + 1]
 
 
 def test_counts_table_matches_a_group_by_over_the_rows(tmp_path):
@@ -365,3 +443,27 @@ def test_the_migration_sums_the_run_seconds_already_there(tmp_path):
                            run_ended_at=t0 + timedelta(seconds=5)))
     assert store.run_seconds() == {1: pytest.approx(65.0, abs=1e-3)}
     assert store.status_counts(1) == {"kept": 1, "discarded": 2, "timeout": 1, "crashed": 1}
+
+
+def test_the_time_index_migration_upgrades_a_database_with_rows(tmp_path):
+    """A database at the revision before created_index gets the index, and its old rows are
+    found by a time window (SQLite; the PostgreSQL suites migrate every database they use)."""
+    from sqlalchemy import inspect
+
+    from db.engine import make_engine, migrate
+    from db.store import SqlStore
+
+    engine = make_engine(tmp_path / "old.db")
+    migrate(engine, "experiment_filter_stats")  # the revision before created_index
+    store = SqlStore(engine)
+    sid = store.create_sweep(spec()).id
+    ids = [store.add_experiment(sid, Proposal(f"e{i}", f"d{i}")).id for i in range(6)]
+    _restamp(store, {i: T0 + n * STEP for n, i in enumerate(ids)})
+    assert "ix_experiments_created" not in {
+        ix["name"] for ix in inspect(engine).get_indexes("experiments")}
+    migrate(engine)
+    assert "ix_experiments_created" in {
+        ix["name"] for ix in inspect(engine).get_indexes("experiments")}
+    window = store.list_experiments(since=T0 + STEP, until=T0 + 4 * STEP, newest_first=True)
+    assert [e.id for e in window] == ids[1:4][::-1]
+    engine.dispose()

@@ -24,6 +24,7 @@ from fastapi.responses import (
 )
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
+from agent.domain import utcnow
 from agent.errors import NotFoundError
 from agent.service import read_log
 from api.deps import TOKEN_COOKIE, ServicesDep, safe_next, token_matches
@@ -31,6 +32,7 @@ from api.docs import MAX_ID, ExperimentId
 
 from . import views
 from ._deps import PageAuth, ReadAuth, ServiceDep, StoreDep
+from .window import parse_window
 
 logger = logging.getLogger(__name__)
 HERE = Path(__file__).resolve().parent
@@ -143,10 +145,18 @@ def sweep_page(
     page: Annotated[int, Query(ge=1, le=1_000_000)] = 1,
     before: Annotated[int | None, Query(ge=1, le=MAX_ID)] = None,
     after: Annotated[int | None, Query(ge=0, le=MAX_ID)] = None,
+    since: Annotated[str | None, Query(max_length=64)] = None,
+    until: Annotated[str | None, Query(max_length=64)] = None,
 ) -> HTMLResponse:
-    """The sweep; its table is a keyset page: `before`/`after` an id (the pager's links)."""
+    """The sweep; its table is a keyset page: `before`/`after` an id (the pager's links),
+    `since`/`until` a time window on created_at (window.py)."""
+    try:
+        span = parse_window(since, until, utcnow())
+    except ValueError as exc:
+        raise HTTPException(422, {"code": "validation", "message": str(exc)}) from None
     sweep = _sweep(service.store, name)
-    return render("sweep.html", **views.sweep_page(service, sweep, status, page, before, after))
+    return render("sweep.html", **views.sweep_page(service, sweep, status, page, before, after,
+                                                   span))
 
 
 @json.get("/ui/sweeps/{name}/live")

@@ -34,6 +34,7 @@ from runner.summary import parse_progress
 from .cache import SweepCache
 from .history import HistoryCache, SweepHistory
 from .plot import loss_svg, progress_svg
+from .window import TimeWindow
 
 logger = logging.getLogger(__name__)
 S = ExperimentStatus
@@ -173,7 +174,8 @@ def cached_evidence(store: Store, sweep: Sweep) -> SweepEvidence:
 
 
 def sweep_page(service: Service, sweep: Sweep, status: str, page: int,
-               before: int | None = None, after: int | None = None) -> dict[str, Any]:
+               before: int | None = None, after: int | None = None,
+               span: TimeWindow = TimeWindow()) -> dict[str, Any]:
     store = service.store
     summary = sweep_summary(store, sweep)
     running = store.list_experiments(sweep.id, [S.RUNNING])
@@ -193,8 +195,9 @@ def sweep_page(service: Service, sweep: Sweep, status: str, page: int,
         "evidence": ev,
         "evidence_header": evidence_header(ev, sweep.metric),
         "plot": summary.plot,
-        **table_page(store, sweep, status, page, before, after, ev),
+        **table_page(store, sweep, status, page, before, after, ev, span),
         "status": status,
+        "span": span,
         "filters": list(FILTERS),
         "kept": [
             {"exp": e, "lines": view_lines(e.diff), "stats": diff_stats(e.diff)}
@@ -209,25 +212,26 @@ def sweep_page(service: Service, sweep: Sweep, status: str, page: int,
 
 
 def table_page(store: Store, sweep: Sweep, status: str, page: int, before: int | None,
-               after: int | None, ev: Any) -> dict[str, Any]:
+               after: int | None, ev: Any, span: TimeWindow = TimeWindow()) -> dict[str, Any]:
     """One keyset page of the table, newest first, and the pager's cursors. `page` is the
     page's number as the links counted it; without a cursor it is read as "the page-th page"
-    (reads page × PAGE_SIZE rows: kept for old links; the pager's links are cursors)."""
+    (reads page × PAGE_SIZE rows: kept for old links; the pager's links are cursors). In a
+    time window the total is not known (counts are kept per status, not per time): None."""
     wanted = list(FILTERS[status]) or None
-    total = store.count_experiments(sweep.id, wanted)
-    pages = max(1, math.ceil(total / PAGE_SIZE))
-    page = min(max(page, 1), pages)
-    listed = partial(store.list_experiments, sweep.id, wanted, limit=PAGE_SIZE + 1)
+    total = None if span.active else store.count_experiments(sweep.id, wanted)
+    pages = None if total is None else max(1, math.ceil(total / PAGE_SIZE))
+    page = max(page, 1) if pages is None else min(max(page, 1), pages)
+    listed = partial(store.list_experiments, sweep.id, wanted, since=span.since,
+                     until=span.until)
     if after is not None:
-        got = listed(after_id=after)
+        got = listed(after_id=after, limit=PAGE_SIZE + 1)
         newer, older, rows = len(got) > PAGE_SIZE, True, got[:PAGE_SIZE][::-1]
         page = page if newer else 1
     elif before is not None:
-        got = listed(before_id=before, newest_first=True)
+        got = listed(before_id=before, newest_first=True, limit=PAGE_SIZE + 1)
         newer, older, rows = True, len(got) > PAGE_SIZE, got[:PAGE_SIZE]
     else:
-        got = store.list_experiments(sweep.id, wanted, limit=page * PAGE_SIZE + 1,
-                                     newest_first=True)
+        got = listed(limit=page * PAGE_SIZE + 1, newest_first=True)
         rows = got[(page - 1) * PAGE_SIZE: page * PAGE_SIZE]
         newer, older = page > 1, len(got) > page * PAGE_SIZE
     return {

@@ -15,7 +15,18 @@ from fastapi.responses import PlainTextResponse, StreamingResponse
 from agent.domain import CrashKind, Experiment, ExperimentStatus, Proposal
 from agent.service import read_log
 from api.deps import ReadAuth, Services, ServicesDep, WriteAuth
-from api.docs import COMMON, READ, WRITE, Cursor, ExperimentId, errors, text_body
+from api.docs import (
+    COMMON,
+    READ,
+    WRITE,
+    Cursor,
+    ExperimentId,
+    Since,
+    Until,
+    errors,
+    text_body,
+    time_window,
+)
 from api.schemas import MAX_LIMIT, CancelPublic, ExperimentCreate, ExperimentPublic, Page
 
 router = APIRouter(prefix="/experiments", tags=["experiments"], responses=COMMON)
@@ -52,15 +63,22 @@ def list_experiments(
     status_: Annotated[list[ExperimentStatus] | None, Query(alias="status",
                        description="one or more statuses (repeat the parameter)")] = None,
     crash_kind: Annotated[CrashKind | None, Query()] = None,
+    since: Since = None,
+    until: Until = None,
     limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 50,
     cursor: Cursor = None,
 ) -> Page[ExperimentPublic]:
-    """Newest first, `limit` per page; follow `next_cursor` for older ones."""
+    """Newest first, `limit` per page; follow `next_cursor` for older ones. With `since` or
+    `until` the page is of experiments created in [since, until), and `count` is null (the
+    maintained counts are per sweep, status and crash kind, not per time)."""
+    since, until = time_window(since, until)
     names = _sweep_names(services)
     sweep_id = services.store.get_sweep(sweep).id if sweep else None
     rows = services.store.list_experiments(sweep_id, status_, limit=limit, newest_first=True,
-                                           before_id=cursor, crash_kind=crash_kind)
-    total = services.store.count_experiments(sweep_id, status_, crash_kind)
+                                           before_id=cursor, crash_kind=crash_kind,
+                                           since=since, until=until)
+    total = None if since or until else services.store.count_experiments(
+        sweep_id, status_, crash_kind)
     nxt = rows[-1].id if len(rows) == limit and rows[-1].id > 1 else None
     return Page(data=[ExperimentPublic.of(e, names.get(e.sweep_id, "?")) for e in rows],
                 count=total, next_cursor=nxt)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, NamedTuple
+from typing import Any
 
 from agent.config import Direction, TargetConfig
 
@@ -257,18 +257,6 @@ class Run:
     device: str | None = None
     started_at: datetime | None = None
     ended_at: datetime | None = None
-
-
-class RunSample(NamedTuple):
-    """What the keep rule reads of a run (Store.run_samples): a sweep's thousands of runs are
-    read at each decision, without their summaries, logs or times."""
-
-    experiment_id: int
-    commit: str
-    role: RunRole
-    status: RunStatus
-    metric: float | None
-    throughput: float | None
 
 
 @dataclass(frozen=True)

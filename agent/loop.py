@@ -288,7 +288,7 @@ class Loop:
         rule = Rule.of(current.config)
         if exp.is_baseline or current.best_commit != head or current.best_experiment_id is None:
             return
-        runs = self.store.run_samples(sweep.id)
+        runs = self.store.run_metrics(sweep.id)
         decided = self.store.count_experiments(
             sweep.id, [ExperimentStatus.KEPT, ExperimentStatus.DISCARDED], is_baseline=False
         )
@@ -368,7 +368,7 @@ class Loop:
         self, sweep: Sweep, exp: Experiment, head: str, commit: str, failed: RunFailure | None
     ) -> tuple[Evidence, str]:
         """What the decision needs, from the store and git: runs, the incumbent's, the head."""
-        runs = [r for r in self.store.run_samples(sweep.id) if r.metric is not None]
+        runs = [r for r in self.store.run_metrics(sweep.id) if r.metric is not None]
         good = (RunStatus.OK, RunStatus.SUSPECT)
         mine = [r for r in runs if r.experiment_id == exp.id and r.status in good]
         best = (

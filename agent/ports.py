@@ -22,7 +22,6 @@ from agent.domain import (
     Proposal,
     Run,
     RunEnd,
-    RunSample,
     RunSpec,
     RunStatus,
     Sweep,
@@ -197,9 +196,9 @@ class Store(Protocol):
 
     def run_metrics(self, sweep_id: int, after_id: int | None = None,
                     ids: Collection[int] = ()) -> list[Run]:
-        """The sweep's runs by id with id, experiment_id, commit, seed, role, status and
-        metric set (no summary, times or log): what the sweep's evidence needs. `after_id`
-        and `ids` as in experiment_marks."""
+        """The sweep's runs by id with id, experiment_id, commit, seed, role, status, metric
+        and throughput set (no summary, times or log): what the sweep's evidence and each keep
+        decision need, cheap for a long sweep. `after_id` and `ids` as in experiment_marks."""
 
     def sweep_version(self, sweep_id: int) -> tuple[object, object]:
         """Two cheap values (experiments, runs): the first differs whenever one of the sweep's
@@ -271,10 +270,6 @@ class Store(Protocol):
 
     def list_runs(self, sweep_id: int | None = None, experiment_id: int | None = None) -> list[Run]:
         """Runs oldest first, of one sweep and/or one experiment (None = any)."""
-
-    def run_samples(self, sweep_id: int) -> list[RunSample]:
-        """Every run of the sweep, oldest first, as the keep rule reads it (no summary, log or
-        times: read at each decision, so a long sweep's runs stay cheap)."""
 
     def interrupt_running_runs(self) -> list[Run]:
         """Mark every `running` run `interrupted` and return them (with their pgids)."""

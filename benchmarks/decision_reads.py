@@ -1,5 +1,5 @@
 """What one keep decision reads of a long sweep: the sweep's runs, as whole records
-(Store.list_runs) and as the keep rule's samples (Store.run_samples, what the loop reads at each
+(Store.list_runs) and as the keep rule reads them (Store.run_metrics: what the loop reads at each
 decision and incumbent check), median of --repeat reads per size.
 
 A sweep of `--runs` finished experiments with one run each is written as bulk rows
@@ -40,7 +40,7 @@ def measure(tmp: Path, n: int, repeat: int) -> tuple[float, float]:
     sweep_id = store.get_sweep("big").id
     try:
         return (median_ms(lambda: store.list_runs(sweep_id=sweep_id), repeat),
-                median_ms(lambda: store.run_samples(sweep_id), repeat))
+                median_ms(lambda: store.run_metrics(sweep_id), repeat))
     finally:
         store.engine.dispose()
 
@@ -50,7 +50,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, nargs="+", default=[1000, 10_000])
     ap.add_argument("--repeat", type=int, default=5)
     args = ap.parse_args()
-    print("runs in the sweep  list_runs ms  run_samples ms")
+    print("runs in the sweep  list_runs ms  run_metrics ms")
     for n in args.runs:
         with tempfile.TemporaryDirectory() as tmp:
             whole, samples = measure(Path(tmp), n, args.repeat)

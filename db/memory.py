@@ -22,7 +22,6 @@ from agent.domain import (
     Proposal,
     Run,
     RunEnd,
-    RunSample,
     RunSpec,
     RunStatus,
     Sweep,
@@ -233,7 +232,8 @@ class MemoryStore:
                     ids: Collection[int] = ()) -> list[Run]:
         wanted = _newer(after_id, ids)
         return [Run(id=r.id, sweep_id=r.sweep_id, experiment_id=r.experiment_id,
-                    commit=r.commit, seed=r.seed, role=r.role, status=r.status, metric=r.metric)
+                    commit=r.commit, seed=r.seed, role=r.role, status=r.status, metric=r.metric,
+                    throughput=r.throughput)
                 for r in self.list_runs(sweep_id=sweep_id) if wanted(r.id)]
 
     def sweep_version(self, sweep_id: int) -> tuple[object, object]:
@@ -446,10 +446,6 @@ class MemoryStore:
             return [r for _, r in sorted(self._runs.items())
                     if (sweep_id is None or r.sweep_id == sweep_id)
                     and (experiment_id is None or r.experiment_id == experiment_id)]
-
-    def run_samples(self, sweep_id: int) -> list[RunSample]:
-        return [RunSample(r.experiment_id, r.commit, r.role, r.status, r.metric, r.throughput)
-                for r in self.list_runs(sweep_id=sweep_id)]
 
     def interrupt_running_runs(self) -> list[Run]:
         with self._lock:

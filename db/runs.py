@@ -5,7 +5,7 @@ from __future__ import annotations
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from agent.domain import Run, RunEnd, RunRole, RunSample, RunSpec, RunStatus, utcnow
+from agent.domain import Run, RunEnd, RunSpec, RunStatus, utcnow
 from agent.errors import ConflictError, NotFoundError
 from db.models import ExperimentRow, RunRow
 from db.rows import to_run
@@ -74,14 +74,6 @@ class RunQueries(StoreBase):
             q = q.where(RunRow.experiment_id == experiment_id)
         with self.session("listing runs") as s:
             return [to_run(r) for r in s.execute(q)]
-
-    def run_samples(self, sweep_id: int) -> list[RunSample]:
-        q = (select(RunRow.experiment_id, RunRow.commit, RunRow.role, RunRow.status,
-                    RunRow.metric, RunRow.throughput)
-             .where(RunRow.sweep_id == sweep_id).order_by(RunRow.id))
-        with self.session("reading the sweep's run metrics") as s:
-            return [RunSample(e, c, RunRole(role), RunStatus(status), m, t)
-                    for e, c, role, status, m, t in s.execute(q)]
 
     def interrupt_running_runs(self) -> list[Run]:
         """Mark every `running` run `interrupted` (left by a dead process) and return them."""

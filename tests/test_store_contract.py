@@ -18,7 +18,6 @@ from agent.domain import (
     Proposal,
     RunEnd,
     RunRole,
-    RunSample,
     RunSpec,
     RunStatus,
     SweepStatus,
@@ -308,10 +307,11 @@ def test_runs_are_records_with_a_guarded_life(store: Store):
     assert store.list_runs(sweep_id=sweep.id)[-1].status is RunStatus.INTERRUPTED
     assert store.interrupt_running_runs() == []
     # what the keep rule reads: every run of the sweep, oldest first, the same facts
-    assert store.run_samples(sweep.id) == [
-        RunSample(exp_id, "abc", RunRole.CONFIRM, RunStatus.SUSPECT, 1.5, 100.0),
-        RunSample(exp_id, "abc", RunRole.CONFIRM, RunStatus.INTERRUPTED, None, None)]
-    assert store.run_samples(sweep.id + 1) == []
+    assert [(r.experiment_id, r.commit, r.role, r.status, r.metric, r.throughput)
+            for r in store.run_metrics(sweep.id)] == [
+        (exp_id, "abc", RunRole.CONFIRM, RunStatus.SUSPECT, 1.5, 100.0),
+        (exp_id, "abc", RunRole.CONFIRM, RunStatus.INTERRUPTED, None, None)]
+    assert store.run_metrics(sweep.id + 1) == []
 
 
 def test_finish_keeps_contract_warnings_in_meta(store: Store):

@@ -265,7 +265,8 @@ def test_marks_are_the_listing_with_only_the_plot_fields(store: Store):
     assert [m.id for m in with_diffs] == [m.id for m in marks] and full[1].reason == "oom"
     [light] = store.run_metrics(sid)
     [whole] = store.list_runs(sweep_id=sid)
-    keep = ("id", "sweep_id", "experiment_id", "commit", "seed", "role", "status", "metric")
+    keep = ("id", "sweep_id", "experiment_id", "commit", "seed", "role", "status", "metric",
+            "throughput")
     assert [getattr(light, f) for f in keep] == [getattr(whole, f) for f in keep]
     assert light.summary == {} and whole.summary == {"x": 1}
 

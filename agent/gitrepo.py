@@ -245,13 +245,8 @@ class GitRepo:
         return parse_diff_tree(proc.stdout)
 
     def commit_diff(self, base: str, diff: str, message: str) -> str:
-        if not diff.strip():
-            tree = self._git("rev-parse", f"{base}^{{tree}}")
-        else:
-            with self._scratch_index(base) as index:
-                self._apply_cached(index, diff, check_only=False)
-                tree = self._git("write-tree", env={"GIT_INDEX_FILE": index})
-        return self._git("commit-tree", tree, "-p", base, "-m", message)
+        """commit_proposal's commit alone."""
+        return self.commit_proposal(base, diff, message)[0]
 
     def commit_proposal(self, base: str, diff: str, message: str) -> tuple[str, list[PathChange]]:
         """Commit `diff` on `base` without touching any worktree: (the commit, what it changes

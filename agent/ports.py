@@ -291,20 +291,15 @@ class Repo(Protocol):
     def check_applies(self, base: str, diff: str) -> str | None:
         """None if `diff` applies cleanly on `base`, else git's message."""
 
-    def commit_diff(self, base: str, diff: str, message: str) -> str:
-        """Create a commit of `diff` on `base` without touching any worktree; return its sha."""
-
     def tree_changes(self, base: str, diff: str) -> list[PathChange]:
         """What applying `diff` on `base` would change, as git reports it (no ref moves).
 
         Raises PatchError (git's message) when the diff does not apply."""
 
-    def commit_changes(self, commit: str) -> list[PathChange]:
-        """What `commit` changes against its parent, as git reports it."""
-
     def commit_proposal(self, base: str, diff: str, message: str) -> tuple[str, list[PathChange]]:
-        """commit_diff and commit_changes at once: (the commit, what it changes against
-        `base`). Raises PatchError (git's message) when the diff does not apply."""
+        """Commit `diff` on `base` without touching any worktree: (the commit, what it changes
+        against `base`, as git reports it). Raises PatchError (git's message) when the diff
+        does not apply."""
 
     def set_ref(self, ref: str, sha: str) -> None: ...
 

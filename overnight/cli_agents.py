@@ -55,9 +55,9 @@ def mcp_command(
     from overnight.mcp_stdio import serve_stdio
 
     runs_on = executor_options(executor, ray_address, ray_gpus, ray_cpus, ray_resource)
-    given = [name for name, value in (("--slots", slots), ("--devices", devices),
-                                      ("--executor", executor != "local" or None))
-             if value is not None]
+    given = [name for name, chosen in (("--slots", slots is not None),
+                                       ("--devices", devices is not None),
+                                       ("--executor", executor != "local")) if chosen]
     if given and not run:
         fail(f"{', '.join(given)}: only with --run (without it, the service that uses the "
              "database executes the queue)")

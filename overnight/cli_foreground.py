@@ -1,0 +1,187 @@
+"""A sweep run in the foreground (`overnight run`, `overnight demo`): hold the database's
+instance lock, recover leftovers, create or resume the sweep, drive the engine in burst mode with
+a live view, and turn Ctrl-C/SIGTERM into a recorded, resumable stop.
+"""
+
+from __future__ import annotations
+
+import shlex
+import signal
+import threading
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import typer
+from rich.markup import escape
+
+from agent.config import load_config
+from agent.domain import Sweep
+from agent.errors import INTERRUPT_PREFIX, Interrupted
+from db.location import DbLocation
+from overnight.cli_common import console, err, fail, runtime_for
+from overnight.runtime import Runtime, open_target
+
+if TYPE_CHECKING:
+    from agent.config import TargetConfig
+    from agent.gitrepo import GitRepo
+    from agent.scheduler import SchedulerSettings
+
+
+def run_foreground(
+    db: str | DbLocation | None,
+    target: Path,
+    *,
+    sweep_name: str | None,
+    experiments: int,
+    budget: float | None,
+    proposer: str,
+    device: str | None,
+    timeout: float | None = None,
+    quiet: bool = False,
+    resume: bool = False,
+    llm_config: Path | None = None,
+    slots: int = 1,
+    devices: tuple[str, ...] = (),
+    allow_dirty: bool = False,
+    runs_on: dict[str, Any] | None = None,
+    work_dir: Path | None = None,
+) -> Sweep:
+    """Hold the database's instance lock, recover leftovers, then run one sweep to its end.
+
+    `runs_on`: the executor's SchedulerSettings fields (executor_options)."""
+    from agent.scheduler import SchedulerSettings
+
+    rt = runtime_for(db, work_dir)
+    rt.hold_lock()
+    settings = SchedulerSettings(slots=slots, devices=devices, device=device,
+                                 **(runs_on or {}))
+    previous = _sigterm_interrupts()
+    try:
+        return _run_locked(rt, target, sweep_name=sweep_name, experiments=experiments,
+                           budget=budget, proposer=proposer, settings=settings,
+                           timeout=timeout, quiet=quiet, resume=resume, llm_config=llm_config,
+                           allow_dirty=allow_dirty)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+        rt.release_lock()
+
+
+def _sigterm_interrupts() -> Any:
+    """SIGTERM stops a foreground run the way Ctrl-C does (recorded, resumable), instead of
+    killing the process mid-write. Returns the previous handler (None off the main thread)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def interrupt(_signum: int, _frame: Any) -> None:
+        raise Interrupted("SIGTERM")
+
+    return signal.signal(signal.SIGTERM, interrupt)
+
+
+def _interrupted(rt: Runtime, sweep: Sweep, target: Path, exc: KeyboardInterrupt,
+                 since: datetime) -> None:
+    """Say what a Ctrl-C/SIGTERM did and how to resume; pause the sweep so that a service on
+    the same database does not carry on with it. Exits 130 (SIGINT) or 143 (SIGTERM)."""
+    from agent.domain import ExperimentStatus, SweepStatus
+
+    store = rt.store
+    if store.get_sweep(sweep.name).status is SweepStatus.RUNNING:
+        store.set_sweep_status(sweep.name, SweepStatus.PAUSED)
+    hit = [e for e in store.list_experiments(sweep.id, [ExperimentStatus.INTERRUPTED])
+           if (e.reason or "").startswith(INTERRUPT_PREFIX) and e.finished_at
+           and e.finished_at >= since][-1:]
+    what = "no run was in flight"
+    if hit:
+        label = "the baseline" if hit[0].is_baseline else repr(hit[0].description)
+        what = (f"experiment {hit[0].id} ({label}) was stopped and recorded `interrupted`; "
+                "it runs again on resume")
+    name = getattr(exc, "signal_name", "Ctrl-C (SIGINT)")
+    command = shlex.join(["overnight", "run", "--target", str(target), "--sweep", sweep.name,
+                          "--resume", "--db", str(rt.db)])
+    err.print(f"interrupted by {name}: {what}. Sweep {sweep.name} is paused.")
+    err.print(f"resume with: {command}", markup=False)
+    raise typer.Exit(143 if name == "SIGTERM" else 130)
+
+
+def _run_locked(
+    rt: Runtime, target: Path, *, sweep_name: str | None, experiments: int,
+    budget: float | None, proposer: str, settings: SchedulerSettings, timeout: float | None,
+    quiet: bool, resume: bool, llm_config: Path | None, allow_dirty: bool = False,
+) -> Sweep:
+    config = None if resume else load_config(target).with_budget(budget, timeout)
+    repo = open_target(target)
+    # A foreground run killed earlier leaves rows `running`: interrupt and re-queue them once.
+    report = rt.recover()
+    if report.interrupted:
+        console.print(f"recovered {len(report.interrupted)} interrupted experiment(s); "
+                      "each is re-queued once")
+    if resume:
+        sweep = _resume_sweep(rt, repo, target, sweep_name)
+    else:
+        assert config is not None
+        sweep = _new_sweep(rt, repo, target, config, sweep_name=sweep_name, proposer=proposer,
+                           experiments=experiments, allow_dirty=allow_dirty)
+    llm_kwargs = ({"config_path": llm_config}
+                  if llm_config and sweep.proposer.startswith("llm:") else {})
+    _drive(rt, sweep, target, settings, quiet=quiet, proposer_kwargs=llm_kwargs)
+    return rt.store.get_sweep(sweep.name)
+
+
+def _resume_sweep(rt: Runtime, repo: GitRepo, target: Path, sweep_name: str | None) -> Sweep:
+    from agent.domain import SweepStatus
+    from agent.sweeps import requeue_baseline
+
+    if not sweep_name:
+        fail("--resume needs --sweep NAME")
+    sweep = rt.store.get_sweep(sweep_name)
+    if Path(sweep.target_path) != target.resolve():
+        fail(f"sweep {sweep_name} belongs to {sweep.target_path}, not {target}")
+    sweep = rt.store.set_sweep_status(sweep_name, SweepStatus.RUNNING)
+    console.print(f"resuming sweep [bold]{sweep.name}[/bold] on branch {sweep.branch}")
+    if requeue_baseline(rt.store, repo, sweep) is not None:
+        console.print("the baseline never finished: it runs again first")
+    return sweep
+
+
+def _new_sweep(rt: Runtime, repo: GitRepo, target: Path, config: TargetConfig, *,
+               sweep_name: str | None, proposer: str, experiments: int,
+               allow_dirty: bool) -> Sweep:
+    from agent.sweeps import create_sweep, default_sweep_name, dirty_files
+
+    name = sweep_name or default_sweep_name(rt.store)
+    dirty = dirty_files(repo, config)
+    if dirty and allow_dirty:
+        console.print(f"[bold red]--allow-dirty: running the committed HEAD; these "
+                      f"uncommitted changes are NOT run:[/bold red] {escape(', '.join(dirty))}")
+    sweep = create_sweep(rt.store, repo, target, name=name, proposer=proposer, config=config,
+                         max_experiments=experiments, allow_dirty=allow_dirty)
+    console.print(
+        f"sweep [bold]{name}[/bold] on branch {sweep.branch}: baseline + "
+        f"{experiments} experiments, budget {config.budget_s:g}s, db {rt.db}"
+    )
+    return sweep
+
+
+def _drive(rt: Runtime, sweep: Sweep, target: Path, settings: SchedulerSettings, *,
+           quiet: bool, proposer_kwargs: dict[str, Any]) -> None:
+    """The one engine in burst mode, with a live view on a terminal, lines otherwise."""
+    from agent.domain import utcnow
+    from agent.scheduler import SlotScheduler
+    from overnight.console import LineLog, LiveView
+
+    view = LiveView(console, sweep) if console.is_terminal else LineLog(console, sweep)
+    engine = SlotScheduler(rt.store, settings, rt.loop_factory(
+        settings, on_event=None if quiet else view.on_event, proposer_kwargs=proposer_kwargs))
+    since = utcnow()
+    try:
+        if quiet or isinstance(view, LineLog):
+            engine.run_burst([sweep.name])
+        else:
+            with view.live:
+                engine.run_burst([sweep.name])
+            console.print()  # the live view's last frame ends without a newline off a terminal
+    except KeyboardInterrupt as exc:
+        _interrupted(rt, sweep, target, exc, since)
+        raise

@@ -1,0 +1,176 @@
+"""`overnight results` and `overnight status`, and the end-of-night summary a foreground run
+prints: a sweep's results as a table, results.tsv or JSON, with its evidence and digest.
+
+Registers its commands on `overnight.cli_common.app` when imported (overnight.cli imports it).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+
+from agent.domain import Sweep
+from agent.errors import NotFoundError
+from agent.report import experiment_row, improvement, results_tsv
+from db.location import DbLocation
+from overnight.cli_common import DbOpt, app, console, db_location, fail, runtime_for
+
+
+def closing_line(sweep: Sweep, exps: list) -> str:  # type: ignore[type-arg]
+    """One honest sentence: how many changes were tried and kept, and what they bought."""
+    from agent.domain import ExperimentStatus as S
+
+    tried = [e for e in exps if not e.is_baseline and e.status is not S.REJECTED]
+    kept = [e for e in tried if e.status is S.KEPT]
+    if sweep.baseline_metric is None or sweep.best_metric is None:
+        return f"no baseline metric: {len(tried)} change(s) tried, nothing compared"
+    if not kept:
+        return (f"no change beat the baseline {sweep.metric} {sweep.baseline_metric:.6f} "
+                f"({len(tried)} tried); the branch is unchanged")
+    rel = improvement(sweep)
+    return (f"{len(kept)} of {len(tried)} change(s) kept: {sweep.metric} "
+            f"baseline {sweep.baseline_metric:.6f} -> best {sweep.best_metric:.6f}"
+            + (f" ({rel:+.2%})" if rel is not None else ""))
+
+
+def print_results(sweep: Sweep, store, fmt: str) -> None:  # type: ignore[no-untyped-def]
+    from agent.evidence import sweep_evidence
+    from agent.report import evidence_header, evidence_row, sweep_evidence_row
+    from overnight.console import results_table
+
+    exps = store.list_experiments(sweep.id)
+    ev = sweep_evidence(sweep, exps, store.list_runs(sweep_id=sweep.id))
+    if fmt in ("tsv", "tsv-full"):
+        sys.stdout.write(results_tsv(sweep, exps, ev if fmt == "tsv-full" else None))
+    elif fmt == "json":
+        rows = [{**experiment_row(e), **evidence_row(ev.experiments.get(e.id))} for e in exps]
+        print(
+            json.dumps(
+                {
+                    "sweep": sweep.name,
+                    "metric": sweep.metric,
+                    "baseline": sweep.baseline_metric,
+                    "best": sweep.best_metric,
+                    "best_commit": sweep.best_commit,
+                    "evidence": sweep_evidence_row(ev),
+                    "experiments": rows,
+                },
+                indent=2,
+            )
+        )
+    elif fmt == "table":
+        console.print(results_table(sweep, exps, evidence=ev))
+        console.print(closing_line(sweep, exps))
+        console.print(evidence_header(ev, sweep.metric))
+        warned: dict[str, list[int]] = {}
+        for e in exps:
+            for warning in e.meta.get("warnings", []):
+                warned.setdefault(warning, []).append(e.id)
+        for warning, ids in warned.items():
+            which = ", ".join(f"#{i}" for i in ids[:5]) + (
+                f" … ({len(ids)})" if len(ids) > 5 else ""
+            )
+            console.print(f"[yellow]warning[/yellow] {which}: {escape(warning)}")
+        console.print(f"[bold]{escape(ev.statement())}[/bold]")
+    else:
+        fail(f"--format must be tsv, tsv-full, table or json, got {fmt!r}")
+
+
+def print_summary(sweep: Sweep, store) -> None:  # type: ignore[no-untyped-def]
+    """The end-of-night summary: what was learned (the digest), then the results table."""
+    from rich.markup import escape
+
+    from agent.insights import digest, render
+
+    console.print(escape(render(digest(sweep, store.list_experiments(sweep.id)), 4000)))
+    console.print()
+    print_results(sweep, store, "table")
+
+
+@app.command()
+def results(
+    sweep: Annotated[str | None, typer.Option(help="sweep name")] = None,
+    target: Annotated[Path | None, typer.Option(help="latest sweep of this target")] = None,
+    format: Annotated[
+        str, typer.Option("--format", help="tsv | tsv-full | table | json")
+    ] = "table",
+    db: DbOpt = None,
+) -> None:
+    """Print a sweep's results (tsv = autoresearch's results.tsv; tsv-full adds n, sd,
+    P(better) and the runs)."""
+    store = runtime_for(db).store
+    print_results(find_sweep(store, sweep, target, db_location(db)), store, format)
+
+
+def find_sweep(store, name: str | None, target: Path | None,  # type: ignore[no-untyped-def]
+               db: DbLocation | None = None) -> Sweep:
+    where = f" in {db}" if db else ""
+    if name:
+        try:
+            return store.get_sweep(name)
+        except NotFoundError as exc:
+            fail(f"{exc}{where}")
+    sweeps = store.list_sweeps()
+    if target is not None:
+        want = str(target.resolve())
+        sweeps = [s for s in sweeps if s.target_path == want]
+    if not sweeps:
+        fail(
+            "no sweep found"
+            + (f" for target {target}" if target else "")
+            + where
+            + " (give --sweep NAME or --target PATH, and --db or OVERNIGHT_DB for another database)"
+        )
+    return sweeps[-1]
+
+
+@app.command()
+def status(db: DbOpt = None) -> None:
+    """One line per sweep: status, counts, baseline → best."""
+    from rich.table import Table
+
+    from agent.domain import ExperimentStatus as S
+    from agent.evidence import sweep_evidence
+
+    store = runtime_for(db).store
+    table = Table(title=f"sweeps in {db_location(db)}")
+    for col in (
+        "sweep",
+        "status",
+        "runs",
+        "kept",
+        "discarded",
+        "crashed",
+        "baseline",
+        "best",
+        "gain",
+        "supported",
+        "target",
+    ):
+        table.add_column(col)
+    for s in store.list_sweeps():
+
+        def n(*st: S, sid: int = s.id) -> str:
+            return str(store.count_experiments(sid, st))
+
+        rel = improvement(s)
+        ev = sweep_evidence(s, store.list_experiments(s.id), store.list_runs(sweep_id=s.id))
+        table.add_row(
+            s.name,
+            s.status.value,
+            n(S.KEPT, S.DISCARDED, S.CRASHED, S.TIMEOUT),
+            n(S.KEPT),
+            n(S.DISCARDED),
+            n(S.CRASHED, S.TIMEOUT),
+            f"{s.baseline_metric:.4f}" if s.baseline_metric is not None else "-",
+            f"{s.best_metric:.4f}" if s.best_metric is not None else "-",
+            f"{rel:+.2%}" if rel is not None else "",
+            f"{ev.supported} of {ev.kept} keeps",
+            s.target_path,
+        )
+    console.print(table)

@@ -8,9 +8,6 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections import Counter
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -26,7 +23,6 @@ from agent.decide import (
     Verdict,
     contract_warnings,
     decide,
-    incumbent_due,
 )
 from agent.diff import PathChange
 from agent.domain import (
@@ -49,7 +45,8 @@ from agent.errors import (
     interrupt_reason,
 )
 from agent.gitrepo import hash_worktree_files
-from agent.noise import mean, squares, suspect_flags
+from agent.incumbent import Incumbent, decision_lock
+from agent.noise import squares
 from agent.ports import Proposer, Repo, Runner, Store
 from agent.recovery import requeue_once
 from agent.sweeps import link_assets, proposal_context, submit
@@ -59,40 +56,6 @@ from runner.result import Outcome, RunResult
 logger = logging.getLogger(__name__)
 REPAIR_PRIORITY = 50
 MAX_REJECTED_IN_A_ROW = 5
-
-
-_DECISION_LOCKS: dict[tuple[str, str], threading.Lock] = {}
-_DECISION_LOCKS_GUARD = threading.Lock()
-
-
-def _decision_lock(branch: str, target: str) -> threading.Lock:
-    with _DECISION_LOCKS_GUARD:
-        return _DECISION_LOCKS.setdefault((target, branch), threading.Lock())
-
-
-# Incumbent re-runs a slot of this process has decided on but whose run may not be recorded
-# yet, per sweep (target, branch): slots finishing together would otherwise all see the same
-# re-run as due.
-_INCUMBENT_CLAIMS: Counter[tuple[str, str]] = Counter()
-_INCUMBENT_GUARD = threading.Lock()
-
-
-@contextmanager
-def _incumbent_claim(sweep: Sweep, decided: int, recorded: int, rule: Rule) -> Iterator[bool]:
-    """Whether this slot re-runs the incumbent now (held for the re-run's length): due counting
-    the re-runs recorded and those other slots have claimed. While a claimed re-run is also
-    recorded it counts twice, which can only put the next re-run off, never double one."""
-    key = (sweep.target_path, sweep.branch)
-    with _INCUMBENT_GUARD:
-        mine = incumbent_due(decided, recorded + _INCUMBENT_CLAIMS[key], rule)
-        if mine:
-            _INCUMBENT_CLAIMS[key] += 1
-    try:
-        yield mine
-    finally:
-        if mine:
-            with _INCUMBENT_GUARD:
-                _INCUMBENT_CLAIMS[key] -= 1
 
 
 def _refused_by_git(changes: list[PathChange], config: TargetConfig) -> str | None:
@@ -118,6 +81,7 @@ class Loop:
         self.settings, self.proposer = settings, proposer
         self.on_event = on_event
         self.training = TrainingRuns(store, runner, settings, self.emit)
+        self.incumbent = Incumbent(store, repo, settings, self.training)
         self._stops: dict[int, threading.Event] = {}
         self._lock = threading.Lock()
 
@@ -197,7 +161,7 @@ class Loop:
             self.repo.add_worktree(wt, commit)
             added_worktree = True
             link_assets(wt, Path(sweep.target_path), sweep.config)
-            self._remeasure_incumbent(sweep, exp, head, stop)
+            self.incumbent.remeasure(sweep, exp, head, stop)
             return self._settle(sweep, exp, head, commit, wt, stop)
         except WorkerLostError as exc:
             return self._lost(exp, exc)
@@ -263,7 +227,7 @@ class Loop:
             failed = self._failure(sweep, config, wt, result, started, run)
             # Slots of one process each have their own Loop: decisions on a sweep take turns
             # so that reading the best, recording a keep and moving the branch are one step.
-            with _decision_lock(sweep.branch, sweep.target_path):
+            with decision_lock(sweep.branch, sweep.target_path):
                 evidence, now_head = self._evidence(sweep, exp, head, commit, failed)
                 verdict = decide(evidence, rule)
                 self._mark_suspects(exp, verdict)
@@ -278,61 +242,6 @@ class Loop:
         if verdict.requeue:
             self._requeue(sweep, exp, now_head)
         return done
-
-    def _remeasure_incumbent(
-        self, sweep: Sweep, exp: Experiment, head: str, stop: threading.Event
-    ) -> None:
-        """Once every `incumbent_every` proposals, run the best commit again before a change, so
-        the recorded best (the mean of all its runs) converges to its true value."""
-        current = self.store.get_sweep(sweep.name)
-        rule = Rule.of(current.config)
-        if exp.is_baseline or current.best_commit != head or current.best_experiment_id is None:
-            return
-        runs = self.store.run_metrics(sweep.id)
-        decided = self.store.count_experiments(
-            sweep.id, [ExperimentStatus.KEPT, ExperimentStatus.DISCARDED], is_baseline=False
-        )
-        done = sum(r.role is RunRole.INCUMBENT for r in runs)
-        with _incumbent_claim(sweep, decided, done, rule) as due:
-            if not due:
-                return
-            mine = [r for r in runs if r.commit == head]
-            run = self._incumbent_run(sweep, exp, head, stop, RunSpec(
-                sweep.id, current.best_experiment_id, head, rule.seed + len(mine),
-                RunRole.INCUMBENT))
-        ok = [r for r in mine if r.status is RunStatus.OK and r.metric is not None]
-        if run.status is not RunStatus.OK or run.metric is None:
-            return
-        flags = suspect_flags(
-            [run.throughput], [r.throughput for r in ok], rule.throughput_tolerance
-        )
-        if flags[0]:
-            self.store.set_run_status(run.id, RunStatus.SUSPECT)
-            return
-        best = mean([r.metric for r in ok if r.metric is not None] + [run.metric])
-        with _decision_lock(sweep.branch, sweep.target_path):
-            if best is not None and self.store.get_sweep(sweep.name).best_commit == head:
-                self.store.set_best(
-                    sweep.id,
-                    current.best_experiment_id,
-                    best,
-                    head,
-                    baseline=current.best_experiment_id == self._baseline_id(sweep),
-                )
-
-    def _incumbent_run(self, sweep: Sweep, exp: Experiment, head: str, stop: threading.Event,
-                       spec: RunSpec) -> Run:
-        wt = self.settings.work_dir / "worktrees" / sweep.name / f"exp-{exp.id}-incumbent"
-        self.repo.add_worktree(wt, head)
-        try:
-            link_assets(wt, Path(sweep.target_path), sweep.config)
-            return self.training.run(sweep, exp, wt, stop, spec)[2]
-        finally:
-            self.repo.remove_worktree(wt)
-
-    def _baseline_id(self, sweep: Sweep) -> int | None:
-        first = self.store.list_experiments(sweep.id, limit=1)
-        return first[0].id if first and first[0].is_baseline else None
 
     def _failure(
         self,

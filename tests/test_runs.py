@@ -95,12 +95,12 @@ def test_slots_finishing_together_re_run_the_incumbent_once(tmp_path, store, mak
         add_worktree(path, sha)
 
     first.repo.add_worktree = held_add  # type: ignore[method-assign]
-    slot = threading.Thread(target=first._remeasure_incumbent,
+    slot = threading.Thread(target=first.incumbent.remeasure,
                             args=(sweep, ea, head, threading.Event()))
     slot.start()
     try:
         assert entered.wait(60)
-        second._remeasure_incumbent(sweep, eb, head, threading.Event())
+        second.incumbent.remeasure(sweep, eb, head, threading.Event())
     finally:
         release.set()
         slot.join(60)

@@ -14,17 +14,18 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
+from agent.domain import ExperimentStatus as S
 from agent.domain import Sweep
 from agent.errors import NotFoundError
 from agent.report import experiment_row, improvement, results_tsv
 from db.location import DbLocation
 from overnight.cli_common import DbOpt, app, console, db_location, fail, runtime_for
 
+RAN = (S.KEPT, S.DISCARDED, S.CRASHED, S.TIMEOUT)  # the statuses of an experiment that ran
+
 
 def closing_line(sweep: Sweep, exps: list) -> str:  # type: ignore[type-arg]
     """One honest sentence: how many changes were tried and kept, and what they bought."""
-    from agent.domain import ExperimentStatus as S
-
     tried = [e for e in exps if not e.is_baseline and e.status is not S.REJECTED]
     kept = [e for e in tried if e.status is S.KEPT]
     if sweep.baseline_metric is None or sweep.best_metric is None:
@@ -129,44 +130,40 @@ def find_sweep(store, name: str | None, target: Path | None,  # type: ignore[no-
     return sweeps[-1]
 
 
+STATUS_LATEST = 30  # sweeps `overnight status` shows without --all
+
+
 @app.command()
-def status(db: DbOpt = None) -> None:
-    """One line per sweep: status, counts, baseline → best."""
+def status(
+    db: DbOpt = None,
+    all_: Annotated[bool, typer.Option(
+        "--all", help=f"every sweep (default: the latest {STATUS_LATEST})")] = False,
+) -> None:
+    """One line per sweep, newest last: status, counts, baseline → best, supported keeps."""
     from rich.table import Table
 
-    from agent.domain import ExperimentStatus as S
     from agent.evidence import sweep_evidence
 
     store = runtime_for(db).store
+    sweeps = store.list_sweeps()
+    shown = sweeps if all_ else sweeps[-STATUS_LATEST:]
+    counted = store.status_counts_by_sweep()  # the maintained counts: one read for all
     table = Table(title=f"sweeps in {db_location(db)}")
-    for col in (
-        "sweep",
-        "status",
-        "runs",
-        "kept",
-        "discarded",
-        "crashed",
-        "baseline",
-        "best",
-        "gain",
-        "supported",
-        "target",
-    ):
+    for col in ("sweep", "status", "runs", "kept", "discarded", "crashed", "baseline", "best",
+                "gain", "supported", "target"):
         table.add_column(col)
-    for s in store.list_sweeps():
-
-        def n(*st: S, sid: int = s.id) -> str:
-            return str(store.count_experiments(sid, st))
-
+    for s in shown:
+        n = counted.get(s.id, {})
         rel = improvement(s)
-        ev = sweep_evidence(s, store.list_experiments(s.id), store.list_runs(sweep_id=s.id))
+        # The light rows the dashboard's evidence reads (no summaries, diffs or logs).
+        ev = sweep_evidence(s, store.experiment_marks(s.id), store.run_metrics(s.id))
         table.add_row(
             s.name,
             s.status.value,
-            n(S.KEPT, S.DISCARDED, S.CRASHED, S.TIMEOUT),
-            n(S.KEPT),
-            n(S.DISCARDED),
-            n(S.CRASHED, S.TIMEOUT),
+            str(sum(n.get(st.value, 0) for st in RAN)),
+            str(n.get(S.KEPT.value, 0)),
+            str(n.get(S.DISCARDED.value, 0)),
+            str(n.get(S.CRASHED.value, 0) + n.get(S.TIMEOUT.value, 0)),
             f"{s.baseline_metric:.4f}" if s.baseline_metric is not None else "-",
             f"{s.best_metric:.4f}" if s.best_metric is not None else "-",
             f"{rel:+.2%}" if rel is not None else "",
@@ -174,3 +171,5 @@ def status(db: DbOpt = None) -> None:
             s.target_path,
         )
     console.print(table)
+    if len(shown) < len(sweeps):
+        console.print(f"{len(sweeps) - len(shown)} older sweep(s) not shown (--all shows them)")

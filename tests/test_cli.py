@@ -220,3 +220,38 @@ def test_run_refuses_while_another_process_holds_the_database(tmp_path: Path, ta
     finally:
         lock.release()
     assert proc.returncode == 2 and "already using this database" in proc.stderr
+
+
+def test_status_shows_the_latest_sweeps_and_all_with_all(tmp_path: Path):
+    """A year of nights: `status` lists the latest 30 sweeps (newest last) and says how many
+    older ones it left out; `--all` lists every one. Counts are the sweeps' own."""
+    from agent.domain import ExperimentStatus as S
+    from agent.domain import Finish, Proposal
+    from db.engine import open_database
+    from db.store import SqlStore
+    from overnight.cli_results import STATUS_LATEST
+    from test_store_contract import spec
+
+    db = tmp_path / "year.db"
+    engine = open_database(db)
+    store = SqlStore(engine)
+    for night in range(STATUS_LATEST + 3):
+        sid = store.create_sweep(spec(f"night{night:02d}")).id
+        for k in range(night % 4):  # night n has n % 4 kept experiments
+            e = store.add_experiment(sid, Proposal(f"change {k}", f"d{k}"))
+            store.claim(e.id)
+            store.finish(e.id, Finish(S.KEPT, metric=1.0 - k / 10))
+    engine.dispose()
+
+    def rows(out: str) -> dict[str, list[str]]:
+        cells = ([c.strip() for c in line.split("│")[1:-1]] for line in out.splitlines())
+        return {c[0]: c for c in cells if c and c[0].startswith("night")}
+
+    latest = run("status", "--db", str(db)).stdout
+    shown = rows(latest)
+    assert list(shown) == [f"night{n:02d}" for n in range(3, STATUS_LATEST + 3)]
+    assert "3 older sweep(s) not shown (--all shows them)" in latest
+    assert [shown[f"night{n:02d}"][3] for n in range(4, 8)] == ["0", "1", "2", "3"]
+    every = run("status", "--all", "--db", str(db)).stdout
+    assert list(rows(every)) == [f"night{n:02d}" for n in range(STATUS_LATEST + 3)]
+    assert "not shown" not in every

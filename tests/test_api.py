@@ -509,6 +509,26 @@ def test_scheduled_start_via_api(tmp_path: Path, target: Path) -> None:
         assert c.get("/sweeps/s1").json()["scheduled_start"] is not None
 
 
+def test_the_sweep_list_says_what_each_sweep_says(tmp_path: Path, target: Path) -> None:
+    """GET /sweeps reads counts and scheduled starts once for the whole list: each listed
+    sweep equals GET /sweeps/{name} (counts per status, a scheduled start, none)."""
+    when = (datetime.now(UTC) + timedelta(hours=2)).replace(microsecond=0)
+    with _client(tmp_path, run_scheduler=True, slots=0) as c:
+        _sweep(c, target, "a")
+        for knob in range(3):
+            assert _queue(c, target, knob, sweep="a").status_code == 201
+        _sweep(c, target, "b", start_at=when.isoformat())
+        _sweep(c, target, "c")
+        assert c.post("/sweeps/c/stop", headers=AUTH).status_code == 200
+        listed = c.get("/sweeps").json()
+        assert listed["count"] == 3
+        one_by_one = [c.get(f"/sweeps/{name}").json() for name in "abc"]
+        assert listed["data"] == one_by_one
+        counts = {s["name"]: s["counts"] for s in listed["data"]}
+        assert counts["a"] == {"queued": 4} and counts["b"] == {"queued": 1}
+        assert [s["scheduled_start"] is not None for s in listed["data"]] == [False, True, False]
+
+
 def test_a_scheduled_start_fires_and_the_sweep_runs(tmp_path: Path, target: Path) -> None:
     """The APScheduler date job itself (not start_now called by hand): a start a moment ahead
     resumes the paused sweep and its baseline runs."""

@@ -44,6 +44,15 @@ def _public(services: Services, sweep: Sweep) -> SweepPublic:
                           scheduled_start=starts.get(sweep.name))
 
 
+def _all_public(services: Services, sweeps: list[Sweep]) -> list[SweepPublic]:
+    """Every sweep with its counts and scheduled start: two reads for the list, not two per
+    sweep (a year of nights is hundreds of sweeps)."""
+    starts = services.scheduler.scheduled_starts() if services.scheduler else {}
+    counted = services.store.status_counts_by_sweep()
+    return [SweepPublic.of(s, counted.get(s.id, {}), scheduled_start=starts.get(s.name))
+            for s in sweeps]
+
+
 @router.post("", status_code=status.HTTP_201_CREATED, response_model=SweepPublic,
              responses={**WRITE, **errors(409)})
 def create(body: SweepCreate, services: ServicesDep, _auth: WriteAuth) -> SweepPublic:
@@ -74,7 +83,7 @@ def create(body: SweepCreate, services: ServicesDep, _auth: WriteAuth) -> SweepP
 @router.get("", response_model=Page[SweepPublic], responses=READ)
 def list_sweeps(services: ServicesDep, _auth: ReadAuth) -> Page[SweepPublic]:
     sweeps = services.store.list_sweeps()
-    return Page(data=[_public(services, s) for s in sweeps], count=len(sweeps), next_cursor=None)
+    return Page(data=_all_public(services, sweeps), count=len(sweeps), next_cursor=None)
 
 
 @router.get("/{name}", response_model=SweepPublic, responses={**READ, **errors(404)})

@@ -67,7 +67,11 @@ class Store(Protocol):
 
     def get_sweep_by_id(self, sweep_id: int) -> Sweep: ...
 
-    def list_sweeps(self) -> list[Sweep]: ...
+    def list_sweeps(self, statuses: Collection[SweepStatus] | None = None) -> list[Sweep]:
+        """Every sweep (or those in `statuses`), oldest first."""
+
+    def sweep_names(self, ids: Collection[int]) -> dict[int, str]:
+        """The names of these sweeps by id (ids that name no sweep are left out)."""
 
     def set_sweep_status(self, name: str, status: SweepStatus) -> Sweep: ...
 

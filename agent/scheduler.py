@@ -120,8 +120,8 @@ class SlotScheduler:
         self._aps = BackgroundScheduler(job_defaults={"coalesce": True, "max_instances": 1,
                                                       "misfire_grace_time": None})
         self._aps.start()
-        for sweep in self.store.list_sweeps():
-            if sweep.status is SweepStatus.PAUSED and sweep.start_at is not None:
+        for sweep in self.store.list_sweeps([SweepStatus.PAUSED]):
+            if sweep.start_at is not None:
                 self._add_start_job(sweep.name, sweep.start_at)
         for slot in range(self.settings.slots):
             t = threading.Thread(target=self._serve_slot, args=(slot,), daemon=True,
@@ -227,8 +227,8 @@ class SlotScheduler:
                           args=[sweep_name], id=f"start:{sweep_name}", replace_existing=True)
 
     def scheduled_starts(self) -> dict[str, datetime]:
-        return {s.name: s.start_at for s in self.store.list_sweeps()
-                if s.status is SweepStatus.PAUSED and s.start_at is not None}
+        return {s.name: s.start_at for s in self.store.list_sweeps([SweepStatus.PAUSED])
+                if s.start_at is not None}
 
     def start_now(self, sweep_name: str) -> None:
         try:
@@ -390,9 +390,8 @@ class SlotScheduler:
 
     def _open_sweeps(self) -> list[Sweep]:
         open_sweeps = []
-        for sweep in self.store.list_sweeps():
-            if sweep.status is not SweepStatus.RUNNING:
-                continue
+        # Only running sweeps: a year of finished nights is not read on every pick.
+        for sweep in self.store.list_sweeps([SweepStatus.RUNNING]):
             if self._only is not None and sweep.name not in self._only:
                 continue
             verdict = self._gate(sweep)

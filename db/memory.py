@@ -94,9 +94,14 @@ class MemoryStore:
                 raise NotFoundError(f"no sweep with id {sweep_id}")
             return self._sweeps[sweep_id]
 
-    def list_sweeps(self) -> list[Sweep]:
+    def list_sweeps(self, statuses: Collection[SweepStatus] | None = None) -> list[Sweep]:
         with self._lock:
-            return [self._sweeps[i] for i in sorted(self._sweeps)]
+            return [self._sweeps[i] for i in sorted(self._sweeps)
+                    if statuses is None or self._sweeps[i].status in statuses]
+
+    def sweep_names(self, ids: Collection[int]) -> dict[int, str]:
+        with self._lock:
+            return {i: self._sweeps[i].name for i in ids if i in self._sweeps}
 
     def _update_sweep(self, name: str, **changes: object) -> Sweep:
         with self._lock:

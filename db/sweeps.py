@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from datetime import datetime
 
 from sqlalchemy import select
@@ -66,9 +67,19 @@ class SweepQueries(StoreBase):
             row = s.get(SweepRow, sweep_id)
             return dict(row.protected_hashes) if row else {}
 
-    def list_sweeps(self) -> list[Sweep]:
+    def list_sweeps(self, statuses: Collection[SweepStatus] | None = None) -> list[Sweep]:
+        q = select(SweepRow).order_by(SweepRow.id)
+        if statuses is not None:
+            q = q.where(SweepRow.status.in_([st.value for st in statuses]))
         with self.session("listing sweeps") as s:
-            return [to_sweep(r) for r in s.scalars(select(SweepRow).order_by(SweepRow.id))]
+            return [to_sweep(r) for r in s.scalars(q)]
+
+    def sweep_names(self, ids: Collection[int]) -> dict[int, str]:
+        if not ids:
+            return {}
+        q = select(SweepRow.id, SweepRow.name).where(SweepRow.id.in_(list(ids)))
+        with self.session("reading sweep names") as s:
+            return {i: name for i, name in s.execute(q)}
 
     def set_sweep_status(self, name: str, status: SweepStatus) -> Sweep:
         with self.session("updating a sweep") as s:

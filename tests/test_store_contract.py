@@ -94,6 +94,21 @@ def test_status_and_start_at(store: Store):
     assert store.set_start_at("s", None).start_at is None
 
 
+def test_sweeps_listed_by_status_and_named_by_id(store: Store):
+    ids = {name: store.create_sweep(spec(name)).id for name in "abcd"}
+    store.set_sweep_status("b", SweepStatus.PAUSED)
+    store.set_sweep_status("c", SweepStatus.DONE)
+    store.set_sweep_status("d", SweepStatus.PAUSED)
+    names = lambda sweeps: [s.name for s in sweeps]  # noqa: E731
+    assert names(store.list_sweeps()) == ["a", "b", "c", "d"]
+    assert names(store.list_sweeps([SweepStatus.RUNNING])) == ["a"]
+    assert names(store.list_sweeps([SweepStatus.PAUSED, SweepStatus.DONE])) == ["b", "c", "d"]
+    assert store.list_sweeps([SweepStatus.STOPPED]) == [] and store.list_sweeps([]) == []
+    assert store.list_sweeps([SweepStatus.PAUSED])[0] == store.get_sweep("b")
+    assert store.sweep_names([ids["d"], ids["a"], 999]) == {ids["a"]: "a", ids["d"]: "d"}
+    assert store.sweep_names([]) == {}
+
+
 def test_claims_are_guarded_priority_then_fifo(store: Store):
     sweep = store.create_sweep(spec())
     a = store.add_experiment(sweep.id, Proposal("a", "d1"))

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from datetime import UTC
+from functools import lru_cache
 from typing import Any
 
 from sqlalchemy import Row
@@ -36,6 +38,18 @@ def utc(value: Any) -> Any:
     return value.replace(tzinfo=UTC) if value is not None else None
 
 
+@lru_cache(maxsize=1024)
+def _config(text: str) -> TargetConfig:
+    return TargetConfig.from_dict(json.loads(text))
+
+
+def sweep_config(raw: dict[str, Any]) -> TargetConfig:
+    """A sweep row's config, validated once per distinct config (TargetConfig is frozen, so
+    sweeps with the same config share one): listing a year of nights is not a year of
+    validations."""
+    return _config(json.dumps(raw, sort_keys=True))
+
+
 def to_sweep(row: SweepRow) -> Sweep:
     return Sweep(
         id=row.id,
@@ -44,7 +58,7 @@ def to_sweep(row: SweepRow) -> Sweep:
         branch=row.branch,
         status=SweepStatus(row.status),
         proposer=row.proposer,
-        config=TargetConfig.from_dict(dict(row.config)),
+        config=sweep_config(row.config),
         max_experiments=row.max_experiments,
         baseline_metric=row.baseline_metric,
         best_metric=row.best_metric,

@@ -1,4 +1,5 @@
-"""The benchmark scripts' arithmetic (benchmarks/ is not a package: loaded from its path)."""
+"""The benchmark scripts: their arithmetic (benchmarks/ is not a package: loaded from its path),
+and a small run of those cheap enough to run whole."""
 
 from __future__ import annotations
 
@@ -83,3 +84,19 @@ def test_slots_steady_rate_leaves_out_the_ramp_and_the_tail() -> None:
     assert bench.steady_rate(late, 2) == pytest.approx(6 / 9)
     assert bench.steady_rate(starts[:2], 2) is None  # no run started while both were busy
     assert bench.steady_rate([t0, t0, t0], 2) is None  # no span to divide by
+
+
+def test_year_of_nights_runs_small_and_prints_every_surface(tmp_path: Path) -> None:
+    """The script itself on 3 nights of 4: it fills, serves and prints each figure."""
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "year_of_nights.py"), "--nights", "3",
+         "--per-night", "4", "--requests", "2"],
+        capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    assert "filled 3 nights × 4 experiments" in out.stdout
+    for what in ("overnight status:", "GET /sweeps:", "GET /:", "GET /experiments?limit=50:",
+                 "GET /ui/sweeps/night-001:", "list_sweeps([RUNNING]):"):
+        assert what in out.stdout, what

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Protocol
 
-from agent.domain import Experiment, ExperimentStatus, Proposal, Run, Sweep
+from agent.domain import Experiment, ExperimentStatus, Proposal, Run, Sweep, SweepStatus
 from agent.errors import INTERRUPT_PREFIX, ConflictError
 from agent.ports import Repo, Store
 from agent.private import private_file
@@ -232,6 +232,27 @@ def repair_branch(repo: Repo, sweep: Sweep, report: RecoveryReport) -> None:
                        sweep.name, sweep.branch, head[:7] or "(missing)", sweep.best_commit[:7])
 
 
+def _open_target(repos: dict[str, Repo | Exception], sweep: Sweep,
+                 repo_for: Callable[[Sweep], Repo]) -> Repo | None:
+    """The sweep's target repository, opened (and its stale ref locks removed) once per target;
+    None if it cannot be opened: an error for a sweep that may still run, while a year of done
+    nights whose target was deleted is not a year of errors."""
+    if sweep.target_path not in repos:
+        try:
+            repos[sweep.target_path] = repo = repo_for(sweep)
+        except Exception as exc:
+            repos[sweep.target_path] = exc
+        else:
+            for lock in repo.remove_stale_ref_locks(OUR_REFS):
+                logger.warning("removed stale ref lock %s", lock)
+    found = repos[sweep.target_path]
+    if isinstance(found, Exception):
+        log = logger.info if sweep.status is SweepStatus.DONE else logger.error
+        log("sweep %s: cannot open target %s: %s", sweep.name, sweep.target_path, found)
+        return None
+    return found
+
+
 def _kill_prefix(prefix: str) -> list[int]:
     from runner.tree import kill_by_run_id
 
@@ -256,20 +277,14 @@ def recover(store: Store, repo_for: Callable[[Sweep], Repo], work_dir: Path,
     known = set(report.killed_groups)
     report.killed_groups += kill_orphan_runs([r for r in runs if r.pgid not in known],
                                              work_dir, kill)
-    repos: dict[str, Repo] = {}
+    repos: dict[str, Repo | Exception] = {}
     for sweep in store.list_sweeps():
-        if sweep.target_path in repos:
-            repo = repos[sweep.target_path]
-        else:
-            try:
-                repo = repos[sweep.target_path] = repo_for(sweep)
-            except Exception as exc:
-                logger.error("sweep %s: cannot open target %s: %s", sweep.name,
-                             sweep.target_path, exc)
-                continue
-            for lock in repo.remove_stale_ref_locks(OUR_REFS):
-                logger.warning("removed stale ref lock %s", lock)
-        repair_branch(repo, sweep, report)
-    prune_worktrees(list(repos.values()), work_dir, report)
+        repo = _open_target(repos, sweep, repo_for)
+        # A done sweep ran nothing when it ended (the engine marks it done only then), so no
+        # keep can be half-recorded: its branch is its owner's now and is never reset.
+        if repo is not None and sweep.status is not SweepStatus.DONE:
+            repair_branch(repo, sweep, report)
+    prune_worktrees([r for r in repos.values() if not isinstance(r, Exception)], work_dir,
+                    report)
     requeue_interrupted(store, report)
     return report

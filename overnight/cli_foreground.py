@@ -131,6 +131,7 @@ def _run_locked(
 
 def _resume_sweep(rt: Runtime, repo: GitRepo, target: Path, sweep_name: str | None) -> Sweep:
     from agent.domain import SweepStatus
+    from agent.recovery import RecoveryReport, repair_branch
     from agent.sweeps import requeue_baseline
 
     if not sweep_name:
@@ -138,8 +139,15 @@ def _resume_sweep(rt: Runtime, repo: GitRepo, target: Path, sweep_name: str | No
     sweep = rt.store.get_sweep(sweep_name)
     if Path(sweep.target_path) != target.resolve():
         fail(f"sweep {sweep_name} belongs to {sweep.target_path}, not {target}")
+    was = sweep.status
     sweep = rt.store.set_sweep_status(sweep_name, SweepStatus.RUNNING)
     console.print(f"resuming sweep [bold]{sweep.name}[/bold] on branch {sweep.branch}")
+    if was is SweepStatus.DONE:  # recovery left its branch to its owner; it is ours again
+        report = RecoveryReport()
+        repair_branch(repo, sweep, report)
+        for old, best in report.repaired_branches.values():
+            console.print(f"branch {sweep.branch} was at {old[:7] or '(missing)'}: reset to "
+                          f"the sweep's best {best[:7]} (the old head stays in git's reflog)")
     if requeue_baseline(rt.store, repo, sweep) is not None:
         console.print("the baseline never finished: it runs again first")
     return sweep

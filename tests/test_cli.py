@@ -225,12 +225,13 @@ def test_run_refuses_while_another_process_holds_the_database(tmp_path: Path, ta
 def test_status_shows_the_latest_sweeps_and_all_with_all(tmp_path: Path):
     """A year of nights: `status` lists the latest 30 sweeps (newest last) and says how many
     older ones it left out; `--all` lists every one. Counts are the sweeps' own."""
+    from test_store_contract import spec
+
     from agent.domain import ExperimentStatus as S
     from agent.domain import Finish, Proposal
     from db.engine import open_database
     from db.store import SqlStore
     from overnight.cli_results import STATUS_LATEST
-    from test_store_contract import spec
 
     db = tmp_path / "year.db"
     engine = open_database(db)
@@ -255,3 +256,27 @@ def test_status_shows_the_latest_sweeps_and_all_with_all(tmp_path: Path):
     every = run("status", "--all", "--db", str(db)).stdout
     assert list(rows(every)) == [f"night{n:02d}" for n in range(STATUS_LATEST + 3)]
     assert "not shown" not in every
+
+
+def test_resuming_a_done_sweep_takes_its_branch_back(tmp_path: Path, target: Path):
+    """A done night's branch is its owner's (restart recovery leaves it); `--resume` makes the
+    sweep the service's again, so its branch goes back to the recorded best, and says so."""
+    from agent.gitrepo import GitRepo
+    from db.engine import open_database
+    from db.store import SqlStore
+
+    db = str(tmp_path / "o.db")
+    run("run", "--target", str(target), "--experiments", "1", "--sweep", "n1", "--db", db)
+    engine = open_database(db)
+    sweep = SqlStore(engine).get_sweep("n1")
+    engine.dispose()
+    assert sweep.status.value == "done" and sweep.best_commit
+    repo, raw = GitRepo(target), git.Repo(target).git
+    mine = raw.commit_tree(f"{sweep.best_commit}^{{tree}}", "-p", sweep.best_commit,
+                           "-m", "my own commit on the night's branch")
+    repo.set_ref(f"refs/heads/{sweep.branch}", mine)
+    status = run("status", "--db", db).stdout  # opens the database: no recovery here
+    assert "n1" in status and repo.head(sweep.branch) == mine
+    out = run("run", "--target", str(target), "--sweep", "n1", "--resume", "--db", db).stdout
+    assert f"was at {mine[:7]}: reset to the sweep's best {sweep.best_commit[:7]}" in out
+    assert repo.head(sweep.branch) == sweep.best_commit

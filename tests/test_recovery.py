@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 from service_fixtures import knob_diff, make_counting_target, wait_for
 
-from agent.domain import ExperimentStatus, Finish, Proposal
+from agent.domain import ExperimentStatus, Finish, Proposal, SweepStatus
 from agent.gitrepo import GitRepo
 from agent.loop import Loop, LoopSettings
+from agent.ports import SweepSpec
 from agent.recovery import (
     MAX_CRASH_RETRIES,
     SHUTDOWN_REASON,
@@ -135,6 +136,46 @@ def test_missing_sweep_branch_is_restored_from_the_database(world) -> None:  # t
     report = recover(store, lambda s: repo, work)
     assert repo.head(sweep.branch) == best
     assert report.repaired_branches == {"s": ("", best)}
+
+
+def test_a_done_sweeps_branch_is_its_owners(world, caplog) -> None:  # type: ignore
+    """A night that ended (done) ran nothing when it ended, so no keep can be half-recorded:
+    commits its owner made on its branch afterwards survive a restart. A stopped sweep's
+    branch (a run may have been in flight) is still put back."""
+    target, store, repo, work, loop = world
+    sweep = store.get_sweep("s")
+    best = sweep.best_commit
+    assert best is not None
+    mine = repo.commit_diff(best, knob_diff(target, 6, 1), "my own change on the night")
+    repo.set_ref(f"refs/heads/{sweep.branch}", mine)
+    store.set_sweep_status("s", SweepStatus.DONE)
+    report = recover(store, lambda s: repo, work)
+    assert repo.head(sweep.branch) == mine and report.repaired_branches == {}
+    store.set_sweep_status("s", SweepStatus.STOPPED)
+    report = recover(store, lambda s: repo, work)
+    assert repo.head(sweep.branch) == best and report.repaired_branches == {"s": (mine, best)}
+
+
+def test_a_gone_target_is_an_error_only_for_a_sweep_that_may_run(world, caplog) -> None:  # type: ignore
+    """A year of done nights whose target was deleted logs no errors on every start; an
+    unfinished sweep whose target is gone does (once per sweep), and recovery goes on."""
+    target, store, repo, work, loop = world
+    sweep = store.get_sweep("s")
+    store.set_sweep_status("s", SweepStatus.DONE)
+    others = [store.create_sweep(SweepSpec(
+        name=f"old{i}", target_path=str(target.parent / "gone"), branch=f"overnight/old{i}",
+        proposer="knobs", config=sweep.config, protected_hashes={})) for i in range(3)]
+    for other in others[:2]:
+        store.set_sweep_status(other.name, SweepStatus.DONE)
+
+    def repo_for(s):  # type: ignore[no-untyped-def]
+        return repo if s.target_path == str(target) else GitRepo(Path(s.target_path))
+
+    with caplog.at_level("INFO", logger="agent.recovery"):
+        recover(store, repo_for, work)
+    errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert len(errors) == 1 and errors[0].startswith("sweep old2: cannot open target")
+    assert sum("cannot open target" in r.getMessage() for r in caplog.records) == 3
 
 
 def test_orphan_group_whose_leader_is_gone_is_still_killed(world, tmp_path: Path) -> None:  # type: ignore

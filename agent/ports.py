@@ -48,6 +48,11 @@ class SweepSpec:
     protected_hashes: dict[str, str] = field(default_factory=dict)
 
 
+# What `overnight gc` keeps of one experiment: the loss curve's kept points, and a note of
+# what went (recorded as meta["pruned"]).
+Pruned = tuple[Sequence[ProgressPoint], Mapping[str, Any]]
+
+
 class Store(Protocol):
     """Persistent record of sweeps, experiments and loss points.
 
@@ -245,6 +250,9 @@ class Store(Protocol):
 
     def loss_points(self, experiment_id: int) -> list[ProgressPoint]: ...
 
+    def loss_curves(self, experiment_ids: Collection[int]) -> dict[int, list[ProgressPoint]]:
+        """loss_points of many experiments in one read (each id present; [] for none)."""
+
     def prunable_experiments(self, finished_before: datetime,
                              statuses: Sequence[ExperimentStatus], limit: int,
                              after_id: int = 0) -> list[Experiment]:
@@ -252,13 +260,14 @@ class Store(Protocol):
         finished before `finished_before` and were never pruned, with ids above `after_id`;
         by id, at most `limit`."""
 
-    def prune_experiment(self, experiment_id: int, points: Sequence[ProgressPoint],
-                         note: Mapping[str, Any]) -> Experiment:
-        """`overnight gc`: make `points` the loss curve, forget the log files (the
-        experiment's and its runs' `log_path` become None), stamp `pruned_at`, and record
-        `note` as meta["pruned"]. Diff, metric, summary, log tail, commit and ref stay.
+    def prune_experiments(self, pruned: Mapping[int, Pruned]) -> None:
+        """`overnight gc`, in one transaction for all of `pruned` (experiment id → its kept
+        points and note): make the points each loss curve, forget the log files (the
+        experiments' and their runs' `log_path` become None), stamp `pruned_at`, and record
+        the note as meta["pruned"]. Diff, metric, summary, log tail, commit and ref stay.
 
-        Raises NotFoundError; ConflictError unless the experiment is finished."""
+        Raises NotFoundError; ConflictError unless every experiment is finished (then nothing
+        is pruned)."""
 
     def start_run(self, spec: RunSpec) -> Run:
         """Record a run as `running` before its process starts. NotFoundError: no experiment."""
@@ -274,6 +283,10 @@ class Store(Protocol):
 
     def list_runs(self, sweep_id: int | None = None, experiment_id: int | None = None) -> list[Run]:
         """Runs oldest first, of one sweep and/or one experiment (None = any)."""
+
+    def run_log_paths(self, experiment_ids: Collection[int]) -> dict[int, list[str]]:
+        """The recorded log paths of these experiments' runs, by experiment (ids without any
+        are left out)."""
 
     def interrupt_running_runs(self) -> list[Run]:
         """Mark every `running` run `interrupted` and return them (with their pgids)."""

@@ -21,12 +21,12 @@ from pathlib import Path
 
 from agent.domain import FINISHED_STATUSES, Experiment, ExperimentStatus, Sweep, utcnow
 from agent.errors import ConfigError, NotFoundError
-from agent.ports import Repo, Store
+from agent.ports import Pruned, Repo, Store
 from runner.summary import ProgressPoint
 
 logger = logging.getLogger(__name__)
 LOSS_POINTS_KEPT = 64  # per pruned curve: enough for its shape on a plot
-BATCH = 500  # experiments read per query
+BATCH = 200  # experiments pruned per transaction (their loss curves are read together)
 _AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 _WORKTREE = re.compile(r"^exp-(\d+)(?:-[a-z]+)?$")
@@ -111,13 +111,13 @@ def _inside(path: Path, root: Path) -> bool:
     return True
 
 
-def _log_files(store: Store, exp: Experiment, logs: Path,
+def _log_files(exp: Experiment, run_logs: list[str], logs: Path,
                report: GcReport) -> list[tuple[Path, int]]:
     """The experiment's and its runs' log files that exist under `logs`, with their sizes.
 
     A recorded path outside the work dir's logs folder is left alone (a row is data: gc
     never deletes a file because a database says so, unless it is one of ours)."""
-    paths = {exp.log_path} | {r.log_path for r in store.list_runs(experiment_id=exp.id)}
+    paths = {exp.log_path, *run_logs}
     found = []
     for raw in sorted(p for p in paths if p):
         path = Path(raw)
@@ -129,23 +129,32 @@ def _log_files(store: Store, exp: Experiment, logs: Path,
     return found
 
 
-def _prune_one(store: Store, exp: Experiment, policy: RetentionPolicy, logs: Path,
-               report: GcReport) -> None:
-    files = _log_files(store, exp, logs, report)
-    points = store.loss_points(exp.id)
-    kept = downsample(points, policy.loss_points)
-    report.experiments += 1
-    report.log_files += len(files)
-    report.log_bytes += sum(size for _, size in files)
-    report.loss_points_removed += len(points) - len(kept)
+def _prune_batch(store: Store, batch: list[Experiment], policy: RetentionPolicy, logs: Path,
+                 report: GcReport) -> None:
+    """Prune a batch: its runs' log paths and loss curves in two reads, the rows in one
+    transaction, then the files."""
+    ids = [e.id for e in batch]
+    run_logs, curves = store.run_log_paths(ids), store.loss_curves(ids)
+    pruned: dict[int, Pruned] = {}
+    doomed: list[Path] = []
+    for exp in batch:
+        files = _log_files(exp, run_logs.get(exp.id, []), logs, report)
+        points = curves[exp.id]
+        kept = downsample(points, policy.loss_points)
+        report.experiments += 1
+        report.log_files += len(files)
+        report.log_bytes += sum(size for _, size in files)
+        report.loss_points_removed += len(points) - len(kept)
+        pruned[exp.id] = (kept, {"log_files": len(files),
+                                 "log_bytes": sum(size for _, size in files),
+                                 "loss_points": [len(points), len(kept)]})
+        doomed += [path for path, _ in files]
     if report.dry_run:
         return
-    # The row first: should a delete then fail, the record already says the log is gone
+    # The rows first: should a delete then fail, the record already says the log is gone
     # (and the log tail stays) rather than pointing at a half-deleted file.
-    store.prune_experiment(exp.id, kept, {"log_files": len(files),
-                                          "log_bytes": sum(size for _, size in files),
-                                          "loss_points": [len(points), len(kept)]})
-    for path, _ in files:
+    store.prune_experiments(pruned)
+    for path in doomed:
         path.unlink(missing_ok=True)
 
 
@@ -162,8 +171,7 @@ def prune_experiments(store: Store, work_dir: Path, policy: RetentionPolicy, *,
                                            after_id=after)
         if not batch:
             return report
-        for exp in batch:
-            _prune_one(store, exp, policy, logs, report)
+        _prune_batch(store, batch, policy, logs, report)
         after = batch[-1].id
 
 

@@ -9,7 +9,8 @@ night a day; all but the last night `done`), then times, over loopback on the re
 - GET /sweeps, the dashboard overview (/), GET /experiments' first page (all sweeps, and
   `status=kept`), a sweep page of an old night;
 - the engine's pick: `Store.list_sweeps([RUNNING])` (what a slot reads every time it looks for
-  work) beside `Store.list_sweeps()` (every sweep).
+  work) beside `Store.list_sweeps()` (every sweep);
+- `overnight gc --older-than 2d`, the first on the year and the next (a subprocess).
 
 Prints p50/max in milliseconds (status: wall seconds) and each page's size.
 
@@ -83,9 +84,10 @@ def line(what: str, times: list[float], size: int | None = None) -> str:
 
 
 def cli_seconds(db: Path, *args: str) -> float:
+    """Wall seconds of `overnight ARGS --db DB` (a real subprocess)."""
     exe = Path(sys.executable).parent / "overnight"
     t = time.perf_counter()
-    subprocess.run([str(exe), "status", *args, "--db", str(db)], check=True,
+    subprocess.run([str(exe), *args, "--db", str(db)], check=True,
                    capture_output=True, env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"})
     return time.perf_counter() - t
 
@@ -106,8 +108,9 @@ def main() -> None:
         fill(db, args.nights, args.per_night)
         print(f"filled {args.nights} nights × {args.per_night} experiments in "
               f"{time.perf_counter() - t0:.0f} s")
-        print(f"overnight status: {cli_seconds(db):.2f} s (latest 30), "
-              f"{cli_seconds(db, '--all'):.2f} s (--all); wall, process start included")
+        print(f"overnight status: {cli_seconds(db, 'status'):.2f} s (latest 30), "
+              f"{cli_seconds(db, 'status', '--all'):.2f} s (--all); wall, process start "
+              "included")
         old = f"night-{args.nights // 2:03d}"
         with serve(make_app(db)) as base, httpx.Client(base_url=base, timeout=60) as c:
             for path in ("/sweeps", "/", "/experiments?limit=50",
@@ -121,6 +124,9 @@ def main() -> None:
                    timed(lambda: store.list_sweeps([SweepStatus.RUNNING]), args.requests)[0]))
         print(line("list_sweeps() (every sweep)",
                    timed(store.list_sweeps, args.requests)[0]))
+        print(f"overnight gc --older-than 2d, the first on a year (every night but the last "
+              f"two pruned): {cli_seconds(db, 'gc', '--older-than', '2d'):.1f} s; "
+              f"the next: {cli_seconds(db, 'gc', '--older-than', '2d'):.1f} s")
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from sqlalchemy import delete, insert, select
 
@@ -34,3 +34,16 @@ class LossCurves(StoreBase):
         )
         with self.session("reading loss points") as s:
             return [ProgressPoint(r.step, r.loss, r.elapsed_s) for r in s.scalars(q)]
+
+    def loss_curves(self, experiment_ids: Collection[int]) -> dict[int, list[ProgressPoint]]:
+        out: dict[int, list[ProgressPoint]] = {i: [] for i in experiment_ids}
+        if not out:
+            return out
+        t = LossPointRow.__table__.c
+        q = (select(t.experiment_id, t.step, t.loss, t.elapsed_s)
+             .where(t.experiment_id.in_(list(out)))
+             .order_by(t.experiment_id, t.step, t.id))
+        with self.session("reading loss curves") as s:
+            for exp_id, step, loss, elapsed in s.execute(q):
+                out[exp_id].append(ProgressPoint(step, loss, elapsed))
+        return out

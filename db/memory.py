@@ -11,7 +11,6 @@ from collections import Counter
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
-from typing import Any
 
 from agent.admit import diff_key
 from agent.domain import (
@@ -30,7 +29,7 @@ from agent.domain import (
     utcnow,
 )
 from agent.errors import ConflictError, DuplicateError, NotFoundError
-from agent.ports import Store, SweepSpec
+from agent.ports import Pruned, Store, SweepSpec
 from runner.summary import ProgressPoint
 
 INTERRUPTED_REASON = "the service stopped while this experiment was running"
@@ -377,6 +376,9 @@ class MemoryStore:
         with self._lock:
             return sorted(self._points.get(experiment_id, []), key=lambda p: p.step)
 
+    def loss_curves(self, experiment_ids: Collection[int]) -> dict[int, list[ProgressPoint]]:
+        return {i: self.loss_points(i) for i in experiment_ids}
+
     # --- gc -----------------------------------------------------------------------------
     def prunable_experiments(self, finished_before: datetime,
                              statuses: Sequence[ExperimentStatus], limit: int,
@@ -388,20 +390,21 @@ class MemoryStore:
                      and e.finished_at is not None and e.finished_at < finished_before]
             return found[:limit]
 
-    def prune_experiment(self, experiment_id: int, points: Sequence[ProgressPoint],
-                         note: Mapping[str, Any]) -> Experiment:
+    def prune_experiments(self, pruned: Mapping[int, Pruned]) -> None:
         with self._lock:
-            exp = self.get_experiment(experiment_id)
-            if not exp.status.is_finished():
-                raise ConflictError(f"experiment {experiment_id} is {exp.status.value}: only "
-                                    "finished experiments are pruned")
-            self._points[experiment_id] = list(points)
-            for run in self.list_runs(experiment_id=experiment_id):
-                self._runs[run.id] = replace(run, log_path=None)
-            exp = replace(exp, log_path=None, pruned_at=utcnow(),
-                          meta={**exp.meta, "pruned": dict(note)})
-            self._exps[experiment_id] = exp
-            return exp
+            for exp_id in pruned:
+                exp = self.get_experiment(exp_id)
+                if not exp.status.is_finished():
+                    raise ConflictError(f"experiment {exp_id} is {exp.status.value}: only "
+                                        "finished experiments are pruned")
+            now = utcnow()
+            for exp_id, (points, note) in pruned.items():
+                self._points[exp_id] = list(points)
+                for run in self.list_runs(experiment_id=exp_id):
+                    self._runs[run.id] = replace(run, log_path=None)
+                exp = self._exps[exp_id]
+                self._exps[exp_id] = replace(exp, log_path=None, pruned_at=now,
+                                             meta={**exp.meta, "pruned": dict(note)})
 
     # --- runs ---------------------------------------------------------------------------
     def start_run(self, spec: RunSpec) -> Run:
@@ -451,6 +454,14 @@ class MemoryStore:
             return [r for _, r in sorted(self._runs.items())
                     if (sweep_id is None or r.sweep_id == sweep_id)
                     and (experiment_id is None or r.experiment_id == experiment_id)]
+
+    def run_log_paths(self, experiment_ids: Collection[int]) -> dict[int, list[str]]:
+        wanted, out = set(experiment_ids), dict[int, list[str]]()
+        with self._lock:
+            for _, r in sorted(self._runs.items()):
+                if r.experiment_id in wanted and r.log_path is not None:
+                    out.setdefault(r.experiment_id, []).append(r.log_path)
+        return out
 
     def interrupt_running_runs(self) -> list[Run]:
         with self._lock:

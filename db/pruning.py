@@ -1,19 +1,19 @@
-"""`overnight gc`'s queries: find old finished experiments, and prune one in a transaction."""
+"""`overnight gc`'s queries: find old finished experiments, and prune a batch of them in one
+transaction."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Any
 
 from sqlalchemy import delete, insert, select, update
 
 from agent.domain import Experiment, ExperimentStatus, utcnow
 from agent.errors import ConflictError, NotFoundError
+from agent.ports import Pruned
 from db.models import ExperimentRow, LossPointRow, RunRow
 from db.rows import loss_rows, to_experiment
 from db.session import StoreBase
-from runner.summary import ProgressPoint
 
 
 class Pruning(StoreBase):
@@ -29,21 +29,27 @@ class Pruning(StoreBase):
         with self.session("finding experiments to prune") as s:
             return [to_experiment(r) for r in s.scalars(q)]
 
-    def prune_experiment(self, experiment_id: int, points: Sequence[ProgressPoint],
-                         note: Mapping[str, Any]) -> Experiment:
-        with self.session("pruning an experiment") as s:
-            row = s.get(ExperimentRow, experiment_id)
-            if row is None:
-                raise NotFoundError(f"no experiment with id {experiment_id}")
-            if not ExperimentStatus(row.status).is_finished():
-                raise ConflictError(f"experiment {experiment_id} is {row.status}: only "
-                                    "finished experiments are pruned")
-            s.execute(delete(LossPointRow).where(LossPointRow.experiment_id == experiment_id))
-            if points:
-                s.execute(insert(LossPointRow), loss_rows(experiment_id, points))
-            s.execute(update(RunRow).where(RunRow.experiment_id == experiment_id)
-                      .values(log_path=None))
-            row.log_path = None
-            row.pruned_at = utcnow()
-            row.meta = {**(row.meta or {}), "pruned": dict(note)}
-            return to_experiment(row)
+    def prune_experiments(self, pruned: Mapping[int, Pruned]) -> None:
+        if not pruned:
+            return
+        ids = sorted(pruned)
+        with self.session("pruning experiments") as s:
+            rows = {r.id: r for r in s.scalars(
+                select(ExperimentRow).where(ExperimentRow.id.in_(ids)))}
+            for exp_id in ids:
+                row = rows.get(exp_id)
+                if row is None:
+                    raise NotFoundError(f"no experiment with id {exp_id}")
+                if not ExperimentStatus(row.status).is_finished():
+                    raise ConflictError(f"experiment {exp_id} is {row.status}: only "
+                                        "finished experiments are pruned")
+            s.execute(delete(LossPointRow).where(LossPointRow.experiment_id.in_(ids)))
+            kept = [p for exp_id in ids for p in loss_rows(exp_id, pruned[exp_id][0])]
+            if kept:
+                s.execute(insert(LossPointRow), kept)
+            s.execute(update(RunRow).where(RunRow.experiment_id.in_(ids)).values(log_path=None))
+            now = utcnow()
+            for exp_id in ids:
+                row = rows[exp_id]
+                row.log_path, row.pruned_at = None, now
+                row.meta = {**(row.meta or {}), "pruned": dict(pruned[exp_id][1])}

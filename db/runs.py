@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -74,6 +76,19 @@ class RunQueries(StoreBase):
             q = q.where(RunRow.experiment_id == experiment_id)
         with self.session("listing runs") as s:
             return [to_run(r) for r in s.execute(q)]
+
+    def run_log_paths(self, experiment_ids: Collection[int]) -> dict[int, list[str]]:
+        if not experiment_ids:
+            return {}
+        q = (select(RunRow.experiment_id, RunRow.log_path)
+             .where(RunRow.experiment_id.in_(list(experiment_ids)),
+                    RunRow.log_path.is_not(None))
+             .order_by(RunRow.id))
+        out: dict[int, list[str]] = {}
+        with self.session("reading run log paths") as s:
+            for exp_id, path in s.execute(q):
+                out.setdefault(exp_id, []).append(str(path))
+        return out
 
     def interrupt_running_runs(self) -> list[Run]:
         """Mark every `running` run `interrupted` (left by a dead process) and return them."""

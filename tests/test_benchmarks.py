@@ -98,5 +98,5 @@ def test_year_of_nights_runs_small_and_prints_every_surface(tmp_path: Path) -> N
     assert out.returncode == 0, out.stderr
     assert "filled 3 nights × 4 experiments" in out.stdout
     for what in ("overnight status:", "GET /sweeps:", "GET /:", "GET /experiments?limit=50:",
-                 "GET /ui/sweeps/night-001:", "list_sweeps([RUNNING]):"):
+                 "GET /ui/sweeps/night-001:", "list_sweeps([RUNNING]):", "overnight gc"):
         assert what in out.stdout, what

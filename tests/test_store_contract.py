@@ -337,43 +337,60 @@ def test_finish_keeps_contract_warnings_in_meta(store: Store):
     assert store.get_experiment(exp_id).meta["warnings"] == ["over budget"]
 
 
-def test_gc_finds_old_finished_rows_and_prunes_one_in_place(store: Store):
+def test_gc_finds_old_finished_rows_and_prunes_a_batch_in_place(store: Store):
     """`prunable_experiments` filters by status (finished only), age, never-pruned and id;
-    `prune_experiment` thins the curve and forgets the log files but keeps the record."""
+    `loss_curves` and `run_log_paths` read a batch's curves and run logs; `prune_experiments`
+    thins the curves and forgets the log files of the whole batch, or of none of it."""
     sweep = store.create_sweep(spec())
     done = running(store, sweep.id, "a", "da")
     store.mark_started(done, log_path="/w/logs/s/1.log", commit="c1", ref="refs/overnight/s/1")
     store.add_loss_points(done, [ProgressPoint(i, 5.0 - i, None) for i in range(5)])
     run = store.start_run(RunSpec(sweep.id, done, "c1", 1, RunRole.SCREEN, "/w/logs/s/1.log"))
     store.end_run(run.id, RunEnd(RunStatus.OK, metric=1.0))
+    again = store.start_run(RunSpec(sweep.id, done, "c1", 2, RunRole.CONFIRM, "/w/logs/s/1b.log"))
+    store.end_run(again.id, RunEnd(RunStatus.OK, metric=1.1))
     store.finish(done, Finish(S.DISCARDED, metric=1.5, summary={"val_bpb": 1.5},
                               log_tail="last lines"))
+    other = running(store, sweep.id, "o", "do")
+    store.add_loss_points(other, [ProgressPoint(1, 2.0, 0.5)])
+    store.finish(other, Finish(S.CRASHED, CrashKind.FUNDAMENTAL, reason="boom"))
     busy = running(store, sweep.id, "b", "db")
     queued = store.add_experiment(sweep.id, Proposal("c", "dc")).id
     later = datetime.now(UTC) + timedelta(seconds=5)
     everything = list(S)
-    assert [e.id for e in store.prunable_experiments(later, everything, 10)] == [done]
+    assert [e.id for e in store.prunable_experiments(later, everything, 10)] == [done, other]
+    assert [e.id for e in store.prunable_experiments(later, everything, 1)] == [done]
     assert store.prunable_experiments(later, [S.KEPT, S.RUNNING, S.QUEUED], 10) == []
     assert store.prunable_experiments(datetime.now(UTC) - timedelta(days=1), everything,
                                       10) == []
-    assert store.prunable_experiments(later, everything, 10, after_id=done) == []
-    for not_finished in (busy, queued):
-        with pytest.raises(ConflictError):
-            store.prune_experiment(not_finished, [], {})
-    with pytest.raises(NotFoundError):
-        store.prune_experiment(999, [], {})
+    assert [e.id for e in store.prunable_experiments(later, everything, 10,
+                                                     after_id=done)] == [other]
+    curves = store.loss_curves([done, other, queued])
+    assert curves == {done: store.loss_points(done), other: [ProgressPoint(1, 2.0, 0.5)],
+                      queued: []} and len(curves[done]) == 5
+    assert store.loss_curves([]) == {} and store.run_log_paths([]) == {}
+    assert store.run_log_paths([done, other, 999]) == {
+        done: ["/w/logs/s/1.log", "/w/logs/s/1b.log"]}
     before = store.get_experiment(done)
-    pruned = store.prune_experiment(done, [ProgressPoint(4, 1.0, None)], {"log_files": 1})
+    for bad in (busy, queued, 999):  # one bad row: nothing of the batch is pruned
+        with pytest.raises(NotFoundError if bad == 999 else ConflictError):
+            store.prune_experiments({done: ([], {}), bad: ([], {})})
+        assert store.get_experiment(done) == before and len(store.loss_points(done)) == 5
+    store.prune_experiments({done: ([ProgressPoint(4, 1.0, None)], {"log_files": 1}),
+                             other: ([], {"log_files": 0})})
+    pruned = store.get_experiment(done)
     assert pruned.pruned_at is not None and pruned.log_path is None
     assert pruned.meta["pruned"] == {"log_files": 1}
+    assert store.get_experiment(other).meta["pruned"] == {"log_files": 0}
     for kept_field in ("diff", "metric", "summary", "log_tail", "commit", "ref", "status",
                        "finished_at", "description"):
         assert getattr(pruned, kept_field) == getattr(before, kept_field), kept_field
-    assert store.get_experiment(done) == pruned
     assert store.loss_points(done) == [ProgressPoint(4, 1.0, None)]
-    assert [r.log_path for r in store.list_runs(experiment_id=done)] == [None]
+    assert store.loss_points(other) == []
+    assert [r.log_path for r in store.list_runs(experiment_id=done)] == [None, None]
     assert store.prunable_experiments(later, everything, 10) == []  # pruned once only
     assert store.get_experiment(busy).status is S.RUNNING
+    store.prune_experiments({})  # nothing to do
 
 
 def test_a_diverged_run_and_binary_output_are_recorded(store: Store):

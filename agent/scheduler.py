@@ -4,9 +4,9 @@ Whether a sweep may start another run now is agent.gate's pure rule; `SlotSchedu
 for every driver. `start()` runs the slots as worker threads for the life of a service (`serve`,
 `mcp --run`); `run_burst()` runs the same slots until nothing is left to start (rq's burst mode)
 — that is what a foreground `overnight run` is. APScheduler only does what it is for: a sweep's
-timed start (`start_at`, kept on the sweep row so it survives restarts) is a date job that
-resumes the sweep and returns at once. Exactly one SlotScheduler may run per database (the
-caller holds the instance lock, see agent.recovery.InstanceLock).
+timed start (`start_at`, kept on the sweep row so it survives restarts) is a date job
+(agent.timed_starts) that resumes the sweep and returns at once. Exactly one SlotScheduler
+may run per database (the caller holds the instance lock, see agent.recovery.InstanceLock).
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from agent.errors import ConflictError, NotFoundError
 from agent.gate import Gate, GateKind, SweepFacts, gate
 from agent.ports import Clock, Store
 from agent.recovery import SHUTDOWN_REASON
+from agent.timed_starts import TimedStarts
 
 logger = logging.getLogger(__name__)
 
@@ -108,21 +109,14 @@ class SlotScheduler:
         self._stopping = threading.Event()
         self._wake = threading.Condition()
         self._threads: list[threading.Thread] = []
-        self._aps: Any = None
+        self.starts = TimedStarts(store, self.wake)
         self._device_failures: dict[int, int] = {}  # slot -> device failures in a row
         self.retired: dict[int, str] = {}  # slot -> why it was taken out
 
     # --- lifecycle ------------------------------------------------------------------------
     def start(self) -> None:
         """Service mode: slot worker threads, and a date job for every scheduled start."""
-        from apscheduler.schedulers.background import BackgroundScheduler
-
-        self._aps = BackgroundScheduler(job_defaults={"coalesce": True, "max_instances": 1,
-                                                      "misfire_grace_time": None})
-        self._aps.start()
-        for sweep in self.store.list_sweeps([SweepStatus.PAUSED]):
-            if sweep.start_at is not None:
-                self._add_start_job(sweep.name, sweep.start_at)
+        self.starts.start()
         for slot in range(self.settings.slots):
             t = threading.Thread(target=self._serve_slot, args=(slot,), daemon=True,
                                  name=f"overnight-slot-{slot}")
@@ -156,7 +150,7 @@ class SlotScheduler:
         """Running, with every slot that was not taken out (retired) still working."""
         working = [t for slot, t in enumerate(self._threads) if slot not in self.retired]
         return (not self._stopping.is_set() and all(t.is_alive() for t in working)
-                and (self._aps is None or bool(self._aps.running)))
+                and self.starts.running)
 
     def shutdown(self, timeout_s: float = 30.0) -> None:
         """Stop taking work; runs in flight are stopped and recorded `interrupted`.
@@ -179,8 +173,7 @@ class SlotScheduler:
         for t in self._threads:
             if t is not threading.current_thread():
                 t.join(timeout_s)
-        if self._aps is not None and self._aps.running:
-            self._aps.shutdown(wait=False)
+        self.starts.shutdown()
 
     def wake(self) -> None:
         """Tell idle slots to look for work now (new work queued, a sweep resumed)."""
@@ -214,31 +207,15 @@ class SlotScheduler:
             with self._wake:  # another slot is running or proposing: it may leave work
                 self._wake.wait(self.settings.poll_interval_s)
 
-    # --- scheduled starts -------------------------------------------------------------------
+    # --- scheduled starts (agent.timed_starts) ----------------------------------------------
     def schedule_start(self, sweep_name: str, when: datetime) -> None:
-        """Start (resume) a paused sweep at `when`; kept on the sweep row across restarts."""
-        if self._aps is None:
-            raise ConflictError("the scheduler is not running; cannot schedule a start")
-        self.store.set_start_at(sweep_name, when)
-        self._add_start_job(sweep_name, when)
-
-    def _add_start_job(self, sweep_name: str, when: datetime) -> None:
-        self._aps.add_job(self.start_now, "date", run_date=max(when, utcnow()),
-                          args=[sweep_name], id=f"start:{sweep_name}", replace_existing=True)
+        self.starts.schedule(sweep_name, when)
 
     def scheduled_starts(self) -> dict[str, datetime]:
-        return {s.name: s.start_at for s in self.store.list_sweeps([SweepStatus.PAUSED])
-                if s.start_at is not None}
+        return self.starts.scheduled()
 
     def start_now(self, sweep_name: str) -> None:
-        try:
-            sweep = self.store.get_sweep(sweep_name)
-        except NotFoundError:
-            return
-        if sweep.status is SweepStatus.PAUSED:
-            self.store.set_sweep_status(sweep_name, SweepStatus.RUNNING)
-            logger.info("sweep %s started at its scheduled time", sweep_name)
-            self.wake()
+        self.starts.start_now(sweep_name)
 
     # --- slots ------------------------------------------------------------------------------
     def busy(self) -> int:

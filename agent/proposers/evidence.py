@@ -161,7 +161,11 @@ def noise_scale(items: list[Trial], min_delta: float = 0.0) -> float | None:
 
     None until four gains are known. Used to put gains in comparable units, never to decide.
     """
-    gains = [t.gain for t in items if t.gain is not None]
+    return gain_scale([t.gain for t in items if t.gain is not None], min_delta)
+
+
+def gain_scale(gains: list[float], min_delta: float = 0.0) -> float | None:
+    """noise_scale of these gains (in any order)."""
     if len(gains) < 4:
         return None
     mid = statistics.median(gains)

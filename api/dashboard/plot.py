@@ -9,6 +9,7 @@ first crash and timeout, and a grey band draws each bucket's min–max envelope.
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -54,34 +55,125 @@ def _scored(p: PlotPoint) -> bool:
         ExperimentStatus.KEPT, ExperimentStatus.DISCARDED)
 
 
+def bucket_width(n_max: int, buckets: int = BUCKETS) -> int:
+    """Runs per bucket: the smallest power of two that puts 1..n_max in at most `buckets`
+    buckets. Buckets are aligned ((n - 1) // width), so as a sweep grows they only merge in
+    pairs: a plot's buckets can be kept as running state and appended to (PlotFold)."""
+    width = 1
+    while -(-n_max // width) > buckets:
+        width *= 2
+    return width
+
+
+class Bucket:
+    """One bucket of consecutive runs: its lowest and highest non-kept scored run (the first of
+    equals), their first and last run number, and the first run of each unscored status."""
+
+    __slots__ = ("low", "high", "n_lo", "n_hi", "firsts")
+
+    def __init__(self) -> None:
+        self.low: PlotPoint | None = None
+        self.high: PlotPoint | None = None
+        self.n_lo = self.n_hi = 0
+        self.firsts: dict[str, PlotPoint] = {}
+
+    def add(self, p: PlotPoint) -> None:
+        if _scored(p):
+            m = p.exp.metric
+            if self.low is None or self.high is None:
+                self.low = self.high = p
+                self.n_lo = p.n
+            elif m < self.low.exp.metric:  # type: ignore[operator]
+                self.low = p
+            elif m > self.high.exp.metric:  # type: ignore[operator]
+                self.high = p
+            self.n_hi = p.n
+        else:
+            self.firsts.setdefault(p.exp.status.value, p)
+
+    def merged(self, right: Bucket) -> Bucket:
+        """This bucket followed by `right` (the earlier of equal extremes wins)."""
+        out = Bucket()
+        out.firsts = {**right.firsts, **self.firsts}
+        if self.low is None or self.high is None:
+            out.low, out.high, out.n_lo, out.n_hi = right.low, right.high, right.n_lo, right.n_hi
+            return out
+        out.low, out.high, out.n_lo, out.n_hi = self.low, self.high, self.n_lo, self.n_hi
+        if right.low is not None and right.high is not None:
+            if right.low.exp.metric < self.low.exp.metric:  # type: ignore[operator]
+                out.low = right.low
+            if right.high.exp.metric > self.high.exp.metric:  # type: ignore[operator]
+                out.high = right.high
+            out.n_hi = right.n_hi
+        return out
+
+
+class Buckets:
+    """A plot's buckets as running state: `add` run numbers in order; the width doubles (and
+    neighbouring buckets merge) as the runs outgrow `count` buckets."""
+
+    def __init__(self, count: int = BUCKETS) -> None:
+        self.count, self.width, self.n_max = count, 1, 0
+        self.by_index: dict[int, Bucket] = {}
+
+    def add(self, p: PlotPoint) -> None:
+        self.n_max = p.n
+        while -(-self.n_max // self.width) > self.count:
+            self._double()
+        if p.exp.status is not ExperimentStatus.KEPT:
+            b = (p.n - 1) // self.width
+            found = self.by_index.get(b)
+            if found is None:
+                found = self.by_index[b] = Bucket()
+            found.add(p)
+
+    def _double(self) -> None:
+        merged: dict[int, Bucket] = {}
+        for b in sorted(self.by_index):
+            have = merged.get(b // 2)
+            merged[b // 2] = self.by_index[b] if have is None else have.merged(self.by_index[b])
+        self.width *= 2
+        self.by_index = merged
+
+    def copy(self) -> Buckets:
+        """A copy to append to (buckets are replaced, never changed, once shared)."""
+        out = Buckets(self.count)
+        out.width, out.n_max = self.width, self.n_max
+        out.by_index = {b: _copied(x) for b, x in self.by_index.items()}
+        return out
+
+    def drawn(self, kept: Sequence[PlotPoint]) -> tuple[list[PlotPoint], list[Envelope]]:
+        keep = {p.n: p for p in kept}
+        envelopes = []
+        for b in sorted(self.by_index):
+            x = self.by_index[b]
+            if x.low is not None and x.high is not None:
+                keep[x.low.n], keep[x.high.n] = x.low, x.high
+                envelopes.append(Envelope(x.n_lo, x.n_hi, x.low.exp.metric,  # type: ignore[arg-type]
+                                          x.high.exp.metric))  # type: ignore[arg-type]
+        for b in sorted(self.by_index):
+            for p in self.by_index[b].firsts.values():
+                keep[p.n] = p
+        return [keep[n] for n in sorted(keep)], envelopes
+
+
+def _copied(b: Bucket) -> Bucket:
+    out = Bucket()
+    out.low, out.high, out.n_lo, out.n_hi, out.firsts = b.low, b.high, b.n_lo, b.n_hi, \
+        dict(b.firsts)
+    return out
+
+
 def downsample(points: Sequence[PlotPoint], buckets: int = BUCKETS
                ) -> tuple[list[PlotPoint], list[Envelope]]:
-    """Every kept point; of the others, per bucket of consecutive run numbers, the lowest and
-    the highest scored one and the first of each unscored status (crash, timeout, no metric);
-    with each bucket's envelope of its non-kept scored metrics. Points stay in run order."""
-    n_max = max((p.n for p in points), default=1)
-    keep: dict[int, PlotPoint] = {}
-    spans: dict[int, list[PlotPoint]] = {}
-    firsts: dict[tuple[int, str], PlotPoint] = {}
+    """Every kept point; of the others, per bucket of consecutive run numbers (bucket_width
+    runs each), the lowest and the highest scored one and the first of each unscored status
+    (crash, timeout, no metric); with each bucket's envelope of its non-kept scored metrics.
+    Points stay in run order."""
+    state = Buckets(buckets)
     for p in points:
-        b = (p.n - 1) * buckets // n_max
-        if p.exp.status is ExperimentStatus.KEPT:
-            keep[p.n] = p
-        elif _scored(p):
-            spans.setdefault(b, []).append(p)
-        else:
-            firsts.setdefault((b, p.exp.status.value), p)
-    envelopes = []
-    for b in sorted(spans):
-        ps = spans[b]
-        low = min(ps, key=lambda p: p.exp.metric)  # type: ignore[arg-type,return-value]
-        high = max(ps, key=lambda p: p.exp.metric)  # type: ignore[arg-type,return-value]
-        keep[low.n], keep[high.n] = low, high
-        envelopes.append(Envelope(ps[0].n, ps[-1].n, low.exp.metric,  # type: ignore[arg-type]
-                                  high.exp.metric))  # type: ignore[arg-type]
-    for p in firsts.values():
-        keep[p.n] = p
-    return [keep[n] for n in sorted(keep)], envelopes
+        state.add(p)
+    return state.drawn([p for p in points if p.exp.status is ExperimentStatus.KEPT])
 
 
 def _envelope_path(envelopes: Sequence[Envelope], sx, sy) -> str:  # type: ignore[no-untyped-def]
@@ -117,10 +209,10 @@ def nice_ticks(lo: float, hi: float, target: int = 5) -> list[tuple[float, str]]
     return ticks
 
 
-def _y_range(metrics: Sequence[float], baseline: float | None) -> tuple[float, float]:
-    """Span the kept/discarded metrics, but don't let one wild outlier flatten the rest."""
-    lo, hi = min(metrics), max(metrics)
-    ordered = sorted(metrics)
+def _y_range(ordered: Sequence[float], baseline: float | None) -> tuple[float, float]:
+    """Span the kept/discarded metrics (sorted), but don't let one wild outlier flatten the
+    rest."""
+    lo, hi = ordered[0], ordered[-1]
     p90 = ordered[int(0.9 * (len(ordered) - 1))]
     cap = max(p90, baseline if baseline is not None else p90)
     if hi > cap + (cap - lo) * 0.5:
@@ -144,6 +236,41 @@ def _label(p: PlotPoint, metric_name: str) -> str:
     return " · ".join(parts)
 
 
+class PlotFold:
+    """What the progress plot draws of a sweep, as running state: `add` finished experiments in
+    id order (others are skipped), `copy` before adding to one that is shared. The run numbers,
+    kept points, sorted scored metrics and buckets of the rest only grow, so a finish costs its
+    own points, not the sweep's."""
+
+    def __init__(self) -> None:
+        self.points: list[PlotPoint] = []
+        self.kept: list[PlotPoint] = []  # scored kept points
+        self.kept_all: list[PlotPoint] = []  # every kept point, scored or not
+        self.metrics: list[float] = []  # scored metrics, sorted
+        self.buckets = Buckets()
+
+    def add(self, e: Experiment) -> None:
+        if e.status not in RUNS:
+            return
+        p = PlotPoint(len(self.points) + 1, e)
+        self.points.append(p)
+        if e.status is ExperimentStatus.KEPT:
+            self.kept_all.append(p)
+        if _scored(p) and e.metric is not None:
+            bisect.insort(self.metrics, e.metric)
+            if e.status is ExperimentStatus.KEPT:
+                self.kept.append(p)
+        self.buckets.add(p)
+
+    def copy(self) -> PlotFold:
+        out = PlotFold()
+        out.points, out.kept, out.kept_all = list(self.points), list(self.kept), \
+            list(self.kept_all)
+        out.metrics = list(self.metrics)
+        out.buckets = self.buckets.copy()
+        return out
+
+
 def progress_svg(
     experiments: Sequence[Experiment],
     metric_name: str,
@@ -155,11 +282,20 @@ def progress_svg(
     running-best step line, discarded grey, crashes and timeouts as red/purple marks in the
     bottom band. Each mark links to `href`. With `evidence`, every run is a small dot and the
     best line carries its 95 % interval as a band."""
-    points = [PlotPoint(i + 1, e) for i, e in enumerate(e for e in experiments if e.status in RUNS)]
+    fold = PlotFold()
+    for e in experiments:
+        fold.add(e)
+    return draw_progress(fold, metric_name, baseline, href, evidence)
+
+
+def draw_progress(fold: PlotFold, metric_name: str, baseline: float | None,
+                  href: str = "/ui/experiments/{id}#diff",
+                  evidence: SweepEvidence | None = None) -> Markup:
+    """The progress plot (progress_svg) of the runs folded into `fold`."""
+    points = fold.points
     if not points:
         return Markup('<p class="empty">No finished runs yet.</p>')
-    scored = [p for p in points if _scored(p)]
-    lo, hi = _y_range([p.exp.metric for p in scored], baseline) if scored else (0.0, 1.0)  # type: ignore[misc]
+    lo, hi = _y_range(fold.metrics, baseline) if fold.metrics else (0.0, 1.0)
     x0, x1 = MARGIN_L, PLOT_W - MARGIN_R
     y_top, y_bot = MARGIN_T, PLOT_H - MARGIN_B - CRASH_BAND_PX
     n_max = max(points[-1].n, 2)
@@ -171,31 +307,37 @@ def progress_svg(
         return y_bot - (min(max(v, lo), hi) - lo) / (hi - lo) * (y_bot - y_top)
 
     out = _frame(metric_name, n_max, lo, hi, sx, sy)
-    kept = [p for p in scored if p.exp.status is ExperimentStatus.KEPT]
+    kept = fold.kept
     last_n, total = points[-1].n, len(points)
     downsampled = total > MAX_MARKS
     if downsampled:
-        points, envelopes = downsample(points)
-        scored = [p for p in points if _scored(p)]
+        points, envelopes = fold.buckets.drawn(fold.kept_all)
         out.append(_envelope_path(envelopes, sx, sy))
         out.append(f'<text class="tick note" x="{x1}" y="{y_top - 4}" text-anchor="end">'
                    f"{len(points):,} of {total:,} runs drawn: every kept one; of the rest, "
                    "each stretch's lowest and highest (band) and first crash</text>")
+    scored = [p for p in points if _scored(p)]
     if evidence is not None:
         out.extend(_best_band(kept, last_n, sx, sy, evidence, one_path=downsampled))
         out.extend(_run_dots(scored, sx, sy, lo, hi, evidence, min_runs=2 if downsampled else 1))
-    if kept:  # the running best: flat until the next keep, then a step
-        d = [f"M{sx(kept[0].n):.1f},{sy(kept[0].exp.metric):.1f}"]  # type: ignore[arg-type]
-        for p in kept[1:]:
-            d.append(f"H{sx(p.n):.1f}V{sy(p.exp.metric):.1f}")  # type: ignore[arg-type]
-        d.append(f"H{sx(last_n):.1f}")
-        out.append(f'<path class="best" d="{"".join(d)}"/>')
+    out.extend(_best_line(kept, last_n, sx, sy))
     # Discarded first so that kept marks are drawn on top.
     order = sorted(points, key=lambda p: p.exp.status is ExperimentStatus.KEPT)
     for p in order:
         out.append(_mark(p, sx(p.n), sy, y_bot, hi, metric_name, href))
     out.append("</svg>")
     return Markup("".join(out))
+
+
+def _best_line(kept, last_n: int, sx, sy) -> list[str]:  # type: ignore[no-untyped-def]
+    """The running best: flat until the next keep, then a step."""
+    if not kept:
+        return []
+    d = [f"M{sx(kept[0].n):.1f},{sy(kept[0].exp.metric):.1f}"]
+    for p in kept[1:]:
+        d.append(f"H{sx(p.n):.1f}V{sy(p.exp.metric):.1f}")
+    d.append(f"H{sx(last_n):.1f}")
+    return [f'<path class="best" d="{"".join(d)}"/>']
 
 
 def _frame(metric_name: str, n_max: int, lo: float, hi: float, sx, sy) -> list[str]:  # type: ignore[no-untyped-def]

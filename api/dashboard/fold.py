@@ -1,0 +1,160 @@
+"""A sweep page's whole-sweep parts (counts and time, plot, evidence, digest) as running state,
+so that the first view after a finish costs the finish, not the sweep.
+
+A SweepFold holds what those parts sum over the sweep's finished experiments and ended runs
+(agent.insights_fold, agent.evidence.EvidenceFold, plot.PlotFold, the rollup) and which rows
+were still open when it was made. `advance` takes the next SweepHistory: the rows that
+finished since are folded into a copy (the previous fold is left as it was), the open ones
+passed as they are. Folds assume rows finish in id order; a row that finished before a lower
+id did, a moved best or baseline (gains, the plateau and the evidence depend on them), a
+history read again in full (a flipped verdict, a row gone) or an open row that went away make
+`advance` return None, and the page builds a new fold from the whole history (`build`).
+Either way the parts equal what the whole-sweep functions compute from the same rows
+(tests/test_sweep_fold.py).
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from agent.domain import Experiment, ExperimentStatus, Run, RunStatus, Sweep, utcnow
+from agent.evidence import EvidenceFold, SweepEvidence
+from agent.insights import Insights
+from agent.insights_fold import DigestFold
+
+from .history import SweepHistory
+from .plot import PlotFold
+from .rollup import Rollup
+
+S = ExperimentStatus
+Row = TypeVar("Row", Experiment, Run)
+
+
+def exp_open(e: Experiment) -> bool:
+    return e.status is S.QUEUED or e.status is S.RUNNING
+
+
+def run_open(r: Run) -> bool:
+    return r.status is RunStatus.RUNNING
+
+
+@dataclass(frozen=True)
+class Tracked:
+    """Where a fold stands in one list of rows (experiments or runs, ascending ids)."""
+
+    top: int = 0  # the highest id seen
+    done_top: int = 0  # the highest id folded (finished or ended)
+    open_ids: tuple[int, ...] = ()  # seen but not finished then
+
+
+def _news(rows: Sequence[Row], at: Tracked, is_open: Callable[[Row], bool]
+          ) -> tuple[list[Row], list[Row], Tracked] | None:
+    """(rows finished since `at`, in id order; rows open now; where that leaves the fold), or
+    None when one finished out of id order or an open row is gone."""
+    ids = _Ids(rows)
+    was_open: list[Row | None] = [ids.find(i) for i in at.open_ids]
+    if any(r is None for r in was_open):
+        return None
+    news: list[Row] = [r for r in was_open if r is not None]
+    news += rows[bisect.bisect_right(ids, at.top):]
+    finished = [r for r in news if not is_open(r)]
+    still = [r for r in news if is_open(r)]
+    finished.sort(key=lambda r: r.id)
+    if finished and finished[0].id <= at.done_top:
+        return None
+    top = rows[-1].id if rows else at.top
+    done_top = finished[-1].id if finished else at.done_top
+    return finished, still, Tracked(max(top, at.top), done_top, tuple(r.id for r in still))
+
+
+class _Ids(Sequence[int]):
+    """The ids of rows in ascending id order, for bisect (no list of ids is built)."""
+
+    def __init__(self, rows: Sequence[Experiment] | Sequence[Run]) -> None:
+        self.rows = rows
+
+    def __getitem__(self, i: int) -> int:  # type: ignore[override]
+        return self.rows[i].id
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def find(self, row_id: int) -> Any:
+        i = bisect.bisect_left(self, row_id)
+        return self.rows[i] if i < len(self.rows) and self.rows[i].id == row_id else None
+
+
+@dataclass(frozen=True)
+class SweepFold:
+    """The running state behind one sweep's summary, and the parts drawn from it."""
+
+    key: Hashable  # the best and baseline it was folded under
+    full_reads: int  # the history's full reads when folded
+    exps: Tracked
+    runs: Tracked
+    rollup: Rollup  # finished experiments' counts and training time
+    plot: PlotFold
+    evidence: EvidenceFold
+    digest: DigestFold
+    open_experiments: tuple[Experiment, ...]
+    folds: int = 0  # advances folded in since it was built from the whole history
+
+    def rollup_now(self) -> Rollup:
+        """The rollup with the open rows counted (their time left out)."""
+        r, now = Rollup(self.rollup.counts.copy(), self.rollup.train_s), utcnow()
+        for e in self.open_experiments:
+            started = None if e.status is S.RUNNING else e.run_started_at
+            r.add(e.status.value, started, e.run_ended_at, now)
+        return r
+
+    def sweep_evidence(self) -> SweepEvidence:
+        return self.evidence.evidence(list(self.open_experiments))
+
+    def insights(self, sweep: Sweep) -> Insights:
+        return self.digest.insights(sweep, list(self.open_experiments))
+
+
+def fold_key(sweep: Sweep) -> Hashable:
+    return (sweep.best_metric, sweep.best_commit, sweep.baseline_metric, sweep.direction,
+            sweep.min_delta)
+
+
+def build(sweep: Sweep, history: SweepHistory) -> SweepFold:
+    """A fold of the whole history."""
+    empty = SweepFold(fold_key(sweep), history.full_reads, Tracked(), Tracked(), Rollup(),
+                      PlotFold(), EvidenceFold(sweep), DigestFold(sweep.direction), ())
+    made = _folded(empty, sweep, history, copy=False)
+    assert made is not None  # nothing was open or folded before
+    return made
+
+
+def advance(fold: SweepFold | None, sweep: Sweep, history: SweepHistory) -> SweepFold:
+    """`fold` moved on to `history` (a new SweepFold; `fold` is not changed), or a new one
+    built from the whole history where the rows that changed cannot be folded in."""
+    if fold is None or fold.key != fold_key(sweep) or fold.full_reads != history.full_reads:
+        return build(sweep, history)
+    return _folded(fold, sweep, history, copy=True) or build(sweep, history)
+
+
+def _folded(fold: SweepFold, sweep: Sweep, history: SweepHistory, copy: bool
+            ) -> SweepFold | None:
+    exps = _news(history.experiments, fold.exps, exp_open)
+    runs = _news(history.runs, fold.runs, run_open)
+    if exps is None or runs is None:
+        return None
+    plot, ev, dig = (fold.plot.copy(), fold.evidence.copy(), fold.digest.copy()) if copy else \
+        (fold.plot, fold.evidence, fold.digest)
+    rollup, now = Rollup(fold.rollup.counts.copy(), fold.rollup.train_s), utcnow()
+    for r in runs[0]:
+        ev.add_run(r)
+    for e in exps[0]:
+        rollup.add(e.status.value, e.run_started_at, e.run_ended_at, now)
+        plot.add(e)
+        ev.add_experiment(e)
+        dig.add(e)
+    ev.sweep = sweep
+    return SweepFold(fold.key, history.full_reads, exps[2], runs[2], rollup, plot, ev, dig,
+                     tuple(exps[1]), fold.folds + copy)

@@ -122,9 +122,8 @@ class Buckets:
             self._double()
         if p.exp.status is not ExperimentStatus.KEPT:
             b = (p.n - 1) // self.width
-            found = self.by_index.get(b)
-            if found is None:
-                found = self.by_index[b] = Bucket()
+            found = self.by_index.get(b)  # possibly shared with a copy: changed as a copy
+            found = self.by_index[b] = Bucket() if found is None else _copied(found)
             found.add(p)
 
     def _double(self) -> None:
@@ -136,10 +135,10 @@ class Buckets:
         self.by_index = merged
 
     def copy(self) -> Buckets:
-        """A copy to append to (buckets are replaced, never changed, once shared)."""
+        """A copy to append to (a bucket is replaced, never changed, by `add`)."""
         out = Buckets(self.count)
         out.width, out.n_max = self.width, self.n_max
-        out.by_index = {b: _copied(x) for b, x in self.by_index.items()}
+        out.by_index = dict(self.by_index)
         return out
 
     def drawn(self, kept: Sequence[PlotPoint]) -> tuple[list[PlotPoint], list[Envelope]]:
@@ -248,6 +247,7 @@ class PlotFold:
         self.kept_all: list[PlotPoint] = []  # every kept point, scored or not
         self.metrics: list[float] = []  # scored metrics, sorted
         self.buckets = Buckets()
+        self._labels: dict[int, tuple[str, str]] = {}
 
     def add(self, e: Experiment) -> None:
         if e.status not in RUNS:
@@ -262,8 +262,16 @@ class PlotFold:
                 self.kept.append(p)
         self.buckets.add(p)
 
+    def label(self, p: PlotPoint, metric_name: str) -> str:
+        """The mark's tooltip, escaped (kept: a finished experiment's label does not change)."""
+        hit = self._labels.get(p.exp.id)
+        if hit is None or hit[0] != metric_name:
+            hit = self._labels[p.exp.id] = (metric_name, escape(_label(p, metric_name)))
+        return hit[1]
+
     def copy(self) -> PlotFold:
         out = PlotFold()
+        out._labels = self._labels  # shared: entries are only added
         out.points, out.kept, out.kept_all = list(self.points), list(self.kept), \
             list(self.kept_all)
         out.metrics = list(self.metrics)
@@ -324,7 +332,7 @@ def draw_progress(fold: PlotFold, metric_name: str, baseline: float | None,
     # Discarded first so that kept marks are drawn on top.
     order = sorted(points, key=lambda p: p.exp.status is ExperimentStatus.KEPT)
     for p in order:
-        out.append(_mark(p, sx(p.n), sy, y_bot, hi, metric_name, href))
+        out.append(_mark(p, sx(p.n), sy, y_bot, hi, fold.label(p, metric_name), href))
     out.append("</svg>")
     return Markup("".join(out))
 
@@ -423,11 +431,10 @@ def _mark(
     sy,
     y_bot: float,
     hi: float,  # type: ignore[no-untyped-def]
-    metric_name: str,
+    label: str,  # the tooltip, escaped
     href: str,
 ) -> str:
     e = p.exp
-    label = escape(_label(p, metric_name))
     attrs = (  # the tooltip reads <title>: the label is written once
         f'class="pt {e.status.value}" href="{escape(href.format(id=e.id))}" '
         f'data-id="{e.id}" data-n="{p.n}"'

@@ -3,9 +3,10 @@
 A sweep page's whole-sweep parts (counts, plot, evidence, digest) come from its experiments'
 plot fields and diffs and its runs' metrics (history.py: after a finish it reads only the rows
 that changed), kept as running state that a finish adds to (fold.py) and cached under the
-sweep's version (cache.py) so a page view between two finishes derives none of it; the table is one keyset page (`before`/`after` cursors, PAGE_SIZE rows),
-the kept stack the latest KEPT_SHOWN keeps, the live panel the running rows. The overview and
-experiment pages read counts and index lookups, not sweeps. No HTML here (templates do).
+sweep's version (cache.py) so a page view between two finishes derives none of it; the table
+is one keyset page (`before`/`after` cursors, PAGE_SIZE rows), the kept stack the latest
+KEPT_SHOWN keeps, the live panel the running rows. The overview and experiment pages read
+counts and index lookups, not sweeps. No HTML here (templates do).
 """
 
 from __future__ import annotations

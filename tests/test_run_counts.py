@@ -13,8 +13,8 @@ from sqlalchemy import text
 from test_query_plans import captured, plan
 from test_store_contract import make_store, spec
 
-from agent.domain import Finish, Proposal, RunEnd, RunRole, RunSpec, RunStatus
 from agent.domain import ExperimentStatus as S
+from agent.domain import Finish, Proposal, RunEnd, RunRole, RunSpec, RunStatus
 from agent.ports import Store
 from db.engine import make_engine, migrate, open_database
 from db.store import SqlStore

@@ -12,7 +12,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 from agent.domain import Direction, Experiment, ExperimentStatus, Run, RunRole, RunStatus, Sweep
-from agent.noise import ci95, mean, p_better, pooled_sigma, sample_sd, z_score
+from agent.noise import ci95, group_squares, mean, p_better, pooled_of, sample_sd, z_score
 
 SUPPORTED_P = 0.96  # P(better) of a keep at z = 1.75, the default keep threshold
 
@@ -76,6 +76,8 @@ class EvidenceFold:
         self.by_exp: dict[int, list[float]] = {}  # good non-incumbent runs' per experiment
         self.bases: dict[int, str | None] = {}  # base commit ("" if none); None: a baseline
         self.based_on: dict[str, list[int]] = {}
+        self.pos: dict[str, int] = {}  # each commit's place in by_commit
+        self.multi: dict[str, tuple[int, float]] = {}  # commits with 2+ runs: (n, squares)
         self.baseline: tuple[int, str] | None = None  # the first baseline: id, commit
         self.kept: list[int] = []  # kept changes (not the baseline)
         self.changed: set[int] = set()  # whose inputs moved since `evidence` last ran
@@ -85,7 +87,8 @@ class EvidenceFold:
         out = EvidenceFold(self.sweep)
         out.by_commit, out.by_exp, out.bases = dict(self.by_commit), dict(self.by_exp), \
             dict(self.bases)
-        out.based_on = {c: list(ids) for c, ids in self.based_on.items()}
+        out.based_on = dict(self.based_on)  # lists replaced, never changed, by adds
+        out.pos, out.multi = dict(self.pos), dict(self.multi)
         out.baseline, out.kept, out.changed = self.baseline, list(self.kept), set(self.changed)
         out.last = self.last
         return out
@@ -93,7 +96,11 @@ class EvidenceFold:
     def add_run(self, r: Run) -> None:
         if r.status is not RunStatus.OK or r.metric is None:
             return
-        self.by_commit[r.commit] = [*self.by_commit.get(r.commit, ()), r.metric]
+        if r.commit not in self.by_commit:
+            self.pos[r.commit] = len(self.pos)
+        self.by_commit[r.commit] = values = [*self.by_commit.get(r.commit, ()), r.metric]
+        if len(values) == 2:
+            self.multi[r.commit] = (0, 0.0)  # worked out when asked
         self.changed.update(self.based_on.get(r.commit, ()))
         if r.role is not RunRole.INCUMBENT:
             self.by_exp[r.experiment_id] = [*self.by_exp.get(r.experiment_id, ()), r.metric]
@@ -103,7 +110,7 @@ class EvidenceFold:
         base = None if e.is_baseline else e.base_commit or ""
         self.bases[e.id] = base
         if base is not None:
-            self.based_on.setdefault(base, []).append(e.id)
+            self.based_on[base] = [*self.based_on.get(base, ()), e.id]
         elif self.baseline is None:
             self.baseline = (e.id, e.commit or "")
         if e.status is ExperimentStatus.KEPT and not e.is_baseline:
@@ -113,7 +120,7 @@ class EvidenceFold:
     def evidence(self, open_experiments: list[Experiment]) -> SweepEvidence:
         """The evidence now, with the sweep's open (queued, running) experiments."""
         sweep, config = self.sweep, self.sweep.config
-        sigma, df = pooled_sigma(list(self.by_commit.values()))
+        sigma, df = self._pooled()
         if config.noise_sigma is not None:
             sigma = config.noise_sigma
         bases = dict(self.bases)
@@ -127,6 +134,18 @@ class EvidenceFold:
                             self._carried(sigma, open_experiments))
         self.last, self.changed = per, set()
         return _sweep_evidence(sweep, per, baseline, self.by_commit, self.kept, df)
+
+    def _pooled(self) -> tuple[float | None, int]:
+        """pooled_sigma of the runs per commit, each group's squares worked out once per
+        length (its runs only grow) and summed in the commits' order."""
+        parts = []
+        for c in sorted(self.multi, key=self.pos.__getitem__):
+            values = self.by_commit[c]
+            n, squares = self.multi[c]
+            if n != len(values):
+                n, squares = self.multi[c] = (len(values), group_squares(values))
+            parts.append((squares, n - 1))
+        return pooled_of(parts)
 
     def _carried(self, sigma: float | None, open_experiments: list[Experiment]
                  ) -> dict[int, ExperimentEvidence]:

@@ -37,7 +37,7 @@ from agent.proposers.evidence import RUN_STATUSES, Trial, _trial, gain_scale
 S = ExperimentStatus
 
 
-@dataclass
+@dataclass(frozen=True)
 class _Area:
     runs: int = 0
     kept: int = 0
@@ -68,13 +68,14 @@ class DigestFold:
     cat_kept: dict[Category, int] = field(default_factory=dict)
 
     def copy(self) -> DigestFold:
+        """A copy to add to: the lists and tallies it shares are replaced, never changed, by
+        `add`."""
         return DigestFold(
             self.direction, list(self.items), self.generation, self.last_keep,
             self.last_kept_id, list(self.gains), Counter(self.counts), Counter(self.used),
-            {k: list(v) for k, v in self.knobs.items()}, dict(self.knob_gains),
-            dict(self.knob_memo), {k: _Area(**vars(v)) for k, v in self.areas.items()},
-            list(self.near), {k: list(v) for k, v in self.crashes.items()},
-            dict(self.crash_memo), dict(self.cat_runs), dict(self.cat_kept))
+            dict(self.knobs), dict(self.knob_gains), dict(self.knob_memo), dict(self.areas),
+            list(self.near), dict(self.crashes), dict(self.crash_memo), dict(self.cat_runs),
+            dict(self.cat_kept))
 
     def add(self, e: Experiment) -> None:
         """Fold one finished experiment (after every one with a lower id)."""
@@ -97,7 +98,8 @@ class DigestFold:
                 bisect.insort(self.near, (-t.gain, len(self.items), t), key=lambda x: x[:2])
         self._add_knob_or_area(t, e)
         if t.crash is not None:
-            self.crashes.setdefault(crash_key(t), []).append(t)
+            key = crash_key(t)
+            self.crashes[key] = [*self.crashes.get(key, ()), t]
         cat = category_of(e, [c.name for c in t.changes])
         self.cat_runs[cat] = self.cat_runs.get(cat, 0) + 1
         self.cat_kept[cat] = self.cat_kept.get(cat, 0) + t.kept
@@ -105,22 +107,23 @@ class DigestFold:
     def _add_knob_or_area(self, t: Trial, e: Experiment) -> None:
         if t.pure and len(t.changes) == 1:
             name = t.changes[0].name
-            self.knobs.setdefault(name, []).append(t)
+            self.knobs[name] = [*self.knobs.get(name, ()), t]
             if t.gain is not None:
                 k = (name, _direction_word(t))
                 self.knob_gains[k] = self.knob_gains.get(k, 0) + 1
             return
         if t.pure:
             return
-        area = self.areas.setdefault(category_of(e).value, _Area())
-        area.runs, area.kept = area.runs + 1, area.kept + t.kept
-        area.crashed += t.crash is not None
-        if t.gain is not None and (area.top is None or t.gain > (area.top.gain or 0.0)):
-            area.top = t
+        category = category_of(e).value
+        was = self.areas.get(category, _Area())
+        top = t if t.gain is not None and (was.top is None or t.gain > (was.top.gain or 0.0)) \
+            else was.top
+        self.areas[category] = _Area(was.runs + 1, was.kept + t.kept,
+                                     was.crashed + (t.crash is not None), top)
 
     def insights(self, sweep: Sweep, open_experiments: list[Experiment]) -> Insights:
         """The digest of the folded experiments and these open (queued, running) ones."""
-        scale = gain_scale(self.gains, sweep.min_delta)
+        scale = gain_scale(self.gains, sweep.min_delta, ordered=True)
         tolerance = max(sweep.min_delta, 0.5 * scale) if scale is not None else sweep.min_delta
         counts, used = Counter(self.counts), Counter(self.used)
         for e in open_experiments:

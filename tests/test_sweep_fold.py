@@ -6,6 +6,7 @@ verdict or a finish out of id order make a new fold from the whole sweep."""
 from __future__ import annotations
 
 import random
+import statistics
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
@@ -26,6 +27,7 @@ from agent.domain import (
 )
 from agent.evidence import sweep_evidence
 from agent.insights import digest
+from agent.proposers.evidence import gain_scale
 from api.dashboard import views
 from api.dashboard.fold import SweepFold, advance
 from api.dashboard.history import HistoryCache
@@ -46,7 +48,8 @@ class Sweep:
         config = CONFIG.model_copy(update={"noise_sigma": sigma})
         self.sid = self.store.create_sweep(replace(spec(), config=config)).id
         self.rng, self.n, self.best = random.Random(7), 0, "c0"
-        self.history, self.fold = HistoryCache(), None  # type: SweepFold | None
+        self.history = HistoryCache()
+        self.fold: SweepFold | None = None
 
     def start(self, baseline: bool = False, pure: bool = True) -> int:
         self.n += 1
@@ -82,17 +85,17 @@ class Sweep:
         """The fold moved on to the store's rows, checked against the whole-sweep functions."""
         sweep = self.store.get_sweep_by_id(self.sid)
         h = self.history.get(self.store, self.sid, self.store.sweep_version(self.sid))
-        self.fold = advance(self.fold, sweep, h)
-        ev = self.fold.sweep_evidence()
-        plot = views.draw_progress(self.fold.plot, sweep.metric, sweep.baseline_metric,
+        self.fold = fold = advance(self.fold, sweep, h)
+        ev = fold.sweep_evidence()
+        plot = views.draw_progress(fold.plot, sweep.metric, sweep.baseline_metric,
                                    evidence=ev)  # works out the drawn runs' evidence
-        assert self.fold.insights(sweep) == digest(sweep, h.experiments)
+        assert fold.insights(sweep) == digest(sweep, h.experiments)
         whole_ev = sweep_evidence(sweep, h.experiments, h.runs)
         assert ev == whole_ev and dict(ev.experiments) == dict(whole_ev.experiments)
         assert plot == progress_svg(h.experiments, sweep.metric, sweep.baseline_metric,
                                     evidence=whole_ev)
-        assert self.fold.rollup_now() == rollup_of(h.experiments, running_time=False)
-        return self.fold
+        assert fold.rollup_now() == rollup_of(h.experiments, running_time=False)
+        return fold
 
 
 @pytest.fixture(params=[None, 0.02], ids=["measured-sigma", "known-sigma"])
@@ -167,3 +170,23 @@ def test_the_page_after_a_finish_shows_the_folded_summary(sweep: Sweep) -> None:
     assert after is not first and after.rollup.counts == rollup_of(marks).counts
     assert after.insights == views.insights_panel(swept, marks)
     assert after.evidence == sweep_evidence(swept, marks, store.run_metrics(sweep.sid))
+
+
+def _scale_by_sorting(gains: list[float]) -> float | None:
+    """The noise scale as it was computed before (statistics over every deviation)."""
+    if len(gains) < 4:
+        return None
+    mid = statistics.median(gains)
+    deviations = [abs(g - mid) for g in gains]
+    return max(1.4826 * statistics.median(deviations) or statistics.mean(deviations), 1e-12)
+
+
+def test_the_scale_of_sorted_gains_is_the_scale_by_sorting() -> None:
+    rng = random.Random(5)
+    for trial in range(3000):
+        n = rng.randint(0, 30)
+        draw = [lambda: rng.gauss(0, 1), lambda: rng.choice([0.0, 0.1, -0.1, 0.2]),
+                lambda: round(rng.uniform(-1, 1), 2), lambda: 1.0][trial % 4]
+        gains = [draw() for _ in range(n)]
+        want = _scale_by_sorting(gains)
+        assert gain_scale(gains) == want and gain_scale(sorted(gains), ordered=True) == want

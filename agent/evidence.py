@@ -8,6 +8,7 @@ as the incumbent is re-measured.
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
@@ -82,6 +83,7 @@ class EvidenceFold:
         self.kept: list[int] = []  # kept changes (not the baseline)
         self.changed: set[int] = set()  # whose inputs moved since `evidence` last ran
         self.last: PerExperiment | None = None
+        self._lock = threading.Lock()
 
     def copy(self) -> EvidenceFold:
         out = EvidenceFold(self.sweep)
@@ -129,10 +131,11 @@ class EvidenceFold:
             bases[e.id] = None if e.is_baseline else e.base_commit or ""
             if e.is_baseline and (baseline is None or e.id < baseline[0]):
                 baseline = (e.id, e.commit or "")
-        per = PerExperiment(bases, self.by_exp, self.by_commit, sigma,
-                            1.0 if sweep.direction is Direction.MINIMIZE else -1.0,
-                            self._carried(sigma, open_experiments))
-        self.last, self.changed = per, set()
+        with self._lock:  # what was worked out, and what changed since, read as one
+            per = PerExperiment(bases, self.by_exp, self.by_commit, sigma,
+                                1.0 if sweep.direction is Direction.MINIMIZE else -1.0,
+                                self._carried(sigma, open_experiments))
+            self.last, self.changed = per, set()
         return _sweep_evidence(sweep, per, baseline, self.by_commit, self.kept, df)
 
     def _pooled(self) -> tuple[float | None, int]:

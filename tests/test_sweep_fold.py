@@ -1,7 +1,8 @@
 """The sweep page's fold (api/dashboard/fold.py) on a real SQLite file: after every finish of
 every status the folded rollup, plot, evidence and digest equal what the whole-sweep functions
-compute from the same rows; ordinary finishes are folded in, while a moved best, a flipped
-verdict or a finish out of id order make a new fold from the whole sweep."""
+compute from the same rows; finishes are folded in, in id order (one that finishes above a
+still-open row waits until that one finishes), while a moved best or a flipped verdict make a
+new fold from the whole sweep."""
 
 from __future__ import annotations
 
@@ -65,15 +66,18 @@ class Sweep:
         return e.id
 
     def run(self, eid: int, commit: str, metric: float | None,
-            role: RunRole = RunRole.SCREEN) -> int:
-        r = self.store.start_run(RunSpec(self.sid, eid, commit, 42, role))
+            role: RunRole = RunRole.SCREEN, started: int | None = None) -> int:
+        """A run of `commit` that ended with `metric` (`started`: a run started before)."""
+        if started is None:
+            started = self.store.start_run(RunSpec(self.sid, eid, commit, 42, role)).id
         ok = RunStatus.OK if metric is not None else RunStatus.FAILED
-        self.store.end_run(r.id, RunEnd(ok, metric=metric, training_s=1.0))
-        return r.id
+        self.store.end_run(started, RunEnd(ok, metric=metric, training_s=1.0))
+        return started
 
     def finish(self, eid: int, status: ExperimentStatus, metric: float | None = None,
-               kind: CrashKind | None = None, reason: str | None = None) -> None:
-        self.run(eid, f"c{eid}", metric if status is not S.TIMEOUT else None)
+               kind: CrashKind | None = None, reason: str | None = None,
+               run: int | None = None) -> None:
+        self.run(eid, f"c{eid}", metric if status is not S.TIMEOUT else None, started=run)
         keep = f"c{eid}" if status is S.KEPT else None
         self.store.finish(eid, Finish(status, kind, reason, metric, best_before=1.0,
                                       run_started_at=utcnow() - timedelta(seconds=20),
@@ -87,7 +91,7 @@ class Sweep:
         h = self.history.get(self.store, self.sid, self.store.sweep_version(self.sid))
         self.fold = fold = advance(self.fold, sweep, h)
         ev = fold.sweep_evidence()
-        plot = views.draw_progress(fold.plot, sweep.metric, sweep.baseline_metric,
+        plot = views.draw_progress(fold.plot(), sweep.metric, sweep.baseline_metric,
                                    evidence=ev)  # works out the drawn runs' evidence
         assert fold.insights(sweep) == digest(sweep, h.experiments)
         whole_ev = sweep_evidence(sweep, h.experiments, h.runs)
@@ -131,8 +135,10 @@ def test_finishes_fold_in_and_equal_the_whole_sweep(sweep: Sweep) -> None:
     rejected = sweep.store.add_experiment(sweep.sid, Proposal("bad", "x"), status=S.REJECTED,
                                           reason="does not apply")
     assert sweep.step().folds == 41 and rejected.id > queued.id
-    sweep.store.finish(queued.id, Finish(S.CANCELLED, reason="cancelled"))  # an old open row
-    assert sweep.step().folds == 0  # finished before later ids: the sweep again
+    assert sweep.step().exps.pending  # finished above a queued row: drawn, not folded yet
+    sweep.store.finish(queued.id, Finish(S.CANCELLED, reason="cancelled"))  # the old open row
+    fold = sweep.step()
+    assert fold.folds == 43 and not fold.exps.pending and not fold.exps.open_ids
 
 
 def test_a_keep_a_flipped_verdict_and_a_late_finish_rebuild(sweep: Sweep) -> None:
@@ -149,14 +155,21 @@ def test_a_keep_a_flipped_verdict_and_a_late_finish_rebuild(sweep: Sweep) -> Non
     assert sweep.step().folds == 4
     sweep.store.set_run_status(incumbent, RunStatus.SUSPECT)  # ok → suspect: read again
     assert sweep.step().folds == 0
-    first, second = sweep.start(), sweep.start()  # two slots: the later one ends first
-    sweep.finish(second, S.DISCARDED, 1.02)
-    assert sweep.step().folds == 1
-    sweep.finish(first, S.DISCARDED, 0.99)
-    assert sweep.step().folds == 0
+    for i in range(4):  # two slots: the later experiment (and run) ends first
+        first, second = sweep.start(pure=i % 2 == 0), sweep.start()
+        runs = [sweep.store.start_run(RunSpec(sweep.sid, e, f"c{e}", 42, RunRole.SCREEN)).id
+                for e in (first, second)]
+        sweep.finish(second, S.DISCARDED, 1.02 - i / 100, run=runs[1])
+        fold = sweep.step()
+        assert fold.exps.pending and fold.runs.pending
+        sweep.finish(first, [S.DISCARDED, S.CRASHED][i % 2], 0.99 + i / 100,
+                     *([CrashKind.FUNDAMENTAL, "CUDA out of memory"] if i % 2 else []),
+                     run=runs[0])
+        fold = sweep.step()
+        assert fold.folds == 2 * i + 2 and not fold.exps.pending and not fold.runs.pending
     for i in range(6):
         _ordinary(sweep, i)
-        assert sweep.step().folds == i + 1
+        assert sweep.step().folds == 9 + i
 
 
 def test_the_page_after_a_finish_shows_the_folded_summary(sweep: Sweep) -> None:

@@ -16,6 +16,7 @@ Either way the parts equal what the whole-sweep functions compute from the same 
 from __future__ import annotations
 
 import bisect
+import functools
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -46,28 +47,34 @@ class Tracked:
     """Where a fold stands in one list of rows (experiments or runs, ascending ids)."""
 
     top: int = 0  # the highest id seen
-    done_top: int = 0  # the highest id folded (finished or ended)
-    open_ids: tuple[int, ...] = ()  # seen but not finished then
+    done_top: int = 0  # the highest id folded in
+    open_ids: tuple[int, ...] = ()  # seen but still open (queued, running)
+    pending: tuple[Any, ...] = ()  # finished, but above the lowest open id: not folded yet
 
 
 def _news(rows: Sequence[Row], at: Tracked, is_open: Callable[[Row], bool]
           ) -> tuple[list[Row], list[Row], Tracked] | None:
-    """(rows finished since `at`, in id order; rows open now; where that leaves the fold), or
-    None when one finished out of id order or an open row is gone."""
+    """(rows to fold in now, in id order: the finished ones below the lowest open id; rows
+    open now; where that leaves the fold), or None when an open row is gone. A row that
+    finishes while a lower id is still open waits in `pending` (drawn, not folded), so rows
+    are folded in id order however they finish."""
     ids = _Ids(rows)
     was_open: list[Row | None] = [ids.find(i) for i in at.open_ids]
     if any(r is None for r in was_open):
         return None
     news: list[Row] = [r for r in was_open if r is not None]
+    news += at.pending
     news += rows[bisect.bisect_right(ids, at.top):]
-    finished = [r for r in news if not is_open(r)]
+    news.sort(key=lambda r: r.id)
     still = [r for r in news if is_open(r)]
-    finished.sort(key=lambda r: r.id)
-    if finished and finished[0].id <= at.done_top:
-        return None
-    top = rows[-1].id if rows else at.top
-    done_top = finished[-1].id if finished else at.done_top
-    return finished, still, Tracked(max(top, at.top), done_top, tuple(r.id for r in still))
+    low = still[0].id if still else None
+    settle = [r for r in news if not is_open(r) and (low is None or r.id < low)]
+    pending = tuple(r for r in news if low is not None and r.id > low and not is_open(r))
+    if settle and settle[0].id <= at.done_top:
+        return None  # not expected: folded rows are below every open one
+    top = max(rows[-1].id if rows else 0, at.top)
+    done_top = settle[-1].id if settle else at.done_top
+    return settle, still, Tracked(top, done_top, tuple(r.id for r in still), pending)
 
 
 class _Ids(Sequence[int]):
@@ -88,6 +95,31 @@ class _Ids(Sequence[int]):
 
 
 @dataclass(frozen=True)
+class Parts:
+    """The running state of each part: shared between folds until `copy`."""
+
+    rollup: Rollup  # finished experiments' counts and training time
+    plot: PlotFold
+    evidence: EvidenceFold
+    digest: DigestFold
+
+    def copy(self) -> Parts:
+        return Parts(Rollup(self.rollup.counts.copy(), self.rollup.train_s),
+                     self.plot.copy(), self.evidence.copy(), self.digest.copy())
+
+    def add(self, sweep: Sweep, runs: Sequence[Run], exps: Sequence[Experiment]) -> None:
+        now = utcnow()
+        for r in runs:
+            self.evidence.add_run(r)
+        for e in exps:
+            self.rollup.add(e.status.value, e.run_started_at, e.run_ended_at, now)
+            self.plot.add(e)
+            self.evidence.add_experiment(e)
+            self.digest.add(e)
+        self.evidence.sweep = sweep
+
+
+@dataclass(frozen=True)
 class SweepFold:
     """The running state behind one sweep's summary, and the parts drawn from it."""
 
@@ -95,26 +127,36 @@ class SweepFold:
     full_reads: int  # the history's full reads when folded
     exps: Tracked
     runs: Tracked
-    rollup: Rollup  # finished experiments' counts and training time
-    plot: PlotFold
-    evidence: EvidenceFold
-    digest: DigestFold
+    settled: Parts  # the rows folded in
     open_experiments: tuple[Experiment, ...]
     folds: int = 0  # advances folded in since it was built from the whole history
 
+    @functools.cached_property
+    def parts(self) -> Parts:
+        """The settled parts with the pending rows added (a copy), or the settled ones."""
+        if not self.exps.pending and not self.runs.pending:
+            return self.settled
+        out = self.settled.copy()
+        out.add(out.evidence.sweep, self.runs.pending, self.exps.pending)
+        return out
+
     def rollup_now(self) -> Rollup:
         """The rollup with the open rows counted (their time left out)."""
-        r, now = Rollup(self.rollup.counts.copy(), self.rollup.train_s), utcnow()
+        done = self.parts.rollup
+        r, now = Rollup(done.counts.copy(), done.train_s), utcnow()
         for e in self.open_experiments:
             started = None if e.status is S.RUNNING else e.run_started_at
             r.add(e.status.value, started, e.run_ended_at, now)
         return r
 
     def sweep_evidence(self) -> SweepEvidence:
-        return self.evidence.evidence(list(self.open_experiments))
+        return self.parts.evidence.evidence(list(self.open_experiments))
 
     def insights(self, sweep: Sweep) -> Insights:
-        return self.digest.insights(sweep, list(self.open_experiments))
+        return self.parts.digest.insights(sweep, list(self.open_experiments))
+
+    def plot(self) -> PlotFold:
+        return self.parts.plot
 
 
 def fold_key(sweep: Sweep) -> Hashable:
@@ -124,8 +166,9 @@ def fold_key(sweep: Sweep) -> Hashable:
 
 def build(sweep: Sweep, history: SweepHistory) -> SweepFold:
     """A fold of the whole history."""
-    empty = SweepFold(fold_key(sweep), history.full_reads, Tracked(), Tracked(), Rollup(),
-                      PlotFold(), EvidenceFold(sweep), DigestFold(sweep.direction), ())
+    empty = SweepFold(fold_key(sweep), history.full_reads, Tracked(), Tracked(),
+                      Parts(Rollup(), PlotFold(), EvidenceFold(sweep),
+                            DigestFold(sweep.direction)), ())
     made = _folded(empty, sweep, history, copy=False)
     assert made is not None  # nothing was open or folded before
     return made
@@ -145,16 +188,9 @@ def _folded(fold: SweepFold, sweep: Sweep, history: SweepHistory, copy: bool
     runs = _news(history.runs, fold.runs, run_open)
     if exps is None or runs is None:
         return None
-    plot, ev, dig = (fold.plot.copy(), fold.evidence.copy(), fold.digest.copy()) if copy else \
-        (fold.plot, fold.evidence, fold.digest)
-    rollup, now = Rollup(fold.rollup.counts.copy(), fold.rollup.train_s), utcnow()
-    for r in runs[0]:
-        ev.add_run(r)
-    for e in exps[0]:
-        rollup.add(e.status.value, e.run_started_at, e.run_ended_at, now)
-        plot.add(e)
-        ev.add_experiment(e)
-        dig.add(e)
-    ev.sweep = sweep
-    return SweepFold(fold.key, history.full_reads, exps[2], runs[2], rollup, plot, ev, dig,
-                     tuple(exps[1]), fold.folds + copy)
+    settled = fold.settled
+    if exps[0] or runs[0] or not copy:
+        settled = settled.copy() if copy else settled
+        settled.add(sweep, runs[0], exps[0])
+    return SweepFold(fold.key, history.full_reads, exps[2], runs[2], settled, tuple(exps[1]),
+                     fold.folds + copy)

@@ -108,7 +108,7 @@ def sweep_summary(store: Store, sweep: Sweep) -> SweepSummary:
         ev = EVIDENCE.get(store, sweep.id, (experiments, runs, best), fold.sweep_evidence)
         return SweepSummary(
             rollup=fold.rollup_now(), evidence=ev,
-            plot=draw_progress(fold.plot, sweep.metric, sweep.baseline_metric, evidence=ev),
+            plot=draw_progress(fold.plot(), sweep.metric, sweep.baseline_metric, evidence=ev),
             insights=insights)
 
     return SUMMARIES.get(store, sweep.id, (experiments, runs, best), make)

@@ -13,6 +13,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 from agent.domain import Direction, Experiment, ExperimentStatus, Run, RunRole, RunStatus, Sweep
+from agent.folds import appended
 from agent.noise import ci95, group_squares, mean, p_better, pooled_of, sample_sd, z_score
 
 SUPPORTED_P = 0.96  # P(better) of a keep at z = 1.75, the default keep threshold
@@ -83,13 +84,14 @@ class EvidenceFold:
         self.kept: list[int] = []  # kept changes (not the baseline)
         self.changed: set[int] = set()  # whose inputs moved since `evidence` last ran
         self.last: PerExperiment | None = None
+        self.owned: set[object] = set()  # lists this holder made (agent.folds)
         self._lock = threading.Lock()
 
     def copy(self) -> EvidenceFold:
         out = EvidenceFold(self.sweep)
         out.by_commit, out.by_exp, out.bases = dict(self.by_commit), dict(self.by_exp), \
             dict(self.bases)
-        out.based_on = dict(self.based_on)  # lists replaced, never changed, by adds
+        out.based_on = dict(self.based_on)  # lists replaced before adding (agent.folds)
         out.pos, out.multi = dict(self.pos), dict(self.multi)
         out.baseline, out.kept, out.changed = self.baseline, list(self.kept), set(self.changed)
         out.last = self.last
@@ -100,28 +102,31 @@ class EvidenceFold:
             return
         if r.commit not in self.by_commit:
             self.pos[r.commit] = len(self.pos)
-        self.by_commit[r.commit] = values = [*self.by_commit.get(r.commit, ()), r.metric]
+        values = appended(self.by_commit, self.owned, "commit", r.commit, r.metric)
         if len(values) == 2:
             self.multi[r.commit] = (0, 0.0)  # worked out when asked
         self.changed.update(self.based_on.get(r.commit, ()))
         if r.role is not RunRole.INCUMBENT:
-            self.by_exp[r.experiment_id] = [*self.by_exp.get(r.experiment_id, ()), r.metric]
+            appended(self.by_exp, self.owned, "exp", r.experiment_id, r.metric)
             self.changed.add(r.experiment_id)
 
     def add_experiment(self, e: Experiment) -> None:
         base = None if e.is_baseline else e.base_commit or ""
         self.bases[e.id] = base
         if base is not None:
-            self.based_on[base] = [*self.based_on.get(base, ()), e.id]
+            appended(self.based_on, self.owned, "base", base, e.id)
         elif self.baseline is None:
             self.baseline = (e.id, e.commit or "")
         if e.status is ExperimentStatus.KEPT and not e.is_baseline:
             self.kept.append(e.id)
         self.changed.add(e.id)
 
-    def evidence(self, open_experiments: list[Experiment]) -> SweepEvidence:
-        """The evidence now, with the sweep's open (queued, running) experiments."""
-        sweep, config = self.sweep, self.sweep.config
+    def evidence(self, open_experiments: list[Experiment], sweep: Sweep | None = None
+                 ) -> SweepEvidence:
+        """The evidence now, with the sweep's open (queued, running) experiments; `sweep`: the
+        sweep as it is now (its best), else as given when this fold was made."""
+        sweep = sweep or self.sweep
+        config = sweep.config
         sigma, df = self._pooled()
         if config.noise_sigma is not None:
             sigma = config.noise_sigma

@@ -11,12 +11,12 @@ the same experiments (tests/test_sweep_fold.py checks it on a real store).
 
 from __future__ import annotations
 
-import bisect
 from collections import Counter
 from dataclasses import dataclass, field
 
 from agent.categories import Category, category_of, counted_category, exhausted_in
 from agent.domain import Direction, Experiment, ExperimentStatus, Sweep
+from agent.folds import Ordered, appended
 from agent.insights import (
     MAX_NEAR_MISSES,
     CrashKey,
@@ -54,27 +54,28 @@ class DigestFold:
     generation: int = 0  # keeps so far
     last_keep: int = -1  # index in items of the last keep
     last_kept_id: int | None = None
-    gains: list[float] = field(default_factory=list)  # sorted
+    gains: Ordered = field(default_factory=Ordered)
     counts: Counter[str] = field(default_factory=Counter)  # finished, not the baseline
     used: Counter[Category] = field(default_factory=Counter)  # categories.counts, finished
     knobs: dict[str, list[Trial]] = field(default_factory=dict)
     knob_gains: dict[tuple[str, str], int] = field(default_factory=dict)
     knob_memo: dict[str, tuple[object, KnobInsight]] = field(default_factory=dict)
     areas: dict[str, _Area] = field(default_factory=dict)
-    near: list[tuple[float, int, Trial]] = field(default_factory=list)  # (-gain, index, t)
+    near: Ordered = field(default_factory=Ordered)  # discarded: (-gain, index, trial)
     crashes: dict[CrashKey, list[Trial]] = field(default_factory=dict)
     crash_memo: dict[CrashKey, tuple[int, str]] = field(default_factory=dict)
     cat_runs: dict[Category, int] = field(default_factory=dict)
     cat_kept: dict[Category, int] = field(default_factory=dict)
+    owned: set[object] = field(default_factory=set)  # lists this holder made (folds.py)
 
     def copy(self) -> DigestFold:
-        """A copy to add to: the lists and tallies it shares are replaced, never changed, by
-        `add`."""
+        """A copy to add to: the lists and tallies it shares are replaced, not changed, when
+        it first adds to them (agent.folds)."""
         return DigestFold(
             self.direction, list(self.items), self.generation, self.last_keep,
-            self.last_kept_id, list(self.gains), Counter(self.counts), Counter(self.used),
+            self.last_kept_id, self.gains.copy(), Counter(self.counts), Counter(self.used),
             dict(self.knobs), dict(self.knob_gains), dict(self.knob_memo), dict(self.areas),
-            list(self.near), dict(self.crashes), dict(self.crash_memo), dict(self.cat_runs),
+            self.near.copy(), dict(self.crashes), dict(self.crash_memo), dict(self.cat_runs),
             dict(self.cat_kept))
 
     def add(self, e: Experiment) -> None:
@@ -93,13 +94,13 @@ class DigestFold:
             self.generation += 1
             self.last_keep, self.last_kept_id = len(self.items) - 1, e.id
         if t.gain is not None:
-            bisect.insort(self.gains, t.gain)
+            self.gains.add(t.gain)
             if t.status is S.DISCARDED:
-                bisect.insort(self.near, (-t.gain, len(self.items), t), key=lambda x: x[:2])
+                self.near.add((-t.gain, len(self.items), t))
         self._add_knob_or_area(t, e)
         if t.crash is not None:
             key = crash_key(t)
-            self.crashes[key] = [*self.crashes.get(key, ()), t]
+            appended(self.crashes, self.owned, "crash", key, t)
         cat = category_of(e, [c.name for c in t.changes])
         self.cat_runs[cat] = self.cat_runs.get(cat, 0) + 1
         self.cat_kept[cat] = self.cat_kept.get(cat, 0) + t.kept
@@ -107,7 +108,7 @@ class DigestFold:
     def _add_knob_or_area(self, t: Trial, e: Experiment) -> None:
         if t.pure and len(t.changes) == 1:
             name = t.changes[0].name
-            self.knobs[name] = [*self.knobs.get(name, ()), t]
+            appended(self.knobs, self.owned, "knob", name, t)
             if t.gain is not None:
                 k = (name, _direction_word(t))
                 self.knob_gains[k] = self.knob_gains.get(k, 0) + 1
@@ -123,7 +124,7 @@ class DigestFold:
 
     def insights(self, sweep: Sweep, open_experiments: list[Experiment]) -> Insights:
         """The digest of the folded experiments and these open (queued, running) ones."""
-        scale = gain_scale(self.gains, sweep.min_delta, ordered=True)
+        scale = gain_scale(self.gains.values(), sweep.min_delta, ordered=True)
         tolerance = max(sweep.min_delta, 0.5 * scale) if scale is not None else sweep.min_delta
         counts, used = Counter(self.counts), Counter(self.used)
         for e in open_experiments:
@@ -163,7 +164,7 @@ class DigestFold:
 
     def _near_misses(self, tolerance: float) -> list[Trial]:
         found = []
-        for _, _, t in self.near[:MAX_NEAR_MISSES]:
+        for _, _, t in self.near.values()[:MAX_NEAR_MISSES]:
             if t.gain is None or t.gain < -tolerance:
                 break
             found.append(t)

@@ -1,8 +1,8 @@
 """The sweep page's fold (api/dashboard/fold.py) on a real SQLite file: after every finish of
 every status the folded rollup, plot, evidence and digest equal what the whole-sweep functions
-compute from the same rows; finishes are folded in, in id order (one that finishes above a
-still-open row waits until that one finishes), while a moved best or a flipped verdict make a
-new fold from the whole sweep."""
+compute from the same rows; finishes (keeps included) are folded in, in id order (one that
+finishes above a still-open row waits until that one finishes), while a flipped verdict makes
+a new fold from the whole sweep."""
 
 from __future__ import annotations
 
@@ -90,7 +90,7 @@ class Sweep:
         sweep = self.store.get_sweep_by_id(self.sid)
         h = self.history.get(self.store, self.sid, self.store.sweep_version(self.sid))
         self.fold = fold = advance(self.fold, sweep, h)
-        ev = fold.sweep_evidence()
+        ev = fold.sweep_evidence(sweep)
         plot = views.draw_progress(fold.plot(), sweep.metric, sweep.baseline_metric,
                                    evidence=ev)  # works out the drawn runs' evidence
         assert fold.insights(sweep) == digest(sweep, h.experiments)
@@ -141,18 +141,18 @@ def test_finishes_fold_in_and_equal_the_whole_sweep(sweep: Sweep) -> None:
     assert fold.folds == 43 and not fold.exps.pending and not fold.exps.open_ids
 
 
-def test_a_keep_a_flipped_verdict_and_a_late_finish_rebuild(sweep: Sweep) -> None:
+def test_keeps_and_late_finishes_fold_in_and_a_flipped_verdict_rebuilds(sweep: Sweep) -> None:
     for i in range(12):
         _ordinary(sweep, i)
         sweep.step()
     kept = sweep.start()
-    sweep.finish(kept, S.KEPT, 0.95)  # the best moves: gains and the plateau with it
-    assert sweep.step().folds == 0
+    sweep.finish(kept, S.KEPT, 0.95)  # the best moves: drawn with the new best, folded in
+    assert sweep.step().folds == 13
     for i in range(3):  # built on the new best: their P(better) reads its runs
         sweep.finish(sweep.start(), S.DISCARDED, 0.96 + i / 100)
         sweep.step()
     incumbent = sweep.run(kept, f"c{kept}", 0.96, RunRole.INCUMBENT)  # a re-measure folds in
-    assert sweep.step().folds == 4
+    assert sweep.step().folds == 17
     sweep.store.set_run_status(incumbent, RunStatus.SUSPECT)  # ok → suspect: read again
     assert sweep.step().folds == 0
     for i in range(4):  # two slots: the later experiment (and run) ends first
@@ -167,9 +167,12 @@ def test_a_keep_a_flipped_verdict_and_a_late_finish_rebuild(sweep: Sweep) -> Non
                      run=runs[0])
         fold = sweep.step()
         assert fold.folds == 2 * i + 2 and not fold.exps.pending and not fold.runs.pending
+    again = sweep.start()
+    sweep.finish(again, S.KEPT, 0.9)  # another keep, after the late ones
+    assert sweep.step().folds == 9
     for i in range(6):
         _ordinary(sweep, i)
-        assert sweep.step().folds == 9 + i
+        assert sweep.step().folds == 10 + i
 
 
 def test_the_page_after_a_finish_shows_the_folded_summary(sweep: Sweep) -> None:

@@ -3,13 +3,14 @@ so that the first view after a finish costs the finish, not the sweep.
 
 A SweepFold holds what those parts sum over the sweep's finished experiments and ended runs
 (agent.insights_fold, agent.evidence.EvidenceFold, plot.PlotFold, the rollup) and which rows
-were still open when it was made. `advance` takes the next SweepHistory: the rows that
-finished since are folded into a copy (the previous fold is left as it was), the open ones
-passed as they are. Folds assume rows finish in id order; a row that finished before a lower
-id did, a moved best or baseline (gains, the plateau and the evidence depend on them), a
-history read again in full (a flipped verdict, a row gone) or an open row that went away make
-`advance` return None, and the page builds a new fold from the whole history (`build`).
-Either way the parts equal what the whole-sweep functions compute from the same rows
+are still open. `advance` takes the next SweepHistory: the rows that finished since are folded
+into a copy (the previous fold is left as it was) in id order; one that finished while a lower
+id is still open waits in `pending` (drawn from a copy with it added, folded in once the rows
+below it finish). Nothing folded depends on the sweep's best or baseline (gains are against
+each run's own best_before; the parts read the best when drawn), so a keep folds in like any
+finish. A history read again in full (a flipped verdict, a row gone), an open row that went
+away or another direction make a new fold from the whole history (`build`). Either way the
+parts equal what the whole-sweep functions compute from the same rows
 (tests/test_sweep_fold.py).
 """
 
@@ -107,7 +108,7 @@ class Parts:
         return Parts(Rollup(self.rollup.counts.copy(), self.rollup.train_s),
                      self.plot.copy(), self.evidence.copy(), self.digest.copy())
 
-    def add(self, sweep: Sweep, runs: Sequence[Run], exps: Sequence[Experiment]) -> None:
+    def add(self, runs: Sequence[Run], exps: Sequence[Experiment]) -> None:
         now = utcnow()
         for r in runs:
             self.evidence.add_run(r)
@@ -116,14 +117,13 @@ class Parts:
             self.plot.add(e)
             self.evidence.add_experiment(e)
             self.digest.add(e)
-        self.evidence.sweep = sweep
 
 
 @dataclass(frozen=True)
 class SweepFold:
     """The running state behind one sweep's summary, and the parts drawn from it."""
 
-    key: Hashable  # the best and baseline it was folded under
+    key: Hashable  # fold_key of the sweep it was folded for
     full_reads: int  # the history's full reads when folded
     exps: Tracked
     runs: Tracked
@@ -137,7 +137,7 @@ class SweepFold:
         if not self.exps.pending and not self.runs.pending:
             return self.settled
         out = self.settled.copy()
-        out.add(out.evidence.sweep, self.runs.pending, self.exps.pending)
+        out.add(self.runs.pending, self.exps.pending)
         return out
 
     def rollup_now(self) -> Rollup:
@@ -149,8 +149,8 @@ class SweepFold:
             r.add(e.status.value, started, e.run_ended_at, now)
         return r
 
-    def sweep_evidence(self) -> SweepEvidence:
-        return self.parts.evidence.evidence(list(self.open_experiments))
+    def sweep_evidence(self, sweep: Sweep) -> SweepEvidence:
+        return self.parts.evidence.evidence(list(self.open_experiments), sweep)
 
     def insights(self, sweep: Sweep) -> Insights:
         return self.parts.digest.insights(sweep, list(self.open_experiments))
@@ -160,8 +160,10 @@ class SweepFold:
 
 
 def fold_key(sweep: Sweep) -> Hashable:
-    return (sweep.best_metric, sweep.best_commit, sweep.baseline_metric, sweep.direction,
-            sweep.min_delta)
+    """What the folded state depends on of the sweep itself: the direction (gains). The best
+    and baseline are not folded (gains are against each run's own best_before; the plot,
+    evidence and digest read the sweep's best when drawn), so a keep folds in like any finish."""
+    return sweep.direction
 
 
 def build(sweep: Sweep, history: SweepHistory) -> SweepFold:
@@ -191,6 +193,6 @@ def _folded(fold: SweepFold, sweep: Sweep, history: SweepHistory, copy: bool
     settled = fold.settled
     if exps[0] or runs[0] or not copy:
         settled = settled.copy() if copy else settled
-        settled.add(sweep, runs[0], exps[0])
+        settled.add(runs[0], exps[0])
     return SweepFold(fold.key, history.full_reads, exps[2], runs[2], settled, tuple(exps[1]),
                      fold.folds + copy)

@@ -9,7 +9,6 @@ first crash and timeout, and a grey band draws each bucket's min–max envelope.
 
 from __future__ import annotations
 
-import bisect
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ from markupsafe import Markup
 
 from agent.domain import Experiment, ExperimentStatus
 from agent.evidence import SweepEvidence
+from agent.folds import Ordered
 
 PLOT_W, PLOT_H = 960, 340
 MARGIN_L, MARGIN_R, MARGIN_T, MARGIN_B = 72, 20, 18, 46
@@ -245,7 +245,7 @@ class PlotFold:
         self.points: list[PlotPoint] = []
         self.kept: list[PlotPoint] = []  # scored kept points
         self.kept_all: list[PlotPoint] = []  # every kept point, scored or not
-        self.metrics: list[float] = []  # scored metrics, sorted
+        self.scored = Ordered()  # scored metrics
         self.buckets = Buckets()
         self._labels: dict[int, tuple[str, str]] = {}
 
@@ -257,7 +257,7 @@ class PlotFold:
         if e.status is ExperimentStatus.KEPT:
             self.kept_all.append(p)
         if _scored(p) and e.metric is not None:
-            bisect.insort(self.metrics, e.metric)
+            self.scored.add(e.metric)
             if e.status is ExperimentStatus.KEPT:
                 self.kept.append(p)
         self.buckets.add(p)
@@ -274,7 +274,7 @@ class PlotFold:
         out._labels = self._labels  # shared: entries are only added
         out.points, out.kept, out.kept_all = list(self.points), list(self.kept), \
             list(self.kept_all)
-        out.metrics = list(self.metrics)
+        out.scored = self.scored.copy()
         out.buckets = self.buckets.copy()
         return out
 
@@ -303,7 +303,8 @@ def draw_progress(fold: PlotFold, metric_name: str, baseline: float | None,
     points = fold.points
     if not points:
         return Markup('<p class="empty">No finished runs yet.</p>')
-    lo, hi = _y_range(fold.metrics, baseline) if fold.metrics else (0.0, 1.0)
+    metrics = fold.scored.values()
+    lo, hi = _y_range(metrics, baseline) if metrics else (0.0, 1.0)
     x0, x1 = MARGIN_L, PLOT_W - MARGIN_R
     y_top, y_bot = MARGIN_T, PLOT_H - MARGIN_B - CRASH_BAND_PX
     n_max = max(points[-1].n, 2)

@@ -105,7 +105,8 @@ def sweep_summary(store: Store, sweep: Sweep) -> SweepSummary:
         fold = _fold(store, sweep, HISTORIES.get(store, sweep.id, (experiments, runs)))
         insights = DIGESTS.get(store, sweep.id, (experiments, best),
                                lambda: insights_panel_of(fold.insights(sweep)))
-        ev = EVIDENCE.get(store, sweep.id, (experiments, runs, best), fold.sweep_evidence)
+        ev = EVIDENCE.get(store, sweep.id, (experiments, runs, best),
+                          partial(fold.sweep_evidence, sweep))
         return SweepSummary(
             rollup=fold.rollup_now(), evidence=ev,
             plot=draw_progress(fold.plot(), sweep.metric, sweep.baseline_metric, evidence=ev),
@@ -132,7 +133,7 @@ def cached_evidence(store: Store, sweep: Sweep) -> SweepEvidence:
     if hit is not None:
         return hit  # type: ignore[no-any-return]
     fold = _fold(store, sweep, HISTORIES.get(store, sweep.id, (experiments, runs)))
-    return EVIDENCE.put(store, sweep.id, version, fold.sweep_evidence())
+    return EVIDENCE.put(store, sweep.id, version, fold.sweep_evidence(sweep))
 
 
 def sweep_page(service: Service, sweep: Sweep, status: str, page: int,

@@ -28,7 +28,7 @@ from agent.insights import Insights
 from agent.insights_fold import DigestFold
 
 from .history import SweepHistory
-from .plot import PlotFold
+from .plot_data import PlotFold
 from .rollup import Rollup
 
 S = ExperimentStatus

@@ -7,7 +7,9 @@ change only their ok/suspect verdict, so a refresh reads just the rows added sin
 and those that were still open (queued, running) then: a finish costs a few rows, not the sweep.
 A refresh checks what it holds against the store's version (counts per finished status, runs per
 ended status with their highest id) and reads everything again if they differ (a flipped verdict,
-a row that went away), so what it returns is always what a full read would have returned.
+a row that went away), so what it returns is always what a full read would have returned. What
+it holds is counted as it refreshes (Held: the fresh rows are added to the counts), so a refresh
+makes no pass over the sweep either.
 """
 
 from __future__ import annotations

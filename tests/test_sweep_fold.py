@@ -27,6 +27,7 @@ from agent.domain import (
     utcnow,
 )
 from agent.evidence import sweep_evidence
+from agent.folds import Ordered
 from agent.insights import digest
 from agent.proposers.evidence import gain_scale
 from api.dashboard import views
@@ -206,3 +207,31 @@ def test_the_scale_of_sorted_gains_is_the_scale_by_sorting() -> None:
         gains = [draw() for _ in range(n)]
         want = _scale_by_sorting(gains)
         assert gain_scale(gains) == want and gain_scale(sorted(gains), ordered=True) == want
+
+
+def test_a_fold_is_left_as_it_was_when_the_next_one_is_made(sweep: Sweep) -> None:
+    for i in range(70):  # more than Ordered inserts one by one: a rebuild sorts them in
+        _ordinary(sweep, i)
+    sweep.fold = None  # the next step folds the whole sweep
+    before = sweep.step()
+    assert before.folds == 0
+    swept = sweep.store.get_sweep_by_id(sweep.sid)
+    seen = (before.insights(swept), before.sweep_evidence(swept), before.rollup_now(),
+            views.draw_progress(before.plot(), swept.metric, swept.baseline_metric))
+    for i in range(8):  # knobs, areas, crashes, commits and stretches added to in the copies
+        _ordinary(sweep, i)
+        sweep.step()
+    assert seen == (before.insights(swept), before.sweep_evidence(swept), before.rollup_now(),
+                    views.draw_progress(before.plot(), swept.metric, swept.baseline_metric))
+
+
+def test_an_ordered_list_takes_values_in_any_order() -> None:
+    rng = random.Random(3)
+    values = Ordered()
+    for n in (200, 3, 0, 70, 1):
+        for _ in range(n):
+            values.add(rng.random())
+        copy = values.copy()
+        copy.add(2.0)
+        assert values.values() == sorted(values.values()) and 2.0 not in values.values()
+        assert copy.values()[-1] == 2.0 and len(copy) == len(values) + 1

@@ -7,9 +7,10 @@ times GET /ui/sweeps/{name} with httpx: `--requests` views of an unchanged sweep
 whole-sweep summary is then cached), `--changed` views each right after an experiment was added
 and claimed (counts and times are read afresh; the summary stays) and as many right after it
 finished (plot, evidence and digest are redrawn from the fold the finish was added to, with
-the full garbage collections that ran during those views), and table pages deep in the sweep; then the overview (`/`) and an experiment page mid-sweep, unchanged and
-right after a finish. Prints p50/p90/p99/max in milliseconds and each page's size. Targets
-(issue 14): p50 ≤ 100 ms, page ≤ 500 KiB.
+the full garbage collections that ran during those views), and table pages deep in the sweep;
+then the overview (`/`) and an experiment page mid-sweep, unchanged and right after a finish.
+Prints p50/p90/p99/max in milliseconds and each page's size. Targets (issue 14): p50 ≤ 100 ms,
+page ≤ 500 KiB.
 
     .venv/bin/python benchmarks/dashboard_sweep_page.py [--experiments 10000] [--requests 50]
 """

@@ -93,11 +93,18 @@ def counts(history: Iterable[Experiment]) -> Counter[Category]:
     """Proposals per category, over the experiments that used (or tried to use) a run."""
     out: Counter[Category] = Counter()
     for exp in history:
-        if exp.is_baseline or exp.status in (ExperimentStatus.CANCELLED,
-                                              ExperimentStatus.INTERRUPTED):
-            continue
-        out[category_of(exp, _names_in_meta(exp))] += 1
+        category = counted_category(exp)
+        if category is not None:
+            out[category] += 1
     return out
+
+
+def counted_category(exp: Experiment) -> Category | None:
+    """The category `counts` counts the experiment under; None if it is not counted."""
+    if exp.is_baseline or exp.status in (ExperimentStatus.CANCELLED,
+                                          ExperimentStatus.INTERRUPTED):
+        return None
+    return category_of(exp, _names_in_meta(exp))
 
 
 _CONSTANT = re.compile(r"^([+-])([A-Z][A-Z0-9_]*)\s*(?::\s*\w+\s*)?=", re.MULTILINE)
@@ -133,7 +140,12 @@ def exhausted(history: list[Experiment], shares: Mapping[str, float],
     """
     if not shares:
         return {}  # no caps: nothing to count
-    used = counts(history)
+    return exhausted_in(counts(history), shares, max_experiments)
+
+
+def exhausted_in(used: Mapping[Category, int], shares: Mapping[str, float],
+                 max_experiments: int | None) -> dict[Category, str]:
+    """exhausted, from the proposals per category (counts)."""
     total = sum(used.values())
     out: dict[Category, str] = {}
     for key, share in shares.items():

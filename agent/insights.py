@@ -155,43 +155,60 @@ def _areas(items: list[Trial], by_id: Mapping[int, Experiment]) -> list[AreaInsi
     for category, ts in sorted(per.items()):
         scored = [t for t in ts if t.gain is not None]
         top = max(scored, key=lambda t: t.gain or 0.0) if scored else None
-        best = f"#{top.id} {top.description[:60]} ({top.gain:+.4g})" if top and top.gain is not \
-            None else None
-        out.append(AreaInsight(category, len(ts), sum(t.kept for t in ts),
-                               sum(t.crash is not None for t in ts), best))
+        out.append(area_insight(category, len(ts), sum(t.kept for t in ts),
+                                sum(t.crash is not None for t in ts), top))
     return out
 
 
+def area_insight(category: str, runs: int, kept: int, crashed: int, top: Trial | None
+                 ) -> AreaInsight:
+    best = f"#{top.id} {top.description[:60]} ({top.gain:+.4g})" if top and top.gain is not \
+        None else None
+    return AreaInsight(category, runs, kept, crashed, best)
+
+
 def _near_miss_lines(items: list[Trial], min_delta: float, generation: int) -> list[str]:
+    return near_miss_text(near_misses(items, min_delta)[:MAX_NEAR_MISSES], generation)
+
+
+def near_miss_text(found: list[Trial], generation: int) -> list[str]:
     out = []
-    for t in near_misses(items, min_delta)[:MAX_NEAR_MISSES]:
+    for t in found:
         older = " (head has moved since: worth a re-test)" if t.generation < generation else ""
         out.append(f"#{t.id} {t.description[:70]}: {t.gain or 0.0:+.4g}{older}")
     return out
 
 
+CrashKey = tuple[str, int, str]
+
+
+def crash_key(t: Trial) -> CrashKey:
+    """The crash lesson a crashed trial belongs to: its knob and direction, or its change."""
+    single = t.pure and len(t.changes) == 1
+    return (t.changes[0].name, t.changes[0].direction, t.crash or "") if single else (
+        t.description[:60], 0, t.crash or "")
+
+
 def _crash_lines(items: list[Trial]) -> list[str]:
     """One line per knob and direction (at the nearest value that crashed), or per change."""
-    groups: dict[tuple[str, int, str], list[Trial]] = defaultdict(list)
+    groups: dict[CrashKey, list[Trial]] = defaultdict(list)
     for t in items:
-        if t.crash is None:
-            continue
-        single = t.pure and len(t.changes) == 1
-        key = (t.changes[0].name, t.changes[0].direction, t.crash) if single else (
-            t.description[:60], 0, t.crash)
-        groups[key].append(t)
-    lines = []
-    for (what, direction, kind), ts in groups.items():
-        ids = ", ".join(f"#{t.id}" for t in ts[:4])
-        new = ts[0].changes[0].new if direction else ""
-        if new in ("True", "False"):
-            what = f"{what} = {new}"
-        elif direction:
-            values = [float(parse_literal(t.changes[0].new)) for t in ts]
-            edge = min(values) if direction > 0 else max(values)
-            what = f"{what} {'≥' if direction > 0 else '≤'} {edge:g}"
-        lines.append(f"{what}: {kind} ({ids}); avoid it")
-    return lines
+        if t.crash is not None:
+            groups[crash_key(t)].append(t)
+    return [crash_line(key, ts) for key, ts in groups.items()]
+
+
+def crash_line(key: CrashKey, ts: list[Trial]) -> str:
+    what, direction, kind = key
+    ids = ", ".join(f"#{t.id}" for t in ts[:4])
+    new = ts[0].changes[0].new if direction else ""
+    if new in ("True", "False"):
+        what = f"{what} = {new}"
+    elif direction:
+        values = [float(parse_literal(t.changes[0].new)) for t in ts]
+        edge = min(values) if direction > 0 else max(values)
+        what = f"{what} {'≥' if direction > 0 else '≤'} {edge:g}"
+    return f"{what}: {kind} ({ids}); avoid it"
 
 
 # --- categories ------------------------------------------------------------------------------
@@ -205,8 +222,13 @@ def _categories(history: list[Experiment], items: list[Trial], shares: Mapping[s
         cat = category_of(by_id[t.id], names)
         runs[cat] += 1
         kept[cat] += t.kept
+    return category_shares(runs, kept, exhausted(history, shares, max_experiments))
+
+
+def category_shares(runs: Mapping[Category, int], kept: Mapping[Category, int],
+                    capped: Mapping[Category, str]) -> list[CategoryShare]:
+    """Each category's share of the runs (trials per category, kept of them), most first."""
     total = sum(runs.values())
-    capped = exhausted(history, shares, max_experiments)
     keep_rate = sum(kept.values()) / total if total else 0.0
     out = []
     for cat in sorted(runs, key=lambda c: -runs[c]):
@@ -229,9 +251,12 @@ def _counts(history: list[Experiment]) -> dict[str, int]:
 
 
 def _plateau(items: list[Trial], history: list[Experiment]) -> str:
-    stall = since_last_keep(items)
     kept = [e for e in history if e.status is ExperimentStatus.KEPT and not e.is_baseline]
-    last = f"last keep #{kept[-1].id}" if kept else "nothing kept yet"
+    return plateau_text(since_last_keep(items), kept[-1].id if kept else None)
+
+
+def plateau_text(stall: int, last_kept: int | None) -> str:
+    last = f"last keep #{last_kept}" if last_kept is not None else "nothing kept yet"
     if stall >= PLATEAU_AFTER:
         return (f"plateau: {stall} runs without a keep ({last}); change another knob or area, "
                 "take a bigger step, or combine near-misses")
@@ -244,11 +269,7 @@ def digest(sweep: Sweep, history: list[Experiment]) -> Insights:
     scale = noise_scale(items, sweep.min_delta)
     generation = sum(t.kept for t in items)
     shares = dict(sweep.config.category_shares)
-    notes = []
-    if scale is not None:
-        notes.append(f"gain scale (robust spread of run-to-run deltas) ~{scale:.3g}; near-miss "
-                     f"= discarded within {near_miss_tolerance(items, sweep.min_delta):.3g} of "
-                     "the best")
+    notes = scale_notes(scale, near_miss_tolerance(items, sweep.min_delta))
     return Insights(
         sweep=sweep.name, metric=sweep.metric, direction=sweep.direction.value,
         baseline=sweep.baseline_metric, best=sweep.best_metric, counts=_counts(history),
@@ -257,6 +278,13 @@ def digest(sweep: Sweep, history: list[Experiment]) -> Insights:
         near_misses=_near_miss_lines(items, sweep.min_delta, generation),
         crash_lessons=_crash_lines(items),
         categories=_categories(history, items, shares, sweep.max_experiments), notes=notes)
+
+
+def scale_notes(scale: float | None, tolerance: float) -> list[str]:
+    if scale is None:
+        return []
+    return [f"gain scale (robust spread of run-to-run deltas) ~{scale:.3g}; near-miss = "
+            f"discarded within {tolerance:.3g} of the best"]
 
 
 def _fmt(value: float | None) -> str:

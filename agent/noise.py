@@ -6,7 +6,7 @@ Pure: stdlib only. Every function takes plain numbers and returns plain numbers.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from statistics import NormalDist, median
 
 _NORMAL = NormalDist()
@@ -44,12 +44,22 @@ def pooled_sigma(
     commit says nothing about noise. `prior` is squares() of groups already summed elsewhere.
     (None, 0) when nothing has two values.
     """
+    return pooled_of(((group_squares(g), len(g) - 1) for g in groups if len(g) >= 2), prior)
+
+
+def group_squares(g: Sequence[float]) -> float:
+    """Σ squared deviations of a group's values from its mean."""
+    m = sum(g) / len(g)
+    return sum((v - m) ** 2 for v in g)
+
+
+def pooled_of(parts: Iterable[tuple[float, int]], prior: tuple[float, int] = (0.0, 0)
+              ) -> tuple[float | None, int]:
+    """pooled_sigma from each group's (group_squares, n − 1), in the groups' order."""
     ss, df = prior
-    for g in groups:
-        if len(g) >= 2:
-            m = sum(g) / len(g)
-            ss += sum((v - m) ** 2 for v in g)
-            df += len(g) - 1
+    for group_ss, group_df in parts:
+        ss += group_ss
+        df += group_df
     return (math.sqrt(ss / df), df) if df else (None, 0)
 
 

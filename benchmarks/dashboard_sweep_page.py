@@ -6,10 +6,11 @@ real app (overnight.runtime.service_app, no scheduler) under uvicorn on an ephem
 times GET /ui/sweeps/{name} with httpx: `--requests` views of an unchanged sweep (the page's
 whole-sweep summary is then cached), `--changed` views each right after an experiment was added
 and claimed (counts and times are read afresh; the summary stays) and as many right after it
-finished (plot, evidence and digest are redrawn: the digest reads every diff), and table pages
-deep in the sweep; then the overview (`/`) and an experiment page mid-sweep, unchanged and
-right after a finish. Prints p50/p90/p99/max in milliseconds and each page's size. Targets
-(issue 14): p50 ≤ 100 ms, page ≤ 500 KiB.
+finished (plot, evidence and digest are redrawn from the fold the finish was added to, with
+the full garbage collections that ran during those views), and table pages deep in the sweep;
+then the overview (`/`) and an experiment page mid-sweep, unchanged and right after a finish.
+Prints p50/p90/p99/max in milliseconds and each page's size. Targets (issue 14): p50 ≤ 100 ms,
+page ≤ 500 KiB.
 
     .venv/bin/python benchmarks/dashboard_sweep_page.py [--experiments 10000] [--requests 50]
 """
@@ -17,6 +18,7 @@ right after a finish. Prints p50/p90/p99/max in milliseconds and each page's siz
 from __future__ import annotations
 
 import argparse
+import gc
 import statistics
 import sys
 import tempfile
@@ -45,6 +47,28 @@ def timed(get: Callable[[], httpx.Response], n: int, before: Callable[[], object
         r.raise_for_status()
     assert r is not None
     return sorted(times), r
+
+
+class GcPauses:
+    """Full (generation 2) garbage collections in this process (the server runs in a thread
+    of it) while `on`: how many and how long."""
+
+    def __init__(self) -> None:
+        self.on, self.pauses, self._t = False, [], 0.0  # type: bool, list[float], float
+        gc.callbacks.append(self._seen)
+
+    def _seen(self, phase: str, info: dict[str, int]) -> None:
+        if not self.on or info.get("generation") != 2:
+            return
+        if phase == "start":
+            self._t = time.perf_counter()
+        else:
+            self.pauses.append((time.perf_counter() - self._t) * 1000)
+
+    def text(self, views: int) -> str:
+        worst = max(self.pauses, default=0.0)
+        return (f"full GCs during those {views} views: {len(self.pauses)}, "
+                f"{sum(self.pauses):.0f} ms in all, longest {worst:.0f} ms")
 
 
 def line(what: str, times: list[float]) -> str:
@@ -92,9 +116,12 @@ def main() -> None:
             warm, r = timed(get, args.requests)
             began: list[float] = []
             finished: list[float] = []
+            pauses = GcPauses()
             for _ in range(args.changed):
                 began += timed(get, 1, before=start)[0]
+                pauses.on = True
                 finished += timed(get, 1, before=finish)[0]
+                pauses.on = False
             older = c.get("/ui/sweeps/bench", params={"before": args.experiments // 2})
             deep, _ = timed(lambda: c.get("/ui/sweeps/bench",
                                           params={"before": args.experiments // 2}), 20)
@@ -106,6 +133,7 @@ def main() -> None:
                       sorted(began)))
     print("  " + line("first view right after it finished (plot, evidence, digest redrawn)",
                       sorted(finished)))
+    print("    " + pauses.text(len(finished)))
     print("  " + line(f"table page deep in the sweep ({len(older.content) / 1024:.0f} KiB)",
                       deep))
     for text in others:

@@ -19,7 +19,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from agent.domain import CrashKind, ExperimentStatus
-from db.models import ExperimentCountRow, ExperimentRow
+from db.models import ExperimentCountRow, ExperimentRow, RunCountRow, RunRow
 
 Key = tuple[int, str, str]  # (sweep id, status, crash kind or "")
 C = ExperimentCountRow
@@ -59,6 +59,30 @@ def _add(s: Session, k: Key, n: int, run_s: float = 0.0) -> None:
                       .values(n=C.n + n, run_s=C.run_s + run_s))
     if found.rowcount == 0:  # type: ignore[attr-defined]
         s.execute(insert(C).values(values))
+
+
+def bump_runs(s: Session, sweep_id: int, gone: str | None, came: str | None,
+              n: int = 1) -> None:
+    """`n` of the sweep's runs left status `gone` for `came` (None: inserted, or deleted).
+    Every write that inserts a run or changes its status calls this in the same session."""
+    for status, k in sorted({gone: -n, came: n}.items(), key=lambda x: str(x[0])):
+        if status is not None and gone != came:
+            _add_runs(s, sweep_id, status, k)
+
+
+def _add_runs(s: Session, sweep_id: int, status: str, n: int) -> None:
+    R = RunCountRow
+    values = {"sweep_id": sweep_id, "status": status, "n": n}
+    dialect = s.get_bind().dialect.name
+    if dialect in ("sqlite", "postgresql"):
+        ins = (sqlite.insert if dialect == "sqlite" else postgresql.insert)(R).values(values)
+        s.execute(ins.on_conflict_do_update(index_elements=[R.sweep_id, R.status],
+                                            set_={"n": R.n + ins.excluded.n}))
+        return
+    found = s.execute(update(R).where(R.sweep_id == sweep_id, R.status == status)
+                      .values(n=R.n + n))
+    if found.rowcount == 0:  # type: ignore[attr-defined]
+        s.execute(insert(R).values(values))
 
 
 def total(s: Session, sweep_id: int | None = None,
@@ -112,8 +136,13 @@ def span_seconds(dialect: str) -> ColumnElement[Any]:
 
 
 def rebuild(conn: Connection | Session) -> None:
-    """Recount every sweep's experiments and run seconds from the rows (replaces what the
-    table held)."""
+    """Recount every sweep's experiments and run seconds, and its runs, from the rows (replaces
+    what the tables held)."""
+    conn.execute(delete(RunCountRow))
+    conn.execute(insert(RunCountRow).from_select(
+        ["sweep_id", "status", "n"],
+        select(RunRow.sweep_id, RunRow.status, func.count())
+        .group_by(RunRow.sweep_id, RunRow.status)))
     e = ExperimentRow
     kind = func.coalesce(e.crash_kind, "")
     span = span_seconds(conn.get_bind().dialect.name if isinstance(conn, Session)

@@ -196,6 +196,8 @@ class RunRow(Base):
         Index("ix_runs_sweep", "sweep_id", "id"),
         Index("ix_runs_experiment", "experiment_id", "id"),
         Index("ix_runs_status", "status"),
+        # The highest id per sweep and status (Store.sweep_version) is one seek (run_counts).
+        Index("ix_runs_sweep_status", "sweep_id", "status", "id"),
     )
 
     id: Mapped[int] = mapped_column(BIG, primary_key=True)
@@ -217,3 +219,16 @@ class RunRow(Base):
     device: Mapped[str | None] = mapped_column(String(100))
     started_at: Mapped[datetime] = mapped_column(UTCDateTime)
     ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+
+class RunCountRow(Base):
+    """How many runs a sweep has per status: changed in the same transaction as every run
+    start, end and verdict flip (db/counts.py bump_runs), so Store.sweep_version reads a few
+    rows instead of counting the sweep's runs (migration run_counts)."""
+
+    __tablename__ = "run_counts"
+
+    sweep_id: Mapped[int] = mapped_column(ForeignKey("sweeps.id", ondelete="CASCADE"),
+                                          primary_key=True)
+    status: Mapped[str] = mapped_column(String(20), primary_key=True)
+    n: Mapped[int] = mapped_column(Integer)

@@ -9,6 +9,7 @@ from sqlalchemy.orm import Session
 
 from agent.domain import Run, RunEnd, RunSpec, RunStatus, utcnow
 from agent.errors import ConflictError, NotFoundError
+from db import counts
 from db.models import ExperimentRow, RunRow
 from db.rows import to_run
 from db.session import StoreBase
@@ -35,6 +36,7 @@ class RunQueries(StoreBase):
                 raise NotFoundError(f"no experiment with id {spec.experiment_id}")
             s.add(row)
             s.flush()
+            counts.bump_runs(s, spec.sweep_id, None, row.status)
             return to_run(row)
 
     def _run_row(self, s: Session, run_id: int) -> RunRow:
@@ -53,6 +55,7 @@ class RunQueries(StoreBase):
             row = self._run_row(s, run_id)
             if row.status != RunStatus.RUNNING.value:
                 raise ConflictError(f"run {run_id} already ended ({row.status})")
+            counts.bump_runs(s, row.sweep_id, row.status, end.status.value)
             row.status, row.metric, row.summary = end.status.value, end.metric, dict(end.summary)
             row.throughput, row.throughput_unit = end.throughput, end.throughput_unit
             row.training_s, row.total_s = end.training_s, end.total_s
@@ -66,6 +69,7 @@ class RunQueries(StoreBase):
             row = self._run_row(s, run_id)
             if row.status not in allowed or status.value not in allowed:
                 raise ConflictError(f"run {run_id} is {row.status}; cannot become {status.value}")
+            counts.bump_runs(s, row.sweep_id, row.status, status.value)
             row.status = status.value
 
     def list_runs(self, sweep_id: int | None = None, experiment_id: int | None = None) -> list[Run]:
@@ -97,5 +101,6 @@ class RunQueries(StoreBase):
             rows = list(s.scalars(q))
             now = utcnow()
             for row in rows:
+                counts.bump_runs(s, row.sweep_id, row.status, RunStatus.INTERRUPTED.value)
                 row.status, row.ended_at = RunStatus.INTERRUPTED.value, now
             return [to_run(r) for r in rows]

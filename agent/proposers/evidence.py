@@ -7,6 +7,7 @@ Every experiment's constant changes are read from its diff, so proposals from an
 
 from __future__ import annotations
 
+import bisect
 import functools
 import math
 import re
@@ -161,13 +162,59 @@ def noise_scale(items: list[Trial], min_delta: float = 0.0) -> float | None:
 
     None until four gains are known. Used to put gains in comparable units, never to decide.
     """
-    gains = [t.gain for t in items if t.gain is not None]
+    return gain_scale([t.gain for t in items if t.gain is not None], min_delta)
+
+
+def gain_scale(gains: list[float], min_delta: float = 0.0, ordered: bool = False
+               ) -> float | None:
+    """noise_scale of these gains (`ordered`: already sorted, as a digest's fold keeps them;
+    then the median and the median absolute deviation are found by bisection, not a sort)."""
     if len(gains) < 4:
         return None
-    mid = statistics.median(gains)
-    deviations = [abs(g - mid) for g in gains]
-    scale = 1.4826 * statistics.median(deviations) or statistics.mean(deviations)
+    ordered_gains = gains if ordered else sorted(gains)
+    n = len(ordered_gains)
+    mid = ordered_gains[n // 2] if n % 2 else \
+        (ordered_gains[n // 2 - 1] + ordered_gains[n // 2]) / 2
+    mad = _median_deviation(ordered_gains, mid)
+    scale = 1.4826 * mad or statistics.mean([abs(g - mid) for g in ordered_gains])
     return max(scale, min_delta, 1e-12)
+
+
+def _median_deviation(ordered: list[float], mid: float) -> float:
+    """statistics.median(abs(g - mid) for g in ordered) for sorted gains: the deviations
+    below `mid` and from it upwards are two sorted runs; their middle is found by bisection."""
+    split = bisect.bisect_left(ordered, mid)
+    below = _Deviations(ordered, mid, split, -1)  # nearest first
+    above = _Deviations(ordered, mid, split, 1)
+    n = len(ordered)
+    if n % 2:
+        return _kth(below, above, n // 2)
+    return (_kth(below, above, n // 2 - 1) + _kth(below, above, n // 2)) / 2
+
+
+class _Deviations:
+    """|g − mid| for the gains on one side of `split`, nearest first (non-decreasing)."""
+
+    def __init__(self, ordered: list[float], mid: float, split: int, step: int) -> None:
+        self.ordered, self.mid, self.split, self.step = ordered, mid, split, step
+        self.n = split if step < 0 else len(ordered) - split
+
+    def __getitem__(self, i: int) -> float:
+        at = self.split - 1 - i if self.step < 0 else self.split + i
+        return abs(self.ordered[at] - self.mid)
+
+
+def _kth(a: _Deviations, b: _Deviations, k: int) -> float:
+    """The k-th smallest (from 0) of two non-decreasing sequences together."""
+    lo, hi = max(0, k + 1 - b.n), min(k + 1, a.n)
+    while lo < hi:  # i: how many of the k + 1 smallest come from a
+        i = (lo + hi) // 2
+        if a[i] < b[k - i]:
+            lo = i + 1
+        else:
+            hi = i
+    i, j = lo, k + 1 - lo
+    return max(a[i - 1] if i > 0 else -math.inf, b[j - 1] if j > 0 else -math.inf)
 
 
 def near_miss_tolerance(items: list[Trial], min_delta: float = 0.0) -> float:

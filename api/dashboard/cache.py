@@ -37,6 +37,11 @@ class SweepCache:
             hit = self._by_store.setdefault(store, {}).get(sweep_id)
         return hit[1] if hit is not None and hit[0] == version else None
 
+    def latest(self, store: Any, sweep_id: int) -> tuple[Hashable, Any] | None:
+        """(version, value) last cached for the sweep, whatever its version."""
+        with self._lock:
+            return self._by_store.setdefault(store, {}).get(sweep_id)
+
     def put(self, store: Any, sweep_id: int, version: Hashable, value: T) -> T:
         with self._lock:
             entries = self._by_store.setdefault(store, {})

@@ -2,16 +2,16 @@
 
 Pure: stdlib + markupsafe (for the Markup type only). Every text that reaches the SVG is
 escaped. Not guaranteed: pretty ticks for every range (they are evenly spaced, not "nice").
-Above MAX_MARKS runs the progress plot is downsampled (`downsample`): every kept run stays a
-mark; the rest keep, per bucket of consecutive runs, their lowest and highest metric and their
-first crash and timeout, and a grey band draws each bucket's min–max envelope.
+Above MAX_MARKS runs the progress plot is downsampled (plot_data.downsample): every kept run
+stays a mark; the rest keep, per bucket of consecutive runs, their lowest and highest metric
+and their first crash and timeout, and a grey band draws each bucket's min–max envelope. The
+plot is drawn from a PlotFold (plot_data.py), which a finish adds its point to.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 from html import escape
 
 from markupsafe import Markup
@@ -19,69 +19,14 @@ from markupsafe import Markup
 from agent.domain import Experiment, ExperimentStatus
 from agent.evidence import SweepEvidence
 
+from .plot_data import Envelope, PlotFold, PlotPoint
+from .plot_data import downsample as downsample
+from .plot_data import scored as is_scored
+
 PLOT_W, PLOT_H = 960, 340
 MARGIN_L, MARGIN_R, MARGIN_T, MARGIN_B = 72, 20, 18, 46
 CRASH_BAND_PX = 30  # crashes sit in a band under the metric area
 MAX_MARKS = 1000  # runs drawn one mark each; above this the plot is downsampled
-BUCKETS = 160  # buckets of consecutive runs when downsampled (~5.5 px each)
-RUNS = (
-    ExperimentStatus.KEPT,
-    ExperimentStatus.DISCARDED,
-    ExperimentStatus.CRASHED,
-    ExperimentStatus.TIMEOUT,
-)
-
-
-@dataclass(frozen=True)
-class PlotPoint:
-    n: int  # run number within the sweep (x)
-    exp: Experiment
-
-
-@dataclass(frozen=True)
-class Envelope:
-    """The non-kept scored runs n_lo..n_hi of one bucket: their lowest and highest metric."""
-
-    n_lo: int
-    n_hi: int
-    lo: float
-    hi: float
-
-
-def _scored(p: PlotPoint) -> bool:
-    m = p.exp.metric
-    return m is not None and math.isfinite(m) and p.exp.status in (
-        ExperimentStatus.KEPT, ExperimentStatus.DISCARDED)
-
-
-def downsample(points: Sequence[PlotPoint], buckets: int = BUCKETS
-               ) -> tuple[list[PlotPoint], list[Envelope]]:
-    """Every kept point; of the others, per bucket of consecutive run numbers, the lowest and
-    the highest scored one and the first of each unscored status (crash, timeout, no metric);
-    with each bucket's envelope of its non-kept scored metrics. Points stay in run order."""
-    n_max = max((p.n for p in points), default=1)
-    keep: dict[int, PlotPoint] = {}
-    spans: dict[int, list[PlotPoint]] = {}
-    firsts: dict[tuple[int, str], PlotPoint] = {}
-    for p in points:
-        b = (p.n - 1) * buckets // n_max
-        if p.exp.status is ExperimentStatus.KEPT:
-            keep[p.n] = p
-        elif _scored(p):
-            spans.setdefault(b, []).append(p)
-        else:
-            firsts.setdefault((b, p.exp.status.value), p)
-    envelopes = []
-    for b in sorted(spans):
-        ps = spans[b]
-        low = min(ps, key=lambda p: p.exp.metric)  # type: ignore[arg-type,return-value]
-        high = max(ps, key=lambda p: p.exp.metric)  # type: ignore[arg-type,return-value]
-        keep[low.n], keep[high.n] = low, high
-        envelopes.append(Envelope(ps[0].n, ps[-1].n, low.exp.metric,  # type: ignore[arg-type]
-                                  high.exp.metric))  # type: ignore[arg-type]
-    for p in firsts.values():
-        keep[p.n] = p
-    return [keep[n] for n in sorted(keep)], envelopes
 
 
 def _envelope_path(envelopes: Sequence[Envelope], sx, sy) -> str:  # type: ignore[no-untyped-def]
@@ -117,10 +62,10 @@ def nice_ticks(lo: float, hi: float, target: int = 5) -> list[tuple[float, str]]
     return ticks
 
 
-def _y_range(metrics: Sequence[float], baseline: float | None) -> tuple[float, float]:
-    """Span the kept/discarded metrics, but don't let one wild outlier flatten the rest."""
-    lo, hi = min(metrics), max(metrics)
-    ordered = sorted(metrics)
+def _y_range(ordered: Sequence[float], baseline: float | None) -> tuple[float, float]:
+    """Span the kept/discarded metrics (sorted), but don't let one wild outlier flatten the
+    rest."""
+    lo, hi = ordered[0], ordered[-1]
     p90 = ordered[int(0.9 * (len(ordered) - 1))]
     cap = max(p90, baseline if baseline is not None else p90)
     if hi > cap + (cap - lo) * 0.5:
@@ -129,6 +74,15 @@ def _y_range(metrics: Sequence[float], baseline: float | None) -> tuple[float, f
         lo, hi = lo - 0.5 * max(abs(lo) * 0.01, 1e-6), hi + 0.5 * max(abs(hi) * 0.01, 1e-6)
     pad = (hi - lo) * 0.06
     return lo - pad, hi + pad
+
+
+def _label_of(fold: PlotFold, p: PlotPoint, metric_name: str) -> str:
+    """The mark's tooltip, escaped (kept in the fold: a finished experiment's label does not
+    change)."""
+    hit = fold.labels.get(p.exp.id)
+    if hit is None or hit[0] != metric_name:
+        hit = fold.labels[p.exp.id] = (metric_name, escape(_label(p, metric_name)))
+    return hit[1]
 
 
 def _label(p: PlotPoint, metric_name: str) -> str:
@@ -155,11 +109,21 @@ def progress_svg(
     running-best step line, discarded grey, crashes and timeouts as red/purple marks in the
     bottom band. Each mark links to `href`. With `evidence`, every run is a small dot and the
     best line carries its 95 % interval as a band."""
-    points = [PlotPoint(i + 1, e) for i, e in enumerate(e for e in experiments if e.status in RUNS)]
+    fold = PlotFold()
+    for e in experiments:
+        fold.add(e)
+    return draw_progress(fold, metric_name, baseline, href, evidence)
+
+
+def draw_progress(fold: PlotFold, metric_name: str, baseline: float | None,
+                  href: str = "/ui/experiments/{id}#diff",
+                  evidence: SweepEvidence | None = None) -> Markup:
+    """The progress plot (progress_svg) of the runs folded into `fold`."""
+    points = fold.points
     if not points:
         return Markup('<p class="empty">No finished runs yet.</p>')
-    scored = [p for p in points if _scored(p)]
-    lo, hi = _y_range([p.exp.metric for p in scored], baseline) if scored else (0.0, 1.0)  # type: ignore[misc]
+    metrics = fold.scored.values()
+    lo, hi = _y_range(metrics, baseline) if metrics else (0.0, 1.0)
     x0, x1 = MARGIN_L, PLOT_W - MARGIN_R
     y_top, y_bot = MARGIN_T, PLOT_H - MARGIN_B - CRASH_BAND_PX
     n_max = max(points[-1].n, 2)
@@ -171,31 +135,37 @@ def progress_svg(
         return y_bot - (min(max(v, lo), hi) - lo) / (hi - lo) * (y_bot - y_top)
 
     out = _frame(metric_name, n_max, lo, hi, sx, sy)
-    kept = [p for p in scored if p.exp.status is ExperimentStatus.KEPT]
+    kept = fold.kept
     last_n, total = points[-1].n, len(points)
     downsampled = total > MAX_MARKS
     if downsampled:
-        points, envelopes = downsample(points)
-        scored = [p for p in points if _scored(p)]
+        points, envelopes = fold.buckets.drawn(fold.kept_all)
         out.append(_envelope_path(envelopes, sx, sy))
         out.append(f'<text class="tick note" x="{x1}" y="{y_top - 4}" text-anchor="end">'
                    f"{len(points):,} of {total:,} runs drawn: every kept one; of the rest, "
                    "each stretch's lowest and highest (band) and first crash</text>")
+    scored = [p for p in points if is_scored(p)]
     if evidence is not None:
         out.extend(_best_band(kept, last_n, sx, sy, evidence, one_path=downsampled))
         out.extend(_run_dots(scored, sx, sy, lo, hi, evidence, min_runs=2 if downsampled else 1))
-    if kept:  # the running best: flat until the next keep, then a step
-        d = [f"M{sx(kept[0].n):.1f},{sy(kept[0].exp.metric):.1f}"]  # type: ignore[arg-type]
-        for p in kept[1:]:
-            d.append(f"H{sx(p.n):.1f}V{sy(p.exp.metric):.1f}")  # type: ignore[arg-type]
-        d.append(f"H{sx(last_n):.1f}")
-        out.append(f'<path class="best" d="{"".join(d)}"/>')
+    out.extend(_best_line(kept, last_n, sx, sy))
     # Discarded first so that kept marks are drawn on top.
     order = sorted(points, key=lambda p: p.exp.status is ExperimentStatus.KEPT)
     for p in order:
-        out.append(_mark(p, sx(p.n), sy, y_bot, hi, metric_name, href))
+        out.append(_mark(p, sx(p.n), sy, y_bot, hi, _label_of(fold, p, metric_name), href))
     out.append("</svg>")
     return Markup("".join(out))
+
+
+def _best_line(kept, last_n: int, sx, sy) -> list[str]:  # type: ignore[no-untyped-def]
+    """The running best: flat until the next keep, then a step."""
+    if not kept:
+        return []
+    d = [f"M{sx(kept[0].n):.1f},{sy(kept[0].exp.metric):.1f}"]
+    for p in kept[1:]:
+        d.append(f"H{sx(p.n):.1f}V{sy(p.exp.metric):.1f}")
+    d.append(f"H{sx(last_n):.1f}")
+    return [f'<path class="best" d="{"".join(d)}"/>']
 
 
 def _frame(metric_name: str, n_max: int, lo: float, hi: float, sx, sy) -> list[str]:  # type: ignore[no-untyped-def]
@@ -281,11 +251,10 @@ def _mark(
     sy,
     y_bot: float,
     hi: float,  # type: ignore[no-untyped-def]
-    metric_name: str,
+    label: str,  # the tooltip, escaped
     href: str,
 ) -> str:
     e = p.exp
-    label = escape(_label(p, metric_name))
     attrs = (  # the tooltip reads <title>: the label is written once
         f'class="pt {e.status.value}" href="{escape(href.format(id=e.id))}" '
         f'data-id="{e.id}" data-n="{p.n}"'

@@ -2,10 +2,11 @@
 
 A sweep page's whole-sweep parts (counts, plot, evidence, digest) come from its experiments'
 plot fields and diffs and its runs' metrics (history.py: after a finish it reads only the rows
-that changed), cached under the sweep's version (cache.py) so a page view between two finishes
-derives none of it; the table is one keyset page (`before`/`after` cursors, PAGE_SIZE rows),
-the kept stack the latest KEPT_SHOWN keeps, the live panel the running rows. The overview and
-experiment pages read counts and index lookups, not sweeps. No HTML here (templates do).
+that changed), kept as running state that a finish adds to (fold.py) and cached under the
+sweep's version (cache.py) so a page view between two finishes derives none of it; the table
+is one keyset page (`before`/`after` cursors, PAGE_SIZE rows), the kept stack the latest
+KEPT_SHOWN keeps, the live panel the running rows. The overview and experiment pages read
+counts and index lookups, not sweeps. No HTML here (templates do).
 """
 
 from __future__ import annotations
@@ -13,9 +14,8 @@ from __future__ import annotations
 import logging
 import math
 from collections import Counter
-from collections.abc import Hashable, Sequence
-from dataclasses import dataclass, field, replace
-from datetime import datetime
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -24,16 +24,18 @@ from markupsafe import Markup
 
 from agent.diff import diff_stats, view_lines
 from agent.domain import Experiment, ExperimentStatus, Sweep, utcnow
-from agent.evidence import ExperimentEvidence, SweepEvidence, sweep_evidence
-from agent.insights import digest, sections
+from agent.evidence import ExperimentEvidence, SweepEvidence
+from agent.insights import Insights, digest, sections
 from agent.ports import Store
 from agent.report import evidence_header, improvement, memory_gb
 from agent.service import Service, read_log
 from runner.summary import parse_progress
 
 from .cache import SweepCache
+from .fold import SweepFold, advance, fold_key
 from .history import HistoryCache, SweepHistory
-from .plot import loss_svg, progress_svg
+from .plot import draw_progress, loss_svg
+from .rollup import RUNS, Rollup
 from .window import TimeWindow
 
 logger = logging.getLogger(__name__)
@@ -42,7 +44,6 @@ PAGE_SIZE = 50
 KEPT_SHOWN = 30  # the kept stack's latest changes; the `kept` filter pages through all
 TAIL_LINES = 40
 TAIL_BYTES = 64 * 1024
-RUNS = (S.KEPT, S.DISCARDED, S.CRASHED, S.TIMEOUT)
 # Status filters offered on the sweep page: label → statuses.
 FILTERS: dict[str, tuple[ExperimentStatus, ...]] = {
     "all": (),
@@ -52,39 +53,6 @@ FILTERS: dict[str, tuple[ExperimentStatus, ...]] = {
     "queued": (S.QUEUED, S.RUNNING),
     "other": (S.REJECTED, S.CANCELLED, S.INTERRUPTED),
 }
-
-
-@dataclass
-class Rollup:
-    """Counts and time used by one sweep."""
-
-    counts: Counter[str] = field(default_factory=Counter)
-    train_s: float = 0.0
-
-    @property
-    def runs(self) -> int:
-        return sum(self.counts[s.value] for s in RUNS)
-
-    @property
-    def crashed(self) -> int:
-        return self.counts[S.CRASHED.value] + self.counts[S.TIMEOUT.value]
-
-    @property
-    def keep_rate(self) -> float | None:
-        # The baseline is always kept; it is not an idea, so leave it out of the rate.
-        tried = self.runs - 1
-        return (self.counts[S.KEPT.value] - 1) / tried if tried > 0 else None
-
-    @property
-    def gpu_hours(self) -> float:
-        return self.train_s / 3600
-
-    def add(
-        self, status: str, started: datetime | None, ended: datetime | None, now: datetime
-    ) -> None:
-        self.counts[status] += 1
-        if started is not None and (ended is not None or status == S.RUNNING.value):
-            self.train_s += max(0.0, ((ended or now) - started).total_seconds())
 
 
 def rollups(store: Store, sweeps: Sequence[Sweep]) -> dict[int, Rollup]:
@@ -100,17 +68,6 @@ def rollups(store: Store, sweeps: Sequence[Sweep]) -> dict[int, Rollup]:
     return out
 
 
-def rollup_of(experiments: Sequence[Experiment], running_time: bool = True) -> Rollup:
-    """Counts and training time; without `running_time` the running rows are counted but
-    their time so far is left out (a cached rollup adds it when the page is drawn)."""
-    now = utcnow()
-    r = Rollup()
-    for e in experiments:
-        running = e.status is S.RUNNING and not running_time
-        r.add(e.status.value, None if running else e.run_started_at, e.run_ended_at, now)
-    return r
-
-
 def overview(store: Any) -> list[dict[str, Any]]:
     sweeps = store.list_sweeps()
     ups = rollups(store, sweeps)
@@ -122,6 +79,7 @@ SUMMARIES = SweepCache()
 DIGESTS = SweepCache()
 HISTORIES = HistoryCache()
 EVIDENCE = SweepCache()
+FOLDS = SweepCache()  # the latest SweepFold per sweep, under (history version, best)
 
 
 @dataclass(frozen=True)
@@ -140,37 +98,42 @@ def sweep_summary(store: Store, sweep: Sweep) -> SweepSummary:
     best = (sweep.best_metric, sweep.best_commit, sweep.baseline_metric)
 
     def make() -> SweepSummary:
-        # The rows come from the history (it reads what changed since its last read). The
-        # digest is redrawn when an experiment finishes (or the best moves), not when only a
-        # run ended; its count of queued and running experiments may lag until then.
-        history = HISTORIES.get(store, sweep.id, (experiments, runs))
-        marks = history.experiments
+        # The rows come from the history (it reads what changed since its last read), the
+        # parts from its fold (it adds what finished since). The digest is redrawn when an
+        # experiment finishes (or the best moves), not when only a run ended; its count of
+        # queued and running experiments may lag until then.
+        fold = _fold(store, sweep, HISTORIES.get(store, sweep.id, (experiments, runs)))
         insights = DIGESTS.get(store, sweep.id, (experiments, best),
-                               partial(insights_panel, sweep, marks))
-        ev = _evidence(store, sweep, (experiments, runs, best), history)
+                               lambda: insights_panel_of(fold.insights(sweep)))
+        ev = EVIDENCE.get(store, sweep.id, (experiments, runs, best),
+                          partial(fold.sweep_evidence, sweep))
         return SweepSummary(
-            rollup=rollup_of(marks, running_time=False), evidence=ev,
-            plot=progress_svg(marks, sweep.metric, sweep.baseline_metric, evidence=ev),
+            rollup=fold.rollup_now(), evidence=ev,
+            plot=draw_progress(fold.plot(), sweep.metric, sweep.baseline_metric, evidence=ev),
             insights=insights)
 
     return SUMMARIES.get(store, sweep.id, (experiments, runs, best), make)
 
 
-def _evidence(store: Store, sweep: Sweep, version: Hashable, history: SweepHistory
-              ) -> SweepEvidence:
-    return EVIDENCE.get(store, sweep.id, version,
-                        partial(sweep_evidence, sweep, history.experiments, history.runs))
+def _fold(store: Store, sweep: Sweep, history: SweepHistory) -> SweepFold:
+    """The sweep's fold at `history` (the last one moved on by what finished since)."""
+    last = FOLDS.latest(store, sweep.id)
+    if last is not None and last[0] == (history.version, fold_key(sweep)):
+        return last[1]  # type: ignore[no-any-return]
+    made = advance(last[1] if last is not None else None, sweep, history)
+    return FOLDS.put(store, sweep.id, (history.version, fold_key(sweep)), made)
 
 
 def cached_evidence(store: Store, sweep: Sweep) -> SweepEvidence:
     """The sweep's evidence as its page shows it, cached under the sweep's version (after a
-    finish: the history's few new rows, then the evidence over the sweep)."""
+    finish: the history's few new rows folded in)."""
     experiments, runs = store.sweep_version(sweep.id)
     version = (experiments, runs, (sweep.best_metric, sweep.best_commit, sweep.baseline_metric))
     hit = EVIDENCE.peek(store, sweep.id, version)
     if hit is not None:
         return hit  # type: ignore[no-any-return]
-    return _evidence(store, sweep, version, HISTORIES.get(store, sweep.id, (experiments, runs)))
+    fold = _fold(store, sweep, HISTORIES.get(store, sweep.id, (experiments, runs)))
+    return EVIDENCE.put(store, sweep.id, version, fold.sweep_evidence(sweep))
 
 
 def sweep_page(service: Service, sweep: Sweep, status: str, page: int,
@@ -247,7 +210,10 @@ def table_page(store: Store, sweep: Sweep, status: str, page: int, before: int |
 def insights_panel(sweep: Sweep, exps: list[Experiment]) -> list[dict[str, Any]]:
     """The sweep's digest (agent.insights) as sections of lines for the template, from the
     page's brief rows (no meta: a proposal's category is read from its change instead)."""
-    found = digest(sweep, exps)
+    return insights_panel_of(digest(sweep, exps))
+
+
+def insights_panel_of(found: Insights) -> list[dict[str, Any]]:
     return [{"heading": h, "lines": [x.removeprefix("- ") for x in lines]}
             for h, lines in sections(found) if lines]
 

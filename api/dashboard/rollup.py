@@ -1,0 +1,58 @@
+"""A sweep's counts and training time (Rollup), summed over experiments or kept as running
+state by the sweep page's fold (each finished experiment adds to the counts and time)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from agent.domain import Experiment, ExperimentStatus, utcnow
+
+S = ExperimentStatus
+RUNS = (S.KEPT, S.DISCARDED, S.CRASHED, S.TIMEOUT)
+
+
+@dataclass
+class Rollup:
+    """Counts and time used by one sweep."""
+
+    counts: Counter[str] = field(default_factory=Counter)
+    train_s: float = 0.0
+
+    @property
+    def runs(self) -> int:
+        return sum(self.counts[s.value] for s in RUNS)
+
+    @property
+    def crashed(self) -> int:
+        return self.counts[S.CRASHED.value] + self.counts[S.TIMEOUT.value]
+
+    @property
+    def keep_rate(self) -> float | None:
+        # The baseline is always kept; it is not an idea, so leave it out of the rate.
+        tried = self.runs - 1
+        return (self.counts[S.KEPT.value] - 1) / tried if tried > 0 else None
+
+    @property
+    def gpu_hours(self) -> float:
+        return self.train_s / 3600
+
+    def add(
+        self, status: str, started: datetime | None, ended: datetime | None, now: datetime
+    ) -> None:
+        self.counts[status] += 1
+        if started is not None and (ended is not None or status == S.RUNNING.value):
+            self.train_s += max(0.0, ((ended or now) - started).total_seconds())
+
+
+def rollup_of(experiments: Sequence[Experiment], running_time: bool = True) -> Rollup:
+    """Counts and training time; without `running_time` the running rows are counted but
+    their time so far is left out (a cached rollup adds it when the page is drawn)."""
+    now = utcnow()
+    r = Rollup()
+    for e in experiments:
+        running = e.status is S.RUNNING and not running_time
+        r.add(e.status.value, None if running else e.run_started_at, e.run_ended_at, now)
+    return r

@@ -1,0 +1,237 @@
+"""The sweep page's fold (api/dashboard/fold.py) on a real SQLite file: after every finish of
+every status the folded rollup, plot, evidence and digest equal what the whole-sweep functions
+compute from the same rows; finishes (keeps included) are folded in, in id order (one that
+finishes above a still-open row waits until that one finishes), while a flipped verdict makes
+a new fold from the whole sweep."""
+
+from __future__ import annotations
+
+import random
+import statistics
+from dataclasses import replace
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from test_store_contract import CONFIG, spec
+
+from agent.domain import (
+    CrashKind,
+    ExperimentStatus,
+    Finish,
+    Proposal,
+    RunEnd,
+    RunRole,
+    RunSpec,
+    RunStatus,
+    utcnow,
+)
+from agent.evidence import sweep_evidence
+from agent.folds import Ordered
+from agent.insights import digest
+from agent.proposers.evidence import gain_scale
+from api.dashboard import views
+from api.dashboard.fold import SweepFold, advance
+from api.dashboard.history import HistoryCache
+from api.dashboard.plot import progress_svg
+from api.dashboard.rollup import rollup_of
+from db.engine import open_database
+from db.store import SqlStore
+
+S = ExperimentStatus
+KNOBS = ("LR", "WIDTH", "DEPTH", "DROPOUT")
+
+
+class Sweep:
+    """A sweep in a real SQLite file, its experiments finished one by one through the store."""
+
+    def __init__(self, path: Path, sigma: float | None) -> None:
+        self.store = SqlStore(open_database(path / "fold.db"))
+        config = CONFIG.model_copy(update={"noise_sigma": sigma})
+        self.sid = self.store.create_sweep(replace(spec(), config=config)).id
+        self.rng, self.n, self.best = random.Random(7), 0, "c0"
+        self.history = HistoryCache()
+        self.fold: SweepFold | None = None
+
+    def start(self, baseline: bool = False, pure: bool = True) -> int:
+        self.n += 1
+        knob = KNOBS[self.n % len(KNOBS)]
+        diff = (f"--- a/train.py\n+++ b/train.py\n@@ -1 +1 @@\n-{knob} = 1\n"
+                f"+{knob} = {self.n + 1}\n") if pure else \
+            f"--- a/m.py\n+++ b/m.py\n@@ -1 +1 @@\n-x = f(1)\n+x = g({self.n})\n"
+        e = self.store.add_experiment(self.sid, Proposal(f"change {self.n}", diff),
+                                      is_baseline=baseline)
+        self.store.claim(e.id)
+        self.store.mark_started(e.id, commit=f"c{e.id}", base_commit=self.best,
+                                run_started_at=utcnow() - timedelta(seconds=30))
+        return e.id
+
+    def run(self, eid: int, commit: str, metric: float | None,
+            role: RunRole = RunRole.SCREEN, started: int | None = None) -> int:
+        """A run of `commit` that ended with `metric` (`started`: a run started before)."""
+        if started is None:
+            started = self.store.start_run(RunSpec(self.sid, eid, commit, 42, role)).id
+        ok = RunStatus.OK if metric is not None else RunStatus.FAILED
+        self.store.end_run(started, RunEnd(ok, metric=metric, training_s=1.0))
+        return started
+
+    def finish(self, eid: int, status: ExperimentStatus, metric: float | None = None,
+               kind: CrashKind | None = None, reason: str | None = None,
+               run: int | None = None) -> None:
+        self.run(eid, f"c{eid}", metric if status is not S.TIMEOUT else None, started=run)
+        keep = f"c{eid}" if status is S.KEPT else None
+        self.store.finish(eid, Finish(status, kind, reason, metric, best_before=1.0,
+                                      run_started_at=utcnow() - timedelta(seconds=20),
+                                      run_ended_at=utcnow()), keep_commit=keep)
+        if keep:
+            self.best = keep
+
+    def step(self) -> SweepFold:
+        """The fold moved on to the store's rows, checked against the whole-sweep functions."""
+        sweep = self.store.get_sweep_by_id(self.sid)
+        h = self.history.get(self.store, self.sid, self.store.sweep_version(self.sid))
+        self.fold = fold = advance(self.fold, sweep, h)
+        ev = fold.sweep_evidence(sweep)
+        plot = views.draw_progress(fold.plot(), sweep.metric, sweep.baseline_metric,
+                                   evidence=ev)  # works out the drawn runs' evidence
+        assert fold.insights(sweep) == digest(sweep, h.experiments)
+        whole_ev = sweep_evidence(sweep, h.experiments, h.runs)
+        assert ev == whole_ev and dict(ev.experiments) == dict(whole_ev.experiments)
+        assert plot == progress_svg(h.experiments, sweep.metric, sweep.baseline_metric,
+                                    evidence=whole_ev)
+        assert fold.rollup_now() == rollup_of(h.experiments, running_time=False)
+        return fold
+
+
+@pytest.fixture(params=[None, 0.02], ids=["measured-sigma", "known-sigma"])
+def sweep(tmp_path: Path, request: pytest.FixtureRequest) -> Sweep:
+    s = Sweep(tmp_path, request.param)
+    base = s.start(baseline=True)
+    s.run(base, f"c{base}", 1.0, RunRole.BASELINE)
+    s.finish(base, S.KEPT, 1.0)
+    s.step()
+    return s
+
+
+def _ordinary(s: Sweep, i: int) -> None:
+    """One finish of a kind that folds in: discarded, crashed, timeout, rejected..."""
+    eid = s.start(pure=i % 3 != 0)
+    roll = i % 6
+    if roll == 0:
+        s.finish(eid, S.CRASHED, kind=CrashKind.FUNDAMENTAL, reason="CUDA out of memory")
+    elif roll == 1:
+        s.finish(eid, S.TIMEOUT, kind=CrashKind.TIMEOUT, reason="over budget")
+    elif roll == 2:
+        s.store.finish(eid, Finish(S.INTERRUPTED, reason="stopped"))
+    else:
+        s.finish(eid, S.DISCARDED, 1.0 + s.rng.gauss(0.01, 0.02))
+
+
+def test_finishes_fold_in_and_equal_the_whole_sweep(sweep: Sweep) -> None:
+    queued = sweep.store.add_experiment(sweep.sid, Proposal("waiting", "--- a/q\n+++ b/q\n"))
+    for i in range(40):
+        _ordinary(sweep, i)
+        fold = sweep.step()
+        assert fold.folds == i + 1  # folded in, not rebuilt
+    rejected = sweep.store.add_experiment(sweep.sid, Proposal("bad", "x"), status=S.REJECTED,
+                                          reason="does not apply")
+    assert sweep.step().folds == 41 and rejected.id > queued.id
+    assert sweep.step().exps.pending  # finished above a queued row: drawn, not folded yet
+    sweep.store.finish(queued.id, Finish(S.CANCELLED, reason="cancelled"))  # the old open row
+    fold = sweep.step()
+    assert fold.folds == 43 and not fold.exps.pending and not fold.exps.open_ids
+
+
+def test_keeps_and_late_finishes_fold_in_and_a_flipped_verdict_rebuilds(sweep: Sweep) -> None:
+    for i in range(12):
+        _ordinary(sweep, i)
+        sweep.step()
+    kept = sweep.start()
+    sweep.finish(kept, S.KEPT, 0.95)  # the best moves: drawn with the new best, folded in
+    assert sweep.step().folds == 13
+    for i in range(3):  # built on the new best: their P(better) reads its runs
+        sweep.finish(sweep.start(), S.DISCARDED, 0.96 + i / 100)
+        sweep.step()
+    incumbent = sweep.run(kept, f"c{kept}", 0.96, RunRole.INCUMBENT)  # a re-measure folds in
+    assert sweep.step().folds == 17
+    sweep.store.set_run_status(incumbent, RunStatus.SUSPECT)  # ok → suspect: read again
+    assert sweep.step().folds == 0
+    for i in range(4):  # two slots: the later experiment (and run) ends first
+        first, second = sweep.start(pure=i % 2 == 0), sweep.start()
+        runs = [sweep.store.start_run(RunSpec(sweep.sid, e, f"c{e}", 42, RunRole.SCREEN)).id
+                for e in (first, second)]
+        sweep.finish(second, S.DISCARDED, 1.02 - i / 100, run=runs[1])
+        fold = sweep.step()
+        assert fold.exps.pending and fold.runs.pending
+        sweep.finish(first, [S.DISCARDED, S.CRASHED][i % 2], 0.99 + i / 100,
+                     *([CrashKind.FUNDAMENTAL, "CUDA out of memory"] if i % 2 else []),
+                     run=runs[0])
+        fold = sweep.step()
+        assert fold.folds == 2 * i + 2 and not fold.exps.pending and not fold.runs.pending
+    again = sweep.start()
+    sweep.finish(again, S.KEPT, 0.9)  # another keep, after the late ones
+    assert sweep.step().folds == 9
+    for i in range(6):
+        _ordinary(sweep, i)
+        assert sweep.step().folds == 10 + i
+
+
+def test_the_page_after_a_finish_shows_the_folded_summary(sweep: Sweep) -> None:
+    for i in range(8):
+        _ordinary(sweep, i)
+    store, swept = sweep.store, sweep.store.get_sweep_by_id(sweep.sid)
+    first = views.sweep_summary(store, swept)
+    _ordinary(sweep, 9)
+    after = views.sweep_summary(store, store.get_sweep_by_id(sweep.sid))
+    marks = store.experiment_marks(sweep.sid, with_diffs=True)
+    assert after is not first and after.rollup.counts == rollup_of(marks).counts
+    assert after.insights == views.insights_panel(swept, marks)
+    assert after.evidence == sweep_evidence(swept, marks, store.run_metrics(sweep.sid))
+
+
+def _scale_by_sorting(gains: list[float]) -> float | None:
+    """The noise scale as it was computed before (statistics over every deviation)."""
+    if len(gains) < 4:
+        return None
+    mid = statistics.median(gains)
+    deviations = [abs(g - mid) for g in gains]
+    return max(1.4826 * statistics.median(deviations) or statistics.mean(deviations), 1e-12)
+
+
+def test_the_scale_of_sorted_gains_is_the_scale_by_sorting() -> None:
+    rng = random.Random(5)
+    for trial in range(3000):
+        n = rng.randint(0, 30)
+        draw = [lambda: rng.gauss(0, 1), lambda: rng.choice([0.0, 0.1, -0.1, 0.2]),
+                lambda: round(rng.uniform(-1, 1), 2), lambda: 1.0][trial % 4]
+        gains = [draw() for _ in range(n)]
+        want = _scale_by_sorting(gains)
+        assert gain_scale(gains) == want and gain_scale(sorted(gains), ordered=True) == want
+
+
+def test_a_fold_is_left_as_it_was_when_the_next_one_is_made(sweep: Sweep) -> None:
+    for i in range(70):  # more than Ordered inserts one by one: a rebuild sorts them in
+        _ordinary(sweep, i)
+    sweep.fold = None  # the next step folds the whole sweep
+    before = sweep.step()
+    assert before.folds == 0
+    swept = sweep.store.get_sweep_by_id(sweep.sid)
+    seen = (before.insights(swept), before.sweep_evidence(swept), before.rollup_now(),
+            views.draw_progress(before.plot(), swept.metric, swept.baseline_metric))
+    for i in range(8):  # knobs, areas, crashes, commits and stretches added to in the copies
+        _ordinary(sweep, i)
+        sweep.step()
+    assert seen == (before.insights(swept), before.sweep_evidence(swept), before.rollup_now(),
+                    views.draw_progress(before.plot(), swept.metric, swept.baseline_metric))
+
+
+def test_an_ordered_list_takes_values_in_any_order() -> None:
+    rng = random.Random(3)
+    values = Ordered()
+    for n in (200, 3, 0, 70, 1):
+        for _ in range(n):
+            values.add(rng.random())
+        copy = values.copy()
+        copy.add(2.0)
+        assert values.values() == sorted(values.values()) and 2.0 not in values.values()
+        assert copy.values()[-1] == 2.0 and len(copy) == len(values) + 1

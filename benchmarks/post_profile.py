@@ -55,7 +55,9 @@ def child_cpu_s() -> float:
 def client(url: str, requests_file: str, in_flight: int) -> None:
     requests = pickle.loads(Path(requests_file).read_bytes())
     out = asyncio.run(burst(url, requests, in_flight))
+    own = os.times()
     print(f"client: {len(out['times'])} answers {out['statuses']} in {out['wall_s']:.2f} s")
+    print(f"client cpu s: {own.user + own.system}")
 
 
 def profiled(profiles: list[cProfile.Profile], work: Callable[[], Any]) -> Callable[[], Any]:
@@ -119,9 +121,12 @@ def main() -> int:
                 for k in range(args.posts)]))
             del worker_profiles[:]
             state["cpu0"], state["git0"] = time.thread_time(), child_cpu_s()
-            subprocess.run([sys.executable, __file__, "--client", url, str(reqs),
-                            str(args.in_flight)], check=True)
-            state["git"] = child_cpu_s() - state["git0"]
+            done = subprocess.run([sys.executable, __file__, "--client", url, str(reqs),
+                                   str(args.in_flight)], check=True, capture_output=True,
+                                  text=True).stdout
+            print(done.splitlines()[0])
+            client_s = float(done.split("client cpu s: ", 1)[1].split()[0])
+            state["git"] = child_cpu_s() - state["git0"] - client_s  # the client is a child too
             server.should_exit = True
 
         state: dict[str, float] = {}

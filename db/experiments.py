@@ -7,7 +7,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import Table, insert, select, update
+from sqlalchemy import Table, bindparam, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -29,6 +29,7 @@ from db.session import StoreBase
 # The table's INSERT, not the ORM entity's: an ORM-enabled insert takes the bulk-persistence
 # path on every call (its cost was the insert's largest part).
 _INSERT = insert(cast(Table, ExperimentRow.__table__))
+_SWEEP_EXISTS = select(SweepRow.id).where(SweepRow.id == bindparam("sweep_id"))
 
 
 def _span_s(started: datetime | None, ended: datetime | None) -> float:
@@ -77,7 +78,7 @@ class ExperimentWrites(StoreBase):
 
     @staticmethod
     def _check_new(s: Session, sweep_id: int, retry_of: int | None) -> None:
-        if s.scalar(select(SweepRow.id).where(SweepRow.id == sweep_id)) is None:
+        if s.scalar(_SWEEP_EXISTS, {"sweep_id": sweep_id}) is None:
             raise NotFoundError(f"no sweep with id {sweep_id}")
         if retry_of is not None and s.scalar(
                 select(ExperimentRow.id).where(ExperimentRow.retry_of == retry_of)):

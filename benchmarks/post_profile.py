@@ -84,59 +84,70 @@ def main() -> int:
     ap.add_argument("--in-flight", type=int, default=100)
     ap.add_argument("--top", type=int, default=25)
     args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        main_prof, workers, state = profile_server(args, Path(tmp))
+    report(args, main_prof, workers, state)
+    return 0
+
+
+def profile_server(args: Any, tmp: Path) -> tuple[cProfile.Profile, list[cProfile.Profile],
+                                                   dict[str, float]]:
+    """Serve the real app here, profiled, while `drive` sends the POSTs from a client process."""
     import uvicorn
 
     from api.settings import Settings
     from overnight.cli_service import _bind
     from overnight.runtime import service_app
 
-    with tempfile.TemporaryDirectory() as tmp:
-        target = make_counting_target(Path(tmp) / "target", n_knobs=args.posts)
-        settings = Settings.build(db_path=Path(tmp) / "o.db", host="127.0.0.1", port=0, slots=0,
-                                  token=TOKEN, run_scheduler=False)
-        app = service_app(settings)
-        services = app.state.services
-        worker_profiles: list[cProfile.Profile] = []
-        gate_run = services.admissions.run
+    target = make_counting_target(tmp / "target", n_knobs=args.posts)
+    settings = Settings.build(db_path=tmp / "o.db", host="127.0.0.1", port=0, slots=0,
+                              token=TOKEN, run_scheduler=False)
+    app = service_app(settings)
+    services = app.state.services
+    workers: list[cProfile.Profile] = []
+    gate_run = services.admissions.run
 
-        async def run(sweep: str, work: Callable[[], Any]) -> Any:
-            return await gate_run(sweep, profiled(worker_profiles, work))
+    async def run(sweep: str, work: Callable[[], Any]) -> Any:
+        return await gate_run(sweep, profiled(workers, work))
 
-        services.admissions.run = run
-        sock = _bind("127.0.0.1", 0)
-        url = f"http://127.0.0.1:{sock.getsockname()[1]}"
-        server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
-        reqs = Path(tmp) / "requests.pickle"
+    services.admissions.run = run
+    sock = _bind("127.0.0.1", 0)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    state: dict[str, float] = {}
+    url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    threading.Thread(target=drive, args=(server, url, target, args, workers, state, tmp),
+                     daemon=True).start()
+    main_prof = cProfile.Profile(time.thread_time)
+    main_prof.enable()
+    server.run(sockets=[sock])
+    main_prof.disable()
+    return main_prof, workers, state
 
-        def drive() -> None:
-            import httpx
-            while not server.started:
-                time.sleep(0.05)
-            httpx.post(f"{url}/sweeps", headers={"Authorization": f"Bearer {TOKEN}"},
-                       json={"name": "s0", "target": str(target), "paused": True,
-                             "proposer": "queue"}, timeout=60).raise_for_status()
-            host = url.split("//", 1)[1]
-            reqs.write_bytes(pickle.dumps([request_bytes(host, {
-                "sweep": "s0", "description": f"K{k} = 1", "diff": knob_diff(target, k, 1)})
-                for k in range(args.posts)]))
-            del worker_profiles[:]
-            state["cpu0"], state["git0"] = time.thread_time(), child_cpu_s()
-            done = subprocess.run([sys.executable, __file__, "--client", url, str(reqs),
-                                   str(args.in_flight)], check=True, capture_output=True,
-                                  text=True).stdout
-            print(done.splitlines()[0])
-            client_s = float(done.split("client cpu s: ", 1)[1].split()[0])
-            state["git"] = child_cpu_s() - state["git0"] - client_s  # the client is a child too
-            server.should_exit = True
 
-        state: dict[str, float] = {}
-        main_prof = cProfile.Profile(time.thread_time)
-        threading.Thread(target=drive, daemon=True).start()
-        main_prof.enable()
-        server.run(sockets=[sock])
-        main_prof.disable()
-    report(args, main_prof, worker_profiles, state)
-    return 0
+def drive(server: Any, url: str, target: Path, args: Any, workers: list[cProfile.Profile],
+          state: dict[str, float], tmp: Path) -> None:
+    """Make the sweep, then run the client process; the git children's CPU into `state`."""
+    import httpx
+
+    while not server.started:
+        time.sleep(0.05)
+    httpx.post(f"{url}/sweeps", headers={"Authorization": f"Bearer {TOKEN}"},
+               json={"name": "s0", "target": str(target), "paused": True, "proposer": "queue"},
+               timeout=60).raise_for_status()
+    host = url.split("//", 1)[1]
+    reqs = tmp / "requests.pickle"
+    reqs.write_bytes(pickle.dumps([request_bytes(host, {
+        "sweep": "s0", "description": f"K{k} = 1", "diff": knob_diff(target, k, 1)})
+        for k in range(args.posts)]))
+    del workers[:]
+    git0 = child_cpu_s()
+    done = subprocess.run([sys.executable, __file__, "--client", url, str(reqs),
+                           str(args.in_flight)], check=True, capture_output=True,
+                          text=True).stdout
+    print(done.splitlines()[0])
+    client_s = float(done.split("client cpu s: ", 1)[1].split()[0])
+    state["git"] = child_cpu_s() - git0 - client_s  # the client is a waited-for child too
+    server.should_exit = True
 
 
 def report(args: Any, main_prof: cProfile.Profile, workers: list[cProfile.Profile],

@@ -109,6 +109,16 @@ def test_reading_an_experiment_is_one_transaction(served) -> None:  # type: igno
     assert trips.seen == {"checkout": 1, "begin": 1, "commit": 1}, trips.seen
 
 
+@pytest.mark.parametrize("path", ["/sweeps", "/sweeps/rt"])
+def test_reading_sweeps_is_one_transaction(served, path: str) -> None:  # type: ignore[no-untyped-def]
+    c, trips, _target = served
+    with trips.watch():
+        r = c.get(path)
+    assert r.status_code == 200, r.text
+    assert trips.statements == ["SELECT", "SELECT"], trips.statements  # the sweeps, the counts
+    assert trips.seen == {"checkout": 1, "begin": 1, "commit": 1}, trips.seen
+
+
 def test_a_post_sends_a_few_statements(served) -> None:  # type: ignore[no-untyped-def]
     c, trips, target = served
     with trips.watch():

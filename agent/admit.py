@@ -9,6 +9,7 @@ and what it then changes, is asked of the Repo port by the caller (agent.sweeps.
 from __future__ import annotations
 
 import hashlib
+from functools import lru_cache
 
 from agent.config import TargetConfig
 from agent.diff import (
@@ -72,8 +73,12 @@ def check_changes(changes: list[PathChange], config: TargetConfig) -> None:
             raise AdmissionError("mode", f"file mode changes are not accepted ({change.path!r})")
 
 
+@lru_cache(maxsize=32)
 def diff_key(diff: str) -> str | None:
-    """A short hash of the normalized diff (None for an empty one): the duplicate check's key."""
+    """A short hash of the normalized diff (None for an empty one): the duplicate check's key.
+
+    Remembered for the last few diffs: one admission asks for it twice (the duplicate lookup,
+    then the insert), and each answer parses the whole diff."""
     return hashlib.sha256(normalize(diff).encode()).hexdigest() if diff.strip() else None
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Collection, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -63,6 +64,10 @@ class Store(Protocol):
 
     def ping(self) -> None:
         """Raise if the storage cannot be reached (health checks)."""
+
+    def reading(self) -> AbstractContextManager[None]:
+        """A block whose reads share one transaction (one consistent view, one connection);
+        for reads only."""
 
     def create_sweep(self, spec: SweepSpec) -> Sweep:
         """Raises ConflictError if the name is taken."""

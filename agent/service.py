@@ -27,7 +27,7 @@ from agent.evidence import SweepEvidence, sweep_evidence
 from agent.ports import Repo, Store
 from agent.report import results_tsv
 from agent.retention import pruned_log_note
-from agent.sweeps import submit
+from agent.sweeps import admit_before_git, submit
 from runner.logtail import read_log_end
 
 logger = logging.getLogger(__name__)
@@ -106,21 +106,23 @@ class Service:
 
     # --- acting ---------------------------------------------------------------------------
     def queue(self, sweep_name: str, proposal: Proposal, priority: int = 0) -> Experiment:
-        """Admit and queue one proposal; a refusal raises and writes nothing."""
-        sweep = self.store.get_sweep(sweep_name)
-        if sweep.status.is_finished():
-            raise ConflictError(f"sweep {sweep.name} is {sweep.status.value}: it takes no more "
-                                "experiments")
-        if sweep.max_experiments is None:  # no cap: nothing to count (the cheap path)
-            return submit(self.store, self.repo_for(sweep), sweep, proposal,
-                          record_rejection=False, priority=priority)
-        usage = self.usage(sweep)
-        if usage.left == 0:
-            raise ConflictError(f"sweep {sweep.name} reached max_experiments="
-                                f"{sweep.max_experiments} ({usage.used} used, {usage.queued} "
-                                "queued)")
+        """Admit and queue one proposal; a refusal raises and writes nothing. The reads before
+        git (the sweep, its usage, the duplicate lookup) share one transaction; git runs
+        outside any, and the insert has its own."""
+        with self.store.reading():
+            sweep = self.store.get_sweep(sweep_name)
+            if sweep.status.is_finished():
+                raise ConflictError(f"sweep {sweep.name} is {sweep.status.value}: it takes no "
+                                    "more experiments")
+            if sweep.max_experiments is not None:  # no cap: nothing to count (the cheap path)
+                usage = self.usage(sweep)
+                if usage.left == 0:
+                    raise ConflictError(f"sweep {sweep.name} reached max_experiments="
+                                        f"{sweep.max_experiments} ({usage.used} used, "
+                                        f"{usage.queued} queued)")
+            admit_before_git(self.store, sweep, proposal)
         return submit(self.store, self.repo_for(sweep), sweep, proposal, record_rejection=False,
-                      priority=priority)
+                      priority=priority, checked=True)
 
     def set_status(self, sweep_name: str, new: SweepStatus) -> Sweep:
         sweep = self.store.get_sweep(sweep_name)

@@ -191,10 +191,11 @@ def link_assets(worktree: Path, target: Path, config: TargetConfig) -> list[Path
     return links
 
 
-def admit(store: Store, repo: Repo, sweep: Sweep, proposal: Proposal) -> str:
-    """All admission checks; returns the sweep head the diff applies to. Raises AdmissionError."""
-    config = sweep.config
-    check_proposal(proposal, config)
+def admit_before_git(store: Store, sweep: Sweep, proposal: Proposal) -> None:
+    """The checks that need no git: description, size, shape, paths, then the duplicate
+    lookup (one index search). Raises AdmissionError."""
+    clean_description(proposal.description)
+    check_proposal(proposal, sweep.config)
     earlier = store.has_diff(sweep.id, proposal.diff)
     if earlier is not None:
         raise AdmissionError(
@@ -202,6 +203,14 @@ def admit(store: Store, repo: Repo, sweep: Sweep, proposal: Proposal) -> str:
             f"the same change was already tried as experiment {earlier.id} "
             f"({earlier.status.value}): {earlier.description}",
         )
+
+
+def admit(store: Store, repo: Repo, sweep: Sweep, proposal: Proposal, *,
+          checked: bool = False) -> str:
+    """All admission checks; returns the sweep head the diff applies to. Raises AdmissionError.
+    `checked`: admit_before_git already passed (the caller ran it with its other reads)."""
+    if not checked:
+        admit_before_git(store, sweep, proposal)
     head = repo.head(sweep.branch)
     try:
         changes = repo.tree_changes(head, proposal.diff)  # one git process: apply, then read
@@ -210,7 +219,7 @@ def admit(store: Store, repo: Repo, sweep: Sweep, proposal: Proposal) -> str:
             "does_not_apply", f"diff does not apply to the sweep head {head[:7]}: {exc}", 409
         ) from None
     # git is the final authority on what the diff touches: check its view, not only ours.
-    check_changes(changes, config)
+    check_changes(changes, sweep.config)
     return head
 
 
@@ -223,16 +232,18 @@ def submit(
     record_rejection: bool,
     attempt: int = 0,
     priority: int = 0,
+    checked: bool = False,
 ) -> Experiment:
     """Admit and queue a proposal.
 
     With `record_rejection` a refused proposal is stored as `rejected` (its reason kept) and
-    returned; without it the AdmissionError propagates and nothing is written.
+    returned; without it the AdmissionError propagates and nothing is written. `checked`:
+    admit_before_git already passed.
     """
     description = proposal.description
     try:
         description = clean_description(proposal.description)
-        head = admit(store, repo, sweep, proposal)
+        head = admit(store, repo, sweep, proposal, checked=checked)
         clean = Proposal(
             description, proposal.diff, proposal.proposer, proposal.parent_id, proposal.meta
         )

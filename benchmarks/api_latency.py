@@ -5,14 +5,15 @@ For each `--rows` size and backend: a fresh database gets that many finished exp
 sweep (bulk rows, tests/bulk_seed.py: sqlite3's executemany, or COPY FROM STDIN then ANALYZE on
 PostgreSQL; kept ~5 %, crashed ~8 %, timeouts ~2 %), then `overnight serve --db <file or URL>`
 starts on an ephemeral loopback port and `--requests` sequential requests per shape are timed
-with one keep-alive httpx client: the first page; deep cursor pages (cursors spread from the
-newest row to the oldest tenth of the table); filtered pages (sweep + status, several statuses,
-crash kind), first and deep; time-filtered pages (`since` the last 24 h or 7 days, alone and
-with sweep + status; a window over 90 % of the table walked with deep cursors, alone and with a
-crash kind). The bulk rows are created 5 minutes apart, so the windows hold 288 / 2,016 rows and
-most of the table. PostgreSQL is a throw-away cluster started the way the tests do
-(tests/pg_server.py: Debian's initdb/pg_ctl, a temp dir, loopback, fsync off). Targets (issue
-14, SQLite): p99 ≤ 30 ms at 100k and ≤ 50 ms at 1M.
+with one keep-alive httpx client (and the server process's CPU per request is read from /proc:
+less swayed by a busy machine than the latencies): the first page; deep cursor pages (cursors
+spread from the newest row to the oldest tenth of the table); filtered pages (sweep + status,
+several statuses, crash kind), first and deep; time-filtered pages (`since` the last 24 h or 7
+days, alone and with sweep + status; a window over 90 % of the table walked with deep cursors,
+alone and with a crash kind). The bulk rows are created 5 minutes apart, so the windows hold
+288 / 2,016 rows and most of the table. PostgreSQL is a throw-away cluster started the way the
+tests do (tests/pg_server.py: Debian's initdb/pg_ctl, a temp dir, loopback, fsync off). Targets
+(issue 14, SQLite): p99 ≤ 30 ms at 100k and ≤ 50 ms at 1M.
 
     .venv/bin/python benchmarks/api_latency.py [--rows 100000 1000000] [--requests 300]
         [--backend sqlite postgres]
@@ -33,6 +34,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from bulk_seed import seed  # noqa: E402
+from post_rate import cpu_s  # noqa: E402  (this folder is on the path when run as a script)
 from service_fixtures import ServerProcess, make_counting_target  # noqa: E402
 
 BACKENDS = ("sqlite", "postgres")
@@ -81,20 +83,24 @@ def shapes(rows: int, created: Callable[[int], str]) -> dict[str, Params]:
 
 
 def measure(c: Any, name: str, params: Params, requests: int, rows: int,
-            backend: str) -> tuple[float, float]:
+            backend: str, pid: int) -> tuple[float, float, float]:
     times = []
+    cpu0 = cpu_s(pid)
     for i in range(requests):
         t = time.perf_counter()
         r = c.get("/experiments", params={"limit": 50, **params(i)})
         times.append((time.perf_counter() - t) * 1000)
         assert r.status_code == 200 and len(r.json()["data"]) == 50, r.text[:300]
+    cpu_ms = (cpu_s(pid) - cpu0) * 1000 / requests
     p50, p99 = statistics.median(times), pct(times, 0.99)
     print(f"{backend:8}  GET /experiments ({name}, 50 rows of {rows:,}): p50 {p50:.1f} ms, "
-          f"p99 {p99:.1f} ms, max {max(times):.1f} ms over {requests} requests", flush=True)
-    return p50, p99
+          f"p99 {p99:.1f} ms, max {max(times):.1f} ms over {requests} requests; server CPU "
+          f"{cpu_ms:.2f} ms per request", flush=True)
+    return p50, p99, cpu_ms
 
 
-Result = dict[tuple[str, int, str], tuple[float, float]]  # (backend, rows, shape) -> p50, p99
+# (backend, rows, shape) -> p50, p99, the server process's CPU ms per request
+Result = dict[tuple[str, int, str], tuple[float, float, float]]
 
 
 @contextlib.contextmanager
@@ -123,13 +129,15 @@ def run(rows: int, requests: int, backend: str, cluster: Any, results: Result) -
             server = ServerProcess(db, log=root / "server.log", slots=0,
                                    extra=["--work-dir", str(root / "work")]).start()
             try:
+                assert server.proc is not None
                 with server.client() as c:
-                    measure_all(c, rows, requests, backend, results)
+                    measure_all(c, rows, requests, backend, results, server.proc.pid)
             finally:
                 server.stop()
 
 
-def measure_all(c: Any, rows: int, requests: int, backend: str, results: Result) -> None:
+def measure_all(c: Any, rows: int, requests: int, backend: str, results: Result,
+                pid: int) -> None:
     first = c.get("/experiments", params={"limit": 50}).json()
     assert first["count"] >= rows and len(first["data"]) == 50
     for _ in range(20):  # warm-up
@@ -139,7 +147,7 @@ def measure_all(c: Any, rows: int, requests: int, backend: str, results: Result)
         return str(c.get(f"/experiments/{exp_id}").json()["created_at"])
 
     for name, params in shapes(rows, created).items():
-        results[backend, rows, name] = measure(c, name, params, requests, rows, backend)
+        results[backend, rows, name] = measure(c, name, params, requests, rows, backend, pid)
 
 
 @contextlib.contextmanager
@@ -161,9 +169,9 @@ def postgres_cluster(wanted: bool) -> Iterator[Any]:
 
 
 def report(results: Result, args: argparse.Namespace) -> None:
-    print("\nbackend   rows       shape                            p50 ms   p99 ms")
-    for (backend, rows, name), (p50, p99) in results.items():
-        print(f"{backend:8}  {rows:>9,}  {name:31}  {p50:7.1f}  {p99:7.1f}")
+    print("\nbackend   rows       shape                            p50 ms   p99 ms   CPU ms")
+    for (backend, rows, name), (p50, p99, cpu) in results.items():
+        print(f"{backend:8}  {rows:>9,}  {name:31}  {p50:7.1f}  {p99:7.1f}  {cpu:7.2f}")
     print("command: .venv/bin/python benchmarks/api_latency.py " + " ".join(
         ["--rows", *map(str, args.rows), "--requests", str(args.requests),
          "--backend", *args.backend]))

@@ -12,9 +12,19 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import ColumnElement, Connection, case, delete, func, insert, select, update
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    Table,
+    case,
+    delete,
+    func,
+    insert,
+    select,
+    update,
+)
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -23,6 +33,7 @@ from db.models import ExperimentCountRow, ExperimentRow, RunCountRow, RunRow
 
 Key = tuple[int, str, str]  # (sweep id, status, crash kind or "")
 C = ExperimentCountRow
+_UPSERTS: dict[str, Any] = {}  # dialect name -> its upsert statement (see _upsert)
 
 
 def key(sweep_id: int, status: str, crash_kind: str | None) -> Key:
@@ -49,10 +60,7 @@ def _add(s: Session, k: Key, n: int, run_s: float = 0.0) -> None:
     values = {"sweep_id": k[0], "status": k[1], "crash_kind": k[2], "n": n, "run_s": run_s}
     dialect = s.get_bind().dialect.name
     if dialect in ("sqlite", "postgresql"):
-        ins = (sqlite.insert if dialect == "sqlite" else postgresql.insert)(C).values(values)
-        s.execute(ins.on_conflict_do_update(
-            index_elements=[C.sweep_id, C.status, C.crash_kind],
-            set_={"n": C.n + ins.excluded.n, "run_s": C.run_s + ins.excluded.run_s}))
+        s.execute(_upsert(dialect), values)
         return
     found = s.execute(update(C).where(C.sweep_id == k[0], C.status == k[1],
                                       C.crash_kind == k[2])
@@ -83,6 +91,20 @@ def _add_runs(s: Session, sweep_id: int, status: str, n: int) -> None:
                       .values(n=R.n + n))
     if found.rowcount == 0:  # type: ignore[attr-defined]
         s.execute(insert(R).values(values))
+
+
+def _upsert(dialect: str) -> Any:
+    """The dialect's INSERT ... ON CONFLICT DO UPDATE on the table (values bound at execute),
+    built once: building it (its `excluded` columns) and the ORM-enabled path of an insert on
+    the entity cost more than the statement itself, on every insert of an experiment."""
+    stmt = _UPSERTS.get(dialect)
+    if stmt is None:
+        table = cast(Table, C.__table__)
+        ins = (sqlite.insert if dialect == "sqlite" else postgresql.insert)(table)
+        stmt = _UPSERTS[dialect] = ins.on_conflict_do_update(
+            index_elements=[table.c.sweep_id, table.c.status, table.c.crash_kind],
+            set_={"n": table.c.n + ins.excluded.n, "run_s": table.c.run_s + ins.excluded.run_s})
+    return stmt
 
 
 def total(s: Session, sweep_id: int | None = None,

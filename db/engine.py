@@ -69,6 +69,8 @@ def _postgres_engine(db: DbLocation) -> Engine:
                            "pip install 'overnight[postgres]'") from None
     # The engine's slots, the API's threadpool and the scheduler share it; pre-ping drops
     # connections a server restart or an idle timeout closed, instead of failing a request.
+    # It is one round trip per checkout (~140 µs on loopback), and a request that reads
+    # several things checks out once (Store.reading()), so it stays.
     engine = create_engine(db.url, pool_size=8, max_overflow=16, pool_timeout=30,
                            pool_pre_ping=True, pool_recycle=1800,
                            connect_args=postgres_connect_args())

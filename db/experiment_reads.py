@@ -6,7 +6,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import DateTime, func, select, type_coerce
+from sqlalchemy import DateTime, bindparam, func, select, type_coerce
 
 from agent.admit import diff_key
 from agent.domain import CrashKind, Experiment, ExperimentStatus
@@ -15,6 +15,20 @@ from db.keyset import Page
 from db.models import ExperimentRow, UTCDateTime
 from db.rows import BRIEF_FIELDS, to_experiment, utc
 from db.session import StoreBase
+
+# The duplicate check, on every proposal: the id alone first (one search of
+# ix_experiments_sweep_diff), as the usual answer is "none" and the row is only loaded for the
+# refusal's message. Built once (values bound at execute): building it cost as much as running it.
+_DIFF_LOOKUP = (
+    select(ExperimentRow.id)
+    .where(
+        ExperimentRow.sweep_id == bindparam("sweep_id"),
+        ExperimentRow.diff_key == bindparam("diff_key"),
+        ExperimentRow.status != ExperimentStatus.REJECTED.value,
+    )
+    .order_by(ExperimentRow.id)
+    .limit(1)
+)
 
 # Timestamps read as plain DateTime (UTCDateTime's per-value hook was half the read) and made
 # aware again in the loop that builds the records.
@@ -119,20 +133,8 @@ class ExperimentReads(StoreBase):
         key = diff_key(diff)
         if key is None:
             return None
-        # The id alone first (one search of ix_experiments_sweep_diff): the usual answer, on
-        # every proposal, is "none", and the row is only loaded for the refusal's message.
-        q = (
-            select(ExperimentRow.id)
-            .where(
-                ExperimentRow.sweep_id == sweep_id,
-                ExperimentRow.diff_key == key,
-                ExperimentRow.status != ExperimentStatus.REJECTED.value,
-            )
-            .order_by(ExperimentRow.id)
-            .limit(1)
-        )
         with self.session("looking up a diff") as s:
-            found = s.scalar(q)
+            found = s.scalar(_DIFF_LOOKUP, {"sweep_id": sweep_id, "diff_key": key})
             row = s.get(ExperimentRow, found) if found is not None else None
             return to_experiment(row) if row else None
 

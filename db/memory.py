@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import replace
 from datetime import datetime
 
@@ -61,6 +62,12 @@ class MemoryStore:
 
     def ping(self) -> None:
         return None
+
+    @contextmanager
+    def reading(self) -> Iterator[None]:
+        """The reads inside see one state: the store's lock is held for the block."""
+        with self._lock:
+            yield
 
     # --- sweeps -------------------------------------------------------------------------
     def create_sweep(self, spec: SweepSpec) -> Sweep:

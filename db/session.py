@@ -1,15 +1,21 @@
-"""StoreBase: the SqlStore's engine and its one transaction helper (one StoreError per failure)."""
+"""StoreBase: the SqlStore's engine and its one transaction helper (one StoreError per failure),
+and `reading()`: several reads in one session (one connection, one transaction)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 
 from sqlalchemy import Engine, text
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from agent.errors import ConflictError, NotFoundError, StoreError
+
+# The session `reading()` opened in this thread (or task), with the store it belongs to.
+_SHARED: ContextVar[tuple[StoreBase, Session] | None] = ContextVar("overnight_shared_session",
+                                                                    default=None)
 
 
 class StoreBase:
@@ -18,8 +24,33 @@ class StoreBase:
         self._sessions = sessionmaker(engine, expire_on_commit=False)
 
     @contextmanager
+    def reading(self) -> Iterator[None]:
+        """The store's reads inside share one session: one connection from the pool (one
+        pre-ping), one transaction (one snapshot), instead of one of each per read. For reads
+        only: a write inside would commit with the block, and on SQLite a read transaction
+        that turns into a write can fail where its own transaction would have waited."""
+        shared = _SHARED.get()
+        if shared is not None and shared[0] is self:
+            yield
+            return
+        with self.session("reading") as s:
+            token = _SHARED.set((self, s))
+            try:
+                yield
+            finally:
+                _SHARED.reset(token)
+
+    @contextmanager
     def session(self, action: str) -> Iterator[Session]:
-        """One transaction: commit on success, roll back on error, one readable StoreError."""
+        """One transaction: commit on success, roll back on error, one readable StoreError.
+        Inside `reading()`, that block's session (it commits or rolls back at its end)."""
+        shared = _SHARED.get()
+        if shared is not None and shared[0] is self:
+            try:
+                yield shared[1]
+            except SQLAlchemyError as exc:
+                raise _store_error(action, exc) from exc
+            return
         with self._sessions() as s:
             try:
                 yield s
@@ -29,10 +60,7 @@ class StoreBase:
                 raise
             except SQLAlchemyError as exc:
                 s.rollback()
-                raise StoreError(
-                    f"database error while {action}: {exc.__class__.__name__}: "
-                    f"{getattr(exc, 'orig', exc)}"
-                ) from exc
+                raise _store_error(action, exc) from exc
             except BaseException:
                 s.rollback()
                 raise
@@ -40,3 +68,8 @@ class StoreBase:
     def ping(self) -> None:
         with self.session("checking the database") as s:
             s.execute(text("SELECT 1"))
+
+
+def _store_error(action: str, exc: SQLAlchemyError) -> StoreError:
+    return StoreError(f"database error while {action}: {exc.__class__.__name__}: "
+                      f"{getattr(exc, 'orig', exc)}")

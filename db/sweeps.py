@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from datetime import datetime
 
-from sqlalchemy import select
+from sqlalchemy import bindparam, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -15,6 +15,9 @@ from agent.ports import SweepSpec
 from db.models import ExperimentRow, SweepRow
 from db.rows import to_sweep
 from db.session import StoreBase
+
+# A sweep by name: read on every POST /experiments, built once (values bound at execute).
+_BY_NAME = select(SweepRow).where(SweepRow.name == bindparam("name"))
 
 
 class SweepQueries(StoreBase):
@@ -46,7 +49,7 @@ class SweepQueries(StoreBase):
             raise
 
     def _sweep_row(self, s: Session, name: str) -> SweepRow:
-        row = s.scalar(select(SweepRow).where(SweepRow.name == name))
+        row = s.scalar(_BY_NAME, {"name": name})
         if row is None:
             raise NotFoundError(f"no sweep named {name!r}")
         return row

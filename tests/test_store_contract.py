@@ -424,3 +424,21 @@ def test_ids_past_32_bits_are_simply_not_found(store: Store):
         assert store.retry_of(huge) is None
     assert [e.id for e in store.list_experiments(before_id=2**63 - 1)] == [exp_id]
     assert store.list_experiments(sweep_id=2**40) == []
+
+
+def test_reads_in_one_transaction_see_what_single_reads_see(store: Store):
+    """`reading()`: the same answers inside as outside; nested blocks are one; a refusal inside
+    leaves the store as it was."""
+    sweep = store.create_sweep(spec())
+    added = store.add_experiment(sweep.id, Proposal("a", "d1", meta={"k": 1}), priority=3)
+    assert added == store.get_experiment(added.id)  # the insert returns the row as stored
+    with store.reading():
+        inside = (store.get_sweep("s"), store.list_experiments(sweep.id),
+                  store.count_experiments(sweep.id), store.has_diff(sweep.id, "d1"))
+        with store.reading():
+            assert store.get_experiment(added.id) == added
+    assert inside == (store.get_sweep("s"), [added], 1, added)
+    with pytest.raises(NotFoundError), store.reading():
+        store.get_sweep("s")
+        store.get_sweep("nope")
+    assert store.get_sweep("s") == sweep and store.count_experiments(sweep.id) == 1

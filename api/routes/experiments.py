@@ -72,13 +72,18 @@ def list_experiments(
     `until` the page is of experiments created in [since, until), and `count` is null (the
     maintained counts are per sweep, status and crash kind, not per time)."""
     since, until = time_window(since, until)
-    names = _sweep_names(services)
-    sweep_id = services.store.get_sweep(sweep).id if sweep else None
-    rows = services.store.list_experiments(sweep_id, status_, limit=limit, newest_first=True,
-                                           before_id=cursor, crash_kind=crash_kind,
-                                           since=since, until=until)
-    total = None if since or until else services.store.count_experiments(
-        sweep_id, status_, crash_kind)
+    store = services.store
+    with store.reading():  # one connection and one transaction for the page and its count
+        if sweep:
+            one = store.get_sweep(sweep)
+            sweep_id, names = one.id, {one.id: one.name}
+        else:
+            sweep_id, names = None, _sweep_names(services)
+        rows = store.list_experiments(sweep_id, status_, limit=limit, newest_first=True,
+                                      before_id=cursor, crash_kind=crash_kind,
+                                      since=since, until=until)
+        total = None if since or until else store.count_experiments(
+            sweep_id, status_, crash_kind)
     nxt = rows[-1].id if len(rows) == limit and rows[-1].id > 1 else None
     return Page(data=[ExperimentPublic.of(e, names.get(e.sweep_id, "?")) for e in rows],
                 count=total, next_cursor=nxt)
@@ -88,8 +93,9 @@ def list_experiments(
             responses={**READ, **errors(404)})
 def get_experiment(experiment_id: ExperimentId, services: ServicesDep,
                    _auth: ReadAuth) -> ExperimentPublic:
-    exp = services.store.get_experiment(experiment_id)
-    sweep = services.store.get_sweep_by_id(exp.sweep_id)
+    with services.store.reading():
+        exp = services.store.get_experiment(experiment_id)
+        sweep = services.store.get_sweep_by_id(exp.sweep_id)
     return ExperimentPublic.of(exp, sweep.name, with_diff=True)
 
 

@@ -82,13 +82,16 @@ def create(body: SweepCreate, services: ServicesDep, _auth: WriteAuth) -> SweepP
 
 @router.get("", response_model=Page[SweepPublic], responses=READ)
 def list_sweeps(services: ServicesDep, _auth: ReadAuth) -> Page[SweepPublic]:
-    sweeps = services.store.list_sweeps()
-    return Page(data=_all_public(services, sweeps), count=len(sweeps), next_cursor=None)
+    with services.store.reading():  # the sweeps and their counts: one transaction
+        sweeps = services.store.list_sweeps()
+        data = _all_public(services, sweeps)
+    return Page(data=data, count=len(sweeps), next_cursor=None)
 
 
 @router.get("/{name}", response_model=SweepPublic, responses={**READ, **errors(404)})
 def get_sweep(name: str, services: ServicesDep, _auth: ReadAuth) -> SweepPublic:
-    return _public(services, services.store.get_sweep(name))
+    with services.store.reading():  # the sweep and its counts: one transaction
+        return _public(services, services.store.get_sweep(name))
 
 
 def _set_status(services: Services, name: str, new: SweepStatus) -> SweepPublic:

@@ -97,6 +97,19 @@ def test_list_filters_and_cursor_pagination(client: TestClient, target: Path) ->
     assert client.get("/experiments", params={"limit": 0}).status_code == 422
 
 
+def test_an_unfiltered_list_names_each_rows_sweep(client: TestClient, target: Path) -> None:
+    """Without `sweep`, the page's rows come from several sweeps; each names its own (the
+    names of the page's sweeps are read, not every sweep's)."""
+    for name in ("s1", "s2", "s3"):
+        _sweep(client, target, name)
+    for knob, name in ((1, "s1"), (2, "s3"), (3, "s1")):
+        assert _queue(client, target, knob, sweep=name).status_code == 201
+    rows = client.get("/experiments", params={"limit": 5}).json()["data"]
+    assert [e["sweep"] for e in rows] == ["s1", "s3", "s1", "s3", "s2"]
+    queued = client.get("/experiments", params={"status": "queued", "limit": 2}).json()
+    assert [e["sweep"] for e in queued["data"]] == ["s1", "s3"] and queued["count"] == 6
+
+
 def test_list_time_window_in_any_offset_walks_with_the_cursor(client: TestClient,
                                                                target: Path) -> None:
     """since/until on created_at, [since, until), in UTC, an offset or naive (read as UTC);

@@ -94,7 +94,9 @@ def test_a_list_request_reads_in_one_transaction(served, params: dict[str, Any],
         r = c.get("/experiments", params=params)
     assert r.status_code == 200, r.text
     assert r.json()["count"] == 4  # the three and the sweep's baseline (queued: paused)
-    # The sweep (by name, or all names for the rows), the page, its count: on one connection.
+    assert {e["sweep"] for e in r.json()["data"]} == {"rt"}
+    # The sweep (by name, or the names of the page's sweeps), the page, its count: on one
+    # connection.
     assert trips.statements == ["SELECT"] * (2 + pages), trips.statements
     assert trips.seen == {"checkout": 1, "begin": 1, "commit": 1}, trips.seen
 

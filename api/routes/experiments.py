@@ -40,10 +40,6 @@ SSE_EVENT = {"type": "object", "required": ["data"], "properties": {
     "event": {"type": "string", "enum": ["status", "end"]}, "data": {"type": "string"}}}
 
 
-def _sweep_names(services: Services) -> dict[int, str]:
-    return {s.id: s.name for s in services.store.list_sweeps()}
-
-
 @router.post("", status_code=status.HTTP_201_CREATED, response_model=ExperimentPublic,
              responses={**WRITE, **errors(404, 409)})
 async def queue(body: ExperimentCreate, services: ServicesDep,
@@ -74,14 +70,13 @@ def list_experiments(
     since, until = time_window(since, until)
     store = services.store
     with store.reading():  # one connection and one transaction for the page and its count
-        if sweep:
-            one = store.get_sweep(sweep)
-            sweep_id, names = one.id, {one.id: one.name}
-        else:
-            sweep_id, names = None, _sweep_names(services)
+        one = store.get_sweep(sweep) if sweep else None
+        sweep_id = one.id if one else None
         rows = store.list_experiments(sweep_id, status_, limit=limit, newest_first=True,
                                       before_id=cursor, crash_kind=crash_kind,
                                       since=since, until=until)
+        # The names of the page's sweeps only (a year of nights is hundreds of sweeps).
+        names = {one.id: one.name} if one else store.sweep_names({e.sweep_id for e in rows})
         total = None if since or until else store.count_experiments(
             sweep_id, status_, crash_kind)
     nxt = rows[-1].id if len(rows) == limit and rows[-1].id > 1 else None

@@ -33,7 +33,7 @@ from db.models import ExperimentCountRow, ExperimentRow, RunCountRow, RunRow
 
 Key = tuple[int, str, str]  # (sweep id, status, crash kind or "")
 C = ExperimentCountRow
-_UPSERTS: dict[str, Any] = {}  # dialect name -> its upsert statement (see _upsert)
+_UPSERTS: dict[tuple[str, str], Any] = {}  # (dialect, table) -> its upsert (see _upsert)
 
 
 def key(sweep_id: int, status: str, crash_kind: str | None) -> Key:
@@ -60,7 +60,8 @@ def _add(s: Session, k: Key, n: int, run_s: float = 0.0) -> None:
     values = {"sweep_id": k[0], "status": k[1], "crash_kind": k[2], "n": n, "run_s": run_s}
     dialect = s.get_bind().dialect.name
     if dialect in ("sqlite", "postgresql"):
-        s.execute(_upsert(dialect), values)
+        s.execute(_upsert(dialect, C, ("sweep_id", "status", "crash_kind"), ("n", "run_s")),
+                  values)
         return
     found = s.execute(update(C).where(C.sweep_id == k[0], C.status == k[1],
                                       C.crash_kind == k[2])
@@ -83,9 +84,7 @@ def _add_runs(s: Session, sweep_id: int, status: str, n: int) -> None:
     values = {"sweep_id": sweep_id, "status": status, "n": n}
     dialect = s.get_bind().dialect.name
     if dialect in ("sqlite", "postgresql"):
-        ins = (sqlite.insert if dialect == "sqlite" else postgresql.insert)(R).values(values)
-        s.execute(ins.on_conflict_do_update(index_elements=[R.sweep_id, R.status],
-                                            set_={"n": R.n + ins.excluded.n}))
+        s.execute(_upsert(dialect, R, ("sweep_id", "status"), ("n",)), values)
         return
     found = s.execute(update(R).where(R.sweep_id == sweep_id, R.status == status)
                       .values(n=R.n + n))
@@ -93,17 +92,18 @@ def _add_runs(s: Session, sweep_id: int, status: str, n: int) -> None:
         s.execute(insert(R).values(values))
 
 
-def _upsert(dialect: str) -> Any:
-    """The dialect's INSERT ... ON CONFLICT DO UPDATE on the table (values bound at execute),
-    built once: building it (its `excluded` columns) and the ORM-enabled path of an insert on
-    the entity cost more than the statement itself, on every insert of an experiment."""
-    stmt = _UPSERTS.get(dialect)
+def _upsert(dialect: str, row: Any, keys: tuple[str, ...], sums: tuple[str, ...]) -> Any:
+    """The dialect's INSERT ... ON CONFLICT (keys) DO UPDATE adding `sums` on the row's table
+    (values bound at execute), built once per dialect and table: building it (its `excluded`
+    columns) and the ORM-enabled path of an insert on the entity cost more than the statement
+    itself, on every insert of an experiment or run."""
+    table = cast(Table, row.__table__)
+    stmt = _UPSERTS.get((dialect, table.name))
     if stmt is None:
-        table = cast(Table, C.__table__)
         ins = (sqlite.insert if dialect == "sqlite" else postgresql.insert)(table)
-        stmt = _UPSERTS[dialect] = ins.on_conflict_do_update(
-            index_elements=[table.c.sweep_id, table.c.status, table.c.crash_kind],
-            set_={"n": table.c.n + ins.excluded.n, "run_s": table.c.run_s + ins.excluded.run_s})
+        stmt = _UPSERTS[(dialect, table.name)] = ins.on_conflict_do_update(
+            index_elements=[table.c[k] for k in keys],
+            set_={c: table.c[c] + ins.excluded[c] for c in sums})
     return stmt
 
 

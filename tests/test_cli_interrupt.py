@@ -45,7 +45,20 @@ def _rows(store: SqlStore) -> list[Experiment]:
 
 
 def _env() -> dict[str, str]:
-    return {**os.environ, "COLUMNS": "200"}
+    # PYTHONFAULTHANDLER: a run that does not end can be asked (SIGABRT) where its threads are.
+    return {**os.environ, "COLUMNS": "200", "PYTHONFAULTHANDLER": "1"}
+
+
+def _ended(proc: subprocess.Popen[str], after: str, timeout_s: float = 120) -> tuple[str, str]:
+    """The process's output once it exits; if it has not `timeout_s` after `after`, the test
+    fails with where its threads were (faulthandler's dump on SIGABRT) and what it printed."""
+    try:
+        return proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGABRT)
+        out, err = proc.communicate(timeout=60)
+        pytest.fail(f"still running {timeout_s:.0f} s after {after}; stdout:\n{out[-2000:]}\n"
+                    f"stderr with every thread's stack:\n{err[-12000:]}")
 
 
 @pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
@@ -67,7 +80,7 @@ def test_a_signal_mid_baseline_is_an_interruption_and_resume_reruns_the_baseline
 
     running = wait_for(baseline_training, 120, "the baseline to start training")
     proc.send_signal(sig)
-    out, err = proc.communicate(timeout=120)
+    out, err = _ended(proc, sig.name)
     assert proc.returncode == code, out + err
     baseline = store.get_experiment(running.id)
     assert baseline.status is ExperimentStatus.INTERRUPTED, baseline

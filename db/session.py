@@ -12,6 +12,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from agent.errors import ConflictError, NotFoundError, StoreError
+from agent.interrupts import shielded
 
 # The session `reading()` opened in this thread (or task), with the store it belongs to.
 _SHARED: ContextVar[tuple[StoreBase, Session] | None] = ContextVar("overnight_shared_session",
@@ -51,7 +52,7 @@ class StoreBase:
             except SQLAlchemyError as exc:
                 raise _store_error(action, exc) from exc
             return
-        with self._sessions() as s:
+        with shielded(), self._sessions() as s:  # a Ctrl-C waits for the commit or rollback
             try:
                 yield s
                 s.commit()

@@ -18,6 +18,7 @@ from rich.markup import escape
 from agent.config import load_config
 from agent.domain import Sweep
 from agent.errors import INTERRUPT_PREFIX, Interrupted
+from agent.interrupts import deliver
 from db.location import DbLocation
 from overnight.cli_common import console, err, fail, runtime_for
 from overnight.runtime import Runtime, open_target
@@ -56,28 +57,34 @@ def run_foreground(
     rt.hold_lock()
     settings = SchedulerSettings(slots=slots, devices=devices, device=device,
                                  **(runs_on or {}))
-    previous = _sigterm_interrupts()
+    previous = interrupt_handlers()
     try:
         return _run_locked(rt, target, sweep_name=sweep_name, experiments=experiments,
                            budget=budget, proposer=proposer, settings=settings,
                            timeout=timeout, quiet=quiet, resume=resume, llm_config=llm_config,
                            allow_dirty=allow_dirty)
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+        for signum, handler in previous.items():
+            if handler is not None:  # None: not installed from Python; nothing to put back
+                signal.signal(signum, handler)
         rt.release_lock()
 
 
-def _sigterm_interrupts() -> Any:
-    """SIGTERM stops a foreground run the way Ctrl-C does (recorded, resumable), instead of
-    killing the process mid-write. Returns the previous handler (None off the main thread)."""
+def interrupt_handlers() -> dict[int, Any]:
+    """Ctrl-C (SIGINT) and SIGTERM stop a foreground run (recorded, resumable), raised between
+    store transactions rather than inside one (agent.interrupts); SIGTERM no longer kills the
+    process mid-write. Returns the previous handlers (none off the main thread)."""
     if threading.current_thread() is not threading.main_thread():
-        return None
+        return {}
 
-    def interrupt(_signum: int, _frame: Any) -> None:
-        raise Interrupted("SIGTERM")
+    def on_int(_signum: int, _frame: Any) -> None:
+        deliver(KeyboardInterrupt())
 
-    return signal.signal(signal.SIGTERM, interrupt)
+    def on_term(_signum: int, _frame: Any) -> None:
+        deliver(Interrupted("SIGTERM"))
+
+    return {signal.SIGINT: signal.signal(signal.SIGINT, on_int),
+            signal.SIGTERM: signal.signal(signal.SIGTERM, on_term)}
 
 
 def _interrupted(rt: Runtime, sweep: Sweep, target: Path, exc: KeyboardInterrupt,

@@ -3,9 +3,10 @@
 Pure: built from a Sweep and its experiments only (no files, no database), so it is always
 current. Per knob: runs, values, effect per direction with its standard error; other changes
 per category; near-misses; crash lessons; plateau status; categories over-explored or capped.
-`render` writes it as plain text within a character budget, most useful lines first; the LLM
-prompt, the MCP tool `get_insights`, `GET /sweeps/{name}/insights`, the dashboard and the
-CLI's end-of-night summary all show this same digest.
+`digest` (agent.insights_fold) builds it by folding the experiments in; `render` writes it as
+plain text within a character budget, most useful lines first; the LLM prompt, the MCP tool
+`get_insights`, `GET /sweeps/{name}/insights`, the dashboard and the CLI's end-of-night summary
+all show this same digest.
 """
 
 from __future__ import annotations
@@ -18,16 +19,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from agent.categories import Category, category_of, category_of_knob, exhausted
-from agent.domain import Experiment, ExperimentStatus, Sweep
-from agent.proposers.evidence import (
-    Trial,
-    near_miss_tolerance,
-    near_misses,
-    noise_scale,
-    since_last_keep,
-    trials,
-)
+from agent.categories import Category, category_of_knob
+from agent.proposers.evidence import Trial
 from agent.proposers.knob_space import parse_literal
 from agent.proposers.policy import PLATEAU_AFTER
 
@@ -35,7 +28,6 @@ MAX_VALUES = 8
 MAX_NEAR_MISSES = 5
 OVER_EXPLORED_SHARE = 0.5  # a category with more than half the runs ...
 OVER_EXPLORED_MIN_RUNS = 8  # ... once this many runs are counted
-
 
 
 @dataclass(frozen=True)
@@ -136,39 +128,11 @@ def _knob(name: str, items: list[Trial], scale: float | None) -> KnobInsight:
                        [_effect(d, ts, scale) for d, ts in sorted(by_dir.items())])
 
 
-def _knobs(items: list[Trial], scale: float | None) -> list[KnobInsight]:
-    per: dict[str, list[Trial]] = defaultdict(list)
-    for t in items:
-        if t.pure and len(t.changes) == 1:
-            per[t.changes[0].name].append(t)
-    out = [_knob(name, ts, scale) for name, ts in per.items()]
-    return sorted(out, key=lambda k: -max((abs(e.mean_gain) for e in k.effects), default=0.0))
-
-
-# --- other changes, near-misses, crashes ---------------------------------------------------
-def _areas(items: list[Trial], by_id: Mapping[int, Experiment]) -> list[AreaInsight]:
-    per: dict[str, list[Trial]] = defaultdict(list)
-    for t in items:
-        if not t.pure:
-            per[category_of(by_id[t.id]).value].append(t)
-    out = []
-    for category, ts in sorted(per.items()):
-        scored = [t for t in ts if t.gain is not None]
-        top = max(scored, key=lambda t: t.gain or 0.0) if scored else None
-        out.append(area_insight(category, len(ts), sum(t.kept for t in ts),
-                                sum(t.crash is not None for t in ts), top))
-    return out
-
-
 def area_insight(category: str, runs: int, kept: int, crashed: int, top: Trial | None
                  ) -> AreaInsight:
     best = f"#{top.id} {top.description[:60]} ({top.gain:+.4g})" if top and top.gain is not \
         None else None
     return AreaInsight(category, runs, kept, crashed, best)
-
-
-def _near_miss_lines(items: list[Trial], min_delta: float, generation: int) -> list[str]:
-    return near_miss_text(near_misses(items, min_delta)[:MAX_NEAR_MISSES], generation)
 
 
 def near_miss_text(found: list[Trial], generation: int) -> list[str]:
@@ -189,15 +153,6 @@ def crash_key(t: Trial) -> CrashKey:
         t.description[:60], 0, t.crash or "")
 
 
-def _crash_lines(items: list[Trial]) -> list[str]:
-    """One line per knob and direction (at the nearest value that crashed), or per change."""
-    groups: dict[CrashKey, list[Trial]] = defaultdict(list)
-    for t in items:
-        if t.crash is not None:
-            groups[crash_key(t)].append(t)
-    return [crash_line(key, ts) for key, ts in groups.items()]
-
-
 def crash_line(key: CrashKey, ts: list[Trial]) -> str:
     what, direction, kind = key
     ids = ", ".join(f"#{t.id}" for t in ts[:4])
@@ -212,19 +167,6 @@ def crash_line(key: CrashKey, ts: list[Trial]) -> str:
 
 
 # --- categories ------------------------------------------------------------------------------
-def _categories(history: list[Experiment], items: list[Trial], shares: Mapping[str, float],
-                max_experiments: int | None) -> list[CategoryShare]:
-    by_id = {e.id: e for e in history}
-    runs: dict[Category, int] = defaultdict(int)
-    kept: dict[Category, int] = defaultdict(int)
-    for t in items:
-        names = [c.name for c in t.changes]
-        cat = category_of(by_id[t.id], names)
-        runs[cat] += 1
-        kept[cat] += t.kept
-    return category_shares(runs, kept, exhausted(history, shares, max_experiments))
-
-
 def category_shares(runs: Mapping[Category, int], kept: Mapping[Category, int],
                     capped: Mapping[Category, str]) -> list[CategoryShare]:
     """Each category's share of the runs (trials per category, kept of them), most first."""
@@ -242,42 +184,12 @@ def category_shares(runs: Mapping[Category, int], kept: Mapping[Category, int],
 
 
 # --- the digest ------------------------------------------------------------------------------
-def _counts(history: list[Experiment]) -> dict[str, int]:
-    out: dict[str, int] = defaultdict(int)
-    for e in history:
-        if not e.is_baseline:
-            out[e.status.value] += 1
-    return dict(out)
-
-
-def _plateau(items: list[Trial], history: list[Experiment]) -> str:
-    kept = [e for e in history if e.status is ExperimentStatus.KEPT and not e.is_baseline]
-    return plateau_text(since_last_keep(items), kept[-1].id if kept else None)
-
-
 def plateau_text(stall: int, last_kept: int | None) -> str:
     last = f"last keep #{last_kept}" if last_kept is not None else "nothing kept yet"
     if stall >= PLATEAU_AFTER:
         return (f"plateau: {stall} runs without a keep ({last}); change another knob or area, "
                 "take a bigger step, or combine near-misses")
     return f"{stall} runs since the last keep ({last})"
-
-
-def digest(sweep: Sweep, history: list[Experiment]) -> Insights:
-    """Everything the sweep has taught so far (history: the sweep's experiments, oldest first)."""
-    items = trials(history, sweep.direction)
-    scale = noise_scale(items, sweep.min_delta)
-    generation = sum(t.kept for t in items)
-    shares = dict(sweep.config.category_shares)
-    notes = scale_notes(scale, near_miss_tolerance(items, sweep.min_delta))
-    return Insights(
-        sweep=sweep.name, metric=sweep.metric, direction=sweep.direction.value,
-        baseline=sweep.baseline_metric, best=sweep.best_metric, counts=_counts(history),
-        noise_scale=None if scale is None else round(scale, 9), plateau=_plateau(items, history),
-        knobs=_knobs(items, scale), areas=_areas(items, {e.id: e for e in history}),
-        near_misses=_near_miss_lines(items, sweep.min_delta, generation),
-        crash_lessons=_crash_lines(items),
-        categories=_categories(history, items, shares, sweep.max_experiments), notes=notes)
 
 
 def scale_notes(scale: float | None, tolerance: float) -> list[str]:

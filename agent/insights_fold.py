@@ -1,12 +1,13 @@
-"""The sweep's digest (agent.insights.digest) as running state, for a page redrawn after every
-finish: fold finished experiments in id order, then `insights` with the open ones.
+"""The sweep's digest (agent.insights' Insights) as running state: `digest` folds a sweep's
+finished experiments in id order, then reads `insights` with the open ones; the sweep page keeps
+a fold and adds each finish to it.
 
 Pure, like agent.insights. What the digest sums (counts, per-knob trials, per-area tallies
 and best, per-category runs, crash groups, the gains behind the noise scale, near-miss
 candidates in order) is kept and appended to; what needs the whole sweep (the noise scale, the
 near-miss tolerance, each knob's effects) is worked out again from that state, and a knob's
-insight only when its trials or the scale it depends on moved. `insights` equals `digest` over
-the same experiments (tests/test_sweep_fold.py checks it on a real store).
+insight only when its trials or the scale it depends on moved. A fold advanced finish by
+finish equals `digest` over the same experiments (tests/test_sweep_fold.py, on a real store).
 """
 
 from __future__ import annotations
@@ -180,8 +181,8 @@ class DigestFold:
         return out
 
 
-def fold_digest(sweep: Sweep, history: list[Experiment]) -> Insights:
-    """digest(sweep, history) through a DigestFold (history: oldest first)."""
+def digest(sweep: Sweep, history: list[Experiment]) -> Insights:
+    """Everything the sweep has taught so far (history: the sweep's experiments, oldest first)."""
     fold = DigestFold(sweep.direction)
     for e in history:
         if e.status.is_finished():

@@ -18,7 +18,8 @@ from pydantic import BaseModel, Field
 
 from agent.domain import ExperimentStatus, Proposal, as_utc
 from agent.errors import AdmissionError
-from agent.insights import digest, render
+from agent.insights import render
+from agent.insights_fold import digest
 from agent.ports import Store
 from agent.report import evidence_header, experiment_row, fmt_delta, fmt_metric
 from agent.service import Service, read_log

@@ -86,7 +86,8 @@ def print_summary(sweep: Sweep, store) -> None:  # type: ignore[no-untyped-def]
     """The end-of-night summary: what was learned (the digest), then the results table."""
     from rich.markup import escape
 
-    from agent.insights import digest, render
+    from agent.insights import render
+    from agent.insights_fold import digest
 
     console.print(escape(render(digest(sweep, store.list_experiments(sweep.id)), 4000)))
     console.print()

@@ -67,7 +67,7 @@ def test_sweep_page_plot_table_stack(client: TestClient, filled: Filled) -> None
 
 
 def test_sweep_page_shows_the_digest(client: TestClient, filled: Filled) -> None:
-    from agent.insights import digest
+    from agent.insights_fold import digest
 
     html = client.get("/ui/sweeps/night").text
     panel = html.split('<section aria-labelledby="insights-h" id="insights">')[1].split(

@@ -13,7 +13,8 @@ from test_insights import recorded
 from test_knobs import D, K, sweep
 
 from agent.domain import Direction, ExperimentStatus
-from agent.insights import digest, render
+from agent.insights import render
+from agent.insights_fold import digest
 from agent.proposers import evidence
 
 

@@ -6,7 +6,8 @@ from dataclasses import replace
 
 from test_knobs import SRC, C, D, History, K, sweep
 
-from agent.insights import digest, render
+from agent.insights import render
+from agent.insights_fold import digest
 
 
 def recorded() -> History:

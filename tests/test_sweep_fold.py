@@ -28,7 +28,7 @@ from agent.domain import (
 )
 from agent.evidence import sweep_evidence
 from agent.folds import Ordered
-from agent.insights import digest
+from agent.insights_fold import digest
 from agent.proposers.evidence import gain_scale
 from api.dashboard import views
 from api.dashboard.fold import SweepFold, advance

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from agent.categories import CATEGORY_VALUES, exhausted
 from agent.domain import Experiment, ExperimentStatus, Sweep
-from agent.insights import digest, render
+from agent.insights import render
+from agent.insights_fold import digest
 from agent.ports import ProposalContext
 
 CHARS_PER_TOKEN = 4

@@ -25,7 +25,8 @@ from markupsafe import Markup
 from agent.diff import diff_stats, view_lines
 from agent.domain import Experiment, ExperimentStatus, Sweep, utcnow
 from agent.evidence import ExperimentEvidence, SweepEvidence
-from agent.insights import Insights, digest, sections
+from agent.insights import Insights, sections
+from agent.insights_fold import digest
 from agent.ports import Store
 from agent.report import evidence_header, improvement, memory_gb
 from agent.service import Service, read_log

@@ -12,7 +12,8 @@ from fastapi.responses import PlainTextResponse
 from agent.config import load_config
 from agent.domain import ExperimentStatus, Sweep, SweepStatus
 from agent.errors import ConfigError, ConflictError
-from agent.insights import digest, render
+from agent.insights import render
+from agent.insights_fold import digest
 from agent.proposers.factory import make_proposer
 from agent.sweeps import check_sweep_name, create_sweep
 from api.deps import ReadAuth, Services, ServicesDep, WriteAuth

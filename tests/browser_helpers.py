@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import shutil
 import socket
 import threading
@@ -326,3 +327,9 @@ def require_chromium() -> Path:
         pytest.fail(message)
     pytest.skip(message)
     raise AssertionError("unreachable")
+
+
+def table_ids(html: str) -> list[int]:
+    """The experiment ids in a sweep page's table, in the order shown."""
+    body = html.split('id="experiments"')[1].split("</table>")[0]
+    return [int(m) for m in re.findall(r'<td class="num"><a href="/ui/experiments/(\d+)"', body)]

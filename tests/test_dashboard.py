@@ -7,7 +7,15 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from browser_helpers import Filled, fill_direct, fill_sweep, make_app, serve, stamp_hourly
+from browser_helpers import (
+    Filled,
+    fill_direct,
+    fill_sweep,
+    make_app,
+    serve,
+    stamp_hourly,
+    table_ids,
+)
 from fastapi.testclient import TestClient
 
 from agent.diff import diff_stats
@@ -208,11 +216,6 @@ def test_pagination(tmp_path: Path) -> None:
         assert "page 3 of 3" in c.get(f"/ui/sweeps/{name}?page=99").text
 
 
-def _table_ids(html: str) -> list[int]:
-    table = html.split('id="experiments"')[1].split("</table>")[0]
-    return [int(i) for i in re.findall(r'<td class="num"><a href="/ui/experiments/(\d+)"', table)]
-
-
 def _link(html: str, rel: str) -> str:
     found = re.search(rf'<a href="([^"]+)" rel="{rel}">', html)
     assert found, f"no {rel} link"
@@ -226,19 +229,19 @@ def test_time_filter_pages_keep_the_window(tmp_path: Path) -> None:
     ids = stamp_hourly(tmp_path / "big.db")  # newest first, one an hour
     with TestClient(make_app(tmp_path / "big.db")) as c:
         day = c.get(f"/ui/sweeps/{name}", params={"since": "24h"}).text
-        assert _table_ids(day) == ids[:24] and "24 rows created in this time window" in day
+        assert table_ids(day) == ids[:24] and "24 rows created in this time window" in day
         assert re.search(r'aria-current="true" class="on">last 24 h<', day)
         assert 'href="?status=kept&amp;since=24h"' in day and 'rel="next"' not in day
         since = (utcnow() - timedelta(hours=70)).isoformat()
         first = c.get(f"/ui/sweeps/{name}", params={"since": since}).text
         assert "page 1<" in first and " of " not in first.split('class="pager"')[1][:300]
-        seen = _table_ids(first)
+        seen = table_ids(first)
         second = c.get(_link(first, "next")).text
-        seen += _table_ids(second)
+        seen += table_ids(second)
         assert seen == ids[:70] and 'rel="next"' not in second
-        assert _table_ids(c.get(_link(second, "prev")).text) == ids[:PAGE_SIZE]
+        assert table_ids(c.get(_link(second, "prev")).text) == ids[:PAGE_SIZE]
         both = c.get(f"/ui/sweeps/{name}", params={"since": "70h", "until": "20h"}).text
-        assert _table_ids(both) == ids[20:70][:PAGE_SIZE]
+        assert table_ids(both) == ids[20:70][:PAGE_SIZE]
         for bad, param in (({"since": "last night"}, "since"),
                            ({"since": "2h", "until": "5h"}, "until")):
             r = c.get(f"/ui/sweeps/{name}", params=bad)

@@ -10,7 +10,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from browser_helpers import make_app
+from browser_helpers import make_app, table_ids
 from bulk_seed import seed_sweep
 from fastapi.testclient import TestClient
 from test_query_plans import captured, check_plans
@@ -31,11 +31,6 @@ def big(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return seed_sweep(tmp_path_factory.mktemp("big"), N)
 
 
-def _table_ids(html: str) -> list[int]:
-    body = html.split('id="experiments"')[1].split("</table>")[0]
-    return [int(m) for m in re.findall(r'<td class="num"><a href="/ui/experiments/(\d+)">', body)]
-
-
 def _link(html: str, rel: str) -> str:
     m = re.search(rf'<a href="\?([^"]+)#experiments" rel="{rel}">', html)
     assert m, f"no {rel} link"
@@ -53,8 +48,8 @@ def test_the_page_renders_small_with_every_kept_point(big: Path) -> None:
     assert len(kept) > 100 and drawn == kept
     assert '<path class="envelope" d="M' in html and f"of {N:,} runs drawn" in html
     assert html.count('class="pt ') < MAX_MARKS + len(kept)
-    assert _table_ids(html) == sorted(_table_ids(html), reverse=True)
-    assert len(_table_ids(html)) == PAGE_SIZE and f"page 1 of {math.ceil(N / PAGE_SIZE)}" in html
+    assert table_ids(html) == sorted(table_ids(html), reverse=True)
+    assert len(table_ids(html)) == PAGE_SIZE and f"page 1 of {math.ceil(N / PAGE_SIZE)}" in html
     stack = html.split('<ol class="stack">')[1].split("</ol>")[0]
     assert stack.count("<li>") == KEPT_SHOWN and f"of {len(kept)} kept changes" in html
 
@@ -62,12 +57,12 @@ def test_the_page_renders_small_with_every_kept_point(big: Path) -> None:
 def test_cursor_pages_walk_the_table_both_ways(big: Path) -> None:
     with TestClient(make_app(big)) as c:
         first = c.get("/ui/sweeps/big?status=crashed").text
-        ids1 = _table_ids(first)
+        ids1 = table_ids(first)
         second = c.get(f"/ui/sweeps/big?{_link(first, 'next')}").text
-        ids2 = _table_ids(second)
+        ids2 = table_ids(second)
         assert len(ids2) == PAGE_SIZE and max(ids2) < min(ids1) and "page 2 of" in second
         back = c.get(f"/ui/sweeps/big?{_link(second, 'prev')}").text
-        assert _table_ids(back) == ids1 and "page 1 of" in back and 'rel="prev"' not in back
+        assert table_ids(back) == ids1 and "page 1 of" in back and 'rel="prev"' not in back
         # The crashed filter: crashes and timeouts only, newest first.
         body = second.split('id="experiments"')[1].split("</table>")[0]
         assert set(re.findall(r'<tr class="r-(\w+)"', body)) <= {"crashed", "timeout"}
@@ -95,7 +90,7 @@ def test_a_change_shows_at_once(tmp_path: Path) -> None:
         store.finish(exp.id, Finish(S.KEPT, metric=0.5, best_before=1.0), keep_commit="f" * 40)
         after = c.get("/ui/sweeps/big").text
     assert re.search(rf'class="pt kept" href="[^"]*" data-id="{exp.id}"', after)
-    assert _table_ids(after)[0] == exp.id
+    assert table_ids(after)[0] == exp.id
 
 
 # --- the downsampler, pure ----------------------------------------------------------------------

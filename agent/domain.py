@@ -66,6 +66,14 @@ ALLOWED_TRANSITIONS: dict[ExperimentStatus, frozenset[ExperimentStatus]] = {
 }
 
 
+# An experiment that ran to a verdict (each one is a run of the sweep's progress plot and count).
+RAN_STATUSES = (
+    ExperimentStatus.KEPT,
+    ExperimentStatus.DISCARDED,
+    ExperimentStatus.CRASHED,
+    ExperimentStatus.TIMEOUT,
+)
+
 # What uses up one of a sweep's max_experiments: a run (or a refusal) the proposal caused. Queued
 # ones do not yet; cancelled and interrupted runs are the service's doing, not the proposal's.
 USED_STATUSES = (

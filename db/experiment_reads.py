@@ -9,7 +9,7 @@ from typing import Any
 from sqlalchemy import DateTime, bindparam, func, select, type_coerce
 
 from agent.admit import diff_key
-from agent.domain import CrashKind, Experiment, ExperimentStatus
+from agent.domain import RAN_STATUSES, CrashKind, Experiment, ExperimentStatus
 from db import counts
 from db.keyset import Page
 from db.models import ExperimentRow, UTCDateTime
@@ -37,8 +37,7 @@ BRIEF_COLUMNS = [type_coerce(getattr(ExperimentRow, f), DateTime) if f in BRIEF_
                  else getattr(ExperimentRow, f) for f in BRIEF_FIELDS]
 
 
-RUN_STATUSES = (ExperimentStatus.KEPT, ExperimentStatus.DISCARDED, ExperimentStatus.CRASHED,
-                ExperimentStatus.TIMEOUT)
+RUN_STATUSES = RAN_STATUSES
 
 
 def _briefs(rows: Iterable[Sequence[Any]]) -> list[Experiment]:

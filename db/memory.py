@@ -15,6 +15,7 @@ from datetime import datetime
 
 from agent.admit import diff_key
 from agent.domain import (
+    RAN_STATUSES,
     CrashKind,
     Experiment,
     ExperimentStatus,
@@ -223,9 +224,8 @@ class MemoryStore:
                 if e.parent_id == experiment_id]
 
     def run_number(self, sweep_id: int, experiment_id: int) -> int:
-        ran = (ExperimentStatus.KEPT, ExperimentStatus.DISCARDED, ExperimentStatus.CRASHED,
-               ExperimentStatus.TIMEOUT)
-        return sum(1 for e in self._select(sweep_id) if e.id <= experiment_id and e.status in ran)
+        return sum(1 for e in self._select(sweep_id)
+                   if e.id <= experiment_id and e.status in RAN_STATUSES)
 
     def experiment_marks(self, sweep_id: int, with_diffs: bool = False,
                          after_id: int | None = None, ids: Collection[int] = ()

@@ -14,14 +14,12 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
+from agent.domain import RAN_STATUSES, Sweep
 from agent.domain import ExperimentStatus as S
-from agent.domain import Sweep
 from agent.errors import NotFoundError
 from agent.report import experiment_row, improvement, results_tsv
 from db.location import DbLocation
 from overnight.cli_common import DbOpt, app, console, db_location, fail, runtime_for
-
-RAN = (S.KEPT, S.DISCARDED, S.CRASHED, S.TIMEOUT)  # the statuses of an experiment that ran
 
 
 def closing_line(sweep: Sweep, exps: list) -> str:  # type: ignore[type-arg]
@@ -161,7 +159,7 @@ def status(
         table.add_row(
             s.name,
             s.status.value,
-            str(sum(n.get(st.value, 0) for st in RAN)),
+            str(sum(n.get(st.value, 0) for st in RAN_STATUSES)),
             str(n.get(S.KEPT.value, 0)),
             str(n.get(S.DISCARDED.value, 0)),
             str(n.get(S.CRASHED.value, 0) + n.get(S.TIMEOUT.value, 0)),

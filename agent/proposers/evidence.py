@@ -15,7 +15,7 @@ import statistics
 import weakref
 from dataclasses import dataclass
 
-from agent.domain import CrashKind, Direction, Experiment, ExperimentStatus
+from agent.domain import RAN_STATUSES, CrashKind, Direction, Experiment, ExperimentStatus
 from agent.proposers.knob_space import direction_of, step_between
 
 CONST_LINE = re.compile(
@@ -23,8 +23,7 @@ CONST_LINE = re.compile(
     r"(?P<value>True|False|[-+]?(?:\d[\d_]*\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?))"
     r"(?P<rest>\s*(?:#.*)?)$"
 )
-RUN_STATUSES = (ExperimentStatus.KEPT, ExperimentStatus.DISCARDED, ExperimentStatus.CRASHED,
-                ExperimentStatus.TIMEOUT)
+RUN_STATUSES = RAN_STATUSES  # kept and discarded first
 
 
 @dataclass(frozen=True)

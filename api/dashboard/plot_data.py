@@ -13,16 +13,11 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from agent.domain import Experiment, ExperimentStatus
+from agent.domain import RAN_STATUSES, Experiment, ExperimentStatus
 from agent.folds import Ordered
 
 BUCKETS = 160  # buckets of consecutive runs when downsampled (~5.5 px each)
-RUNS = (
-    ExperimentStatus.KEPT,
-    ExperimentStatus.DISCARDED,
-    ExperimentStatus.CRASHED,
-    ExperimentStatus.TIMEOUT,
-)
+RUNS = RAN_STATUSES
 
 
 @dataclass(frozen=True)

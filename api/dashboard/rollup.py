@@ -8,10 +8,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from agent.domain import Experiment, ExperimentStatus, utcnow
+from agent.domain import RAN_STATUSES, Experiment, ExperimentStatus, utcnow
 
 S = ExperimentStatus
-RUNS = (S.KEPT, S.DISCARDED, S.CRASHED, S.TIMEOUT)
+RUNS = RAN_STATUSES
 
 
 @dataclass

@@ -24,9 +24,12 @@ from dataclasses import dataclass, field, replace
 from agent.classify import CrashFacts, classify
 from agent.config import TargetConfig
 from agent.domain import CrashKind, Direction, ExperimentStatus
-from agent.noise import mean, p_better, pooled_sigma, suspect_flags, z_score
+from agent.blocking import Blocks, Sample, arrange, conditions, estimate, usual_keys
+from agent.noise import identical, mean, p_better, pooled_sigma
 
 SEQUENTIAL, STRICT = "sequential", "strict"
+MIN_INCUMBENT_RUNS = 2  # a decision rests on at least this many incumbent runs per condition
+KEEP_INCUMBENT_RUNS = 3  # and a keep on this many (the baseline's runs)
 MAX_SUSPECT_RERUNS = 1  # one extra run for runs that measured the machine (then: decide or stop)
 
 
@@ -89,14 +92,6 @@ class Rule:
 
 
 @dataclass(frozen=True)
-class Sample:
-    """One finished run with a finite metric."""
-
-    metric: float
-    throughput: float | None = None
-
-
-@dataclass(frozen=True)
 class RunFailure:
     """The latest run ended without a usable metric (or was stopped, or cheated)."""
 
@@ -134,6 +129,10 @@ class Verdict:
     p_better: float | None = None
     sigma: float | None = None
     suspect: tuple[bool, ...] = field(default_factory=tuple)  # per run of `runs`
+    notes: tuple[str, ...] = ()  # per run of `runs`: how it was placed (agent.blocking)
+    best_suspect: tuple[bool, ...] = ()  # per run of `best`: off its usual condition
+    incumbent: bool = False  # the next run is the incumbent's, beside run `pair_of`
+    pair_of: int | None = None
 
     @property
     def run_again(self) -> bool:
@@ -152,18 +151,9 @@ def decide(ev: Evidence, rule: Rule) -> Verdict:
             suspect=(False,) * len(ev.runs),
         )
         return _strict(ev, rule, base)
-    flags = tuple(
-        suspect_flags(
-            [r.throughput for r in ev.runs],
-            [b.throughput for b in ev.best],
-            rule.throughput_tolerance,
-        )
-    )
-    clean = tuple(r.metric for r, s in zip(ev.runs, flags, strict=True) if not s)
-    base = Verdict(None, metric=mean(clean), n=len(clean), suspect=flags)
     if ev.is_baseline:
-        return _baseline(ev, rule, clean, base)
-    return _sequential(ev, rule, clean, base)
+        return _baseline(ev, rule)
+    return _sequential(ev, rule)
 
 
 def _failure(ev: Evidence, rule: Rule) -> Verdict:
@@ -210,76 +200,145 @@ def _stale(ev: Evidence, base: Verdict) -> Verdict:
     return replace(base, status=ExperimentStatus.DISCARDED, reason=why, requeue=not ev.conflict)
 
 
-def _baseline(ev: Evidence, rule: Rule, clean: tuple[float, ...], base: Verdict) -> Verdict:
-    n = len(clean)
-    want = rule.baseline_runs if rule.sequential else 1 + rule.confirm_runs
-    if n >= want:
+def _baseline(ev: Evidence, rule: Rule) -> Verdict:
+    """The baseline's runs grouped by the machine's conditions; the first best is the mean of
+    its usual condition (the most runs), once that holds two runs or the runs are done."""
+    if not rule.sequential:
+        values = [r.metric for r in ev.runs]
+        n, want = len(values), 1 + rule.confirm_runs
+        if n < want:
+            return Verdict(None, seed=rule.seed + n, metric=mean(values), n=n,
+                           suspect=(False,) * n)
         why = f"baseline: the mean of {n} run{'s' if n > 1 else ''}"
+        return Verdict(ExperimentStatus.KEPT, why, keep=True, metric=mean(values), n=n,
+                       suspect=(False,) * n)
+    keys = conditions(ev.runs, rule.throughput_tolerance)
+    usual = usual_keys(keys)
+    flags = tuple(k != usual.get(k[0]) for k in keys)
+    clean = [r.metric for r, off in zip(ev.runs, flags, strict=True) if not off]
+    n, want = len(ev.runs), rule.baseline_runs
+    base = Verdict(None, metric=mean(clean), n=len(clean), suspect=flags)
+    if n >= want and len(clean) >= min(2, want):
+        why = f"baseline: the mean of {len(clean)} run{'s' if len(clean) > 1 else ''}"
+        if len(clean) < n:
+            why += f" at its usual speed ({n - len(clean)} more at another: the machine)"
         return replace(base, status=ExperimentStatus.KEPT, reason=why, keep=True)
-    if len(ev.runs) >= want + MAX_SUSPECT_RERUNS:  # a busy machine: go on, but say so
+    if n >= want + MAX_SUSPECT_RERUNS:  # a busy machine: go on, but say so
         values = [r.metric for r in ev.runs]
         why = (
-            f"baseline: the mean of all {len(values)} runs; their throughput swung by more "
+            f"baseline: the mean of all {n} runs; their throughput swung by more "
             f"than {rule.throughput_tolerance:.0%} (is the machine busy?)"
         )
-        return replace(
-            base,
-            status=ExperimentStatus.KEPT,
-            reason=why,
-            keep=True,
-            metric=mean(values),
-            n=len(values),
-            suspect=(False,) * len(values),
-        )
-    return replace(base, seed=rule.seed + len(ev.runs))  # run k: seed + k
+        return replace(base, status=ExperimentStatus.KEPT, reason=why, keep=True,
+                       metric=mean(values), n=n, suspect=(False,) * n)
+    return replace(base, seed=rule.seed + n)  # run k: seed + k
 
 
-def _gain(change: float, best: float, rule: Rule) -> float:
-    """How much better the change is than the best, net of min_delta (positive = better)."""
-    raw = best - change if rule.direction is Direction.MINIMIZE else change - best
-    return raw - rule.min_delta
-
-
-def _noise(
-    ev: Evidence, rule: Rule, best: list[float], clean: tuple[float, ...]
-) -> tuple[float | None, int]:
+def _noise(ev: Evidence, rule: Rule, blocks: Blocks) -> tuple[float | None, int]:
     if rule.noise_sigma is not None:
         return rule.noise_sigma, 1_000_000
-    return pooled_sigma([best, clean], prior=ev.others)
+    return pooled_sigma(blocks.groups, prior=ev.others)
 
 
-def _sequential(ev: Evidence, rule: Rule, clean: tuple[float, ...], base: Verdict) -> Verdict:
-    n, best = len(clean), [b.metric for b in ev.best]
-    capped = len(ev.runs) >= rule.max_runs + MAX_SUSPECT_RERUNS
-    if (base.suspect and base.suspect[-1]) or n == 0:  # never decide on a machine measurement
-        if capped:
-            why = "discarded: its runs' throughput kept swinging (is the machine busy?)"
-            return replace(base, status=ExperimentStatus.DISCARDED, reason=why)
-        return _again(ev, rule, base)
-    m, best_mean = base.metric, mean(best)
-    assert m is not None
-    if best_mean is None:  # nothing to compare with (no baseline runs): cannot keep
+def _z(gain: float, sigma: float, weight: float) -> float:
+    """gain / (σ/√weight); ±inf when σ is 0, 0 at 0 (noise.z_score's convention)."""
+    se = sigma / math.sqrt(weight)
+    if se > 0:
+        return gain / se
+    return 0.0 if gain == 0 else math.copysign(math.inf, gain)
+
+
+def _pending(ev: Evidence, rule: Rule, blocks: Blocks, base: Verdict) -> Verdict:
+    """The latest run has no incumbent run in its conditions: run the incumbent beside it
+    (same seed), or stop when the machine will not hold still."""
+    assert blocks.pending is not None
+    if ev.head_moved:
+        return _stale(ev, base)
+    run = ev.runs[blocks.pending]
+    if _beside(ev) >= rule.max_runs or len(ev.runs) >= rule.max_runs + MAX_SUSPECT_RERUNS:
+        why = "discarded: the machine's speed kept changing around its runs (is it busy?)"
+        return replace(base, status=ExperimentStatus.DISCARDED, reason=why)
+    seed = run.seed if run.seed is not None else rule.seed + blocks.pending
+    why = blocks.notes[blocks.pending] or "no incumbent run in its conditions yet"
+    return replace(base, status=None, incumbent=True, pair_of=run.run_id or None, seed=seed,
+                   reason=why)
+
+
+def _beside_latest(ev: Evidence, rule: Rule, base: Verdict, why: str) -> Verdict:
+    """Run the incumbent once more beside the change's latest run, with the seed of the
+    change's next run (its pair by seed, if the change runs again)."""
+    last = ev.runs[-1]
+    seed = rule.seed + len(ev.runs)
+    return replace(base, incumbent=True, pair_of=last.run_id or None, seed=seed, reason=why)
+
+
+def _beside(ev: Evidence) -> int:
+    """How many incumbent runs were started beside this change's runs."""
+    mine = {r.run_id for r in ev.runs if r.run_id}
+    return sum(1 for b in ev.best if b.pair_of in mine)
+
+
+def _sequential(ev: Evidence, rule: Rule) -> Verdict:
+    sign = 1.0 if rule.direction is Direction.MINIMIZE else -1.0
+    blocks = arrange(ev.runs, ev.best, rule.throughput_tolerance)
+    base = Verdict(None, n=blocks.n, suspect=blocks.suspect, notes=blocks.notes,
+                   best_suspect=blocks.best_suspect)
+    if not ev.best:  # nothing to compare with (no baseline runs): cannot keep
         why = "no incumbent runs to compare with"
         return replace(base, status=ExperimentStatus.DISCARDED, reason=why)
-    sigma, df = _noise(ev, rule, best, clean)
-    gain, z, p = _gain(m, best_mean, rule), None, None
+    if blocks.pending is not None:
+        return _pending(ev, rule, blocks, base)
+    sigma, df = _noise(ev, rule, blocks)
+    got = estimate(blocks.strata, sigma, sign)
+    assert got is not None  # no run pending: every run sits in a condition with the incumbent
+    gain, weight = got
+    usual = mean(list(blocks.usual)) or 0.0
+    n = blocks.n
+    metric = usual - sign * gain  # the change's mean in the incumbent's usual conditions
+    z = p = None
     if sigma is not None:
-        z = z_score(gain, sigma, n, len(best))
-        p = p_better(z_score(gain + rule.min_delta, sigma, n, len(best)))
-    base = replace(base, z=z, p_better=p, sigma=sigma)
-    text = _describe(m, best_mean, n, z, p, sigma)
-    if (z is not None and z < rule.discard_z) or (z is None and gain <= 0):
+        z, p = _z(gain - rule.min_delta, sigma, weight), p_better(_z(gain, sigma, weight))
+    base = replace(base, metric=metric, z=z, p_better=p, sigma=sigma)
+    text = _describe(metric, usual, n, z, p, sigma) + _placed(blocks)
+    fewest = min(len(s.incumbent(sigma)) for s in blocks.strata)
+    if fewest < MIN_INCUMBENT_RUNS and _beside(ev) < rule.max_runs and not ev.head_moved:
+        return _beside_latest(ev, rule, base, "one incumbent run in these conditions is a weak "
+                              "reference: the incumbent runs again beside it")
+    if (z is not None and z < rule.discard_z) or (z is None and gain - rule.min_delta <= 0):
         return replace(base, status=ExperimentStatus.DISCARDED, reason=f"not better: {text}")
     if z is not None and df >= 2 and n >= 2 and z >= rule.keep_z:
         if ev.head_moved:
             return _stale(ev, base)
+        if fewest < KEEP_INCUMBENT_RUNS and _beside(ev) < rule.max_runs:
+            why = (f"would be kept ({text}), but on {fewest} incumbent runs in these "
+                   "conditions: the incumbent runs again beside it first")
+            return _beside_latest(ev, rule, base, why)
         return replace(base, status=ExperimentStatus.KEPT, reason=f"better: {text}", keep=True)
-    if n >= rule.max_runs or capped:
+    if n >= rule.max_runs or len(ev.runs) >= rule.max_runs + MAX_SUSPECT_RERUNS:
         why = f"not clearly better after {n} runs: {text}"
         if df < 2:
-            why = f"not kept: the noise is not measured yet ({df} degree(s) of freedom); {text}"
+            why = f"not kept: the noise is not measured yet ({df} degree(s) of freedom"
+            if identical(blocks.groups):
+                why += "; its repeats are identical: does the script ignore OVERNIGHT_SEED?"
+            why += f"); {text}"
         return replace(base, status=ExperimentStatus.DISCARDED, reason=why)
     return _again(ev, rule, base)
+
+
+def _placed(blocks: Blocks) -> str:
+    """How the comparison was blocked, when it was more than the plain one."""
+    beside = sorted({i for s in blocks.strata for i in s.beside_ids})
+    shifted = sum(blocks.suspect)
+    if not beside and not shifted:
+        return ""
+    parts = []
+    if beside:
+        parts.append("beside incumbent run" + ("s " if len(beside) > 1 else " ")
+                     + ", ".join(map(str, beside)))
+    if shifted:
+        parts.append(f"{shifted} run{'s' if shifted > 1 else ''} in other machine conditions"
+                     " compared in those conditions")
+    return f"; same-conditions comparison ({'; '.join(parts)}), in the incumbent's usual terms"
 
 
 def _describe(
@@ -297,7 +356,7 @@ def _strict(ev: Evidence, rule: Rule, base: Verdict) -> Verdict:
     n, m = len(values), base.metric
     assert m is not None
     if ev.is_baseline:
-        return _baseline(ev, rule, tuple(values), base)
+        return _baseline(ev, rule)
     best = mean([b.metric for b in ev.best])
     text = f"{m:.6g}" + (f" (mean of {n} runs)" if n > 1 else "") + f" vs best {best}"
     judged = n == 1 or n >= 1 + rule.confirm_runs  # today's rule: first run, then the mean

@@ -228,6 +228,7 @@ class RunSpec:
     role: RunRole
     log_path: str | None = None
     device: str | None = None
+    pair_run_id: int | None = None  # an incumbent run started beside this run of a change
 
 
 @dataclass(frozen=True)
@@ -241,6 +242,7 @@ class RunEnd:
     throughput_unit: str | None = None
     training_s: float | None = None
     total_s: float | None = None
+    throughput_source: str | None = None  # agent.throughput: summary key, progress lines
 
 
 @dataclass(frozen=True)
@@ -265,6 +267,9 @@ class Run:
     device: str | None = None
     started_at: datetime | None = None
     ended_at: datetime | None = None
+    throughput_source: str | None = None  # where the throughput came from; None: unknown
+    pair_run_id: int | None = None  # an incumbent run: the change's run it ran beside
+    note: str | None = None  # how the keep rule placed it (why it is suspect, its pair)
 
 
 @dataclass(frozen=True)

@@ -24,11 +24,24 @@ def sample_sd(values: Sequence[float]) -> float | None:
     return math.sqrt(sum((v - m) ** 2 for v in values) / (len(values) - 1))
 
 
+def informative(g: Sequence[float]) -> bool:
+    """Does this group of one commit's runs say anything about the noise? Two runs or more,
+    not all identical: identical repeats (a script that ignores OVERNIGHT_SEED, or one seed
+    run twice) are not evidence of zero noise."""
+    return len(g) >= 2 and any(v != g[0] for v in g)
+
+
+def identical(groups: Iterable[Sequence[float]]) -> bool:
+    """Some group of two runs or more whose metrics are all the same."""
+    return any(len(g) >= 2 and not informative(g) for g in groups)
+
+
 def squares(groups: Sequence[Sequence[float]]) -> tuple[float, int]:
-    """(Σ squared deviations from each group's mean, degrees of freedom) over the groups."""
+    """(Σ squared deviations from each group's mean, degrees of freedom) over the informative
+    groups."""
     ss, df = 0.0, 0
     for g in groups:
-        if len(g) >= 2:
+        if informative(g):
             m = sum(g) / len(g)
             ss += sum((v - m) ** 2 for v in g)
             df += len(g) - 1
@@ -40,11 +53,11 @@ def pooled_sigma(
 ) -> tuple[float | None, int]:
     """Pooled within-group standard deviation and its degrees of freedom.
 
-    Every group with at least two values contributes (n − 1) degrees of freedom; one run of a
-    commit says nothing about noise. `prior` is squares() of groups already summed elsewhere.
-    (None, 0) when nothing has two values.
+    Every informative group (two values or more, not all identical) contributes (n − 1)
+    degrees of freedom; one run of a commit says nothing about noise, nor do identical repeats.
+    `prior` is squares() of groups already summed elsewhere. (None, 0) when no group informs.
     """
-    return pooled_of(((group_squares(g), len(g) - 1) for g in groups if len(g) >= 2), prior)
+    return pooled_of(((group_squares(g), len(g) - 1) for g in groups if informative(g)), prior)
 
 
 def group_squares(g: Sequence[float]) -> float:

@@ -16,12 +16,12 @@ from urllib.parse import unquote, urlsplit
 
 from fastapi import Depends, HTTPException, Request
 
-from agent.domain import Sweep
-from agent.ports import Repo
-from agent.recovery import DatabaseLock, RecoveryReport
-from agent.retention import RetentionPolicy
-from agent.scheduler import SchedulerSettings, SlotScheduler
-from agent.service import Service
+from agent.core.domain import Sweep
+from agent.core.ports import Proposer, Repo
+from agent.engine.recovery import DatabaseLock, RecoveryReport
+from agent.engine.scheduler import SchedulerSettings, SlotScheduler
+from agent.ops.retention import RetentionPolicy
+from agent.ops.service import Service
 from api.admissions import AdmissionGate
 from api.settings import Settings
 from db.store import SqlStore
@@ -40,6 +40,8 @@ class Runtime(Protocol):
     def repo_for(self, sweep: Sweep) -> Repo: ...
 
     def repo_at(self, path: Path) -> Repo: ...
+
+    def make_proposer(self, spec: str, seed: int) -> Proposer | None: ...
 
     def start_engine(self, settings: SchedulerSettings, *,
                      lock: DatabaseLock | None = None) -> SlotScheduler: ...

@@ -28,13 +28,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from agent.config import load_config  # noqa: E402
-from agent.domain import Proposal  # noqa: E402
-from agent.errors import AdmissionError  # noqa: E402
-from agent.gitrepo import GitRepo, init_repo  # noqa: E402
-from agent.loop import Loop, LoopSettings  # noqa: E402
-from agent.sweeps import create_sweep, submit  # noqa: E402
-from agent.training import LossCurve, SubprocessRunner  # noqa: E402
+from agent.core.config import load_config  # noqa: E402
+from agent.core.domain import Proposal  # noqa: E402
+from agent.core.errors import AdmissionError  # noqa: E402
+from agent.engine.attempt import LossCurve  # noqa: E402
+from agent.engine.loop import Loop, LoopSettings  # noqa: E402
+from agent.executors.local import SubprocessRunner  # noqa: E402
+from agent.git.repo import GitRepo, init_repo  # noqa: E402
+from agent.ops.sweeps import create_sweep, submit  # noqa: E402
 from db.engine import open_database  # noqa: E402
 from db.store import SqlStore  # noqa: E402
 from runner import parse_progress, run_command  # noqa: E402

@@ -8,8 +8,8 @@ from typing import Any
 
 from sqlalchemy import DateTime, bindparam, func, select, type_coerce
 
-from agent.admit import diff_key
-from agent.domain import RAN_STATUSES, CrashKind, Experiment, ExperimentStatus
+from agent.core.domain import RAN_STATUSES, CrashKind, Experiment, ExperimentStatus
+from agent.rules.admit import diff_key
 from db import counts
 from db.keyset import Page
 from db.models import ExperimentRow, UTCDateTime

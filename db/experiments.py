@@ -11,8 +11,7 @@ from sqlalchemy import Table, bindparam, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from agent.admit import diff_key
-from agent.domain import (
+from agent.core.domain import (
     Experiment,
     ExperimentStatus,
     Finish,
@@ -20,7 +19,8 @@ from agent.domain import (
     can_transition,
     utcnow,
 )
-from agent.errors import ConflictError, DuplicateError, NotFoundError, StoreError
+from agent.core.errors import ConflictError, DuplicateError, NotFoundError, StoreError
+from agent.rules.admit import diff_key
 from db import counts
 from db.models import ExperimentRow, SweepRow
 from db.rows import to_experiment, utc

@@ -12,7 +12,7 @@ from typing import Any
 
 from sqlalchemy import DateTime, Select, func, select, type_coerce
 
-from agent.domain import CrashKind, Experiment, ExperimentStatus, Run, RunRole, RunStatus
+from agent.core.domain import CrashKind, Experiment, ExperimentStatus, Run, RunRole, RunStatus
 from db.models import ExperimentCountRow, ExperimentRow, RunCountRow, RunRow
 from db.rows import utc
 from db.session import StoreBase

@@ -13,8 +13,7 @@ from contextlib import contextmanager
 from dataclasses import replace
 from datetime import datetime
 
-from agent.admit import diff_key
-from agent.domain import (
+from agent.core.domain import (
     RAN_STATUSES,
     CrashKind,
     Experiment,
@@ -30,8 +29,9 @@ from agent.domain import (
     can_transition,
     utcnow,
 )
-from agent.errors import ConflictError, DuplicateError, NotFoundError
-from agent.ports import Pruned, Store, SweepSpec
+from agent.core.errors import ConflictError, DuplicateError, NotFoundError
+from agent.core.ports import Pruned, Store, SweepSpec
+from agent.rules.admit import diff_key
 from runner.summary import ProgressPoint
 
 INTERRUPTED_REASON = "the service stopped while this experiment was running"

@@ -9,9 +9,9 @@ from sqlalchemy import bindparam, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from agent.domain import Sweep, SweepStatus, utcnow
-from agent.errors import ConflictError, NotFoundError, StoreError
-from agent.ports import SweepSpec
+from agent.core.domain import Sweep, SweepStatus, utcnow
+from agent.core.errors import ConflictError, NotFoundError, StoreError
+from agent.core.ports import SweepSpec
 from db.models import ExperimentRow, SweepRow
 from db.rows import to_sweep
 from db.session import StoreBase

@@ -12,9 +12,9 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from agent.config import CONFIG_FILE
-from agent.domain import Sweep
-from agent.errors import OvernightError
+from agent.core.config import CONFIG_FILE
+from agent.core.domain import Sweep
+from agent.core.errors import OvernightError
 from overnight import (  # noqa: F401  (they register their commands)
     cli_adopt,
     cli_agents,
@@ -65,7 +65,7 @@ def init(
 
 
 def init_target(src: Path, path: Path) -> None:
-    from agent.gitrepo import init_repo
+    from agent.git.repo import init_repo
 
     if path.exists() and any(path.iterdir()):
         fail(f"{path} exists and is not empty")
@@ -134,7 +134,7 @@ def demo(
     db: DbOpt = None,
 ) -> None:
     """A real short sweep on CPU: makes a throw-away gpt target, runs baseline + knobs."""
-    from agent.sweeps import default_sweep_name
+    from agent.ops.sweeps import default_sweep_name
 
     where = db_location(db)
     store = runtime_for(where).store
@@ -165,7 +165,7 @@ def demo(
         f"\nsee it in the dashboard: {own_command()} serve --db {where}  then open "
         "http://127.0.0.1:8000/", soft_wrap=True,
     )
-    from agent.evidence import sweep_evidence
+    from agent.analysis.evidence import sweep_evidence
 
     ev = sweep_evidence(done, store.list_experiments(done.id), store.list_runs(sweep_id=done.id))
     console.print(f"\n[bold]{ev.statement()}[/bold]")

@@ -11,10 +11,10 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from agent.config import load_config
-from agent.contract import Check, RunFacts, check_run
-from agent.domain import ExperimentStatus, Sweep
-from agent.ports import Store
+from agent.core.config import load_config
+from agent.core.domain import ExperimentStatus, Sweep
+from agent.core.ports import Store
+from agent.rules.contract import Check, RunFacts, check_run
 from overnight.cli_common import app, console
 
 MARK = {"ok": "[green]✓[/green]", "warn": "[yellow]![/yellow]", "fail": "[red]✗[/red]",
@@ -37,7 +37,7 @@ def doctor(
     runs: Annotated[int, typer.Option(min=1, max=5, help="runs of HEAD (2 measure noise)")] = 2,
 ) -> None:
     """Run the target's HEAD at a short budget and print a checklist of the script contract."""
-    from agent.doctor import diagnose
+    from agent.ops.doctor import diagnose
 
     # Generous: a slow start-up on a busy machine is a finding to report, not a run to kill.
     config = load_config(target).with_budget(budget, timeout or max(budget * 4, budget + 120))

@@ -12,7 +12,7 @@ from pathlib import Path
 from conftest import FIXTURES
 from test_cli import OVERNIGHT, run
 
-from agent.gitrepo import init_repo
+from agent.git.repo import init_repo
 from db.engine import open_database
 from db.store import SqlStore
 

@@ -1,8 +1,8 @@
 import pytest
 
-from agent.classify import CrashFacts, classify
-from agent.decide import is_improvement
-from agent.domain import CrashKind, Direction
+from agent.core.domain import CrashKind, Direction
+from agent.rules.classify import CrashFacts, classify
+from agent.rules.decide import is_improvement
 
 NAN = float("nan")
 

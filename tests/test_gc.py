@@ -17,8 +17,8 @@ import pytest
 from service_fixtures import AUTH, ServerProcess, make_counting_target, wait_for
 from storage_fixtures import Night, seed_night
 
-from agent.domain import ExperimentStatus, Proposal
-from agent.retention import downsample, parse_age
+from agent.core.domain import ExperimentStatus, Proposal
+from agent.ops.retention import downsample, parse_age
 from db.engine import open_database
 from db.store import SqlStore
 from runner.summary import ProgressPoint

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 from conftest import make_target
 
-from agent.config import load_config
-from agent.domain import ExperimentStatus
-from agent.gitrepo import GitRepo
-from agent.sweeps import create_sweep
-from agent.training import MAX_LOSS_POINTS, run_id_prefix
+from agent.core.config import load_config
+from agent.core.domain import ExperimentStatus
+from agent.engine.attempt import MAX_LOSS_POINTS, run_id_prefix
+from agent.git.repo import GitRepo
+from agent.ops.sweeps import create_sweep
 from runner.tree import RUN_ID_ENV
 
 SECRETS = {"ANTHROPIC_API_KEY": "sk-ant-fake-0001", "OPENAI_API_KEY": "sk-fake-0002",
@@ -89,7 +89,7 @@ def test_missing_bwrap_is_refused_and_never_runs_unsandboxed(
 ):
     import shutil
 
-    from agent.errors import ConfigError
+    from agent.core.errors import ConfigError
 
     toml_with(target, 'sandbox   = "bwrap"\n')
     real_which = shutil.which
@@ -109,7 +109,7 @@ def test_missing_bwrap_is_refused_and_never_runs_unsandboxed(
 
 
 def test_database_token_and_lock_are_private(tmp_path):
-    from agent.recovery import InstanceLock
+    from agent.engine.recovery import InstanceLock
     from api.settings import ensure_token
     from db.engine import open_database
     from db.store import SqlStore
@@ -128,7 +128,7 @@ def test_database_token_and_lock_are_private(tmp_path):
 
 
 def test_loss_curve_stays_bounded_and_keeps_the_ends():
-    from agent.training import LossCurve
+    from agent.engine.attempt import LossCurve
     from runner.summary import ProgressPoint
 
     curve = LossCurve(cap=100)

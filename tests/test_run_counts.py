@@ -13,9 +13,9 @@ from sqlalchemy import text
 from test_query_plans import captured, plan
 from test_store_contract import make_store, spec
 
-from agent.domain import ExperimentStatus as S
-from agent.domain import Finish, Proposal, RunEnd, RunRole, RunSpec, RunStatus
-from agent.ports import Store
+from agent.core.domain import ExperimentStatus as S
+from agent.core.domain import Finish, Proposal, RunEnd, RunRole, RunSpec, RunStatus
+from agent.core.ports import Store
 from db.engine import make_engine, migrate, open_database
 from db.store import SqlStore
 

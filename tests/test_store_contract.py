@@ -10,8 +10,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from agent.config import TargetConfig
-from agent.domain import (
+from agent.core.config import TargetConfig
+from agent.core.domain import (
     CrashKind,
     ExperimentStatus,
     Finish,
@@ -22,8 +22,8 @@ from agent.domain import (
     RunStatus,
     SweepStatus,
 )
-from agent.errors import ConflictError, DuplicateError, NotFoundError
-from agent.ports import Store, SweepSpec
+from agent.core.errors import ConflictError, DuplicateError, NotFoundError
+from agent.core.ports import Store, SweepSpec
 from db.engine import open_database
 from db.memory import MemoryStore
 from db.store import SqlStore

@@ -14,7 +14,7 @@ import pytest
 from sqlalchemy import text, update
 from test_store_contract import STORES, make_store, spec
 
-from agent.domain import (
+from agent.core.domain import (
     CrashKind,
     ExperimentStatus,
     Finish,
@@ -25,8 +25,8 @@ from agent.domain import (
     RunStatus,
     utcnow,
 )
-from agent.errors import ConflictError, DuplicateError
-from agent.ports import Store
+from agent.core.errors import ConflictError, DuplicateError
+from agent.core.ports import Store
 from db.keyset import CLOCK_SLACK
 from db.memory import MemoryStore
 from db.models import ExperimentRow

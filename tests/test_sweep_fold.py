@@ -15,7 +15,11 @@ from pathlib import Path
 import pytest
 from test_store_contract import CONFIG, spec
 
-from agent.domain import (
+from agent.analysis.evidence import sweep_evidence
+from agent.analysis.folds import Ordered
+from agent.analysis.insights_fold import digest
+from agent.analysis.trials import gain_scale
+from agent.core.domain import (
     CrashKind,
     ExperimentStatus,
     Finish,
@@ -26,10 +30,6 @@ from agent.domain import (
     RunStatus,
     utcnow,
 )
-from agent.evidence import sweep_evidence
-from agent.folds import Ordered
-from agent.insights_fold import digest
-from agent.proposers.evidence import gain_scale
 from api.dashboard import views
 from api.dashboard.fold import SweepFold, advance
 from api.dashboard.history import HistoryCache

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from test_store_contract import STORES, make_store, spec
 
-from agent.domain import (
+from agent.core.domain import (
     CrashKind,
     ExperimentStatus,
     Finish,
@@ -16,7 +16,7 @@ from agent.domain import (
     RunSpec,
     RunStatus,
 )
-from agent.ports import Store
+from agent.core.ports import Store
 from api.dashboard.history import HistoryCache, SweepHistory, refresh
 
 S = ExperimentStatus

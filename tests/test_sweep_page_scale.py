@@ -15,7 +15,7 @@ from bulk_seed import seed_sweep
 from fastapi.testclient import TestClient
 from test_query_plans import captured, check_plans
 
-from agent.domain import Experiment, ExperimentStatus, Finish, Proposal, utcnow
+from agent.core.domain import Experiment, ExperimentStatus, Finish, Proposal, utcnow
 from api.dashboard.plot import MAX_MARKS, PlotPoint, downsample, progress_svg
 from api.dashboard.views import KEPT_SHOWN, PAGE_SIZE
 from db.engine import open_database

@@ -11,7 +11,7 @@ from urllib.parse import quote
 
 from fastapi import Depends, HTTPException, Request
 
-from agent.service import Service
+from agent.ops.service import Service
 from api.deps import TOKEN_COOKIE, ReadAuth, ServicesDep, require_read
 
 COOKIE_NAME = TOKEN_COOKIE

@@ -2,7 +2,7 @@
 
 The sweep page's digest, evidence and plot are drawn from every experiment and run of the sweep;
 reading them all again after each finish was most of a 10,000-experiment page (~0.5 s of rows
-and diffs). Finished experiments never change (agent.ports.Store.sweep_version) and ended runs
+and diffs). Finished experiments never change (agent.core.ports.Store.sweep_version) and ended runs
 change only their ok/suspect verdict, so a refresh reads just the rows added since the last read
 and those that were still open (queued, running) then: a finish costs a few rows, not the sweep.
 A refresh checks what it holds against the store's version (counts per finished status, runs per
@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from typing import Any
 from weakref import WeakKeyDictionary
 
-from agent.domain import Experiment, ExperimentStatus, Run, RunStatus
-from agent.ports import Store
+from agent.core.domain import Experiment, ExperimentStatus, Run, RunStatus
+from agent.core.ports import Store
 
 PER_STORE = 4  # sweeps held per store (a 10,000-experiment sweep is ~10 MB with its diffs)
 MAX_OPEN = 1000  # more open rows than this: read the sweep again rather than list their ids

@@ -24,9 +24,9 @@ from fastapi.responses import (
 )
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
-from agent.domain import utcnow
-from agent.errors import NotFoundError
-from agent.service import read_log
+from agent.core.domain import utcnow
+from agent.core.errors import NotFoundError
+from agent.ops.service import read_log
 from api.deps import TOKEN_COOKIE, ServicesDep, safe_next, token_matches
 from api.docs import MAX_ID, ExperimentId
 
@@ -163,7 +163,7 @@ def sweep_page(
 def sweep_live(store: Store, _: ReadAuth, name: str) -> JSONResponse:
     """The sweep's running experiments (log tail, loss curve, elapsed) for the live panel."""
     sweep = _sweep(store, name)
-    from agent.domain import ExperimentStatus
+    from agent.core.domain import ExperimentStatus
 
     running = store.list_experiments(sweep.id, statuses=[ExperimentStatus.RUNNING])
     done = store.count_experiments(sweep.id)

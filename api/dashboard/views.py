@@ -22,14 +22,14 @@ from typing import Any
 
 from markupsafe import Markup
 
-from agent.diff import diff_stats, view_lines
-from agent.domain import Experiment, ExperimentStatus, Sweep, utcnow
-from agent.evidence import ExperimentEvidence, SweepEvidence
-from agent.insights import Insights, sections
-from agent.insights_fold import digest
-from agent.ports import Store
-from agent.report import evidence_header, improvement, memory_gb
-from agent.service import Service, read_log
+from agent.analysis.evidence import ExperimentEvidence, SweepEvidence
+from agent.analysis.insights import Insights, sections
+from agent.analysis.insights_fold import digest
+from agent.analysis.report import evidence_header, improvement, memory_gb
+from agent.core.diff import diff_stats, view_lines
+from agent.core.domain import Experiment, ExperimentStatus, Sweep, utcnow
+from agent.core.ports import Store
+from agent.ops.service import Service, read_log
 from runner.summary import parse_progress
 
 from .cache import SweepCache
@@ -209,7 +209,7 @@ def table_page(store: Store, sweep: Sweep, status: str, page: int, before: int |
 
 
 def insights_panel(sweep: Sweep, exps: list[Experiment]) -> list[dict[str, Any]]:
-    """The sweep's digest (agent.insights) as sections of lines for the template, from the
+    """The sweep's digest (agent.analysis.insights) as sections of lines for the template, from the
     page's brief rows (no meta: a proposal's category is read from its change instead)."""
     return insights_panel_of(digest(sweep, exps))
 
@@ -233,7 +233,7 @@ def best_files(service: Service, sweep: Sweep) -> list[dict[str, str]]:
     """The editable file(s) at the best commit; empty if the target repo is gone."""
     if not sweep.best_commit:
         return []
-    from agent.gitrepo import GitError
+    from agent.git.repo import GitError
 
     try:
         _, files = service.best_files(sweep, sweep.best_commit)

@@ -12,8 +12,8 @@ import anyio
 from fastapi import APIRouter, Query, Response, status
 from fastapi.responses import PlainTextResponse, StreamingResponse
 
-from agent.domain import CrashKind, Experiment, ExperimentStatus, Proposal
-from agent.service import read_log
+from agent.core.domain import CrashKind, Experiment, ExperimentStatus, Proposal
+from agent.ops.service import read_log
 from api.deps import ReadAuth, Services, ServicesDep, WriteAuth
 from api.docs import (
     COMMON,

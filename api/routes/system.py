@@ -8,7 +8,7 @@ from urllib.parse import quote
 from fastapi import APIRouter, Query
 from fastapi.responses import PlainTextResponse, RedirectResponse
 
-from agent.domain import ExperimentStatus
+from agent.core.domain import ExperimentStatus
 from api.deps import ReadAuth, ServicesDep, safe_next
 from api.docs import COMMON, READ, text_body
 from api.schemas import HealthPublic

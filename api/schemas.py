@@ -7,9 +7,9 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator
 
-from agent.domain import Experiment, Sweep
-from agent.gate import parse_hhmm
-from agent.report import memory_gb
+from agent.analysis.report import memory_gb
+from agent.core.domain import Experiment, Sweep
+from agent.rules.gate import parse_hhmm
 
 T = TypeVar("T")
 MAX_LIMIT = 200
@@ -177,7 +177,7 @@ class HealthPublic(BaseModel):
 
 
 class InsightsPublic(BaseModel):
-    """The sweep's digest (agent.insights): as text for a model, and structured."""
+    """The sweep's digest (agent.analysis.insights): as text for a model, and structured."""
 
     sweep: str
     text: str

@@ -5,7 +5,7 @@ Each sweep: a baseline, then proposals whose true effect on the head is 0 (70 %)
 worlds measure truth + N(0, σ); shifting worlds add a machine whose load changes in phases
 of several proposals, moving the metric by 2–5σ and the throughput with it (see
 benchmarks/keep_world.py), with the throughput from the summary block, from progress lines
-only, or not reported at all. Each rule is driven through agent.decide.decide exactly as the
+only, or not reported at all. Each rule is driven through agent.rules.decide.decide exactly as the
 loop drives it. Printed per world and rule: null-keep rate, false-discovery rate, share of
 ≥ 3σ true gains kept, runs per proposal (incumbent runs beside a change per proposal), true
 gain of the final best, and the bias of the recorded best (recorded − true, in σ).
@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from keep_world import PROPOSALS, Tally, World, simulate  # noqa: E402
 
-from agent.decide import Rule  # noqa: E402
+from agent.rules.decide import Rule  # noqa: E402
 
 STATIONARY = {"null_keep": 0.03, "fdr": 0.20, "big_kept": 0.95, "runs": 1.5, "bias": 0.5}
 SHIFTING = {"null_keep": 0.03, "fdr": 0.20, "big_kept": 0.95, "runs": 1.7}

@@ -1,5 +1,5 @@
 """The simulated night behind benchmarks/keep_rule.py: commits with a true effect, a machine whose
-load may change, and the loop's order of runs, all decided by the real agent.decide.decide.
+load may change, and the loop's order of runs, all decided by the real agent.rules.decide.decide.
 
 A world is stationary (every run: truth + N(0, σ)) or shifting: the machine alternates quiet
 and busy phases of random length (busy 3–24 runs, i.e. several proposals; quiet spells twice
@@ -25,10 +25,10 @@ import random
 import statistics
 from dataclasses import dataclass, field, replace
 
-from agent.blocking import Sample, conditions, usual_keys, usual_runs
-from agent.decide import Evidence, Rule, decide, incumbent_due
-from agent.domain import ExperimentStatus
-from agent.noise import squares
+from agent.rules.blocking import Sample, conditions, usual_keys, usual_runs
+from agent.rules.decide import Evidence, Rule, decide, incumbent_due
+from agent.core.domain import ExperimentStatus
+from agent.rules.noise import squares
 
 PROPOSALS = 100
 BUDGET_S, LINE_EVERY_S = 300.0, 2.0

@@ -31,7 +31,7 @@ class UTCDateTime(TypeDecorator[datetime]):
 
     def process_bind_param(self, value: datetime | None, dialect: Any) -> datetime | None:
         if value is not None and value.tzinfo is None:
-            raise ValueError("naive datetime given; use agent.domain.utcnow()")
+            raise ValueError("naive datetime given; use agent.core.domain.utcnow()")
         return value.replace(tzinfo=None) if value is not None else None
 
     def process_result_value(self, value: datetime | None, dialect: Any) -> datetime | None:

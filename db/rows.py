@@ -10,8 +10,8 @@ from typing import Any
 
 from sqlalchemy import Row
 
-from agent.config import TargetConfig
-from agent.domain import (
+from agent.core.config import TargetConfig
+from agent.core.domain import (
     CrashKind,
     Experiment,
     ExperimentStatus,

@@ -14,8 +14,8 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from agent.config import CONFIG_FILE, parse_config
-from agent.errors import ConfigError
+from agent.core.config import CONFIG_FILE, parse_config
+from agent.core.errors import ConfigError
 from overnight.cli_common import app, console, fail
 
 
@@ -39,8 +39,8 @@ def adopt(
     force: Annotated[bool, typer.Option(help=f"overwrite an existing {CONFIG_FILE}")] = False,
 ) -> None:
     """Find the training entry point and write overnight.toml (asks when run in a terminal)."""
-    from agent.adopt import adopt as inspect_repo
-    from agent.adopt import render_toml
+    from agent.ops.adopt import adopt as inspect_repo
+    from agent.ops.adopt import render_toml
 
     root = path.resolve()
     if not (root / ".git").exists():

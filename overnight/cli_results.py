@@ -14,10 +14,10 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from agent.domain import RAN_STATUSES, Sweep
-from agent.domain import ExperimentStatus as S
-from agent.errors import NotFoundError
-from agent.report import experiment_row, improvement, results_tsv
+from agent.analysis.report import experiment_row, improvement, results_tsv
+from agent.core.domain import RAN_STATUSES, Sweep
+from agent.core.domain import ExperimentStatus as S
+from agent.core.errors import NotFoundError
 from db.location import DbLocation
 from overnight.cli_common import DbOpt, app, console, db_location, fail, runtime_for
 
@@ -38,8 +38,8 @@ def closing_line(sweep: Sweep, exps: list) -> str:  # type: ignore[type-arg]
 
 
 def print_results(sweep: Sweep, store, fmt: str) -> None:  # type: ignore[no-untyped-def]
-    from agent.evidence import sweep_evidence
-    from agent.report import evidence_header, evidence_row, sweep_evidence_row
+    from agent.analysis.evidence import sweep_evidence
+    from agent.analysis.report import evidence_header, evidence_row, sweep_evidence_row
     from overnight.console import results_table
 
     exps = store.list_experiments(sweep.id)
@@ -84,8 +84,8 @@ def print_summary(sweep: Sweep, store) -> None:  # type: ignore[no-untyped-def]
     """The end-of-night summary: what was learned (the digest), then the results table."""
     from rich.markup import escape
 
-    from agent.insights import render
-    from agent.insights_fold import digest
+    from agent.analysis.insights import render
+    from agent.analysis.insights_fold import digest
 
     console.print(escape(render(digest(sweep, store.list_experiments(sweep.id)), 4000)))
     console.print()
@@ -141,12 +141,13 @@ def status(
     """One line per sweep, newest last: status, counts, baseline → best, supported keeps."""
     from rich.table import Table
 
-    from agent.evidence import sweep_evidence
+    from agent.analysis.evidence import sweep_evidence
 
-    store = runtime_for(db).store
+    rt = runtime_for(db)
+    store, reads = rt.store, rt.reads
     sweeps = store.list_sweeps()
     shown = sweeps if all_ else sweeps[-STATUS_LATEST:]
-    counted = store.status_counts_by_sweep()  # the maintained counts: one read for all
+    counted = reads.status_counts_by_sweep()  # the maintained counts: one read for all
     table = Table(title=f"sweeps in {db_location(db)}")
     for col in ("sweep", "status", "runs", "kept", "discarded", "crashed", "baseline", "best",
                 "gain", "supported", "target"):
@@ -155,7 +156,7 @@ def status(
         n = counted.get(s.id, {})
         rel = improvement(s)
         # The light rows the dashboard's evidence reads (no summaries, diffs or logs).
-        ev = sweep_evidence(s, store.experiment_marks(s.id), store.run_metrics(s.id))
+        ev = sweep_evidence(s, reads.experiment_marks(s.id), store.run_metrics(s.id))
         table.add_row(
             s.name,
             s.status.value,

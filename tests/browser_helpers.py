@@ -19,15 +19,23 @@ from typing import Any
 
 import pytest
 
-from agent.config import TargetConfig, load_config
-from agent.domain import CrashKind, Experiment, ExperimentStatus, Finish, Proposal, Sweep, utcnow
-from agent.gitrepo import GitRepo, init_repo
-from agent.loop import Loop, LoopSettings
-from agent.ports import ProposalContext
+from agent.core.config import TargetConfig, load_config
+from agent.core.domain import (
+    CrashKind,
+    Experiment,
+    ExperimentStatus,
+    Finish,
+    Proposal,
+    Sweep,
+    utcnow,
+)
+from agent.core.ports import ProposalContext
+from agent.engine.loop import Loop, LoopSettings
+from agent.engine.scheduler import run_sweep
+from agent.executors.local import SubprocessRunner
+from agent.git.repo import GitRepo, init_repo
+from agent.ops.sweeps import create_sweep, submit
 from agent.proposers.knobs import KnobsProposer, make_diff
-from agent.scheduler import run_sweep
-from agent.sweeps import create_sweep, submit
-from agent.training import SubprocessRunner
 from db.engine import open_database
 from db.store import SqlStore
 from runner.summary import ProgressPoint

@@ -22,7 +22,7 @@ from typing import Any
 
 import httpx
 
-from agent.gitrepo import init_repo
+from agent.git.repo import init_repo
 
 ROOT = Path(__file__).resolve().parent.parent
 FAKE_TARGET = ROOT / "tests" / "fixtures" / "fake_target"
@@ -123,7 +123,7 @@ def read_run_log(path: Path) -> list[tuple[int, int]]:
 
 def run_records(db: Path | str) -> dict[int, int]:
     """How many run records (started, not interrupted) each experiment has in the database."""
-    from agent.domain import RunStatus
+    from agent.core.domain import RunStatus
     from db.engine import open_database
     from db.store import SqlStore
 
@@ -225,7 +225,7 @@ def idle(client: httpx.Client) -> bool:
 
 def given_up(exp: dict[str, Any]) -> bool:
     """Interrupted by a crash after MAX_CRASH_RETRIES crash retries: not re-queued by design."""
-    from agent.recovery import MAX_CRASH_RETRIES
+    from agent.engine.recovery import MAX_CRASH_RETRIES
 
     return int((exp.get("meta") or {}).get("crash_retries", 0)) >= MAX_CRASH_RETRIES
 
@@ -273,7 +273,7 @@ def check_invariants(exps: list[dict[str, Any]], runs: list[tuple[int, int]],
 def live_orphans(db: Path | str) -> list[int]:
     """Process groups recorded for interrupted experiments and runs (confirmation and incumbent
     runs included) that are still alive (should be none)."""
-    from agent.domain import ExperimentStatus, RunStatus
+    from agent.core.domain import ExperimentStatus, RunStatus
     from db.engine import open_database
     from db.store import SqlStore
     from runner.groups import process_group_alive

@@ -12,7 +12,7 @@ from pathlib import Path
 from service_fixtures import knob_diff
 from sqlalchemy import update
 
-from agent.domain import (
+from agent.core.domain import (
     ExperimentStatus,
     Finish,
     Proposal,
@@ -22,8 +22,8 @@ from agent.domain import (
     RunStatus,
     utcnow,
 )
-from agent.gitrepo import GitRepo
-from agent.sweeps import create_sweep
+from agent.git.repo import GitRepo
+from agent.ops.sweeps import create_sweep
 from db.models import ExperimentRow
 from db.store import SqlStore
 from runner.summary import ProgressPoint

@@ -4,13 +4,13 @@ from pathlib import Path
 
 import pytest
 
-from agent.admit import normalize_diff, parse_diff
-from agent.config import load_config
-from agent.domain import ExperimentStatus, Proposal
-from agent.errors import AdmissionError
-from agent.gitrepo import GitRepo
+from agent.core.config import load_config
+from agent.core.domain import ExperimentStatus, Proposal
+from agent.core.errors import AdmissionError
+from agent.git.repo import GitRepo
+from agent.ops.sweeps import create_sweep, submit
 from agent.proposers.knobs import make_diff
-from agent.sweeps import create_sweep, submit
+from agent.rules.admit import normalize_diff, parse_diff
 
 
 def lr_diff(target: Path, new: str = "0.02") -> str:

@@ -6,8 +6,10 @@ import math
 
 import pytest
 
-from agent.classify import CrashFacts
-from agent.decide import (
+from agent.core.domain import CrashKind, Direction
+from agent.core.domain import ExperimentStatus as S
+from agent.rules.classify import CrashFacts
+from agent.rules.decide import (
     Evidence,
     Rule,
     RunFailure,
@@ -16,9 +18,7 @@ from agent.decide import (
     decide,
     incumbent_due,
 )
-from agent.domain import CrashKind, Direction
-from agent.domain import ExperimentStatus as S
-from agent.noise import pooled_sigma, squares, suspect_flags, throughput, z_score
+from agent.rules.noise import pooled_sigma, squares, suspect_flags, throughput, z_score
 
 SEQ = Rule()  # defaults: sequential, discard z < 0.6, keep z >= 1.75 from run 2, 4 runs max
 MAX = Rule(direction=Direction.MAXIMIZE)

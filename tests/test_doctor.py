@@ -6,7 +6,7 @@ from pathlib import Path
 
 from test_cli import run
 
-from agent.gitrepo import init_repo
+from agent.git.repo import init_repo
 
 PREPARE = "def score(lr):\n    return 1.0 + abs(lr - 0.04)\n"
 TOML = """[target]
@@ -105,7 +105,7 @@ def test_run_says_what_failed_on_the_baseline(tmp_path: Path):
 
 
 def test_runs_with_very_different_step_counts_blame_the_machine():
-    from agent.contract import check_steps
+    from agent.rules.contract import check_steps
 
     assert check_steps({"num_steps": 100.0}, {"num_steps": 95.0}) == []
     assert check_steps({}, {"num_steps": 95.0}) == []

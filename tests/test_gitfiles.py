@@ -1,4 +1,4 @@
-"""The admission fast path reads git's own files in-process (agent.gitfiles): on real git
+"""The admission fast path reads git's own files in-process (agent.git.files): on real git
 repositories its answers equal git's (`rev-parse`, `write-tree` + `diff-tree`), and anything
 it does not understand is handed to git instead of guessed."""
 
@@ -11,9 +11,9 @@ import pytest
 from conftest import make_target
 from hostile_diffs import README, all_cases, good_hunk
 
-from agent.errors import PatchError
-from agent.gitfiles import branch_commit, read_index
-from agent.gitrepo import GitRepo
+from agent.core.errors import PatchError
+from agent.git.files import branch_commit, read_index
+from agent.git.repo import GitRepo
 
 
 def _git(repo: Path, *args: str) -> str:

@@ -1,6 +1,6 @@
 """Admission from git's own view: hostile diffs (real git) are refused before a run is queued.
 
-The diff is read with "\\n" line ends only (agent.diff), and what git actually changed (the
+The diff is read with "\\n" line ends only (agent.core.diff), and what git actually changed (the
 applied tree against its parent) is checked against `editable` at admission and again before
 a run. Git hooks never run as the service.
 """
@@ -16,13 +16,13 @@ import pytest
 from conftest import FIXTURES, make_target
 from hostile_diffs import README, all_cases, git_only, good_hunk, smuggled
 
-from agent.admit import check_proposal
-from agent.config import load_config
-from agent.diff import PathChange, parse, split_lines
-from agent.domain import ExperimentStatus, Proposal
-from agent.errors import AdmissionError
-from agent.gitrepo import GitRepo
-from agent.sweeps import create_sweep, submit
+from agent.core.config import load_config
+from agent.core.diff import PathChange, parse, split_lines
+from agent.core.domain import ExperimentStatus, Proposal
+from agent.core.errors import AdmissionError
+from agent.git.repo import GitRepo
+from agent.ops.sweeps import create_sweep, submit
+from agent.rules.admit import check_proposal
 
 
 @pytest.fixture
@@ -119,7 +119,7 @@ def test_git_hooks_planted_in_the_target_never_run(store, hostile_target, sweep,
 
 
 def test_init_repo_does_not_run_commit_hooks(tmp_path):
-    from agent.gitrepo import init_repo
+    from agent.git.repo import init_repo
 
     target = tmp_path / "t"
     target.mkdir()
@@ -145,7 +145,7 @@ def test_fixture_target_has_the_files_the_corpus_needs():
     ("s = 'a\x1cb\u2028c'\n", "s = 'a\x1cb\u2028d'\n"),
 ])
 def test_written_diffs_apply_with_git_exactly(tmp_path, old, new):
-    from agent.diff import make_diff
+    from agent.core.diff import make_diff
 
     target = make_target(tmp_path / "t", edits={"train.py": old})
     repo = GitRepo(target)

@@ -7,13 +7,13 @@ from pathlib import Path
 import pytest
 from conftest import FIXTURES
 
-from agent.config import load_config
-from agent.domain import ExperimentStatus, SweepStatus
-from agent.gitrepo import GitRepo, init_repo
+from agent.core.config import load_config
+from agent.core.domain import ExperimentStatus, SweepStatus
+from agent.engine.scheduler import run_sweep
+from agent.git.repo import GitRepo, init_repo
+from agent.ops.sweeps import create_sweep
 from agent.proposers.knob_sources import find_knobs
 from agent.proposers.knobs import KnobsProposer
-from agent.scheduler import run_sweep
-from agent.sweeps import create_sweep
 
 WORDLM = (FIXTURES / "wordlm_target" / "main.py").read_text()
 

@@ -4,12 +4,12 @@ from dataclasses import replace
 
 import pytest
 
-from agent.config import TargetConfig
-from agent.diff import make_diff
-from agent.domain import CrashKind, Experiment, ExperimentStatus, Sweep, SweepStatus, utcnow
-from agent.ports import ProposalContext
-from agent.proposers.knob_space import KnobValue, moved, parse_literal
+from agent.core.config import TargetConfig
+from agent.core.diff import make_diff
+from agent.core.domain import CrashKind, Experiment, ExperimentStatus, Sweep, SweepStatus, utcnow
+from agent.core.ports import ProposalContext
 from agent.proposers.knobs import KnobsProposer, find_knobs
+from agent.rules.knob_space import KnobValue, moved, parse_literal
 
 SRC = """# header
 DEPTH = 4  # layers

@@ -1,8 +1,8 @@
 """The former local-search proposer, kept as `knobs-naive` (the benchmark's baseline)."""
 
-from agent.config import TargetConfig
-from agent.domain import Experiment, ExperimentStatus, Sweep, SweepStatus, utcnow
-from agent.ports import ProposalContext
+from agent.core.config import TargetConfig
+from agent.core.domain import Experiment, ExperimentStatus, Sweep, SweepStatus, utcnow
+from agent.core.ports import ProposalContext
 from agent.proposers.knobs import find_knobs
 from agent.proposers.knobs_naive import NaiveKnobsProposer as KnobsProposer
 from agent.proposers.knobs_naive import candidates
@@ -112,7 +112,7 @@ def test_prefers_a_direction_that_was_kept_and_backs_off_crashes():
 def test_specs_name_both_search_proposers():
     import pytest
 
-    from agent.errors import ConfigError
+    from agent.core.errors import ConfigError
     from agent.proposers.factory import make_proposer
 
     assert make_proposer("knobs", 1).name == "knobs"

@@ -7,12 +7,13 @@ from pathlib import Path
 import git
 from conftest import commit_all, make_target
 
-from agent.config import load_config
-from agent.domain import CrashKind, ExperimentStatus, Proposal, SweepStatus
-from agent.gitrepo import GitRepo
+from agent.core.config import load_config
+from agent.core.domain import CrashKind, ExperimentStatus, Proposal, SweepStatus
+from agent.engine.scheduler import run_sweep
+from agent.git.repo import GitRepo
+from agent.ops.sweeps import create_sweep
 from agent.proposers.knobs import KnobsProposer, make_diff
-from agent.scheduler import run_sweep
-from agent.sweeps import create_sweep
+from db.reads import Reads
 
 
 def edit(target: Path, old: str, new: str, path: str = "train.py") -> str:
@@ -90,7 +91,7 @@ def test_keep_and_reset_move_only_the_sweep_branch(store, target, make_loop, tmp
     # deltas are against the best at the time; loss curve stored
     assert abs(discarded.delta - (discarded.metric - discarded.best_before)) < 1e-12
     assert discarded.best_before == exps[1].metric
-    assert [p.step for p in store.loss_points(exps[1].id)] == [1, 2, 3]
+    assert [p.step for p in Reads(store).loss_points(exps[1].id)] == [1, 2, 3]
     assert Path(exps[1].log_path).read_text().count("step ") == 3
 
 
@@ -195,7 +196,7 @@ def test_knobs_sweep_respects_limit_and_improves(store, target, make_loop):
 
 
 def test_diff_queued_against_an_old_head_is_rejected_if_it_conflicts(store, target, make_loop):
-    from agent.sweeps import submit
+    from agent.ops.sweeps import submit
 
     sweep = start(store, target)
     repo = GitRepo(target)
@@ -292,7 +293,7 @@ def test_a_keep_measured_on_a_stale_head_is_rerun_on_the_new_head(tmp_path, stor
             new = new.replace(old, rep, 1)
         return make_diff("train.py", head_text, new)
 
-    from agent.sweeps import submit
+    from agent.ops.sweeps import submit
 
     # A: 0.1 better. B: 0.15 better alone, 0.25 better together with A; B's run waits for the
     # gate file, which appears only once A is kept (state, not a head start in seconds).
@@ -350,7 +351,7 @@ def test_a_stale_keep_that_conflicts_with_the_new_head_is_discarded_not_requeued
 
     from service_fixtures import wait_for
 
-    from agent.sweeps import submit
+    from agent.ops.sweeps import submit
 
     target = make_target(tmp_path / "t3")
     sweep = start(store, target, name="clash")

@@ -132,8 +132,8 @@ def test_mcp_run_on_postgresql_with_the_official_client(pg_url: str, tmp_path: P
     """`overnight mcp --db URL --run`: a coding agent's tools and the engine on PostgreSQL."""
     from test_mcp import FIXTURE, propose_width_over_stdio
 
-    from agent.gitrepo import GitRepo, init_repo
-    from agent.sweeps import create_sweep
+    from agent.git.repo import GitRepo, init_repo
+    from agent.ops.sweeps import create_sweep
     from db.engine import open_database
     from db.store import SqlStore
 

@@ -10,19 +10,19 @@ from pathlib import Path
 import pytest
 from service_fixtures import knob_diff, make_counting_target, wait_for
 
-from agent.domain import ExperimentStatus, Finish, Proposal, SweepStatus
-from agent.gitrepo import GitRepo
-from agent.loop import Loop, LoopSettings
-from agent.ports import SweepSpec
-from agent.recovery import (
+from agent.core.domain import ExperimentStatus, Finish, Proposal, SweepStatus
+from agent.core.ports import SweepSpec
+from agent.engine.loop import Loop, LoopSettings
+from agent.engine.recovery import (
     MAX_CRASH_RETRIES,
     SHUTDOWN_REASON,
     InstanceLock,
     InstanceLockError,
     recover,
 )
-from agent.sweeps import create_sweep
-from agent.training import SubprocessRunner
+from agent.executors.local import SubprocessRunner
+from agent.git.repo import GitRepo
+from agent.ops.sweeps import create_sweep
 from db.engine import open_database
 from db.store import SqlStore
 from runner.groups import process_group_alive
@@ -171,7 +171,7 @@ def test_a_gone_target_is_an_error_only_for_a_sweep_that_may_run(world, caplog) 
     def repo_for(s):  # type: ignore[no-untyped-def]
         return repo if s.target_path == str(target) else GitRepo(Path(s.target_path))
 
-    with caplog.at_level("INFO", logger="agent.recovery"):
+    with caplog.at_level("INFO", logger="agent.engine.recovery"):
         recover(store, repo_for, work)
     errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
     assert len(errors) == 1 and errors[0].startswith("sweep old2: cannot open target")

@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 from conftest import make_target
 
-from agent.config import load_config
-from agent.domain import ExperimentStatus
-from agent.gitrepo import GitRepo
-from agent.loop import Loop, LoopSettings
-from agent.sweeps import create_sweep
-from agent.training import SubprocessRunner
+from agent.core.config import load_config
+from agent.core.domain import ExperimentStatus
+from agent.engine.loop import Loop, LoopSettings
+from agent.executors.local import SubprocessRunner
+from agent.git.repo import GitRepo
+from agent.ops.sweeps import create_sweep
 from api.settings import ensure_token
 from db.engine import open_database
 from db.paths import work_dir_for

@@ -11,13 +11,13 @@ from pathlib import Path
 
 from service_fixtures import knob_diff, make_counting_target
 
-from agent.domain import ExperimentStatus, Proposal, RunStatus
-from agent.errors import WorkerLostError
-from agent.gitrepo import GitRepo
-from agent.loop import Loop, LoopSettings
-from agent.recovery import MAX_CRASH_RETRIES, RecoveryReport, requeue_interrupted
-from agent.sweeps import create_sweep
-from agent.training import SubprocessRunner
+from agent.core.domain import ExperimentStatus, Proposal, RunStatus
+from agent.core.errors import WorkerLostError
+from agent.engine.loop import Loop, LoopSettings
+from agent.engine.recovery import MAX_CRASH_RETRIES, RecoveryReport, requeue_interrupted
+from agent.executors.local import SubprocessRunner
+from agent.git.repo import GitRepo
+from agent.ops.sweeps import create_sweep
 from db.engine import open_database
 from db.store import SqlStore
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from agent.errors import ConfigError
-from agent.ports import Proposer, Store
+from agent.core.errors import ConfigError
+from agent.core.ports import Proposer, Store
 
 
 def make_proposer(spec: str, seed: int, store: Store | None = None,

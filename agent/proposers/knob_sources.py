@@ -4,7 +4,7 @@ Finds module-level UPPER_CASE constants, argparse `add_argument(..., default=<li
 `type` and `choices`), dataclass fields with literal defaults, and numeric/boolean keys of YAML,
 TOML and JSON files. Each Knob knows the column of its literal, so `Knob.rewrite` changes
 exactly that literal in its line (the proposer builds the diff from it). Pure: the stdlib and
-agent.diff (lines split as git splits them, as the proposer does).
+agent.core.diff (lines split as git splits them, as the proposer does).
 A line that carries the comment `knobs: skip` is left alone.
 """
 
@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
-from agent.diff import split_lines
+from agent.core.diff import split_lines
 
 Value = float | int | bool | str
 

@@ -14,14 +14,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from agent.categories import exhausted
-from agent.diff import lines_with_ends, make_diff, normalize
-from agent.domain import Experiment, Proposal
-from agent.ports import ProposalContext
-from agent.proposers.evidence import Change, trials
+from agent.analysis.trials import Change, trials
+from agent.core.diff import lines_with_ends, make_diff, normalize
+from agent.core.domain import Experiment, Proposal
+from agent.core.ports import ProposalContext
 from agent.proposers.knob_sources import Knob, find_knobs, no_knobs_message
-from agent.proposers.knob_space import KnobValue
 from agent.proposers.policy import Move, plateau_status, ranked_moves
+from agent.rules.categories import exhausted
+from agent.rules.knob_space import KnobValue
 
 
 def edit(files: dict[str, str], knobs: dict[str, Knob], changes: tuple[Change, ...]) -> str:

@@ -12,9 +12,9 @@ import random
 import re
 from dataclasses import dataclass
 
-from agent.diff import lines_with_ends, make_diff, normalize, split_lines
-from agent.domain import Experiment, ExperimentStatus, Proposal
-from agent.ports import ProposalContext
+from agent.core.diff import lines_with_ends, make_diff, normalize, split_lines
+from agent.core.domain import Experiment, ExperimentStatus, Proposal
+from agent.core.ports import ProposalContext
 
 _CONST = re.compile(
     r"^(?P<name>[A-Z][A-Z0-9_]*)(?P<sep>\s*(?::\s*\w+\s*)?=\s*)"

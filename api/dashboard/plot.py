@@ -16,8 +16,8 @@ from html import escape
 
 from markupsafe import Markup
 
-from agent.domain import Experiment, ExperimentStatus
-from agent.evidence import SweepEvidence
+from agent.analysis.evidence import SweepEvidence
+from agent.core.domain import Experiment, ExperimentStatus
 
 from .plot_data import Envelope, PlotFold, PlotPoint
 from .plot_data import downsample as downsample

@@ -13,8 +13,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from agent.domain import RAN_STATUSES, Experiment, ExperimentStatus
-from agent.folds import Ordered
+from agent.analysis.folds import Ordered
+from agent.core.domain import RAN_STATUSES, Experiment, ExperimentStatus
 
 BUCKETS = 160  # buckets of consecutive runs when downsampled (~5.5 px each)
 RUNS = RAN_STATUSES

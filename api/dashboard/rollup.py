@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from agent.domain import RAN_STATUSES, Experiment, ExperimentStatus, utcnow
+from agent.core.domain import RAN_STATUSES, Experiment, ExperimentStatus, utcnow
 
 S = ExperimentStatus
 RUNS = RAN_STATUSES

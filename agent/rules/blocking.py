@@ -1,0 +1,271 @@
+"""Blocking in time: which runs of a change and of its incumbent were measured in the same
+machine conditions, and the change's gain estimated within them.
+
+Pure: the stdlib only. On a time budget a busy stretch of the machine trains
+fewer steps and measures a worse metric, for every commit alike; its throughput says so. The
+incumbent's runs are grouped by throughput level per device (its *conditions*; the largest is
+its usual one). Each run of a change is placed in one condition:
+
+- beside an incumbent run started for it (same seed, same device, right after): that run's
+  condition — so a changed speed counts as the change's own only when the incumbent, re-run
+  in the same window, kept its old speed;
+- else, with the change's previous run when their speeds agree (the machine did not move);
+- else (its first run) with the incumbent's latest run on the device when its speed matches
+  that condition's;
+- else it has no comparison yet: the incumbent runs next, beside it (`pending`).
+
+A condition whose incumbent runs beside this change disagree in metric with its older ones
+(a shift the throughput did not show) is compared on the runs beside the change only. The
+gain is the inverse-variance mean of the per-condition gains: one condition is the plain
+two-sample comparison; a change and an incumbent run side by side are a same-window pair.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from statistics import median
+
+
+Key = tuple[str | None, int]  # (device, the incumbent's condition on it)
+MERGE = True
+JOIN = 1.0  # an incumbent run joins a condition within this share of the tolerance
+SPLIT_Z = 2.5  # incumbent runs beside the change this many standard errors off its older ones
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One finished run with a finite metric, as the decision sees it."""
+
+    metric: float
+    throughput: float | None = None
+    run_id: int = 0  # start order within the sweep (ids grow); 0: order of the tuple only
+    seed: int | None = None
+    device: str | None = None
+    pair_of: int | None = None  # an incumbent run: the change's run it was started beside
+    source: str | None = None  # where the throughput came from (agent.throughput)
+
+
+@dataclass(frozen=True)
+class Stratum:
+    """One condition with runs of the change and of the incumbent."""
+
+    key: Key
+    change: tuple[float, ...]
+    beside: tuple[float, ...]  # the incumbent's runs started beside the change's
+    older: tuple[float, ...]  # its other runs in this condition
+    beside_ids: tuple[int, ...]
+
+    def incumbent(self, sigma: float | None) -> tuple[float, ...]:
+        """What the change is compared with here: every incumbent run of the condition,
+        or only those beside it when they disagree with the older ones (a shift the
+        throughput did not show)."""
+        if not self.beside or not self.older or not sigma:
+            return self.beside + self.older
+        gap = abs(sum(self.beside) / len(self.beside) - sum(self.older) / len(self.older))
+        se = sigma * math.sqrt(1 / len(self.beside) + 1 / len(self.older))
+        return self.beside if gap > SPLIT_Z * se else self.beside + self.older
+
+
+@dataclass(frozen=True)
+class Blocks:
+    strata: tuple[Stratum, ...]
+    groups: tuple[tuple[float, ...], ...]  # per-condition groups of both commits (for σ̂)
+    pending: int | None  # index of the change's latest run when it has no comparison yet
+    suspect: tuple[bool, ...]  # per change run: not in the incumbent's usual condition
+    notes: tuple[str, ...]  # per change run: how it was placed
+    best_suspect: tuple[bool, ...]  # per incumbent run: not in its usual condition
+    usual: tuple[float, ...]  # the incumbent's runs in its usual condition
+
+    @property
+    def n(self) -> int:
+        return sum(len(s.change) for s in self.strata)
+
+
+def agrees(value: float | None, reference: float | None, tolerance: float) -> bool:
+    """Same speed within `tolerance` (a share of the reference); unknown speeds agree."""
+    if value is None or reference is None or reference <= 0:
+        return True
+    return abs(value - reference) / reference <= tolerance
+
+
+def conditions(best: Sequence[Sample], tolerance: float, merge: bool = MERGE) -> list[Key]:
+    """Each incumbent run's condition: runs in id order per device stay in the device's
+    latest condition while their throughput agrees with its median within `tolerance`, else
+    (with `merge`) join an earlier condition whose median agrees, else start one; an unknown
+    speed stays in the latest."""
+    keys: list[Key] = []
+    speeds: dict[Key, list[float]] = {}
+    latest: dict[str | None, Key] = {}
+    for b in best:
+        key = latest.get(b.device)
+        level = median(speeds[key]) if key is not None and speeds[key] else None
+        if key is None or not agrees(b.throughput, level, tolerance):
+            key = _back_to_usual(b, keys, speeds, tolerance) if merge else None
+            if key is None:
+                key = (b.device, sum(1 for k in speeds if k[0] == b.device))
+        speeds.setdefault(key, [])
+        if b.throughput is not None:
+            speeds[key].append(b.throughput)
+        latest[b.device] = key
+        keys.append(key)
+    return keys
+
+
+def _back_to_usual(b: Sample, keys: Sequence[Key], speeds: dict[Key, list[float]],
+                   tolerance: float) -> Key | None:
+    """The device's usual condition when `b` is back at its speed (within JOIN of the
+    tolerance): quiet spells are one condition; busy spells are each their own, since their
+    loads differ by more than the throughput can tell."""
+    usual = usual_keys(keys).get(b.device)
+    if usual is None or b.throughput is None or not speeds[usual]:
+        return None
+    return usual if agrees(b.throughput, median(speeds[usual]), tolerance * JOIN) else None
+
+
+def _nearest(b: Sample, speeds: dict[Key, list[float]], tolerance: float) -> Key | None:
+    if b.throughput is None:
+        return None
+    found, gap = None, math.inf
+    for key, values in speeds.items():
+        if key[0] != b.device or not values:
+            continue
+        level = median(values)
+        off = abs(math.log(b.throughput / level)) if level > 0 else math.inf
+        if agrees(b.throughput, level, tolerance * JOIN) and off < gap:
+            found, gap = key, off
+    return found
+
+
+def usual_keys(keys: Sequence[Key]) -> dict[str | None, Key]:
+    """Per device, the incumbent's usual condition: the one with the most runs (earliest on a
+    tie)."""
+    out: dict[str | None, Key] = {}
+    for key in keys:
+        best = out.get(key[0])
+        if best is None or keys.count(key) > keys.count(best):
+            out[key[0]] = key
+    return out
+
+
+def usual_runs(best: Sequence[Sample], tolerance: float) -> list[float]:
+    """The metrics of the incumbent's runs in its usual condition (the most runs overall)."""
+    if not best:
+        return []
+    keys = conditions(best, tolerance)
+    top = max(dict.fromkeys(keys), key=keys.count)  # first of the most common
+    return [b.metric for b, k in zip(best, keys, strict=True) if k == top]
+
+
+def _levels(best: Sequence[Sample], keys: Sequence[Key]) -> dict[Key, float | None]:
+    out: dict[Key, float | None] = {}
+    for key in dict.fromkeys(keys):
+        values = [b.throughput for b, k in zip(best, keys, strict=True)
+                  if k == key and b.throughput is not None]
+        out[key] = median(values) if values else None
+    return out
+
+
+def _latest_before(c: Sample, best: Sequence[Sample], any_device: bool = False) -> int | None:
+    """The incumbent's latest run on the change run's device started before it."""
+    found = None
+    for i, b in enumerate(best):
+        if (any_device or b.device == c.device) and (
+                not c.run_id or not b.run_id or b.run_id < c.run_id):
+            found = i
+    return found
+
+
+def speed_text(value: float | None, source: str | None = None) -> str:
+    if value is None:
+        return "speed unknown"
+    return f"{value:.4g}/s" + (f" ({source})" if source else "")
+
+
+def _off(value: float | None, reference: float | None) -> str:
+    if value is None or not reference:
+        return ""
+    return f", {value / reference - 1:+.0%} vs the incumbent's {reference:.4g}/s"
+
+
+def place(runs: Sequence[Sample], best: Sequence[Sample], keys: Sequence[Key],
+          tolerance: float) -> tuple[list[Key | None], list[str]]:
+    """The condition of each run of the change (None: not comparable yet) and why."""
+    levels = _levels(best, keys)
+    usual = usual_keys(keys)
+    placed: list[Key | None] = []
+    notes: list[str] = []
+    for j, c in enumerate(runs):
+        beside = [i for i, b in enumerate(best) if c.run_id and b.pair_of == c.run_id]
+        speed = speed_text(c.throughput, c.source)
+        if beside:
+            b = best[beside[0]]
+            key = keys[beside[0]]
+            ref = levels.get(usual.get(c.device, key))
+            mine = "its usual speed: the change's own" if key == usual.get(c.device) else \
+                "off its usual speed too: the machine; compared in those conditions"
+            note = (f"{speed}{_off(c.throughput, ref)}; incumbent run {b.run_id} beside it "
+                    f"(seed {b.seed}) ran at {speed_text(b.throughput)}, {mine}")
+        elif j and placed[-1] is not None and agrees(c.throughput, runs[j - 1].throughput,
+                                                    tolerance):
+            key, note = placed[-1], ""
+        elif j == 0:
+            prev = _latest_before(c, best, any_device=c.throughput is None)
+            ref = levels.get(keys[prev]) if prev is not None else None
+            key = keys[prev] if prev is not None and agrees(c.throughput, ref, tolerance) \
+                else None
+            note = "" if key is not None else (
+                f"{speed}{_off(c.throughput, ref)} (beyond ±{tolerance:.0%}): the machine or "
+                "the change? the incumbent runs beside it")
+        else:
+            key = None
+            note = (f"{speed} vs {speed_text(runs[j - 1].throughput)} for its run before "
+                    f"(beyond ±{tolerance:.0%}): the machine moved; the incumbent runs beside it")
+        placed.append(key)
+        notes.append(note)
+    return placed, notes
+
+
+def arrange(runs: Sequence[Sample], best: Sequence[Sample], tolerance: float) -> Blocks:
+    """The change's runs placed in the incumbent's conditions (see the module docstring)."""
+    keys = conditions(best, tolerance)
+    placed, notes = place(runs, best, keys, tolerance)
+    usual = usual_keys(keys)
+    mine = {c.run_id for c in runs if c.run_id}
+    strata, groups = [], []
+    for key in dict.fromkeys([*keys, *[k for k in placed if k is not None]]):
+        change = tuple(c.metric for c, k in zip(runs, placed, strict=True) if k == key)
+        inc = [(b, b.pair_of in mine) for b, k in zip(best, keys, strict=True) if k == key]
+        beside = tuple(b.metric for b, side in inc if side)
+        older = tuple(b.metric for b, side in inc if not side)
+        groups += [g for g in (change, beside, older) if len(g) >= 2]
+        if change and (beside or older):
+            ids = tuple(b.run_id for b, side in inc if side)
+            strata.append(Stratum(key, change, beside, older, ids))
+    last = len(runs) - 1
+    return Blocks(
+        strata=tuple(strata),
+        groups=tuple(groups),
+        pending=last if runs and placed[last] is None else None,
+        suspect=tuple(k is None or k != usual.get(k[0]) for k in placed),
+        notes=tuple(notes),
+        best_suspect=tuple(k != usual.get(k[0]) for k in keys),
+        usual=tuple(usual_runs(best, tolerance)),
+    )
+
+
+def estimate(strata: Sequence[Stratum], sigma: float | None, sign: float
+             ) -> tuple[float, float] | None:
+    """(gain, weight) over the conditions, better = positive: the inverse-variance mean of
+    each condition's (incumbent mean − change mean)·sign; its standard error is σ/√weight
+    (weight = 1/(1/n + 1/m) for one condition). None when there is no condition."""
+    total = weight = 0.0
+    for s in strata:
+        inc = s.incumbent(sigma)
+        w = 1.0 / (1.0 / len(s.change) + 1.0 / len(inc))
+        total += w * sign * (sum(inc) / len(inc) - sum(s.change) / len(s.change))
+        weight += w
+    if not weight:
+        return None
+    return total / weight, weight

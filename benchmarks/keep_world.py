@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, replace
 from agent.rules.blocking import Sample, conditions, usual_keys, usual_runs
 from agent.rules.decide import Evidence, Rule, decide, incumbent_due
 from agent.core.domain import ExperimentStatus
-from agent.rules.noise import squares
+from agent.rules.noise import speed_noise, speed_tolerance, squares
 
 PROPOSALS = 100
 BUDGET_S, LINE_EVERY_S = 300.0, 2.0
@@ -105,6 +105,7 @@ class Night:
         self.head = Commit(0.0)
         self.others = (0.0, 0)  # squares() of retired commits' non-suspect runs
         self.next_id, self.runs, self.beside, self.periodic = 1, 0, 0, 0
+        self.started: list[tuple[str, str | None, float | None]] = []  # commit, device, speed
 
     def measure(self, c: Commit, seed: int, pair_of: int | None = None) -> Sample:
         shift, factor = self.machine.tick()
@@ -112,6 +113,7 @@ class Night:
         speed = c.speed * factor * self.rng.lognormvariate(0.0, self.world.tp_noise)
         run = Sample(metric, self._seen(speed), self.next_id, seed, None, pair_of,
                      self.world.source)
+        self.started.append((str(id(c)), None, run.throughput))
         self.next_id += 1
         self.runs += 1
         return run
@@ -132,7 +134,9 @@ class Night:
         c.runs.append(self.measure(c, rule.seed))
         while True:
             best = () if baseline else tuple(self.head.runs)
-            verdict = decide(Evidence(baseline, tuple(c.runs), best, self.others), rule)
+            ev = Evidence(baseline, tuple(c.runs), best, self.others,
+                          speed_noise=speed_noise(self.started))
+            verdict = decide(ev, rule)
             c.suspect = list(verdict.suspect)
             if verdict.best_suspect and not baseline:
                 self.head.suspect = list(verdict.best_suspect)
@@ -146,11 +150,16 @@ class Night:
             else:
                 c.runs.append(self.measure(c, seed))
 
+    def tolerance(self) -> float:
+        if self.rule.throughput_tolerance is not None:
+            return self.rule.throughput_tolerance
+        return speed_tolerance(speed_noise(self.started))
+
     def remeasure(self) -> None:
         """agent.incumbent: one more run of the best; off its usual condition it is suspect."""
         h = self.head
         h.runs.append(self.measure(h, self.rule.seed + len(h.runs)))
-        keys = conditions(h.runs, self.rule.throughput_tolerance)
+        keys = conditions(h.runs, self.tolerance())
         usual = usual_keys(keys)
         h.suspect = [k != usual.get(k[0]) for k in keys]
 
@@ -164,7 +173,7 @@ class Night:
             self.propose(tally)
         sigma = self.world.sigma
         tally.gains.append(-self.head.truth / sigma)
-        recorded = statistics.fmean(usual_runs(self.head.runs, self.rule.throughput_tolerance))
+        recorded = statistics.fmean(usual_runs(self.head.runs, self.tolerance()))
         tally.biases.append((recorded - self.head.truth) / sigma)
         tally.runs += self.runs
         tally.beside += self.beside

@@ -1,7 +1,9 @@
 """`overnight doctor`: run a target's unmodified HEAD at a short budget and check its contract.
 
-Runs the command twice with the same seed in a throw-away worktree (assets linked as for a
-sweep), outside any database; the checks themselves are agent.rules.contract's pure functions.
+Runs the command twice, with seeds seed and seed + 1 as a sweep's baseline does, in a throw-away
+worktree (assets linked as for a sweep), outside any database; the checks themselves are
+agent.rules.contract's and agent.rules.repeats' pure functions (is the seed used, where does
+the throughput come from).
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import re
 import shlex
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,8 +25,10 @@ from agent.rules.contract import (
     check_evaluation,
     check_noise,
     check_run,
-    check_steps,
 )
+from agent.rules.blocking import Sample
+from agent.rules.repeats import check_seed, check_speed
+from agent.rules.throughput import ProgressMeter, speed
 from runner.process import resolve_command, run_command
 from runner.result import Outcome, RunResult
 from runner.summary import parse_progress
@@ -47,20 +52,26 @@ def facts_of(result: RunResult, progress_points: int) -> RunFacts:
                     progress_points=progress_points, error=result.error)
 
 
-def _run_once(config: TargetConfig, worktree: Path, log: Path) -> tuple[RunResult, int]:
+def _run_once(config: TargetConfig, worktree: Path, log: Path, seed: int
+              ) -> tuple[RunResult, int, Sample | None]:
+    """One run: its result, how many progress lines parsed, and (with a metric) its sample."""
     pattern = re.compile(config.progress_regex) if config.progress_regex else None
-    points = 0
+    meter = ProgressMeter()
 
     def on_line(line: str) -> None:
-        nonlocal points
-        points += parse_progress(line, pattern) is not None
+        point = parse_progress(line, pattern)
+        if point is not None:
+            meter.add(point.step if point.step >= 0 else meter.lines + 1, point.elapsed_s,
+                      time.monotonic())
 
-    env = {"OVERNIGHT_BUDGET_S": f"{config.budget_s:g}", "OVERNIGHT_SEED": str(config.seed),
+    env = {"OVERNIGHT_BUDGET_S": f"{config.budget_s:g}", "OVERNIGHT_SEED": str(seed),
            "OVERNIGHT_EXPERIMENT_ID": "doctor"}
     result = run_command(resolve_command(config.command), cwd=worktree / config.workdir,
                          log_path=log, timeout_s=config.timeout_s, env=env, grace_s=2.0,
                          on_line=on_line)
-    return result, points
+    metric, found = _metric(result, config), speed(result.summary, meter)
+    got = None if metric is None else Sample(metric, found.value, seed=seed, source=found.source)
+    return result, meter.lines, got
 
 
 def command_overrides(config: TargetConfig, files: dict[str, str]) -> list[Check]:
@@ -99,11 +110,12 @@ def diagnose(target: Path, config: TargetConfig, runs: int = 2) -> Diagnosis:
         repo.add_worktree(worktree, repo.head("HEAD"))
         try:
             link_assets(worktree, target, config)
-            first, points = _run_once(config, worktree, Path(tmp) / "run1.log")
+            first, points, one = _run_once(config, worktree, Path(tmp) / "run1.log", config.seed)
             results.append(first)
             checks += check_run(config, facts_of(first, points))
             if runs > 1 and not any(c.status == "fail" for c in checks):
-                second, _ = _run_once(config, worktree, Path(tmp) / "run2.log")
+                second, _, two = _run_once(config, worktree, Path(tmp) / "run2.log",
+                                           config.seed + 1)
                 results.append(second)
                 metrics = [_metric(r, config) for r in results]
                 if metrics[1] is None:
@@ -113,8 +125,11 @@ def diagnose(target: Path, config: TargetConfig, runs: int = 2) -> Diagnosis:
                                         f"{config.metric} ({why}) although the first did",
                                         "a run that fails only sometimes: read its log"))
                 else:
-                    checks += check_noise(config, metrics[0], metrics[1])
-                    checks += check_steps(first.summary, second.summary)
+                    pair = [s for s in (one, two) if s is not None]
+                    checks += [check_seed(pair, config.metric),
+                               *check_noise(config, metrics[0], metrics[1]), check_speed(pair)]
+            elif one is not None:
+                checks.append(check_speed([one]))
         finally:
             repo.remove_worktree(worktree)
     return Diagnosis(checks, results)

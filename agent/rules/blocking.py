@@ -27,11 +27,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from statistics import median
 
+from agent.rules.estimate import Stratum
 
 Key = tuple[str | None, int]  # (device, the incumbent's condition on it)
-MERGE = True
-JOIN = 1.0  # an incumbent run joins a condition within this share of the tolerance
-SPLIT_Z = 2.5  # incumbent runs beside the change this many standard errors off its older ones
+MERGE = "nearest"
+JOIN = 0.5  # an incumbent run joins a condition within this share of the tolerance
 
 
 @dataclass(frozen=True)
@@ -48,34 +48,16 @@ class Sample:
 
 
 @dataclass(frozen=True)
-class Stratum:
-    """One condition with runs of the change and of the incumbent."""
-
-    key: Key
-    change: tuple[float, ...]
-    beside: tuple[float, ...]  # the incumbent's runs started beside the change's
-    older: tuple[float, ...]  # its other runs in this condition
-    beside_ids: tuple[int, ...]
-
-    def incumbent(self, sigma: float | None) -> tuple[float, ...]:
-        """What the change is compared with here: every incumbent run of the condition,
-        or only those beside it when they disagree with the older ones (a shift the
-        throughput did not show)."""
-        if not self.beside or not self.older or not sigma:
-            return self.beside + self.older
-        gap = abs(sum(self.beside) / len(self.beside) - sum(self.older) / len(self.older))
-        se = sigma * math.sqrt(1 / len(self.beside) + 1 / len(self.older))
-        return self.beside if gap > SPLIT_Z * se else self.beside + self.older
-
-
-@dataclass(frozen=True)
 class Blocks:
     strata: tuple[Stratum, ...]
-    groups: tuple[tuple[float, ...], ...]  # per-condition groups of both commits (for σ̂)
+    back_to_back: tuple[tuple[float, ...], ...]  # the change's and beside runs per condition
+    spread: tuple[tuple[float, ...], ...]  # the incumbent's older runs per condition
     pending: int | None  # index of the change's latest run when it has no comparison yet
+    unconfirmed: bool  # its latest run's own speed waits for its next run (no keep yet)
     suspect: tuple[bool, ...]  # per change run: not in the incumbent's usual condition
     notes: tuple[str, ...]  # per change run: how it was placed
     best_suspect: tuple[bool, ...]  # per incumbent run: not in its usual condition
+    best_notes: tuple[str, ...]  # per incumbent run: what it was (beside which run, where)
     usual: tuple[float, ...]  # the incumbent's runs in its usual condition
 
     @property
@@ -102,7 +84,10 @@ def conditions(best: Sequence[Sample], tolerance: float, merge: bool = MERGE) ->
         key = latest.get(b.device)
         level = median(speeds[key]) if key is not None and speeds[key] else None
         if key is None or not agrees(b.throughput, level, tolerance):
-            key = _back_to_usual(b, keys, speeds, tolerance) if merge else None
+            if MERGE == "nearest":
+                key = _nearest(b, speeds, tolerance)
+            else:
+                key = _back_to_usual(b, keys, speeds, tolerance) if merge else None
             if key is None:
                 key = (b.device, sum(1 for k in speeds if k[0] == b.device))
         speeds.setdefault(key, [])
@@ -189,83 +174,127 @@ def _off(value: float | None, reference: float | None) -> str:
     return f", {value / reference - 1:+.0%} vs the incumbent's {reference:.4g}/s"
 
 
+def incumbent_notes(best: Sequence[Sample], keys: Sequence[Key]) -> list[str]:
+    """Per incumbent run: the change's run it ran beside, and its speed when it is off the
+    usual condition's."""
+    levels, usual = _levels(best, keys), usual_keys(keys)
+    notes = []
+    for b, key in zip(best, keys, strict=True):
+        parts = [f"beside run {b.pair_of} (seed {b.seed})"] if b.pair_of else []
+        home = usual.get(key[0])
+        if key != home:
+            parts.append(f"{speed_text(b.throughput, b.source)}{_off(b.throughput, levels.get(home))}"
+                         ": another machine condition")
+        notes.append("; ".join(parts))
+    return notes
+
+
 def place(runs: Sequence[Sample], best: Sequence[Sample], keys: Sequence[Key],
-          tolerance: float) -> tuple[list[Key | None], list[str]]:
-    """The condition of each run of the change (None: not comparable yet) and why."""
-    levels = _levels(best, keys)
-    usual = usual_keys(keys)
+          tolerance: float) -> tuple[list[Key | None], list[str], bool]:
+    """Each run of the change: its condition (None: not comparable) and why; and whether
+    the latest placed run's speed still waits to be confirmed as the change's own."""
+    levels, usual = _levels(best, keys), usual_keys(keys)
     placed: list[Key | None] = []
     notes: list[str] = []
+    waiting: tuple[int, Key] | None = None  # a run whose pair disagreed: its next run tells
     for j, c in enumerate(runs):
         beside = [i for i, b in enumerate(best) if c.run_id and b.pair_of == c.run_id]
-        speed = speed_text(c.throughput, c.source)
+        held = None
+        if waiting is not None and not beside:
+            w = waiting[0]
+            if agrees(c.throughput, runs[w].throughput, tolerance):
+                placed[w] = waiting[1]
+                notes[w] += "; its next run kept that speed: the change's own"
+            else:
+                placed[w] = None
+                notes[w] += (f"; its next run ran at {speed_text(c.throughput)}: the machine "
+                             "moved; left out")
         if beside:
-            b = best[beside[0]]
-            key = keys[beside[0]]
-            ref = levels.get(usual.get(c.device, key))
-            mine = "its usual speed: the change's own" if key == usual.get(c.device) else \
-                "off its usual speed too: the machine; compared in those conditions"
-            note = (f"{speed}{_off(c.throughput, ref)}; incumbent run {b.run_id} beside it "
-                    f"(seed {b.seed}) ran at {speed_text(b.throughput)}, {mine}")
+            key, note, held = _beside(c, best[beside[0]], keys[beside[0]], levels,
+                                      usual.get(c.device), tolerance)
+        elif waiting is not None and placed[waiting[0]] is not None:
+            key, note = placed[waiting[0]], ""
         elif j and placed[-1] is not None and agrees(c.throughput, runs[j - 1].throughput,
                                                     tolerance):
-            key, note = placed[-1], ""
+            key = placed[-1]
+            note = "" if key == usual.get(c.device) else (
+                f"{speed_text(c.throughput, c.source)}, as its run {runs[j - 1].run_id} "
+                "before: in the same other machine conditions")
         elif j == 0:
             prev = _latest_before(c, best, any_device=c.throughput is None)
             ref = levels.get(keys[prev]) if prev is not None else None
             key = keys[prev] if prev is not None and agrees(c.throughput, ref, tolerance) \
                 else None
-            note = "" if key is not None else (
-                f"{speed}{_off(c.throughput, ref)} (beyond ±{tolerance:.0%}): the machine or "
-                "the change? the incumbent runs beside it")
+            note = ""
+            if key is None:
+                note = (f"{speed_text(c.throughput, c.source)}{_off(c.throughput, ref)} (beyond "
+                        f"±{tolerance:.0%}): the machine or the change? the incumbent runs "
+                        "beside it")
+            elif key != usual.get(c.device):
+                note = (f"{speed_text(c.throughput, c.source)}: at the incumbent's speed in its "
+                        f"latest conditions (run {best[prev].run_id}, another machine "
+                        "condition): compared there")
         else:
             key = None
-            note = (f"{speed} vs {speed_text(runs[j - 1].throughput)} for its run before "
-                    f"(beyond ±{tolerance:.0%}): the machine moved; the incumbent runs beside it")
+            note = (f"{speed_text(c.throughput, c.source)} vs "
+                    f"{speed_text(runs[j - 1].throughput)} for its run before (beyond "
+                    f"±{tolerance:.0%}): the machine moved; the incumbent runs beside it")
         placed.append(key)
         notes.append(note)
-    return placed, notes
+        waiting = (j, held) if held is not None else None
+    return placed, notes, waiting is not None and placed[waiting[0]] is not None
+
+
+def _beside(c: Sample, b: Sample, key: Key, levels: dict[Key, float | None],
+            home: Key | None, tolerance: float) -> tuple[Key | None, str, Key | None]:
+    """A change's run and the incumbent's run beside it: (condition, note, condition held
+    until the change's next run). The same conditions when their speeds agree (the
+    machine's, whatever it was). When they disagree, either the machine moved between them
+    or the change has its own speed; its next run tells (it keeps that speed, or not): till
+    then a run beside the incumbent at its usual speed counts in the usual conditions for a
+    discard but not for a keep, and one beside it at another speed does not count."""
+    ref = levels.get(home) if home is not None else None
+    head = (f"{speed_text(c.throughput, c.source)}{_off(c.throughput, ref)}; incumbent run "
+            f"{b.run_id} beside it (seed {b.seed}) ran at {speed_text(b.throughput)}")
+    if agrees(c.throughput, b.throughput, tolerance):
+        note = "" if key == home else f"{head}: the machine; compared in those conditions"
+        return key, note, None
+    if key == home:
+        return key, f"{head}, its usual speed: the change's own, if its next run keeps it", key
+    return None, (f"{head}: off each other and off its usual speed: the machine moved between "
+                  "them, or the change has its own speed; left out unless its next run keeps "
+                  "that speed"), key
 
 
 def arrange(runs: Sequence[Sample], best: Sequence[Sample], tolerance: float) -> Blocks:
     """The change's runs placed in the incumbent's conditions (see the module docstring)."""
     keys = conditions(best, tolerance)
-    placed, notes = place(runs, best, keys, tolerance)
+    placed, notes, unconfirmed = place(runs, best, keys, tolerance)
     usual = usual_keys(keys)
     mine = {c.run_id for c in runs if c.run_id}
-    strata, groups = [], []
+    strata, together, spread = [], [], []
     for key in dict.fromkeys([*keys, *[k for k in placed if k is not None]]):
         change = tuple(c.metric for c, k in zip(runs, placed, strict=True) if k == key)
         inc = [(b, b.pair_of in mine) for b, k in zip(best, keys, strict=True) if k == key]
         beside = tuple(b.metric for b, side in inc if side)
         older = tuple(b.metric for b, side in inc if not side)
-        groups += [g for g in (change, beside, older) if len(g) >= 2]
+        together += [g for g in (change, beside) if len(g) >= 2]
+        spread += [older] if len(older) >= 2 else []
         if change and (beside or older):
             ids = tuple(b.run_id for b, side in inc if side)
             strata.append(Stratum(key, change, beside, older, ids))
     last = len(runs) - 1
+    untried = runs and placed[last] is None and not any(
+        b.pair_of == runs[last].run_id for b in best if runs[last].run_id)
     return Blocks(
         strata=tuple(strata),
-        groups=tuple(groups),
-        pending=last if runs and placed[last] is None else None,
+        back_to_back=tuple(together),
+        spread=tuple(spread),
+        pending=last if untried else None,
+        unconfirmed=unconfirmed,
         suspect=tuple(k is None or k != usual.get(k[0]) for k in placed),
         notes=tuple(notes),
         best_suspect=tuple(k != usual.get(k[0]) for k in keys),
+        best_notes=tuple(incumbent_notes(best, keys)),
         usual=tuple(usual_runs(best, tolerance)),
     )
-
-
-def estimate(strata: Sequence[Stratum], sigma: float | None, sign: float
-             ) -> tuple[float, float] | None:
-    """(gain, weight) over the conditions, better = positive: the inverse-variance mean of
-    each condition's (incumbent mean − change mean)·sign; its standard error is σ/√weight
-    (weight = 1/(1/n + 1/m) for one condition). None when there is no condition."""
-    total = weight = 0.0
-    for s in strata:
-        inc = s.incumbent(sigma)
-        w = 1.0 / (1.0 / len(s.change) + 1.0 / len(inc))
-        total += w * sign * (sum(inc) / len(inc) - sum(s.change) / len(s.change))
-        weight += w
-    if not weight:
-        return None
-    return total / weight, weight

@@ -23,14 +23,24 @@ from dataclasses import dataclass, field, replace
 
 from agent.core.config import TargetConfig
 from agent.core.domain import CrashKind, Direction, ExperimentStatus
-from agent.rules.blocking import Blocks, Sample, arrange, conditions, estimate, usual_keys
+from agent.rules.blocking import (
+    Blocks,
+    Sample,
+    arrange,
+    conditions,
+    incumbent_notes,
+    usual_keys,
+)
 from agent.rules.classify import CrashFacts, classify
-from agent.rules.noise import identical, mean, p_better, pooled_sigma
+from agent.rules.estimate import Noise, estimate, gain_only, noise
+from agent.rules.noise import identical, mean, p_better, pooled_sigma, speed_tolerance
 
 SEQUENTIAL, STRICT = "sequential", "strict"
 MIN_INCUMBENT_RUNS = 2  # a decision rests on at least this many incumbent runs per condition
 KEEP_INCUMBENT_RUNS = 3  # and a keep on this many (the baseline's runs)
 MAX_SUSPECT_RERUNS = 1  # one extra run for runs that measured the machine (then: decide or stop)
+FRESH_Z = 0.0
+MAX_UNUSABLE = 1  # a change's runs left out (the machine moved around them) beyond max_runs
 
 
 def is_improvement(
@@ -66,7 +76,7 @@ class Rule:
     baseline_runs: int = 3
     noise_sigma: float | None = None
     incumbent_every: int = 8
-    throughput_tolerance: float = 0.15
+    throughput_tolerance: float | None = None  # None: SPEED_Z measured run-to-run σ
     confirm_runs: int = 0  # strict only: extra runs of a would-be keep and of the baseline
 
     @classmethod
@@ -96,6 +106,7 @@ class RunFailure:
     """The latest run ended without a usable metric (or was stopped, or cheated)."""
 
     stopped: bool = False
+    incumbent: bool = False  # the incumbent's run beside the change failed, not the change's
     tampered: tuple[str, ...] = ()
     facts: CrashFacts | None = None
     error: str = ""  # one line: why, for later runs
@@ -110,6 +121,7 @@ class Evidence:
     best: tuple[Sample, ...] = ()  # the good runs of the commit it was built on
     others: tuple[float, int] = (0.0, 0)  # noise.squares() of the sweep's other commits
     failed: RunFailure | None = None  # the latest run, when it produced no metric
+    speed_noise: float | None = None  # run-to-run σ of log throughput (noise.speed_noise)
     head_moved: bool = False  # another slot kept a change since this one started
     conflict: str | None = None  # git's message when the diff no longer applies there
 
@@ -131,6 +143,7 @@ class Verdict:
     suspect: tuple[bool, ...] = field(default_factory=tuple)  # per run of `runs`
     notes: tuple[str, ...] = ()  # per run of `runs`: how it was placed (agent.blocking)
     best_suspect: tuple[bool, ...] = ()  # per run of `best`: off its usual condition
+    best_notes: tuple[str, ...] = ()  # per run of `best`
     incumbent: bool = False  # the next run is the incumbent's, beside run `pair_of`
     pair_of: int | None = None
 
@@ -169,6 +182,11 @@ def _failure(ev: Evidence, rule: Rule) -> Verdict:
         why = f"the run modified protected file(s): {', '.join(f.tampered)}"
         return Verdict(ExperimentStatus.CRASHED, why, CrashKind.FUNDAMENTAL)
     k = len(ev.runs)
+    if f.incumbent:
+        why = (f"the incumbent's run beside it failed ({f.error}): no comparison in the same "
+               "conditions")
+        return Verdict(ExperimentStatus.DISCARDED, why, metric=mean([r.metric for r in ev.runs]),
+                       n=k)
     if k == 0 and f.facts is not None:  # the first run: classify the crash
         crash = classify(f.facts)
         status = (
@@ -212,12 +230,13 @@ def _baseline(ev: Evidence, rule: Rule) -> Verdict:
         why = f"baseline: the mean of {n} run{'s' if n > 1 else ''}"
         return Verdict(ExperimentStatus.KEPT, why, keep=True, metric=mean(values), n=n,
                        suspect=(False,) * n)
-    keys = conditions(ev.runs, rule.throughput_tolerance)
+    keys = conditions(ev.runs, tolerance(ev, rule))
     usual = usual_keys(keys)
     flags = tuple(k != usual.get(k[0]) for k in keys)
     clean = [r.metric for r, off in zip(ev.runs, flags, strict=True) if not off]
     n, want = len(ev.runs), rule.baseline_runs
-    base = Verdict(None, metric=mean(clean), n=len(clean), suspect=flags)
+    base = Verdict(None, metric=mean(clean), n=len(clean), suspect=flags,
+                   notes=tuple(incumbent_notes(ev.runs, keys)))
     if n >= want and len(clean) >= min(2, want):
         why = f"baseline: the mean of {len(clean)} run{'s' if len(clean) > 1 else ''}"
         if len(clean) < n:
@@ -227,22 +246,23 @@ def _baseline(ev: Evidence, rule: Rule) -> Verdict:
         values = [r.metric for r in ev.runs]
         why = (
             f"baseline: the mean of all {n} runs; their throughput swung by more "
-            f"than {rule.throughput_tolerance:.0%} (is the machine busy?)"
+            f"than {tolerance(ev, rule):.0%} (is the machine busy?)"
         )
         return replace(base, status=ExperimentStatus.KEPT, reason=why, keep=True,
                        metric=mean(values), n=n, suspect=(False,) * n)
     return replace(base, seed=rule.seed + n)  # run k: seed + k
 
 
-def _noise(ev: Evidence, rule: Rule, blocks: Blocks) -> tuple[float | None, int]:
+def _noise(ev: Evidence, rule: Rule, blocks: Blocks) -> Noise:
+    """σ̂ from the runs back to back (and the sweep's other commits), and the drift the
+    incumbent's runs spread over the night show (agent.rules.estimate)."""
     if rule.noise_sigma is not None:
-        return rule.noise_sigma, 1_000_000
-    return pooled_sigma(blocks.groups, prior=ev.others)
+        return Noise(rule.noise_sigma, 1_000_000)
+    return noise(blocks.back_to_back, blocks.spread, prior=ev.others)
 
 
-def _z(gain: float, sigma: float, weight: float) -> float:
-    """gain / (σ/√weight); ±inf when σ is 0, 0 at 0 (noise.z_score's convention)."""
-    se = sigma / math.sqrt(weight)
+def _z(gain: float, se: float) -> float:
+    """gain / its standard error; ±inf when that is 0, 0 at 0 (noise.z_score's convention)."""
     if se > 0:
         return gain / se
     return 0.0 if gain == 0 else math.copysign(math.inf, gain)
@@ -255,21 +275,32 @@ def _pending(ev: Evidence, rule: Rule, blocks: Blocks, base: Verdict) -> Verdict
     if ev.head_moved:
         return _stale(ev, base)
     run = ev.runs[blocks.pending]
-    if _beside(ev) >= rule.max_runs or len(ev.runs) >= rule.max_runs + MAX_SUSPECT_RERUNS:
+    if _beside(ev) >= rule.max_runs or len(ev.runs) >= rule.max_runs + MAX_UNUSABLE:
         why = "discarded: the machine's speed kept changing around its runs (is it busy?)"
         return replace(base, status=ExperimentStatus.DISCARDED, reason=why)
     seed = run.seed if run.seed is not None else rule.seed + blocks.pending
+    if seed in {b.seed for b in ev.best}:  # a seed run twice measures its luck twice
+        seed = fresh_seed(ev, rule)
     why = blocks.notes[blocks.pending] or "no incumbent run in its conditions yet"
     return replace(base, status=None, incumbent=True, pair_of=run.run_id or None, seed=seed,
                    reason=why)
 
 
 def _beside_latest(ev: Evidence, rule: Rule, base: Verdict, why: str) -> Verdict:
-    """Run the incumbent once more beside the change's latest run, with the seed of the
-    change's next run (its pair by seed, if the change runs again)."""
+    """Run the incumbent once more beside the change's latest run, with a seed it has not
+    run (a seed run twice measures its luck twice)."""
     last = ev.runs[-1]
-    seed = rule.seed + len(ev.runs)
+    seed = fresh_seed(ev, rule)
     return replace(base, incumbent=True, pair_of=last.run_id or None, seed=seed, reason=why)
+
+
+def fresh_seed(ev: Evidence, rule: Rule) -> int:
+    """The smallest seed from `rule.seed` on that the incumbent has not run."""
+    used = {b.seed for b in ev.best}
+    seed = rule.seed
+    while seed in used:
+        seed += 1
+    return seed
 
 
 def _beside(ev: Evidence) -> int:
@@ -280,56 +311,65 @@ def _beside(ev: Evidence) -> int:
 
 def _sequential(ev: Evidence, rule: Rule) -> Verdict:
     sign = 1.0 if rule.direction is Direction.MINIMIZE else -1.0
-    blocks = arrange(ev.runs, ev.best, rule.throughput_tolerance)
+    blocks = arrange(ev.runs, ev.best, tolerance(ev, rule))
     base = Verdict(None, n=blocks.n, suspect=blocks.suspect, notes=blocks.notes,
-                   best_suspect=blocks.best_suspect)
+                   best_suspect=blocks.best_suspect, best_notes=blocks.best_notes)
     if not ev.best:  # nothing to compare with (no baseline runs): cannot keep
         why = "no incumbent runs to compare with"
         return replace(base, status=ExperimentStatus.DISCARDED, reason=why)
     if blocks.pending is not None:
         return _pending(ev, rule, blocks, base)
-    sigma, df = _noise(ev, rule, blocks)
-    got = estimate(blocks.strata, sigma, sign)
-    assert got is not None  # no run pending: every run sits in a condition with the incumbent
-    gain, weight = got
+    n = _noise(ev, rule, blocks)
+    sigma, df = n.sigma, n.df
+    got = estimate(blocks.strata, n, sign)
+    plain = gain_only(blocks.strata, sign)
+    if plain is None:  # its runs straddled changes of the machine: none is comparable yet
+        if len(ev.runs) >= rule.max_runs + MAX_UNUSABLE or ev.head_moved:
+            why = "discarded: the machine's speed kept changing around its runs (is it busy?)"
+            return replace(base, status=ExperimentStatus.DISCARDED, reason=why)
+        return _again(ev, rule, base)
+    gain, se = got if got is not None else (plain, None)
     usual = mean(list(blocks.usual)) or 0.0
-    n = blocks.n
+    runs_used = blocks.n
     metric = usual - sign * gain  # the change's mean in the incumbent's usual conditions
     z = p = None
-    if sigma is not None:
-        z, p = _z(gain - rule.min_delta, sigma, weight), p_better(_z(gain, sigma, weight))
+    if se is not None:
+        z, p = _z(gain - rule.min_delta, se), p_better(_z(gain, se))
     base = replace(base, metric=metric, z=z, p_better=p, sigma=sigma)
-    text = _describe(metric, usual, n, z, p, sigma) + _placed(blocks)
+    text = _describe(metric, usual, runs_used, z, p, sigma) + _placed(blocks, n)
     fewest = min(len(s.incumbent(sigma)) for s in blocks.strata)
     if fewest < MIN_INCUMBENT_RUNS and _beside(ev) < rule.max_runs and not ev.head_moved:
         return _beside_latest(ev, rule, base, "one incumbent run in these conditions is a weak "
                               "reference: the incumbent runs again beside it")
     if (z is not None and z < rule.discard_z) or (z is None and gain - rule.min_delta <= 0):
         return replace(base, status=ExperimentStatus.DISCARDED, reason=f"not better: {text}")
-    if z is not None and df >= 2 and n >= 2 and z >= rule.keep_z:
+    other = any(blocks.suspect) and FRESH_Z  # compared in other machine conditions
+    if z is not None and df >= 2 and runs_used >= 2 and z >= rule.keep_z + other:
         if ev.head_moved:
             return _stale(ev, base)
+        if blocks.unconfirmed and len(ev.runs) < rule.max_runs + MAX_UNUSABLE:
+            return _again(ev, rule, base)  # its own speed, if its next run keeps it
         if fewest < KEEP_INCUMBENT_RUNS and _beside(ev) < rule.max_runs:
             why = (f"would be kept ({text}), but on {fewest} incumbent runs in these "
                    "conditions: the incumbent runs again beside it first")
             return _beside_latest(ev, rule, base, why)
         return replace(base, status=ExperimentStatus.KEPT, reason=f"better: {text}", keep=True)
-    if n >= rule.max_runs or len(ev.runs) >= rule.max_runs + MAX_SUSPECT_RERUNS:
-        why = f"not clearly better after {n} runs: {text}"
+    if runs_used >= rule.max_runs or len(ev.runs) >= rule.max_runs + MAX_UNUSABLE:
+        why = f"not clearly better after {runs_used} runs: {text}"
         if df < 2:
             why = f"not kept: the noise is not measured yet ({df} degree(s) of freedom"
-            if identical(blocks.groups):
+            if identical([*blocks.back_to_back, *blocks.spread]):
                 why += "; its repeats are identical: does the script ignore OVERNIGHT_SEED?"
             why += f"); {text}"
         return replace(base, status=ExperimentStatus.DISCARDED, reason=why)
     return _again(ev, rule, base)
 
 
-def _placed(blocks: Blocks) -> str:
+def _placed(blocks: Blocks, n: Noise) -> str:
     """How the comparison was blocked, when it was more than the plain one."""
     beside = sorted({i for s in blocks.strata for i in s.beside_ids})
     shifted = sum(blocks.suspect)
-    if not beside and not shifted:
+    if not beside and not shifted and n.drift is None:
         return ""
     parts = []
     if beside:
@@ -338,6 +378,8 @@ def _placed(blocks: Blocks) -> str:
     if shifted:
         parts.append(f"{shifted} run{'s' if shifted > 1 else ''} in other machine conditions"
                      " compared in those conditions")
+    if n.drift is not None:
+        parts.append(f"the incumbent's runs spread over the night drift: σ {n.drift:.3g}")
     return f"; same-conditions comparison ({'; '.join(parts)}), in the incumbent's usual terms"
 
 
@@ -368,6 +410,14 @@ def _strict(ev: Evidence, rule: Rule, base: Verdict) -> Verdict:
     if ev.head_moved:
         return _stale(ev, base)
     return replace(base, status=ExperimentStatus.KEPT, reason=f"better (strict): {text}", keep=True)
+
+
+def tolerance(ev: Evidence, rule: Rule) -> float:
+    """The share a run's throughput may be off its condition's: the target's
+    `throughput_tolerance`, else measured from the sweep's back-to-back runs."""
+    if rule.throughput_tolerance is not None:
+        return rule.throughput_tolerance
+    return speed_tolerance(ev.speed_noise)
 
 
 def incumbent_due(decided: int, incumbent_runs: int, rule: Rule) -> bool:

@@ -99,41 +99,28 @@ def ci95(values: Sequence[float], sigma: float | None = None) -> float | None:
     return 1.96 * s / math.sqrt(len(values))
 
 
-def _deviates(value: float, reference: float, tolerance: float) -> bool:
-    return reference > 0 and abs(value - reference) / reference > tolerance
+SPEED_Z = 4.0  # a throughput this many run-to-run σ off says the machine (or the change) moved
+SPEED_TOLERANCE = (0.05, 0.3)  # the measured tolerance's floor and cap
+SPEED_UNMEASURED = 0.1  # the tolerance before two runs of one commit ran back to back
+_MEDIAN_CHI2_1 = 0.454936  # the median of a χ² with one degree of freedom
 
 
-def suspect_flags(
-    throughputs: Sequence[float | None],
-    incumbent: Sequence[float | None],
-    tolerance: float,
-) -> list[bool]:
-    """Which runs measured the machine rather than the change.
-
-    A run is suspect when its throughput deviates by more than `tolerance` (a share) from the
-    incumbent's median *and* from the median of the same commit's other runs — so a change that
-    really alters throughput is believed once two of its runs agree, while one run that ran
-    unusually fast or slow is re-run. A run without a throughput is never suspect.
-    """
-    ref_values = [t for t in incumbent if t is not None]
-    ref = median(ref_values) if ref_values else None
-    flags = []
-    for i, value in enumerate(throughputs):
-        others = [t for j, t in enumerate(throughputs) if j != i and t is not None]
-        refs = [r for r in (ref, median(others) if others else None) if r is not None]
-        flags.append(
-            value is not None and bool(refs) and all(_deviates(value, r, tolerance) for r in refs)
-        )
-    return flags
+def speed_noise(rows: Sequence[tuple[str, str | None, float | None]]) -> float | None:
+    """The run-to-run σ of log throughput, from runs that ran back to back: (commit, device,
+    throughput) in start order, each adjacent pair of the same commit on the same device.
+    Robust (the median squared log ratio), so a pair that straddled a change of load barely
+    moves it. None under two such pairs."""
+    squares = [math.log(b[2] / a[2]) ** 2 for a, b in zip(rows, rows[1:], strict=False)
+               if a[0] == b[0] and a[1] == b[1] and a[2] and b[2] and a[2] > 0 and b[2] > 0]
+    if len(squares) < 2:
+        return None
+    return math.sqrt(median(squares) / _MEDIAN_CHI2_1 / 2.0)
 
 
-def throughput(summary: dict[str, float | str]) -> tuple[float | None, str | None]:
-    """Tokens/s (or steps/s) of one run from its summary block; (None, None) when unknown."""
-    seconds = summary.get("training_seconds")
-    if not isinstance(seconds, int | float) or not math.isfinite(seconds) or seconds <= 0:
-        return None, None
-    for key, scale, unit in (("total_tokens_M", 1e6, "tokens/s"), ("num_steps", 1.0, "steps/s")):
-        value = summary.get(key)
-        if isinstance(value, int | float) and math.isfinite(value) and value > 0:
-            return value * scale / seconds, unit
-    return None, None
+def speed_tolerance(noise: float | None) -> float:
+    """How far (a share) a run's throughput may be off before the keep rule asks whether the
+    machine moved: SPEED_Z run-to-run σ, within SPEED_TOLERANCE."""
+    if noise is None:
+        return SPEED_UNMEASURED
+    low, high = SPEED_TOLERANCE
+    return min(high, max(low, math.expm1(SPEED_Z * noise)))

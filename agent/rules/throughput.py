@@ -1,7 +1,7 @@
 """A run's throughput from wherever the script shows it: the summary block, else its progress
 lines, else nothing (then the machine's load cannot be checked for this target).
 
-Pure: the stdlib and runner.summary's ProgressPoint only. The sources, first found wins:
+Pure: the stdlib only. The sources, first found wins:
 
 - ``summary: total_tokens_M`` (tokens/s) or ``summary: num_steps`` (steps/s), over the
   summary's ``training_seconds``;
@@ -18,8 +18,6 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-
-from runner.summary import ProgressPoint
 
 SUMMARY_KEYS = (("total_tokens_M", 1e6, "tokens/s"), ("num_steps", 1.0, "steps/s"))
 NONE_HINT = (
@@ -39,23 +37,30 @@ class Speed:
     source: str | None = None  # None: unknown
 
 
+@dataclass(frozen=True)
+class Point:
+    step: int
+    elapsed_s: float | None
+    at: float  # the service's clock when the line arrived (monotonic seconds)
+
+
 @dataclass
 class ProgressMeter:
-    """The first and last progress points of one run, with the service's clock at each."""
+    """The first and last progress points of one run (and the first and last that print an
+    elapsed time)."""
 
-    first: ProgressPoint | None = None
-    first_at: float = 0.0
-    last: ProgressPoint | None = None
-    last_at: float = 0.0
-    first_timed: ProgressPoint | None = None  # the first point with an elapsed time
-    last_timed: ProgressPoint | None = None
+    first: Point | None = None
+    last: Point | None = None
+    first_timed: Point | None = None
+    last_timed: Point | None = None
     lines: int = 0
 
-    def add(self, point: ProgressPoint, now: float) -> None:
+    def add(self, step: int, elapsed_s: float | None, now: float) -> None:
+        point = Point(step, elapsed_s, now)
         if self.first is None:
-            self.first, self.first_at = point, now
-        self.last, self.last_at = point, now
-        if point.elapsed_s is not None and math.isfinite(point.elapsed_s):
+            self.first = point
+        self.last = point
+        if elapsed_s is not None and math.isfinite(elapsed_s):
             if self.first_timed is None:
                 self.first_timed = point
             self.last_timed = point
@@ -89,7 +94,7 @@ def from_progress(meter: ProgressMeter | None) -> Speed:
             return Speed(steps / span, "steps/s", "progress: elapsed")
         if b.elapsed_s > 0 and b.step > 0:
             return Speed(b.step / b.elapsed_s, "steps/s", "progress: elapsed")
-    span, steps = meter.last_at - meter.first_at, meter.last.step - meter.first.step
+    span, steps = meter.last.at - meter.first.at, meter.last.step - meter.first.step
     if span > 0 and steps > 0:
         return Speed(steps / span, "steps/s", "progress: clock")
     return Speed(None)

@@ -16,7 +16,8 @@ The night is driven as agent.loop drives it: each experiment runs until decide()
 verdict; "run the incumbent beside run r" runs the best commit with run r's seed; run
 statuses follow the verdict's suspect flags (the loop writes them to the store); σ̂'s prior is
 the other commits' non-suspect runs; every `incumbent_every` proposals the best is re-run
-(agent.incumbent; the runs beside a change count), and the recorded best is the mean of its runs in its usual condition.
+(agent.engine.incumbent; the runs beside a change count), and the recorded best is the mean
+of its runs in its usual condition.
 """
 
 from __future__ import annotations
@@ -25,9 +26,9 @@ import random
 import statistics
 from dataclasses import dataclass, field, replace
 
+from agent.core.domain import ExperimentStatus
 from agent.rules.blocking import Sample, conditions, usual_keys, usual_runs
 from agent.rules.decide import Evidence, Rule, decide, incumbent_due
-from agent.core.domain import ExperimentStatus
 from agent.rules.noise import speed_noise, speed_tolerance, squares
 
 PROPOSALS = 100

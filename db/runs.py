@@ -14,7 +14,6 @@ from db.models import ExperimentRow, RunRow
 from db.rows import to_run
 from db.session import StoreBase
 
-
 NOTE_CHARS = 500
 
 

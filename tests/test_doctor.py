@@ -128,3 +128,17 @@ def test_runs_at_very_different_speeds_blame_the_machine():
     check = check_speed([Sample(1.0, 281.0, source="progress: elapsed"), Sample(1.0, 120.0)])
     assert check.status == "warn" and "281/s then 120/s" in check.detail
     assert "progress: elapsed" in check.detail and "load" in check.detail
+
+
+def test_run_says_at_the_baseline_when_the_seed_is_ignored_and_the_load_unchecked(tmp_path):
+    train = HEAD + BUDGET + "trained = budget\n" + BLOCK  # no seed, no steps, no progress
+    root = target(tmp_path, train, extra="")
+    proc = run("run", "--target", str(root), "--budget", "1", "--experiments", "1",
+               "--db", str(tmp_path / "o.db"), check=False)
+    out = proc.stdout
+    assert "the baseline and the script contract" in out, out + proc.stderr
+    (seed,) = lines_with(out, "! seed used")
+    assert "seeds 42, 43, 44" in seed and "ignores OVERNIGHT_SEED" in seed
+    assert "OVERNIGHT_SEED', 1337" in out  # the line to add
+    (load,) = lines_with(out, "! load check")
+    assert "cannot be checked" in load

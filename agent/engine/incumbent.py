@@ -23,8 +23,8 @@ from pathlib import Path
 from agent.core.domain import Experiment, ExperimentStatus, Run, RunRole, RunSpec, RunStatus, Sweep
 from agent.core.ports import Repo, Store
 from agent.engine.attempt import LoopSettings, TrainingRuns
-from agent.ops.sweeps import link_assets
 from agent.engine.gather import GOOD, sample, sweep_speed_noise
+from agent.ops.sweeps import link_assets
 from agent.rules.blocking import conditions, usual_keys
 from agent.rules.decide import Rule, incumbent_due
 from agent.rules.noise import mean, speed_tolerance

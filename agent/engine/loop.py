@@ -35,13 +35,13 @@ from agent.core.errors import (
 )
 from agent.core.ports import Proposer, Repo, Runner, Store
 from agent.engine.attempt import EventFn, LoopSettings, TrainingRuns
+from agent.engine.gather import gather, sample, write_flags
 from agent.engine.incumbent import Incumbent, decision_lock
 from agent.engine.recovery import requeue_once
 from agent.git.repo import hash_worktree_files
 from agent.ops.sweeps import link_assets, proposal_context, submit
 from agent.rules.admit import check_changes
 from agent.rules.classify import CrashFacts
-from agent.engine.gather import gather, sample, write_flags
 from agent.rules.decide import (
     Evidence,
     Rule,

@@ -19,6 +19,7 @@ from agent.core.config import TargetConfig
 from agent.git.repo import GitRepo
 from agent.ops.sweeps import asset_hashes, dirty_files, link_assets
 from agent.proposers.knob_sources import find_knobs
+from agent.rules.blocking import Sample
 from agent.rules.contract import (
     Check,
     RunFacts,
@@ -26,7 +27,6 @@ from agent.rules.contract import (
     check_noise,
     check_run,
 )
-from agent.rules.blocking import Sample
 from agent.rules.repeats import check_seed, check_speed
 from agent.rules.throughput import ProgressMeter, speed
 from runner.process import resolve_command, run_command

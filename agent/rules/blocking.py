@@ -27,11 +27,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from statistics import median
 
-from agent.rules.estimate import Stratum
+from agent.rules.estimate import Obs, Stratum
 
 Key = tuple[str | None, int]  # (device, the incumbent's condition on it)
-MERGE = "nearest"
 JOIN = 0.5  # an incumbent run joins a condition within this share of the tolerance
+SPEED_Z = 4.0  # a condition's width: this many times the spread of its incumbent runs' speeds
+WIDTH_FLOOR = 0.03  # ... and never narrower than this share
 
 
 @dataclass(frozen=True)
@@ -50,8 +51,8 @@ class Sample:
 @dataclass(frozen=True)
 class Blocks:
     strata: tuple[Stratum, ...]
-    back_to_back: tuple[tuple[float, ...], ...]  # the change's and beside runs per condition
-    spread: tuple[tuple[float, ...], ...]  # the incumbent's older runs per condition
+    back_to_back: tuple[tuple[Obs, ...], ...]  # the change's and beside runs per condition
+    spread: tuple[tuple[Obs, ...], ...]  # the incumbent's older runs per condition
     pending: int | None  # index of the change's latest run when it has no comparison yet
     unconfirmed: bool  # its latest run's own speed waits for its next run (no keep yet)
     suspect: tuple[bool, ...]  # per change run: not in the incumbent's usual condition
@@ -72,11 +73,11 @@ def agrees(value: float | None, reference: float | None, tolerance: float) -> bo
     return abs(value - reference) / reference <= tolerance
 
 
-def conditions(best: Sequence[Sample], tolerance: float, merge: bool = MERGE) -> list[Key]:
+def conditions(best: Sequence[Sample], tolerance: float) -> list[Key]:
     """Each incumbent run's condition: runs in id order per device stay in the device's
     latest condition while their throughput agrees with its median within `tolerance`, else
-    (with `merge`) join an earlier condition whose median agrees, else start one; an unknown
-    speed stays in the latest."""
+    join the earlier condition whose median is nearest within JOIN of the tolerance (quiet
+    spells are one condition), else start one; an unknown speed stays in the latest."""
     keys: list[Key] = []
     speeds: dict[Key, list[float]] = {}
     latest: dict[str | None, Key] = {}
@@ -84,10 +85,7 @@ def conditions(best: Sequence[Sample], tolerance: float, merge: bool = MERGE) ->
         key = latest.get(b.device)
         level = median(speeds[key]) if key is not None and speeds[key] else None
         if key is None or not agrees(b.throughput, level, tolerance):
-            if MERGE == "nearest":
-                key = _nearest(b, speeds, tolerance)
-            else:
-                key = _back_to_usual(b, keys, speeds, tolerance) if merge else None
+            key = _nearest(b, speeds, tolerance)
             if key is None:
                 key = (b.device, sum(1 for k in speeds if k[0] == b.device))
         speeds.setdefault(key, [])
@@ -96,17 +94,6 @@ def conditions(best: Sequence[Sample], tolerance: float, merge: bool = MERGE) ->
         latest[b.device] = key
         keys.append(key)
     return keys
-
-
-def _back_to_usual(b: Sample, keys: Sequence[Key], speeds: dict[Key, list[float]],
-                   tolerance: float) -> Key | None:
-    """The device's usual condition when `b` is back at its speed (within JOIN of the
-    tolerance): quiet spells are one condition; busy spells are each their own, since their
-    loads differ by more than the throughput can tell."""
-    usual = usual_keys(keys).get(b.device)
-    if usual is None or b.throughput is None or not speeds[usual]:
-        return None
-    return usual if agrees(b.throughput, median(speeds[usual]), tolerance * JOIN) else None
 
 
 def _nearest(b: Sample, speeds: dict[Key, list[float]], tolerance: float) -> Key | None:
@@ -152,6 +139,25 @@ def _levels(best: Sequence[Sample], keys: Sequence[Key]) -> dict[Key, float | No
     return out
 
 
+def _widths(best: Sequence[Sample], keys: Sequence[Key], tolerance: float
+            ) -> dict[Key, float]:
+    """How far a change's run may be off a condition's speed and still count as run in it:
+    SPEED_Z times the spread of the incumbent's own speeds there (three runs or more), within
+    WIDTH_FLOOR and the tolerance. On a time budget the metric follows the speed: a condition
+    whose runs agree closely must not take a run at a speed it never showed."""
+    out: dict[Key, float] = {}
+    for key in dict.fromkeys(keys):
+        logs = [math.log(b.throughput) for b, k in zip(best, keys, strict=True)
+                if k == key and b.throughput is not None and b.throughput > 0]
+        if len(logs) < 3:
+            out[key] = tolerance
+            continue
+        m = sum(logs) / len(logs)
+        sd = math.sqrt(sum((v - m) ** 2 for v in logs) / (len(logs) - 1))
+        out[key] = min(tolerance, max(WIDTH_FLOOR, math.expm1(SPEED_Z * sd)))
+    return out
+
+
 def _latest_before(c: Sample, best: Sequence[Sample], any_device: bool = False) -> int | None:
     """The incumbent's latest run on the change run's device started before it."""
     found = None
@@ -182,28 +188,31 @@ def incumbent_notes(best: Sequence[Sample], keys: Sequence[Key]) -> list[str]:
     for b, key in zip(best, keys, strict=True):
         parts = [f"beside run {b.pair_of} (seed {b.seed})"] if b.pair_of else []
         home = usual.get(key[0])
-        if key != home:
-            parts.append(f"{speed_text(b.throughput, b.source)}{_off(b.throughput, levels.get(home))}"
-                         ": another machine condition")
+        if home is not None and key != home:
+            off = _off(b.throughput, levels.get(home))
+            parts.append(f"{speed_text(b.throughput, b.source)}{off}: another machine condition")
         notes.append("; ".join(parts))
     return notes
 
 
 def place(runs: Sequence[Sample], best: Sequence[Sample], keys: Sequence[Key],
-          tolerance: float) -> tuple[list[Key | None], list[str], bool]:
-    """Each run of the change: its condition (None: not comparable) and why; and whether
-    the latest placed run's speed still waits to be confirmed as the change's own."""
-    levels, usual = _levels(best, keys), usual_keys(keys)
+          tolerance: float) -> tuple[list[Key | None], list[str], bool, list[bool]]:
+    """Each run of the change: its condition (None: not comparable) and why; whether the
+    latest placed run's speed still waits to be confirmed as the change's own; and, per run,
+    whether its speed is the change's own (confirmed: credited)."""
+    levels, usual, widths = _levels(best, keys), usual_keys(keys), _widths(best, keys, tolerance)
     placed: list[Key | None] = []
     notes: list[str] = []
+    own: list[bool] = []
     waiting: tuple[int, Key] | None = None  # a run whose pair disagreed: its next run tells
     for j, c in enumerate(runs):
         beside = [i for i, b in enumerate(best) if c.run_id and b.pair_of == c.run_id]
         held = None
-        if waiting is not None and not beside:
+        if waiting is not None:  # its next run tells: it kept that speed, or not
             w = waiting[0]
             if agrees(c.throughput, runs[w].throughput, tolerance):
                 placed[w] = waiting[1]
+                own[w] = True
                 notes[w] += "; its next run kept that speed: the change's own"
             else:
                 placed[w] = None
@@ -213,9 +222,9 @@ def place(runs: Sequence[Sample], best: Sequence[Sample], keys: Sequence[Key],
             key, note, held = _beside(c, best[beside[0]], keys[beside[0]], levels,
                                       usual.get(c.device), tolerance)
         elif waiting is not None and placed[waiting[0]] is not None:
-            key, note = placed[waiting[0]], ""
+            key, note = placed[waiting[0]], ""  # at that speed too: with it
         elif j and placed[-1] is not None and agrees(c.throughput, runs[j - 1].throughput,
-                                                    tolerance):
+                                                    widths.get(placed[-1], tolerance)):
             key = placed[-1]
             note = "" if key == usual.get(c.device) else (
                 f"{speed_text(c.throughput, c.source)}, as its run {runs[j - 1].run_id} "
@@ -223,14 +232,14 @@ def place(runs: Sequence[Sample], best: Sequence[Sample], keys: Sequence[Key],
         elif j == 0:
             prev = _latest_before(c, best, any_device=c.throughput is None)
             ref = levels.get(keys[prev]) if prev is not None else None
-            key = keys[prev] if prev is not None and agrees(c.throughput, ref, tolerance) \
-                else None
+            width = widths.get(keys[prev], tolerance) if prev is not None else tolerance
+            key = keys[prev] if prev is not None and agrees(c.throughput, ref, width) else None
             note = ""
             if key is None:
                 note = (f"{speed_text(c.throughput, c.source)}{_off(c.throughput, ref)} (beyond "
-                        f"±{tolerance:.0%}): the machine or the change? the incumbent runs "
+                        f"±{width:.0%}): the machine or the change? the incumbent runs "
                         "beside it")
-            elif key != usual.get(c.device):
+            elif prev is not None and key != usual.get(c.device):
                 note = (f"{speed_text(c.throughput, c.source)}: at the incumbent's speed in its "
                         f"latest conditions (run {best[prev].run_id}, another machine "
                         "condition): compared there")
@@ -239,10 +248,14 @@ def place(runs: Sequence[Sample], best: Sequence[Sample], keys: Sequence[Key],
             note = (f"{speed_text(c.throughput, c.source)} vs "
                     f"{speed_text(runs[j - 1].throughput)} for its run before (beyond "
                     f"±{tolerance:.0%}): the machine moved; the incumbent runs beside it")
+        mine = bool(waiting is not None and placed[waiting[0]] is not None and own[waiting[0]]
+                    and key == placed[waiting[0]]) or bool(
+            j and key is not None and key == placed[-1] and own[-1] and not beside)
+        own.append(mine)
         placed.append(key)
         notes.append(note)
         waiting = (j, held) if held is not None else None
-    return placed, notes, waiting is not None and placed[waiting[0]] is not None
+    return placed, notes, waiting is not None and placed[waiting[0]] is not None, own
 
 
 def _beside(c: Sample, b: Sample, key: Key, levels: dict[Key, float | None],
@@ -269,20 +282,21 @@ def _beside(c: Sample, b: Sample, key: Key, levels: dict[Key, float | None],
 def arrange(runs: Sequence[Sample], best: Sequence[Sample], tolerance: float) -> Blocks:
     """The change's runs placed in the incumbent's conditions (see the module docstring)."""
     keys = conditions(best, tolerance)
-    placed, notes, unconfirmed = place(runs, best, keys, tolerance)
+    placed, notes, unconfirmed, credited = place(runs, best, keys, tolerance)
     usual = usual_keys(keys)
     mine = {c.run_id for c in runs if c.run_id}
     strata, together, spread = [], [], []
     for key in dict.fromkeys([*keys, *[k for k in placed if k is not None]]):
-        change = tuple(c.metric for c, k in zip(runs, placed, strict=True) if k == key)
+        change = tuple(_obs(c) for c, k in zip(runs, placed, strict=True) if k == key)
         inc = [(b, b.pair_of in mine) for b, k in zip(best, keys, strict=True) if k == key]
-        beside = tuple(b.metric for b, side in inc if side)
-        older = tuple(b.metric for b, side in inc if not side)
+        beside = tuple(_obs(b) for b, side in inc if side)
+        older = tuple(_obs(b) for b, side in inc if not side)
         together += [g for g in (change, beside) if len(g) >= 2]
         spread += [older] if len(older) >= 2 else []
         if change and (beside or older):
             ids = tuple(b.run_id for b, side in inc if side)
-            strata.append(Stratum(key, change, beside, older, ids))
+            own = any(o for o, k in zip(credited, placed, strict=True) if k == key)
+            strata.append(Stratum(key, change, beside, older, ids, key == usual.get(key[0]), own))
     last = len(runs) - 1
     untried = runs and placed[last] is None and not any(
         b.pair_of == runs[last].run_id for b in best if runs[last].run_id)
@@ -298,3 +312,8 @@ def arrange(runs: Sequence[Sample], best: Sequence[Sample], tolerance: float) ->
         best_notes=tuple(incumbent_notes(best, keys)),
         usual=tuple(usual_runs(best, tolerance)),
     )
+
+
+def _obs(r: Sample) -> Obs:
+    speed = r.throughput
+    return r.metric, (math.log(speed) if speed is not None and speed > 0 else None)

@@ -137,11 +137,15 @@ def test_a_run_off_the_incumbents_speed_gets_the_incumbent_beside_it():
     best = INC + (run(0.52, 141.0, 11, pair_of=10),)
     v = decide(ev([run(0.5, 140.0, 10)], best=best), SEQ)
     assert v.incumbent and (v.pair_of, v.seed) == (10, 43) and v.best_suspect[-1]
-    # two incumbent runs in those conditions: decided there, not against the slow ones
+    # away from its usual conditions a decision rests on three incumbent runs (fresh ones)
     best += (run(0.49, 139.0, 12, seed=43, pair_of=10),)
     v = decide(ev([run(0.5, 140.0, 10)], best=best), SEQ)
+    assert v.incumbent and (v.pair_of, v.seed) == (10, 44) and "weak reference" in v.reason
+    # three: decided there, not against the slow ones
+    best += (run(0.51, 141.0, 13, seed=44, pair_of=10),)
+    v = decide(ev([run(0.5, 140.0, 10)], best=best), SEQ)
     assert v.status is S.DISCARDED and v.suspect == (True,) and v.n == 1
-    assert "beside incumbent runs 11, 12" in v.reason and "the machine" in v.notes[0]
+    assert "beside incumbent runs 11, 12, 13" in v.reason and "the machine" in v.notes[0]
 
 
 def test_a_changed_speed_counts_as_the_changes_own_when_the_incumbent_kept_its_speed():

@@ -15,9 +15,9 @@ nothing drifts. Runs beside the change are compared with σ_b.
 The speed: on a time budget a run that got more of a shared machine trains more steps, so even
 within one condition the metric may follow the throughput. The slope β of the metric on log
 throughput within the back-to-back groups (one commit, one stretch of time: all the speed
-difference is the machine's) is used when it is clearly there (|t| ≥ SLOPE_T): runs are then
+difference is the machine's) is used when it is clearly there (Student's t at 1 %): runs are then
 compared at the incumbent's speed, gain = sign·((ȳ_inc − ȳ_change) − β·(l̄_inc − l̄_change)),
-l = log throughput, and σ̂ is taken with β removed. A change whose own speed was credited (the
+l = log throughput; σ̂ keeps the speed-driven spread. A change whose own speed was credited (the
 incumbent beside it kept its usual speed, and its next run kept its new one) keeps what its
 speed bought: no adjustment there.
 """
@@ -32,13 +32,12 @@ from agent.rules.noise import pooled_sigma
 
 Obs = tuple[float, float | None]  # (metric, log throughput or None)
 SPLIT_Z = 2.5  # incumbent runs beside the change this many standard errors off its older ones
-DRIFT_SD = 2.0  # σ_d² this many sampling SDs above σ_b² (χ²: √(2/df)) says the machine drifts
+DRIFT_SD = 3.0  # σ_d² this many sampling SDs above σ_b² (χ²: √(2/df)) says the machine drifts
 MIN_DF = 4  # degrees of freedom of σ_b before a drift can be told from its own noise
-# The metric follows the speed when β is this far from 0: Student's t at a two-sided 0.5 %,
-# by degrees of freedom (a slope fitted on few runs must be very clear to be believed).
-SLOPE_T = ((2, 14.1), (3, 7.45), (4, 5.6), (5, 4.77), (6, 4.32), (8, 3.83), (10, 3.58),
-           (15, 3.29), (20, 3.15), (30, 3.03), (60, 2.91))
-SLOPE_FROM = "all"
+# The metric follows the speed when β is this far from 0: Student's t at a two-sided 1 %, by
+# degrees of freedom (a slope fitted on few runs must be very clear to be believed).
+SLOPE_T = ((2, 9.92), (3, 5.84), (4, 4.6), (5, 4.03), (6, 3.71), (8, 3.36), (10, 3.17),
+           (15, 2.95), (20, 2.85), (30, 2.75), (60, 2.66))
 
 
 @dataclass(frozen=True)
@@ -118,28 +117,18 @@ def _t_crit(df: int) -> float:
     for at_most, t in SLOPE_T:
         if df <= at_most:
             return t
-    return 2.81
-
-
-def residuals(groups: Sequence[Sequence[Obs]], beta: float) -> list[list[float]]:
-    """Each group's metrics with β times its speed's deviation from the group's mean taken
-    out (what σ̂ pools)."""
-    out = []
-    for g in groups:
-        _, lm = _means(g)
-        out.append([y - beta * (v - lm) if beta and lm is not None and v is not None else y
-                    for y, v in g])
-    return out
+    return 2.58
 
 
 def noise(back_to_back: Sequence[Sequence[Obs]], spread: Sequence[Sequence[Obs]],
           prior: tuple[float, int] = (0.0, 0)) -> Noise:
-    """The pooled σ of every group (and `prior`, the other commits' squares), with the
-    speed's slope removed when the metric follows it; when the spread groups' σ is clearly
-    above the back-to-back one (both with enough degrees of freedom to tell), σ_b and the
-    drift σ_d instead."""
-    beta = slope([*back_to_back, *spread]) if SLOPE_FROM == "all" else slope(back_to_back)
-    together, apart = residuals(back_to_back, beta), residuals(spread, beta)
+    """The pooled σ of every group (and `prior`, the other commits' squares) and the speed's
+    slope β; when the spread groups' σ is clearly above the back-to-back one (both with
+    enough degrees of freedom to tell), σ_b and the drift σ_d instead. σ̂ keeps the
+    speed-driven spread (β only moves the means): a slope fitted on a few runs is no licence
+    to claim less noise."""
+    beta = slope([*back_to_back, *spread])
+    together, apart = values(back_to_back), values(spread)
     sigma, df = pooled_sigma([*together, *apart], prior=prior)
     b, b_df = pooled_sigma(together, prior=prior)
     d, d_df = pooled_sigma(apart)

@@ -1,77 +1,28 @@
 """Blocking in time through the real loop (git worktrees, subprocesses, SQLite) on a machine
-whose speed the test sets: a fake trainer whose work follows the machine's speed, 12 null
-changes, the machine busy (60 % speed) for the baseline and then switching every five runs.
-Every change run after the busy baseline looks 40 σ better; only the incumbent run beside it,
-in the same conditions, shows that the machine moved. Also what the evidence, `results
---format json` and the dashboard say of those runs."""
+whose speed the test sets (tests/load_world.py): a fake trainer whose work follows the
+machine's speed, 12 null changes, the machine busy for the baseline and then switching every
+five runs. Every change run after the busy baseline looks 40 σ better; only the incumbent run
+beside it, in the same conditions, shows that the machine moved. Also what the evidence,
+`results --format json` and the dashboard say of those runs."""
 
 from __future__ import annotations
 
 import json
-import textwrap
 from pathlib import Path
-from typing import Any
 
 import pytest
 from browser_helpers import make_app
-from conftest import make_target
 from fastapi.testclient import TestClient
-from null_proposer import Ideas
+from load_world import load_night
 from test_cli import run
 
-from agent.core.config import load_config
-from agent.core.domain import Experiment, ExperimentStatus, RunRole, RunStatus
-from agent.engine.loop import Loop, LoopSettings
-from agent.engine.scheduler import run_sweep
-from agent.executors.local import SubprocessRunner
-from agent.git.repo import GitRepo
-from agent.ops.sweeps import create_sweep
-from db.engine import open_database
+from agent.core.domain import ExperimentStatus, RunRole, RunStatus
 from db.store import SqlStore
-
-TRAINER = (Path(__file__).parent / "scripts" / "load_trainer.py").read_text()
-SPEEDS = (0.6, 1.0)  # busy, quiet
-EVERY = 5  # runs per spell
-
-
-class Machine:
-    """Switches the machine's speed every EVERY runs (each run announces itself first)."""
-
-    def __init__(self, path: Path) -> None:
-        self.path, self.runs = path, 0
-        path.write_text(str(SPEEDS[0]))
-
-    def __call__(self, kind: str, exp: Experiment, data: dict[str, Any]) -> None:
-        if kind in ("started", "confirming"):
-            self.path.write_text(str(SPEEDS[(self.runs // EVERY) % 2]))
-            self.runs += 1
 
 
 @pytest.fixture(scope="module")
 def night(tmp_path_factory: pytest.TempPathFactory) -> tuple[SqlStore, int, Path]:
-    root = tmp_path_factory.mktemp("load")
-    machine = root / "machine.txt"
-    toml = textwrap.dedent("""\
-        [target]
-        command   = "python train.py"
-        editable  = ["train.py"]
-        protected = ["prepare.py", "overnight.toml"]
-        metric    = "work"
-        direction = "maximize"
-        budget_s  = 0.05
-        timeout_s = 30
-        """)
-    train = TRAINER.replace('MACHINE = "machine.txt"', f"MACHINE = {str(machine)!r}")
-    target = make_target(root / "target", edits={"train.py": train, "overnight.toml": toml})
-    db = root / "overnight.db"
-    store = SqlStore(open_database(db))
-    sweep = create_sweep(store, GitRepo(target), target, name="load",
-                         config=load_config(target), max_experiments=12)
-    loop = Loop(store, GitRepo(target), SubprocessRunner(grace_s=0.5),
-                LoopSettings(root / "work", grace_s=0.5), proposer=Ideas(),
-                on_event=Machine(machine))
-    run_sweep(loop, sweep.name)
-    return store, sweep.id, db
+    return load_night(tmp_path_factory.mktemp("load"))
 
 
 def test_the_machines_speed_is_not_credited_to_a_null_change(night):

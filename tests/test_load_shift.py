@@ -65,9 +65,11 @@ def busy_target(dest: Path, report_steps: bool) -> Path:
     return make_target(dest, edits={"train.py": train, "overnight.toml": toml})
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(1500)  # a hang bound: a busy machine only makes more (and slower) runs
 @pytest.mark.parametrize("report_steps", [True, False], ids=["summary", "progress-lines"])
-def test_a_hog_switched_on_and_off_keeps_no_null_change(tmp_path, store, make_loop,
-                                                        report_steps):
+def test_a_hog_switched_on_and_off_keeps_at_most_one_null_change(tmp_path, store, make_loop,
+                                                                 report_steps):
     target = busy_target(tmp_path / "busy", report_steps)
     sweep = create_sweep(store, GitRepo(target), target, name="hog",
                          config=load_config(target), max_experiments=20)

@@ -41,6 +41,7 @@ def test_nothing_says_the_speed():
     assert speed({"training_seconds": 0.0, "num_steps": 50}).value is None
     assert speed({"val_loss": 1.0}, ProgressMeter()).source is None
     assert from_progress(meter([(5, None, 1.0)])).value is None  # one untimed line
+    assert from_progress(meter([(1, None, 1.0), (3, None, 1.002)])).value is None  # a burst
     runs = [Sample(1.0), Sample(1.1)]
     warning = load_unchecked(runs)
     assert warning and "cannot be checked" in warning and "num_steps" in warning

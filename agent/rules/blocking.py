@@ -210,7 +210,7 @@ def place(runs: Sequence[Sample], best: Sequence[Sample], keys: Sequence[Key],
         held = None
         if waiting is not None:  # its next run tells: it kept that speed, or not
             w = waiting[0]
-            if agrees(c.throughput, runs[w].throughput, tolerance):
+            if agrees(c.throughput, runs[w].throughput, widths.get(waiting[1], tolerance)):
                 placed[w] = waiting[1]
                 own[w] = True
                 notes[w] += "; its next run kept that speed: the change's own"
@@ -262,10 +262,10 @@ def _beside(c: Sample, b: Sample, key: Key, levels: dict[Key, float | None],
             home: Key | None, tolerance: float) -> tuple[Key | None, str, Key | None]:
     """A change's run and the incumbent's run beside it: (condition, note, condition held
     until the change's next run). The same conditions when their speeds agree (the
-    machine's, whatever it was). When they disagree, either the machine moved between them
-    or the change has its own speed; its next run tells (it keeps that speed, or not): till
-    then a run beside the incumbent at its usual speed counts in the usual conditions for a
-    discard but not for a keep, and one beside it at another speed does not count."""
+    machine's, whatever it was). When they disagree and the incumbent kept its usual speed,
+    the changed speed is the change's own if its next run keeps it (till then it counts in
+    the usual conditions for a discard, not for a keep); when they disagree and the
+    incumbent's speed moved too, the machine moved between them: left out."""
     ref = levels.get(home) if home is not None else None
     head = (f"{speed_text(c.throughput, c.source)}{_off(c.throughput, ref)}; incumbent run "
             f"{b.run_id} beside it (seed {b.seed}) ran at {speed_text(b.throughput)}")
@@ -274,9 +274,8 @@ def _beside(c: Sample, b: Sample, key: Key, levels: dict[Key, float | None],
         return key, note, None
     if key == home:
         return key, f"{head}, its usual speed: the change's own, if its next run keeps it", key
-    return None, (f"{head}: off each other and off its usual speed: the machine moved between "
-                  "them, or the change has its own speed; left out unless its next run keeps "
-                  "that speed"), key
+    return None, (f"{head}: off each other and off its usual speed too: the machine moved "
+                  "between them; left out"), None
 
 
 def arrange(runs: Sequence[Sample], best: Sequence[Sample], tolerance: float) -> Blocks:

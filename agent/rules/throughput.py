@@ -10,7 +10,8 @@ Pure: the stdlib only. The sources, first found wins:
   compilation out; one such line alone: its step / its elapsed;
 - ``progress: clock``: steps per second between the first and last progress lines by the
   time each reached the service (lines without an elapsed time; a `progress_regex` without
-  a step group counts lines).
+  a step group counts lines), when they span at least MIN_CLOCK_S (a burst of lines read in
+  one poll says nothing of the speed).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+MIN_CLOCK_S = 1.0  # lines that arrive within this (a burst, one poll) do not time the run
 SUMMARY_KEYS = (("total_tokens_M", 1e6, "tokens/s"), ("num_steps", 1.0, "steps/s"))
 NONE_HINT = (
     "the machine's load cannot be checked: the summary has no num_steps or total_tokens_M "
@@ -95,7 +97,7 @@ def from_progress(meter: ProgressMeter | None) -> Speed:
         if b.elapsed_s > 0 and b.step > 0:
             return Speed(b.step / b.elapsed_s, "steps/s", "progress: elapsed")
     span, steps = meter.last.at - meter.first.at, meter.last.step - meter.first.step
-    if span > 0 and steps > 0:
+    if span >= MIN_CLOCK_S and steps > 0:
         return Speed(steps / span, "steps/s", "progress: clock")
     return Speed(None)
 

@@ -14,7 +14,8 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from agent.analysis.report import experiment_row, improvement, results_tsv
+from agent.analysis.projection import ExperimentView
+from agent.analysis.report import improvement, results_tsv
 from agent.core.domain import RAN_STATUSES, Sweep
 from agent.core.domain import ExperimentStatus as S
 from agent.core.errors import NotFoundError
@@ -47,7 +48,8 @@ def print_results(sweep: Sweep, store, fmt: str) -> None:  # type: ignore[no-unt
     if fmt in ("tsv", "tsv-full"):
         sys.stdout.write(results_tsv(sweep, exps, ev if fmt == "tsv-full" else None))
     elif fmt == "json":
-        rows = [{**experiment_row(e), **evidence_row(ev.experiments.get(e.id))} for e in exps]
+        rows = [{**ExperimentView.of(e, sweep.name).model_dump(mode="json"),
+                 **evidence_row(ev.experiments.get(e.id))} for e in exps]
         print(
             json.dumps(
                 {

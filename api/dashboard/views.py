@@ -25,7 +25,8 @@ from markupsafe import Markup
 from agent.analysis.evidence import ExperimentEvidence, SweepEvidence
 from agent.analysis.insights import Insights, sections
 from agent.analysis.insights_fold import digest
-from agent.analysis.report import evidence_header, improvement, memory_gb
+from agent.analysis.projection import memory_gb
+from agent.analysis.report import evidence_header, improvement
 from agent.core.diff import diff_stats, view_lines
 from agent.core.domain import Experiment, ExperimentStatus, Sweep, utcnow
 from agent.ops.service import Service, read_log

@@ -12,6 +12,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from agent.core.domain import (
+    FINISH_AS_IS,
     Experiment,
     ExperimentStatus,
     Finish,
@@ -189,10 +190,9 @@ class ExperimentWrites(StoreBase):
             counts.bump(s, gone=[gone], came=[counts.key(row.sweep_id, row.status,
                                                          row.crash_kind)],
                         run_s=_span_s(row.run_started_at, row.run_ended_at))
-            row.reason = finish.reason
-            row.metric, row.best_before = finish.metric, finish.best_before
+            for name in FINISH_AS_IS:  # reason, metric, best before, log tail, run end, cause
+                setattr(row, name, getattr(finish, name))
             row.summary = dict(finish.summary)
-            row.log_tail = finish.log_tail
             row.finished_at = utcnow()
             if finish.warnings:
                 row.meta = {**(row.meta or {}), "warnings": list(finish.warnings)}

@@ -15,6 +15,7 @@ from dataclasses import replace
 from datetime import datetime
 
 from agent.core.domain import (
+    FINISH_AS_IS,
     CrashKind,
     Experiment,
     ExperimentStatus,
@@ -258,13 +259,11 @@ class MemoryStore:
             check_finish(experiment_id, exp.status, finish, keeps=keep_commit is not None)
             meta = {**exp.meta, "warnings": list(finish.warnings)} if finish.warnings else exp.meta
             exp = replace(
-                exp, status=finish.status, crash_kind=finish.crash_kind, reason=finish.reason,
-                meta=meta,
-                metric=finish.metric, best_before=finish.best_before,
-                summary=dict(finish.summary), log_tail=finish.log_tail,
+                exp, status=finish.status, crash_kind=finish.crash_kind, meta=meta,
+                summary=dict(finish.summary),
                 run_started_at=finish.run_started_at or exp.run_started_at,
-                run_ended_at=finish.run_ended_at, finished_at=utcnow(),
-                commit=keep_commit or exp.commit)
+                finished_at=utcnow(), commit=keep_commit or exp.commit,
+                **{name: getattr(finish, name) for name in FINISH_AS_IS})
             self._exps[exp.id] = exp
             if keep_commit is not None:
                 assert finish.metric is not None

@@ -10,6 +10,7 @@ from conftest import commit_all, make_target
 from agent.core.config import load_config
 from agent.core.domain import CrashKind, ExperimentStatus, Proposal, SweepStatus
 from agent.engine.scheduler import run_sweep
+from agent.analysis.trials import crash_class
 from agent.git.repo import GitRepo
 from agent.ops.sweeps import create_sweep
 from agent.proposers.knobs import KnobsProposer, make_diff
@@ -136,6 +137,12 @@ def test_crash_classes_and_trivial_repair(store, target, make_loop):
     assert by_desc["nan"].status is ExperimentStatus.CRASHED
     assert "FAIL" in by_desc["nan"].reason
     assert all(e.log_tail for e in by_desc.values() if not e.is_baseline)
+    # the fine cause is recorded once, at classification, and read back from the database
+    assert {d: by_desc[d].crash_cause for d in ("typo", "oom", "hang", "nan")} == {
+        "typo": "undefined name", "oom": "CPU out of memory", "hang": "timeout",
+        "nan": "NaN/inf loss"}
+    assert by_desc["typo, fixed"].crash_cause is None and by_desc["baseline"].crash_cause is None
+    assert crash_class(by_desc["oom"]) == "oom" and crash_class(by_desc["nan"]) == "nan"
     # crashes never move the branch: the target's two commits + the repaired keep only
     assert [s for _, s in GitRepo(target).log(sweep.branch)][0] == "typo, fixed"
     assert len(GitRepo(target).log(sweep.branch)) == 3

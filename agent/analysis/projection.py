@@ -35,6 +35,8 @@ class ExperimentView(BaseModel):
     sweep: str
     status: str
     crash_kind: str | None
+    crash_cause: str | None = Field(description="the fine cause of a crash, e.g. \"CUDA out of "
+                                    "memory\", as classification named it")
     description: str
     diff: str | None = Field(None, description="only when one experiment is asked for")
     metric: float | None = Field(description="the mean of the runs the decision rests on")
@@ -65,7 +67,8 @@ class ExperimentView(BaseModel):
         seconds = e.summary.get("training_seconds")
         return dict(
             id=e.id, sweep=sweep_name, status=e.status.value,
-            crash_kind=e.crash_kind.value if e.crash_kind else None, description=e.description,
+            crash_kind=e.crash_kind.value if e.crash_kind else None, crash_cause=e.crash_cause,
+            description=e.description,
             diff=e.diff if with_diff else None, metric=e.metric, delta=_round(e.delta),
             best_before=e.best_before, commit=e.commit, ref=e.ref, parent_id=e.parent_id,
             attempt=e.attempt, is_baseline=e.is_baseline, priority=e.priority,

@@ -9,7 +9,7 @@ store (`check_started`, `check_finish`).
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from typing import Any
 
@@ -213,6 +213,7 @@ class Experiment:
     commit: str | None = None
     ref: str | None = None
     crash_kind: CrashKind | None = None
+    crash_cause: str | None = None  # the fine cause classification named ("CUDA out of memory")
     reason: str | None = None
     metric: float | None = None
     best_before: float | None = None
@@ -316,3 +317,10 @@ class Finish:
     run_started_at: datetime | None = None
     run_ended_at: datetime | None = None
     warnings: tuple[str, ...] = ()  # contract problems (budget ignored or overshot), kept in meta
+    crash_cause: str | None = None  # classification's fine cause, recorded once
+
+
+# The fields of a Finish that every store records on the experiment as they are (the status,
+# crash kind, summary, warnings and the run's start are written by each store's own rule).
+FINISH_AS_IS = tuple(f.name for f in fields(Finish) if f.name not in {
+    "status", "crash_kind", "summary", "warnings", "run_started_at"})

@@ -339,6 +339,7 @@ class Loop:
             log_tail=result.log_tail,
             run_ended_at=utcnow(),
             warnings=tuple(contract_warnings(result.summary, sweep.budget_s)),
+            crash_cause=verdict.crash_cause,
         )
         if not verdict.keep:
             return self._finish(exp, finish)

@@ -162,3 +162,16 @@ SIGNALS = {
     11: "SIGSEGV (segmentation fault)",
     15: "SIGTERM",
 }
+
+
+_OOM_FAMILY = re.compile(r"out of memory|OutOfMemory|MemoryError|OOM killer", re.IGNORECASE)
+_NAN_FAMILY = re.compile(r"\bnan\b|\binf\b|diverg|\bFAIL\b|loss scale", re.IGNORECASE)
+
+
+def crash_family(cause: str) -> str:
+    """oom / nan / crash: what the search learns from a fundamental crash's cause."""
+    if _OOM_FAMILY.search(cause):
+        return "oom"
+    if _NAN_FAMILY.search(cause):
+        return "nan"
+    return "crash"

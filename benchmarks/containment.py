@@ -37,6 +37,7 @@ from agent.executors.local import SubprocessRunner  # noqa: E402
 from agent.git.repo import GitRepo, init_repo  # noqa: E402
 from agent.ops.sweeps import create_sweep, submit  # noqa: E402
 from db.engine import open_database  # noqa: E402
+from db.reads import Reads  # noqa: E402
 from db.store import SqlStore  # noqa: E402
 from runner import parse_progress, run_command  # noqa: E402
 from runner.reaper import pids_with_env  # noqa: E402
@@ -136,7 +137,7 @@ def big_run(lines: int) -> None:
         started = time.monotonic()
         done = loop.execute(sweep, store.claim_next(sweep.id))
         wall = time.monotonic() - started
-        points = store.loss_points(done.id)
+        points = Reads(store).loss_points(done.id)
         log_bytes = Path(done.log_path or "").stat().st_size
         db_bytes = sum(f.stat().st_size for f in Path(tmp).glob("o.db*") if f.is_file())
         print(f"\n## one {lines:,}-line run through the loop (target: <= 5,000 points, "

@@ -143,10 +143,11 @@ def status(
 
     from agent.analysis.evidence import sweep_evidence
 
-    store = runtime_for(db).store
+    rt = runtime_for(db)
+    store, reads = rt.store, rt.reads
     sweeps = store.list_sweeps()
     shown = sweeps if all_ else sweeps[-STATUS_LATEST:]
-    counted = store.status_counts_by_sweep()  # the maintained counts: one read for all
+    counted = reads.status_counts_by_sweep()  # the maintained counts: one read for all
     table = Table(title=f"sweeps in {db_location(db)}")
     for col in ("sweep", "status", "runs", "kept", "discarded", "crashed", "baseline", "best",
                 "gain", "supported", "target"):
@@ -155,7 +156,7 @@ def status(
         n = counted.get(s.id, {})
         rel = improvement(s)
         # The light rows the dashboard's evidence reads (no summaries, diffs or logs).
-        ev = sweep_evidence(s, store.experiment_marks(s.id), store.run_metrics(s.id))
+        ev = sweep_evidence(s, reads.experiment_marks(s.id), store.run_metrics(s.id))
         table.add_row(
             s.name,
             s.status.value,

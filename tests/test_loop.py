@@ -13,6 +13,7 @@ from agent.engine.scheduler import run_sweep
 from agent.git.repo import GitRepo
 from agent.ops.sweeps import create_sweep
 from agent.proposers.knobs import KnobsProposer, make_diff
+from db.reads import Reads
 
 
 def edit(target: Path, old: str, new: str, path: str = "train.py") -> str:
@@ -90,7 +91,7 @@ def test_keep_and_reset_move_only_the_sweep_branch(store, target, make_loop, tmp
     # deltas are against the best at the time; loss curve stored
     assert abs(discarded.delta - (discarded.metric - discarded.best_before)) < 1e-12
     assert discarded.best_before == exps[1].metric
-    assert [p.step for p in store.loss_points(exps[1].id)] == [1, 2, 3]
+    assert [p.step for p in Reads(store).loss_points(exps[1].id)] == [1, 2, 3]
     assert Path(exps[1].log_path).read_text().count("step ") == 3
 
 

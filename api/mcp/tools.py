@@ -208,9 +208,8 @@ class AgentTools:
 
     def get_results_table(self, sweep: SweepArg) -> str:
         s = self.store.get_sweep(sweep)
-        counts = self.store.status_counts(s.id)
-        queued = counts.get(ExperimentStatus.QUEUED.value, 0)
-        running = counts.get(ExperimentStatus.RUNNING.value, 0)
+        queued = self.store.count_experiments(s.id, [ExperimentStatus.QUEUED])
+        running = self.store.count_experiments(s.id, [ExperimentStatus.RUNNING])
         head = (f"# sweep {s.name} ({s.status.value}): {s.metric} {s.direction.value}, "
                 f"baseline {fmt_metric(s.baseline_metric)}, best {fmt_metric(s.best_metric)}"
                 f" ({(s.best_commit or '')[:7] or '-'}); {running} running, {queued} queued\n")

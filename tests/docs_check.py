@@ -475,16 +475,17 @@ def check_links() -> list[str]:
 
 
 def check_code_references() -> list[str]:
-    """Messages in the product that send a user to a page ("see docs/x.md 'Heading'") name a
-    page and heading that exist."""
+    """Messages and docstrings in the product that send a reader to a page (`see docs/x.md
+    'Heading'`, `README, "Heading"`) name a page and heading that exist."""
     problems = []
     for py in sorted(ROOT.glob("*/**/*.py")):
         if py.parts[len(ROOT.parts)] in ("tests", ".venv"):
             continue
+        text = re.sub(r'"\s*\n\s*"', "", py.read_text())  # adjacent literals: one string
         for page, heading in re.findall(
-            r"see (README|docs/[\w-]+\.md),? '([^']+)'", py.read_text()
+            r"\b(README(?:\.md)?|docs/[\w-]+\.md),? [\"']([^\"'\n]+)[\"']", text
         ):
-            page = "README.md" if page == "README" else page
+            page = "README.md" if page.startswith("README") else page
             if not (ROOT / page).exists() or slug(heading) not in anchors(ROOT / page):
                 problems.append(f"{rel(py)}: refers to {page} '{heading}', which does not exist")
     return problems

@@ -55,6 +55,14 @@ def test_every_toml_block_loads_through_the_real_loader(tmp_path, group):
     assert dc.check_toml_blocks(tmp_path, group) == []
 
 
+def test_the_tour_shows_the_gpt_templates_own_overnight_toml():
+    import tomllib
+
+    shown = next(b for b in dc.blocks(README) if b.lang == "toml")
+    template = dc.ROOT / "experiments" / "gpt" / "overnight.toml"
+    assert tomllib.loads(shown.text) == tomllib.loads(template.read_text())
+
+
 def test_every_overnight_toml_key_is_documented_with_its_default():
     minimal = {"command": "python x.py", "editable": ["x.py"], "metric": "m", "budget_s": 300}
     required = {"command", "editable", "metric", "budget_s"}

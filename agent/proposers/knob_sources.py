@@ -193,5 +193,6 @@ def no_knobs_message(files: dict[str, str]) -> str:
     names = ", ".join(sorted(files)) or "the editable files"
     return (f"no knobs found in {names}: the knobs proposer changes module-level UPPER_CASE "
             "constants, argparse defaults (add_argument(..., default=<number>)), dataclass field "
-            "defaults and numeric keys of YAML/TOML/JSON files listed in `editable`; see README "
-            "'Knobs'. Add one of those, or use --proposer llm:<profile> or queue")
+            "defaults and numeric keys of YAML/TOML/JSON files listed in `editable`; "
+            "see docs/target.md 'Knobs'. Add one of those, or use --proposer llm:<profile> or "
+            "queue")

@@ -2,9 +2,9 @@
 
 Tables only (stdlib `re` and the domain). Each row: pattern, class, the cause's name as the
 reason starts with it, and whether the row stands only before training started (a code error in
-a change that already trained is logged, not repaired: README, "Crashes"). Order matters, first
-match wins; the patterns are PyTorch's, CUDA's, NCCL's, triton's, NumPy's and llama.cpp's own
-message texts, as real tracebacks show them (tests/fixtures/tracebacks/).
+a change that already trained is logged, not repaired: docs/proposals.md, "Crash classes").
+Order matters, first match wins; the patterns are PyTorch's, CUDA's, NCCL's, triton's, NumPy's
+and llama.cpp's own message texts, as real tracebacks show them (tests/fixtures/tracebacks/).
 """
 
 from __future__ import annotations

@@ -7,10 +7,10 @@ from pathlib import Path
 import git
 from conftest import commit_all, make_target
 
+from agent.analysis.trials import crash_class
 from agent.core.config import load_config
 from agent.core.domain import CrashKind, ExperimentStatus, Proposal, SweepStatus
 from agent.engine.scheduler import run_sweep
-from agent.analysis.trials import crash_class
 from agent.git.repo import GitRepo
 from agent.ops.sweeps import create_sweep
 from agent.proposers.knobs import KnobsProposer, make_diff
@@ -203,24 +203,14 @@ def test_knobs_sweep_respects_limit_and_improves(store, target, make_loop):
 
 
 def test_diff_queued_against_an_old_head_is_rejected_if_it_conflicts(store, target, make_loop):
-    from agent.ops.sweeps import submit
+    from agent.ops.admission import admit, queue
 
     sweep = start(store, target)
     repo = GitRepo(target)
-    a = submit(
-        store,
-        repo,
-        sweep,
-        Proposal("lr .02", edit(target, "LR = 0.01", "LR = 0.02")),
-        record_rejection=False,
-    )
-    b = submit(
-        store,
-        repo,
-        sweep,
-        Proposal("lr .03", edit(target, "LR = 0.01", "LR = 0.03")),
-        record_rejection=False,
-    )
+    a = queue(store, admit(store, repo, sweep,
+                           Proposal("lr .02", edit(target, "LR = 0.01", "LR = 0.02"))))
+    b = queue(store, admit(store, repo, sweep,
+                           Proposal("lr .03", edit(target, "LR = 0.01", "LR = 0.03"))))
     run_sweep(make_loop(target), sweep.name)
     assert store.get_experiment(a.id).status is ExperimentStatus.KEPT
     late = store.get_experiment(b.id)
@@ -300,16 +290,16 @@ def test_a_keep_measured_on_a_stale_head_is_rerun_on_the_new_head(tmp_path, stor
             new = new.replace(old, rep, 1)
         return make_diff("train.py", head_text, new)
 
-    from agent.ops.sweeps import submit
+    from agent.ops.admission import admit, queue
 
     # A: 0.1 better. B: 0.15 better alone, 0.25 better together with A; B's run waits for the
     # gate file, which appears only once A is kept (state, not a head start in seconds).
-    a = submit(store, repo, sweep, Proposal("A: lr 0.02", diff(("LR = 0.01", "LR = 0.02"))),
-               record_rejection=False)
+    a = queue(store, admit(store, repo, sweep,
+                           Proposal("A: lr 0.02", diff(("LR = 0.01", "LR = 0.02")))))
     hold = "SLEEP_S = 0.0\nwhile not os.path.exists(os.environ['B_GATE']):\n    time.sleep(0.02)\n#"
-    b = submit(store, repo, sweep, Proposal("B: width 256 + trick", diff(
+    b = queue(store, admit(store, repo, sweep, Proposal("B: width 256 + trick", diff(
         ("WIDTH = 64", "WIDTH = 256"), ("USE_TRICK = False", "USE_TRICK = True"),
-        ("SLEEP_S = 0.0", hold))), record_rejection=False)
+        ("SLEEP_S = 0.0", hold)))))
     b_thread = threading.Thread(target=loop.execute, args=(sweep, store.claim(b.id)))
     b_thread.start()
     wait_for(lambda: store.get_experiment(b.id).run_started_at, 60, "B's run to start")
@@ -358,7 +348,7 @@ def test_a_stale_keep_that_conflicts_with_the_new_head_is_discarded_not_requeued
 
     from service_fixtures import wait_for
 
-    from agent.ops.sweeps import submit
+    from agent.ops.admission import admit, queue
 
     target = make_target(tmp_path / "t3")
     sweep = start(store, target, name="clash")
@@ -366,13 +356,13 @@ def test_a_stale_keep_that_conflicts_with_the_new_head_is_discarded_not_requeued
     loop = make_loop(target, env={"B_GATE": str(gate)})
     loop.execute(sweep, store.claim_next(sweep.id))  # the baseline: 1.3
     repo = GitRepo(target)
-    a = submit(store, repo, sweep, Proposal("A: lr 0.02", edit(target, "LR = 0.01", "LR = 0.02")),
-               record_rejection=False)
+    a = queue(store, admit(store, repo, sweep,
+                           Proposal("A: lr 0.02", edit(target, "LR = 0.01", "LR = 0.02"))))
     text = (target / "train.py").read_text()
     hold = "SLEEP_S = 0.0\nwhile not os.path.exists(os.environ['B_GATE']):\n    time.sleep(0.02)\n#"
     b_diff = make_diff("train.py", text,
                        text.replace("LR = 0.01", "LR = 0.04").replace("SLEEP_S = 0.0", hold))
-    b = submit(store, repo, sweep, Proposal("B: lr 0.04", b_diff), record_rejection=False)
+    b = queue(store, admit(store, repo, sweep, Proposal("B: lr 0.04", b_diff)))
     b_thread = threading.Thread(target=loop.execute, args=(sweep, store.claim(b.id)))
     b_thread.start()
     wait_for(lambda: store.get_experiment(b.id).run_started_at, 60, "B's run to start")

@@ -90,10 +90,10 @@ def clean_description(description: str) -> str:
 
 
 def check_proposal(proposal: Proposal, config: TargetConfig) -> list[FilePatch]:
-    """All checks that need no git: size, description, diff shape, paths."""
+    """The checks of a diff that need no git: size, shape, paths (the description is
+    clean_description's)."""
     if len(proposal.diff.encode("utf-8", "replace")) > MAX_DIFF_BYTES:
         raise AdmissionError("too_large", f"diff is larger than {MAX_DIFF_BYTES} bytes", 413)
-    clean_description(proposal.description)
     patches = parse_diff(proposal.diff)
     check_paths(patches, config)
     return patches

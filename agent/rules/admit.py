@@ -3,7 +3,7 @@
 Pure: reads the diff with agent.core.diff (lines end at "\\n" only, as in git) and checks paths
 against the target's editable/protected lists; `check_changes` checks git's own view of what
 an applied diff changed (agent.core.diff.PathChange). Whether the diff applies to the sweep head,
-and what it then changes, is asked of the Repo port by the caller (agent.ops.sweeps.admit).
+and what it then changes, is asked of the Repo port by the caller (agent.ops.admission.place).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Each tool is a plain method with typed arguments and a pydantic result, so the MCP server,
 `overnight tools` and tests share one definition. Proposals go through the same admission as
-the API (`agent.ops.sweeps.submit`, nothing written when refused); execution belongs to whichever
+the API (`agent.ops.admission`, nothing written when refused); execution belongs to whichever
 service runs the database's queue. Imports no MCP, no HTTP.
 """
 

@@ -112,7 +112,7 @@ def test_branch_repaired_from_the_database(world) -> None:  # type: ignore[no-un
     exp = store.add_experiment(sweep.id, Proposal("K4", knob_diff(target, 4, 1)))
     exp = store.claim(exp.id)
     head = repo.head(sweep.branch)
-    commit = repo.commit_diff(head, exp.diff, "K4")
+    commit = repo.commit_proposal(head, exp.diff, "K4")[0]
     store.finish(exp.id, Finish(ExperimentStatus.KEPT, metric=1.0, best_before=1.3),
                  keep_commit=commit)
     assert repo.head(sweep.branch) == head
@@ -120,8 +120,8 @@ def test_branch_repaired_from_the_database(world) -> None:  # type: ignore[no-un
     assert repo.head(sweep.branch) == commit == store.get_sweep("s").best_commit
     assert report.repaired_branches["s"] == (head, commit)
     # the other way round: a branch that moved past the DB is put back
-    repo.set_ref(f"refs/heads/{sweep.branch}", repo.commit_diff(commit, knob_diff(target, 5, 1),
-                                                                "stray"))
+    repo.set_ref(f"refs/heads/{sweep.branch}", repo.commit_proposal(commit, knob_diff(target, 5, 1),
+                                                                "stray")[0])
     recover(store, lambda s: repo, work)
     assert repo.head(sweep.branch) == commit
 
@@ -131,7 +131,8 @@ def test_missing_sweep_branch_is_restored_from_the_database(world) -> None:  # t
     sweep = store.get_sweep("s")
     best = sweep.best_commit
     assert best and repo.head(sweep.branch) == best
-    repo.delete_ref(f"refs/heads/{sweep.branch}")  # e.g. `git branch -D` by hand
+    subprocess.run(["git", "branch", "-D", sweep.branch], cwd=target, check=True,
+                   capture_output=True)  # by hand
     assert not repo.has_ref(sweep.branch)
     report = recover(store, lambda s: repo, work)
     assert repo.head(sweep.branch) == best
@@ -146,7 +147,7 @@ def test_a_done_sweeps_branch_is_its_owners(world, caplog) -> None:  # type: ign
     sweep = store.get_sweep("s")
     best = sweep.best_commit
     assert best is not None
-    mine = repo.commit_diff(best, knob_diff(target, 6, 1), "my own change on the night")
+    mine = repo.commit_proposal(best, knob_diff(target, 6, 1), "my own change on the night")[0]
     repo.set_ref(f"refs/heads/{sweep.branch}", mine)
     store.set_sweep_status("s", SweepStatus.DONE)
     report = recover(store, lambda s: repo, work)

@@ -136,10 +136,6 @@ class Verdict:
     sigma: float | None = None
     suspect: tuple[bool, ...] = field(default_factory=tuple)  # per run of `runs`
 
-    @property
-    def run_again(self) -> bool:
-        return self.status is None
-
 
 def decide(ev: Evidence, rule: Rule) -> Verdict:
     """The verdict after the latest run of an experiment."""

@@ -21,8 +21,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
-from agent.core.config import TargetConfig
-from agent.core.domain import CrashKind, Direction, ExperimentStatus
+from agent.core.config import Direction, TargetConfig
+from agent.core.domain import CrashKind, ExperimentStatus
 from agent.rules.classify import CrashFacts, classify
 from agent.rules.noise import mean, p_better, pooled_sigma, suspect_flags, z_score
 

@@ -11,7 +11,7 @@ plot is drawn from a PlotFold (plot_data.py), which a finish adds its point to.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from html import escape
 
 from markupsafe import Markup
@@ -235,9 +235,9 @@ def _run_dots(scored, sx, sy, lo: float, hi: float, evidence: SweepEvidence,  # 
 def _mark(
     p: PlotPoint,
     x: float,
-    sy,
+    sy: Callable[[float], float],
     y_bot: float,
-    hi: float,  # type: ignore[no-untyped-def]
+    hi: float,
     label: str,  # the tooltip, escaped
     href: str,
 ) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -273,3 +274,24 @@ def _alive(pid: int) -> bool:
     except (OSError, IndexError):
         return False
     return state not in ("Z", "X")
+
+
+def test_a_half_created_worktree_is_pruned(world) -> None:  # type: ignore[no-untyped-def]
+    """A kill during `git worktree add` leaves git's entry locked "initializing" (which a plain
+    prune keeps, holding its commit): recovery unlocks and prunes it, and only ours."""
+    target, store, repo, work, loop = world
+    head = repo.head("HEAD")
+    ours, theirs = work / "worktrees" / "s" / "exp-9", target.parent / "mine"
+    for path in (ours, theirs):
+        repo.add_worktree(path, head)
+    admin = {Path(p.read_text().strip()).parent.name: p.parent
+             for p in (target / ".git" / "worktrees").glob("*/gitdir")}
+    for name in ("exp-9", "mine"):
+        (admin[name] / "locked").write_text("initializing\n")  # as git leaves a killed `add`
+    shutil.rmtree(ours)
+    shutil.rmtree(theirs)
+    recover(store, lambda s: repo, work)
+    listed = subprocess.run(["git", "worktree", "list", "--porcelain"], cwd=target,
+                            capture_output=True, text=True, check=True).stdout
+    assert str(ours) not in listed and not admin["exp-9"].exists()
+    assert str(theirs) in listed and (admin["mine"] / "locked").exists()  # not ours: kept

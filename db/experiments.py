@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session
 
 from agent.core.domain import (
     FINISH_AS_IS,
+    CrashKind,
     Experiment,
     ExperimentStatus,
     Finish,
@@ -55,6 +56,7 @@ class ExperimentWrites(StoreBase):
         priority: int = 0,
         base_commit: str | None = None,
         retry_of: int | None = None,
+        crash_kind: CrashKind | None = None,
     ) -> Experiment:
         """Insert one experiment (and count it) in one transaction; the row as stored.
 
@@ -67,12 +69,14 @@ class ExperimentWrites(StoreBase):
             diff=proposal.diff, proposer=proposal.proposer, parent_id=proposal.parent_id,
             retry_of=retry_of, attempt=attempt, is_baseline=is_baseline, priority=priority,
             base_commit=base_commit, reason=reason, meta=dict(proposal.meta), summary={},
-            created_at=now, finished_at=now if status.is_finished() else None)
+            crash_kind=crash_kind, created_at=now,
+            finished_at=now if status.is_finished() else None)
         try:
             with self.session("queueing an experiment") as s:
                 self._check_new(s, sweep_id, retry_of)
                 new_id = self._insert_experiment(s, exp)
-                counts.bump(s, came=[counts.key(sweep_id, status.value, None)])
+                counts.bump(s, came=[counts.key(sweep_id, status.value,
+                                                crash_kind.value if crash_kind else None)])
                 return replace(exp, id=new_id)
         except StoreError as exc:
             if retry_of is not None and isinstance(exc.__cause__, IntegrityError):
@@ -96,6 +100,7 @@ class ExperimentWrites(StoreBase):
             "attempt": exp.attempt, "is_baseline": exp.is_baseline, "priority": exp.priority,
             "proposer": exp.proposer, "description": exp.description, "diff": exp.diff,
             "diff_key": diff_key(exp.diff), "status": exp.status.value, "reason": exp.reason,
+            "crash_kind": exp.crash_kind.value if exp.crash_kind else None,
             "base_commit": exp.base_commit, "meta": exp.meta, "summary": exp.summary,
             "created_at": exp.created_at, "finished_at": exp.finished_at,
         }

@@ -144,7 +144,8 @@ class MemoryStore:
                        status: ExperimentStatus = ExperimentStatus.QUEUED,
                        reason: str | None = None, is_baseline: bool = False, attempt: int = 0,
                        priority: int = 0, base_commit: str | None = None,
-                       retry_of: int | None = None) -> Experiment:
+                       retry_of: int | None = None,
+                       crash_kind: CrashKind | None = None) -> Experiment:
         with self._lock:
             self.get_sweep_by_id(sweep_id)
             if retry_of is not None and self.retry_of(retry_of) is not None:
@@ -161,7 +162,8 @@ class MemoryStore:
                 proposer=proposal.proposer, parent_id=proposal.parent_id, retry_of=retry_of,
                 attempt=attempt, is_baseline=is_baseline, priority=priority,
                 base_commit=base_commit, reason=reason, meta=dict(proposal.meta),
-                created_at=now, finished_at=now if status.is_finished() else None,
+                crash_kind=crash_kind, created_at=now,
+                finished_at=now if status.is_finished() else None,
             )
             self._exps[exp.id] = exp
             self._keys[exp.id] = key

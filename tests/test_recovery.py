@@ -11,7 +11,16 @@ from pathlib import Path
 import pytest
 from service_fixtures import knob_diff, make_counting_target, wait_for
 
-from agent.core.domain import ExperimentStatus, Finish, Proposal, SweepStatus
+from agent.core.domain import (
+    CrashKind,
+    Experiment,
+    ExperimentStatus,
+    Finish,
+    Proposal,
+    RunRole,
+    RunSpec,
+    SweepStatus,
+)
 from agent.core.ports import SweepSpec
 from agent.engine.loop import Loop, LoopSettings
 from agent.engine.recovery import (
@@ -56,7 +65,7 @@ def test_reap_kill_requeue_once_and_prune(world) -> None:  # type: ignore[no-unt
     target, store, repo, work, loop = world
     sweep = store.get_sweep("s")
     exp = store.add_experiment(sweep.id, Proposal("K1", knob_diff(target, 1, 1)), priority=3)
-    store.claim(exp.id)
+    running_code(store, exp)
     child = _orphan(work)
     store.mark_started(exp.id, pgid=child.pid)
 
@@ -73,17 +82,60 @@ def test_reap_kill_requeue_once_and_prune(world) -> None:  # type: ignore[no-unt
     again = recover(store, lambda s: repo, work)  # idempotent: nothing more to do
     assert again.interrupted == [] and again.requeued == {}
 
-    # each retry is interrupted by another crash: the chain is cut after MAX_CRASH_RETRIES
+    # each retry is interrupted by another crash while its code runs: after MAX_CRASH_RETRIES
+    # the chain ends in a verdict, so the accepted change is never left without one
     for n in range(2, MAX_CRASH_RETRIES + 1):
-        store.claim(retry.id)
+        running_code(store, retry)
         report = recover(store, lambda s: repo, work)
         assert report.requeued.keys() == {retry.id}
         retry = store.get_experiment(report.requeued[retry.id])
         assert retry.meta["crash_retries"] == n and retry.parent_id == report.interrupted[0]
-    store.claim(retry.id)
+    running_code(store, retry)
     last = recover(store, lambda s: repo, work)
     assert last.not_requeued == [retry.id] and last.requeued == {}
+    verdict = store.retry_of(retry.id)
+    assert verdict is not None and verdict.status is ExperimentStatus.CRASHED
+    assert verdict.crash_kind is CrashKind.FUNDAMENTAL and verdict.reason is not None
+    assert verdict.reason.startswith("took the service down") and verdict.diff == exp.diff
     assert store.count_experiments(statuses=[ExperimentStatus.QUEUED]) == 0
+    quiet = recover(store, lambda s: repo, work)  # followed up once: nothing at later starts
+    assert quiet.not_requeued == [] and quiet.requeued == {}
+
+
+def running_code(store: SqlStore, exp: Experiment) -> None:
+    """Claimed, and its training script started (a run record): what a crash counts against."""
+    assert store.claim(exp.id) is not None
+    store.start_run(RunSpec(exp.sweep_id, exp.id, "c", 42, RunRole.SCREEN))
+
+
+def test_kills_before_its_code_ran_never_count(world) -> None:  # type: ignore[no-untyped-def]
+    target, store, repo, work, loop = world
+    sweep = store.get_sweep("s")
+    exp = store.add_experiment(sweep.id, Proposal("K7", knob_diff(target, 7, 1)))
+    for _ in range(MAX_CRASH_RETRIES + 3):  # claimed, then the service died before any run
+        store.claim(exp.id)
+        exp = store.get_experiment(recover(store, lambda s: repo, work).requeued[exp.id])
+    assert exp.status is ExperimentStatus.QUEUED and exp.meta["crash_retries"] == 0
+
+
+def test_a_baseline_that_takes_the_service_down_pauses_its_sweep(tmp_path: Path) -> None:
+    """Never given up silently: past the cap the baseline is queued again and the sweep pauses
+    with the reason; resumed, it runs the baseline first."""
+    target = make_counting_target(tmp_path / "target", n_knobs=2)
+    store = SqlStore(open_database(tmp_path / "o.db"))
+    repo, work = GitRepo(target), tmp_path / "work"
+    sweep = create_sweep(store, repo, target, name="b", proposer="queue")
+    store.add_experiment(sweep.id, Proposal("K1", knob_diff(target, 1, 1)))  # accepted, waiting
+    base = store.list_experiments(sweep.id, [ExperimentStatus.QUEUED])[0]
+    assert base.is_baseline
+    for _ in range(MAX_CRASH_RETRIES + 1):
+        running_code(store, base)
+        report = recover(store, lambda s: repo, work)
+        base = store.get_experiment(report.requeued[base.id])
+    assert base.is_baseline and base.status is ExperimentStatus.QUEUED
+    assert store.get_sweep("b").status is SweepStatus.PAUSED
+    assert "its baseline's run was cut off each of the 4 times" in report.paused["b"]
+    assert store.count_experiments(sweep.id, [ExperimentStatus.QUEUED]) == 2  # nothing lost
 
 
 def test_a_cancel_answered_before_a_crash_sticks(world) -> None:  # type: ignore

@@ -99,8 +99,10 @@ class Store(Protocol):
         priority: int = 0,
         base_commit: str | None = None,
         retry_of: int | None = None,
+        crash_kind: CrashKind | None = None,
     ) -> Experiment:
-        """Insert a queued (or directly rejected) experiment. With `retry_of`, the row re-runs
+        """Insert a queued (or directly rejected, or given-up `crashed` with `crash_kind`)
+        experiment. With `retry_of`, the row re-runs
         that interrupted experiment; ConflictError if it already has a retry.
 
         Raises DuplicateError when a queued or running experiment of the sweep already has the

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from agent.core.config import TargetConfig
+from agent.core.config import TargetConfig, extra_args
 from agent.core.domain import Experiment, Run, RunEnd, RunSpec, RunStatus, Sweep, utcnow
 from agent.core.errors import WorkerLostError
 from agent.core.ports import Runner, Store
@@ -188,7 +188,7 @@ class TrainingRuns:
 
     def argv(self, config: TargetConfig, wt: Path) -> list[str]:
         """The target's command, inside the bwrap sandbox when the target asks for it."""
-        argv = resolve_command(config.command)
+        argv = resolve_command(config.command) + extra_args(config, wt)
         if config.sandbox != "bwrap":
             return argv
         work = Path(self.settings.work_dir).resolve()

@@ -12,7 +12,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from agent.core.config import TargetConfig
+from agent.core.config import TargetConfig, extra_args
 from agent.git.repo import GitRepo
 from agent.ops.sweeps import asset_hashes, dirty_files, link_assets
 from agent.proposers.knob_sources import find_knobs
@@ -57,7 +57,8 @@ def _run_once(config: TargetConfig, worktree: Path, log: Path) -> tuple[RunResul
 
     env = {"OVERNIGHT_BUDGET_S": f"{config.budget_s:g}", "OVERNIGHT_SEED": str(config.seed),
            "OVERNIGHT_EXPERIMENT_ID": "doctor"}
-    result = run_command(resolve_command(config.command), cwd=worktree / config.workdir,
+    argv = resolve_command(config.command) + extra_args(config, worktree)
+    result = run_command(argv, cwd=worktree / config.workdir,
                          log_path=log, timeout_s=config.timeout_s, env=env, grace_s=2.0,
                          on_line=on_line)
     return result, points

@@ -91,12 +91,16 @@ def find_knobs(path: str, text: str, args_file: str | None = None) -> list[Knob]
     return python_knobs(path, text)[0]
 
 
-def no_knobs_message(files: dict[str, str]) -> str:
+def no_knobs_message(files: dict[str, str], dead: list[str] | None = None) -> str:
+    """Why a knobs sweep has nothing to change; `dead`: the knobs found but overridden."""
     names = ", ".join(sorted(files)) or "the editable files"
-    return (f"no live knobs found in {names}: the knobs proposer changes literals of a "
-            "script's config block (module globals before the first statement that does "
-            "something), UPPER_CASE constants, argparse defaults, dataclass field defaults, "
-            "numeric keys of YAML/TOML/JSON files listed in `editable` and the lines of "
-            "`args_file`, when nothing later overrides them; see README 'Knobs' "
-            "(`overnight doctor` lists them). Add one of those, or use --proposer "
-            "llm:<profile> or queue")
+    if dead:
+        return (f"no live knobs in {names}: {len(dead)} found, each set again later "
+                f"(e.g. {dead[0]}); `overnight doctor` lists where each one is set. Edit the "
+                "place that wins (a config file the command names, or an args_file for the "
+                "command's flags), or use --proposer llm:<profile> or queue")
+    return (f"no knobs found in {names}: the knobs proposer changes literals of a script's "
+            "config block (module globals before the first statement that does something), "
+            "UPPER_CASE constants, argparse defaults, dataclass field defaults, numeric keys of "
+            "YAML/TOML/JSON files listed in `editable` and the lines of `args_file`; see README "
+            "'Knobs'. Add one of those, or use --proposer llm:<profile> or queue")

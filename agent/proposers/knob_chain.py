@@ -24,6 +24,15 @@ from agent.proposers.knob_python import ALL, PythonFacts, python_knobs
 from agent.proposers.knob_sources import Knob, find_knobs
 
 _HYDRA_PATH = re.compile(r"config_path\s*=\s*[\"']([^\"']+)[\"']")
+# Settings of the machine or the bookkeeping, not of the model: live, but never searched.
+PLUMBING = re.compile(
+    r"^(seed|device|devices|gpus|n_gpu|accelerator|num_workers|workers|num_proc|"
+    r"preprocessing_num_workers|pin_memory|compile|deterministic|benchmark|verbose|"
+    r"log_\w+|\w+_log|logging_\w+|save_\w+|\w+_save_\w*|eval_only|eval_iters|eval_interval|"
+    r"eval_steps|always_save_checkpoint|wandb_\w+|local_rank|world_size|port|"
+    r"do_train|do_eval|do_predict|overwrite_\w+|train|test|max_iters|max_steps|max_epochs|"
+    r"min_epochs|epochs|check_val_every_n_epoch|dataloader_\w+|streaming|"
+    r"max_train_samples|max_eval_samples|use_\w*fast\w*|trust_remote_code|\w+_interval)$")
 
 
 @dataclass(frozen=True)
@@ -33,6 +42,11 @@ class KnobState:
     knob: Knob
     live: bool
     why: str = ""
+    plumbing: bool = False  # a machine or bookkeeping setting (seed, device, ...): not searched
+
+    @property
+    def searched(self) -> bool:
+        return self.live and not self.plumbing and not isinstance(self.knob.value, str)
 
 
 @dataclass
@@ -207,5 +221,6 @@ def resolve(files: dict[str, str], command: str, args_file: str | None = None,
     for path in sorted(knobs):
         for knob in knobs[path]:
             why = chain.why_dead(knob)
-            states.append(KnobState(knob, why is None, why or ""))
+            key = flag_key(knob.name).rsplit(".", 1)[-1].lower()
+            states.append(KnobState(knob, why is None, why or "", bool(PLUMBING.match(key))))
     return states

@@ -72,7 +72,7 @@ class KnobsProposer:
             # searched (yet)
             if not state.live:
                 dead.append(f"{state.knob.name} at {state.knob.where}: {state.why}")
-            elif not isinstance(state.knob.value, str):
+            elif state.searched:  # not plumbing such as seed or device
                 knobs.setdefault(state.knob.name, state.knob)
         # Read by the loop when propose() returns None: a reason instead of a silent `done`.
         self.out_of_ideas = None if knobs else no_knobs_message(ctx.files, dead)

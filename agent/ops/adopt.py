@@ -179,6 +179,7 @@ def adopt(root: Path, script: Path | None = None, command: str | None = None,
     commands = cmdline.readme_commands(root, rel)
     full = command or cmdline.pick_command(commands, has_gpu) or f"python {rel}"
     base, arg_lines = cmdline.split_command(full)
+    arg_lines = cmdline.with_trainer_defaults(arg_lines, text)
     imports = local_imports(root, script)
     protected = [p for p in imports if PROTECTED_HINT.search(Path(p).stem)]
     configs = cmdline.command_files(base, root) + cmdline.hydra_files(root, rel, arg_lines)
@@ -219,5 +220,6 @@ def render_toml(a: Adoption, budget_s: float = 300.0) -> str:
     if a.assets:
         lines.append(f"assets    = {_toml_list(a.assets)}   # outside git: linked into each run")
     if a.progress_regex:
-        lines.append(f"progress_regex = '{a.progress_regex}'")
+        quote = "'" * (3 if "'" in a.progress_regex else 1)  # a TOML literal string
+        lines.append(f"progress_regex = {quote}{a.progress_regex}{quote}")
     return "\n".join(lines) + "\n"

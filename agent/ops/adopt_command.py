@@ -15,9 +15,12 @@ import re
 import shlex
 from pathlib import Path
 
-from agent.proposers.knob_chain import PLUMBING, flag_key
+from agent.proposers.knob_chain import PLUMBING, flag_key, takes_value
 
 ARGS_FILE = "overnight.args"
+# Trainer arguments whose defaults live in the library: written out so a sweep can search them.
+TRAINER_DEFAULTS = ("--learning_rate 5e-05", "--weight_decay 0.0", "--warmup_steps 0",
+                    "--adam_beta2 0.999")
 _FENCE_CMD = re.compile(r"^\s*(?:\$\s*)?((?:python3?|torchrun\b[^\n]*?)\s+\S+\.py\b[^\n`]*)", re.M)
 _HYDRA_MAIN = re.compile(r"@hydra\.main\(([^)]*)\)")
 _SKIP_GROUPS = {"hydra", "paths", "extras", "logger", "callbacks", "debug", "local",
@@ -71,8 +74,8 @@ def split_command(command: str) -> tuple[str, list[str]]:
             i += 1
             continue
         nxt = rest[i + 1] if i + 1 < len(rest) else None
-        if word.startswith("-") and "=" not in word and nxt is not None and \
-                not nxt.startswith("-") and "=" not in nxt and not _is_file_word(nxt):
+        if word.startswith("-") and "=" not in word and takes_value(word, nxt) and \
+                not _is_file_word(nxt or ""):
             word, i = f"{word} {shlex.quote(nxt)}", i + 1
         lines.append(word)
         i += 1
@@ -115,6 +118,15 @@ def hydra_files(root: Path, script: str, overrides: list[str]) -> list[str]:
         if group not in _SKIP_GROUPS and option != "null" and (root / path).is_file():
             found.append(path)
     return found
+
+
+def with_trainer_defaults(lines: list[str], text: str) -> list[str]:
+    """HfArgumentParser with TrainingArguments: its hyper-parameters not given yet, as lines."""
+    if "TrainingArguments" not in text or "HfArgumentParser" not in text:
+        return lines
+    given = {flag_key(line.split()[0].split("=")[0]) for line in lines if line.strip()}
+    return lines + [f"{d}  # Trainer default, written here so a sweep can search it"
+                    for d in TRAINER_DEFAULTS if flag_key(d.split()[0]) not in given]
 
 
 def args_file_text(lines: list[str], script: str) -> str:

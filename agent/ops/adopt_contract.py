@@ -149,6 +149,10 @@ def loop_todos(text: str, metric: Metric | None, t0: str, budget: str) -> list[T
              Todo("stop when it is spent, as the last statement of the loop body",
                   [f"{inner}if time.time() - {t0} > {budget}:", f"{inner}    break"],
                   f"after line {loop.body[-1].end_lineno}")]
+    trained = free_name(text, "overnight_trained_s")
+    todos.append(Todo("note the training time as soon as the loop ends (before any evaluation)",
+                      [f"{pad}{trained} = time.time() - {t0}"],
+                      f"right after the loop, i.e. after line {loop.end_lineno}"))
     summary: list[str] = []
     if metric and metric.expr:
         root = re.match(r"[A-Za-z_]\w*", metric.expr)
@@ -158,7 +162,7 @@ def loop_todos(text: str, metric: Metric | None, t0: str, budget: str) -> list[T
                               f"inside the loop{_condition(loop, assign, text)} (line "
                               f"{assign.lineno}), so evaluate once more after it",
                               [pad + ast.get_source_segment(text, assign).strip()],  # type: ignore[operator]
-                              f"after the loop, i.e. after line {loop.end_lineno}"))
+                              "next"))
         q = '"' if "'" in metric.expr else "'"
         summary.append(f"{pad}print(f{q}{metric.name}: {{{metric.expr}:.6f}}{q})")
     else:
@@ -166,31 +170,54 @@ def loop_todos(text: str, metric: Metric | None, t0: str, budget: str) -> list[T
         summary.append(f"{pad}print(f'{name}: {{<its value>:.6f}}')")
     counter = step_counter(loop)
     summary = [f"{pad}print('---')", *summary,
-               f"{pad}print(f'training_seconds: {{time.time() - {t0}:.1f}}')"]
+               f"{pad}print(f'training_seconds: {{{trained}:.1f}}')"]
     if counter:
         summary.append(f"{pad}print(f'num_steps: {{{counter}}}')  # throughput: steps per run")
-    todos.append(Todo("print the summary block after the final evaluation", summary,
-                      f"after the loop, i.e. after line {loop.end_lineno}"))
+    todos.append(Todo("print the summary block after the final evaluation", summary, "next"))
     return todos
+
+
+def _line_of(text: str, pattern: str) -> int:
+    """1-based line of the statement ending the first match of `pattern` (0: none)."""
+    m = re.search(pattern, text)
+    if not m:
+        return 0
+    line = text.count("\n", 0, m.start()) + 1
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return line
+    ends = [n.end_lineno or n.lineno for n in ast.walk(tree)
+            if isinstance(n, ast.stmt) and not isinstance(n, ast.FunctionDef | ast.ClassDef
+                                                          | ast.If | ast.For | ast.While)
+            and n.lineno <= line <= (n.end_lineno or n.lineno)]
+    return min(ends) if ends else line
 
 
 def trainer_todos(text: str, metric: Metric | None, t0: str, budget: str) -> list[Todo]:
     """Hugging Face Trainer: a callback that stops at the budget, and the block after evaluate."""
     name = metric.name if metric else "eval_loss"
+    made = _line_of(text, r"\btrainer\s*=\s*Trainer\(")
+    evaluated = _line_of(text, r"=\s*trainer\.evaluate\(")
+    seconds = ("train_result.metrics['train_runtime']" if "train_result" in text
+               else f"time.time() - {t0}")
     return [
-        Todo("stop the Trainer when the budget is spent: a callback, added after `Trainer(...)`",
+        Todo("stop the Trainer when the budget is spent: a callback",
              ["import os, time", "from transformers import TrainerCallback",
               f"{budget} = float(os.environ.get('OVERNIGHT_BUDGET_S', 'inf'))",
               f"{t0} = time.time()", "class OvernightBudget(TrainerCallback):",
               "    def on_step_end(self, args, state, control, **kwargs):",
               f"        control.should_training_stop = time.time() - {t0} > {budget}",
               "trainer.add_callback(OvernightBudget())"],
-             "after the line that creates `trainer = Trainer(`"),
-        Todo("print the summary block after `metrics = trainer.evaluate()`",
-             ["print('---')", f"print(f\"{name}: {{metrics['{metric.printed if metric else name}']:.6f}}\")",
-              f"print(f'training_seconds: {{time.time() - {t0}:.1f}}')",
+             f"after line {made}, where `trainer = Trainer(...)` ends (same indentation)"
+             if made else "after the line that creates `trainer = Trainer(`"),
+        Todo("print the summary block after the final evaluation",
+             ["print('---')",
+              f"print(f\"{name}: {{metrics['{metric.printed if metric else name}']:.6f}}\")",
+              f"print(f\"training_seconds: {{{seconds}:.1f}}\")",
               "print(f'num_steps: {trainer.state.global_step}')"],
-             "after the final evaluation")]
+             f"after line {evaluated}, `metrics = trainer.evaluate()` (same indentation)"
+             if evaluated else "after `metrics = trainer.evaluate()`")]
 
 
 def seed_todos(text: str) -> list[Todo]:

@@ -23,6 +23,7 @@ from agent.core.config import args_words
 from agent.proposers.knob_python import ALL, PythonFacts, python_knobs
 from agent.proposers.knob_sources import Knob, find_knobs
 
+BARE_FLAGS = ("-m", "--multirun", "--info", "-h", "--help")  # hydra's flags without a value
 _HYDRA_PATH = re.compile(r"config_path\s*=\s*[\"']([^\"']+)[\"']")
 # Settings of the machine or the bookkeeping, not of the model: live, but never searched.
 PLUMBING = re.compile(
@@ -58,6 +59,16 @@ class CommandLine:
     flags: dict[str, str] = field(default_factory=dict)  # "lr" / "model.lr" -> "--lr=0.1"
 
 
+def takes_value(word: str, nxt: str | None) -> bool:
+    """Is `nxt` the value of the flag `word` (`--lr 0.1`, `--overrides n_embd=10,bias=false`)?
+
+    Not when it is a flag itself, nor a hydra override (a dotted key: `model.lr=0.1`), nor
+    after hydra's bare flags (`-m`, `--multirun`)."""
+    if nxt is None or nxt.startswith("-") or word in BARE_FLAGS:
+        return False
+    return "=" not in nxt or "." not in nxt.split("=", 1)[0]
+
+
 def flag_key(word: str) -> str:
     """`--n-layer` and `--n_layer` -> `n_layer`; `+model.lr` -> `model.lr`."""
     return word.lstrip("-+").replace("-", "_") if word.startswith("-") else word.lstrip("+")
@@ -79,7 +90,7 @@ def parse_words(words: list[str], workdir: str = ".") -> CommandLine:
             line.flags[flag_key(word.split("=", 1)[0])] = word
         elif word.startswith("-") and len(word) > 1 and not word[1].isdigit():
             nxt = rest[j + 1] if j + 1 < len(rest) else None
-            if nxt is not None and not nxt.startswith("-") and "=" not in nxt:
+            if takes_value(word, nxt):
                 line.flags[flag_key(word)] = f"{word} {nxt}"
                 j += 1
             else:

@@ -152,7 +152,7 @@ def loop_todos(text: str, metric: Metric | None, t0: str, budget: str) -> list[T
     trained = free_name(text, "overnight_trained_s")
     todos.append(Todo("note the training time as soon as the loop ends (before any evaluation)",
                       [f"{pad}{trained} = time.time() - {t0}"],
-                      f"right after the loop, i.e. after line {loop.end_lineno}"))
+                      f"after line {loop.end_lineno}, where the loop ends"))
     summary: list[str] = []
     if metric and metric.expr:
         root = re.match(r"[A-Za-z_]\w*", metric.expr)

@@ -41,7 +41,8 @@ def test_configurator_style_the_last_setter_wins():
 
 
 def test_a_dataclass_some_call_builds_from_defaults_stays_live():
-    model = "from dataclasses import dataclass\n@dataclass\nclass C:\n    a: int = 1\n    b: int = 2\n"
+    model = ("from dataclasses import dataclass\n@dataclass\nclass C:\n    a: int = 1\n"
+             "    b: int = 2\n")
     train = "from model import C\nx = C(a=3)\ny = C(4, b=5)\n"
     got = states({"model.py": model, "train.py": train}, "python train.py")
     assert got[("model.py", "C.a")].why.startswith("every C(...) call passes a")  # 2nd: by position
@@ -62,7 +63,8 @@ def test_argparse_defaults_lose_to_the_command_and_the_args_file():
 
 
 def test_hf_style_dataclasses_parsed_from_the_command_line():
-    script = ("from dataclasses import dataclass, field\nfrom transformers import HfArgumentParser\n"
+    script = ("from dataclasses import dataclass, field\n"
+              "from transformers import HfArgumentParser\n"
               "@dataclass\nclass DataArguments:\n"
               "    block_size: int = field(default=128, metadata={'help': 'x'})\n"
               "    keep_linebreaks: bool = field(default=True)\n"

@@ -19,8 +19,15 @@ from pathlib import Path
 
 from agent.core.config import CONFIG_FILE
 from agent.ops import adopt_command as cmdline
-from agent.ops.adopt_contract import Metric, Todo, find_metrics, free_name, loop_todos, seed_todos
-from agent.ops.adopt_contract import trainer_todos
+from agent.ops.adopt_contract import (
+    Metric,
+    Todo,
+    find_metrics,
+    free_name,
+    loop_todos,
+    seed_todos,
+    trainer_todos,
+)
 from agent.proposers.knob_chain import resolve
 
 SKIP_DIRS = {".git", ".venv", "venv", "env", "__pycache__", "node_modules", "build", "dist",
@@ -125,8 +132,8 @@ def guess_direction(metric: str) -> str:
 
 def _render(todo: Todo) -> str:
     where = f"; {todo.where}" if todo.where else ""
-    return todo.what + where + (":" if todo.lines else "") + ("".join(f"\n    {line}" for line in todo.lines) if todo.lines
-                                else "")
+    body = "".join(f"\n    {line}" for line in todo.lines)
+    return todo.what + where + (":" + body if todo.lines else "")
 
 
 def contract_todo(text: str, metric: Metric | None) -> list[str]:

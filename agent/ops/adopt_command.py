@@ -76,7 +76,7 @@ def split_command(command: str) -> tuple[str, list[str]]:
         nxt = rest[i + 1] if i + 1 < len(rest) else None
         if word.startswith("-") and "=" not in word and takes_value(word, nxt) and \
                 not _is_file_word(nxt or ""):
-            word, i = f"{word} {shlex.quote(nxt)}", i + 1
+            word, i = f"{word} {shlex.quote(nxt or '')}", i + 1
         lines.append(word)
         i += 1
     marked = [f"{line}  # knobs: skip" if PLUMBING.match(
@@ -130,6 +130,6 @@ def with_trainer_defaults(lines: list[str], text: str) -> list[str]:
 
 
 def args_file_text(lines: list[str], script: str) -> str:
-    head = (f"# Arguments appended to `command` for every run (overnight.toml: args_file).\n"
-            f"# A sweep may change the numbers below; `knobs: skip` keeps a line as it is.\n")
+    head = ("# Arguments appended to `command` for every run (overnight.toml: args_file).\n"
+            "# A sweep may change the numbers below; `knobs: skip` keeps a line as it is.\n")
     return head + "".join(f"{line}\n" for line in lines)

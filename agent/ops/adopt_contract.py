@@ -161,7 +161,7 @@ def loop_todos(text: str, metric: Metric | None, t0: str, budget: str) -> list[T
             todos.append(Todo(f"the final evaluation: the script computes {metric.printed} only "
                               f"inside the loop{_condition(loop, assign, text)} (line "
                               f"{assign.lineno}), so evaluate once more after it",
-                              [pad + ast.get_source_segment(text, assign).strip()],  # type: ignore[operator]
+                              [pad + (ast.get_source_segment(text, assign) or "").strip()],
                               "next"))
         q = '"' if "'" in metric.expr else "'"
         summary.append(f"{pad}print(f{q}{metric.name}: {{{metric.expr}:.6f}}{q})")

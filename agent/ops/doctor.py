@@ -19,8 +19,8 @@ from pathlib import Path
 
 from agent.core.config import TargetConfig, extra_args
 from agent.git.repo import GitRepo
-from agent.ops.sweeps import asset_hashes, dirty_files, link_assets
 from agent.ops.doctor_knobs import ignored_missing, knob_checks, knob_states, printed_values
+from agent.ops.sweeps import asset_hashes, dirty_files, link_assets
 from agent.rules.contract import (
     Check,
     RunFacts,

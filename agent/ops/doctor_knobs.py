@@ -76,7 +76,8 @@ def printed_values(states: list[KnobState], log: str) -> list[Check]:
     wrong = []
     for s in (s for s in states if s.searched):
         key = flag_key(s.knob.name).rsplit(".", 1)[-1]
-        pattern = rf"(?<![\w.]){re.escape(key)}['\"]?\s*(?:=|:)\s*['\"]?({_NUM}|True|False|true|false)\b"
+        pattern = (rf"(?<![\w.]){re.escape(key)}['\"]?\s*(?:=|:)\s*['\"]?"
+                   rf"({_NUM}|True|False|true|false)\b")
         seen = re.findall(pattern, head)
         if not seen:
             continue

@@ -124,9 +124,11 @@ def _config_block(path: str, lines: list[str], tree: ast.Module) -> list[Knob | 
     for stmt in tree.body:
         if _is_action(stmt):
             break
-        if (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1
-                and isinstance(stmt.targets[0], ast.Name) and not stmt.targets[0].id.startswith("_")):
-            knobs.append(_located(path, lines, stmt.value, stmt.targets[0].id, "global"))
+        if not isinstance(stmt, ast.Assign) or len(stmt.targets) != 1:
+            continue
+        target = stmt.targets[0]
+        if isinstance(target, ast.Name) and not target.id.startswith("_"):
+            knobs.append(_located(path, lines, stmt.value, target.id, "global"))
     return knobs
 
 
@@ -149,7 +151,8 @@ def _reassigned(tree: ast.Module) -> dict[str, int]:
 
 
 def _keys_of(scope: list[ast.stmt], name: str) -> frozenset[str] | None:
-    """The keys a dict-valued local gets in a body: `name = dict(a=..)`/`{'a': ..}`, `name['b'] =`."""
+    """The keys a dict-valued local gets in a body: `name = dict(a=..)` or `{'a': ..}`, then
+    `name['b'] = ...`; None when its value is anything else (unknown keys)."""
     keys: set[str] = set()
     found = False
     for node in (n for stmt in scope for n in ast.walk(stmt)):
@@ -163,7 +166,7 @@ def _keys_of(scope: list[ast.stmt], name: str) -> frozenset[str] | None:
                 elif isinstance(value, ast.Dict) and all(
                         isinstance(k, ast.Constant) and isinstance(k.value, str)
                         for k in value.keys):
-                    keys |= {k.value for k in value.keys if isinstance(k, ast.Constant)}
+                    keys |= {str(k.value) for k in value.keys if isinstance(k, ast.Constant)}
                     found = True
                 else:
                     return None

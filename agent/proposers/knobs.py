@@ -67,13 +67,13 @@ class KnobsProposer:
         config = ctx.sweep.config
         knobs: dict[str, Knob] = {}
         dead: list[str] = []
-        for state in resolve(ctx.files, config.command, config.args_file, config.workdir):
+        for found in resolve(ctx.files, config.command, config.args_file, config.workdir):
             # dead knobs (a later layer sets them) are never proposed; string choices: not
             # searched (yet)
-            if not state.live:
-                dead.append(f"{state.knob.name} at {state.knob.where}: {state.why}")
-            elif state.searched:  # not plumbing such as seed or device
-                knobs.setdefault(state.knob.name, state.knob)
+            if not found.live:
+                dead.append(f"{found.knob.name} at {found.knob.where}: {found.why}")
+            elif found.searched:  # not plumbing such as seed or device
+                knobs.setdefault(found.knob.name, found.knob)
         # Read by the loop when propose() returns None: a reason instead of a silent `done`.
         self.out_of_ideas = None if knobs else no_knobs_message(ctx.files, dead)
         head = [KnobValue(k.name, k.raw, k.value) for k in knobs.values()

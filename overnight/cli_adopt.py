@@ -78,11 +78,11 @@ def adopt(
 
 
 def _report(root: Path, found, text: str) -> None:  # type: ignore[no-untyped-def]
-    console.print(f"wrote {root / CONFIG_FILE}:\n{escape(text)}", soft_wrap=True)
+    console.print(f"wrote {root / CONFIG_FILE}:\n{text}", soft_wrap=True, markup=False)
     if found.args_file:
         console.print(f"wrote {root / found.args_file} (the command's flags, one a line: a "
-                      f"sweep may change their numbers):\n{escape(found.args_text)}",
-                      soft_wrap=True)
+                      f"sweep may change their numbers):\n{found.args_text}", soft_wrap=True,
+                      markup=False)
     if len(found.commands) > 1:
         console.print(f"the README runs {found.script} in {len(found.commands)} ways; adopt "
                       "took the one above (on a machine without a GPU, one that says cpu); "

@@ -23,6 +23,7 @@ from agent.ops.adopt_contract import (
     Metric,
     Todo,
     find_metrics,
+    lightning_todos,
     free_name,
     loop_todos,
     seed_todos,
@@ -41,7 +42,9 @@ DATA_NAMES = ("data", "datasets", "dataset")
 PROGRESS_FORMATS = (
     (r"iter \{\w+\}: loss", r"iter (?P<step>\d+): loss (?P<loss>[\d.]+)"),  # nanoGPT
     (r"\bTrainer\(", r"\{'loss': '?(?P<loss>[\d.]+)'?"),  # Hugging Face Trainer's dict lines
-    (r"lightning|set_postfix|tqdm", r"(?P<step>\d+)/\d+ \[[^\]]*loss=(?P<loss>[\d.]+)"),
+    # Lightning's bars (tqdm: `train/loss=0.51`, rich: `train/loss: 0.51`) and tqdm postfixes
+    (r"lightning|set_postfix|tqdm",
+     r"(?P<step>\d+)/\d+ .*?(?<![\w/])(?:train[/_])?loss[=:]\s*(?P<loss>[\d.]+)"),
     (r"\| epoch", r"(?P<step>\d+)/\s*\d+ batches .*loss\s+(?P<loss>[\d.]+)"),
     (r"Train Epoch:", r"Train Epoch: \d+ \[(?P<step>\d+)/\d+.*Loss: (?P<loss>[\d.]+)"),
 )
@@ -148,6 +151,8 @@ def contract_todo(text: str, metric: Metric | None) -> list[str]:
             todos = []
         if not todos and re.search(r"\bTrainer\(", text) and "transformers" in text:
             todos = trainer_todos(text, metric, t0, budget)
+        if not todos and "lightning" in text:
+            todos = lightning_todos(text, metric, t0, hydra="@hydra.main" in text)
         if not todos:
             name = metric.name if metric else "<metric>"
             todos = [Todo("read the training budget and stop when it is spent",
@@ -158,7 +163,8 @@ def contract_todo(text: str, metric: Metric | None) -> list[str]:
                           ["print('---')", f"print(f'{name}: {{value:.6f}}')",
                            f"print(f'training_seconds: {{time.time() - {t0}:.1f}}')",
                            "print(f'num_steps: {steps}')"])]
-    return [_render(t) for t in [*todos, *seed_todos(text)]]
+    seeds = [] if "@hydra.main" in text and "lightning" in text else seed_todos(text)
+    return [_render(t) for t in [*todos, *seeds]]
 
 
 def _texts(root: Path, paths: list[str]) -> dict[str, str]:
@@ -187,6 +193,8 @@ def adopt(root: Path, script: Path | None = None, command: str | None = None,
     full = command or cmdline.pick_command(commands, has_gpu) or f"python {rel}"
     base, arg_lines = cmdline.split_command(full)
     arg_lines = cmdline.with_trainer_defaults(arg_lines, text)
+    if "@hydra.main" in text and "lightning" in text and "OVERNIGHT_BUDGET_S" not in text:
+        arg_lines = cmdline.with_hydra_contract(arg_lines)
     imports = local_imports(root, script)
     protected = [p for p in imports if PROTECTED_HINT.search(Path(p).stem)]
     configs = cmdline.command_files(base, root) + cmdline.hydra_files(root, rel, arg_lines)

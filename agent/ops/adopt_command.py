@@ -129,6 +129,19 @@ def with_trainer_defaults(lines: list[str], text: str) -> list[str]:
                     for d in TRAINER_DEFAULTS if flag_key(d.split()[0]) not in given]
 
 
+def with_hydra_contract(lines: list[str]) -> list[str]:
+    """A Lightning + hydra script needs no code for the budget and the seed: two overrides."""
+    keys = {line.split("=", 1)[0].lstrip("+") for line in lines}
+    extra = []
+    if "trainer.max_time" not in keys:
+        extra.append("++trainer.max_time=00:00:00:${oc.env:OVERNIGHT_BUDGET_S}  # the budget")
+    if "trainer.min_epochs" not in keys:  # fit ignores max_time until min_epochs are done
+        extra.append("++trainer.min_epochs=0  # knobs: skip (else max_time waits for an epoch)")
+    if "seed" not in keys:
+        extra.append("seed=${oc.env:OVERNIGHT_SEED}  # the run's seed")
+    return lines + extra
+
+
 def args_file_text(lines: list[str], script: str) -> str:
     head = ("# Arguments appended to `command` for every run (overnight.toml: args_file).\n"
             "# A sweep may change the numbers below; `knobs: skip` keeps a line as it is.\n")

@@ -220,6 +220,37 @@ def trainer_todos(text: str, metric: Metric | None, t0: str, budget: str) -> lis
              if evaluated else "after `metrics = trainer.evaluate()`")]
 
 
+def lightning_todos(text: str, metric: Metric | None, t0: str, hydra: bool) -> list[Todo]:
+    """Lightning: `max_time` stops `fit` at the budget; the block after `trainer.fit(...)`."""
+    fit = _line_of(text, r"\btrainer\.fit\(")
+    if not fit:
+        return []
+    lines = text.splitlines()
+    pad = _indent(lines, fit)
+    start = next(i for i in range(fit, 0, -1) if "trainer.fit(" in lines[i - 1])
+    trained = free_name(text, "overnight_trained_s")
+    printed = metric.printed if metric else "val/loss"
+    name = metric.name if metric else "val_loss"
+    budget = (Todo("stop `fit` when the budget is spent: Lightning's max_time, set from the "
+                   "environment by a line of the args file (no code to change)",
+                   ["++trainer.max_time=00:00:00:${oc.env:OVERNIGHT_BUDGET_S}",
+                    "++trainer.min_epochs=0"],
+                   "in overnight.args (adopt wrote it there)") if hydra else
+              Todo("stop `fit` when the budget is spent: pass Lightning's max_time to Trainer",
+                   ["max_time={'seconds': float(os.environ.get('OVERNIGHT_BUDGET_S', 1e9))},"],
+                   "as an argument of `Trainer(`"))
+    return [budget,
+            Todo("time the training", [*([] if re.search(r"^import .*\btime\b", text, re.M)
+                                         else [f"{pad}import time"]), f"{pad}{t0} = time.time()"],
+                 f"before line {start}, `{lines[start - 1].strip()}`"),
+            Todo("print the summary block once `fit` returns",
+                 [f"{pad}{trained} = time.time() - {t0}", f"{pad}print('---')",
+                  f"{pad}print(f\"{name}: {{float(trainer.callback_metrics['{printed}']):.6f}}\")",
+                  f"{pad}print(f'training_seconds: {{{trained}:.1f}}')",
+                  f"{pad}print(f'num_steps: {{trainer.global_step}}')"],
+                 f"after line {fit}, where `trainer.fit(...)` ends")]
+
+
 def seed_todos(text: str) -> list[Todo]:
     """Seeding from a constant: repeats are identical and say nothing about the noise."""
     if "OVERNIGHT_SEED" in text:

@@ -33,7 +33,10 @@ PLUMBING = re.compile(
     r"eval_steps|always_save_checkpoint|wandb_\w+|local_rank|world_size|port|"
     r"do_train|do_eval|do_predict|overwrite_\w+|train|test|max_iters|max_steps|max_epochs|"
     r"min_epochs|epochs|check_val_every_n_epoch|dataloader_\w+|streaming|"
-    r"max_train_samples|max_eval_samples|use_\w*fast\w*|trust_remote_code|\w+_interval)$")
+    r"max_train_samples|max_eval_samples|use_\w*fast\w*|trust_remote_code|\w+_interval|"
+    r"_\w+_|"  # hydra's own keys (_partial_, _recursive_)
+    # the shape of the data, not a choice: changing it only breaks the run
+    r"input_size|output_size|num_classes|n_classes|vocab_size|in_channels|image_size)$")
 
 
 @dataclass(frozen=True)

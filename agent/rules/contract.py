@@ -122,10 +122,12 @@ def check_overhead(run: RunFacts) -> Check:
 def check_run(config: TargetConfig, run: RunFacts) -> list[Check]:
     """The cheap checks one finished run answers (what `overnight run` reports on its baseline)."""
     later = [*check_summary(config, run), check_budget(config, run)]
-    if run.error and not run.summary and "summary block" not in run.error:
+    error = run.error or (f"exit code {run.exit_code}" if run.exit_code not in (0, None)
+                          and not run.timed_out else None)
+    if error and not run.summary and "summary block" not in error:
         # No block because the run failed: what that failure makes fail too is folded under it.
         knock_on = tuple(f"so: {c.name}: {c.detail}" for c in later if c.status == "fail")
-        return [Check("runs", "fail", f"the run failed: {run.error}",
+        return [Check("runs", "fail", f"the run failed: {error}",
                       "run the command by hand in a clean clone and fix the error",
                       folded=knock_on), check_progress(config, run)]
     if run.timed_out:

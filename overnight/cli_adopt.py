@@ -85,8 +85,9 @@ def _report(root: Path, found, text: str) -> None:  # type: ignore[no-untyped-de
                       markup=False)
     if len(found.commands) > 1:
         console.print(f"the README runs {found.script} in {len(found.commands)} ways; adopt "
-                      "took the one above (on a machine without a GPU, one that says cpu); "
-                      "pass --command to choose another", soft_wrap=True)
+                      f"took `{escape(found.full_command)}` (the first, or on a machine without "
+                      "a GPU the first that says cpu); pass --command to choose another",
+                      soft_wrap=True)
     console.print(f"{found.knobs} knob(s) will be searched"
                   + (f"; {len(found.dead)} dead (something later sets them)" if found.dead
                      else "")
@@ -94,7 +95,8 @@ def _report(root: Path, found, text: str) -> None:  # type: ignore[no-untyped-de
                      "argparse defaults, UPPER_CASE constants, dataclass fields, config-file "
                      "keys or args_file lines that nothing later overrides"), soft_wrap=True)
     if found.todo:
-        console.print(f"\n[bold]{found.script} still needs, for the contract:[/bold]")
+        console.print(f"\n[bold]{found.script} still needs, for the contract:[/bold] (each "
+                      "line goes in verbatim, as it is after `| `)")
         for item in found.todo:
             console.print(f"- {escape(item)}", soft_wrap=True)
     q = shlex.quote(str(root))

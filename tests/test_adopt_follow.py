@@ -32,7 +32,7 @@ def apply_todo(text: str, out: str) -> str:
         head, *body = item.split("\n")
         m = _ITEM.search(head)
         assert m, head
-        given = [b[4:] for b in body if b.startswith("    ")]
+        given = [b[6:] for b in body if b.startswith("    | ")]
         if m.group(4):  # in place of `X` on line N
             n = int(m.group(5))
             lines[n - 1] = lines[n - 1].replace(m.group(4), given[0])

@@ -70,6 +70,7 @@ class Adoption:
     args_file: str | None = None
     args_text: str = ""
     commands: list[str] = field(default_factory=list)  # the README's commands for the script
+    full_command: str = ""  # the command as the user runs it (before the split)
 
 
 def _python_files(root: Path) -> list[Path]:
@@ -135,7 +136,7 @@ def guess_direction(metric: str) -> str:
 
 def _render(todo: Todo) -> str:
     where = f"; {todo.where}" if todo.where else ""
-    body = "".join(f"\n    {line}" for line in todo.lines)
+    body = "".join(f"\n    | {line}" for line in todo.lines)  # verbatim after "| "
     return todo.what + where + (":" + body if todo.lines else "")
 
 
@@ -218,7 +219,7 @@ def adopt(root: Path, script: Path | None = None, command: str | None = None,
         knobs=sum(s.searched for s in states),
         dead=[f"{s.knob.name} at {s.knob.where}: {s.why}" for s in states if not s.live],
         todo=contract_todo(text, metric), args_file=args_file, args_text=args_text,
-        commands=commands)
+        commands=commands, full_command=full)
 
 
 def _toml_list(items: list[str]) -> str:

@@ -86,7 +86,9 @@ def test_adopt_a_configurator_script_and_follow_what_it_prints(tmp_path: Path):
                      r"sets --batch_size=16", doc), doc
     assert "knob: ToyConfig.n_layer = 12 (model.py:10): dead, every ToyConfig(...) call" in doc
     assert "knob: --learning_rate = 0.02 (overnight.args:6): searched" in doc
-    assert "log: " in doc and (tmp_path / "o.db.work" / "doctor").is_dir()
+    log = Path(next(line[5:] for line in doc.splitlines() if line.startswith("log: ")))
+    assert log.is_relative_to(tmp_path / "o.db.work" / "doctor")  # --db: the logs are kept
+    assert "Overriding: learning_rate = 0.02" in log.read_text()  # the args file reached it
 
     db = str(tmp_path / "o.db")
     run("run", "--target", str(root), "--experiments", "6", "--budget", "1", "--sweep", "c1",

@@ -121,3 +121,10 @@ def test_the_knobs_proposer_never_proposes_a_dead_knob():
         seen.add((path, proposal.meta["knob"]))
         proposer.seed += 1
     assert seen and seen <= live, seen - live
+
+
+def test_knobs_skip_works_in_every_place():
+    script = "lr = 0.1  # knobs: skip\nwidth = 8\nprint(lr)\n"
+    args = "--lr=0.2  # knobs: skip\n--depth=3\n"
+    got = states({"train.py": script, "a.args": args}, "python train.py", "a.args")
+    assert set(got) == {("train.py", "width"), ("a.args", "--depth")}

@@ -44,7 +44,7 @@ PROGRESS_FORMATS = (
     (r"\bTrainer\(", r"\{'loss': '?(?P<loss>[\d.]+)'?"),  # Hugging Face Trainer's dict lines
     # Lightning's bars (tqdm: `train/loss=0.51`, rich: `train/loss: 0.51`) and tqdm postfixes
     (r"lightning|set_postfix|tqdm",
-     r"(?P<step>\d+)/\d+ .*?(?<![\w/])(?:train[/_])?loss[=:]\s*(?P<loss>[\d.]+)"),
+     r".*(?<![\d/])(?P<step>\d+)/\d+ .*?(?<![\w/])(?:train[/_])?loss[=:]\s*(?P<loss>[\d.]+)"),
     (r"\| epoch", r"(?P<step>\d+)/\s*\d+ batches .*loss\s+(?P<loss>[\d.]+)"),
     (r"Train Epoch:", r"Train Epoch: \d+ \[(?P<step>\d+)/\d+.*Loss: (?P<loss>[\d.]+)"),
 )

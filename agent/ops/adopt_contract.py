@@ -226,8 +226,8 @@ def lightning_todos(text: str, metric: Metric | None, t0: str, hydra: bool) -> l
     if not fit:
         return []
     lines = text.splitlines()
-    pad = _indent(lines, fit)
     start = next(i for i in range(fit, 0, -1) if "trainer.fit(" in lines[i - 1])
+    pad = _indent(lines, start)
     trained = free_name(text, "overnight_trained_s")
     printed = metric.printed if metric else "val/loss"
     name = metric.name if metric else "val_loss"

@@ -36,7 +36,9 @@ PLUMBING = re.compile(
     r"max_train_samples|max_eval_samples|use_\w*fast\w*|trust_remote_code|\w+_interval|"
     r"_\w+_|"  # hydra's own keys (_partial_, _recursive_)
     # the shape of the data, not a choice: changing it only breaks the run
-    r"input_size|output_size|num_classes|n_classes|vocab_size|in_channels|image_size)$")
+    r"input_size|output_size|num_classes|n_classes|vocab_size|in_channels|image_size|"
+    # sampling after training, not training
+    r"top_k|top_p|temperature|num_samples|max_new_tokens|sample_only)$")
 
 
 @dataclass(frozen=True)

@@ -224,5 +224,8 @@ def python_knobs(path: str, text: str, classes: set[str] | None = None
         isinstance(s, ast.Expr) and isinstance(s.value, ast.Call)
         and getattr(s.value.func, "id", "") == "exec" for s in tree.body)
     _constructions(tree, set(facts.fields) | (classes or set()), facts)
-    unique = {(k.line_no, k.col): k for k in found if k is not None}
+    unique: dict[tuple[int, int], Knob] = {}
+    for knob in found:  # the first finder of a literal names its kind (constant before global)
+        if knob is not None:
+            unique.setdefault((knob.line_no, knob.col), knob)
     return sorted(unique.values(), key=lambda k: (k.line_no, k.col)), facts

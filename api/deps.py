@@ -24,6 +24,7 @@ from agent.ops.retention import RetentionPolicy
 from agent.ops.service import Service
 from api.admissions import AdmissionGate
 from api.settings import Settings
+from db.reads import Reads
 from db.store import SqlStore
 
 TOKEN_COOKIE = "overnight_token"
@@ -33,6 +34,7 @@ class Runtime(Protocol):
     """What the API uses of the composition root's object graph (overnight.runtime.Runtime)."""
 
     store: SqlStore
+    reads: Reads
     service: Service
     scheduler: SlotScheduler | None
     recovery: RecoveryReport | None
@@ -63,6 +65,10 @@ class Services:
     @property
     def store(self) -> SqlStore:
         return self.runtime.store
+
+    @property
+    def reads(self) -> Reads:
+        return self.runtime.reads
 
     @property
     def service(self) -> Service:

@@ -12,11 +12,13 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from agent.core.domain import (
+    FINISH_AS_IS,
     Experiment,
     ExperimentStatus,
     Finish,
     Proposal,
-    can_transition,
+    check_finish,
+    check_started,
     utcnow,
 )
 from agent.core.errors import ConflictError, DuplicateError, NotFoundError, StoreError
@@ -160,16 +162,11 @@ class ExperimentWrites(StoreBase):
             return None
 
     def mark_started(self, experiment_id: int, **fields: Any) -> None:
-        allowed = {"commit", "ref", "base_commit", "log_path", "pgid", "run_started_at"}
-        bad = set(fields) - allowed
-        if bad:
-            raise ValueError(f"mark_started: unknown field(s) {sorted(bad)}")
         with self.session("recording a run start") as s:
             row = s.get(ExperimentRow, experiment_id)
             if row is None:
                 raise NotFoundError(f"no experiment with id {experiment_id}")
-            if ExperimentStatus(row.status).is_finished():
-                raise ConflictError(f"experiment {experiment_id} is finished ({row.status})")
+            check_started(experiment_id, ExperimentStatus(row.status), fields)
             for key, value in fields.items():
                 if value is not None:
                     setattr(row, key, value)
@@ -179,18 +176,12 @@ class ExperimentWrites(StoreBase):
     ) -> Experiment:
         """Record the end of an experiment; with `keep_commit`, also make it the sweep's best
         in the same transaction (so a kill between the two can never split them)."""
-        if not finish.status.is_finished():
-            raise ValueError(f"finish needs a finished status, got {finish.status.value}")
         with self.session("finishing an experiment") as s:
             row = s.get(ExperimentRow, experiment_id)
             if row is None:
                 raise NotFoundError(f"no experiment with id {experiment_id}")
-            old = ExperimentStatus(row.status)
-            if old.is_finished():
-                raise ConflictError(f"experiment {experiment_id} is already {old.value}")
-            if not can_transition(old, finish.status):
-                raise ConflictError(f"experiment {experiment_id} is {old.value}; it cannot "
-                                    f"become {finish.status.value}")
+            check_finish(experiment_id, ExperimentStatus(row.status), finish,
+                         keeps=keep_commit is not None)
             gone = counts.key(row.sweep_id, row.status, row.crash_kind)
             row.status = finish.status.value
             row.crash_kind = finish.crash_kind.value if finish.crash_kind else None
@@ -199,16 +190,13 @@ class ExperimentWrites(StoreBase):
             counts.bump(s, gone=[gone], came=[counts.key(row.sweep_id, row.status,
                                                          row.crash_kind)],
                         run_s=_span_s(row.run_started_at, row.run_ended_at))
-            row.reason = finish.reason
-            row.metric, row.best_before = finish.metric, finish.best_before
+            for name in FINISH_AS_IS:  # reason, metric, best before, log tail, run end, cause
+                setattr(row, name, getattr(finish, name))
             row.summary = dict(finish.summary)
-            row.log_tail = finish.log_tail
             row.finished_at = utcnow()
             if finish.warnings:
                 row.meta = {**(row.meta or {}), "warnings": list(finish.warnings)}
             if keep_commit is not None:
-                if finish.metric is None:
-                    raise ValueError("keep_commit needs a metric")
                 row.commit = keep_commit
                 sweep = s.get(SweepRow, row.sweep_id)
                 assert sweep is not None

@@ -77,13 +77,6 @@ class SweepQueries(StoreBase):
         with self.session("listing sweeps") as s:
             return [to_sweep(r) for r in s.scalars(q)]
 
-    def sweep_names(self, ids: Collection[int]) -> dict[int, str]:
-        if not ids:
-            return {}
-        q = select(SweepRow.id, SweepRow.name).where(SweepRow.id.in_(list(ids)))
-        with self.session("reading sweep names") as s:
-            return {i: name for i, name in s.execute(q)}
-
     def set_sweep_status(self, name: str, status: SweepStatus) -> Sweep:
         with self.session("updating a sweep") as s:
             row = self._sweep_row(s, name)

@@ -15,6 +15,7 @@ from rich.markup import escape
 from agent.core.config import CONFIG_FILE
 from agent.core.domain import Sweep
 from agent.core.errors import OvernightError
+from db.reads import Reads
 from overnight import (  # noqa: F401  (they register their commands)
     cli_adopt,
     cli_agents,
@@ -122,7 +123,7 @@ def run(
         work_dir=work_dir,
     )
     # What the baseline got wrong first, so the night's honest statement stays the last line.
-    cli_doctor.print_baseline_hints(runtime_for(db, work_dir).store, done)
+    cli_doctor.print_baseline_hints(runtime_for(db, work_dir).reads, done)
     print_summary(done, runtime_for(db, work_dir).store)
 
 
@@ -158,7 +159,7 @@ def demo(
     console.print(f"\n[bold]git log {done.branch}[/bold] (baseline + kept only)")
     for sha, subject in open_target(target).log(done.branch, limit=20):
         console.print(f"  {sha} {subject}")
-    gaps = _overheads(store, done)
+    gaps = _overheads(runtime_for(where).reads, done)
     if gaps:
         console.print(f"\nservice overhead between runs: median {statistics.median(gaps):.3f}s")
     console.print(
@@ -180,9 +181,9 @@ def own_command() -> str:
     return str(here) if here.exists() else "overnight"
 
 
-def _overheads(store, sweep: Sweep) -> list[float]:  # type: ignore[no-untyped-def]
+def _overheads(reads: Reads, sweep: Sweep) -> list[float]:
     """Seconds from one run's exit to the next run's start."""
-    times = [t for t in store.timestamps(sweep.id) if t[0] and t[1]]
+    times = [(a, b) for a, b in reads.timestamps(sweep.id) if a and b]
     return [(b[0] - a[1]).total_seconds() for a, b in zip(times, times[1:], strict=False)]
 
 

@@ -13,8 +13,8 @@ from rich.markup import escape
 
 from agent.core.config import load_config
 from agent.core.domain import ExperimentStatus, Sweep
-from agent.core.ports import Store
 from agent.rules.contract import Check, RunFacts, check_run
+from db.reads import Reads
 from overnight.cli_common import DbOpt, app, console, db_location, fail, work_dir_of
 
 MARK = {"ok": "[green]✓[/green]", "warn": "[yellow]![/yellow]", "fail": "[red]✗[/red]",
@@ -63,22 +63,22 @@ def doctor(
         raise typer.Exit(1)
 
 
-def baseline_checks(store: Store, sweep: Sweep) -> list[Check]:
+def baseline_checks(reads: Reads, sweep: Sweep) -> list[Check]:
     """The cheap contract checks on a sweep's baseline record; only what went wrong."""
-    base = next((e for e in store.list_experiments(sweep.id) if e.is_baseline), None)
+    base = next((e for e in reads.store.list_experiments(sweep.id) if e.is_baseline), None)
     if base is None or not base.status.is_finished() or base.status is ExperimentStatus.CANCELLED:
         return []
     wall = ((base.run_ended_at - base.run_started_at).total_seconds()
             if base.run_started_at and base.run_ended_at else 0.0)
     facts = RunFacts(timed_out=base.status is ExperimentStatus.TIMEOUT, exit_code=None,
                      wall_s=wall, summary=base.summary,
-                     progress_points=len(store.loss_points(base.id)),
+                     progress_points=len(reads.loss_points(base.id)),
                      error=base.reason if base.status is ExperimentStatus.CRASHED else None)
     return [c for c in check_run(sweep.config, facts) if c.status in ("warn", "fail")]
 
 
-def print_baseline_hints(store: Store, sweep: Sweep) -> None:
-    checks = baseline_checks(store, sweep)
+def print_baseline_hints(reads: Reads, sweep: Sweep) -> None:
+    checks = baseline_checks(reads, sweep)
     if checks:
         console.print(f"\n[bold]the baseline and the script contract[/bold] (`overnight doctor "
                       f"--target {escape(sweep.target_path)}` checks it in full):", soft_wrap=True)

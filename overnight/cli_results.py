@@ -14,7 +14,8 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from agent.analysis.report import experiment_row, improvement, results_tsv
+from agent.analysis.projection import ExperimentView
+from agent.analysis.report import improvement, results_tsv
 from agent.core.domain import RAN_STATUSES, Sweep
 from agent.core.domain import ExperimentStatus as S
 from agent.core.errors import NotFoundError
@@ -47,7 +48,8 @@ def print_results(sweep: Sweep, store, fmt: str) -> None:  # type: ignore[no-unt
     if fmt in ("tsv", "tsv-full"):
         sys.stdout.write(results_tsv(sweep, exps, ev if fmt == "tsv-full" else None))
     elif fmt == "json":
-        rows = [{**experiment_row(e), **evidence_row(ev.experiments.get(e.id))} for e in exps]
+        rows = [{**ExperimentView.of(e, sweep.name).model_dump(mode="json"),
+                 **evidence_row(ev.experiments.get(e.id))} for e in exps]
         print(
             json.dumps(
                 {
@@ -143,10 +145,11 @@ def status(
 
     from agent.analysis.evidence import sweep_evidence
 
-    store = runtime_for(db).store
+    rt = runtime_for(db)
+    store, reads = rt.store, rt.reads
     sweeps = store.list_sweeps()
     shown = sweeps if all_ else sweeps[-STATUS_LATEST:]
-    counted = store.status_counts_by_sweep()  # the maintained counts: one read for all
+    counted = reads.status_counts_by_sweep()  # the maintained counts: one read for all
     table = Table(title=f"sweeps in {db_location(db)}")
     for col in ("sweep", "status", "runs", "kept", "discarded", "crashed", "baseline", "best",
                 "gain", "supported", "target"):
@@ -155,7 +158,7 @@ def status(
         n = counted.get(s.id, {})
         rel = improvement(s)
         # The light rows the dashboard's evidence reads (no summaries, diffs or logs).
-        ev = sweep_evidence(s, store.experiment_marks(s.id), store.run_metrics(s.id))
+        ev = sweep_evidence(s, reads.experiment_marks(s.id), store.run_metrics(s.id))
         table.add_row(
             s.name,
             s.status.value,

@@ -35,6 +35,7 @@ from db.engine import open_database
 from db.location import DbLocation
 from db.lock import instance_lock
 from db.maintenance import checkpoint, database_size, vacuum, vacuum_pays
+from db.reads import Reads
 from db.store import SqlStore
 from overnight.environment import llm_config_path
 
@@ -66,6 +67,7 @@ class Runtime:
                          else self.db.default_work_dir())
         self.engine = open_database(self.db)
         self.store = SqlStore(self.engine)
+        self.reads = Reads(self.store)  # the pages' and commands' reads (db.reads)
         self.service = Service(self.store, self.repo_for, stop_running=self.stop_running)
         self.lock: DatabaseLock | None = None
         self.recovery: RecoveryReport | None = None

@@ -21,7 +21,8 @@ from agent.core.diff import PathChange, parse, split_lines
 from agent.core.domain import ExperimentStatus, Proposal
 from agent.core.errors import AdmissionError
 from agent.git.repo import GitRepo
-from agent.ops.sweeps import create_sweep, submit
+from agent.ops.admission import admit, queue
+from agent.ops.sweeps import create_sweep
 from agent.rules.admit import check_proposal
 
 
@@ -43,7 +44,7 @@ def test_every_hostile_diff_is_refused_and_nothing_is_queued(store, hostile_targ
     admitted = []
     for name, diff in all_cases(hostile_target).items():
         try:
-            submit(store, repo, sweep, Proposal("try it", diff), record_rejection=False)
+            queue(store, admit(store, repo, sweep, Proposal("try it", diff)))
         except AdmissionError:
             continue
         admitted.append(name)
@@ -65,8 +66,7 @@ def test_git_view_refuses_what_the_text_reader_cannot_see(store, hostile_target,
     config = load_config(hostile_target)
     check_proposal(Proposal("try it", diff), config)  # the text alone looks fine
     with pytest.raises(AdmissionError) as exc:
-        submit(store, GitRepo(hostile_target), sweep, Proposal("try it", diff),
-               record_rejection=False)
+        queue(store, admit(store, GitRepo(hostile_target), sweep, Proposal("try it", diff)))
     assert exc.value.code == "not_editable"
     assert any(p in exc.value.message for p in ("evil.py", "empty.txt"))
 

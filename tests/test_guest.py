@@ -16,6 +16,7 @@ from agent.core.domain import ExperimentStatus
 from agent.engine.attempt import MAX_LOSS_POINTS, run_id_prefix
 from agent.git.repo import GitRepo
 from agent.ops.sweeps import create_sweep
+from db.reads import Reads
 from runner.tree import RUN_ID_ENV
 
 SECRETS = {"ANTHROPIC_API_KEY": "sk-ant-fake-0001", "OPENAI_API_KEY": "sk-fake-0002",
@@ -69,7 +70,7 @@ def test_a_flood_of_progress_lines_is_stored_as_a_bounded_curve(tmp_path, store,
     target = make_target(tmp_path / "t", edits={"train.py": flood})
     loop, sweep, done = run_baseline(store, target, make_loop)
     assert done.status is ExperimentStatus.KEPT, done.reason
-    points = store.loss_points(done.id)
+    points = Reads(store).loss_points(done.id)
     assert MAX_LOSS_POINTS // 2 <= len(points) <= MAX_LOSS_POINTS + 1
     assert points[0].step == 1 and points[-1].step == 100_000
     steps = [p.step for p in points]

@@ -24,6 +24,7 @@ from agent.engine.recovery import InstanceLockError
 from db.engine import make_engine, open_database
 from db.location import DbLocation
 from db.lock import AdvisoryLock, instance_lock
+from db.reads import Reads
 from db.store import SqlStore
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -118,7 +119,7 @@ def test_threads_claiming_with_skip_locked_never_share_a_row(pg_url: str) -> Non
         for t in threads:
             t.join()
         assert len(won) == 90 and len(set(won)) == 90
-        assert store.status_counts() == {"running": 90}
+        assert Reads(store).status_counts() == {"running": 90}
     finally:
         store.engine.dispose()
 

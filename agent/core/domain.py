@@ -1,17 +1,20 @@
 """The loop's vocabulary: statuses, crash classes, plain dataclasses and allowed transitions.
 
-Pure: the stdlib and agent.core.config (the typed target rules) only. Nothing here touches
-git, processes, SQL or HTTP.
+Pure: the stdlib, agent.core.config (the typed target rules) and agent.core.errors only. Nothing
+here touches git, processes, SQL or HTTP. The record's invariants (a finished experiment is
+read-only, the lifecycle's transitions, a keep needs a metric) are checked here, once, by every
+store (`check_started`, `check_finish`).
 """
 
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from typing import Any
 
 from agent.core.config import Direction, TargetConfig
+from agent.core.errors import ConflictError
 
 
 def utcnow() -> datetime:
@@ -88,6 +91,38 @@ USED_STATUSES = (
 
 def can_transition(old: ExperimentStatus, new: ExperimentStatus) -> bool:
     return new in ALLOWED_TRANSITIONS[old]
+
+
+# What a run's start may record on its experiment (Store.mark_started).
+MARK_STARTED_FIELDS = frozenset({"commit", "ref", "base_commit", "log_path", "pgid",
+                                 "run_started_at"})
+
+
+def check_started(experiment_id: int, current: ExperimentStatus, fields: Any) -> None:
+    """May a run's start be recorded on this experiment? Raises ValueError for a field that
+    is not a run start's, ConflictError when the experiment is finished (read-only)."""
+    bad = set(fields) - MARK_STARTED_FIELDS
+    if bad:
+        raise ValueError(f"mark_started: unknown field(s) {sorted(bad)}")
+    if current.is_finished():
+        raise ConflictError(f"experiment {experiment_id} is finished ({current.value})")
+
+
+def check_finish(experiment_id: int, current: ExperimentStatus, finish: Finish,
+                 keeps: bool) -> None:
+    """May `finish` be recorded on an experiment that is `current` (with `keeps`: as the
+    sweep's new best)? Raises ValueError for a caller's mistake (a status that is not
+    finished, a keep without a metric) and ConflictError when the record forbids it (already
+    finished: finished is read-only; or a transition the lifecycle does not allow)."""
+    if not finish.status.is_finished():
+        raise ValueError(f"finish needs a finished status, got {finish.status.value}")
+    if keeps and finish.metric is None:
+        raise ValueError("keep_commit needs a metric")
+    if current.is_finished():
+        raise ConflictError(f"experiment {experiment_id} is already {current.value}")
+    if not can_transition(current, finish.status):
+        raise ConflictError(f"experiment {experiment_id} is {current.value}; it cannot "
+                            f"become {finish.status.value}")
 
 
 class CrashKind(str, enum.Enum):
@@ -178,6 +213,7 @@ class Experiment:
     commit: str | None = None
     ref: str | None = None
     crash_kind: CrashKind | None = None
+    crash_cause: str | None = None  # the fine cause classification named ("CUDA out of memory")
     reason: str | None = None
     metric: float | None = None
     best_before: float | None = None
@@ -281,3 +317,10 @@ class Finish:
     run_started_at: datetime | None = None
     run_ended_at: datetime | None = None
     warnings: tuple[str, ...] = ()  # contract problems (budget ignored or overshot), kept in meta
+    crash_cause: str | None = None  # classification's fine cause, recorded once
+
+
+# The fields of a Finish that every store records on the experiment as they are (the status,
+# crash kind, summary, warnings and the run's start are written by each store's own rule).
+FINISH_AS_IS = tuple(f.name for f in fields(Finish) if f.name not in {
+    "status", "crash_kind", "summary", "warnings", "run_started_at"})

@@ -62,9 +62,6 @@ class Store(Protocol):
     workers never run the same experiment. Unknown ids/names raise NotFoundError.
     """
 
-    def ping(self) -> None:
-        """Raise if the storage cannot be reached (health checks)."""
-
     def reading(self) -> AbstractContextManager[None]:
         """A block whose reads share one transaction (one consistent view, one connection);
         for reads only."""
@@ -79,9 +76,6 @@ class Store(Protocol):
 
     def list_sweeps(self, statuses: Collection[SweepStatus] | None = None) -> list[Sweep]:
         """Every sweep (or those in `statuses`), oldest first."""
-
-    def sweep_names(self, ids: Collection[int]) -> dict[int, str]:
-        """The names of these sweeps by id (ids that name no sweep are left out)."""
 
     def set_sweep_status(self, name: str, status: SweepStatus) -> Sweep: ...
 
@@ -147,9 +141,6 @@ class Store(Protocol):
         """How many experiments match; every filter is optional (None = any). Exact, and
         cheap without `is_baseline` (a store keeps counts per sweep, status and crash kind)."""
 
-    def status_counts(self, sweep_id: int | None = None) -> dict[str, int]:
-        """Experiments per status value, of one sweep or the whole database."""
-
     def retry_of(self, experiment_id: int) -> Experiment | None:
         """The row re-queued for an interrupted experiment, if any."""
 
@@ -183,55 +174,11 @@ class Store(Protocol):
         With `keep_commit`, the sweep's best (and baseline, for the baseline) is updated in the
         same transaction."""
 
-    def experiment_briefs(self, sweep_id: int) -> list[Experiment]:
-        """The sweep's experiments, oldest first, without log tails and metadata (pages)."""
-
-    def adjacent_experiments(self, sweep_id: int, experiment_id: int
-                             ) -> tuple[Experiment | None, Experiment | None]:
-        """The sweep's experiments just before and just after `experiment_id` (by id), as
-        brief rows (experiment_briefs' fields); None at either end."""
-
-    def retries_of(self, experiment_id: int) -> list[Experiment]:
-        """Brief rows of the experiments whose `parent_id` is `experiment_id`, oldest first."""
-
-    def run_number(self, sweep_id: int, experiment_id: int) -> int:
-        """How many experiments of the sweep with an id up to `experiment_id` have a run
-        status (kept, discarded, crashed, timeout): the experiment's run number if it ran."""
-
-    def experiment_marks(self, sweep_id: int, with_diffs: bool = False,
-                         after_id: int | None = None, ids: Collection[int] = ()
-                         ) -> list[Experiment]:
-        """The sweep's experiments, oldest first, with only id, status, crash_kind, metric,
-        best_before, description, is_baseline, commit, base_commit and the run times set
-        (diff "", no summary/meta/log): what a plot of thousands of them needs. `with_diffs`
-        sets diff and reason too (what the digest reads). With `after_id` and/or `ids`, only
-        the rows with a greater id and the rows `ids` (of this sweep): what changed since a
-        page last read them."""
-
     def run_metrics(self, sweep_id: int, after_id: int | None = None,
                     ids: Collection[int] = ()) -> list[Run]:
         """The sweep's runs by id with id, experiment_id, commit, seed, role, status, metric
         and throughput set (no summary, times or log): what the sweep's evidence and each keep
         decision need, cheap for a long sweep. `after_id` and `ids` as in experiment_marks."""
-
-    def sweep_version(self, sweep_id: int) -> tuple[object, object]:
-        """Two cheap values (experiments, runs): the first differs whenever one of the sweep's
-        experiments has reached a finished status (rows added finished included), the second
-        whenever one of its runs has ended or changed verdict, since they were read; queued
-        and running rows move neither. Pages cache what
-        they derive from the sweep's finished work under it. Finished experiments never change
-        and runs only end once; a verdict flipped back (suspect → ok) comes with its
-        experiment's finish."""
-
-    def run_spans(self) -> list[tuple[int, ExperimentStatus, datetime | None, datetime | None]]:
-        """(sweep id, status, run started, run ended) of every experiment."""
-
-    def run_seconds(self) -> dict[int, float]:
-        """Per sweep (those with any), the seconds from run start to run end (negative spans
-        as 0) summed over its experiments with both times set."""
-
-    def status_counts_by_sweep(self) -> dict[int, dict[str, int]]:
-        """status_counts of every sweep with experiments, by sweep id."""
 
     def has_diff(self, sweep_id: int, diff: str) -> Experiment | None:
         """An earlier non-rejected experiment of the sweep with the same normalized diff."""
@@ -245,15 +192,10 @@ class Store(Protocol):
     def llm_usage(self, sweep_id: int) -> tuple[int, int, float]:
         """The sweep's (tokens in, tokens out, dollars) so far."""
 
-    def timestamps(self, sweep_id: int) -> list[tuple[datetime | None, datetime | None]]:
-        """(run started, run ended) of each experiment of the sweep, oldest first."""
-
     def add_loss_points(self, experiment_id: int, points: Sequence[ProgressPoint]) -> None: ...
 
     def replace_loss_points(self, experiment_id: int, points: Sequence[ProgressPoint]) -> None:
         """Make `points` the experiment's whole loss curve (after downsampling)."""
-
-    def loss_points(self, experiment_id: int) -> list[ProgressPoint]: ...
 
     def loss_curves(self, experiment_ids: Collection[int]) -> dict[int, list[ProgressPoint]]:
         """loss_points of many experiments in one read (each id present; [] for none)."""

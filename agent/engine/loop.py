@@ -38,7 +38,8 @@ from agent.engine.attempt import EventFn, LoopSettings, TrainingRuns
 from agent.engine.incumbent import Incumbent, decision_lock
 from agent.engine.recovery import requeue_once
 from agent.git.repo import hash_worktree_files
-from agent.ops.sweeps import link_assets, proposal_context, submit
+from agent.ops.admission import admit, queue, reject
+from agent.ops.sweeps import link_assets, proposal_context
 from agent.rules.admit import check_changes
 from agent.rules.classify import CrashFacts
 from agent.rules.decide import (
@@ -106,7 +107,7 @@ class Loop:
             if proposal is None:
                 self._record_out_of_ideas(sweep)
                 return None
-            queued = submit(self.store, self.repo, sweep, proposal, record_rejection=True)
+            queued = self._submit(sweep, proposal)
             if queued.status is ExperimentStatus.QUEUED:
                 return queued
             self.emit("finished", queued)
@@ -339,6 +340,7 @@ class Loop:
             log_tail=result.log_tail,
             run_ended_at=utcnow(),
             warnings=tuple(contract_warnings(result.summary, sweep.budget_s)),
+            crash_cause=verdict.crash_cause,
         )
         if not verdict.keep:
             return self._finish(exp, finish)
@@ -376,16 +378,17 @@ class Loop:
         if fix is None:
             return
         fix = replace(fix, parent_id=failed.id)
-        child = submit(
-            self.store,
-            self.repo,
-            sweep,
-            fix,
-            record_rejection=True,
-            attempt=failed.attempt + 1,
-            priority=REPAIR_PRIORITY,
-        )
+        child = self._submit(sweep, fix, attempt=failed.attempt + 1, priority=REPAIR_PRIORITY)
         self.emit("queued" if child.status is ExperimentStatus.QUEUED else "finished", child)
+
+    def _submit(self, sweep: Sweep, proposal: Proposal, *, attempt: int = 0,
+                priority: int = 0) -> Experiment:
+        """Admit and queue the proposer's own proposal; a refusal is recorded `rejected`."""
+        try:
+            return queue(self.store, admit(self.store, self.repo, sweep, proposal),
+                         attempt=attempt, priority=priority)
+        except AdmissionError as refusal:
+            return reject(self.store, sweep, proposal, refusal, attempt=attempt)
 
     def _finish(
         self, exp: Experiment, finish: Finish, keep_commit: str | None = None

@@ -102,5 +102,5 @@ def no_knobs_message(files: dict[str, str], dead: list[str] | None = None) -> st
     return (f"no knobs found in {names}: the knobs proposer changes literals of a script's "
             "config block (module globals before the first statement that does something), "
             "UPPER_CASE constants, argparse defaults, dataclass field defaults, numeric keys of "
-            "YAML/TOML/JSON files listed in `editable` and the lines of `args_file`; see README "
-            "'Knobs'. Add one of those, or use --proposer llm:<profile> or queue")
+            "YAML/TOML/JSON files listed in `editable` and the lines of `args_file`; see "
+            "docs/target.md 'Knobs'. Add one of those, or use --proposer llm:<profile> or queue")

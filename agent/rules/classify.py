@@ -1,7 +1,12 @@
 """Crash classification: trivial (fix and retry), fundamental (log and move on), timeout.
 
-Pure and table-driven: the first rule whose pattern matches decides. Imports only the stdlib
-and the domain.
+Pure and table-driven (the causes are rows in agent.rules.crash_causes); imports only the stdlib
+and the domain. Reads, in order: the hard-limit timeout and the FAIL marker; a fatal signal; the
+run's last exception line; when that line is missing or a launcher's wrapper (torchrun's
+ChildFailedError ...), the exception lines inside the log tail, whatever prefix they carry
+(`[rank0]:`, a timestamp, `SUBPROCESS:`); evidence only the tail shows (a SIGKILLed worker, a
+kernel assert, a native abort); a shell's 128 + N exit code. The verdict's `cause` names the fine
+cause once ("CUDA out of memory", "dtype mismatch", "failed assert"), and the reason starts with it.
 """
 
 from __future__ import annotations
@@ -10,6 +15,19 @@ import re
 from dataclasses import dataclass
 
 from agent.core.domain import CrashKind
+from agent.rules.crash_causes import (
+    LINE_CAUSES,
+    SIGNALS,
+    TAIL_CAUSES,
+    TAIL_CODE_CAUSES,
+    WRAPPER,
+    Cause,
+)
+
+__all__ = ["CrashFacts", "Verdict", "classify", "is_device_failure"]
+
+TAIL_CHARS = 8000  # the tail searched for evidence (TAIL_LINES of long log lines)
+DETAIL_CHARS = 400  # the matched line quoted in the reason, at most
 
 
 @dataclass(frozen=True)
@@ -30,81 +48,102 @@ class CrashFacts:
 class Verdict:
     kind: CrashKind
     reason: str
+    cause: str = ""  # the fine cause, e.g. "CUDA out of memory"; the reason starts with it
 
 
-# Searched in the log tail too (not just the error line): out-of-memory shows up in many forms.
-_OOM = re.compile(
-    r"out of memory|OutOfMemoryError|MemoryError|Cannot allocate memory", re.IGNORECASE
+# An exception line inside a log line, after any prefix: "[rank0]: RuntimeError: ...".
+_EXCEPTION_IN_LINE = re.compile(
+    r"(?:^|(?<=[\s\]>|:]))((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Interrupt)(?::.*)?)$"
 )
-
-# (pattern on the last exception line, kind, reason, only-before-training)
-_RULES: tuple[tuple[re.Pattern[str], CrashKind, str, bool], ...] = (
-    (
-        re.compile(r"\bnan\b|loss.*\binf\b|diverg", re.IGNORECASE),
-        CrashKind.FUNDAMENTAL,
-        "numerical instability (NaN/divergence)",
-        False,
-    ),
-    (
-        re.compile(r"^(SyntaxError|IndentationError|TabError)\b"),
-        CrashKind.TRIVIAL,
-        "syntax error",
-        False,
-    ),
-    (
-        re.compile(r"^(NameError|UnboundLocalError|ImportError|ModuleNotFoundError)\b"),
-        CrashKind.TRIVIAL,
-        "undefined name or missing import",
-        True,
-    ),
-    (
-        re.compile(r"^(AttributeError|TypeError|KeyError|ValueError)\b"),
-        CrashKind.TRIVIAL,
-        "typo-class error (attribute/type/key)",
-        True,
-    ),
-    (
-        re.compile(
-            r"size mismatch|shapes? cannot be multiplied|must match the size|"
-            r"Expected .*(size|shape|dim)|shape '\[.*\]' is invalid|"
-            r"mat1 and mat2|not broadcastable|dimension out of range",
-            re.IGNORECASE,
-        ),
-        CrashKind.TRIVIAL,
-        "shape mismatch",
-        True,
-    ),
-)
+# "torch._dynamo.exc.BackendCompilerFailed: backend='inductor' raised:" then the inner error.
+_RAISED = re.compile(r"raised:\s*$")
 
 
 def classify(facts: CrashFacts) -> Verdict:
     """Classify a failed run. Call only for runs that did not produce a usable metric."""
     if facts.timed_out:
-        return Verdict(CrashKind.TIMEOUT, "killed at the hard time limit")
+        return Verdict(CrashKind.TIMEOUT, "timeout: killed at the hard time limit", "timeout")
     if facts.fail_marker:
-        return Verdict(CrashKind.FUNDAMENTAL, "the script printed FAIL (NaN or exploding loss)")
+        why = "NaN/inf loss (the script printed FAIL)"
+        return Verdict(CrashKind.FUNDAMENTAL, why, "NaN/inf loss")
     if facts.signal is not None:
-        name = {9: "SIGKILL (often the OOM killer)", 11: "SIGSEGV", 6: "SIGABRT"}.get(
-            facts.signal, f"signal {facts.signal}"
-        )
-        return Verdict(CrashKind.FUNDAMENTAL, f"killed by {name}")
-    error = (facts.error or "").strip()
-    if _OOM.search(error) or _OOM.search(facts.log_tail[-4000:]):
+        return _killed(facts.signal)
+    tail = facts.log_tail[-TAIL_CHARS:]
+    error = _wrapped(facts.error.strip(), tail) if facts.error else None
+    found = _first(LINE_CAUSES, error) if error else None
+    if found is None and (error is None or WRAPPER.search(error)):
+        error = _tail_exception(tail) or error
+        found = (_first(LINE_CAUSES, error) if error else None) or _first(TAIL_CODE_CAUSES, tail)
+    if found is None:
+        found = _first(TAIL_CAUSES, tail)
+    if found is not None:
+        cause, detail = found
+        return _verdict(cause, detail, facts.training_started)
+    return _fallback(facts, error)
+
+
+def _first(causes: tuple[Cause, ...], text: str) -> tuple[Cause, str] | None:
+    """The first cause whose pattern is in `text`, with the line it matched."""
+    for cause in causes:
+        match = cause.pattern.search(text)
+        if match:
+            start = text.rfind("\n", 0, match.start()) + 1
+            end = text.find("\n", match.end())
+            return cause, text[start : end if end >= 0 else None].strip()
+    return None
+
+
+def _wrapped(error: str, tail: str) -> str:
+    """The error line, joined to the line above when that line says the error was raised inside
+    it (so the compiler's ImportError reads as the compiler's failure, not a missing import)."""
+    lines = tail.splitlines()
+    for i in range(len(lines) - 1, 0, -1):
+        if lines[i].strip() == error:
+            above = lines[i - 1].strip()
+            return f"{above} {error}" if _RAISED.search(above) else error
+    return error
+
+
+def _tail_exception(tail: str) -> str | None:
+    """The last exception line in the tail that is not a launcher's wrapper, prefix removed."""
+    for line in reversed(tail.splitlines()):
+        match = _EXCEPTION_IN_LINE.search(line.strip())
+        if match and not WRAPPER.search(match.group(1)):
+            return match.group(1)
+    return None
+
+
+def _verdict(cause: Cause, detail: str | None, training_started: bool) -> Verdict:
+    name = cause.name
+    if cause.before_training_only and training_started:
+        return Verdict(CrashKind.FUNDAMENTAL, _join(f"{name} after training started", detail), name)
+    if cause.before_training_only and cause.kind is CrashKind.TRIVIAL:
+        return Verdict(cause.kind, _join(f"{name} before training", detail), name)
+    return Verdict(cause.kind, _join(name, detail), name)
+
+
+def _join(head: str, detail: str | None) -> str:
+    if not detail:
+        return head
+    cut = detail if len(detail) <= DETAIL_CHARS else detail[: DETAIL_CHARS - 1] + "…"
+    return f"{head}: {cut}"
+
+
+def _killed(signal: int) -> Verdict:
+    name = SIGNALS.get(signal, f"signal {signal}")
+    return Verdict(CrashKind.FUNDAMENTAL, f"killed by {name}", f"killed by {name}")
+
+
+def _fallback(facts: CrashFacts, error: str | None) -> Verdict:
+    code = facts.exit_code
+    if code is not None and code - 128 in SIGNALS:  # a shell reporting a death by signal
+        name = SIGNALS[code - 128]
         return Verdict(
-            CrashKind.FUNDAMENTAL, f"out of memory: {error}" if error else "out of memory"
+            CrashKind.FUNDAMENTAL, f"killed by {name} (exit code {code})", f"killed by {name}"
         )
-    # "torch.nn.modules.module.ModuleAttributeError: x" matches on its last dotted part.
-    short = re.sub(r"^(?:\w+\.)+(?=\w+(Error|Exception)\b)", "", error)
-    for pattern, kind, reason, before_training_only in _RULES:
-        if not pattern.search(short):
-            continue
-        if before_training_only and facts.training_started:
-            return Verdict(CrashKind.FUNDAMENTAL, f"{reason} after training started: {error}")
-        return Verdict(kind, f"{reason}: {error}" if error else reason)
-    if facts.exit_code == 0 and not facts.has_metric:
-        return Verdict(CrashKind.FUNDAMENTAL, "no metric in the summary block")
-    detail = error or f"exit code {facts.exit_code}"
-    return Verdict(CrashKind.FUNDAMENTAL, f"crash: {detail}")
+    if code == 0 and not facts.has_metric:
+        return Verdict(CrashKind.FUNDAMENTAL, "no metric in the summary block", "no metric")
+    return Verdict(CrashKind.FUNDAMENTAL, _join("crash", error or f"exit code {code}"), "crash")
 
 
 # A crash that says the accelerator itself is broken or gone (not the change's fault).

@@ -47,7 +47,7 @@ class Check:
 
 SUMMARY_FIX = (
     "end the script with a line `---` then `key: value` lines, at least `{metric}: <value>` and "
-    "`training_seconds: <seconds>` (see README, 'The script contract')"
+    "`training_seconds: <seconds>` (see docs/target.md, 'The script contract')"
 )
 BUDGET_FIX = (
     "read the budget: `budget = float(os.environ['OVERNIGHT_BUDGET_S'])` and stop training "

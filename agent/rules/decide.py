@@ -124,6 +124,7 @@ class Verdict:
     status: ExperimentStatus | None  # None: not finished, run again
     reason: str = ""
     crash_kind: CrashKind | None = None
+    crash_cause: str | None = None  # classify's fine cause of a crash
     keep: bool = False
     seed: int | None = None  # the seed of the next run when running again
     requeue: bool = False  # measured on a stale head: queue the same diff on the new head
@@ -186,7 +187,8 @@ def _failure(ev: Evidence, rule: Rule) -> Verdict:
             if crash.kind is CrashKind.TIMEOUT
             else ExperimentStatus.CRASHED
         )
-        return Verdict(status, crash.reason, crash.kind, repair=crash.kind is CrashKind.TRIVIAL)
+        return Verdict(status, crash.reason, crash.kind, crash_cause=crash.cause or None,
+                       repair=crash.kind is CrashKind.TRIVIAL)
     why = f"run {k + 1} (seed {rule.seed + k}) failed: {f.error}"
     metric = mean([r.metric for r in ev.runs])
     if ev.is_baseline:

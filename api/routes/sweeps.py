@@ -40,7 +40,7 @@ def target_dir(raw: str) -> Path:
 
 def _public(services: Services, sweep: Sweep) -> SweepPublic:
     starts = services.scheduler.scheduled_starts() if services.scheduler else {}
-    return SweepPublic.of(sweep, services.store.status_counts(sweep.id),
+    return SweepPublic.of(sweep, services.reads.status_counts(sweep.id),
                           scheduled_start=starts.get(sweep.name))
 
 
@@ -48,7 +48,7 @@ def _all_public(services: Services, sweeps: list[Sweep]) -> list[SweepPublic]:
     """Every sweep with its counts and scheduled start: two reads for the list, not two per
     sweep (a year of nights is hundreds of sweeps)."""
     starts = services.scheduler.scheduled_starts() if services.scheduler else {}
-    counted = services.store.status_counts_by_sweep()
+    counted = services.reads.status_counts_by_sweep()
     return [SweepPublic.of(s, counted.get(s.id, {}), scheduled_start=starts.get(s.name))
             for s in sweeps]
 

@@ -1,20 +1,21 @@
-"""An in-memory Store: the same contract as db.store.SqlStore, held in dicts under one lock.
+"""An in-memory Store for tests: the Store port (agent.core.ports) in dicts under one lock.
 
-For tests and throw-away runs (nothing survives the process). tests/test_store_contract.py runs
-one suite against both stores, so the port's written contract is the behaviour of each.
+tests/test_store_contract.py runs one suite against it and the SQL stores (SQLite, PostgreSQL),
+so the port's written contract is the behaviour of each; the invariants of a record are the
+core's (agent.core.domain.check_started, check_finish), as for every store. The read models of
+the pages (db.reads) are the SQL store's only.
 """
 
 from __future__ import annotations
 
 import threading
-from collections import Counter
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import datetime
 
 from agent.core.domain import (
-    RAN_STATUSES,
+    FINISH_AS_IS,
     CrashKind,
     Experiment,
     ExperimentStatus,
@@ -26,7 +27,8 @@ from agent.core.domain import (
     RunStatus,
     Sweep,
     SweepStatus,
-    can_transition,
+    check_finish,
+    check_started,
     utcnow,
 )
 from agent.core.errors import ConflictError, DuplicateError, NotFoundError
@@ -36,8 +38,6 @@ from runner.summary import ProgressPoint
 
 INTERRUPTED_REASON = "the service stopped while this experiment was running"
 ACTIVE = (ExperimentStatus.QUEUED, ExperimentStatus.RUNNING)  # one per change and sweep
-MARK_STARTED_FIELDS = frozenset({"commit", "ref", "base_commit", "log_path", "pgid",
-                                 "run_started_at"})
 
 
 def _newer(after_id: int | None, ids: Collection[int]) -> Callable[[int], bool]:
@@ -60,9 +60,6 @@ class MemoryStore:
         self._keys: dict[int, str | None] = {}
         self._points: dict[int, list[ProgressPoint]] = {}
         self._runs: dict[int, Run] = {}
-
-    def ping(self) -> None:
-        return None
 
     @contextmanager
     def reading(self) -> Iterator[None]:
@@ -105,10 +102,6 @@ class MemoryStore:
         with self._lock:
             return [self._sweeps[i] for i in sorted(self._sweeps)
                     if statuses is None or self._sweeps[i].status in statuses]
-
-    def sweep_names(self, ids: Collection[int]) -> dict[int, str]:
-        with self._lock:
-            return {i: self._sweeps[i].name for i in ids if i in self._sweeps}
 
     def _update_sweep(self, name: str, **changes: object) -> Sweep:
         with self._lock:
@@ -209,36 +202,6 @@ class MemoryStore:
             rows.reverse()
         return rows if limit is None else rows[:limit]
 
-    def experiment_briefs(self, sweep_id: int) -> list[Experiment]:
-        return [replace(e, log_tail=None, meta={}, pgid=None) for e in self._select(sweep_id)]
-
-    def adjacent_experiments(self, sweep_id: int, experiment_id: int
-                             ) -> tuple[Experiment | None, Experiment | None]:
-        briefs = self.experiment_briefs(sweep_id)
-        before = [e for e in briefs if e.id < experiment_id]
-        after = [e for e in briefs if e.id > experiment_id]
-        return (before[-1] if before else None), (after[0] if after else None)
-
-    def retries_of(self, experiment_id: int) -> list[Experiment]:
-        return [replace(e, log_tail=None, meta={}, pgid=None) for e in self._select()
-                if e.parent_id == experiment_id]
-
-    def run_number(self, sweep_id: int, experiment_id: int) -> int:
-        return sum(1 for e in self._select(sweep_id)
-                   if e.id <= experiment_id and e.status in RAN_STATUSES)
-
-    def experiment_marks(self, sweep_id: int, with_diffs: bool = False,
-                         after_id: int | None = None, ids: Collection[int] = ()
-                         ) -> list[Experiment]:
-        wanted = _newer(after_id, ids)
-        return [Experiment(id=e.id, sweep_id=e.sweep_id, status=e.status,
-                           crash_kind=e.crash_kind, metric=e.metric, best_before=e.best_before,
-                           description=e.description, diff=e.diff if with_diffs else "",
-                           reason=e.reason if with_diffs else None, proposer="",
-                           is_baseline=e.is_baseline, commit=e.commit, base_commit=e.base_commit,
-                           run_started_at=e.run_started_at, run_ended_at=e.run_ended_at)
-                for e in self._select(sweep_id) if wanted(e.id)]
-
     def run_metrics(self, sweep_id: int, after_id: int | None = None,
                     ids: Collection[int] = ()) -> list[Run]:
         wanted = _newer(after_id, ids)
@@ -247,47 +210,11 @@ class MemoryStore:
                     throughput=r.throughput)
                 for r in self.list_runs(sweep_id=sweep_id) if wanted(r.id)]
 
-    def sweep_version(self, sweep_id: int) -> tuple[object, object]:
-        with self._lock:
-            exps = [e for e in self._select(sweep_id) if e.status.is_finished()]
-            runs = [r for r in self.list_runs(sweep_id=sweep_id)
-                    if r.status is not RunStatus.RUNNING]
-        exp_counts = Counter((e.status.value, e.crash_kind.value if e.crash_kind else "")
-                             for e in exps)
-        run_top: dict[str, int] = {}
-        for r in runs:
-            run_top[r.status.value] = max(run_top.get(r.status.value, 0), r.id)
-        run_counts = Counter(r.status.value for r in runs)
-        return (tuple(sorted((*k, n) for k, n in exp_counts.items())),
-                tuple(sorted((st, n, run_top[st]) for st, n in run_counts.items())))
-
-    def run_spans(self) -> list[tuple[int, ExperimentStatus, datetime | None, datetime | None]]:
-        return [(e.sweep_id, e.status, e.run_started_at, e.run_ended_at) for e in self._select()]
-
-    def run_seconds(self) -> dict[int, float]:
-        out: dict[int, float] = {}
-        for e in self._select():
-            if e.run_started_at is not None and e.run_ended_at is not None:
-                span = (e.run_ended_at - e.run_started_at).total_seconds()
-                out[e.sweep_id] = out.get(e.sweep_id, 0.0) + max(span, 0.0)
-        return out
-
-    def status_counts_by_sweep(self) -> dict[int, dict[str, int]]:
-        with self._lock:
-            sweep_ids = {e.sweep_id for e in self._select()}
-        return {sid: self.status_counts(sid) for sid in sweep_ids}
-
-    def timestamps(self, sweep_id: int) -> list[tuple[datetime | None, datetime | None]]:
-        return [(e.run_started_at, e.run_ended_at) for e in self._select(sweep_id)]
-
     def count_experiments(self, sweep_id: int | None = None,
                           statuses: Sequence[ExperimentStatus] | None = None,
                           crash_kind: CrashKind | None = None,
                           is_baseline: bool | None = None) -> int:
         return len(self._select(sweep_id, statuses, crash_kind, is_baseline))
-
-    def status_counts(self, sweep_id: int | None = None) -> dict[str, int]:
-        return dict(Counter(e.status.value for e in self._select(sweep_id)))
 
     def retry_of(self, experiment_id: int) -> Experiment | None:
         rows = self._select(where=lambda e: e.retry_of == experiment_id)
@@ -319,40 +246,24 @@ class MemoryStore:
             return self.claim(queued[0].id) if queued else None
 
     def mark_started(self, experiment_id: int, **fields: object) -> None:
-        bad = set(fields) - MARK_STARTED_FIELDS
-        if bad:
-            raise ValueError(f"mark_started: unknown field(s) {sorted(bad)}")
         with self._lock:
             exp = self.get_experiment(experiment_id)
-            if exp.status.is_finished():
-                raise ConflictError(f"experiment {experiment_id} is finished "
-                                    f"({exp.status.value})")
+            check_started(experiment_id, exp.status, fields)
             given = {k: v for k, v in fields.items() if v is not None}
             self._exps[exp.id] = replace(exp, **given)  # type: ignore[arg-type]
 
     def finish(self, experiment_id: int, finish: Finish,
                keep_commit: str | None = None) -> Experiment:
-        if not finish.status.is_finished():
-            raise ValueError(f"finish needs a finished status, got {finish.status.value}")
-        if keep_commit is not None and finish.metric is None:
-            raise ValueError("keep_commit needs a metric")
         with self._lock:
             exp = self.get_experiment(experiment_id)
-            if exp.status.is_finished():
-                raise ConflictError(f"experiment {experiment_id} is already "
-                                    f"{exp.status.value}")
-            if not can_transition(exp.status, finish.status):
-                raise ConflictError(f"experiment {experiment_id} is {exp.status.value}; it "
-                                    f"cannot become {finish.status.value}")
+            check_finish(experiment_id, exp.status, finish, keeps=keep_commit is not None)
             meta = {**exp.meta, "warnings": list(finish.warnings)} if finish.warnings else exp.meta
             exp = replace(
-                exp, status=finish.status, crash_kind=finish.crash_kind, reason=finish.reason,
-                meta=meta,
-                metric=finish.metric, best_before=finish.best_before,
-                summary=dict(finish.summary), log_tail=finish.log_tail,
+                exp, status=finish.status, crash_kind=finish.crash_kind, meta=meta,
+                summary=dict(finish.summary),
                 run_started_at=finish.run_started_at or exp.run_started_at,
-                run_ended_at=finish.run_ended_at, finished_at=utcnow(),
-                commit=keep_commit or exp.commit)
+                finished_at=utcnow(), commit=keep_commit or exp.commit,
+                **{name: getattr(finish, name) for name in FINISH_AS_IS})
             self._exps[exp.id] = exp
             if keep_commit is not None:
                 assert finish.metric is not None
@@ -379,12 +290,10 @@ class MemoryStore:
         with self._lock:
             self._points[experiment_id] = list(points)
 
-    def loss_points(self, experiment_id: int) -> list[ProgressPoint]:
-        with self._lock:
-            return sorted(self._points.get(experiment_id, []), key=lambda p: p.step)
-
     def loss_curves(self, experiment_ids: Collection[int]) -> dict[int, list[ProgressPoint]]:
-        return {i: self.loss_points(i) for i in experiment_ids}
+        with self._lock:
+            return {i: sorted(self._points.get(i, []), key=lambda p: p.step)
+                    for i in experiment_ids}
 
     # --- gc -----------------------------------------------------------------------------
     def prunable_experiments(self, finished_before: datetime,

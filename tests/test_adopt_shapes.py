@@ -11,10 +11,10 @@ import pytest
 
 from agent.core.config import parse_config
 from agent.core.errors import ConfigError
+from agent.git.repo import init_repo
 from agent.ops.adopt import PROGRESS_FORMATS, untracked_data
 from agent.ops.adopt_command import hydra_files, pick_command, readme_commands, split_command
 from agent.ops.adopt_contract import find_metrics, lightning_todos, loop_todos, trainer_todos
-from agent.git.repo import init_repo
 
 
 @pytest.mark.parametrize("line,name,expr", [
@@ -119,7 +119,8 @@ def test_trainer_and_lightning_scripts_are_told_their_own_way():
     assert stop.where.startswith("after line 3") and "TrainerCallback" in "\n".join(stop.lines)
     assert block.where.startswith("after line 5") and any(
         "train_result.metrics['train_runtime']" in line for line in block.lines)
-    pl = "def train(cfg):\n    trainer = make()\n    trainer.fit(model=m,\n                datamodule=d)\n"
+    pl = ("def train(cfg):\n    trainer = make()\n    trainer.fit(model=m,\n"
+          "                datamodule=d)\n")
     budget, timing, summary = lightning_todos(pl, None, "t0", hydra=True)
     assert budget.lines[0].startswith("++trainer.max_time=") and "++trainer.min_epochs=0" in \
         budget.lines

@@ -52,6 +52,8 @@ def test_the_command_keeps_its_files_and_its_flags_go_to_the_args_file():
     assert base == "python train.py config/a.py"
     assert lines == ["--device=cpu  # knobs: skip", "--lr 0.1", "--amp",
                      "--overrides n_embd=10,bias=false", "-b 8", "model.lr=0.2", "-m"]
+    base, lines = split_command("python train.py --config conf/a.yaml --lr 0.1")
+    assert base == "python train.py --config conf/a.yaml" and lines == ["--lr 0.1"]
 
 
 def test_hydra_defaults_select_the_group_files(tmp_path: Path):

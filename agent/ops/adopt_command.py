@@ -58,26 +58,29 @@ def _is_file_word(word: str) -> bool:
 def split_command(command: str) -> tuple[str, list[str]]:
     """(`command` keeping the script and the files it names, the flags as args_file lines).
 
-    The flags of a script given a lone JSON argument stay (HfArgumentParser reads only it).
+    A file named by a flag (`--config conf/a.yaml`) stays in the command with its flag.
     """
     words = shlex.split(command)
     at = next((i for i, w in enumerate(words) if w.endswith(".py")), None)
     if at is None:
         return command, []
     head, rest = words[: at + 1], words[at + 1:]
-    files = [w for w in rest if _is_file_word(w)]
+    files: list[str] = []
     lines: list[str] = []
     i = 0
     while i < len(rest):
         word = rest[i]
-        if _is_file_word(word):
-            i += 1
-            continue
         nxt = rest[i + 1] if i + 1 < len(rest) else None
-        if word.startswith("-") and "=" not in word and takes_value(word, nxt) and \
-                not _is_file_word(nxt or ""):
-            word, i = f"{word} {shlex.quote(nxt or '')}", i + 1
-        lines.append(word)
+        if _is_file_word(word):
+            files.append(word)
+        elif word.startswith("-") and "=" not in word and _is_file_word(nxt or ""):
+            files += [word, nxt or ""]
+            i += 1
+        elif word.startswith("-") and "=" not in word and takes_value(word, nxt):
+            lines.append(f"{word} {shlex.quote(nxt or '')}")
+            i += 1
+        else:
+            lines.append(word)
         i += 1
     marked = [f"{line}  # knobs: skip" if PLUMBING.match(
         flag_key(line.split("=", 1)[0].split(" ", 1)[0]).rsplit(".", 1)[-1].lower())

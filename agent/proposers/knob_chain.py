@@ -38,7 +38,8 @@ PLUMBING = re.compile(
     # the shape of the data, not a choice: changing it only breaks the run
     r"input_size|output_size|num_classes|n_classes|vocab_size|in_channels|image_size|"
     # sampling after training, not training
-    r"top_k|top_p|temperature|num_samples|max_new_tokens|sample_only)$")
+    r"top_k|top_p|temperature|num_samples|max_new_tokens|sample_only|"
+    r"\w*eval_batch_size)$")  # evaluation speed, not the metric
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,10 @@ only; the CLI asks the questions and writes.
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import subprocess
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -168,6 +170,22 @@ def contract_todo(text: str, metric: Metric | None) -> list[str]:
     return [_render(t) for t in [*todos, *seeds]]
 
 
+def missing_imports(root: Path, script: Path, text: str) -> list[str]:
+    """Top-level packages the script imports that this interpreter cannot find (nor the repo)."""
+    names = {(a or b).split(",")[0].strip().split(" ")[0].split(".")[0]
+             for a, b in _IMPORT.findall(text)}
+    local = {p.name.removesuffix(".py") for p in [*script.parent.iterdir(), *root.iterdir()]}
+    missing = []
+    for name in sorted(n for n in names if n and n not in local):
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            missing.append(name)
+    return missing
+
+
 def _texts(root: Path, paths: list[str]) -> dict[str, str]:
     return {p: (root / p).read_text(errors="replace") for p in paths if (root / p).is_file()}
 
@@ -218,8 +236,19 @@ def adopt(root: Path, script: Path | None = None, command: str | None = None,
         direction=guess_direction(metric.name if metric else ""), progress_regex=progress,
         knobs=sum(s.searched for s in states),
         dead=[f"{s.knob.name} at {s.knob.where}: {s.why}" for s in states if not s.live],
-        todo=contract_todo(text, metric), args_file=args_file, args_text=args_text,
+        todo=_interpreter_todo(root, script, text, base) + contract_todo(text, metric),
+        args_file=args_file, args_text=args_text,
         commands=commands, full_command=full)
+
+
+def _interpreter_todo(root: Path, script: Path, text: str, command: str) -> list[str]:
+    missing = missing_imports(root, script, text) if command.split()[0] in ("python",
+                                                                            "python3") else []
+    if not missing:
+        return []
+    return [f"`python` in command is overnight's own interpreter ({sys.executable}), which "
+            f"lacks {', '.join(missing)}: write the interpreter that has them in command, e.g. "
+            f"command = \"/path/to/your/venv/bin/python {command.split(' ', 1)[1]}\""]
 
 
 def _toml_list(items: list[str]) -> str:

@@ -32,10 +32,14 @@ def readme_commands(root: Path, script: str) -> list[str]:
     found: list[str] = []
     for readme in sorted(root.glob("README*")):
         for m in _FENCE_CMD.finditer(readme.read_text(errors="replace")):
-            line = m.group(1).strip()
-            words = line.split()
-            if any(w == script or w.endswith("/" + script) or script.endswith("/" + w)
-                   for w in words) and line not in found:
+            words = m.group(1).strip().split()
+            at = next((i for i, w in enumerate(words) if w == script or w.endswith("/" + script)
+                       or script.endswith("/" + w)), None)
+            if at is None:
+                continue
+            words[at] = script  # run from the repository root, as the target's command is
+            line = " ".join(words)
+            if line not in found:
                 found.append(line)
     return found
 

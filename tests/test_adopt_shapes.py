@@ -149,3 +149,12 @@ def test_an_args_file_must_be_editable():
     with pytest.raises(ConfigError, match="args_file: a.args must also be listed in editable"):
         parse_config({"command": "python t.py", "editable": ["t.py"], "metric": "m",
                       "budget_s": 1, "args_file": "a.args"})
+
+
+def test_a_package_overnight_python_lacks_is_named(tmp_path: Path):
+    from agent.ops.adopt import missing_imports
+
+    (tmp_path / "helpers.py").write_text("x = 1\n")
+    text = "import os, json\nimport helpers\nfrom no_such_package_here.sub import x\n"
+    (tmp_path / "train.py").write_text(text)
+    assert missing_imports(tmp_path, tmp_path / "train.py", text) == ["no_such_package_here"]

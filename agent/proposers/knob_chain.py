@@ -171,8 +171,9 @@ class _Chain:
         order = next((f.fields[cls] for f in self.facts.values() if cls in f.fields), [])
         index = f"#{order.index(name)}" if name in order else ""
         if calls and all(name in c or ALL <= c or index in c for c in calls):
-            return (f"every {cls}(...) call passes {name} explicitly: its default is never used "
-                    f"({len(calls)} call(s))")
+            calls_text = "the one call" if len(calls) == 1 else f"all {len(calls)} calls"
+            return (f"every {cls}(...) call passes {name} explicitly ({calls_text}): its default "
+                    "is never used")
         return None
 
     def config_key_setter(self, knob: Knob) -> str | None:

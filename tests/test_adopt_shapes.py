@@ -117,13 +117,17 @@ def test_budget_and_summary_lines_for_a_loop_do_not_collide_with_the_script():
 def test_trainer_and_lightning_scripts_are_told_their_own_way():
     hf = ("trainer = Trainer(\n    model=model,\n)\ntrain_result = trainer.train()\n"
           "metrics = trainer.evaluate()\n")
-    stop, block = trainer_todos(hf, None, "t0", "b")
+    imports, stop, block = trainer_todos(hf, None, "t0", "b")
+    assert imports.lines == ["import os, time"] and imports.where == "before line 1"
+    (imports, _, _) = trainer_todos("import os\n" + hf, None, "t0", "b")
+    assert imports.lines == ["import time"]  # at module level: never inside the function
     assert stop.where.startswith("after line 3") and "TrainerCallback" in "\n".join(stop.lines)
     assert block.where.startswith("after line 5") and any(
         "train_result.metrics['train_runtime']" in line for line in block.lines)
     pl = ("def train(cfg):\n    trainer = make()\n    trainer.fit(model=m,\n"
           "                datamodule=d)\n")
-    budget, timing, summary = lightning_todos(pl, None, "t0", hydra=True)
+    imports, budget, timing, summary = lightning_todos(pl, None, "t0", hydra=True)
+    assert imports.lines == ["import time"]
     assert budget.lines[0].startswith("++trainer.max_time=") and "++trainer.min_epochs=0" in \
         budget.lines
     assert timing.where.startswith("before line 3") and timing.lines[-1] == "    t0 = time.time()"

@@ -108,6 +108,23 @@ def free_name(text: str, base: str) -> str:
     return name
 
 
+def imports_todo(text: str, names: tuple[str, ...] = ("os", "time")) -> list[Todo]:
+    """`import os, time` where the file's own imports end, for the names it lacks at module
+    level (an import inside a function would make the name local to all of that function)."""
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return []
+    have = {a.asname or a.name for n in tree.body if isinstance(n, ast.Import) for a in n.names}
+    missing = [n for n in names if n not in have]
+    if not missing:
+        return []
+    tops = [n for n in tree.body if isinstance(n, ast.Import | ast.ImportFrom)]
+    where = f"after line {tops[-1].end_lineno}, the last top-level import" if tops else \
+        "before line 1"
+    return [Todo("import what the lines below use", [f"import {', '.join(missing)}"], where)]
+
+
 def _indent(lines: list[str], line_no: int) -> str:
     line = lines[line_no - 1]
     return line[: len(line) - len(line.lstrip())]
@@ -138,12 +155,9 @@ def loop_todos(text: str, metric: Metric | None, t0: str, budget: str) -> list[T
     lines = text.splitlines()
     pad = _indent(lines, loop.lineno)
     inner = _indent(lines, loop.body[0].lineno)
-    imports = "" if re.search(r"^\s*import .*\btime\b", text, re.M) and re.search(
-        r"^\s*import .*\bos\b", text, re.M) else f"{pad}import os, time\n"
-    todos = [Todo("read the training budget just before the training loop (names chosen not to "
+    todos = [*imports_todo(text), Todo("read the training budget just before the training loop (names chosen not to "
                   "collide with the script's own)",
-                  [*(imports.splitlines()),
-                   f"{pad}{budget} = float(os.environ.get('OVERNIGHT_BUDGET_S', 'inf'))",
+                  [f"{pad}{budget} = float(os.environ.get('OVERNIGHT_BUDGET_S', 'inf'))",
                    f"{pad}{t0} = time.time()"],
                   f"before line {loop.lineno}, `{lines[loop.lineno - 1].strip()}`"),
              Todo("stop when it is spent, as the last statement of the loop body",
@@ -202,8 +216,9 @@ def trainer_todos(text: str, metric: Metric | None, t0: str, budget: str) -> lis
     seconds = ("train_result.metrics['train_runtime']" if "train_result" in text
                else f"time.time() - {t0}")
     return [
+        *imports_todo(text),
         Todo("stop the Trainer when the budget is spent: a callback",
-             ["import os, time", "from transformers import TrainerCallback",
+             ["from transformers import TrainerCallback",
               f"{budget} = float(os.environ.get('OVERNIGHT_BUDGET_S', 'inf'))",
               f"{t0} = time.time()", "class OvernightBudget(TrainerCallback):",
               "    def on_step_end(self, args, state, control, **kwargs):",
@@ -239,9 +254,8 @@ def lightning_todos(text: str, metric: Metric | None, t0: str, hydra: bool) -> l
               Todo("stop `fit` when the budget is spent: pass Lightning's max_time to Trainer",
                    ["max_time={'seconds': float(os.environ.get('OVERNIGHT_BUDGET_S', 1e9))},"],
                    "as an argument of `Trainer(`"))
-    return [budget,
-            Todo("time the training", [*([] if re.search(r"^import .*\btime\b", text, re.M)
-                                         else [f"{pad}import time"]), f"{pad}{t0} = time.time()"],
+    return [*imports_todo(text, ("time",) if hydra else ("os", "time")), budget,
+            Todo("time the training", [f"{pad}{t0} = time.time()"],
                  f"before line {start}, `{lines[start - 1].strip()}`"),
             Todo("print the summary block once `fit` returns",
                  [f"{pad}{trained} = time.time() - {t0}", f"{pad}print('---')",

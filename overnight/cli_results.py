@@ -19,6 +19,7 @@ from agent.analysis.report import improvement, results_tsv
 from agent.core.domain import RAN_STATUSES, Sweep
 from agent.core.domain import ExperimentStatus as S
 from agent.core.errors import NotFoundError
+from agent.core.ports import Store
 from db.location import DbLocation
 from overnight.cli_common import DbOpt, app, console, db_location, fail, runtime_for
 
@@ -109,7 +110,7 @@ def results(
     print_results(find_sweep(store, sweep, target, db_location(db)), store, format)
 
 
-def find_sweep(store, name: str | None, target: Path | None,  # type: ignore[no-untyped-def]
+def find_sweep(store: Store, name: str | None, target: Path | None,
                db: DbLocation | None = None) -> Sweep:
     where = f" in {db}" if db else ""
     if name:

@@ -14,7 +14,7 @@ from pathlib import Path
 import git
 import pytest
 from conftest import FIXTURES, make_target
-from hostile_diffs import README, all_cases, git_only, good_hunk, smuggled
+from hostile_diffs import README, all_cases, committed_changes, git_only, good_hunk, smuggled
 
 from agent.core.config import load_config
 from agent.core.diff import PathChange, parse, split_lines
@@ -76,8 +76,8 @@ def test_git_reports_modes_and_paths_of_a_commit(hostile_target):
     head = repo.head("HEAD")
     changes = repo.tree_changes(head, good_hunk(hostile_target))
     assert changes == [PathChange("M", "100644", "100644", "train.py")]
-    commit = repo.commit_diff(head, git_only(hostile_target)["empty_new_file_after"], "x")
-    assert repo.commit_changes(commit) == [
+    commit = repo.commit_proposal(head, git_only(hostile_target)["empty_new_file_after"], "x")[0]
+    assert committed_changes(repo, commit) == [
         PathChange("A", "000000", "100644", "evil.py"),
         PathChange("M", "100644", "100644", "train.py"),
     ]
@@ -152,5 +152,5 @@ def test_written_diffs_apply_with_git_exactly(tmp_path, old, new):
     head = repo.head("HEAD")
     diff = make_diff("train.py", old, new)
     assert [p.path for p in parse(diff)] == ["train.py"]
-    commit = repo.commit_diff(head, diff, "edit")
+    commit = repo.commit_proposal(head, diff, "edit")[0]
     assert git.Repo(target).git.show(f"{commit}:train.py", strip_newline_in_stdout=False) == new

@@ -328,7 +328,7 @@ def test_protected_file_changed_on_the_sweep_branch_rejects_the_run(store, targe
     loop.execute(sweep, store.claim_next(sweep.id))  # the baseline, hashes recorded at creation
     repo = GitRepo(target)
     head = repo.head(sweep.branch)
-    tampered = repo.commit_diff(head, edit(target, "1.0\n", "0.5\n", "prepare.py"), "easier")
+    tampered = repo.commit_proposal(head, edit(target, "1.0\n", "0.5\n", "prepare.py"), "easier")[0]
     repo.set_ref(f"refs/heads/{sweep.branch}", tampered)
     exp = store.add_experiment(sweep.id, Proposal("lr", edit(target, "LR = 0.01", "LR = 0.02")))
     done = loop.execute(store.get_sweep("s1"), store.claim(exp.id))

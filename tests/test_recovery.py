@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -112,7 +113,7 @@ def test_branch_repaired_from_the_database(world) -> None:  # type: ignore[no-un
     exp = store.add_experiment(sweep.id, Proposal("K4", knob_diff(target, 4, 1)))
     exp = store.claim(exp.id)
     head = repo.head(sweep.branch)
-    commit = repo.commit_diff(head, exp.diff, "K4")
+    commit = repo.commit_proposal(head, exp.diff, "K4")[0]
     store.finish(exp.id, Finish(ExperimentStatus.KEPT, metric=1.0, best_before=1.3),
                  keep_commit=commit)
     assert repo.head(sweep.branch) == head
@@ -120,8 +121,8 @@ def test_branch_repaired_from_the_database(world) -> None:  # type: ignore[no-un
     assert repo.head(sweep.branch) == commit == store.get_sweep("s").best_commit
     assert report.repaired_branches["s"] == (head, commit)
     # the other way round: a branch that moved past the DB is put back
-    repo.set_ref(f"refs/heads/{sweep.branch}", repo.commit_diff(commit, knob_diff(target, 5, 1),
-                                                                "stray"))
+    repo.set_ref(f"refs/heads/{sweep.branch}", repo.commit_proposal(commit, knob_diff(target, 5, 1),
+                                                                "stray")[0])
     recover(store, lambda s: repo, work)
     assert repo.head(sweep.branch) == commit
 
@@ -131,7 +132,8 @@ def test_missing_sweep_branch_is_restored_from_the_database(world) -> None:  # t
     sweep = store.get_sweep("s")
     best = sweep.best_commit
     assert best and repo.head(sweep.branch) == best
-    repo.delete_ref(f"refs/heads/{sweep.branch}")  # e.g. `git branch -D` by hand
+    subprocess.run(["git", "branch", "-D", sweep.branch], cwd=target, check=True,
+                   capture_output=True)  # by hand
     assert not repo.has_ref(sweep.branch)
     report = recover(store, lambda s: repo, work)
     assert repo.head(sweep.branch) == best
@@ -146,7 +148,7 @@ def test_a_done_sweeps_branch_is_its_owners(world, caplog) -> None:  # type: ign
     sweep = store.get_sweep("s")
     best = sweep.best_commit
     assert best is not None
-    mine = repo.commit_diff(best, knob_diff(target, 6, 1), "my own change on the night")
+    mine = repo.commit_proposal(best, knob_diff(target, 6, 1), "my own change on the night")[0]
     repo.set_ref(f"refs/heads/{sweep.branch}", mine)
     store.set_sweep_status("s", SweepStatus.DONE)
     report = recover(store, lambda s: repo, work)
@@ -272,3 +274,24 @@ def _alive(pid: int) -> bool:
     except (OSError, IndexError):
         return False
     return state not in ("Z", "X")
+
+
+def test_a_half_created_worktree_is_pruned(world) -> None:  # type: ignore[no-untyped-def]
+    """A kill during `git worktree add` leaves git's entry locked "initializing" (which a plain
+    prune keeps, holding its commit): recovery unlocks and prunes it, and only ours."""
+    target, store, repo, work, loop = world
+    head = repo.head("HEAD")
+    ours, theirs = work / "worktrees" / "s" / "exp-9", target.parent / "mine"
+    for path in (ours, theirs):
+        repo.add_worktree(path, head)
+    admin = {Path(p.read_text().strip()).parent.name: p.parent
+             for p in (target / ".git" / "worktrees").glob("*/gitdir")}
+    for name in ("exp-9", "mine"):
+        (admin[name] / "locked").write_text("initializing\n")  # as git leaves a killed `add`
+    shutil.rmtree(ours)
+    shutil.rmtree(theirs)
+    recover(store, lambda s: repo, work)
+    listed = subprocess.run(["git", "worktree", "list", "--porcelain"], cwd=target,
+                            capture_output=True, text=True, check=True).stdout
+    assert str(ours) not in listed and not admin["exp-9"].exists()
+    assert str(theirs) in listed and (admin["mine"] / "locked").exists()  # not ours: kept

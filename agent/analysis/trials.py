@@ -15,7 +15,8 @@ import statistics
 import weakref
 from dataclasses import dataclass
 
-from agent.core.domain import RAN_STATUSES, CrashKind, Direction, Experiment, ExperimentStatus
+from agent.core.config import Direction
+from agent.core.domain import RAN_STATUSES, CrashKind, Experiment, ExperimentStatus
 from agent.rules.crash_causes import crash_family
 from agent.rules.knob_space import direction_of, step_between
 

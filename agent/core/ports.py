@@ -274,7 +274,9 @@ class Repo(Protocol):
 
     def remove_worktree(self, path: Path) -> None: ...
 
-    def prune_worktrees(self) -> None: ...
+    def prune_worktrees(self, ours: Path | None = None) -> None:
+        """Drop the entries of worktrees that are gone; with `ours`, also the locked entries
+        of worktrees that lay below it (half created by a process that died)."""
 
     def read_file(self, sha: str, path: str) -> str: ...
 

@@ -213,7 +213,7 @@ def prune_worktrees(repos: list[Repo], work_dir: Path, report: RecoveryReport) -
                 report.removed_worktrees.append(str(wt))
     for repo in repos:
         try:
-            repo.prune_worktrees()
+            repo.prune_worktrees(root)
         except Exception as exc:
             logger.warning("git worktree prune failed: %s", exc)
 

@@ -21,8 +21,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
-from agent.core.config import TargetConfig
-from agent.core.domain import CrashKind, Direction, ExperimentStatus
+from agent.core.config import Direction, TargetConfig
+from agent.core.domain import CrashKind, ExperimentStatus
 from agent.rules.classify import CrashFacts, classify
 from agent.rules.noise import mean, p_better, pooled_sigma, suspect_flags, z_score
 
@@ -135,10 +135,6 @@ class Verdict:
     p_better: float | None = None
     sigma: float | None = None
     suspect: tuple[bool, ...] = field(default_factory=tuple)  # per run of `runs`
-
-    @property
-    def run_again(self) -> bool:
-        return self.status is None
 
 
 def decide(ev: Evidence, rule: Rule) -> Verdict:

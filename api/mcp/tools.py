@@ -19,7 +19,7 @@ from pydantic import BaseModel, Field
 from agent.analysis.insights import render
 from agent.analysis.insights_fold import digest
 from agent.analysis.projection import ExperimentView
-from agent.analysis.report import evidence_header, fmt_delta, fmt_metric
+from agent.analysis.report import evidence_header, fmt_metric
 from agent.core.domain import ExperimentStatus, Proposal, as_utc
 from agent.core.errors import AdmissionError
 from agent.core.ports import Store
@@ -279,12 +279,6 @@ def _when(name: str, value: str | None) -> datetime | None:
     except ValueError:
         raise AdmissionError("bad_time", f"{name}: {value!r} is not an ISO 8601 date or "
                              "date-time, e.g. 2026-11-29T22:00Z") from None
-
-
-def summary_line(result: ExperimentResult) -> str:
-    """One line for a transcript or a log: id, status, metric, delta."""
-    return (f"#{result.id} {result.status} {fmt_metric(result.metric)} "
-            f"{fmt_delta(result.delta)} {result.crash_kind or ''}").strip()
 
 
 def agent_instructions(tools: AgentTools, sweep: str) -> str:

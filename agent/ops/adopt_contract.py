@@ -155,7 +155,8 @@ def loop_todos(text: str, metric: Metric | None, t0: str, budget: str) -> list[T
     lines = text.splitlines()
     pad = _indent(lines, loop.lineno)
     inner = _indent(lines, loop.body[0].lineno)
-    todos = [*imports_todo(text), Todo("read the training budget just before the training loop (names chosen not to "
+    todos = [*imports_todo(text),
+             Todo("read the training budget just before the training loop (names chosen not to "
                   "collide with the script's own)",
                   [f"{pad}{budget} = float(os.environ.get('OVERNIGHT_BUDGET_S', 'inf'))",
                    f"{pad}{t0} = time.time()"],

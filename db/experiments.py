@@ -19,6 +19,7 @@ from agent.core.domain import (
     Proposal,
     check_finish,
     check_started,
+    reaped_end,
     utcnow,
 )
 from agent.core.errors import ConflictError, DuplicateError, NotFoundError, StoreError
@@ -207,8 +208,18 @@ class ExperimentWrites(StoreBase):
                 sweep.updated_at = utcnow()
             return to_experiment(row)
 
+    def request_cancel(self, experiment_id: int, reason: str) -> bool:
+        """Record that a running experiment is to be cancelled (one guarded UPDATE)."""
+        q = (update(ExperimentRow)
+             .where(ExperimentRow.id == experiment_id,
+                    ExperimentRow.status == ExperimentStatus.RUNNING.value)
+             .values(cancel_reason=reason))
+        with self.session("recording a cancel") as s:
+            return bool(s.execute(q).rowcount)  # type: ignore[attr-defined]
+
     def interrupt_running(self) -> list[Experiment]:
-        """Mark every `running` experiment `interrupted` (a dead process left them)."""
+        """Mark every `running` experiment `interrupted` (a dead process left them), or
+        `cancelled` where a cancel was requested (request_cancel) before it died."""
         with self.session("reaping interrupted experiments") as s:
             rows = list(
                 s.scalars(
@@ -218,11 +229,12 @@ class ExperimentWrites(StoreBase):
                 )
             )
             now = utcnow()
+            ends = {r.id: reaped_end(r.cancel_reason) for r in rows}
             counts.bump(s, gone=[counts.key(r.sweep_id, r.status, r.crash_kind) for r in rows],
-                        came=[counts.key(r.sweep_id, ExperimentStatus.INTERRUPTED.value,
-                                         r.crash_kind) for r in rows])
+                        came=[counts.key(r.sweep_id, ends[r.id][0].value, r.crash_kind)
+                              for r in rows])
             for row in rows:
-                row.status = ExperimentStatus.INTERRUPTED.value
-                row.reason = "the service stopped while this experiment was running"
+                status, row.reason = ends[row.id]
+                row.status = status.value
                 row.finished_at = now
             return [to_experiment(r) for r in rows]

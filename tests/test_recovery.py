@@ -23,6 +23,7 @@ from agent.engine.recovery import (
 )
 from agent.executors.local import SubprocessRunner
 from agent.git.repo import GitRepo
+from agent.ops.service import Service
 from agent.ops.sweeps import create_sweep
 from db.engine import open_database
 from db.store import SqlStore
@@ -83,6 +84,24 @@ def test_reap_kill_requeue_once_and_prune(world) -> None:  # type: ignore[no-unt
     last = recover(store, lambda s: repo, work)
     assert last.not_requeued == [retry.id] and last.requeued == {}
     assert store.count_experiments(statuses=[ExperimentStatus.QUEUED]) == 0
+
+
+def test_a_cancel_answered_before_a_crash_sticks(world) -> None:  # type: ignore
+    """The service answered a cancel (202) and died before the run stopped: on restart the
+    run's processes are killed and the change ends cancelled; it is not re-queued to run again."""
+    target, store, repo, work, loop = world
+    sweep = store.get_sweep("s")
+    exp = store.add_experiment(sweep.id, Proposal("K5", knob_diff(target, 5, 1)))
+    store.claim(exp.id)
+    child = _orphan(work)
+    store.mark_started(exp.id, pgid=child.pid)
+    assert store.request_cancel(exp.id, "cancelled by request")  # what Service.cancel records
+    report = recover(store, lambda s: repo, work)
+    child.wait(10)
+    assert report.killed_groups == [child.pid] and report.requeued == {}
+    done = store.get_experiment(exp.id)
+    assert done.status is ExperimentStatus.CANCELLED and store.retry_of(exp.id) is None
+    assert store.count_experiments(sweep.id, [ExperimentStatus.QUEUED]) == 0
 
 
 def test_half_done_recovery_is_completed(world) -> None:  # type: ignore[no-untyped-def]
@@ -295,3 +314,16 @@ def test_a_half_created_worktree_is_pruned(world) -> None:  # type: ignore[no-un
                             capture_output=True, text=True, check=True).stdout
     assert str(ours) not in listed and not admin["exp-9"].exists()
     assert str(theirs) in listed and (admin["mine"] / "locked").exists()  # not ours: kept
+
+
+def test_the_service_records_a_cancel_before_it_answers(world) -> None:  # type: ignore
+    target, store, repo, work, loop = world
+    sweep = store.get_sweep("s")
+    exp = store.add_experiment(sweep.id, Proposal("K6", knob_diff(target, 6, 1)))
+    store.claim(exp.id)
+    asked: list[int] = []
+    service = Service(store, lambda s: repo, stop_running=lambda i: asked.append(i) or True)
+    _, pending = service.cancel(exp.id, reason="cancelled by the agent")
+    assert pending and asked == [exp.id]
+    [reaped] = store.interrupt_running()  # the service dies before the run is recorded
+    assert reaped.status is ExperimentStatus.CANCELLED and "by the agent" in (reaped.reason or "")

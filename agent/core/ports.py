@@ -144,8 +144,13 @@ class Store(Protocol):
     def retry_of(self, experiment_id: int) -> Experiment | None:
         """The row re-queued for an interrupted experiment, if any."""
 
+    def request_cancel(self, experiment_id: int, reason: str) -> bool:
+        """Record, durably, that a running experiment is to be cancelled; False when it is
+        not running. A dead process's row then ends cancelled, not interrupted."""
+
     def interrupt_running(self) -> list[Experiment]:
-        """Mark every `running` experiment `interrupted` (left by a dead process)."""
+        """Mark every `running` experiment `interrupted` (left by a dead process), or
+        `cancelled` (domain.reaped_end) where a cancel had been requested."""
 
     def claim_next(self, sweep_id: int | None = None) -> Experiment | None:
         """Move the next queued experiment (priority, then FIFO) to running and return it."""

@@ -101,10 +101,6 @@ class Settings(BaseModel):
             raise ConfigError(problems) from None
 
     @property
-    def resolved_work_dir(self) -> Path:
-        return (self.work_dir or self.db_path.default_work_dir()).expanduser().resolve()
-
-    @property
     def reads_need_token(self) -> bool:
         if not self.auth:
             return False

@@ -35,7 +35,8 @@ from agent.engine.attempt import LossCurve  # noqa: E402
 from agent.engine.loop import Loop, LoopSettings  # noqa: E402
 from agent.executors.local import SubprocessRunner  # noqa: E402
 from agent.git.repo import GitRepo, init_repo  # noqa: E402
-from agent.ops.sweeps import create_sweep, submit  # noqa: E402
+from agent.ops.admission import admit, queue  # noqa: E402
+from agent.ops.sweeps import create_sweep  # noqa: E402
 from db.engine import open_database  # noqa: E402
 from db.reads import Reads  # noqa: E402
 from db.store import SqlStore  # noqa: E402
@@ -166,7 +167,7 @@ def hostile() -> None:
         admitted = []
         for name, diff in cases.items():
             try:
-                submit(store, repo, sweep, Proposal("hostile", diff), record_rejection=False)
+                queue(store, admit(store, repo, sweep, Proposal("hostile", diff)))
                 admitted.append(name)
             except AdmissionError:
                 pass

@@ -67,7 +67,7 @@ def slots_and_devices(slots: int | None, devices: str | None) -> tuple[int, tupl
 
 ExecutorOpt = Annotated[str, typer.Option(
     help="where runs execute: local (this machine) | ray (tasks on an existing Ray cluster; "
-    "pip install 'overnight[ray]')")]
+    "pip install 'overnight\\[ray]')")]
 RayAddressOpt = Annotated[str | None, typer.Option(
     help="with --executor ray: the cluster to join, e.g. 10.0.0.5:6379 (default $RAY_ADDRESS, "
     "else this machine's cluster)")]

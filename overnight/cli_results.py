@@ -14,10 +14,12 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from agent.analysis.report import experiment_row, improvement, results_tsv
+from agent.analysis.projection import ExperimentView
+from agent.analysis.report import improvement, results_tsv
 from agent.core.domain import RAN_STATUSES, Sweep
 from agent.core.domain import ExperimentStatus as S
 from agent.core.errors import NotFoundError
+from agent.core.ports import Store
 from db.location import DbLocation
 from overnight.cli_common import DbOpt, app, console, db_location, fail, runtime_for
 
@@ -47,7 +49,8 @@ def print_results(sweep: Sweep, store, fmt: str) -> None:  # type: ignore[no-unt
     if fmt in ("tsv", "tsv-full"):
         sys.stdout.write(results_tsv(sweep, exps, ev if fmt == "tsv-full" else None))
     elif fmt == "json":
-        rows = [{**experiment_row(e), **evidence_row(ev.experiments.get(e.id))} for e in exps]
+        rows = [{**ExperimentView.of(e, sweep.name).model_dump(mode="json"),
+                 **evidence_row(ev.experiments.get(e.id))} for e in exps]
         print(
             json.dumps(
                 {
@@ -107,7 +110,7 @@ def results(
     print_results(find_sweep(store, sweep, target, db_location(db)), store, format)
 
 
-def find_sweep(store, name: str | None, target: Path | None,  # type: ignore[no-untyped-def]
+def find_sweep(store: Store, name: str | None, target: Path | None,
                db: DbLocation | None = None) -> Sweep:
     where = f" in {db}" if db else ""
     if name:

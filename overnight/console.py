@@ -12,7 +12,8 @@ from rich.table import Table
 from rich.text import Text
 
 from agent.analysis.evidence import ExperimentEvidence, SweepEvidence
-from agent.analysis.report import fmt_delta, fmt_metric, memory_gb
+from agent.analysis.projection import memory_gb
+from agent.analysis.report import fmt_delta, fmt_metric
 from agent.core.domain import Experiment, ExperimentStatus, Sweep
 
 STYLE = {

@@ -34,7 +34,8 @@ from agent.engine.loop import Loop, LoopSettings
 from agent.engine.scheduler import run_sweep
 from agent.executors.local import SubprocessRunner
 from agent.git.repo import GitRepo, init_repo
-from agent.ops.sweeps import create_sweep, submit
+from agent.ops.admission import admit, queue
+from agent.ops.sweeps import create_sweep
 from agent.proposers.knobs import KnobsProposer, make_diff
 from db.engine import open_database
 from db.store import SqlStore
@@ -149,13 +150,8 @@ class Filled:
         and RELEASE_ENV set to that file."""
         head = self.repo.head(self.sweep.branch)
         text = self.repo.read_file(head, "train.py")
-        queued = submit(
-            self.store,
-            self.repo,
-            self.sweep,
-            Proposal("slow run for the live panel", gated_diff(text, step_s)),
-            record_rejection=False,
-        )
+        proposal = Proposal("slow run for the live panel", gated_diff(text, step_s))
+        queued = queue(self.store, admit(self.store, self.repo, self.sweep, proposal))
         claimed = self.store.claim(queued.id)
         assert claimed is not None
         return claimed, self.work / f"release-{claimed.id}"

@@ -16,12 +16,13 @@ from browser_helpers import (
     stamp_hourly,
     table_ids,
 )
+from dashboard_oracles import progress_svg
 from fastapi.testclient import TestClient
 
 from agent.core.diff import diff_stats
 from agent.core.diff import view_lines as parse_diff
 from agent.core.domain import Experiment, ExperimentStatus, Proposal, utcnow
-from api.dashboard.plot import loss_svg, progress_svg
+from api.dashboard.plot import loss_svg
 from api.dashboard.views import PAGE_SIZE
 
 TOKEN = "t" * 24

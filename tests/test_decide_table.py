@@ -78,7 +78,6 @@ def crash(**kw):
 def test_decision_table(name, evidence, rule, status, seed, keep):
     v = decide(evidence, rule)
     assert (v.status, v.seed, v.keep) == (status, seed, keep), (name, v.reason)
-    assert v.run_again is (status is None)
     if status is not None:
         assert v.reason
 
@@ -131,7 +130,7 @@ def run(metric, speed, run_id, seed=42, pair_of=None):
 
 def test_a_run_off_the_incumbents_speed_gets_the_incumbent_beside_it():
     v = decide(ev([run(0.5, 140.0, 10)], best=INC), SEQ)  # 40 % faster: machine or change?
-    assert v.run_again and v.incumbent and (v.pair_of, v.seed) == (10, 42)
+    assert v.status is None and v.incumbent and (v.pair_of, v.seed) == (10, 42)
     assert v.suspect == (True,) and "+40%" in v.notes[0] and "beside it" in v.reason
     # the incumbent beside it was as fast: the machine; one run there is a weak reference
     best = INC + (run(0.52, 141.0, 11, pair_of=10),)
@@ -151,7 +150,7 @@ def test_a_run_off_the_incumbents_speed_gets_the_incumbent_beside_it():
 def test_a_changed_speed_counts_as_the_changes_own_when_the_incumbent_kept_its_speed():
     best = INC + (run(1.05, 101.0, 11, pair_of=10),)
     v = decide(ev([run(0.8, 60.0, 10)], best=best), SEQ)
-    assert v.run_again and not v.incumbent and v.seed == 43 and v.suspect == (False,)
+    assert v.status is None and not v.incumbent and v.seed == 43 and v.suspect == (False,)
     assert "the change's own" in v.notes[0]
     # its next run agrees with its speed: same conditions, no incumbent run needed; kept
     v = decide(ev([run(0.8, 60.0, 10), run(0.82, 61.0, 12, seed=43)], best=best), SEQ)

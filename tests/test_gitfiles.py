@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from conftest import make_target
-from hostile_diffs import README, all_cases, good_hunk
+from hostile_diffs import README, all_cases, committed_changes, good_hunk
 
 from agent.core.errors import PatchError
 from agent.git.files import branch_commit, read_index
@@ -103,7 +103,7 @@ def test_changes_read_in_process_equal_git_diff_tree(hostile_target: Path) -> No
             continue
         assert repo.tree_changes(head, diff) == expected, name
         commit, changes = repo.commit_proposal(head, diff, name)
-        assert changes == expected == repo.commit_changes(commit), name
+        assert changes == expected == committed_changes(repo, commit), name
         compared += 1
     assert compared >= 5  # the git-only cases and the good edit did apply
 

@@ -162,7 +162,8 @@ from agent.core.domain import Proposal
 from agent.git.repo import GitRepo
 from agent.engine.loop import Loop, LoopSettings
 from agent.engine.scheduler import run_sweep
-from agent.ops.sweeps import create_sweep, submit
+from agent.ops.admission import admit, queue
+from agent.ops.sweeps import create_sweep
 from agent.executors.local import SubprocessRunner
 from db.engine import open_database
 from db.store import SqlStore
@@ -171,7 +172,7 @@ target, db, work, diff = Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3]), sys.
 store = SqlStore(open_database(db))
 repo = GitRepo(target)
 sweep = create_sweep(store, repo, target, name="k", config=load_config(target), proposer="queue")
-submit(store, repo, sweep, Proposal("lr 2", diff), record_rejection=False)
+queue(store, admit(store, repo, sweep, Proposal("lr 2", diff)))
 run_sweep(Loop(store, repo, SubprocessRunner(grace_s=0.5), LoopSettings(work_dir=work)), "k")
 """
 

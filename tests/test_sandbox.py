@@ -1,6 +1,6 @@
 """The optional bwrap sandbox, probed from inside a real run (skipped where bwrap is missing).
 
-A trainer tries what the README's threat model lists; the same probes run without the sandbox
+A trainer tries what docs/threat-model.md lists; the same probes run without the sandbox
 show what the sandbox adds. Real git, real SQLite, real subprocesses, real bwrap.
 """
 
@@ -103,7 +103,7 @@ def test_sandbox_network_can_be_allowed(tmp_path: Path) -> None:
 
 
 def test_without_the_sandbox_a_run_has_the_service_users_rights(tmp_path: Path) -> None:
-    """What the README's threat model says the sandbox is for."""
+    """What docs/threat-model.md says the sandbox is for."""
     seen = run_probes(tmp_path, "none")
     assert set(seen.values()) == {"allowed"}, seen
 

@@ -14,7 +14,7 @@ from agent.engine.devices import detect_devices, parse_devices, slot_env
 from agent.engine.scheduler import SchedulerSettings, SlotScheduler
 from agent.git.repo import GitRepo, init_repo
 from agent.ops.sweeps import create_sweep
-from agent.rules.gate import GateKind, SweepFacts, gate, in_window, next_opening, parse_hhmm
+from agent.rules.gate import GateKind, SweepFacts, gate, in_window, parse_hhmm
 from overnight.runtime import Runtime
 
 TZ = timezone(timedelta(hours=2))  # the "server local time" of these tests
@@ -48,12 +48,6 @@ def test_window_same_day_and_all_day() -> None:
     assert in_window(None, at(3), TZ)
     # a UTC instant is judged in the server's zone: 20:30 UTC is 22:30 at UTC+2
     assert in_window(NIGHT, datetime(2026, 3, 8, 20, 30, tzinfo=UTC), TZ)
-
-
-def test_next_opening() -> None:
-    assert next_opening(NIGHT, at(12), TZ) == at(22)
-    assert next_opening(NIGHT, at(23), TZ) == at(23)
-    assert next_opening({"start": "06:00", "stop": "08:00"}, at(9), TZ) == at(6, day=9)
 
 
 def test_parse_hhmm_refuses_nonsense() -> None:

@@ -13,6 +13,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from dashboard_oracles import insights_panel, progress_svg, rollup_of
 from test_store_contract import CONFIG, spec
 
 from agent.analysis.evidence import sweep_evidence
@@ -33,8 +34,6 @@ from agent.core.domain import (
 from api.dashboard import views
 from api.dashboard.fold import SweepFold, advance
 from api.dashboard.history import HistoryCache
-from api.dashboard.plot import progress_svg
-from api.dashboard.rollup import rollup_of
 from db.engine import open_database
 from db.reads import Reads
 from db.store import SqlStore
@@ -187,7 +186,7 @@ def test_the_page_after_a_finish_shows_the_folded_summary(sweep: Sweep) -> None:
     after = views.sweep_summary(sweep.reads, store.get_sweep_by_id(sweep.sid))
     marks = sweep.reads.experiment_marks(sweep.sid, with_diffs=True)
     assert after is not first and after.rollup.counts == rollup_of(marks).counts
-    assert after.insights == views.insights_panel(swept, marks)
+    assert after.insights == insights_panel(swept, marks)
     assert after.evidence == sweep_evidence(swept, marks, store.run_metrics(sweep.sid))
 
 

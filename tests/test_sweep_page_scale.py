@@ -12,11 +12,12 @@ from pathlib import Path
 import pytest
 from browser_helpers import make_app, table_ids
 from bulk_seed import seed_sweep
+from dashboard_oracles import progress_svg
 from fastapi.testclient import TestClient
 from test_query_plans import captured, check_plans
 
 from agent.core.domain import Experiment, ExperimentStatus, Finish, Proposal, utcnow
-from api.dashboard.plot import MAX_MARKS, PlotPoint, downsample, progress_svg
+from api.dashboard.plot import MAX_MARKS, PlotPoint, downsample
 from api.dashboard.views import KEPT_SHOWN, PAGE_SIZE
 from db.engine import open_database
 from db.store import SqlStore

@@ -115,9 +115,9 @@ def test_assets_outside_git_are_linked_into_every_run_from_the_workdir(store, ma
     sweep = create_sweep(store, GitRepo(target), target, name="s1", config=load_config(target))
     text = (target / "sub/dir/train.py").read_text()
     diff = make_diff("sub/dir/train.py", text, text.replace("LR = 0.01", "LR = 0.02"))
-    from agent.ops.sweeps import submit
+    from agent.ops.admission import admit, queue
 
-    submit(store, GitRepo(target), sweep, Proposal("lr", diff, "test"), record_rejection=False)
+    queue(store, admit(store, GitRepo(target), sweep, Proposal("lr", diff, "test")))
     run_sweep(make_loop(target), sweep.name)
     exps = store.list_experiments(sweep.id)
     assert [e.status for e in exps] == [ExperimentStatus.KEPT, ExperimentStatus.KEPT]

@@ -185,3 +185,34 @@ def test_the_wings_import_only_downwards():
                     and WINGS[pb[1]] >= WINGS[pa[1]]:
                 bad.append(f"{a} imports {b}")
     assert not bad, "\n".join(sorted(bad))
+
+
+def _reads_overnight_variable(node: ast.AST) -> bool:
+    """os.environ["OVERNIGHT_…"], os.environ.get("OVERNIGHT_…"), os.getenv("OVERNIGHT_…")."""
+    def named(arg: ast.AST | None) -> bool:
+        return isinstance(arg, ast.Constant) and str(arg.value).startswith("OVERNIGHT_")
+
+    if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Attribute):
+        return node.value.attr == "environ" and named(node.slice)
+    if isinstance(node, ast.Call) and node.args:
+        f = node.func
+        getter = isinstance(f, ast.Attribute) and (
+            f.attr == "getenv" or (f.attr == "get" and isinstance(f.value, ast.Attribute)
+                                   and f.value.attr == "environ"))
+        return getter and named(node.args[0])
+    return False
+
+
+def test_only_the_composition_root_reads_the_environment():
+    """overnight's own OVERNIGHT_* settings are read in overnight/ (overnight/environment.py)
+    and handed down; below it nothing reads one, nor imports pydantic-settings."""
+    bad = []
+    for pkg in ("agent", "api", "db", "runner"):
+        for f in sorted((ROOT / pkg).rglob("*.py")):
+            tree = ast.parse(f.read_text(encoding="utf-8"))
+            if any(_reads_overnight_variable(n) for n in ast.walk(tree)):
+                bad.append(f"{f.relative_to(ROOT)} reads an OVERNIGHT_* variable")
+            if "pydantic_settings" in imports_of(f):
+                bad.append(f"{f.relative_to(ROOT)} imports pydantic_settings")
+    assert not bad, "\n".join(bad)
+    assert _reads_overnight_variable(ast.parse('os.environ.get("OVERNIGHT_DB")').body[0].value)

@@ -15,8 +15,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 
 from agent.analysis.folds import appended
+from agent.core.config import Direction
 from agent.core.domain import (
-    Direction,
     Experiment,
     ExperimentStatus,
     Run,

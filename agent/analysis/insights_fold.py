@@ -32,7 +32,8 @@ from agent.analysis.insights import (
     scale_notes,
 )
 from agent.analysis.trials import RUN_STATUSES, Trial, gain_scale, trial
-from agent.core.domain import Direction, Experiment, ExperimentStatus, Sweep
+from agent.core.config import Direction
+from agent.core.domain import Experiment, ExperimentStatus, Sweep
 from agent.rules.categories import Category, category_of, counted_category, exhausted_in
 
 S = ExperimentStatus

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from agent.analysis.evidence import ExperimentEvidence, SweepEvidence
+from agent.analysis.projection import memory_gb
 from agent.core.domain import Experiment, ExperimentStatus, Sweep
 
 TSV_HEADER = ("commit", "val_bpb", "memory_gb", "status", "description")
@@ -15,13 +15,6 @@ _TSV_STATUS = {
     ExperimentStatus.CRASHED: "crash",
     ExperimentStatus.TIMEOUT: "crash",
 }
-
-
-def memory_gb(exp: Experiment) -> float:
-    mb = exp.summary.get("peak_memory_mb", exp.summary.get("peak_vram_mb"))
-    if not isinstance(mb, int | float) or not math.isfinite(mb):
-        return 0.0
-    return round(mb / 1024, 1)
 
 
 def results_tsv(
@@ -102,24 +95,6 @@ def evidence_header(ev: SweepEvidence, metric: str) -> str:
         ci = f" ± {ev.improvement_ci:.3g}" if ev.improvement_ci is not None else ""
         parts.append(f"improvement {ev.improvement:+.4g}{ci} {metric}")
     return "; ".join(parts)
-
-
-def experiment_row(exp: Experiment) -> dict[str, Any]:
-    """A compact, JSON-ready row (used by `results --format json` and agent tools)."""
-    return {
-        "id": exp.id,
-        "status": exp.status.value,
-        "crash_kind": exp.crash_kind.value if exp.crash_kind else None,
-        "metric": exp.metric,
-        "delta": exp.delta,
-        "commit": (exp.commit or "")[:7] or None,
-        "memory_gb": memory_gb(exp),
-        "training_seconds": exp.summary.get("training_seconds"),
-        "description": exp.description,
-        "parent_id": exp.parent_id,
-        "reason": exp.reason,
-        "warnings": list(exp.meta.get("warnings", [])),
-    }
 
 
 def fmt_metric(value: float | None) -> str:

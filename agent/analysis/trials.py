@@ -15,7 +15,9 @@ import statistics
 import weakref
 from dataclasses import dataclass
 
-from agent.core.domain import RAN_STATUSES, CrashKind, Direction, Experiment, ExperimentStatus
+from agent.core.config import Direction
+from agent.core.domain import RAN_STATUSES, CrashKind, Experiment, ExperimentStatus
+from agent.rules.crash_causes import crash_family
 from agent.rules.knob_space import direction_of, step_between
 
 CONST_LINE = re.compile(
@@ -104,12 +106,9 @@ def crash_class(exp: Experiment) -> str | None:
         return "timeout"
     if exp.status is not ExperimentStatus.CRASHED or exp.crash_kind is CrashKind.TRIVIAL:
         return None
-    text = f"{exp.reason or ''}\n{(exp.log_tail or '')[-2000:]}".lower()
-    if "out of memory" in text or "outofmemory" in text or "memoryerror" in text:
-        return "oom"
-    if re.search(r"\bnan\b|\bfail\b|diverg|\binf\b", text):
-        return "nan"
-    return "crash"
+    # The cause classification recorded; a row from before the column has its reason, which
+    # starts with the cause.
+    return crash_family(exp.crash_cause or exp.reason or "")
 
 
 def gain_of(exp: Experiment, direction: Direction) -> float | None:

@@ -9,7 +9,7 @@ store (`check_started`, `check_finish`).
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from typing import Any
 
@@ -91,6 +91,17 @@ USED_STATUSES = (
 
 def can_transition(old: ExperimentStatus, new: ExperimentStatus) -> bool:
     return new in ALLOWED_TRANSITIONS[old]
+
+
+INTERRUPTED_REASON = "the service stopped while this experiment was running"
+
+
+def reaped_end(cancel_reason: str | None) -> tuple[ExperimentStatus, str]:
+    """How a `running` experiment left by a dead process ends: interrupted (and re-queued),
+    or cancelled when its cancel had been requested (a 202 is a promise)."""
+    if cancel_reason is not None:
+        return ExperimentStatus.CANCELLED, f"{cancel_reason} (recorded when the service restarted)"
+    return ExperimentStatus.INTERRUPTED, INTERRUPTED_REASON
 
 
 # What a run's start may record on its experiment (Store.mark_started).
@@ -213,6 +224,7 @@ class Experiment:
     commit: str | None = None
     ref: str | None = None
     crash_kind: CrashKind | None = None
+    crash_cause: str | None = None  # the fine cause classification named ("CUDA out of memory")
     reason: str | None = None
     metric: float | None = None
     best_before: float | None = None
@@ -321,3 +333,10 @@ class Finish:
     run_started_at: datetime | None = None
     run_ended_at: datetime | None = None
     warnings: tuple[str, ...] = ()  # contract problems (budget ignored or overshot), kept in meta
+    crash_cause: str | None = None  # classification's fine cause, recorded once
+
+
+# The fields of a Finish that every store records on the experiment as they are (the status,
+# crash kind, summary, warnings and the run's start are written by each store's own rule).
+FINISH_AS_IS = tuple(f.name for f in fields(Finish) if f.name not in {
+    "status", "crash_kind", "summary", "warnings", "run_started_at"})

@@ -24,6 +24,7 @@ from agent.core.domain import (
     RunSpec,
     RunStatus,
     Sweep,
+    SweepStatus,
     utcnow,
 )
 from agent.core.errors import (
@@ -37,9 +38,10 @@ from agent.core.ports import Proposer, Repo, Runner, Store
 from agent.engine.attempt import EventFn, LoopSettings, TrainingRuns
 from agent.engine.gather import gather, sample, write_flags
 from agent.engine.incumbent import Incumbent, decision_lock
-from agent.engine.recovery import requeue_once
+from agent.engine.recovery import baseline_pause, requeue_once
 from agent.git.repo import hash_worktree_files
-from agent.ops.sweeps import link_assets, proposal_context, submit
+from agent.ops.admission import admit, queue, reject
+from agent.ops.sweeps import link_assets, proposal_context
 from agent.rules.admit import check_changes
 from agent.rules.classify import CrashFacts
 from agent.rules.decide import (
@@ -106,7 +108,7 @@ class Loop:
             if proposal is None:
                 self._record_out_of_ideas(sweep)
                 return None
-            queued = submit(self.store, self.repo, sweep, proposal, record_rejection=True)
+            queued = self._submit(sweep, proposal)
             if queued.status is ExperimentStatus.QUEUED:
                 return queued
             self.emit("finished", queued)
@@ -340,6 +342,7 @@ class Loop:
             warnings=tuple(contract_warnings(result.summary, sweep.budget_s)) + (
                 baseline_warnings([sample(r) for r in mine], sweep.config.metric)
                 if exp.is_baseline else ()),
+            crash_cause=verdict.crash_cause,
         )
         if not verdict.keep:
             return self._finish(exp, finish)
@@ -377,16 +380,17 @@ class Loop:
         if fix is None:
             return
         fix = replace(fix, parent_id=failed.id)
-        child = submit(
-            self.store,
-            self.repo,
-            sweep,
-            fix,
-            record_rejection=True,
-            attempt=failed.attempt + 1,
-            priority=REPAIR_PRIORITY,
-        )
+        child = self._submit(sweep, fix, attempt=failed.attempt + 1, priority=REPAIR_PRIORITY)
         self.emit("queued" if child.status is ExperimentStatus.QUEUED else "finished", child)
+
+    def _submit(self, sweep: Sweep, proposal: Proposal, *, attempt: int = 0,
+                priority: int = 0) -> Experiment:
+        """Admit and queue the proposer's own proposal; a refusal is recorded `rejected`."""
+        try:
+            return queue(self.store, admit(self.store, self.repo, sweep, proposal),
+                         attempt=attempt, priority=priority)
+        except AdmissionError as refusal:
+            return reject(self.store, sweep, proposal, refusal, attempt=attempt)
 
     def _finish(
         self, exp: Experiment, finish: Finish, keep_commit: str | None = None
@@ -401,9 +405,15 @@ class Loop:
         logger.warning("experiment %s: %s", exp.id, exc)
         done = self._finish(exp, Finish(ExperimentStatus.INTERRUPTED,
                                         reason=f"{LOST_PREFIX}{exc}"[:500]))
-        retry = requeue_once(self.store, done)
-        if retry is not None:
-            self.emit("queued", retry)
+        follow = requeue_once(self.store, done)  # its retry, or its verdict past the cap
+        if follow is not None:
+            self.emit("finished" if follow.status.is_finished() else "queued", follow)
+        why = baseline_pause(follow) if follow is not None else None
+        if why is not None:
+            sweep = self.store.get_sweep_by_id(exp.sweep_id)
+            logger.error("sweep %s paused: %s", sweep.name, why)
+            if sweep.status is SweepStatus.RUNNING:
+                self.store.set_sweep_status(sweep.name, SweepStatus.PAUSED)
         return done
 
     def _record_failure(self, exp: Experiment, exc: BaseException) -> None:

@@ -463,4 +463,5 @@ def run_sweep(loop: Any, name: str, settings: SchedulerSettings | None = None) -
     """Run one sweep to its end in the foreground: the engine in burst mode with `loop`."""
     engine = SlotScheduler(loop.store, settings or SchedulerSettings(), lambda _s, _n: loop)
     engine.run_burst([name])
-    return loop.store.get_sweep(name)
+    done: Sweep = loop.store.get_sweep(name)
+    return done

@@ -164,7 +164,7 @@ def _remote_task(request: RemoteRequest, bundle: bytes, channel: Any,
     def exchange(lines: list[str]) -> bool:
         return bool(ray.get(channel.exchange.remote(token, lines), timeout=30))
 
-    node = f"{ray.util.get_node_ip_address()} (node {node_id[:8]})"
+    node = f"{ray.util.get_node_ip_address()} (node {node_id[:8]})"  # type: ignore[no-untyped-call]
     return run_remote(request, bundle, exchange, node=node)
 
 

@@ -231,10 +231,6 @@ class GitRepo:
             tree = self._git("write-tree", env={"GIT_INDEX_FILE": index})
         return self._diff_tree(base, tree)
 
-    def commit_changes(self, commit: str) -> list[PathChange]:
-        """What ``commit`` changes against its (first) parent, in git's own words."""
-        return self._diff_tree(f"{commit}^", commit)
-
     def _diff_tree(self, old: str, new: str) -> list[PathChange]:
         proc = subprocess.run(
             ["git", "diff-tree", "-r", "--no-renames", "--no-commit-id", "-z", old, new],
@@ -243,10 +239,6 @@ class GitRepo:
         if proc.returncode != 0:
             raise GitError(f"git diff-tree: {proc.stderr.decode(errors='replace').strip()}")
         return parse_diff_tree(proc.stdout)
-
-    def commit_diff(self, base: str, diff: str, message: str) -> str:
-        """commit_proposal's commit alone."""
-        return self.commit_proposal(base, diff, message)[0]
 
     def commit_proposal(self, base: str, diff: str, message: str) -> tuple[str, list[PathChange]]:
         """Commit `diff` on `base` without touching any worktree: (the commit, what it changes
@@ -262,9 +254,6 @@ class GitRepo:
 
     def set_ref(self, ref: str, sha: str) -> None:
         self._git("update-ref", ref, sha)
-
-    def delete_ref(self, ref: str) -> None:
-        self._git("update-ref", "-d", ref)
 
     def advance_branch(self, branch: str, sha: str, expected_old: str) -> None:
         self._git("update-ref", "-m", "overnight: keep", f"refs/heads/{branch}", sha, expected_old)
@@ -283,9 +272,27 @@ class GitRepo:
                 shutil.rmtree(path, ignore_errors=True)
                 self._git("worktree", "prune")
 
-    def prune_worktrees(self) -> None:
+    def prune_worktrees(self, ours: Path | None = None) -> None:
+        """`git worktree prune`. With `ours`, first unlock the entries of worktrees that lay
+        below it and are gone: a kill during `git worktree add` leaves the entry locked
+        ("initializing"), which prune keeps for ever, and its commit reachable."""
         with _worktree_lock(self.path):
+            if ours is not None:
+                self._unlock_gone(ours.expanduser().resolve())
             self._git("worktree", "prune")
+
+    def _unlock_gone(self, ours: Path) -> None:
+        common = Path(self._git("rev-parse", "--git-common-dir"))
+        admin = (common if common.is_absolute() else self.path / common) / "worktrees"
+        for entry in sorted(admin.glob("*")) if admin.is_dir() else []:
+            lock = entry / "locked"
+            try:
+                checkout = Path((entry / "gitdir").read_text(encoding="utf-8").strip()).parent
+            except OSError:
+                continue  # killed before git wrote where it was: prune's own rules apply
+            if lock.exists() and checkout.is_relative_to(ours) and not checkout.exists():
+                logger.info("unlocking the half-created worktree entry %s", entry.name)
+                lock.unlink(missing_ok=True)
 
     def read_file(self, sha: str, path: str) -> str:
         return self._git("show", f"{sha}:{path}") + "\n"

@@ -26,8 +26,8 @@ from agent.core.domain import (
 )
 from agent.core.errors import ConflictError
 from agent.core.ports import Repo, Store
+from agent.ops.admission import place, queue, screen
 from agent.ops.retention import pruned_log_note
-from agent.ops.sweeps import admit_before_git, submit
 from runner.logtail import read_log_end
 
 logger = logging.getLogger(__name__)
@@ -120,9 +120,8 @@ class Service:
                     raise ConflictError(f"sweep {sweep.name} reached max_experiments="
                                         f"{sweep.max_experiments} ({usage.used} used, "
                                         f"{usage.queued} queued)")
-            admit_before_git(self.store, sweep, proposal)
-        return submit(self.store, self.repo_for(sweep), sweep, proposal, record_rejection=False,
-                      priority=priority, checked=True)
+            screened = screen(self.store, sweep, proposal)
+        return queue(self.store, place(self.repo_for(sweep), sweep, screened), priority=priority)
 
     def set_status(self, sweep_name: str, new: SweepStatus) -> Sweep:
         sweep = self.store.get_sweep(sweep_name)
@@ -147,6 +146,9 @@ class Service:
             return self.store.finish(exp.id, Finish(ExperimentStatus.CANCELLED,
                                                     reason=reason)), False
         if self.stop_running is not None and self.stop_running(exp.id):
+            # Durable before the answer: a service that dies before the run stops still ends
+            # it cancelled on restart (recovery), never re-queued.
+            self.store.request_cancel(exp.id, reason)
             return self.store.get_experiment(exp.id), True
         exp = self.store.get_experiment(experiment_id)
         if exp.status.is_finished():

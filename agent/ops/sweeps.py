@@ -1,4 +1,5 @@
-"""Sweep-level operations shared by the CLI, the loop and the API: create, admit, submit.
+"""Sweep-level operations shared by the CLI, the loop and the API: create a sweep, link its
+assets, the proposer's context (admission is agent.ops.admission).
 
 Uses the Store and Repo ports only; no SQL, no HTTP.
 """
@@ -13,10 +14,9 @@ from pathlib import Path
 
 from agent.core.config import CONFIG_FILE, TargetConfig, load_config
 from agent.core.domain import Experiment, ExperimentStatus, Proposal, Sweep, utcnow
-from agent.core.errors import AdmissionError, ConfigError, DuplicateError, PatchError
+from agent.core.errors import ConfigError
 from agent.core.ports import ProposalContext, Repo, Store, SweepSpec
 from agent.git.filehash import MISSING, hash_paths
-from agent.rules.admit import check_changes, check_proposal, clean_description
 from runner.sandbox import bwrap_path
 
 logger = logging.getLogger(__name__)
@@ -189,120 +189,6 @@ def link_assets(worktree: Path, target: Path, config: TargetConfig) -> list[Path
         link.symlink_to(Path(target).resolve() / asset)
         links.append(link)
     return links
-
-
-def admit_before_git(store: Store, sweep: Sweep, proposal: Proposal) -> None:
-    """The checks that need no git: description, size, shape, paths, then the duplicate
-    lookup (one index search). Raises AdmissionError."""
-    clean_description(proposal.description)
-    check_proposal(proposal, sweep.config)
-    earlier = store.has_diff(sweep.id, proposal.diff)
-    if earlier is not None:
-        raise AdmissionError(
-            "duplicate",
-            f"the same change was already tried as experiment {earlier.id} "
-            f"({earlier.status.value}): {earlier.description}",
-        )
-
-
-def admit(store: Store, repo: Repo, sweep: Sweep, proposal: Proposal, *,
-          checked: bool = False) -> str:
-    """All admission checks; returns the sweep head the diff applies to. Raises AdmissionError.
-    `checked`: admit_before_git already passed (the caller ran it with its other reads)."""
-    if not checked:
-        admit_before_git(store, sweep, proposal)
-    head = repo.head(sweep.branch)
-    try:
-        changes = repo.tree_changes(head, proposal.diff)  # one git process: apply, then read
-    except PatchError as exc:
-        raise AdmissionError(
-            "does_not_apply", f"diff does not apply to the sweep head {head[:7]}: {exc}", 409
-        ) from None
-    # git is the final authority on what the diff touches: check its view, not only ours.
-    check_changes(changes, sweep.config)
-    return head
-
-
-def submit(
-    store: Store,
-    repo: Repo,
-    sweep: Sweep,
-    proposal: Proposal,
-    *,
-    record_rejection: bool,
-    attempt: int = 0,
-    priority: int = 0,
-    checked: bool = False,
-) -> Experiment:
-    """Admit and queue a proposal.
-
-    With `record_rejection` a refused proposal is stored as `rejected` (its reason kept) and
-    returned; without it the AdmissionError propagates and nothing is written. `checked`:
-    admit_before_git already passed.
-    """
-    description = proposal.description
-    try:
-        description = clean_description(proposal.description)
-        head = admit(store, repo, sweep, proposal, checked=checked)
-        clean = Proposal(
-            description, proposal.diff, proposal.proposer, proposal.parent_id, proposal.meta
-        )
-        queued = _queue(store, sweep, clean, attempt=attempt, priority=priority, head=head)
-    except AdmissionError as exc:
-        if not record_rejection:
-            raise
-        rejected = Proposal(
-            description or "(no description)",
-            proposal.diff,
-            proposal.proposer,
-            proposal.parent_id,
-            {**proposal.meta, "rejection": exc.code},
-        )
-        return _record_usage(
-            store,
-            store.add_experiment(
-                sweep.id,
-                rejected,
-                status=ExperimentStatus.REJECTED,
-                reason=exc.message,
-                attempt=attempt,
-            ),
-        )
-    return _record_usage(store, queued)
-
-
-def _queue(
-    store: Store, sweep: Sweep, proposal: Proposal, *, attempt: int, priority: int, head: str
-) -> Experiment:
-    """Insert the queued row. The store refuses a second active copy of a change atomically
-    (two identical proposals racing past `admit`): that is the same `duplicate` refusal."""
-    try:
-        return store.add_experiment(
-            sweep.id, proposal, attempt=attempt, priority=priority, base_commit=head
-        )
-    except DuplicateError:
-        earlier = store.has_diff(sweep.id, proposal.diff)
-        raise AdmissionError(
-            "duplicate",
-            "the same change was already tried as experiment "
-            + (f"{earlier.id} ({earlier.status.value}): {earlier.description}" if earlier
-               else "queued at the same moment"),
-        ) from None
-
-
-def _record_usage(store: Store, exp: Experiment) -> Experiment:
-    """LLM tokens/dollars a proposer spent on this proposal (meta["llm_usage"]) go on the
-    experiment's and the sweep's counters (the one record of spend the caps read)."""
-    usage = exp.meta.get("llm_usage")
-    if isinstance(usage, dict):
-        store.add_llm_usage(
-            exp.sweep_id,
-            exp.id,
-            int(usage.get("tokens_in", 0)),
-            int(usage.get("tokens_out", 0)),
-            float(usage.get("usd", 0.0)),
-        )
-    return exp
 
 
 def read_program(sweep: Sweep) -> str:

@@ -54,7 +54,7 @@ def _path_for(label: str, files: dict[str, str]) -> str | None:
     for word in reversed(words):
         word = word.removeprefix("a/").removeprefix("b/")
         if word in files:
-            return word
+            return str(word)
     return None
 
 

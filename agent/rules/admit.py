@@ -3,7 +3,7 @@
 Pure: reads the diff with agent.core.diff (lines end at "\\n" only, as in git) and checks paths
 against the target's editable/protected lists; `check_changes` checks git's own view of what
 an applied diff changed (agent.core.diff.PathChange). Whether the diff applies to the sweep head,
-and what it then changes, is asked of the Repo port by the caller (agent.ops.sweeps.admit).
+and what it then changes, is asked of the Repo port by the caller (agent.ops.admission.place).
 """
 
 from __future__ import annotations
@@ -90,10 +90,10 @@ def clean_description(description: str) -> str:
 
 
 def check_proposal(proposal: Proposal, config: TargetConfig) -> list[FilePatch]:
-    """All checks that need no git: size, description, diff shape, paths."""
+    """The checks of a diff that need no git: size, shape, paths (the description is
+    clean_description's)."""
     if len(proposal.diff.encode("utf-8", "replace")) > MAX_DIFF_BYTES:
         raise AdmissionError("too_large", f"diff is larger than {MAX_DIFF_BYTES} bytes", 413)
-    clean_description(proposal.description)
     patches = parse_diff(proposal.diff)
     check_paths(patches, config)
     return patches

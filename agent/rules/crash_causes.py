@@ -2,9 +2,9 @@
 
 Tables only (stdlib `re` and the domain). Each row: pattern, class, the cause's name as the
 reason starts with it, and whether the row stands only before training started (a code error in
-a change that already trained is logged, not repaired: README, "Crashes"). Order matters, first
-match wins; the patterns are PyTorch's, CUDA's, NCCL's, triton's, NumPy's and llama.cpp's own
-message texts, as real tracebacks show them (tests/fixtures/tracebacks/).
+a change that already trained is logged, not repaired: docs/proposals.md, "Crash classes").
+Order matters, first match wins; the patterns are PyTorch's, CUDA's, NCCL's, triton's, NumPy's
+and llama.cpp's own message texts, as real tracebacks show them (tests/fixtures/tracebacks/).
 """
 
 from __future__ import annotations
@@ -162,3 +162,16 @@ SIGNALS = {
     11: "SIGSEGV (segmentation fault)",
     15: "SIGTERM",
 }
+
+
+_OOM_FAMILY = re.compile(r"out of memory|OutOfMemory|MemoryError|OOM killer", re.IGNORECASE)
+_NAN_FAMILY = re.compile(r"\bnan\b|\binf\b|diverg|\bFAIL\b|loss scale", re.IGNORECASE)
+
+
+def crash_family(cause: str) -> str:
+    """oom / nan / crash: what the search learns from a fundamental crash's cause."""
+    if _OOM_FAMILY.search(cause):
+        return "oom"
+    if _NAN_FAMILY.search(cause):
+        return "nan"
+    return "crash"

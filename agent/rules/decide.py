@@ -20,7 +20,8 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from agent.core.domain import CrashKind, Direction, ExperimentStatus
+from agent.core.config import Direction
+from agent.core.domain import CrashKind, ExperimentStatus
 from agent.rules.blocking import Sample
 from agent.rules.classify import classify
 from agent.rules.noise import mean
@@ -102,7 +103,8 @@ def _failure(ev: Evidence, rule: Rule) -> Verdict:
             if crash.kind is CrashKind.TIMEOUT
             else ExperimentStatus.CRASHED
         )
-        return Verdict(status, crash.reason, crash.kind, repair=crash.kind is CrashKind.TRIVIAL)
+        return Verdict(status, crash.reason, crash.kind, crash_cause=crash.cause or None,
+                       repair=crash.kind is CrashKind.TRIVIAL)
     why = f"run {k + 1} (seed {rule.seed + k}) failed: {f.error}"
     metric = mean([r.metric for r in ev.runs])
     if ev.is_baseline:

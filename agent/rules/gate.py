@@ -8,7 +8,7 @@ from __future__ import annotations
 import enum
 import re
 from dataclasses import dataclass
-from datetime import datetime, time, timedelta, tzinfo
+from datetime import datetime, time, tzinfo
 
 from agent.core.domain import SweepStatus
 
@@ -62,18 +62,6 @@ def in_window(window: dict[str, str] | None, now: datetime, tz: tzinfo | None = 
     if start < stop:
         return start <= t < stop
     return t >= start or t < stop
-
-
-def next_opening(window: dict[str, str], now: datetime, tz: tzinfo | None = None) -> datetime:
-    """When the window next opens (now, if it is open)."""
-    if in_window(window, now, tz):
-        return now
-    local = now.astimezone(tz)
-    start = parse_hhmm(window["start"])
-    opening = local.replace(hour=start.hour, minute=start.minute, second=0, microsecond=0)
-    if opening <= local:
-        opening += timedelta(days=1)
-    return opening
 
 
 def gate(facts: SweepFacts, now: datetime, tz: tzinfo | None = None) -> Gate:

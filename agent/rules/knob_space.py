@@ -35,8 +35,10 @@ class KnobValue:
 
 
 def parse_literal(raw: str) -> float | int | bool:
-    if raw in ("True", "False"):
-        return raw == "True"
+    """A knob's literal as written: Python's True/False or YAML/TOML/JSON's true/false, an int
+    (underscores allowed) or a float. ValueError for anything else."""
+    if raw in ("True", "False", "true", "false"):
+        return raw in ("True", "true")
     if re.fullmatch(r"[-+]?\d[\d_]*", raw):
         return int(raw.replace("_", ""))
     return float(raw)
@@ -79,7 +81,7 @@ def from_u(scale: str, u: float) -> float:
 def _granule(value: float) -> int:
     """Integers are rounded to about 1/16 of their size, in powers of two: 200 ×√2 → 280,
     128 ×√2 → 184, 100 stays 100, 6 and 3 move by 1."""
-    return 2 ** max(0, int(math.floor(math.log2(max(value, 1) / 16))))
+    return int(2 ** max(0, int(math.floor(math.log2(max(value, 1) / 16)))))
 
 
 def fmt_float(new: float, raw: str) -> str:

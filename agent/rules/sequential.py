@@ -17,7 +17,8 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from agent.core.domain import Direction, ExperimentStatus
+from agent.core.config import Direction
+from agent.core.domain import ExperimentStatus
 from agent.rules.blocking import Blocks, arrange, conditions, incumbent_notes, usual_keys
 from agent.rules.estimate import Noise, estimate, gain_only, noise, values
 from agent.rules.noise import identical, mean, p_better

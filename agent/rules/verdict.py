@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from agent.core.config import TargetConfig
-from agent.core.domain import CrashKind, Direction, ExperimentStatus
+from agent.core.config import Direction, TargetConfig
+from agent.core.domain import CrashKind, ExperimentStatus
 from agent.rules.blocking import Sample
 from agent.rules.classify import CrashFacts
 from agent.rules.noise import speed_tolerance
@@ -86,6 +86,7 @@ class Verdict:
     status: ExperimentStatus | None  # None: not finished, run again
     reason: str = ""
     crash_kind: CrashKind | None = None
+    crash_cause: str | None = None  # classify's fine cause of a crash
     keep: bool = False
     seed: int | None = None  # the seed of the next run when running again
     requeue: bool = False  # measured on a stale head: queue the same diff on the new head
@@ -101,10 +102,6 @@ class Verdict:
     best_notes: tuple[str, ...] = ()  # per run of `best`
     incumbent: bool = False  # the next run is the incumbent's, beside run `pair_of`
     pair_of: int | None = None
-
-    @property
-    def run_again(self) -> bool:
-        return self.status is None
 
 
 def again(ev: Evidence, rule: Rule, base: Verdict) -> Verdict:

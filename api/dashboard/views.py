@@ -24,8 +24,8 @@ from markupsafe import Markup
 
 from agent.analysis.evidence import ExperimentEvidence, SweepEvidence
 from agent.analysis.insights import Insights, sections
-from agent.analysis.insights_fold import digest
-from agent.analysis.report import evidence_header, improvement, memory_gb
+from agent.analysis.projection import memory_gb
+from agent.analysis.report import evidence_header, improvement
 from agent.core.diff import diff_stats, view_lines
 from agent.core.domain import Experiment, ExperimentStatus, Run, Sweep, utcnow
 from agent.ops.service import Service, read_log
@@ -217,12 +217,6 @@ def table_page(reads: Reads, sweep: Sweep, status: str, page: int, before: int |
         "newer": f"after={rows[0].id}&page={page - 1}" if newer and rows else None,
         "older": f"before={rows[-1].id}&page={page + 1}" if older and rows else None,
     }
-
-
-def insights_panel(sweep: Sweep, exps: list[Experiment]) -> list[dict[str, Any]]:
-    """The sweep's digest (agent.analysis.insights) as sections of lines for the template, from the
-    page's brief rows (no meta: a proposal's category is read from its change instead)."""
-    return insights_panel_of(digest(sweep, exps))
 
 
 def insights_panel_of(found: Insights) -> list[dict[str, Any]]:

@@ -2,7 +2,7 @@
 
 Each tool is a plain method with typed arguments and a pydantic result, so the MCP server,
 `overnight tools` and tests share one definition. Proposals go through the same admission as
-the API (`agent.ops.sweeps.submit`, nothing written when refused); execution belongs to whichever
+the API (`agent.ops.admission`, nothing written when refused); execution belongs to whichever
 service runs the database's queue. Imports no MCP, no HTTP.
 """
 
@@ -18,7 +18,8 @@ from pydantic import BaseModel, Field
 
 from agent.analysis.insights import render
 from agent.analysis.insights_fold import digest
-from agent.analysis.report import evidence_header, experiment_row, fmt_delta, fmt_metric
+from agent.analysis.projection import ExperimentView
+from agent.analysis.report import evidence_header, fmt_metric
 from agent.core.domain import ExperimentStatus, Proposal, as_utc
 from agent.core.errors import AdmissionError
 from agent.core.ports import Store
@@ -94,43 +95,20 @@ class Proposed(BaseModel):
     message: str
 
 
-class ExperimentResult(BaseModel):
-    id: int
-    sweep: str
-    status: str
+class ExperimentResult(ExperimentView):
+    """The projection of an experiment, with what an agent waiting for it needs."""
+
     finished: bool
-    description: str
-    metric: float | None
-    best_before: float | None
-    delta: float | None
     improved: bool
     best_metric: float | None
-    crash_kind: str | None
-    reason: str | None
-    log_tail: str | None
-    commit: str | None
-    parent_id: int | None
+    log_tail: str | None  # the last lines, for a crash or a timeout
     waited_s: float
-
-
-class ExperimentBrief(BaseModel):
-    id: int
-    status: str
-    crash_kind: str | None
-    metric: float | None
-    delta: float | None
-    commit: str | None
-    memory_gb: float
-    training_seconds: Any
-    description: str
-    parent_id: int | None
-    reason: str | None
 
 
 class ExperimentList(BaseModel):
     sweep: str
     count: int
-    data: list[ExperimentBrief]
+    data: list[ExperimentView]
 
 
 class LogTail(BaseModel):
@@ -203,8 +181,7 @@ class AgentTools:
                                            since=_when("since", since),
                                            until=_when("until", until))
         return ExperimentList(sweep=s.name, count=len(exps),
-                              data=[ExperimentBrief(**{**experiment_row(e),
-                                                     "delta": _round(e.delta)}) for e in exps])
+                              data=[ExperimentView.of(e, s.name) for e in exps])
 
     def get_results_table(self, sweep: SweepArg) -> str:
         s = self.store.get_sweep(sweep)
@@ -258,12 +235,9 @@ class AgentTools:
         crashed = exp.status in (ExperimentStatus.CRASHED, ExperimentStatus.TIMEOUT)
         tail = "\n".join((exp.log_tail or "").splitlines()[-LOG_TAIL_LINES:]) if crashed else None
         return ExperimentResult(
-            id=exp.id, sweep=s.name, status=exp.status.value, finished=exp.status.is_finished(),
-            description=exp.description, metric=exp.metric, best_before=exp.best_before,
-            delta=_round(exp.delta), improved=exp.status is ExperimentStatus.KEPT,
-            best_metric=s.best_metric, crash_kind=exp.crash_kind.value if exp.crash_kind else None,
-            reason=exp.reason, log_tail=tail, commit=(exp.commit or "")[:7] or None,
-            parent_id=exp.parent_id, waited_s=round(waited_s, 1))
+            **ExperimentView.fields_of(exp, s.name), finished=exp.status.is_finished(),
+            improved=exp.status is ExperimentStatus.KEPT, best_metric=s.best_metric,
+            log_tail=tail, waited_s=round(waited_s, 1))
 
     def wait_for_experiment(
         self, id: IdArg,
@@ -305,17 +279,6 @@ def _when(name: str, value: str | None) -> datetime | None:
     except ValueError:
         raise AdmissionError("bad_time", f"{name}: {value!r} is not an ISO 8601 date or "
                              "date-time, e.g. 2026-11-29T22:00Z") from None
-
-
-def _round(value: float | None) -> float | None:
-    """Deltas without float noise (-0.19999999999999996 → -0.2) for agents to read."""
-    return None if value is None else round(value, 9)
-
-
-def summary_line(result: ExperimentResult) -> str:
-    """One line for a transcript or a log: id, status, metric, delta."""
-    return (f"#{result.id} {result.status} {fmt_metric(result.metric)} "
-            f"{fmt_delta(result.delta)} {result.crash_kind or ''}").strip()
 
 
 def agent_instructions(tools: AgentTools, sweep: str) -> str:

@@ -1,4 +1,4 @@
-"""The original `knobs` proposer, kept as `knobs-naive` for comparison (benchmarks/search.py).
+"""The original `knobs` proposer, the `knobs-naive` baseline of benchmarks/search.py.
 
 A local search: one UPPER_CASE numeric/bool constant at a time, ×2/×0.5/… or ±1.
 Deterministic for a given seed and history; no network, no API key. Never repeats a diff

@@ -520,7 +520,7 @@ def test_the_blocking_migration_keeps_old_runs_unknown(request, tmp_path, backen
     url = tmp_path / "old.db" if backend == "sql" else request.getfixturevalue("pg_url")
     engine = make_engine(url)
     request.addfinalizer(engine.dispose)
-    migrate(engine, "run_counts")  # the revision before run_blocking
+    migrate(engine, "experiment_cancel_reason")  # the revision before run_blocking
     store = SqlStore(engine)
     sweep = store.create_sweep(spec())
     exp_id = running(store, sweep.id)

@@ -94,28 +94,31 @@ class Incumbent:
                 sweep.id, current.best_experiment_id, head, seed, RunRole.INCUMBENT))
         if run.status is not RunStatus.OK or run.metric is None:
             return
-        good = [r for r in mine if r.status in GOOD and r.metric is not None] + [run]
+        with decision_lock(sweep.branch, sweep.target_path):
+            self.record_best(sweep, head, flag=True)
+
+    def record_best(self, sweep: Sweep, head: str, flag: bool = False) -> None:
+        """The recorded best: the mean of the best commit's runs in its usual conditions (its
+        other runs marked suspect when `flag`). Call under the decision lock."""
+        current = self.store.get_sweep(sweep.name)
+        if current.best_commit != head or current.best_experiment_id is None:
+            return
+        runs = self.store.run_metrics(sweep.id)
+        good = [r for r in runs if r.commit == head and r.status in GOOD and r.metric is not None]
+        rule = Rule.of(current.config)
         tol = rule.throughput_tolerance or speed_tolerance(
-            sweep_speed_noise([r for r in runs if r.status in GOOD] + [run]))
+            sweep_speed_noise([r for r in runs if r.status in GOOD]))
         keys = conditions([sample(r) for r in good], tol)
         home = usual_keys(keys)
-        usual = [r for r, k in zip(good, keys, strict=True) if k == home.get(k[0])]
+        usual = [r.metric for r, k in zip(good, keys, strict=True) if k == home.get(k[0])]
         for r, k in zip(good, keys, strict=True):
             want = RunStatus.OK if k == home.get(k[0]) else RunStatus.SUSPECT
-            if r.status is not want:
+            if flag and r.status is not want:
                 self.store.set_run_status(r.id, want)
-        if run not in usual:
-            return
-        best = mean([r.metric for r in usual if r.metric is not None])
-        with decision_lock(sweep.branch, sweep.target_path):
-            if best is not None and self.store.get_sweep(sweep.name).best_commit == head:
-                self.store.set_best(
-                    sweep.id,
-                    current.best_experiment_id,
-                    best,
-                    head,
-                    baseline=current.best_experiment_id == self._baseline_id(sweep),
-                )
+        best = mean([m for m in usual if m is not None])
+        if best is not None and best != current.best_metric:
+            self.store.set_best(sweep.id, current.best_experiment_id, best, head,
+                                baseline=current.best_experiment_id == self._baseline_id(sweep))
 
     def beside(self, sweep: Sweep, exp: Experiment, head: str, stop: threading.Event,
                seed: int, pair_of: int | None) -> Run:

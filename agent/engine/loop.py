@@ -226,7 +226,8 @@ class Loop:
         beside: int | None = None  # the keep rule asked for the incumbent beside this run
         verdict = Verdict(None, incumbent=False)
         while True:
-            if verdict.incumbent:
+            incumbent_ran = verdict.incumbent
+            if incumbent_ran:
                 failed = self._beside(sweep, exp, head, stop, seed, beside)
             else:
                 spec = RunSpec(sweep.id, exp.id, commit, seed, role)
@@ -238,6 +239,8 @@ class Loop:
                 evidence, now_head, mine, best = self._evidence(sweep, exp, head, commit, failed)
                 verdict = decide(evidence, rule)
                 write_flags(self.store, mine, best, verdict)
+                if incumbent_ran:  # one more run of the best: its recorded mean moves
+                    self.incumbent.record_best(sweep, head)
                 if verdict.status is not None:
                     done = self._conclude(sweep, exp, verdict, result, head, commit, mine)
             if verdict.status is not None:

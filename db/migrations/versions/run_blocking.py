@@ -8,14 +8,14 @@ ADD COLUMNs: no table copy, whatever the table's size; rows already there keep N
 Dialect-neutral: Alembic ops only.
 
 Revision ID: run_blocking
-Revises: run_counts
+Revises: experiment_cancel_reason
 """
 
 import sqlalchemy as sa
 from alembic import op
 
 revision = "run_blocking"
-down_revision = "run_counts"
+down_revision = "experiment_cancel_reason"
 branch_labels = None
 depends_on = None
 

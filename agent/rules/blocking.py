@@ -195,67 +195,133 @@ def incumbent_notes(best: Sequence[Sample], keys: Sequence[Key]) -> list[str]:
     return notes
 
 
+@dataclass
+class _Held:
+    """A change's run whose pair disagreed in speed, until its next run tells."""
+
+    index: int
+    key: Key  # the incumbent's condition beside it
+    ratio: float | None  # its speed over the incumbent's beside it; None: a credit
+
+
+class _Placer:
+    """place(): each run of a change put in one of the incumbent's conditions, in order."""
+
+    def __init__(self, runs: Sequence[Sample], best: Sequence[Sample], keys: Sequence[Key],
+                 tolerance: float) -> None:
+        self.runs, self.best, self.keys, self.tol = runs, best, keys, tolerance
+        self.levels, self.usual = _levels(best, keys), usual_keys(keys)
+        self.widths = _widths(best, keys, tolerance)
+        self.placed: list[Key | None] = []
+        self.notes: list[str] = []
+        self.own: list[bool] = []  # its speed is the change's own (confirmed)
+        self.held: _Held | None = None
+
+    def add(self, j: int, c: Sample) -> None:
+        beside = [i for i, b in enumerate(self.best) if c.run_id and b.pair_of == c.run_id]
+        held, self.held = self.held, None
+        if held is not None and held.ratio is None:
+            self._credit(held, c)
+        if held is not None and held.ratio is not None:
+            if not beside:  # it tells only beside the incumbent too: that run comes first
+                self._put(None, False, f"{speed_text(c.throughput, c.source)}: whether run "
+                          f"{self.runs[held.index].run_id} ran at the change's own speed "
+                          "shows beside the incumbent; it runs beside this one", )
+                self.held = held
+                return
+            if self._ratio(held, c, self.best[beside[0]], self.keys[beside[0]]):
+                return
+        if beside:
+            b = self.best[beside[0]]
+            key, note, new = _beside(c, b, self.keys[beside[0]], self.levels,
+                                     self.usual.get(c.device), self.tol)
+            if new is not None:
+                self.held = _Held(j, new, None if key is not None else _ratio_of(c, b))
+            self._put(key, False, note)
+            return
+        self._unpaired(j, c)
+
+    def _credit(self, held: _Held, c: Sample) -> None:
+        """A run beside the incumbent at its usual speed: its own speed if `c` keeps it."""
+        w = held.index
+        if agrees(c.throughput, self.runs[w].throughput, self.widths.get(held.key, self.tol)):
+            self.own[w] = True
+            self.notes[w] += "; its next run kept that speed: the change's own"
+        else:
+            self.placed[w] = None
+            self.notes[w] += (f"; its next run ran at {speed_text(c.throughput)}: the machine "
+                              "moved; left out")
+
+    def _ratio(self, held: _Held, c: Sample, b: Sample, key: Key) -> bool:
+        """Two runs of the change beside the incumbent off its usual speed: the same ratio of
+        speeds twice is the change's own speed in those conditions (both placed there);
+        another ratio says the machine moved (the first is left out). Whether `c` is placed."""
+        w, ratio = held.index, _ratio_of(c, b)
+        if ratio is None or not agrees(ratio, held.ratio, self.tol):
+            self.notes[w] += "; the next pair's speeds differ otherwise: the machine moved"
+            return False
+        self.placed[w], self.own[w] = held.key, True
+        self.notes[w] += "; the next pair's speeds differ alike: the change's own speed there"
+        self._put(key, True, f"{speed_text(c.throughput, c.source)}; incumbent run {b.run_id} "
+                  f"beside it ran at {speed_text(b.throughput)}: the change's own speed, as "
+                  f"beside run {self.runs[w].run_id}; compared in those conditions")
+        return True
+
+    def _unpaired(self, j: int, c: Sample) -> None:
+        prev_key = self.placed[-1] if j else None
+        if prev_key is not None and agrees(c.throughput, self.runs[j - 1].throughput,
+                                           self.widths.get(prev_key, self.tol)):
+            note = "" if prev_key == self.usual.get(c.device) else (
+                f"{speed_text(c.throughput, c.source)}, as its run {self.runs[j - 1].run_id} "
+                "before: in the same other machine conditions")
+            self._put(prev_key, self.own[-1], note)
+        elif j == 0:
+            self._first(c)
+        else:
+            self._put(None, False, f"{speed_text(c.throughput, c.source)} vs "
+                      f"{speed_text(self.runs[j - 1].throughput)} for its run before (beyond "
+                      f"±{self.tol:.0%}): the machine moved; the incumbent runs beside it")
+
+    def _first(self, c: Sample) -> None:
+        prev = _latest_before(c, self.best, any_device=c.throughput is None)
+        if prev is None:
+            self._put(None, False, "no incumbent run on its device: the incumbent runs beside it")
+            return
+        ref, key = self.levels.get(self.keys[prev]), self.keys[prev]
+        width = self.widths.get(key, self.tol)
+        if not agrees(c.throughput, ref, width):
+            self._put(None, False, f"{speed_text(c.throughput, c.source)}{_off(c.throughput, ref)}"
+                      f" (beyond ±{width:.0%}): the machine or the change? the incumbent runs "
+                      "beside it")
+        elif key != self.usual.get(c.device):
+            self._put(key, False, f"{speed_text(c.throughput, c.source)}: at the incumbent's "
+                      f"speed in its latest conditions (run {self.best[prev].run_id}, another "
+                      "machine condition): compared there")
+        else:
+            self._put(key, False, "")
+
+    def _put(self, key: Key | None, own: bool, note: str) -> None:
+        self.placed.append(key)
+        self.own.append(own)
+        self.notes.append(note)
+
+
+def _ratio_of(c: Sample, b: Sample) -> float | None:
+    if c.throughput is None or b.throughput is None or b.throughput <= 0:
+        return None
+    return c.throughput / b.throughput
+
+
 def place(runs: Sequence[Sample], best: Sequence[Sample], keys: Sequence[Key],
           tolerance: float) -> tuple[list[Key | None], list[str], bool, list[bool]]:
     """Each run of the change: its condition (None: not comparable) and why; whether the
     latest placed run's speed still waits to be confirmed as the change's own; and, per run,
     whether its speed is the change's own (confirmed: credited)."""
-    levels, usual, widths = _levels(best, keys), usual_keys(keys), _widths(best, keys, tolerance)
-    placed: list[Key | None] = []
-    notes: list[str] = []
-    own: list[bool] = []
-    waiting: tuple[int, Key] | None = None  # a run whose pair disagreed: its next run tells
+    p = _Placer(runs, best, keys, tolerance)
     for j, c in enumerate(runs):
-        beside = [i for i, b in enumerate(best) if c.run_id and b.pair_of == c.run_id]
-        held = None
-        if waiting is not None:  # its next run tells: it kept that speed, or not
-            w = waiting[0]
-            if agrees(c.throughput, runs[w].throughput, widths.get(waiting[1], tolerance)):
-                placed[w] = waiting[1]
-                own[w] = True
-                notes[w] += "; its next run kept that speed: the change's own"
-            else:
-                placed[w] = None
-                notes[w] += (f"; its next run ran at {speed_text(c.throughput)}: the machine "
-                             "moved; left out")
-        if beside:
-            key, note, held = _beside(c, best[beside[0]], keys[beside[0]], levels,
-                                      usual.get(c.device), tolerance)
-        elif waiting is not None and placed[waiting[0]] is not None:
-            key, note = placed[waiting[0]], ""  # at that speed too: with it
-        elif j and placed[-1] is not None and agrees(c.throughput, runs[j - 1].throughput,
-                                                    widths.get(placed[-1], tolerance)):
-            key = placed[-1]
-            note = "" if key == usual.get(c.device) else (
-                f"{speed_text(c.throughput, c.source)}, as its run {runs[j - 1].run_id} "
-                "before: in the same other machine conditions")
-        elif j == 0:
-            prev = _latest_before(c, best, any_device=c.throughput is None)
-            ref = levels.get(keys[prev]) if prev is not None else None
-            width = widths.get(keys[prev], tolerance) if prev is not None else tolerance
-            key = keys[prev] if prev is not None and agrees(c.throughput, ref, width) else None
-            note = ""
-            if key is None:
-                note = (f"{speed_text(c.throughput, c.source)}{_off(c.throughput, ref)} (beyond "
-                        f"±{width:.0%}): the machine or the change? the incumbent runs "
-                        "beside it")
-            elif prev is not None and key != usual.get(c.device):
-                note = (f"{speed_text(c.throughput, c.source)}: at the incumbent's speed in its "
-                        f"latest conditions (run {best[prev].run_id}, another machine "
-                        "condition): compared there")
-        else:
-            key = None
-            note = (f"{speed_text(c.throughput, c.source)} vs "
-                    f"{speed_text(runs[j - 1].throughput)} for its run before (beyond "
-                    f"±{tolerance:.0%}): the machine moved; the incumbent runs beside it")
-        mine = bool(waiting is not None and placed[waiting[0]] is not None and own[waiting[0]]
-                    and key == placed[waiting[0]]) or bool(
-            j and key is not None and key == placed[-1] and own[-1] and not beside)
-        own.append(mine)
-        placed.append(key)
-        notes.append(note)
-        waiting = (j, held) if held is not None else None
-    return placed, notes, waiting is not None and placed[waiting[0]] is not None, own
+        p.add(j, c)
+    waiting = p.held is not None and p.held.ratio is None
+    return p.placed, p.notes, waiting, p.own
 
 
 def _beside(c: Sample, b: Sample, key: Key, levels: dict[Key, float | None],
@@ -265,7 +331,8 @@ def _beside(c: Sample, b: Sample, key: Key, levels: dict[Key, float | None],
     machine's, whatever it was). When they disagree and the incumbent kept its usual speed,
     the changed speed is the change's own if its next run keeps it (till then it counts in
     the usual conditions for a discard, not for a keep); when they disagree and the
-    incumbent's speed moved too, the machine moved between them: left out."""
+    incumbent's speed moved too, the machine moved between them, or the change has its own
+    speed there: its next pair tells (the same ratio of speeds), till then it is left out."""
     ref = levels.get(home) if home is not None else None
     head = (f"{speed_text(c.throughput, c.source)}{_off(c.throughput, ref)}; incumbent run "
             f"{b.run_id} beside it (seed {b.seed}) ran at {speed_text(b.throughput)}")
@@ -275,7 +342,7 @@ def _beside(c: Sample, b: Sample, key: Key, levels: dict[Key, float | None],
     if key == home:
         return key, f"{head}, its usual speed: the change's own, if its next run keeps it", key
     return None, (f"{head}: off each other and off its usual speed too: the machine moved "
-                  "between them; left out"), None
+                  "between them, or the change has its own speed there; its next pair tells"), key
 
 
 def arrange(runs: Sequence[Sample], best: Sequence[Sample], tolerance: float) -> Blocks:

@@ -27,7 +27,7 @@ import statistics
 from dataclasses import dataclass, field, replace
 
 from agent.core.domain import ExperimentStatus
-from agent.rules.blocking import Sample, conditions, usual_keys, usual_runs
+from agent.rules.conditions import Sample, conditions, usual_keys, usual_runs
 from agent.rules.decide import Evidence, Rule, decide, incumbent_due
 from agent.rules.noise import speed_noise, speed_tolerance, squares
 

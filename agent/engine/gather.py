@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from agent.core.domain import Experiment, Run, RunRole, RunStatus
 from agent.core.ports import Store
-from agent.rules.blocking import Sample
+from agent.rules.conditions import Sample
 from agent.rules.decide import Verdict
 from agent.rules.noise import speed_noise, squares
 

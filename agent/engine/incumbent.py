@@ -25,7 +25,7 @@ from agent.core.ports import Repo, Store
 from agent.engine.attempt import LoopSettings, TrainingRuns
 from agent.engine.gather import GOOD, sample, sweep_speed_noise
 from agent.ops.sweeps import link_assets
-from agent.rules.blocking import conditions, usual_keys
+from agent.rules.conditions import conditions, usual_keys
 from agent.rules.decide import Rule, incumbent_due
 from agent.rules.noise import mean, speed_tolerance
 

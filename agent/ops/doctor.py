@@ -22,7 +22,7 @@ from agent.core.config import TargetConfig, extra_args
 from agent.git.repo import GitRepo
 from agent.ops.doctor_knobs import ignored_missing, knob_checks, knob_states, printed_values
 from agent.ops.sweeps import asset_hashes, dirty_files, link_assets
-from agent.rules.blocking import Sample
+from agent.rules.conditions import Sample
 from agent.rules.contract import (
     Check,
     RunFacts,

@@ -1,23 +1,23 @@
-"""Blocking in time: which runs of a change and of its incumbent were measured in the same
-machine conditions, and the change's gain estimated within them.
+"""Blocking in time: each run of a change placed in one of its incumbent's machine conditions
+(agent.rules.conditions), and the change's runs and the incumbent's arranged per condition for
+the gain (agent.rules.estimate).
 
-Pure: the stdlib only. On a time budget a busy stretch of the machine trains
-fewer steps and measures a worse metric, for every commit alike; its throughput says so. The
-incumbent's runs are grouped by throughput level per device (its *conditions*; the largest is
-its usual one). Each run of a change is placed in one condition:
+Pure: the stdlib and agent.rules only. On a time budget a busy stretch of the machine trains
+fewer steps and measures a worse metric, for every commit alike; its throughput says so. Each
+run of a change is placed in one condition:
 
 - beside an incumbent run started for it (same seed, same device, right after): that run's
-  condition — so a changed speed counts as the change's own only when the incumbent, re-run
-  in the same window, kept its old speed;
-- else, with the change's previous run when their speeds agree (the machine did not move);
-- else (its first run) with the incumbent's latest run on the device when its speed matches
-  that condition's;
+  condition when their speeds agree; when they do not and the incumbent kept its usual speed,
+  the changed speed is the change's own once its next run keeps it (till then it counts for a
+  discard, not for a keep); when the incumbent's speed moved too, the change's own speed there
+  only if its next pair shows the same ratio of speeds, else the machine moved between them;
+- else, with the change's previous run when their speeds agree within its condition's width;
+- else (its first run) with the incumbent's latest condition on the device when its speed
+  fits there;
 - else it has no comparison yet: the incumbent runs next, beside it (`pending`).
 
-A condition whose incumbent runs beside this change disagree in metric with its older ones
-(a shift the throughput did not show) is compared on the runs beside the change only. The
-gain is the inverse-variance mean of the per-condition gains: one condition is the plain
-two-sample comparison; a change and an incumbent run side by side are a same-window pair.
+A condition whose incumbent runs beside this change disagree in metric with its older ones (a
+shift the throughput did not show) is compared on the runs beside the change only.
 """
 
 from __future__ import annotations
@@ -25,27 +25,25 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from statistics import median
 
+from agent.rules.conditions import (
+    Key,
+    Sample,
+    agrees,
+    conditions,
+    incumbent_notes,
+    latest_before,
+    levels,
+    off,
+    speed_text,
+    usual_keys,
+    usual_runs,
+    widths,
+)
 from agent.rules.estimate import Obs, Stratum
 
-Key = tuple[str | None, int]  # (device, the incumbent's condition on it)
-JOIN = 0.5  # an incumbent run joins a condition within this share of the tolerance
-SPEED_Z = 4.0  # a condition's width: this many times the spread of its incumbent runs' speeds
-WIDTH_FLOOR = 0.03  # ... and never narrower than this share
-
-
-@dataclass(frozen=True)
-class Sample:
-    """One finished run with a finite metric, as the decision sees it."""
-
-    metric: float
-    throughput: float | None = None
-    run_id: int = 0  # start order within the sweep (ids grow); 0: order of the tuple only
-    seed: int | None = None
-    device: str | None = None
-    pair_of: int | None = None  # an incumbent run: the change's run it was started beside
-    source: str | None = None  # where the throughput came from (agent.throughput)
+__all__ = ["Blocks", "Sample", "arrange", "conditions", "incumbent_notes", "place",
+           "usual_keys", "usual_runs"]
 
 
 @dataclass(frozen=True)
@@ -66,135 +64,6 @@ class Blocks:
         return sum(len(s.change) for s in self.strata)
 
 
-def agrees(value: float | None, reference: float | None, tolerance: float) -> bool:
-    """Same speed within `tolerance` (a share of the reference); unknown speeds agree."""
-    if value is None or reference is None or reference <= 0:
-        return True
-    return abs(value - reference) / reference <= tolerance
-
-
-def conditions(best: Sequence[Sample], tolerance: float) -> list[Key]:
-    """Each incumbent run's condition: runs in id order per device stay in the device's
-    latest condition while their throughput agrees with its median within `tolerance`, else
-    join the earlier condition whose median is nearest within JOIN of the tolerance (quiet
-    spells are one condition), else start one; an unknown speed stays in the latest."""
-    keys: list[Key] = []
-    speeds: dict[Key, list[float]] = {}
-    latest: dict[str | None, Key] = {}
-    for b in best:
-        key = latest.get(b.device)
-        level = median(speeds[key]) if key is not None and speeds[key] else None
-        if key is None or not agrees(b.throughput, level, tolerance):
-            key = _nearest(b, speeds, tolerance)
-            if key is None:
-                key = (b.device, sum(1 for k in speeds if k[0] == b.device))
-        speeds.setdefault(key, [])
-        if b.throughput is not None:
-            speeds[key].append(b.throughput)
-        latest[b.device] = key
-        keys.append(key)
-    return keys
-
-
-def _nearest(b: Sample, speeds: dict[Key, list[float]], tolerance: float) -> Key | None:
-    if b.throughput is None:
-        return None
-    found, gap = None, math.inf
-    for key, values in speeds.items():
-        if key[0] != b.device or not values:
-            continue
-        level = median(values)
-        off = abs(math.log(b.throughput / level)) if level > 0 else math.inf
-        if agrees(b.throughput, level, tolerance * JOIN) and off < gap:
-            found, gap = key, off
-    return found
-
-
-def usual_keys(keys: Sequence[Key]) -> dict[str | None, Key]:
-    """Per device, the incumbent's usual condition: the one with the most runs (earliest on a
-    tie)."""
-    out: dict[str | None, Key] = {}
-    for key in keys:
-        best = out.get(key[0])
-        if best is None or keys.count(key) > keys.count(best):
-            out[key[0]] = key
-    return out
-
-
-def usual_runs(best: Sequence[Sample], tolerance: float) -> list[float]:
-    """The metrics of the incumbent's runs in its usual condition (the most runs overall)."""
-    if not best:
-        return []
-    keys = conditions(best, tolerance)
-    top = max(dict.fromkeys(keys), key=keys.count)  # first of the most common
-    return [b.metric for b, k in zip(best, keys, strict=True) if k == top]
-
-
-def _levels(best: Sequence[Sample], keys: Sequence[Key]) -> dict[Key, float | None]:
-    out: dict[Key, float | None] = {}
-    for key in dict.fromkeys(keys):
-        values = [b.throughput for b, k in zip(best, keys, strict=True)
-                  if k == key and b.throughput is not None]
-        out[key] = median(values) if values else None
-    return out
-
-
-def _widths(best: Sequence[Sample], keys: Sequence[Key], tolerance: float
-            ) -> dict[Key, float]:
-    """How far a change's run may be off a condition's speed and still count as run in it:
-    SPEED_Z times the spread of the incumbent's own speeds there (three runs or more), within
-    WIDTH_FLOOR and the tolerance. On a time budget the metric follows the speed: a condition
-    whose runs agree closely must not take a run at a speed it never showed."""
-    out: dict[Key, float] = {}
-    for key in dict.fromkeys(keys):
-        logs = [math.log(b.throughput) for b, k in zip(best, keys, strict=True)
-                if k == key and b.throughput is not None and b.throughput > 0]
-        if len(logs) < 3:
-            out[key] = tolerance
-            continue
-        m = sum(logs) / len(logs)
-        sd = math.sqrt(sum((v - m) ** 2 for v in logs) / (len(logs) - 1))
-        out[key] = min(tolerance, max(WIDTH_FLOOR, math.expm1(SPEED_Z * sd)))
-    return out
-
-
-def _latest_before(c: Sample, best: Sequence[Sample], any_device: bool = False) -> int | None:
-    """The incumbent's latest run on the change run's device started before it."""
-    found = None
-    for i, b in enumerate(best):
-        if (any_device or b.device == c.device) and (
-                not c.run_id or not b.run_id or b.run_id < c.run_id):
-            found = i
-    return found
-
-
-def speed_text(value: float | None, source: str | None = None) -> str:
-    if value is None:
-        return "speed unknown"
-    return f"{value:.4g}/s" + (f" ({source})" if source else "")
-
-
-def _off(value: float | None, reference: float | None) -> str:
-    if value is None or not reference:
-        return ""
-    return f", {value / reference - 1:+.0%} vs the incumbent's {reference:.4g}/s"
-
-
-def incumbent_notes(best: Sequence[Sample], keys: Sequence[Key]) -> list[str]:
-    """Per incumbent run: the change's run it ran beside, and its speed when it is off the
-    usual condition's."""
-    levels, usual = _levels(best, keys), usual_keys(keys)
-    notes = []
-    for b, key in zip(best, keys, strict=True):
-        parts = [f"beside run {b.pair_of} (seed {b.seed})"] if b.pair_of else []
-        home = usual.get(key[0])
-        if home is not None and key != home:
-            off = _off(b.throughput, levels.get(home))
-            parts.append(f"{speed_text(b.throughput, b.source)}{off}: another machine condition")
-        notes.append("; ".join(parts))
-    return notes
-
-
 @dataclass
 class _Held:
     """A change's run whose pair disagreed in speed, until its next run tells."""
@@ -210,8 +79,8 @@ class _Placer:
     def __init__(self, runs: Sequence[Sample], best: Sequence[Sample], keys: Sequence[Key],
                  tolerance: float) -> None:
         self.runs, self.best, self.keys, self.tol = runs, best, keys, tolerance
-        self.levels, self.usual = _levels(best, keys), usual_keys(keys)
-        self.widths = _widths(best, keys, tolerance)
+        self.levels, self.usual = levels(best, keys), usual_keys(keys)
+        self.widths = widths(best, keys, tolerance)
         self.placed: list[Key | None] = []
         self.notes: list[str] = []
         self.own: list[bool] = []  # its speed is the change's own (confirmed)
@@ -283,14 +152,14 @@ class _Placer:
                       f"±{self.tol:.0%}): the machine moved; the incumbent runs beside it")
 
     def _first(self, c: Sample) -> None:
-        prev = _latest_before(c, self.best, any_device=c.throughput is None)
+        prev = latest_before(c, self.best, any_device=c.throughput is None)
         if prev is None:
             self._put(None, False, "no incumbent run on its device: the incumbent runs beside it")
             return
         ref, key = self.levels.get(self.keys[prev]), self.keys[prev]
         width = self.widths.get(key, self.tol)
         if not agrees(c.throughput, ref, width):
-            self._put(None, False, f"{speed_text(c.throughput, c.source)}{_off(c.throughput, ref)}"
+            self._put(None, False, f"{speed_text(c.throughput, c.source)}{off(c.throughput, ref)}"
                       f" (beyond ±{width:.0%}): the machine or the change? the incumbent runs "
                       "beside it")
         elif key != self.usual.get(c.device):
@@ -334,7 +203,7 @@ def _beside(c: Sample, b: Sample, key: Key, levels: dict[Key, float | None],
     incumbent's speed moved too, the machine moved between them, or the change has its own
     speed there: its next pair tells (the same ratio of speeds), till then it is left out."""
     ref = levels.get(home) if home is not None else None
-    head = (f"{speed_text(c.throughput, c.source)}{_off(c.throughput, ref)}; incumbent run "
+    head = (f"{speed_text(c.throughput, c.source)}{off(c.throughput, ref)}; incumbent run "
             f"{b.run_id} beside it (seed {b.seed}) ran at {speed_text(b.throughput)}")
     if agrees(c.throughput, b.throughput, tolerance):
         note = "" if key == home else f"{head}: the machine; compared in those conditions"

@@ -22,8 +22,8 @@ from dataclasses import replace
 
 from agent.core.config import Direction
 from agent.core.domain import CrashKind, ExperimentStatus
-from agent.rules.blocking import Sample
 from agent.rules.classify import classify
+from agent.rules.conditions import Sample
 from agent.rules.noise import mean
 from agent.rules.sequential import baseline, sequential
 from agent.rules.verdict import (

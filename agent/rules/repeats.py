@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from agent.rules.blocking import Sample
+from agent.rules.conditions import Sample
 from agent.rules.contract import Check
 from agent.rules.throughput import NONE_FIX, NONE_HINT
 

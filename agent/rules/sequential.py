@@ -19,7 +19,8 @@ from dataclasses import replace
 
 from agent.core.config import Direction
 from agent.core.domain import ExperimentStatus
-from agent.rules.blocking import Blocks, arrange, conditions, incumbent_notes, usual_keys
+from agent.rules.blocking import Blocks, arrange
+from agent.rules.conditions import conditions, incumbent_notes, usual_keys
 from agent.rules.estimate import Noise, estimate, gain_only, noise, values
 from agent.rules.noise import identical, mean, p_better
 from agent.rules.verdict import Evidence, Rule, Verdict, again, stale, tolerance

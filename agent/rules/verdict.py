@@ -10,8 +10,8 @@ from dataclasses import dataclass, field, replace
 
 from agent.core.config import Direction, TargetConfig
 from agent.core.domain import CrashKind, ExperimentStatus
-from agent.rules.blocking import Sample
 from agent.rules.classify import CrashFacts
+from agent.rules.conditions import Sample
 from agent.rules.noise import speed_tolerance
 
 SEQUENTIAL, STRICT = "sequential", "strict"

@@ -32,7 +32,7 @@ from agent.rules.noise import pooled_sigma
 
 Obs = tuple[float, float | None]  # (metric, log throughput or None)
 SPLIT_Z = 2.5  # incumbent runs beside the change this many standard errors off its older ones
-DRIFT_SD = 3.0  # σ_d² this many sampling SDs above σ_b² (χ²: √(2/df)) says the machine drifts
+DRIFT_SD = 6.0  # σ_d² this many sampling SDs above σ_b² (χ²: √(2/df)) says the machine drifts
 MIN_DF = 4  # degrees of freedom of σ_b before a drift can be told from its own noise
 # The metric follows the speed when β is this far from 0: Student's t at a two-sided 1 %, by
 # degrees of freedom (a slope fitted on few runs must be very clear to be believed).

@@ -29,7 +29,7 @@ MIN_INCUMBENT_RUNS = 2  # a decision rests on at least this many incumbent runs 
 MIN_ELSEWHERE = 3  # ... in conditions other than the incumbent's usual ones (fresh references)
 KEEP_INCUMBENT_RUNS = 3  # and a keep on this many (the baseline's runs)
 MAX_SUSPECT_RERUNS = 1  # one extra baseline run when its runs' speeds swung (then: go on)
-FRESH_Z = 0.5  # a keep resting on runs in other machine conditions needs z this much higher
+FRESH_Z = 0.3  # a keep resting on runs in other machine conditions needs z this much higher
 CLEARLY_WORSE = 1.5  # this far under discard_z a thin reference is enough to discard
 MAX_UNUSABLE = 1  # a change's runs left out (the machine moved around them) beyond max_runs
 

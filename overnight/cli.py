@@ -129,8 +129,8 @@ def run(
 
 @app.command()
 def demo(
-    budget: Annotated[float, typer.Option(help="training seconds per run")] = 10.0,
-    experiments: Annotated[int, typer.Option(min=1, help="experiments after baseline")] = 5,
+    budget: Annotated[float, typer.Option(help="training seconds per run")] = 6.0,
+    experiments: Annotated[int, typer.Option(min=1, help="experiments after baseline")] = 4,
     dir: Annotated[Path | None, typer.Option("--dir", help="where to make the target")] = None,
     db: DbOpt = None,
 ) -> None:

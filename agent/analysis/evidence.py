@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from agent.analysis.folds import appended
@@ -259,7 +259,7 @@ class PerExperiment(Mapping[int, ExperimentEvidence]):
 
 def _one(
     values: list[float], base: list[float], sigma: float | None, sign: float,
-    marked: list[Run] = ()  # type: ignore[assignment]
+    marked: Sequence[Run] = (),
 ) -> ExperimentEvidence:
     m = mean(values)
     p = None
@@ -269,6 +269,8 @@ def _one(
     pairs = tuple((r.pair_run_id, r.id) for r in marked if r.pair_run_id)
     suspect = tuple((r.id, r.note or "") for r in marked
                     if r.status is RunStatus.SUSPECT and not r.pair_run_id)
+    if pairs or suspect:  # decided in the machine's conditions: its own reason says how
+        p = None
     return ExperimentEvidence(
         len(values), m, sample_sd(values), ci95(values, sigma), p, tuple(values), pairs, suspect
     )

@@ -42,6 +42,8 @@ from agent.rules.conditions import (
 )
 from agent.rules.estimate import Obs, Stratum
 
+CONFIRM_SHARE = 0.75  # a credited speed is confirmed within this share of the tolerance (at most)
+
 __all__ = ["Blocks", "Sample", "arrange", "conditions", "incumbent_notes", "place",
            "usual_keys", "usual_runs"]
 
@@ -113,7 +115,8 @@ class _Placer:
     def _credit(self, held: _Held, c: Sample) -> None:
         """A run beside the incumbent at its usual speed: its own speed if `c` keeps it."""
         w = held.index
-        if agrees(c.throughput, self.runs[w].throughput, self.widths.get(held.key, self.tol)):
+        width = min(self.widths.get(held.key, self.tol), self.tol * CONFIRM_SHARE)
+        if agrees(c.throughput, self.runs[w].throughput, width):
             self.own[w] = True
             self.notes[w] += "; its next run kept that speed: the change's own"
         else:

@@ -81,7 +81,8 @@ def test_slots_finishing_together_re_run_the_incumbent_once(tmp_path, store, mak
     set-up), and goes on without one: one re-run, not two."""
     # a loaded machine's jitter must not start incumbent runs beside changes here: the test is
     # about the periodic re-run's claim
-    target = noisy_target(tmp_path / "noisy", extra="throughput_tolerance = 10\n")
+    target = noisy_target(tmp_path / "noisy",
+                          extra="throughput_tolerance = 10\nkeep_z = 100\n")  # no keeps either
     sweep = create_sweep(store, GitRepo(target), target, name="inc",
                          config=load_config(target), max_experiments=8)
     run_sweep(make_loop(target, Ideas()), sweep.name)

@@ -13,11 +13,14 @@ The proposers compared, side by side on the same seeds:
   anchor; a crash is told as the worst metric seen so far, an already-run value its metric);
 - knobs: the learning proposer (agent/proposers/knobs.py).
 
-Reported per family: median and p90 true regret after 20, 50 and 100 proposals; runs wasted
-on crashes, on repeated crashes per knob (max over knobs, after the first), and on repeats
-(a duplicate diff refused by admission, or an already-evaluated configuration).
+Reported per family: median and p90 true regret after 20, 30, 50 and 100 proposals, and the
+median closed share of regret, (regret of the baseline - regret of the kept head) / regret of
+the baseline (1 = the optimum found, 0 = nothing gained); runs wasted on crashes, on repeated
+crashes per knob (max over knobs, after the first), and on repeats (a duplicate diff refused by
+admission, or an already-evaluated configuration). Seeds are first_seed .. first_seed+seeds-1:
+tune on one range, report on another.
 
-    .venv/bin/python benchmarks/search.py [--seeds 10] [--proposals 100] [--jobs 2]
+    .venv/bin/python benchmarks/search.py [--seeds 10] [--first-seed 0] [--proposals 100] [--jobs 2]
 """
 
 from __future__ import annotations
@@ -58,7 +61,7 @@ from agent.proposers.knobs import Knob, KnobsProposer, find_knobs  # noqa: E402
 from agent.proposers.knobs_naive import NaiveKnobsProposer  # noqa: E402
 from agent.proposers.llm_parse import apply_unified_diff  # noqa: E402
 
-CHECKPOINTS = (20, 50, 100)
+CHECKPOINTS = (20, 30, 50, 100)
 PROPOSERS = ("knobs-naive", "random", "optuna-tpe", "knobs")
 SPAN = 4 * math.log(2.0)
 MAX_ASKS = 50  # random/optuna range: ±4 doublings in the knob's own scale
@@ -185,6 +188,7 @@ def make(name: str, seed: int):  # type: ignore[no-untyped-def]
 @dataclass
 class Outcome:
     regret: dict[int, float]
+    baseline_regret: float
     crashes: int
     crash_repeats: int  # max over knobs of crashes on that knob after its first
     repeats: int  # duplicate diffs refused + already-evaluated configurations run
@@ -273,7 +277,13 @@ def simulate(family: str, proposer_name: str, seed: int, proposals: int) -> Outc
         if n in CHECKPOINTS:
             regret[n] = sim.regret()
     worst = max((c - 1 for c in sim.crashed_knobs.values()), default=0)
-    return Outcome(regret, sim.crashes, worst, sim.repeats, ended)
+    base = float(FAMILIES[family](values_of(TRAIN_PY))) - OPTIMUM
+    return Outcome(regret, base, sim.crashes, worst, sim.repeats, ended)
+
+
+def closed(o: Outcome, mark: int) -> float:
+    """The share of the baseline's regret closed by the kept head after `mark` proposals."""
+    return (o.baseline_regret - o.regret[mark]) / o.baseline_regret
 
 
 def _changed(old: str, new: str) -> list[str]:
@@ -294,13 +304,14 @@ def _pct(values: list[float], q: float) -> float:
 def table(results: dict[tuple[str, str], list[Outcome]], proposals: int) -> str:
     marks = [m for m in CHECKPOINTS if m <= proposals]
     head = ["family", "proposer"] + [f"regret@{m} med / p90" for m in marks] + [
-        "crashed runs (med)", "crash repeats/knob (max)", "repeats (total)", "ended early"]
+        f"closed@{m} med" for m in marks] + ["crashed runs (med)", "crash repeats/knob (max)", "repeats (total)", "ended early"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for (family, proposer), outs in results.items():
         cells = [family, proposer]
         for m in marks:
             vals = [o.regret[m] for o in outs]
             cells.append(f"{statistics.median(vals):.4f} / {_pct(vals, 0.9):.4f}")
+        cells += [f"{statistics.median(closed(o, m) for o in outs):.3f}" for m in marks]
         cells += [f"{statistics.median(o.crashes for o in outs):g}",
                   str(max(o.crash_repeats for o in outs)), str(sum(o.repeats for o in outs)),
                   str(sum(o.ended_early for o in outs))]
@@ -333,18 +344,22 @@ def targets(results: dict[tuple[str, str], list[Outcome]]) -> list[str]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seeds", type=int, default=10, help="seeds per family and proposer")
+    ap.add_argument("--first-seed", type=int, default=0,
+                    help="seeds first_seed .. first_seed+seeds-1 (report on seeds not tuned on)")
     ap.add_argument("--proposals", type=int, default=100)
     ap.add_argument("--jobs", type=int, default=2, help="worker processes")
     ap.add_argument("--families", default=",".join(FAMILIES))
     ap.add_argument("--proposers", default=",".join(PROPOSERS))
     args = ap.parse_args()
     jobs = [(f, p, s, args.proposals) for f in args.families.split(",")
-            for p in args.proposers.split(",") for s in range(args.seeds)]
+            for p in args.proposers.split(",")
+            for s in range(args.first_seed, args.first_seed + args.seeds)]
     results: dict[tuple[str, str], list[Outcome]] = defaultdict(list)
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
         for family, proposer, _seed, outcome in pool.map(_job, jobs):
             results[(family, proposer)].append(outcome)
-    print(f"{args.seeds} seeds x {args.proposals} proposals, noise sigma {NOISE_SIGMA}, "
+    print(f"{args.seeds} seeds ({args.first_seed}..{args.first_seed + args.seeds - 1}) x "
+          f"{args.proposals} proposals, noise sigma {NOISE_SIGMA}, "
           f"regret = true metric of the kept head - optimum {OPTIMUM}\n")
     print(table(results, args.proposals))
     if set(PROPOSERS) <= set(args.proposers.split(",")) and args.proposals >= 50:

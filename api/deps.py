@@ -16,14 +16,15 @@ from urllib.parse import unquote, urlsplit
 
 from fastapi import Depends, HTTPException, Request
 
-from agent.domain import Sweep
-from agent.ports import Repo
-from agent.recovery import DatabaseLock, RecoveryReport
-from agent.retention import RetentionPolicy
-from agent.scheduler import SchedulerSettings, SlotScheduler
-from agent.service import Service
+from agent.core.domain import Sweep
+from agent.core.ports import Proposer, Repo
+from agent.engine.recovery import DatabaseLock, RecoveryReport
+from agent.engine.scheduler import SchedulerSettings, SlotScheduler
+from agent.ops.retention import RetentionPolicy
+from agent.ops.service import Service
 from api.admissions import AdmissionGate
 from api.settings import Settings
+from db.reads import Reads
 from db.store import SqlStore
 
 TOKEN_COOKIE = "overnight_token"
@@ -33,6 +34,7 @@ class Runtime(Protocol):
     """What the API uses of the composition root's object graph (overnight.runtime.Runtime)."""
 
     store: SqlStore
+    reads: Reads
     service: Service
     scheduler: SlotScheduler | None
     recovery: RecoveryReport | None
@@ -40,6 +42,8 @@ class Runtime(Protocol):
     def repo_for(self, sweep: Sweep) -> Repo: ...
 
     def repo_at(self, path: Path) -> Repo: ...
+
+    def make_proposer(self, spec: str, seed: int) -> Proposer | None: ...
 
     def start_engine(self, settings: SchedulerSettings, *,
                      lock: DatabaseLock | None = None) -> SlotScheduler: ...
@@ -61,6 +65,10 @@ class Services:
     @property
     def store(self) -> SqlStore:
         return self.runtime.store
+
+    @property
+    def reads(self) -> Reads:
+        return self.runtime.reads
 
     @property
     def service(self) -> Service:

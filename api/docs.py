@@ -14,7 +14,7 @@ from fastapi import FastAPI, Path, Query
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, BeforeValidator, ConfigDict
 
-from agent.domain import as_utc
+from agent.core.domain import as_utc
 
 MAX_ID = 2**63 - 1  # SQLite's INTEGER: a larger id can name nothing (it overflowed before)
 

@@ -14,8 +14,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from agent.errors import AdmissionError, ConfigError, ConflictError, NotFoundError, StoreError
-from agent.gitrepo import GitError
+from agent.core.errors import AdmissionError, ConfigError, ConflictError, NotFoundError, StoreError
+from agent.git.repo import GitError
 
 logger = logging.getLogger(__name__)
 

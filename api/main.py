@@ -7,7 +7,7 @@ routes, the dashboard, error handlers, the body limit and the MCP mount.
 Contract other parts rely on:
 - `app.state.services` is an `api.deps.Services` (settings + runtime).
 - The dashboard (`api.dashboard.routes.router`, HTML under `/` and `/ui`) is included.
-- `api.mcp_http.mount_mcp(app, services)` mounts MCP's streamable HTTP under `/mcp`; the
+- `api.mcp.http.mount_mcp(app, services)` mounts MCP's streamable HTTP under `/mcp`; the
   context manager it returns is entered for the life of the app (the lifespan).
 
 Lifespan, when `settings.run_scheduler`: `runtime.start_engine` (lock → recovery → slots);
@@ -23,16 +23,16 @@ from typing import Any
 
 from fastapi import FastAPI
 
-from agent.devices import detect_devices
-from agent.recovery import DatabaseLock
-from agent.retention import RetentionPolicy, parse_age
-from agent.scheduler import SchedulerSettings
+from agent.engine.devices import detect_devices
+from agent.engine.recovery import DatabaseLock
+from agent.engine.scheduler import SchedulerSettings
+from agent.ops.retention import RetentionPolicy, parse_age
 from api.dashboard import routes as dashboard_routes
 from api.deps import Runtime, Services
 from api.docs import install_openapi
 from api.errors import BodyLimitMiddleware, install_error_handlers
 from api.hostguard import TrustedHostMiddleware, trusted_hosts
-from api.mcp_http import mount_mcp
+from api.mcp.http import mount_mcp
 from api.routes import experiments, sweeps, system
 from api.settings import Settings
 

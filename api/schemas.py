@@ -7,9 +7,9 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator
 
-from agent.domain import Experiment, Sweep
-from agent.gate import parse_hhmm
-from agent.report import memory_gb
+from agent.analysis.projection import ExperimentView
+from agent.core.domain import Sweep
+from agent.rules.gate import parse_hhmm
 
 T = TypeVar("T")
 MAX_LIMIT = 200
@@ -92,44 +92,7 @@ class ExperimentCreate(BaseModel):
     priority: int = Field(0, ge=-1000, le=1000, description="higher runs first (FIFO within)")
 
 
-class ExperimentPublic(BaseModel):
-    id: int
-    sweep: str
-    status: str
-    crash_kind: str | None
-    description: str
-    diff: str | None = None  # only on GET /experiments/{id}
-    metric: float | None
-    delta: float | None
-    best_before: float | None
-    commit: str | None
-    ref: str | None
-    parent_id: int | None
-    attempt: int
-    is_baseline: bool
-    priority: int
-    proposer: str
-    reason: str | None
-    summary: dict[str, Any]
-    memory_gb: float
-    meta: dict[str, Any]
-    created_at: datetime | None
-    started_at: datetime | None
-    finished_at: datetime | None
-    log_path: str | None
-
-    @classmethod
-    def of(cls, e: Experiment, sweep_name: str, with_diff: bool = False) -> ExperimentPublic:
-        return cls(
-            id=e.id, sweep=sweep_name, status=e.status.value,
-            crash_kind=e.crash_kind.value if e.crash_kind else None, description=e.description,
-            diff=e.diff if with_diff else None, metric=e.metric, delta=e.delta,
-            best_before=e.best_before, commit=e.commit, ref=e.ref, parent_id=e.parent_id,
-            attempt=e.attempt, is_baseline=e.is_baseline, priority=e.priority,
-            proposer=e.proposer, reason=e.reason, summary=e.summary, memory_gb=memory_gb(e),
-            meta=e.meta, created_at=e.created_at, started_at=e.started_at,
-            finished_at=e.finished_at, log_path=e.log_path,
-        )
+ExperimentPublic = ExperimentView  # the one projection (agent.analysis.projection)
 
 
 class Page(BaseModel, Generic[T]):
@@ -177,7 +140,7 @@ class HealthPublic(BaseModel):
 
 
 class InsightsPublic(BaseModel):
-    """The sweep's digest (agent.insights): as text for a model, and structured."""
+    """The sweep's digest (agent.analysis.insights): as text for a model, and structured."""
 
     sweep: str
     text: str

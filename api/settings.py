@@ -11,8 +11,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from agent.errors import ConfigError
-from agent.private import private_dir
+from agent.core.errors import ConfigError
+from agent.core.private import private_dir
 from db.location import DbLocation
 
 MAX_BODY_BYTES = 1024 * 1024
@@ -60,7 +60,7 @@ class Settings(BaseModel):
     @model_validator(mode="after")
     def _retention(self) -> Settings:
         if self.retention is not None:
-            from agent.retention import parse_age
+            from agent.ops.retention import parse_age
 
             try:
                 parse_age(self.retention)
@@ -99,10 +99,6 @@ class Settings(BaseModel):
                                  f"{e['msg'].removeprefix('Value error, ')}"
                                  for e in exc.errors())
             raise ConfigError(problems) from None
-
-    @property
-    def resolved_work_dir(self) -> Path:
-        return (self.work_dir or self.db_path.default_work_dir()).expanduser().resolve()
 
     @property
     def reads_need_token(self) -> bool:

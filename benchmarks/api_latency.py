@@ -42,8 +42,8 @@ Params = Callable[[int], dict[str, Any]]
 
 
 def fill(db: str, target: Path, rows: int) -> None:
-    from agent.gitrepo import GitRepo
-    from agent.sweeps import create_sweep
+    from agent.git.repo import GitRepo
+    from agent.ops.sweeps import create_sweep
     from db.engine import open_database
     from db.store import SqlStore
 

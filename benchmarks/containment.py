@@ -28,14 +28,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from agent.config import load_config  # noqa: E402
-from agent.domain import Proposal  # noqa: E402
-from agent.errors import AdmissionError  # noqa: E402
-from agent.gitrepo import GitRepo, init_repo  # noqa: E402
-from agent.loop import Loop, LoopSettings  # noqa: E402
-from agent.sweeps import create_sweep, submit  # noqa: E402
-from agent.training import LossCurve, SubprocessRunner  # noqa: E402
+from agent.core.config import load_config  # noqa: E402
+from agent.core.domain import Proposal  # noqa: E402
+from agent.core.errors import AdmissionError  # noqa: E402
+from agent.engine.attempt import LossCurve  # noqa: E402
+from agent.engine.loop import Loop, LoopSettings  # noqa: E402
+from agent.executors.local import SubprocessRunner  # noqa: E402
+from agent.git.repo import GitRepo, init_repo  # noqa: E402
+from agent.ops.admission import admit, queue  # noqa: E402
+from agent.ops.sweeps import create_sweep  # noqa: E402
 from db.engine import open_database  # noqa: E402
+from db.reads import Reads  # noqa: E402
 from db.store import SqlStore  # noqa: E402
 from runner import parse_progress, run_command  # noqa: E402
 from runner.reaper import pids_with_env  # noqa: E402
@@ -135,7 +138,7 @@ def big_run(lines: int) -> None:
         started = time.monotonic()
         done = loop.execute(sweep, store.claim_next(sweep.id))
         wall = time.monotonic() - started
-        points = store.loss_points(done.id)
+        points = Reads(store).loss_points(done.id)
         log_bytes = Path(done.log_path or "").stat().st_size
         db_bytes = sum(f.stat().st_size for f in Path(tmp).glob("o.db*") if f.is_file())
         print(f"\n## one {lines:,}-line run through the loop (target: <= 5,000 points, "
@@ -164,7 +167,7 @@ def hostile() -> None:
         admitted = []
         for name, diff in cases.items():
             try:
-                submit(store, repo, sweep, Proposal("hostile", diff), record_rejection=False)
+                queue(store, admit(store, repo, sweep, Proposal("hostile", diff)))
                 admitted.append(name)
             except AdmissionError:
                 pass

@@ -80,7 +80,7 @@ def line(what: str, times: list[float]) -> str:
 
 
 def main() -> None:
-    from agent.domain import ExperimentStatus, Finish, Proposal
+    from agent.core.domain import ExperimentStatus, Finish, Proposal
     from db.engine import open_database
     from db.store import SqlStore
 

@@ -25,7 +25,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 from sqlalchemy import text  # noqa: E402
 from test_store_contract import spec  # noqa: E402
 
-from agent.domain import Proposal  # noqa: E402
+from agent.core.domain import Proposal  # noqa: E402
 from db.engine import open_database  # noqa: E402
 from db.store import SqlStore  # noqa: E402
 

@@ -2,7 +2,7 @@
 
 Each sweep: a baseline, then proposals whose true effect on the head is 0 (70 %), harmful
 (20 %: worse by U(0.5, 4) effect units) or helpful (10 %: better by U(0.5, 4)); every run
-measures truth + N(0, σ). Each rule is driven through agent.decide.decide exactly as the loop
+measures truth + N(0, σ). Each rule is driven through agent.rules.decide.decide exactly as the loop
 drives it (runs until a verdict; the sequential rule re-runs the incumbent every
 `incumbent_every` proposals). Printed per rule and σ: null-keep rate, false-discovery rate,
 share of ≥ 3σ true gains kept, runs per proposal, true gain of the final best, and the bias of
@@ -24,9 +24,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from agent.decide import Evidence, Rule, Sample, decide, incumbent_due  # noqa: E402
-from agent.domain import ExperimentStatus  # noqa: E402
-from agent.noise import squares  # noqa: E402
+from agent.core.domain import ExperimentStatus  # noqa: E402
+from agent.rules.decide import Evidence, Rule, Sample, decide, incumbent_due  # noqa: E402
+from agent.rules.noise import squares  # noqa: E402
 
 PROPOSALS = 100
 TARGETS = {"null_keep": 0.03, "fdr": 0.20, "big_kept": 0.95, "runs": 1.5, "bias": 0.5}

@@ -15,14 +15,15 @@ import tempfile
 import time
 from pathlib import Path
 
-from agent.config import load_config
-from agent.gitrepo import GitRepo, init_repo
-from agent.loop import Loop, LoopSettings
+from agent.core.config import load_config
+from agent.engine.loop import Loop, LoopSettings
+from agent.engine.scheduler import run_sweep
+from agent.executors.local import SubprocessRunner
+from agent.git.repo import GitRepo, init_repo
+from agent.ops.sweeps import create_sweep
 from agent.proposers.knobs import KnobsProposer
-from agent.scheduler import run_sweep
-from agent.sweeps import create_sweep
-from agent.training import SubprocessRunner
 from db.engine import open_database
+from db.reads import Reads
 from db.store import SqlStore
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -59,7 +60,7 @@ def main() -> None:
         t0 = time.perf_counter()
         run_sweep(loop, sweep.name)
         wall = time.perf_counter() - t0
-        times = [t for t in store.timestamps(sweep.id) if t[0] and t[1]]
+        times = [t for t in Reads(store).timestamps(sweep.id) if t[0] and t[1]]
         gaps = sorted((b[0] - a[1]).total_seconds() for a, b in zip(times, times[1:], strict=False))
         runs = [(b - a).total_seconds() for a, b in times]
     print(f"experiments run: {len(times)} in {wall:.1f}s wall")

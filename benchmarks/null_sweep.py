@@ -16,13 +16,13 @@ import sys
 import tempfile
 from pathlib import Path
 
-from agent.config import load_config
-from agent.domain import ExperimentStatus
-from agent.gitrepo import GitRepo, init_repo
-from agent.loop import Loop, LoopSettings
-from agent.scheduler import run_sweep
-from agent.sweeps import create_sweep
-from agent.training import SubprocessRunner
+from agent.core.config import load_config
+from agent.core.domain import ExperimentStatus
+from agent.engine.loop import Loop, LoopSettings
+from agent.engine.scheduler import run_sweep
+from agent.executors.local import SubprocessRunner
+from agent.git.repo import GitRepo, init_repo
+from agent.ops.sweeps import create_sweep
 from db.engine import open_database
 from db.store import SqlStore
 

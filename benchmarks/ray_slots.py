@@ -28,8 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from slots import STARTUP_S, make_target, steady_rate, timed_burst  # noqa: E402
 
-from agent.domain import ExperimentStatus  # noqa: E402
-from agent.scheduler import SchedulerSettings  # noqa: E402
+from agent.core.domain import ExperimentStatus  # noqa: E402
+from agent.engine.scheduler import SchedulerSettings  # noqa: E402
 from overnight.runtime import Runtime  # noqa: E402
 
 GPUS_PER_NODE = 2

@@ -3,10 +3,10 @@
 Each proposer drives the loop's pure parts for N proposals: `propose(ctx)` on a
 ProposalContext built from the simulated history, the admission duplicate check, the diff
 applied to the synthetic train.py in memory, the known metric plus Gaussian noise (or a crash),
-then the loop's strict keep rule (`agent.decide.is_improvement`) and a recorded Experiment.
+then the loop's strict keep rule (`agent.rules.decide.is_improvement`) and a recorded Experiment.
 The proposers compared, side by side on the same seeds:
 
-- knobs-naive: today's local search (agent/proposers/knobs_naive.py, the former `knobs`);
+- knobs-naive: the former local search (benchmarks/knobs_naive.py, the first `knobs`);
 - random: a uniformly random value (±4 doublings in the knob's scale) for one random knob;
 - optuna-tpe: Optuna's TPE sampler choosing the knob and its value (±4 doublings around the
   baseline value, in the knob's scale), one knob per trial from the current best (a library
@@ -39,13 +39,13 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from knobs_naive import NaiveKnobsProposer  # noqa: E402  (benchmarks/knobs_naive.py)
 from search_families import CRASH_LOG, FAMILIES, NOISE_SIGMA, OPTIMUM, TRAIN_PY  # noqa: E402
 
-from agent.config import TargetConfig  # noqa: E402
-from agent.decide import is_improvement  # noqa: E402
-from agent.diff import make_diff  # noqa: E402
-from agent.diff import normalize as normalize_diff  # noqa: E402
-from agent.domain import (  # noqa: E402
+from agent.core.config import TargetConfig  # noqa: E402
+from agent.core.diff import make_diff  # noqa: E402
+from agent.core.diff import normalize as normalize_diff  # noqa: E402
+from agent.core.domain import (  # noqa: E402
     CrashKind,
     Direction,
     Experiment,
@@ -55,11 +55,11 @@ from agent.domain import (  # noqa: E402
     SweepStatus,
     utcnow,
 )
-from agent.ports import ProposalContext  # noqa: E402
-from agent.proposers.knob_space import from_u, scale_of, to_u  # noqa: E402
+from agent.core.ports import ProposalContext  # noqa: E402
 from agent.proposers.knobs import Knob, KnobsProposer, find_knobs  # noqa: E402
-from agent.proposers.knobs_naive import NaiveKnobsProposer  # noqa: E402
 from agent.proposers.llm_parse import apply_unified_diff  # noqa: E402
+from agent.rules.decide import is_improvement  # noqa: E402
+from agent.rules.knob_space import from_u, scale_of, to_u  # noqa: E402
 
 CHECKPOINTS = (20, 30, 50, 100)
 PROPOSERS = ("knobs-naive", "random", "optuna-tpe", "knobs")

@@ -31,10 +31,10 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from agent.domain import Experiment, ExperimentStatus, Proposal, RunRole, Sweep
-from agent.gitrepo import init_repo
-from agent.scheduler import SchedulerSettings, SlotScheduler
-from agent.sweeps import create_sweep
+from agent.core.domain import Experiment, ExperimentStatus, Proposal, RunRole, Sweep
+from agent.engine.scheduler import SchedulerSettings, SlotScheduler
+from agent.git.repo import init_repo
+from agent.ops.sweeps import create_sweep
 from overnight.runtime import Runtime
 
 STARTUP_S = 0.5

@@ -26,9 +26,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from agent.config import TargetConfig  # noqa: E402
-from agent.domain import ExperimentStatus, Proposal  # noqa: E402
-from agent.ports import SweepSpec  # noqa: E402
+from agent.core.config import TargetConfig  # noqa: E402
+from agent.core.domain import ExperimentStatus, Proposal  # noqa: E402
+from agent.core.ports import SweepSpec  # noqa: E402
 from db.engine import open_database  # noqa: E402
 from db.store import SqlStore  # noqa: E402
 

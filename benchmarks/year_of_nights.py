@@ -43,9 +43,9 @@ def fill(db: Path, nights: int, per_night: int) -> None:
     """`nights` sweeps of `per_night` finished experiments, one night a day; the last running."""
     import sqlite3
 
-    from agent.config import TargetConfig
-    from agent.domain import utcnow
-    from agent.ports import SweepSpec
+    from agent.core.config import TargetConfig
+    from agent.core.domain import utcnow
+    from agent.core.ports import SweepSpec
     from db.engine import open_database
     from db.store import SqlStore
 
@@ -93,7 +93,7 @@ def cli_seconds(db: Path, *args: str) -> float:
 
 
 def main() -> None:
-    from agent.domain import SweepStatus
+    from agent.core.domain import SweepStatus
     from db.engine import open_database
     from db.store import SqlStore
 

@@ -28,7 +28,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
-from agent.domain import CrashKind, ExperimentStatus
+from agent.core.domain import CrashKind, ExperimentStatus
 from db.models import ExperimentCountRow, ExperimentRow, RunCountRow, RunRow
 
 Key = tuple[int, str, str]  # (sweep id, status, crash kind or "")

@@ -12,7 +12,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, create_engine, event, text
 
-from agent.private import private_file
+from agent.core.private import private_file
 from db.location import DbLocation
 
 logger = logging.getLogger(__name__)

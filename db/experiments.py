@@ -11,16 +11,20 @@ from sqlalchemy import Table, bindparam, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from agent.admit import diff_key
-from agent.domain import (
+from agent.core.domain import (
+    FINISH_AS_IS,
+    CrashKind,
     Experiment,
     ExperimentStatus,
     Finish,
     Proposal,
-    can_transition,
+    check_finish,
+    check_started,
+    reaped_end,
     utcnow,
 )
-from agent.errors import ConflictError, DuplicateError, NotFoundError, StoreError
+from agent.core.errors import ConflictError, DuplicateError, NotFoundError, StoreError
+from agent.rules.admit import diff_key
 from db import counts
 from db.models import ExperimentRow, SweepRow
 from db.rows import to_experiment, utc
@@ -52,6 +56,7 @@ class ExperimentWrites(StoreBase):
         priority: int = 0,
         base_commit: str | None = None,
         retry_of: int | None = None,
+        crash_kind: CrashKind | None = None,
     ) -> Experiment:
         """Insert one experiment (and count it) in one transaction; the row as stored.
 
@@ -64,12 +69,14 @@ class ExperimentWrites(StoreBase):
             diff=proposal.diff, proposer=proposal.proposer, parent_id=proposal.parent_id,
             retry_of=retry_of, attempt=attempt, is_baseline=is_baseline, priority=priority,
             base_commit=base_commit, reason=reason, meta=dict(proposal.meta), summary={},
-            created_at=now, finished_at=now if status.is_finished() else None)
+            crash_kind=crash_kind, created_at=now,
+            finished_at=now if status.is_finished() else None)
         try:
             with self.session("queueing an experiment") as s:
                 self._check_new(s, sweep_id, retry_of)
                 new_id = self._insert_experiment(s, exp)
-                counts.bump(s, came=[counts.key(sweep_id, status.value, None)])
+                counts.bump(s, came=[counts.key(sweep_id, status.value,
+                                                crash_kind.value if crash_kind else None)])
                 return replace(exp, id=new_id)
         except StoreError as exc:
             if retry_of is not None and isinstance(exc.__cause__, IntegrityError):
@@ -93,6 +100,7 @@ class ExperimentWrites(StoreBase):
             "attempt": exp.attempt, "is_baseline": exp.is_baseline, "priority": exp.priority,
             "proposer": exp.proposer, "description": exp.description, "diff": exp.diff,
             "diff_key": diff_key(exp.diff), "status": exp.status.value, "reason": exp.reason,
+            "crash_kind": exp.crash_kind.value if exp.crash_kind else None,
             "base_commit": exp.base_commit, "meta": exp.meta, "summary": exp.summary,
             "created_at": exp.created_at, "finished_at": exp.finished_at,
         }
@@ -160,16 +168,11 @@ class ExperimentWrites(StoreBase):
             return None
 
     def mark_started(self, experiment_id: int, **fields: Any) -> None:
-        allowed = {"commit", "ref", "base_commit", "log_path", "pgid", "run_started_at"}
-        bad = set(fields) - allowed
-        if bad:
-            raise ValueError(f"mark_started: unknown field(s) {sorted(bad)}")
         with self.session("recording a run start") as s:
             row = s.get(ExperimentRow, experiment_id)
             if row is None:
                 raise NotFoundError(f"no experiment with id {experiment_id}")
-            if ExperimentStatus(row.status).is_finished():
-                raise ConflictError(f"experiment {experiment_id} is finished ({row.status})")
+            check_started(experiment_id, ExperimentStatus(row.status), fields)
             for key, value in fields.items():
                 if value is not None:
                     setattr(row, key, value)
@@ -179,18 +182,12 @@ class ExperimentWrites(StoreBase):
     ) -> Experiment:
         """Record the end of an experiment; with `keep_commit`, also make it the sweep's best
         in the same transaction (so a kill between the two can never split them)."""
-        if not finish.status.is_finished():
-            raise ValueError(f"finish needs a finished status, got {finish.status.value}")
         with self.session("finishing an experiment") as s:
             row = s.get(ExperimentRow, experiment_id)
             if row is None:
                 raise NotFoundError(f"no experiment with id {experiment_id}")
-            old = ExperimentStatus(row.status)
-            if old.is_finished():
-                raise ConflictError(f"experiment {experiment_id} is already {old.value}")
-            if not can_transition(old, finish.status):
-                raise ConflictError(f"experiment {experiment_id} is {old.value}; it cannot "
-                                    f"become {finish.status.value}")
+            check_finish(experiment_id, ExperimentStatus(row.status), finish,
+                         keeps=keep_commit is not None)
             gone = counts.key(row.sweep_id, row.status, row.crash_kind)
             row.status = finish.status.value
             row.crash_kind = finish.crash_kind.value if finish.crash_kind else None
@@ -199,16 +196,13 @@ class ExperimentWrites(StoreBase):
             counts.bump(s, gone=[gone], came=[counts.key(row.sweep_id, row.status,
                                                          row.crash_kind)],
                         run_s=_span_s(row.run_started_at, row.run_ended_at))
-            row.reason = finish.reason
-            row.metric, row.best_before = finish.metric, finish.best_before
+            for name in FINISH_AS_IS:  # reason, metric, best before, log tail, run end, cause
+                setattr(row, name, getattr(finish, name))
             row.summary = dict(finish.summary)
-            row.log_tail = finish.log_tail
             row.finished_at = utcnow()
             if finish.warnings:
                 row.meta = {**(row.meta or {}), "warnings": list(finish.warnings)}
             if keep_commit is not None:
-                if finish.metric is None:
-                    raise ValueError("keep_commit needs a metric")
                 row.commit = keep_commit
                 sweep = s.get(SweepRow, row.sweep_id)
                 assert sweep is not None
@@ -219,8 +213,18 @@ class ExperimentWrites(StoreBase):
                 sweep.updated_at = utcnow()
             return to_experiment(row)
 
+    def request_cancel(self, experiment_id: int, reason: str) -> bool:
+        """Record that a running experiment is to be cancelled (one guarded UPDATE)."""
+        q = (update(ExperimentRow)
+             .where(ExperimentRow.id == experiment_id,
+                    ExperimentRow.status == ExperimentStatus.RUNNING.value)
+             .values(cancel_reason=reason))
+        with self.session("recording a cancel") as s:
+            return bool(s.execute(q).rowcount)  # type: ignore[attr-defined]
+
     def interrupt_running(self) -> list[Experiment]:
-        """Mark every `running` experiment `interrupted` (a dead process left them)."""
+        """Mark every `running` experiment `interrupted` (a dead process left them), or
+        `cancelled` where a cancel was requested (request_cancel) before it died."""
         with self.session("reaping interrupted experiments") as s:
             rows = list(
                 s.scalars(
@@ -230,11 +234,12 @@ class ExperimentWrites(StoreBase):
                 )
             )
             now = utcnow()
+            ends = {r.id: reaped_end(r.cancel_reason) for r in rows}
             counts.bump(s, gone=[counts.key(r.sweep_id, r.status, r.crash_kind) for r in rows],
-                        came=[counts.key(r.sweep_id, ExperimentStatus.INTERRUPTED.value,
-                                         r.crash_kind) for r in rows])
+                        came=[counts.key(r.sweep_id, ends[r.id][0].value, r.crash_kind)
+                              for r in rows])
             for row in rows:
-                row.status = ExperimentStatus.INTERRUPTED.value
-                row.reason = "the service stopped while this experiment was running"
+                status, row.reason = ends[row.id]
+                row.status = status.value
                 row.finished_at = now
             return [to_experiment(r) for r in rows]

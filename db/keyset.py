@@ -32,7 +32,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, Select, select
 from sqlalchemy.orm import Session
 
-from agent.domain import CrashKind, ExperimentStatus
+from agent.core.domain import CrashKind, ExperimentStatus
 from db.models import ExperimentRow
 
 E = ExperimentRow

@@ -1,15 +1,14 @@
 """The instance lock on PostgreSQL: a session advisory lock on a connection of its own.
 
-One executing process per database (the engine's recovery treats every `running` row as left
-by a dead process, so two engines on one database would interrupt each other's runs). A SQLite
-file is guarded by a flock on `<db>.lock` (agent.recovery.InstanceLock); a server database has
-no file beside it, and the services sharing it may run on different machines, so the lock is
-the server's: `pg_try_advisory_lock` on a dedicated connection held for the process's life.
-A new process waits a few seconds for a holder that is going away (a restart right after a
-kill); a holder whose session is cut (the server restarted) takes the lock again on a new
-one. The server drops it when that session ends: the process exits, is killed (-9 included: the
-kernel closes the socket), or its machine vanishes (TCP keepalives end the session in about a
-minute).
+One executing process per database (the engine's recovery treats every `running` row as left by a
+dead process, so two engines on one database would interrupt each other's runs). A SQLite file is
+guarded by a flock on `<db>.lock` (agent.engine.recovery.InstanceLock); a server database has no
+file beside it, and the services sharing it may run on different machines, so the lock is the
+server's: `pg_try_advisory_lock` on a dedicated connection held for the process's life. A new
+process waits a few seconds for a holder that is going away (a restart right after a kill); a holder
+whose session is cut (the server restarted) takes the lock again on a new one. The server drops it
+when that session ends: the process exits, is killed (-9 included: the kernel closes the socket), or
+its machine vanishes (TCP keepalives end the session in about a minute).
 """
 
 from __future__ import annotations
@@ -24,7 +23,7 @@ from sqlalchemy import Connection, create_engine, text
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
 from sqlalchemy.pool import NullPool
 
-from agent.recovery import DatabaseLock, InstanceLock, InstanceLockError
+from agent.engine.recovery import DatabaseLock, InstanceLock, InstanceLockError
 from db.engine import CONNECT_TIMEOUT_S, LOCK_CLASS, postgres_connect_args
 from db.location import DbLocation
 

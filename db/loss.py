@@ -26,15 +26,6 @@ class LossCurves(StoreBase):
             if points:
                 s.execute(insert(LossPointRow), loss_rows(experiment_id, points))
 
-    def loss_points(self, experiment_id: int) -> list[ProgressPoint]:
-        q = (
-            select(LossPointRow)
-            .where(LossPointRow.experiment_id == experiment_id)
-            .order_by(LossPointRow.step, LossPointRow.id)
-        )
-        with self.session("reading loss points") as s:
-            return [ProgressPoint(r.step, r.loss, r.elapsed_s) for r in s.scalars(q)]
-
     def loss_curves(self, experiment_ids: Collection[int]) -> dict[int, list[ProgressPoint]]:
         out: dict[int, list[ProgressPoint]] = {i: [] for i in experiment_ids}
         if not out:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from sqlalchemy import Engine, text
 
-from agent.errors import StoreError
+from agent.core.errors import StoreError
 
 logger = logging.getLogger(__name__)
 VACUUM_MIN_FREE_BYTES = 1024 * 1024  # below this a rewrite gains nothing worth its cost

@@ -31,7 +31,7 @@ class UTCDateTime(TypeDecorator[datetime]):
 
     def process_bind_param(self, value: datetime | None, dialect: Any) -> datetime | None:
         if value is not None and value.tzinfo is None:
-            raise ValueError("naive datetime given; use agent.domain.utcnow()")
+            raise ValueError("naive datetime given; use agent.core.domain.utcnow()")
         return value.replace(tzinfo=None) if value is not None else None
 
     def process_result_value(self, value: datetime | None, dialect: Any) -> datetime | None:
@@ -136,6 +136,8 @@ class ExperimentRow(Base):
     diff_key: Mapped[str | None] = mapped_column(String(64))
     status: Mapped[str] = mapped_column(String(20))
     crash_kind: Mapped[str | None] = mapped_column(String(20))
+    crash_cause: Mapped[str | None] = mapped_column(String(100))
+    cancel_reason: Mapped[str | None] = mapped_column(Text)  # a requested cancel (not yet done)
     reason: Mapped[str | None] = mapped_column(Text)
     base_commit: Mapped[str | None] = mapped_column(String(64))
     commit: Mapped[str | None] = mapped_column(String(64))

@@ -5,13 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agent.environment import environment
-from db.location import DEFAULT_HOME, DbLocation
-
-
-def default_db() -> DbLocation:
-    """`$OVERNIGHT_DB` (a SQLite path or a postgresql:// URL), else `~/.overnight/overnight.db`."""
-    return DbLocation.parse(environment().db or DEFAULT_HOME / "overnight.db")
+from db.location import DbLocation
 
 
 def work_dir_for(db_path: DbLocation | Path | str) -> Path:

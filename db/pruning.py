@@ -8,9 +8,9 @@ from datetime import datetime
 
 from sqlalchemy import delete, insert, select, update
 
-from agent.domain import Experiment, ExperimentStatus, utcnow
-from agent.errors import ConflictError, NotFoundError
-from agent.ports import Pruned
+from agent.core.domain import Experiment, ExperimentStatus, utcnow
+from agent.core.errors import ConflictError, NotFoundError
+from agent.core.ports import Pruned
 from db.models import ExperimentRow, LossPointRow, RunRow
 from db.rows import loss_rows, to_experiment
 from db.session import StoreBase

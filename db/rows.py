@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import fields
 from datetime import UTC
 from functools import lru_cache
 from typing import Any
 
 from sqlalchemy import Row
 
-from agent.config import TargetConfig
-from agent.domain import (
+from agent.core.config import TargetConfig
+from agent.core.domain import (
     CrashKind,
     Experiment,
     ExperimentStatus,
@@ -71,37 +72,18 @@ def to_sweep(row: SweepRow) -> Sweep:
     )
 
 
+# Experiment fields read from their column as they are (the others are converted below).
+AS_STORED = tuple(f.name for f in fields(Experiment)
+                  if f.name not in {"status", "crash_kind", "summary", "meta"})
+
+
 def to_experiment(row: ExperimentRow) -> Experiment:
     return Experiment(
-        id=row.id,
-        sweep_id=row.sweep_id,
         status=ExperimentStatus(row.status),
-        description=row.description,
-        diff=row.diff,
-        proposer=row.proposer,
-        parent_id=row.parent_id,
-        retry_of=row.retry_of,
-        attempt=row.attempt,
-        is_baseline=row.is_baseline,
-        priority=row.priority,
-        base_commit=row.base_commit,
-        commit=row.commit,
-        ref=row.ref,
         crash_kind=CrashKind(row.crash_kind) if row.crash_kind else None,
-        reason=row.reason,
-        metric=row.metric,
-        best_before=row.best_before,
         summary=dict(row.summary or {}),
-        log_path=row.log_path,
-        log_tail=row.log_tail,
-        pgid=row.pgid,
         meta=dict(row.meta or {}),
-        created_at=row.created_at,
-        started_at=row.started_at,
-        finished_at=row.finished_at,
-        run_started_at=row.run_started_at,
-        run_ended_at=row.run_ended_at,
-        pruned_at=row.pruned_at,
+        **{name: getattr(row, name) for name in AS_STORED},
     )
 
 

@@ -7,8 +7,8 @@ from collections.abc import Collection
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from agent.domain import Run, RunEnd, RunSpec, RunStatus, utcnow
-from agent.errors import ConflictError, NotFoundError
+from agent.core.domain import Run, RunEnd, RunSpec, RunStatus, utcnow
+from agent.core.errors import ConflictError, NotFoundError
 from db import counts
 from db.models import ExperimentRow, RunRow
 from db.rows import to_run

@@ -11,8 +11,8 @@ from sqlalchemy import Engine, text
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from agent.errors import ConflictError, NotFoundError, StoreError
-from agent.interrupts import shielded
+from agent.core.errors import ConflictError, NotFoundError, StoreError
+from agent.engine.interrupts import shielded
 
 # The session `reading()` opened in this thread (or task), with the store it belongs to.
 _SHARED: ContextVar[tuple[StoreBase, Session] | None] = ContextVar("overnight_shared_session",

@@ -1,4 +1,5 @@
-"""SqlStore: the agent.ports.Store contract on SQLAlchemy 2.0 (sync sessions, short transactions).
+"""SqlStore: the agent.core.ports.Store contract on SQLAlchemy 2.0 (sync sessions, short
+transactions).
 
 Finished experiments are read-only; queued → running is a guarded UPDATE so two workers
 never claim the same row; every driver error surfaces as one StoreError naming the action.
@@ -6,8 +7,8 @@ never claim the same row; every driver error surfaces as one StoreError naming t
 
 from __future__ import annotations
 
-from agent.admit import diff_key
-from agent.ports import Store
+from agent.core.ports import Store
+from agent.rules.admit import diff_key
 from db.experiment_reads import ExperimentReads
 from db.experiments import ExperimentWrites
 from db.loss import LossCurves

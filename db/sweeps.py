@@ -9,9 +9,9 @@ from sqlalchemy import bindparam, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from agent.domain import Sweep, SweepStatus, utcnow
-from agent.errors import ConflictError, NotFoundError, StoreError
-from agent.ports import SweepSpec
+from agent.core.domain import Sweep, SweepStatus, utcnow
+from agent.core.errors import ConflictError, NotFoundError, StoreError
+from agent.core.ports import SweepSpec
 from db.models import ExperimentRow, SweepRow
 from db.rows import to_sweep
 from db.session import StoreBase
@@ -76,13 +76,6 @@ class SweepQueries(StoreBase):
             q = q.where(SweepRow.status.in_([st.value for st in statuses]))
         with self.session("listing sweeps") as s:
             return [to_sweep(r) for r in s.scalars(q)]
-
-    def sweep_names(self, ids: Collection[int]) -> dict[int, str]:
-        if not ids:
-            return {}
-        q = select(SweepRow.id, SweepRow.name).where(SweepRow.id.in_(list(ids)))
-        with self.session("reading sweep names") as s:
-            return {i: name for i, name in s.execute(q)}
 
     def set_sweep_status(self, name: str, status: SweepStatus) -> Sweep:
         with self.session("updating a sweep") as s:

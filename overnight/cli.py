@@ -12,9 +12,10 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from agent.config import CONFIG_FILE
-from agent.domain import Sweep
-from agent.errors import OvernightError
+from agent.core.config import CONFIG_FILE
+from agent.core.domain import Sweep
+from agent.core.errors import OvernightError
+from db.reads import Reads
 from overnight import (  # noqa: F401  (they register their commands)
     cli_adopt,
     cli_agents,
@@ -65,7 +66,7 @@ def init(
 
 
 def init_target(src: Path, path: Path) -> None:
-    from agent.gitrepo import init_repo
+    from agent.git.repo import init_repo
 
     if path.exists() and any(path.iterdir()):
         fail(f"{path} exists and is not empty")
@@ -122,7 +123,7 @@ def run(
         work_dir=work_dir,
     )
     # What the baseline got wrong first, so the night's honest statement stays the last line.
-    cli_doctor.print_baseline_hints(runtime_for(db, work_dir).store, done)
+    cli_doctor.print_baseline_hints(runtime_for(db, work_dir).reads, done)
     print_summary(done, runtime_for(db, work_dir).store)
 
 
@@ -134,7 +135,7 @@ def demo(
     db: DbOpt = None,
 ) -> None:
     """A real short sweep on CPU: makes a throw-away gpt target, runs baseline + knobs."""
-    from agent.sweeps import default_sweep_name
+    from agent.ops.sweeps import default_sweep_name
 
     where = db_location(db)
     store = runtime_for(where).store
@@ -158,14 +159,14 @@ def demo(
     console.print(f"\n[bold]git log {done.branch}[/bold] (baseline + kept only)")
     for sha, subject in open_target(target).log(done.branch, limit=20):
         console.print(f"  {sha} {subject}")
-    gaps = _overheads(store, done)
+    gaps = _overheads(runtime_for(where).reads, done)
     if gaps:
         console.print(f"\nservice overhead between runs: median {statistics.median(gaps):.3f}s")
     console.print(
         f"\nsee it in the dashboard: {own_command()} serve --db {where}  then open "
         "http://127.0.0.1:8000/", soft_wrap=True,
     )
-    from agent.evidence import sweep_evidence
+    from agent.analysis.evidence import sweep_evidence
 
     ev = sweep_evidence(done, store.list_experiments(done.id), store.list_runs(sweep_id=done.id))
     console.print(f"\n[bold]{ev.statement()}[/bold]")
@@ -180,9 +181,9 @@ def own_command() -> str:
     return str(here) if here.exists() else "overnight"
 
 
-def _overheads(store, sweep: Sweep) -> list[float]:  # type: ignore[no-untyped-def]
+def _overheads(reads: Reads, sweep: Sweep) -> list[float]:
     """Seconds from one run's exit to the next run's start."""
-    times = [t for t in store.timestamps(sweep.id) if t[0] and t[1]]
+    times = [(a, b) for a, b in reads.timestamps(sweep.id) if a and b]
     return [(b[0] - a[1]).total_seconds() for a, b in zip(times, times[1:], strict=False)]
 
 

@@ -51,7 +51,7 @@ def mcp_command(
 
     With --run, the slot options are those of `overnight run` and `serve`: one slot per GPU by
     default, or runs as tasks on a Ray cluster with --executor ray."""
-    from agent.scheduler import SchedulerSettings
+    from agent.engine.scheduler import SchedulerSettings
     from overnight.mcp_stdio import serve_stdio
 
     runs_on = executor_options(executor, ray_address, ray_gpus, ray_cpus, ray_resource)
@@ -76,7 +76,7 @@ def tools_command(
     format: Annotated[str, typer.Option("--format", help="openai | anthropic")] = "openai",
 ) -> None:
     """Print the agent tools as JSON function-calling schemas."""
-    from agent.mcp_server import tool_schemas
+    from api.mcp.server import tool_schemas
 
     if format not in ("openai", "anthropic"):
         fail(f"--format must be openai or anthropic, got {format!r}")
@@ -89,6 +89,6 @@ def agent_instructions_command(
     db: DbOpt = None,
 ) -> None:
     """Print a program.md-style brief telling a coding agent how to run the loop via the tools."""
-    from agent.mcp_tools import AgentTools, agent_instructions
+    from api.mcp.tools import AgentTools, agent_instructions
 
     sys.stdout.write(agent_instructions(AgentTools(runtime_for(db).service), sweep))

@@ -14,9 +14,8 @@ from rich.console import Console
 from rich.markup import escape
 from sqlalchemy.exc import OperationalError
 
-from agent.environment import environment
 from db.location import DbLocation, DbLocationError
-from db.paths import default_db
+from overnight.environment import default_db, environment
 from overnight.runtime import Runtime
 
 app = typer.Typer(
@@ -60,7 +59,7 @@ DevicesOpt = Annotated[
 
 def slots_and_devices(slots: int | None, devices: str | None) -> tuple[int, tuple[str, ...]]:
     """--slots/--devices resolved: given or detected GPUs, and one slot per GPU by default."""
-    from agent.devices import detect_devices, parse_devices
+    from agent.engine.devices import detect_devices, parse_devices
 
     found = parse_devices(devices) if devices else detect_devices()
     return (slots if slots is not None else max(len(found), 1)), found
@@ -68,7 +67,7 @@ def slots_and_devices(slots: int | None, devices: str | None) -> tuple[int, tupl
 
 ExecutorOpt = Annotated[str, typer.Option(
     help="where runs execute: local (this machine) | ray (tasks on an existing Ray cluster; "
-    "pip install 'overnight[ray]')")]
+    "pip install 'overnight\\[ray]')")]
 RayAddressOpt = Annotated[str | None, typer.Option(
     help="with --executor ray: the cluster to join, e.g. 10.0.0.5:6379 (default $RAY_ADDRESS, "
     "else this machine's cluster)")]
@@ -106,8 +105,8 @@ def executor_slots(slots: int | None, devices: str | None,
         fail("--devices is for the local executor: Ray gives each run a GPU of the cluster")
     if slots is not None:
         return slots, ()
-    from agent.errors import ConfigError
-    from agent.ray_executor import cluster_slots
+    from agent.core.errors import ConfigError
+    from agent.executors.ray import cluster_slots
 
     try:
         return cluster_slots(options["ray_address"], options["ray_gpus"],

@@ -11,11 +11,11 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from agent.config import load_config
-from agent.contract import Check, RunFacts, check_run
-from agent.domain import ExperimentStatus, Sweep
-from agent.ports import Store
-from overnight.cli_common import app, console
+from agent.core.config import load_config
+from agent.core.domain import ExperimentStatus, Sweep
+from agent.rules.contract import Check, RunFacts, check_run
+from db.reads import Reads
+from overnight.cli_common import DbOpt, app, console, db_location, fail, work_dir_of
 
 MARK = {"ok": "[green]✓[/green]", "warn": "[yellow]![/yellow]", "fail": "[red]✗[/red]",
         "info": "[blue]·[/blue]"}
@@ -24,6 +24,8 @@ MARK = {"ok": "[green]✓[/green]", "warn": "[yellow]![/yellow]", "fail": "[red]
 def print_checks(checks: list[Check]) -> None:
     for c in checks:
         console.print(f"{MARK[c.status]} {escape(c.name)}: {escape(c.detail)}", soft_wrap=True)
+        for knock_on in c.folded:  # what this failure made fail too
+            console.print(f"    {escape(knock_on)}", soft_wrap=True)
         if c.fix and c.status in ("warn", "fail"):
             console.print(f"    fix: {escape(c.fix)}", soft_wrap=True)
 
@@ -35,16 +37,25 @@ def doctor(
     timeout: Annotated[float | None, typer.Option(help="hard kill per run (default 4x budget, "
                                                   "at least budget + 120)")] = None,
     runs: Annotated[int, typer.Option(min=1, max=5, help="runs of HEAD (2 measure noise)")] = 2,
+    db: DbOpt = None,
 ) -> None:
-    """Run the target's HEAD at a short budget and print a checklist of the script contract."""
-    from agent.doctor import diagnose
+    """Run the target's HEAD at a short budget and print a checklist of the script contract
+    and of every knob (where it is set, whether a change to it reaches the run)."""
+    from agent.core.errors import ConfigError
+    from agent.ops.doctor import diagnose
 
     # Generous: a slow start-up on a busy machine is a finding to report, not a run to kill.
     config = load_config(target).with_budget(budget, timeout or max(budget * 4, budget + 120))
     console.print(f"doctor: {runs} run(s) of {target} HEAD at a {config.budget_s:g} s budget "
                   f"(timeout {config.timeout_s:g} s): {escape(config.command)}", soft_wrap=True)
-    result = diagnose(target.resolve(), config, runs=runs)
+    work = work_dir_of(db_location(db), None) if db is not None else None
+    try:
+        result = diagnose(target.resolve(), config, runs=runs, work_dir=work)
+    except ConfigError as exc:
+        fail(str(exc))
     print_checks(result.checks)
+    for log in result.logs:
+        console.print(f"log: {log}", soft_wrap=True)
     bad = sum(c.status == "fail" for c in result.checks)
     warned = sum(c.status == "warn" for c in result.checks)
     console.print(f"{bad} failed, {warned} warning(s)")
@@ -52,22 +63,22 @@ def doctor(
         raise typer.Exit(1)
 
 
-def baseline_checks(store: Store, sweep: Sweep) -> list[Check]:
+def baseline_checks(reads: Reads, sweep: Sweep) -> list[Check]:
     """The cheap contract checks on a sweep's baseline record; only what went wrong."""
-    base = next((e for e in store.list_experiments(sweep.id) if e.is_baseline), None)
+    base = next((e for e in reads.store.list_experiments(sweep.id) if e.is_baseline), None)
     if base is None or not base.status.is_finished() or base.status is ExperimentStatus.CANCELLED:
         return []
     wall = ((base.run_ended_at - base.run_started_at).total_seconds()
             if base.run_started_at and base.run_ended_at else 0.0)
     facts = RunFacts(timed_out=base.status is ExperimentStatus.TIMEOUT, exit_code=None,
                      wall_s=wall, summary=base.summary,
-                     progress_points=len(store.loss_points(base.id)),
+                     progress_points=len(reads.loss_points(base.id)),
                      error=base.reason if base.status is ExperimentStatus.CRASHED else None)
     return [c for c in check_run(sweep.config, facts) if c.status in ("warn", "fail")]
 
 
-def print_baseline_hints(store: Store, sweep: Sweep) -> None:
-    checks = baseline_checks(store, sweep)
+def print_baseline_hints(reads: Reads, sweep: Sweep) -> None:
+    checks = baseline_checks(reads, sweep)
     if checks:
         console.print(f"\n[bold]the baseline and the script contract[/bold] (`overnight doctor "
                       f"--target {escape(sweep.target_path)}` checks it in full):", soft_wrap=True)

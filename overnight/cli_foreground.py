@@ -15,18 +15,18 @@ from typing import TYPE_CHECKING, Any
 import typer
 from rich.markup import escape
 
-from agent.config import load_config
-from agent.domain import Sweep
-from agent.errors import INTERRUPT_PREFIX, Interrupted
-from agent.interrupts import deliver
+from agent.core.config import load_config
+from agent.core.domain import Sweep
+from agent.core.errors import INTERRUPT_PREFIX, Interrupted
+from agent.engine.interrupts import deliver
 from db.location import DbLocation
 from overnight.cli_common import console, err, fail, runtime_for
 from overnight.runtime import Runtime, open_target
 
 if TYPE_CHECKING:
-    from agent.config import TargetConfig
-    from agent.gitrepo import GitRepo
-    from agent.scheduler import SchedulerSettings
+    from agent.core.config import TargetConfig
+    from agent.engine.scheduler import SchedulerSettings
+    from agent.git.repo import GitRepo
 
 
 def run_foreground(
@@ -51,7 +51,7 @@ def run_foreground(
     """Hold the database's instance lock, recover leftovers, then run one sweep to its end.
 
     `runs_on`: the executor's SchedulerSettings fields (executor_options)."""
-    from agent.scheduler import SchedulerSettings
+    from agent.engine.scheduler import SchedulerSettings
 
     rt = runtime_for(db, work_dir)
     rt.hold_lock()
@@ -72,7 +72,7 @@ def run_foreground(
 
 def interrupt_handlers() -> dict[int, Any]:
     """Ctrl-C (SIGINT) and SIGTERM stop a foreground run (recorded, resumable), raised between
-    store transactions rather than inside one (agent.interrupts); SIGTERM no longer kills the
+    store transactions rather than inside one (agent.engine.interrupts); SIGTERM no longer kills the
     process mid-write. Returns the previous handlers (none off the main thread)."""
     if threading.current_thread() is not threading.main_thread():
         return {}
@@ -91,7 +91,7 @@ def _interrupted(rt: Runtime, sweep: Sweep, target: Path, exc: KeyboardInterrupt
                  since: datetime) -> None:
     """Say what a Ctrl-C/SIGTERM did and how to resume; pause the sweep so that a service on
     the same database does not carry on with it. Exits 130 (SIGINT) or 143 (SIGTERM)."""
-    from agent.domain import ExperimentStatus, SweepStatus
+    from agent.core.domain import ExperimentStatus, SweepStatus
 
     store = rt.store
     if store.get_sweep(sweep.name).status is SweepStatus.RUNNING:
@@ -137,9 +137,9 @@ def _run_locked(
 
 
 def _resume_sweep(rt: Runtime, repo: GitRepo, target: Path, sweep_name: str | None) -> Sweep:
-    from agent.domain import SweepStatus
-    from agent.recovery import RecoveryReport, repair_branch
-    from agent.sweeps import requeue_baseline
+    from agent.core.domain import SweepStatus
+    from agent.engine.recovery import RecoveryReport, repair_branch
+    from agent.ops.sweeps import requeue_baseline
 
     if not sweep_name:
         fail("--resume needs --sweep NAME")
@@ -163,7 +163,7 @@ def _resume_sweep(rt: Runtime, repo: GitRepo, target: Path, sweep_name: str | No
 def _new_sweep(rt: Runtime, repo: GitRepo, target: Path, config: TargetConfig, *,
                sweep_name: str | None, proposer: str, experiments: int,
                allow_dirty: bool) -> Sweep:
-    from agent.sweeps import create_sweep, default_sweep_name, dirty_files
+    from agent.ops.sweeps import create_sweep, default_sweep_name, dirty_files
 
     name = sweep_name or default_sweep_name(rt.store)
     dirty = dirty_files(repo, config)
@@ -182,8 +182,8 @@ def _new_sweep(rt: Runtime, repo: GitRepo, target: Path, config: TargetConfig, *
 def _drive(rt: Runtime, sweep: Sweep, target: Path, settings: SchedulerSettings, *,
            quiet: bool, proposer_kwargs: dict[str, Any]) -> None:
     """The one engine in burst mode, with a live view on a terminal, lines otherwise."""
-    from agent.domain import utcnow
-    from agent.scheduler import SlotScheduler
+    from agent.core.domain import utcnow
+    from agent.engine.scheduler import SlotScheduler
     from overnight.console import LineLog, LiveView
 
     view = LiveView(console, sweep) if console.is_terminal else LineLog(console, sweep)

@@ -13,8 +13,8 @@ from typing import Annotated, Any
 
 import typer
 
-from agent.errors import ConfigError, StoreError
-from agent.retention import (
+from agent.core.errors import ConfigError, StoreError
+from agent.ops.retention import (
     LOSS_POINTS_KEPT,
     GcReport,
     RetentionPolicy,

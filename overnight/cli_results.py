@@ -14,10 +14,12 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from agent.domain import RAN_STATUSES, Sweep
-from agent.domain import ExperimentStatus as S
-from agent.errors import NotFoundError
-from agent.report import experiment_row, improvement, results_tsv
+from agent.analysis.projection import ExperimentView
+from agent.analysis.report import improvement, results_tsv
+from agent.core.domain import RAN_STATUSES, Sweep
+from agent.core.domain import ExperimentStatus as S
+from agent.core.errors import NotFoundError
+from agent.core.ports import Store
 from db.location import DbLocation
 from overnight.cli_common import DbOpt, app, console, db_location, fail, runtime_for
 
@@ -38,8 +40,8 @@ def closing_line(sweep: Sweep, exps: list) -> str:  # type: ignore[type-arg]
 
 
 def print_results(sweep: Sweep, store, fmt: str) -> None:  # type: ignore[no-untyped-def]
-    from agent.evidence import sweep_evidence
-    from agent.report import evidence_header, evidence_row, sweep_evidence_row
+    from agent.analysis.evidence import sweep_evidence
+    from agent.analysis.report import evidence_header, evidence_row, sweep_evidence_row
     from overnight.console import results_table
 
     exps = store.list_experiments(sweep.id)
@@ -47,7 +49,8 @@ def print_results(sweep: Sweep, store, fmt: str) -> None:  # type: ignore[no-unt
     if fmt in ("tsv", "tsv-full"):
         sys.stdout.write(results_tsv(sweep, exps, ev if fmt == "tsv-full" else None))
     elif fmt == "json":
-        rows = [{**experiment_row(e), **evidence_row(ev.experiments.get(e.id))} for e in exps]
+        rows = [{**ExperimentView.of(e, sweep.name).model_dump(mode="json"),
+                 **evidence_row(ev.experiments.get(e.id))} for e in exps]
         print(
             json.dumps(
                 {
@@ -84,8 +87,8 @@ def print_summary(sweep: Sweep, store) -> None:  # type: ignore[no-untyped-def]
     """The end-of-night summary: what was learned (the digest), then the results table."""
     from rich.markup import escape
 
-    from agent.insights import render
-    from agent.insights_fold import digest
+    from agent.analysis.insights import render
+    from agent.analysis.insights_fold import digest
 
     console.print(escape(render(digest(sweep, store.list_experiments(sweep.id)), 4000)))
     console.print()
@@ -107,7 +110,7 @@ def results(
     print_results(find_sweep(store, sweep, target, db_location(db)), store, format)
 
 
-def find_sweep(store, name: str | None, target: Path | None,  # type: ignore[no-untyped-def]
+def find_sweep(store: Store, name: str | None, target: Path | None,
                db: DbLocation | None = None) -> Sweep:
     where = f" in {db}" if db else ""
     if name:
@@ -141,12 +144,13 @@ def status(
     """One line per sweep, newest last: status, counts, baseline → best, supported keeps."""
     from rich.table import Table
 
-    from agent.evidence import sweep_evidence
+    from agent.analysis.evidence import sweep_evidence
 
-    store = runtime_for(db).store
+    rt = runtime_for(db)
+    store, reads = rt.store, rt.reads
     sweeps = store.list_sweeps()
     shown = sweeps if all_ else sweeps[-STATUS_LATEST:]
-    counted = store.status_counts_by_sweep()  # the maintained counts: one read for all
+    counted = reads.status_counts_by_sweep()  # the maintained counts: one read for all
     table = Table(title=f"sweeps in {db_location(db)}")
     for col in ("sweep", "status", "runs", "kept", "discarded", "crashed", "baseline", "best",
                 "gain", "supported", "target"):
@@ -155,7 +159,7 @@ def status(
         n = counted.get(s.id, {})
         rel = improvement(s)
         # The light rows the dashboard's evidence reads (no summaries, diffs or logs).
-        ev = sweep_evidence(s, store.experiment_marks(s.id), store.run_metrics(s.id))
+        ev = sweep_evidence(s, reads.experiment_marks(s.id), store.run_metrics(s.id))
         table.add_row(
             s.name,
             s.status.value,

@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from agent.environment import environment
 from db.location import DbLocation
 from overnight.cli_common import (
     DbOpt,
@@ -30,9 +29,10 @@ from overnight.cli_common import (
     fail,
     work_dir_of,
 )
+from overnight.environment import environment
 
 if TYPE_CHECKING:
-    from agent.recovery import DatabaseLock
+    from agent.engine.recovery import DatabaseLock
 
 logger = logging.getLogger(__name__)
 
@@ -127,7 +127,7 @@ def serve(
 
 def _instance_lock(where: DbLocation) -> DatabaseLock:
     """The database's instance lock, or a clear error naming who holds it."""
-    from agent.recovery import InstanceLockError
+    from agent.engine.recovery import InstanceLockError
     from db.lock import instance_lock
 
     try:

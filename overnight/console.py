@@ -11,9 +11,10 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from agent.domain import Experiment, ExperimentStatus, Sweep
-from agent.evidence import ExperimentEvidence, SweepEvidence
-from agent.report import fmt_delta, fmt_metric, memory_gb
+from agent.analysis.evidence import ExperimentEvidence, SweepEvidence
+from agent.analysis.projection import memory_gb
+from agent.analysis.report import fmt_delta, fmt_metric
+from agent.core.domain import Experiment, ExperimentStatus, Sweep
 
 STYLE = {
     ExperimentStatus.KEPT: "green",

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agent.mcp_server import build_server
-from agent.mcp_tools import AgentTools
-from agent.scheduler import SchedulerSettings
+from agent.engine.scheduler import SchedulerSettings
+from api.mcp.server import build_server
+from api.mcp.tools import AgentTools
 from db.location import DbLocation
 from overnight.runtime import Runtime
 

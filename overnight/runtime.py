@@ -17,24 +17,27 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agent.devices import slot_env
-from agent.domain import Sweep
-from agent.errors import OvernightError
-from agent.gitrepo import GitError, GitRepo
-from agent.loop import Loop
-from agent.ports import Runner
+from agent.core.domain import Sweep
+from agent.core.errors import OvernightError
+from agent.core.ports import Proposer, Runner
+from agent.engine.attempt import EventFn, LoopSettings
+from agent.engine.devices import slot_env
+from agent.engine.loop import Loop
+from agent.engine.recovery import DatabaseLock, InstanceLockError, RecoveryReport, recover
+from agent.engine.scheduler import SchedulerSettings, SlotScheduler
+from agent.executors.local import SubprocessRunner
+from agent.executors.ray import RayExecutor, RaySettings
+from agent.git.repo import GitError, GitRepo
+from agent.ops.retention import GcReport, RetentionPolicy, collect_garbage
+from agent.ops.service import Service
 from agent.proposers.factory import make_proposer
-from agent.ray_executor import RayExecutor, RaySettings
-from agent.recovery import DatabaseLock, InstanceLockError, RecoveryReport, recover
-from agent.retention import GcReport, RetentionPolicy, collect_garbage
-from agent.scheduler import SchedulerSettings, SlotScheduler
-from agent.service import Service
-from agent.training import EventFn, LoopSettings, SubprocessRunner
 from db.engine import open_database
 from db.location import DbLocation
 from db.lock import instance_lock
 from db.maintenance import checkpoint, database_size, vacuum, vacuum_pays
+from db.reads import Reads
 from db.store import SqlStore
+from overnight.environment import llm_config_path
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -56,12 +59,15 @@ def compile_cache_env(work_dir: Path, sweep: Sweep) -> dict[str, str]:
 class Runtime:
     """Store, repositories, service layer, and (when started) lock, recovery and scheduler."""
 
-    def __init__(self, db: DbLocation | Path | str, *, work_dir: Path | None = None) -> None:
+    def __init__(self, db: DbLocation | Path | str, *, work_dir: Path | None = None,
+                 llm_config: Path | None = None) -> None:
         self.db = DbLocation.parse(db)
+        self.llm_config = llm_config  # else $OVERNIGHT_LLM_CONFIG, else ~/.overnight/llm.toml
         self.work_dir = (Path(work_dir).expanduser().resolve() if work_dir
                          else self.db.default_work_dir())
         self.engine = open_database(self.db)
         self.store = SqlStore(self.engine)
+        self.reads = Reads(self.store)  # the pages' and commands' reads (db.reads)
         self.service = Service(self.store, self.repo_for, stop_running=self.stop_running)
         self.lock: DatabaseLock | None = None
         self.recovery: RecoveryReport | None = None
@@ -127,12 +133,18 @@ class Runtime:
                 runner = SubprocessRunner(settings.grace_s)
             loop_settings = LoopSettings(work_dir=self.work_dir, env=env, grace_s=settings.grace_s,
                                          device=settings.device)
-            proposer = make_proposer(sweep.proposer, sweep.seed, store=self.store,
-                                     **(proposer_kwargs or {}))
+            proposer = self.make_proposer(sweep.proposer, sweep.seed, **(proposer_kwargs or {}))
             return Loop(self.store, self.repo_for(sweep), runner, loop_settings,
                         proposer=proposer, on_event=on_event)
 
         return make
+
+    def make_proposer(self, spec: str, seed: int, **kwargs: Any) -> Proposer | None:
+        """The proposer `spec` names (ConfigError for an unknown one); a language model's
+        profiles come from --llm-config, else $OVERNIGHT_LLM_CONFIG, else ~/.overnight/llm.toml."""
+        if spec.startswith("llm:"):
+            kwargs.setdefault("config_path", llm_config_path(self.llm_config))
+        return make_proposer(spec, seed, store=self.store, **kwargs)
 
     def ray_executor(self, settings: SchedulerSettings) -> RayExecutor:
         """The one connection to the Ray cluster of `settings` (joined on first use)."""

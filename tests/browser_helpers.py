@@ -19,15 +19,24 @@ from typing import Any
 
 import pytest
 
-from agent.config import TargetConfig, load_config
-from agent.domain import CrashKind, Experiment, ExperimentStatus, Finish, Proposal, Sweep, utcnow
-from agent.gitrepo import GitRepo, init_repo
-from agent.loop import Loop, LoopSettings
-from agent.ports import ProposalContext
+from agent.core.config import TargetConfig, load_config
+from agent.core.domain import (
+    CrashKind,
+    Experiment,
+    ExperimentStatus,
+    Finish,
+    Proposal,
+    Sweep,
+    utcnow,
+)
+from agent.core.ports import ProposalContext
+from agent.engine.loop import Loop, LoopSettings
+from agent.engine.scheduler import run_sweep
+from agent.executors.local import SubprocessRunner
+from agent.git.repo import GitRepo, init_repo
+from agent.ops.admission import admit, queue
+from agent.ops.sweeps import create_sweep
 from agent.proposers.knobs import KnobsProposer, make_diff
-from agent.scheduler import run_sweep
-from agent.sweeps import create_sweep, submit
-from agent.training import SubprocessRunner
 from db.engine import open_database
 from db.store import SqlStore
 from runner.summary import ProgressPoint
@@ -141,13 +150,8 @@ class Filled:
         and RELEASE_ENV set to that file."""
         head = self.repo.head(self.sweep.branch)
         text = self.repo.read_file(head, "train.py")
-        queued = submit(
-            self.store,
-            self.repo,
-            self.sweep,
-            Proposal("slow run for the live panel", gated_diff(text, step_s)),
-            record_rejection=False,
-        )
+        proposal = Proposal("slow run for the live panel", gated_diff(text, step_s))
+        queued = queue(self.store, admit(self.store, self.repo, self.sweep, proposal))
         claimed = self.store.claim(queued.id)
         assert claimed is not None
         return claimed, self.work / f"release-{claimed.id}"

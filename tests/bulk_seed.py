@@ -21,7 +21,7 @@ from typing import Any
 
 from sqlalchemy import create_engine
 
-from agent.domain import utcnow
+from agent.core.domain import utcnow
 from db import counts
 from db.location import DbLocation
 
@@ -158,9 +158,9 @@ def seed_sweep(root: Path, n: int, *, name: str = "big", rng_seed: int = 0) -> P
     included, are bulk rows; returns the database path (root/<name>.db)."""
     from browser_helpers import make_target
 
-    from agent.config import load_config
-    from agent.gitrepo import GitRepo
-    from agent.sweeps import create_sweep
+    from agent.core.config import load_config
+    from agent.git.repo import GitRepo
+    from agent.ops.sweeps import create_sweep
     from db.engine import open_database
     from db.store import SqlStore
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from agent.gitrepo import GitRepo, init_repo
-from agent.loop import Loop, LoopSettings
-from agent.training import SubprocessRunner
+from agent.engine.loop import Loop, LoopSettings
+from agent.executors.local import SubprocessRunner
+from agent.git.repo import GitRepo, init_repo
 from db.engine import open_database
 from db.store import SqlStore
 
@@ -32,7 +32,7 @@ def commit_all(repo_path: Path, message: str) -> None:
     """Commit every tracked change in a test target with the service's fixed identity."""
     import git
 
-    from agent.gitrepo import IDENTITY
+    from agent.git.repo import IDENTITY
 
     git.Repo(repo_path).git.commit("-am", message, env=IDENTITY)
 

@@ -5,7 +5,11 @@ benchmarks/containment.py; every one of them must be refused before a run is que
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
+
+from agent.core.diff import PathChange, parse_diff_tree
+from agent.git.repo import GitRepo
 
 README = "old readme\n"
 # Characters str.splitlines() breaks at but git does not.
@@ -83,3 +87,11 @@ def classic(target: Path) -> dict[str, str]:
 
 def all_cases(target: Path) -> dict[str, str]:
     return {**classic(target), **smuggled(target), **git_only(target)}
+
+
+def committed_changes(repo: GitRepo, commit: str) -> list[PathChange]:
+    """What `commit` changes against its first parent, as `git diff-tree` says it."""
+    out = subprocess.run(["git", "diff-tree", "-r", "--no-renames", "--no-commit-id", "-z",
+                          f"{commit}^", commit], cwd=repo.path, capture_output=True,
+                         check=True).stdout
+    return parse_diff_tree(out)

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import re
 
-from agent.domain import Experiment, Proposal
-from agent.ports import ProposalContext
+from agent.core.domain import Experiment, Proposal
+from agent.core.ports import ProposalContext
 from agent.proposers.knobs import make_diff
 
 

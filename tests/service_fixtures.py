@@ -22,7 +22,7 @@ from typing import Any
 
 import httpx
 
-from agent.gitrepo import init_repo
+from agent.git.repo import init_repo
 
 ROOT = Path(__file__).resolve().parent.parent
 FAKE_TARGET = ROOT / "tests" / "fixtures" / "fake_target"
@@ -123,7 +123,7 @@ def read_run_log(path: Path) -> list[tuple[int, int]]:
 
 def run_records(db: Path | str) -> dict[int, int]:
     """How many run records (started, not interrupted) each experiment has in the database."""
-    from agent.domain import RunStatus
+    from agent.core.domain import RunStatus
     from db.engine import open_database
     from db.store import SqlStore
 
@@ -224,10 +224,10 @@ def idle(client: httpx.Client) -> bool:
 
 
 def given_up(exp: dict[str, Any]) -> bool:
-    """Interrupted by a crash after MAX_CRASH_RETRIES crash retries: not re-queued by design."""
-    from agent.recovery import MAX_CRASH_RETRIES
+    """The verdict of a change that was running each time the service died, past the cap."""
+    from agent.engine.recovery import GAVE_UP_CAUSE
 
-    return int((exp.get("meta") or {}).get("crash_retries", 0)) >= MAX_CRASH_RETRIES
+    return exp["status"] == "crashed" and (exp.get("reason") or "").startswith(GAVE_UP_CAUSE)
 
 
 def check_invariants(exps: list[dict[str, Any]], runs: list[tuple[int, int]],
@@ -258,8 +258,8 @@ def check_invariants(exps: list[dict[str, Any]], runs: list[tuple[int, int]],
             problems.append(f"retry {e['id']} of a non-interrupted experiment {retry_of}")
     retried = {(e.get("meta") or {}).get("retry_of") for e in exps}
     for e in exps:
-        if e["status"] == "interrupted" and e["id"] not in retried and not given_up(e):
-            problems.append(f"interrupted experiment {e['id']} was not re-queued")
+        if e["status"] == "interrupted" and e["id"] not in retried:  # a retry, or a verdict
+            problems.append(f"interrupted experiment {e['id']} was not followed up")
     for exp_id, (status, metric) in before.items():
         now = by_id.get(exp_id)
         if now is None or (now["status"], now["metric"]) != (status, metric):
@@ -273,7 +273,7 @@ def check_invariants(exps: list[dict[str, Any]], runs: list[tuple[int, int]],
 def live_orphans(db: Path | str) -> list[int]:
     """Process groups recorded for interrupted experiments and runs (confirmation and incumbent
     runs included) that are still alive (should be none)."""
-    from agent.domain import ExperimentStatus, RunStatus
+    from agent.core.domain import ExperimentStatus, RunStatus
     from db.engine import open_database
     from db.store import SqlStore
     from runner.groups import process_group_alive
@@ -364,7 +364,6 @@ def kill9_scenario(tmp: Path, kills: int, experiments: int, sleep_s: float = 1.2
             "interrupted": [e["id"] for e in exps if e["status"] == "interrupted"],
             "retries": {e["meta"]["retry_of"]: e["id"] for e in exps
                         if (e.get("meta") or {}).get("retry_of")},
-            "abandoned": [e["id"] for e in exps if e["status"] == "interrupted"
-                          and given_up(e)],
+            "abandoned": [e["id"] for e in exps if given_up(e)],
             "branch_ok": head == sweep["best_commit"], "health": health,
             "checked_before_kills": len(seen_finished)}

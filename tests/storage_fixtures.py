@@ -12,7 +12,7 @@ from pathlib import Path
 from service_fixtures import knob_diff
 from sqlalchemy import update
 
-from agent.domain import (
+from agent.core.domain import (
     ExperimentStatus,
     Finish,
     Proposal,
@@ -22,8 +22,8 @@ from agent.domain import (
     RunStatus,
     utcnow,
 )
-from agent.gitrepo import GitRepo
-from agent.sweeps import create_sweep
+from agent.git.repo import GitRepo
+from agent.ops.sweeps import create_sweep
 from db.models import ExperimentRow
 from db.store import SqlStore
 from runner.summary import ProgressPoint
@@ -68,7 +68,7 @@ def _record(store: SqlStore, repo: GitRepo, night: Night, sweep_id: int, k: int,
     diff = knob_diff(target, k, 1)
     exp = store.add_experiment(sweep_id, Proposal(f"K{k} = 1", diff))
     store.claim(exp.id)
-    commit = repo.commit_diff(repo.head(f"overnight/{night.sweep}"), diff, f"K{k} = 1")
+    commit = repo.commit_proposal(repo.head(f"overnight/{night.sweep}"), diff, f"K{k} = 1")[0]
     ref = f"refs/overnight/{night.sweep}/{exp.id}"  # the hidden ref the loop keeps
     repo.set_ref(ref, commit)
     log = work_dir / "logs" / night.sweep / f"{exp.id}.log"

@@ -4,13 +4,14 @@ from pathlib import Path
 
 import pytest
 
-from agent.admit import normalize_diff, parse_diff
-from agent.config import load_config
-from agent.domain import ExperimentStatus, Proposal
-from agent.errors import AdmissionError
-from agent.gitrepo import GitRepo
+from agent.core.config import load_config
+from agent.core.domain import ExperimentStatus, Proposal
+from agent.core.errors import AdmissionError
+from agent.git.repo import GitRepo
+from agent.ops.admission import admit, queue, reject
+from agent.ops.sweeps import create_sweep
 from agent.proposers.knobs import make_diff
-from agent.sweeps import create_sweep, submit
+from agent.rules.admit import normalize_diff, parse_diff
 
 
 def lr_diff(target: Path, new: str = "0.02") -> str:
@@ -42,7 +43,7 @@ def test_each_rejection_writes_nothing_when_not_recording(store, target, sweep, 
     head = repo.head(sweep.branch)
     before = store.count_experiments(sweep.id)
     with pytest.raises(AdmissionError) as exc:
-        submit(store, repo, sweep, Proposal("try it", BAD[code]), record_rejection=False)
+        queue(store, admit(store, repo, sweep, Proposal("try it", BAD[code])))
     assert exc.value.code == code, exc.value.message
     assert exc.value.status_hint == (409 if code == "does_not_apply" else 422)
     assert store.count_experiments(sweep.id) == before
@@ -51,9 +52,10 @@ def test_each_rejection_writes_nothing_when_not_recording(store, target, sweep, 
 
 @pytest.mark.parametrize("code", sorted(BAD))
 def test_each_rejection_is_recorded_with_reason(store, target, sweep, code):
-    exp = submit(
-        store, GitRepo(target), sweep, Proposal("try it", BAD[code], "knobs"), record_rejection=True
-    )
+    proposal = Proposal("try it", BAD[code], "knobs")
+    with pytest.raises(AdmissionError) as refused:
+        admit(store, GitRepo(target), sweep, proposal)
+    exp = reject(store, sweep, proposal, refused.value)
     assert exp.status is ExperimentStatus.REJECTED
     assert exp.reason and exp.meta["rejection"] == code
     assert exp.started_at is None and exp.log_path is None
@@ -66,24 +68,22 @@ def test_absolute_path_and_dotgit(store, target, sweep):
             "@@ -1 +1 @@\n-a\n+b\n"
         )
         with pytest.raises(AdmissionError) as exc:
-            submit(store, GitRepo(target), sweep, Proposal("x", diff), record_rejection=False)
+            queue(store, admit(store, GitRepo(target), sweep, Proposal("x", diff)))
         assert exc.value.code in ("path_escapes", "not_editable")
 
 
 def test_duplicate_and_description(store, target, sweep):
     repo = GitRepo(target)
-    first = submit(
-        store, repo, sweep, Proposal("double lr", lr_diff(target)), record_rejection=False
-    )
+    first = queue(store, admit(store, repo, sweep, Proposal("double lr", lr_diff(target))))
     assert first.status is ExperimentStatus.QUEUED
     with pytest.raises(AdmissionError) as exc:
-        submit(store, repo, sweep, Proposal("again", lr_diff(target)), record_rejection=False)
+        queue(store, admit(store, repo, sweep, Proposal("again", lr_diff(target))))
     assert exc.value.code == "duplicate" and str(first.id) in exc.value.message
     with pytest.raises(AdmissionError) as exc:
-        submit(store, repo, sweep, Proposal("  ", lr_diff(target, "0.03")), record_rejection=False)
+        queue(store, admit(store, repo, sweep, Proposal("  ", lr_diff(target, "0.03"))))
     assert exc.value.code == "no_description"
     with pytest.raises(AdmissionError) as exc:
-        submit(store, repo, sweep, Proposal("big", "+" * (1024 * 1024 + 1)), record_rejection=False)
+        queue(store, admit(store, repo, sweep, Proposal("big", "+" * (1024 * 1024 + 1))))
     assert exc.value.status_hint == 413
 
 
@@ -98,5 +98,5 @@ def test_lenient_hunk_counts_still_apply(store, target, sweep):
     """LLM-written diffs often get the @@ counts wrong; git applies them with --recount."""
     diff = GOOD_HEADER + "@@ -9,9 +9,9 @@\n-LR = 0.01  # best at 0.04\n+LR = 0.02  # best at 0.04\n"
     assert parse_diff(diff)[0].added == ("LR = 0.02  # best at 0.04",)
-    exp = submit(store, GitRepo(target), sweep, Proposal("lr", diff), record_rejection=False)
+    exp = queue(store, admit(store, GitRepo(target), sweep, Proposal("lr", diff)))
     assert exp.status is ExperimentStatus.QUEUED

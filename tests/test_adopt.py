@@ -12,8 +12,9 @@ from pathlib import Path
 from conftest import FIXTURES
 from test_cli import OVERNIGHT, run
 
-from agent.gitrepo import init_repo
+from agent.git.repo import init_repo
 from db.engine import open_database
+from db.reads import Reads
 from db.store import SqlStore
 
 
@@ -42,7 +43,7 @@ def test_adopt_writes_the_target_and_a_short_sweep_tunes_argparse_defaults(tmp_p
     assert target["protected"] == ["evaluate.py", "overnight.toml"]
     assert target["assets"] == ["data"] and target["metric"] == "val_ppl"
     assert target["direction"] == "minimize" and "batches" in target["progress_regex"]
-    assert "6 knob(s) found in main.py" in proc.stdout
+    assert "3 knob(s) will be searched" in proc.stdout  # emsize, lr, dropout (not seed, epochs)
     assert "still needs" not in proc.stdout  # it reads the budget and prints the block
     proc = run("run", "--target", str(root), "--db", str(tmp_path / "o.db"), check=False)
     assert proc.returncode == 2 and "overnight.toml" in proc.stderr  # not committed yet
@@ -62,7 +63,7 @@ def test_adopt_writes_the_target_and_a_short_sweep_tunes_argparse_defaults(tmp_p
         minus = [ln for ln in exp.diff.splitlines() if ln.startswith("-") and ln[1:2] != "-"]
         assert len(minus) == 1 and "add_argument" in minus[0] and "default=" in minus[0]
     baseline = store.list_experiments(sweep.id)[0]
-    points = store.loss_points(baseline.id)  # parsed with the progress_regex adopt wrote
+    points = Reads(store).loss_points(baseline.id)  # parsed with the progress_regex adopt wrote
     assert sorted((p.step, p.loss) for p in points) == [
         (1, 3.0), (1, 6.0), (2, 1.5), (2, 3.0), (3, 1.0), (3, 2.0)]
 

@@ -14,8 +14,8 @@ from fastapi.testclient import TestClient
 from service_fixtures import AUTH, TOKEN, knob_diff, make_counting_target, wait_for
 from sqlalchemy import update
 
-from agent.domain import ExperimentStatus, Finish
-from agent.errors import ConfigError
+from agent.core.domain import ExperimentStatus, Finish
+from agent.core.errors import ConfigError
 from api.settings import Settings, ensure_token
 from db.models import ExperimentRow
 from overnight.runtime import service_app
@@ -312,8 +312,8 @@ def test_token_file_is_private_and_stable(tmp_path: Path) -> None:
 
 
 def test_best_results_log_and_sse(client: TestClient, target: Path, tmp_path: Path) -> None:
-    from agent.loop import Loop, LoopSettings
-    from agent.training import SubprocessRunner
+    from agent.engine.loop import Loop, LoopSettings
+    from agent.executors.local import SubprocessRunner
 
     _sweep(client, target)
     _queue(client, target, 4, 1)
@@ -344,8 +344,8 @@ def test_best_results_log_and_sse(client: TestClient, target: Path, tmp_path: Pa
 
 
 def test_insights_of_a_recorded_sweep(client: TestClient, target: Path, tmp_path: Path) -> None:
-    from agent.loop import Loop, LoopSettings
-    from agent.training import SubprocessRunner
+    from agent.engine.loop import Loop, LoopSettings
+    from agent.executors.local import SubprocessRunner
 
     _sweep(client, target)
     _queue(client, target, 4, 1)

@@ -183,8 +183,8 @@ def test_upgrade_rejects_copies_queued_by_the_old_race_then_refuses_new_ones(
     """A database from before the unique index, holding three queued copies of one change."""
     from sqlalchemy import text
 
-    from agent.domain import Proposal
-    from agent.errors import DuplicateError
+    from agent.core.domain import Proposal
+    from agent.core.errors import DuplicateError
     from db.engine import make_engine, migrate
     from db.store import SqlStore, diff_key
 

@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import create_engine, text
 from test_store_contract import spec
 
-from agent.domain import Proposal
+from agent.core.domain import Proposal
 from db.engine import open_database
 from db.location import DbLocation
 from db.store import SqlStore

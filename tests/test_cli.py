@@ -135,7 +135,7 @@ def test_demo_on_the_real_gpt_target(tmp_path: Path):
     # times; a run whose throughput is off the others' measured the machine, not the change, and
     # is marked suspect: left out, as on a busy machine). Each run is judged against its own
     # initial loss, its log's val_bpb is its record's metric, and the mean is of the good ones.
-    from agent.domain import RunRole, RunStatus
+    from agent.core.domain import RunRole, RunStatus
     from db.engine import open_database
     from db.store import SqlStore
 
@@ -211,7 +211,7 @@ def test_kill_9_then_resume_loses_nothing_and_repeats_nothing(tmp_path: Path):
 
 
 def test_run_refuses_while_another_process_holds_the_database(tmp_path: Path, target: Path):
-    from agent.recovery import InstanceLock
+    from agent.engine.recovery import InstanceLock
 
     db = tmp_path / "o.db"
     lock = InstanceLock(db).acquire()
@@ -227,8 +227,8 @@ def test_status_shows_the_latest_sweeps_and_all_with_all(tmp_path: Path):
     older ones it left out; `--all` lists every one. Counts are the sweeps' own."""
     from test_store_contract import spec
 
-    from agent.domain import ExperimentStatus as S
-    from agent.domain import Finish, Proposal
+    from agent.core.domain import ExperimentStatus as S
+    from agent.core.domain import Finish, Proposal
     from db.engine import open_database
     from db.store import SqlStore
     from overnight.cli_results import STATUS_LATEST
@@ -261,7 +261,7 @@ def test_status_shows_the_latest_sweeps_and_all_with_all(tmp_path: Path):
 def test_resuming_a_done_sweep_takes_its_branch_back(tmp_path: Path, target: Path):
     """A done night's branch is its owner's (restart recovery leaves it); `--resume` makes the
     sweep the service's again, so its branch goes back to the recorded best, and says so."""
-    from agent.gitrepo import GitRepo
+    from agent.git.repo import GitRepo
     from db.engine import open_database
     from db.store import SqlStore
 

@@ -16,7 +16,7 @@ import pytest
 from conftest import FIXTURES, make_target
 from service_fixtures import wait_for
 
-from agent.domain import Experiment, ExperimentStatus, Proposal
+from agent.core.domain import Experiment, ExperimentStatus, Proposal
 from db.engine import open_database
 from db.store import SqlStore
 from runner.groups import process_group_alive

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from test_cli import run
 
-from agent.gitrepo import GitRepo
+from agent.git.repo import GitRepo
 
 
 def test_a_dirty_checkout_is_refused_with_the_files_and_the_command(tmp_path: Path,

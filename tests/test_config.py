@@ -2,8 +2,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.config import load_config, parse_config
-from agent.errors import ConfigError
+from agent.core.config import load_config, parse_config
+from agent.core.errors import ConfigError
 
 GOOD = {
     "command": "python train.py",
@@ -110,7 +110,7 @@ def test_cli_reports_config_error_without_traceback(tmp_path: Path, target: Path
 
 
 def test_config_knows_the_same_categories_as_proposals():
-    from agent.categories import CATEGORY_VALUES
-    from agent.config import CATEGORY_NAMES
+    from agent.core.config import CATEGORY_NAMES
+    from agent.rules.categories import CATEGORY_VALUES
 
     assert CATEGORY_NAMES == CATEGORY_VALUES

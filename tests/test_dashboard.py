@@ -16,12 +16,13 @@ from browser_helpers import (
     stamp_hourly,
     table_ids,
 )
+from dashboard_oracles import progress_svg
 from fastapi.testclient import TestClient
 
-from agent.diff import diff_stats
-from agent.diff import view_lines as parse_diff
-from agent.domain import Experiment, ExperimentStatus, Proposal, utcnow
-from api.dashboard.plot import loss_svg, progress_svg
+from agent.core.diff import diff_stats
+from agent.core.diff import view_lines as parse_diff
+from agent.core.domain import Experiment, ExperimentStatus, Proposal, utcnow
+from api.dashboard.plot import loss_svg
 from api.dashboard.views import PAGE_SIZE
 
 TOKEN = "t" * 24
@@ -75,7 +76,7 @@ def test_sweep_page_plot_table_stack(client: TestClient, filled: Filled) -> None
 
 
 def test_sweep_page_shows_the_digest(client: TestClient, filled: Filled) -> None:
-    from agent.insights_fold import digest
+    from agent.analysis.insights_fold import digest
 
     html = client.get("/ui/sweeps/night").text
     panel = html.split('<section aria-labelledby="insights-h" id="insights">')[1].split(
@@ -198,7 +199,7 @@ def test_live_endpoint_reads_the_growing_log(client: TestClient, filled: Filled)
         page = client.get("/ui/sweeps/night").text
         assert f'data-exp="{exp.id}"' in page and "hand-made running row" in page
     finally:
-        from agent.domain import Finish
+        from agent.core.domain import Finish
 
         filled.store.finish(exp.id, Finish(ExperimentStatus.CANCELLED, reason="test"))
     assert client.get("/ui/sweeps/night/live").json()["running"] == []

@@ -26,7 +26,7 @@ from browser_helpers import (
     stamp_hourly,
 )
 
-from agent.domain import ExperimentStatus, utcnow
+from agent.core.domain import ExperimentStatus, utcnow
 
 pytestmark = pytest.mark.browser
 
@@ -214,7 +214,7 @@ class _Changes:
                                                                "WIDTH = 32")]
 
     def propose(self, ctx):  # type: ignore[no-untyped-def]
-        from agent.domain import Proposal
+        from agent.core.domain import Proposal
         from agent.proposers.knobs import make_diff
 
         if not self.todo:
@@ -233,13 +233,13 @@ def test_progress_plot_shows_every_run_and_the_best_with_its_band(tmp_path, brow
     from conftest import make_target as make_git_target
     from playwright.sync_api import expect
 
-    from agent.config import load_config
-    from agent.domain import RunStatus
-    from agent.gitrepo import GitRepo
-    from agent.loop import Loop, LoopSettings
-    from agent.scheduler import run_sweep
-    from agent.sweeps import create_sweep
-    from agent.training import SubprocessRunner
+    from agent.core.config import load_config
+    from agent.core.domain import RunStatus
+    from agent.engine.loop import Loop, LoopSettings
+    from agent.engine.scheduler import run_sweep
+    from agent.executors.local import SubprocessRunner
+    from agent.git.repo import GitRepo
+    from agent.ops.sweeps import create_sweep
     from db.engine import open_database
     from db.store import SqlStore
 

@@ -38,7 +38,8 @@ def test_a_postgresql_url_keeps_its_password_out_of_messages(tmp_path: Path,
     assert created and path == tmp_path / "w" / "token" and path.stat().st_mode & 0o777 == 0o600
     assert ensure_token(where, tmp_path / "w") == (token, path, False)
     settings = Settings.build(db_path="postgresql://team@db.lan/nights", token="t" * 16)
-    assert settings.resolved_work_dir == tmp_path / ".overnight" / "db.lan-nights.work"
+    assert settings.work_dir is None  # the default, beside what the URL names:
+    assert settings.db_path.default_work_dir() == tmp_path / ".overnight" / "db.lan-nights.work"
 
 
 @pytest.mark.parametrize("bad, message", [

@@ -1,8 +1,8 @@
 import pytest
 
-from agent.classify import CrashFacts, classify
-from agent.decide import is_improvement
-from agent.domain import CrashKind, Direction
+from agent.core.domain import CrashKind, Direction
+from agent.rules.classify import CrashFacts, classify
+from agent.rules.decide import is_improvement
 
 NAN = float("nan")
 
@@ -93,3 +93,72 @@ def test_classify_table(f, kind):
 
 def test_reason_names_no_metric():
     assert "no metric" in classify(facts(None, exit_code=0)).reason
+
+
+OOM_IN_SOURCE = (
+    'Traceback (most recent call last):\n  File "train.py", line 9, in <module>\n'
+    "    except torch.cuda.OutOfMemoryError:\nNameError: name 'torch' is not defined\n"
+)
+RANKED = (
+    "[rank0]: Traceback (most recent call last):\n"
+    '[rank0]:   File "train.py", line 3, in <module>\n'
+    "[rank0]: NameError: name 'lrr' is not defined\n"
+    "E0101 torch/distributed/elastic/multiprocessing/api.py:869] failed (exitcode: 1)\n"
+    "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:\n"
+)
+COMPILER = (
+    "torch._dynamo.exc.BackendCompilerFailed: backend='inductor' raised:\n"
+    "ImportError: cannot import name 'triton_key' from 'triton.compiler.compiler'\n"
+)
+
+
+@pytest.mark.parametrize(
+    "f, kind, cause",
+    [
+        # the run's own exception line decides before the tail's evidence
+        (
+            facts("NameError: name 'torch' is not defined", OOM_IN_SOURCE),
+            CrashKind.TRIVIAL,
+            "undefined name",
+        ),
+        # a NaN named as an attribute is a typo, not instability
+        (
+            facts("AttributeError: module 'numpy' has no attribute 'NaN'"),
+            CrashKind.TRIVIAL,
+            "attribute error",
+        ),
+        # a launcher's wrapper is looked through: the root cause above it decides
+        (
+            facts("torch.distributed.elastic.multiprocessing.errors.ChildFailedError:", RANKED),
+            CrashKind.TRIVIAL,
+            "undefined name",
+        ),
+        # the error printed under "... raised:" is the compiler's, not a missing import
+        (
+            facts(COMPILER.splitlines()[1], COMPILER),
+            CrashKind.FUNDAMENTAL,
+            "torch.compile/triton failure",
+        ),
+        # a shell's 128 + 9
+        (
+            facts(None, exit_code=137),
+            CrashKind.FUNDAMENTAL,
+            "killed by SIGKILL (often the OOM killer)",
+        ),
+        (
+            facts("AssertionError: n_embd must be divisible by n_head"),
+            CrashKind.TRIVIAL,
+            "failed assert",
+        ),
+        (facts("AssertionError", training_started=True), CrashKind.FUNDAMENTAL, "failed assert"),
+        (
+            facts("RuntimeError: expected scalar type Float but found BFloat16"),
+            CrashKind.TRIVIAL,
+            "dtype mismatch",
+        ),
+    ],
+)
+def test_classify_precedence(f, kind, cause):
+    verdict = classify(f)
+    assert (verdict.kind, verdict.cause) == (kind, cause), verdict
+    assert verdict.reason.startswith(cause)

@@ -6,8 +6,10 @@ import math
 
 import pytest
 
-from agent.classify import CrashFacts
-from agent.decide import (
+from agent.core.domain import CrashKind, Direction
+from agent.core.domain import ExperimentStatus as S
+from agent.rules.classify import CrashFacts
+from agent.rules.decide import (
     Evidence,
     Rule,
     RunFailure,
@@ -16,9 +18,7 @@ from agent.decide import (
     decide,
     incumbent_due,
 )
-from agent.domain import CrashKind, Direction
-from agent.domain import ExperimentStatus as S
-from agent.noise import pooled_sigma, squares, suspect_flags, throughput, z_score
+from agent.rules.noise import pooled_sigma, squares, suspect_flags, throughput, z_score
 
 SEQ = Rule()  # defaults: sequential, discard z < 0.6, keep z >= 1.75 from run 2, 4 runs max
 MAX = Rule(direction=Direction.MAXIMIZE)
@@ -76,7 +76,6 @@ def crash(**kw):
 def test_decision_table(name, evidence, rule, status, seed, keep):
     v = decide(evidence, rule)
     assert (v.status, v.seed, v.keep) == (status, seed, keep), (name, v.reason)
-    assert v.run_again is (status is None)
     if status is not None:
         assert v.reason
 
@@ -118,7 +117,7 @@ def test_suspect_run_is_rerun_not_decided_on():
     inc = tuple(Sample(m, 100.0) for m in (1.0, 1.1, 0.9))
     fast = ev([Sample(0.5, 140.0)], best=inc)  # 40 % faster than the incumbent: the machine
     v = decide(fast, SEQ)
-    assert v.run_again and v.suspect == (True,) and v.seed == 43  # run again, next seed
+    assert v.status is None and v.suspect == (True,) and v.seed == 43  # run again, next seed
     # the re-run is at the usual speed and unremarkable: decided on it alone -> discarded
     v = decide(ev([Sample(0.5, 140.0), Sample(1.0, 101.0)], best=inc), SEQ)
     assert v.suspect == (True, False) and v.status is S.DISCARDED and v.n == 1
@@ -127,7 +126,7 @@ def test_suspect_run_is_rerun_not_decided_on():
     assert v.suspect == (False, False) and v.status is S.KEPT
     # a keep never rests on a suspect run alone: a suspect second run is re-run
     v = decide(ev([Sample(0.8, 100.0), Sample(0.5, 150.0)], best=inc), SEQ)
-    assert v.suspect == (False, True) and v.run_again
+    assert v.suspect == (False, True) and v.status is None
     # swinging forever: discarded at the cap
     swings = [Sample(0.5, t) for t in (150.0, 60.0, 200.0, 30.0, 250.0)]
     v = decide(ev(swings, best=inc), SEQ)

@@ -1,4 +1,4 @@
-"""The digest's memos (agent.proposers.evidence trials per live experiment, insights' exact
+"""The digest's memos (agent.analysis.trials trials per live experiment, insights' exact
 means per group of gains) change nothing: a digest over the same objects again, over objects
 with a row finished out of order before them, and over fresh copies are all the digest of
 fresh objects; remembered trials go when their experiments do."""
@@ -12,10 +12,10 @@ from dataclasses import replace
 from test_insights import recorded
 from test_knobs import D, K, sweep
 
-from agent.domain import Direction, ExperimentStatus
-from agent.insights import render
-from agent.insights_fold import digest
-from agent.proposers import evidence
+from agent.analysis import trials as evidence
+from agent.analysis.insights import render
+from agent.analysis.insights_fold import digest
+from agent.core.domain import Direction, ExperimentStatus
 
 
 def _fresh(exps):  # type: ignore[no-untyped-def]

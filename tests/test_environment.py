@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from agent.environment import environment
-from agent.errors import ConfigError
-from agent.proposers.llm_config import config_path
-from db.paths import default_db
+from agent.core.errors import ConfigError
+from overnight.environment import default_db, environment
+from overnight.environment import llm_config_path as config_path
 
 
 def test_unset_and_empty_variables_mean_the_defaults(monkeypatch, tmp_path):
@@ -49,7 +48,7 @@ def test_the_environment_is_read_when_asked_not_at_import(monkeypatch, tmp_path)
 
 
 def test_a_bad_value_names_the_variable(monkeypatch):
-    from agent import environment as module
+    from overnight import environment as module
 
     class Strict(module.Environment):
         retries: int = 0

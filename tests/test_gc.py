@@ -17,9 +17,10 @@ import pytest
 from service_fixtures import AUTH, ServerProcess, make_counting_target, wait_for
 from storage_fixtures import Night, seed_night
 
-from agent.domain import ExperimentStatus, Proposal
-from agent.retention import downsample, parse_age
+from agent.core.domain import ExperimentStatus, Proposal
+from agent.ops.retention import downsample, parse_age
 from db.engine import open_database
+from db.reads import Reads
 from db.store import SqlStore
 from runner.summary import ProgressPoint
 
@@ -65,7 +66,7 @@ class Scene:
     def experiments(self) -> dict[int, Any]:
         store = SqlStore(open_database(self.db))
         try:
-            return {e.id: (e, store.loss_points(e.id), store.list_runs(experiment_id=e.id))
+            return {e.id: (e, Reads(store).loss_points(e.id), store.list_runs(experiment_id=e.id))
                     for e in store.list_experiments()}
         finally:
             store.engine.dispose()

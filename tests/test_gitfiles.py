@@ -1,4 +1,4 @@
-"""The admission fast path reads git's own files in-process (agent.gitfiles): on real git
+"""The admission fast path reads git's own files in-process (agent.git.files): on real git
 repositories its answers equal git's (`rev-parse`, `write-tree` + `diff-tree`), and anything
 it does not understand is handed to git instead of guessed."""
 
@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 from conftest import make_target
-from hostile_diffs import README, all_cases, good_hunk
+from hostile_diffs import README, all_cases, committed_changes, good_hunk
 
-from agent.errors import PatchError
-from agent.gitfiles import branch_commit, read_index
-from agent.gitrepo import GitRepo
+from agent.core.errors import PatchError
+from agent.git.files import branch_commit, read_index
+from agent.git.repo import GitRepo
 
 
 def _git(repo: Path, *args: str) -> str:
@@ -103,7 +103,7 @@ def test_changes_read_in_process_equal_git_diff_tree(hostile_target: Path) -> No
             continue
         assert repo.tree_changes(head, diff) == expected, name
         commit, changes = repo.commit_proposal(head, diff, name)
-        assert changes == expected == repo.commit_changes(commit), name
+        assert changes == expected == committed_changes(repo, commit), name
         compared += 1
     assert compared >= 5  # the git-only cases and the good edit did apply
 

@@ -1,6 +1,6 @@
 """Admission from git's own view: hostile diffs (real git) are refused before a run is queued.
 
-The diff is read with "\\n" line ends only (agent.diff), and what git actually changed (the
+The diff is read with "\\n" line ends only (agent.core.diff), and what git actually changed (the
 applied tree against its parent) is checked against `editable` at admission and again before
 a run. Git hooks never run as the service.
 """
@@ -14,15 +14,16 @@ from pathlib import Path
 import git
 import pytest
 from conftest import FIXTURES, make_target
-from hostile_diffs import README, all_cases, git_only, good_hunk, smuggled
+from hostile_diffs import README, all_cases, committed_changes, git_only, good_hunk, smuggled
 
-from agent.admit import check_proposal
-from agent.config import load_config
-from agent.diff import PathChange, parse, split_lines
-from agent.domain import ExperimentStatus, Proposal
-from agent.errors import AdmissionError
-from agent.gitrepo import GitRepo
-from agent.sweeps import create_sweep, submit
+from agent.core.config import load_config
+from agent.core.diff import PathChange, parse, split_lines
+from agent.core.domain import ExperimentStatus, Proposal
+from agent.core.errors import AdmissionError
+from agent.git.repo import GitRepo
+from agent.ops.admission import admit, queue
+from agent.ops.sweeps import create_sweep
+from agent.rules.admit import check_proposal
 
 
 @pytest.fixture
@@ -43,7 +44,7 @@ def test_every_hostile_diff_is_refused_and_nothing_is_queued(store, hostile_targ
     admitted = []
     for name, diff in all_cases(hostile_target).items():
         try:
-            submit(store, repo, sweep, Proposal("try it", diff), record_rejection=False)
+            queue(store, admit(store, repo, sweep, Proposal("try it", diff)))
         except AdmissionError:
             continue
         admitted.append(name)
@@ -65,8 +66,7 @@ def test_git_view_refuses_what_the_text_reader_cannot_see(store, hostile_target,
     config = load_config(hostile_target)
     check_proposal(Proposal("try it", diff), config)  # the text alone looks fine
     with pytest.raises(AdmissionError) as exc:
-        submit(store, GitRepo(hostile_target), sweep, Proposal("try it", diff),
-               record_rejection=False)
+        queue(store, admit(store, GitRepo(hostile_target), sweep, Proposal("try it", diff)))
     assert exc.value.code == "not_editable"
     assert any(p in exc.value.message for p in ("evil.py", "empty.txt"))
 
@@ -76,8 +76,8 @@ def test_git_reports_modes_and_paths_of_a_commit(hostile_target):
     head = repo.head("HEAD")
     changes = repo.tree_changes(head, good_hunk(hostile_target))
     assert changes == [PathChange("M", "100644", "100644", "train.py")]
-    commit = repo.commit_diff(head, git_only(hostile_target)["empty_new_file_after"], "x")
-    assert repo.commit_changes(commit) == [
+    commit = repo.commit_proposal(head, git_only(hostile_target)["empty_new_file_after"], "x")[0]
+    assert committed_changes(repo, commit) == [
         PathChange("A", "000000", "100644", "evil.py"),
         PathChange("M", "100644", "100644", "train.py"),
     ]
@@ -119,7 +119,7 @@ def test_git_hooks_planted_in_the_target_never_run(store, hostile_target, sweep,
 
 
 def test_init_repo_does_not_run_commit_hooks(tmp_path):
-    from agent.gitrepo import init_repo
+    from agent.git.repo import init_repo
 
     target = tmp_path / "t"
     target.mkdir()
@@ -145,12 +145,12 @@ def test_fixture_target_has_the_files_the_corpus_needs():
     ("s = 'a\x1cb\u2028c'\n", "s = 'a\x1cb\u2028d'\n"),
 ])
 def test_written_diffs_apply_with_git_exactly(tmp_path, old, new):
-    from agent.diff import make_diff
+    from agent.core.diff import make_diff
 
     target = make_target(tmp_path / "t", edits={"train.py": old})
     repo = GitRepo(target)
     head = repo.head("HEAD")
     diff = make_diff("train.py", old, new)
     assert [p.path for p in parse(diff)] == ["train.py"]
-    commit = repo.commit_diff(head, diff, "edit")
+    commit = repo.commit_proposal(head, diff, "edit")[0]
     assert git.Repo(target).git.show(f"{commit}:train.py", strip_newline_in_stdout=False) == new

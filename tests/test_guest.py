@@ -11,11 +11,12 @@ from pathlib import Path
 import pytest
 from conftest import make_target
 
-from agent.config import load_config
-from agent.domain import ExperimentStatus
-from agent.gitrepo import GitRepo
-from agent.sweeps import create_sweep
-from agent.training import MAX_LOSS_POINTS, run_id_prefix
+from agent.core.config import load_config
+from agent.core.domain import ExperimentStatus
+from agent.engine.attempt import MAX_LOSS_POINTS, run_id_prefix
+from agent.git.repo import GitRepo
+from agent.ops.sweeps import create_sweep
+from db.reads import Reads
 from runner.tree import RUN_ID_ENV
 
 SECRETS = {"ANTHROPIC_API_KEY": "sk-ant-fake-0001", "OPENAI_API_KEY": "sk-fake-0002",
@@ -69,7 +70,7 @@ def test_a_flood_of_progress_lines_is_stored_as_a_bounded_curve(tmp_path, store,
     target = make_target(tmp_path / "t", edits={"train.py": flood})
     loop, sweep, done = run_baseline(store, target, make_loop)
     assert done.status is ExperimentStatus.KEPT, done.reason
-    points = store.loss_points(done.id)
+    points = Reads(store).loss_points(done.id)
     assert MAX_LOSS_POINTS // 2 <= len(points) <= MAX_LOSS_POINTS + 1
     assert points[0].step == 1 and points[-1].step == 100_000
     steps = [p.step for p in points]
@@ -89,7 +90,7 @@ def test_missing_bwrap_is_refused_and_never_runs_unsandboxed(
 ):
     import shutil
 
-    from agent.errors import ConfigError
+    from agent.core.errors import ConfigError
 
     toml_with(target, 'sandbox   = "bwrap"\n')
     real_which = shutil.which
@@ -109,7 +110,7 @@ def test_missing_bwrap_is_refused_and_never_runs_unsandboxed(
 
 
 def test_database_token_and_lock_are_private(tmp_path):
-    from agent.recovery import InstanceLock
+    from agent.engine.recovery import InstanceLock
     from api.settings import ensure_token
     from db.engine import open_database
     from db.store import SqlStore
@@ -128,7 +129,7 @@ def test_database_token_and_lock_are_private(tmp_path):
 
 
 def test_loss_curve_stays_bounded_and_keeps_the_ends():
-    from agent.training import LossCurve
+    from agent.engine.attempt import LossCurve
     from runner.summary import ProgressPoint
 
     curve = LossCurve(cap=100)

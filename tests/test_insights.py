@@ -1,4 +1,4 @@
-"""The sweep digest (agent.insights) for a hand-recorded sweep: every section's content."""
+"""The sweep digest (agent.analysis.insights) for a hand-recorded sweep: every section's content."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from dataclasses import replace
 
 from test_knobs import SRC, C, D, History, K, sweep
 
-from agent.insights import render
-from agent.insights_fold import digest
+from agent.analysis.insights import render
+from agent.analysis.insights_fold import digest
 
 
 def recorded() -> History:

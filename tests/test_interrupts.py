@@ -13,8 +13,8 @@ import pytest
 from sqlalchemy import update
 from test_store_contract import spec
 
-from agent.domain import Proposal
-from agent.errors import Interrupted
+from agent.core.domain import Proposal
+from agent.core.errors import Interrupted
 from db.engine import open_database
 from db.models import SweepRow
 from db.store import SqlStore

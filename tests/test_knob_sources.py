@@ -7,13 +7,13 @@ from pathlib import Path
 import pytest
 from conftest import FIXTURES
 
-from agent.config import load_config
-from agent.domain import ExperimentStatus, SweepStatus
-from agent.gitrepo import GitRepo, init_repo
+from agent.core.config import load_config
+from agent.core.domain import ExperimentStatus, SweepStatus
+from agent.engine.scheduler import run_sweep
+from agent.git.repo import GitRepo, init_repo
+from agent.ops.sweeps import create_sweep
 from agent.proposers.knob_sources import find_knobs
 from agent.proposers.knobs import KnobsProposer
-from agent.scheduler import run_sweep
-from agent.sweeps import create_sweep
 
 WORDLM = (FIXTURES / "wordlm_target" / "main.py").read_text()
 
@@ -56,7 +56,7 @@ def test_constants_dataclass_fields_and_skip_comments():
 
 
 @pytest.mark.parametrize("path,text,name,line_after", [
-    ("conf.yaml", "model:\n  lr: 0.001  # base\n  shuffle: true\nname: run\n", "lr",
+    ("conf.yaml", "model:\n  lr: 0.001  # base\n  shuffle: true\nname: run\n", "model.lr",
      "  lr: 0.002  # base"),
     ("conf.toml", "[optim]\nlr = 0.001\nwarmup = true\n", "optim.lr", "lr = 0.002"),
     ("conf.json", '{\n  "lr": 0.001,\n  "amp": true\n}\n', "lr", '  "lr": 0.002,'),
@@ -86,4 +86,5 @@ def test_a_knobs_sweep_on_a_target_without_knobs_ends_with_the_reason(store, mak
     base, note = store.list_experiments(sweep.id)
     assert base.status is ExperimentStatus.KEPT
     assert note.status is ExperimentStatus.REJECTED
-    assert note.reason.startswith("no knobs found in train.py: ") and "see README" in note.reason
+    assert note.reason.startswith("no knobs found in train.py: ")
+    assert "see docs/target.md 'Knobs'" in note.reason

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agent.errors import AdmissionError, ConfigError
+from agent.core.errors import AdmissionError, ConfigError
 from agent.proposers.llm_config import load_profile, parse_profile
 from agent.proposers.llm_parse import parse_answer
 
@@ -49,23 +49,22 @@ def test_profiles_never_hold_keys(tmp_path, monkeypatch):
     cfg = tmp_path / "llm.toml"
     cfg.write_text('[profiles.local]\nbase_url = "http://127.0.0.1:1/v1"\nmodel = "qwen"\n'
                    'api_key_env = ""\n[profiles.hosted]\nbackend = "anthropic"\nmodel = "c"\n')
-    monkeypatch.setenv("OVERNIGHT_LLM_CONFIG", str(cfg))
-    assert load_profile("local").api_key() is None
+    assert load_profile("local", cfg).api_key() is None
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
-    hosted = load_profile("hosted")
+    hosted = load_profile("hosted", cfg)
     assert hosted.base_url == "https://api.anthropic.com"
     with pytest.raises(ConfigError, match="ANTHROPIC_API_KEY is not set"):
         hosted.api_key()
     with pytest.raises(ConfigError, match="no \\[profiles.nope\\]"):
-        load_profile("nope")
+        load_profile("nope", cfg)
 
 
 def test_history_table_keeps_kept_and_recent_within_budget():
     from dataclasses import replace as dc_replace
     from datetime import UTC, datetime
 
-    from agent.config import TargetConfig
-    from agent.domain import Experiment, ExperimentStatus, Sweep, SweepStatus
+    from agent.core.config import TargetConfig
+    from agent.core.domain import Experiment, ExperimentStatus, Sweep, SweepStatus
     from agent.proposers.llm_prompt import estimate_tokens, history_table
 
     sweep = Sweep(1, "s", "/t", "overnight/s", SweepStatus.RUNNING, "llm:x",

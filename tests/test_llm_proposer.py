@@ -9,13 +9,13 @@ import pytest
 from fake_llm import Error, FakeLLM
 from sqlalchemy import select
 
-from agent.domain import ExperimentStatus as S
-from agent.gitrepo import GitRepo, init_repo
-from agent.loop import Loop, LoopSettings
+from agent.core.domain import ExperimentStatus as S
+from agent.engine.loop import Loop, LoopSettings
+from agent.engine.scheduler import run_sweep
+from agent.executors.local import SubprocessRunner
+from agent.git.repo import GitRepo, init_repo
+from agent.ops.sweeps import create_sweep
 from agent.proposers.factory import make_proposer
-from agent.scheduler import run_sweep
-from agent.sweeps import create_sweep
-from agent.training import SubprocessRunner
 from db.engine import open_database
 from db.models import ExperimentRow
 from db.store import SqlStore
@@ -99,7 +99,8 @@ def run_llm_sweep(tmp_path: Path, target: Path, max_experiments: int) -> tuple[S
     sweep = create_sweep(store, repo, target, name="llm", proposer="llm:fake",
                          max_experiments=max_experiments)
     loop = Loop(store, repo, SubprocessRunner(grace_s=1), LoopSettings(tmp_path / "work"),
-                proposer=make_proposer(sweep.proposer, sweep.seed))
+                proposer=make_proposer(sweep.proposer, sweep.seed,
+                                       config_path=tmp_path / "llm.toml"))
     run_sweep(loop, "llm")
     return store, sweep.id
 

@@ -7,12 +7,14 @@ from pathlib import Path
 import git
 from conftest import commit_all, make_target
 
-from agent.config import load_config
-from agent.domain import CrashKind, ExperimentStatus, Proposal, SweepStatus
-from agent.gitrepo import GitRepo
+from agent.analysis.trials import crash_class
+from agent.core.config import load_config
+from agent.core.domain import CrashKind, ExperimentStatus, Proposal, SweepStatus
+from agent.engine.scheduler import run_sweep
+from agent.git.repo import GitRepo
+from agent.ops.sweeps import create_sweep
 from agent.proposers.knobs import KnobsProposer, make_diff
-from agent.scheduler import run_sweep
-from agent.sweeps import create_sweep
+from db.reads import Reads
 
 
 def edit(target: Path, old: str, new: str, path: str = "train.py") -> str:
@@ -90,7 +92,7 @@ def test_keep_and_reset_move_only_the_sweep_branch(store, target, make_loop, tmp
     # deltas are against the best at the time; loss curve stored
     assert abs(discarded.delta - (discarded.metric - discarded.best_before)) < 1e-12
     assert discarded.best_before == exps[1].metric
-    assert [p.step for p in store.loss_points(exps[1].id)] == [1, 2, 3]
+    assert [p.step for p in Reads(store).loss_points(exps[1].id)] == [1, 2, 3]
     assert Path(exps[1].log_path).read_text().count("step ") == 3
 
 
@@ -135,6 +137,12 @@ def test_crash_classes_and_trivial_repair(store, target, make_loop):
     assert by_desc["nan"].status is ExperimentStatus.CRASHED
     assert "FAIL" in by_desc["nan"].reason
     assert all(e.log_tail for e in by_desc.values() if not e.is_baseline)
+    # the fine cause is recorded once, at classification, and read back from the database
+    assert {d: by_desc[d].crash_cause for d in ("typo", "oom", "hang", "nan")} == {
+        "typo": "undefined name", "oom": "CPU out of memory", "hang": "timeout",
+        "nan": "NaN/inf loss"}
+    assert by_desc["typo, fixed"].crash_cause is None and by_desc["baseline"].crash_cause is None
+    assert crash_class(by_desc["oom"]) == "oom" and crash_class(by_desc["nan"]) == "nan"
     # crashes never move the branch: the target's two commits + the repaired keep only
     assert [s for _, s in GitRepo(target).log(sweep.branch)][0] == "typo, fixed"
     assert len(GitRepo(target).log(sweep.branch)) == 3
@@ -195,24 +203,14 @@ def test_knobs_sweep_respects_limit_and_improves(store, target, make_loop):
 
 
 def test_diff_queued_against_an_old_head_is_rejected_if_it_conflicts(store, target, make_loop):
-    from agent.sweeps import submit
+    from agent.ops.admission import admit, queue
 
     sweep = start(store, target)
     repo = GitRepo(target)
-    a = submit(
-        store,
-        repo,
-        sweep,
-        Proposal("lr .02", edit(target, "LR = 0.01", "LR = 0.02")),
-        record_rejection=False,
-    )
-    b = submit(
-        store,
-        repo,
-        sweep,
-        Proposal("lr .03", edit(target, "LR = 0.01", "LR = 0.03")),
-        record_rejection=False,
-    )
+    a = queue(store, admit(store, repo, sweep,
+                           Proposal("lr .02", edit(target, "LR = 0.01", "LR = 0.02"))))
+    b = queue(store, admit(store, repo, sweep,
+                           Proposal("lr .03", edit(target, "LR = 0.01", "LR = 0.03"))))
     run_sweep(make_loop(target), sweep.name)
     assert store.get_experiment(a.id).status is ExperimentStatus.KEPT
     late = store.get_experiment(b.id)
@@ -292,16 +290,16 @@ def test_a_keep_measured_on_a_stale_head_is_rerun_on_the_new_head(tmp_path, stor
             new = new.replace(old, rep, 1)
         return make_diff("train.py", head_text, new)
 
-    from agent.sweeps import submit
+    from agent.ops.admission import admit, queue
 
     # A: 0.1 better. B: 0.15 better alone, 0.25 better together with A; B's run waits for the
     # gate file, which appears only once A is kept (state, not a head start in seconds).
-    a = submit(store, repo, sweep, Proposal("A: lr 0.02", diff(("LR = 0.01", "LR = 0.02"))),
-               record_rejection=False)
+    a = queue(store, admit(store, repo, sweep,
+                           Proposal("A: lr 0.02", diff(("LR = 0.01", "LR = 0.02")))))
     hold = "SLEEP_S = 0.0\nwhile not os.path.exists(os.environ['B_GATE']):\n    time.sleep(0.02)\n#"
-    b = submit(store, repo, sweep, Proposal("B: width 256 + trick", diff(
+    b = queue(store, admit(store, repo, sweep, Proposal("B: width 256 + trick", diff(
         ("WIDTH = 64", "WIDTH = 256"), ("USE_TRICK = False", "USE_TRICK = True"),
-        ("SLEEP_S = 0.0", hold))), record_rejection=False)
+        ("SLEEP_S = 0.0", hold)))))
     b_thread = threading.Thread(target=loop.execute, args=(sweep, store.claim(b.id)))
     b_thread.start()
     wait_for(lambda: store.get_experiment(b.id).run_started_at, 60, "B's run to start")
@@ -330,7 +328,7 @@ def test_protected_file_changed_on_the_sweep_branch_rejects_the_run(store, targe
     loop.execute(sweep, store.claim_next(sweep.id))  # the baseline, hashes recorded at creation
     repo = GitRepo(target)
     head = repo.head(sweep.branch)
-    tampered = repo.commit_diff(head, edit(target, "1.0\n", "0.5\n", "prepare.py"), "easier")
+    tampered = repo.commit_proposal(head, edit(target, "1.0\n", "0.5\n", "prepare.py"), "easier")[0]
     repo.set_ref(f"refs/heads/{sweep.branch}", tampered)
     exp = store.add_experiment(sweep.id, Proposal("lr", edit(target, "LR = 0.01", "LR = 0.02")))
     done = loop.execute(store.get_sweep("s1"), store.claim(exp.id))
@@ -350,7 +348,7 @@ def test_a_stale_keep_that_conflicts_with_the_new_head_is_discarded_not_requeued
 
     from service_fixtures import wait_for
 
-    from agent.sweeps import submit
+    from agent.ops.admission import admit, queue
 
     target = make_target(tmp_path / "t3")
     sweep = start(store, target, name="clash")
@@ -358,13 +356,13 @@ def test_a_stale_keep_that_conflicts_with_the_new_head_is_discarded_not_requeued
     loop = make_loop(target, env={"B_GATE": str(gate)})
     loop.execute(sweep, store.claim_next(sweep.id))  # the baseline: 1.3
     repo = GitRepo(target)
-    a = submit(store, repo, sweep, Proposal("A: lr 0.02", edit(target, "LR = 0.01", "LR = 0.02")),
-               record_rejection=False)
+    a = queue(store, admit(store, repo, sweep,
+                           Proposal("A: lr 0.02", edit(target, "LR = 0.01", "LR = 0.02"))))
     text = (target / "train.py").read_text()
     hold = "SLEEP_S = 0.0\nwhile not os.path.exists(os.environ['B_GATE']):\n    time.sleep(0.02)\n#"
     b_diff = make_diff("train.py", text,
                        text.replace("LR = 0.01", "LR = 0.04").replace("SLEEP_S = 0.0", hold))
-    b = submit(store, repo, sweep, Proposal("B: lr 0.04", b_diff), record_rejection=False)
+    b = queue(store, admit(store, repo, sweep, Proposal("B: lr 0.04", b_diff)))
     b_thread = threading.Thread(target=loop.execute, args=(sweep, store.claim(b.id)))
     b_thread.start()
     wait_for(lambda: store.get_experiment(b.id).run_started_at, 60, "B's run to start")

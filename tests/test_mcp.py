@@ -23,11 +23,11 @@ from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
-from agent.domain import utcnow
-from agent.gitrepo import GitRepo, init_repo
-from agent.loop import Loop, LoopSettings
-from agent.sweeps import create_sweep
-from agent.training import SubprocessRunner
+from agent.core.domain import utcnow
+from agent.engine.loop import Loop, LoopSettings
+from agent.executors.local import SubprocessRunner
+from agent.git.repo import GitRepo, init_repo
+from agent.ops.sweeps import create_sweep
 from db.engine import open_database
 from db.store import SqlStore
 
@@ -192,8 +192,8 @@ def test_mcp_stdio_session_end_to_end(setup, tmp_path):
 
 def test_tools_directly_cancel_and_instructions(setup, tmp_path):
     """The same tool layer in-process: cancel a queued experiment, refuse a running one."""
-    from agent.errors import ConflictError
-    from agent.mcp_tools import AgentTools, agent_instructions
+    from agent.core.errors import ConflictError
+    from api.mcp.tools import AgentTools, agent_instructions
 
     db, target = setup
     from overnight.runtime import Runtime

@@ -17,13 +17,14 @@ import pytest
 from alembic.script import ScriptDirectory
 from sqlalchemy import text
 
-from agent.config import TargetConfig
-from agent.domain import Proposal
-from agent.ports import SweepSpec
-from agent.recovery import InstanceLockError
+from agent.core.config import TargetConfig
+from agent.core.domain import Proposal
+from agent.core.ports import SweepSpec
+from agent.engine.recovery import InstanceLockError
 from db.engine import make_engine, open_database
 from db.location import DbLocation
 from db.lock import AdvisoryLock, instance_lock
+from db.reads import Reads
 from db.store import SqlStore
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -118,7 +119,7 @@ def test_threads_claiming_with_skip_locked_never_share_a_row(pg_url: str) -> Non
         for t in threads:
             t.join()
         assert len(won) == 90 and len(set(won)) == 90
-        assert store.status_counts() == {"running": 90}
+        assert Reads(store).status_counts() == {"running": 90}
     finally:
         store.engine.dispose()
 
@@ -200,8 +201,8 @@ def test_an_old_postgresql_database_is_upgraded_with_its_rows(pg_cluster) -> Non
     """Revision 0001 with rows, then every later migration's PostgreSQL branch: retry_of from
     the metadata, the race's queued copies rejected before the partial index, runs
     backfilled from the (text) JSON, nothing lost."""
-    from agent.domain import RunRole, RunStatus
-    from agent.errors import DuplicateError
+    from agent.core.domain import RunRole, RunStatus
+    from agent.core.errors import DuplicateError
     from db.engine import migrate
     from db.store import diff_key
 

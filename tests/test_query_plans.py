@@ -28,7 +28,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import Engine, event
 from test_store_pages import _workload
 
-from agent.domain import utcnow
+from agent.core.domain import utcnow
 from api.schemas import MAX_LIMIT
 from db.engine import open_database, postgres_connect_args
 from db.location import DbLocation

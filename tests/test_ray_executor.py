@@ -21,10 +21,10 @@ from pathlib import Path
 import pytest
 from conftest import commit_all
 
-from agent.domain import ExperimentStatus, Proposal, RunStatus, Sweep
-from agent.gitrepo import init_repo
-from agent.scheduler import SchedulerSettings, SlotScheduler
-from agent.sweeps import create_sweep
+from agent.core.domain import ExperimentStatus, Proposal, RunStatus, Sweep
+from agent.engine.scheduler import SchedulerSettings, SlotScheduler
+from agent.git.repo import init_repo
+from agent.ops.sweeps import create_sweep
 from overnight.runtime import Runtime
 from runner.reaper import pids_with_env
 from runner.tree import RUN_ID_ENV
@@ -147,7 +147,7 @@ def wait_until(condition: Callable[[], object], what: str, timeout_s: float = 12
 
 def leftovers(runtime: Runtime, exp_id: int) -> set[int]:
     """Processes anywhere on this machine (every node is local) carrying the run's id."""
-    from agent.training import run_id_prefix
+    from agent.engine.attempt import run_id_prefix
 
     return pids_with_env(RUN_ID_ENV, run_id_prefix(runtime.work_dir, exp_id), prefix=True)
 
@@ -311,7 +311,7 @@ def test_overnight_mcp_run_executes_an_agents_proposal_on_ray(cluster, tmp_path)
 def test_a_restart_after_the_coordinator_died_requeues_its_run_once(cluster, tmp_path):
     """kill -9 of `overnight run` mid-run: Ray ends the tasks it owned, run and all; the next
     start records the experiment interrupted and re-queues it once, and the retry finishes."""
-    from agent.training import run_id_prefix
+    from agent.engine.attempt import run_id_prefix
     from db.paths import work_dir_for
 
     target, train = make_target(tmp_path / "target", tmp_path / "release")
@@ -364,9 +364,9 @@ def test_local_only_options_are_refused_with_the_ray_executor(tmp_path):
 def test_a_force_cancel_sweeps_the_runs_processes_off_its_node(cluster, tmp_path):
     """A worker that does not end the run when asked is killed from here (ray.cancel with
     force), and what it started is found on its node by OVERNIGHT_RUN_ID and killed too."""
-    from agent.ray_executor import RayExecutor, RaySettings, make_bundle
-    from agent.ray_follow import Follow
-    from agent.remote_run import RemoteRequest
+    from agent.executors.ray import RayExecutor, RaySettings, make_bundle
+    from agent.executors.ray_follow import Follow
+    from agent.executors.remote_run import RemoteRequest
     from runner.result import Outcome
 
     target, train = make_target(tmp_path / "target", tmp_path / "release")

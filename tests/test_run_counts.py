@@ -13,10 +13,11 @@ from sqlalchemy import text
 from test_query_plans import captured, plan
 from test_store_contract import make_store, spec
 
-from agent.domain import ExperimentStatus as S
-from agent.domain import Finish, Proposal, RunEnd, RunRole, RunSpec, RunStatus
-from agent.ports import Store
+from agent.core.domain import ExperimentStatus as S
+from agent.core.domain import Finish, Proposal, RunEnd, RunRole, RunSpec, RunStatus
+from agent.core.ports import Store
 from db.engine import make_engine, migrate, open_database
+from db.reads import Reads
 from db.store import SqlStore
 
 
@@ -60,16 +61,16 @@ def test_every_run_write_keeps_the_counts(store: SqlStore) -> None:
             store.end_run(runs[-1].id, end)
             store.finish(e.id, Finish(S.DISCARDED, metric=1.0 + i, best_before=1.0))
         assert table(store) == truth(store)
-        assert store.sweep_version(sid)[1] == counted(store, sid)
+        assert Reads(store).sweep_version(sid)[1] == counted(store, sid)
     store.set_run_status(runs[1].id, RunStatus.SUSPECT)  # a verdict flips, and back
-    assert table(store) == truth(store) and store.sweep_version(sids[1])[1] == counted(
+    assert table(store) == truth(store) and Reads(store).sweep_version(sids[1])[1] == counted(
         store, sids[1])
     store.set_run_status(runs[1].id, RunStatus.OK)
     assert table(store) == truth(store)
     reaped = store.interrupt_running_runs()  # a dead process's runs, in both sweeps
     assert len(reaped) == 2 and table(store) == truth(store)
     for sid in sids:
-        assert store.sweep_version(sid)[1] == counted(store, sid)
+        assert Reads(store).sweep_version(sid)[1] == counted(store, sid)
 
 
 def test_the_version_seeks_instead_of_counting_runs(tmp_path: Path) -> None:
@@ -79,7 +80,7 @@ def test_the_version_seeks_instead_of_counting_runs(tmp_path: Path) -> None:
     seed(db, sid, 300, runs=True)
     assert table(store) == truth(store)  # the bulk load rebuilt them
     with captured() as seen:
-        version = store.sweep_version(sid)[1]
+        version = Reads(store).sweep_version(sid)[1]
     assert version == counted(store, sid) and version
     on_runs = [(sql, p) for sql, p in seen if "FROM runs" in sql]
     assert on_runs
@@ -103,5 +104,5 @@ def test_the_migration_counts_the_runs_already_there(tmp_path: Path) -> None:
                 "'2026-11-29 00:00:00')"), {"s": sid, "e": e.id, "st": ["ok", "failed", "ok"][i]})
     migrate(engine)
     assert table(store) == truth(store) == {(sid, "ok"): 2, (sid, "failed"): 1}
-    assert store.sweep_version(sid)[1] == counted(store, sid)
+    assert Reads(store).sweep_version(sid)[1] == counted(store, sid)
     engine.dispose()

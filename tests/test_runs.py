@@ -18,13 +18,13 @@ from conftest import REPO_ROOT, make_target
 from null_proposer import Ideas
 from service_fixtures import wait_for
 
-from agent.config import load_config
-from agent.domain import ExperimentStatus, Proposal, RunRole, RunStatus
-from agent.gitrepo import GitRepo
+from agent.core.config import load_config
+from agent.core.domain import ExperimentStatus, Proposal, RunRole, RunStatus
+from agent.engine.recovery import recover
+from agent.engine.scheduler import run_sweep
+from agent.git.repo import GitRepo
+from agent.ops.sweeps import create_sweep
 from agent.proposers.knobs import make_diff
-from agent.recovery import recover
-from agent.scheduler import run_sweep
-from agent.sweeps import create_sweep
 from db.engine import make_engine, migrate, open_database
 from db.store import SqlStore
 from runner.groups import process_group_alive
@@ -157,13 +157,14 @@ print(f"val_bpb: {1.0 if LR == 1 else 0.5}")
 DRIVER = """\
 import sys
 from pathlib import Path
-from agent.config import load_config
-from agent.domain import Proposal
-from agent.gitrepo import GitRepo
-from agent.loop import Loop, LoopSettings
-from agent.scheduler import run_sweep
-from agent.sweeps import create_sweep, submit
-from agent.training import SubprocessRunner
+from agent.core.config import load_config
+from agent.core.domain import Proposal
+from agent.git.repo import GitRepo
+from agent.engine.loop import Loop, LoopSettings
+from agent.engine.scheduler import run_sweep
+from agent.ops.admission import admit, queue
+from agent.ops.sweeps import create_sweep
+from agent.executors.local import SubprocessRunner
 from db.engine import open_database
 from db.store import SqlStore
 
@@ -171,7 +172,7 @@ target, db, work, diff = Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3]), sys.
 store = SqlStore(open_database(db))
 repo = GitRepo(target)
 sweep = create_sweep(store, repo, target, name="k", config=load_config(target), proposer="queue")
-submit(store, repo, sweep, Proposal("lr 2", diff), record_rejection=False)
+queue(store, admit(store, repo, sweep, Proposal("lr 2", diff)))
 run_sweep(Loop(store, repo, SubprocessRunner(grace_s=0.5), LoopSettings(work_dir=work)), "k")
 """
 

@@ -1,6 +1,6 @@
 """The optional bwrap sandbox, probed from inside a real run (skipped where bwrap is missing).
 
-A trainer tries what the README's threat model lists; the same probes run without the sandbox
+A trainer tries what docs/threat-model.md lists; the same probes run without the sandbox
 show what the sandbox adds. Real git, real SQLite, real subprocesses, real bwrap.
 """
 
@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 from conftest import make_target
 
-from agent.config import load_config
-from agent.domain import ExperimentStatus
-from agent.gitrepo import GitRepo
-from agent.loop import Loop, LoopSettings
-from agent.sweeps import create_sweep
-from agent.training import SubprocessRunner
+from agent.core.config import load_config
+from agent.core.domain import ExperimentStatus
+from agent.engine.loop import Loop, LoopSettings
+from agent.executors.local import SubprocessRunner
+from agent.git.repo import GitRepo
+from agent.ops.sweeps import create_sweep
 from api.settings import ensure_token
 from db.engine import open_database
 from db.paths import work_dir_for
@@ -103,7 +103,7 @@ def test_sandbox_network_can_be_allowed(tmp_path: Path) -> None:
 
 
 def test_without_the_sandbox_a_run_has_the_service_users_rights(tmp_path: Path) -> None:
-    """What the README's threat model says the sandbox is for."""
+    """What docs/threat-model.md says the sandbox is for."""
     seen = run_probes(tmp_path, "none")
     assert set(seen.values()) == {"allowed"}, seen
 

@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 from service_fixtures import knob_diff, make_counting_target
 
-from agent.devices import detect_devices, parse_devices, slot_env
-from agent.domain import ExperimentStatus, Finish, Proposal, SweepStatus
-from agent.errors import ConfigError
-from agent.gate import GateKind, SweepFacts, gate, in_window, next_opening, parse_hhmm
-from agent.gitrepo import GitRepo, init_repo
-from agent.scheduler import SchedulerSettings, SlotScheduler
-from agent.sweeps import create_sweep
+from agent.core.domain import ExperimentStatus, Finish, Proposal, SweepStatus
+from agent.core.errors import ConfigError
+from agent.engine.devices import detect_devices, parse_devices, slot_env
+from agent.engine.scheduler import SchedulerSettings, SlotScheduler
+from agent.git.repo import GitRepo, init_repo
+from agent.ops.sweeps import create_sweep
+from agent.rules.gate import GateKind, SweepFacts, gate, in_window, parse_hhmm
 from overnight.runtime import Runtime
 
 TZ = timezone(timedelta(hours=2))  # the "server local time" of these tests
@@ -48,12 +48,6 @@ def test_window_same_day_and_all_day() -> None:
     assert in_window(None, at(3), TZ)
     # a UTC instant is judged in the server's zone: 20:30 UTC is 22:30 at UTC+2
     assert in_window(NIGHT, datetime(2026, 3, 8, 20, 30, tzinfo=UTC), TZ)
-
-
-def test_next_opening() -> None:
-    assert next_opening(NIGHT, at(12), TZ) == at(22)
-    assert next_opening(NIGHT, at(23), TZ) == at(23)
-    assert next_opening({"start": "06:00", "stop": "08:00"}, at(9), TZ) == at(6, day=9)
 
 
 def test_parse_hhmm_refuses_nonsense() -> None:
@@ -353,7 +347,7 @@ def test_a_target_deleted_mid_sweep_ends_the_claimed_row_and_pauses(setup) -> No
 
 def test_cancel_of_a_claimed_experiment_that_has_not_started(setup) -> None:  # type: ignore
     """Between the claim and the run, a cancel is honoured (it used to answer 409)."""
-    from agent.service import Service
+    from agent.ops.service import Service
 
     target, store, repo, sched, clock = setup
     sweep = create_sweep(store, repo, target, name="c", proposer="queue")
@@ -394,7 +388,7 @@ def test_cancel_while_a_proposer_hands_its_row_over(setup) -> None:  # type: ign
 
     from service_fixtures import wait_for
 
-    from agent.service import Service
+    from agent.ops.service import Service
 
     target, store, repo, sched, clock = setup
     asked, go = threading.Event(), threading.Event()

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from agent.domain import ExperimentStatus, Proposal
-from agent.gitrepo import init_repo
-from agent.scheduler import SchedulerSettings, SlotScheduler
-from agent.sweeps import create_sweep
+from agent.core.domain import ExperimentStatus, Proposal
+from agent.engine.scheduler import SchedulerSettings, SlotScheduler
+from agent.git.repo import init_repo
+from agent.ops.sweeps import create_sweep
 from overnight.runtime import Runtime
 
 TRAIN = '''"""Fake trainer: logs its device; the BAD one fails (CUDA error) except the baseline."""
@@ -148,7 +148,7 @@ def test_slots_add_and_remove_worktrees_of_one_repository_at_once(tmp_path: Path
     """git's worktree add/remove are not safe at once on one repository; slots take turns."""
     import threading
 
-    from agent.gitrepo import GitRepo
+    from agent.git.repo import GitRepo
 
     target = make_target(tmp_path / "target")
     head = GitRepo(target).head("HEAD")

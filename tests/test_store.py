@@ -7,9 +7,9 @@ from pathlib import Path
 
 from sqlalchemy import inspect, text
 
-from agent.config import TargetConfig
-from agent.domain import Proposal
-from agent.ports import SweepSpec
+from agent.core.config import TargetConfig
+from agent.core.domain import Proposal
+from agent.core.ports import SweepSpec
 from db.engine import open_database
 from db.store import SqlStore
 

@@ -9,9 +9,10 @@ import threading
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from memory_store import MemoryStore
 
-from agent.config import TargetConfig
-from agent.domain import (
+from agent.core.config import TargetConfig
+from agent.core.domain import (
     CrashKind,
     ExperimentStatus,
     Finish,
@@ -22,10 +23,10 @@ from agent.domain import (
     RunStatus,
     SweepStatus,
 )
-from agent.errors import ConflictError, DuplicateError, NotFoundError
-from agent.ports import Store, SweepSpec
+from agent.core.errors import ConflictError, DuplicateError, NotFoundError
+from agent.core.ports import Store, SweepSpec
 from db.engine import open_database
-from db.memory import MemoryStore
+from db.reads import Reads
 from db.store import SqlStore
 from runner.summary import ProgressPoint
 
@@ -52,6 +53,16 @@ def make_store(request, tmp_path) -> Store:  # type: ignore[no-untyped-def]
         request.addfinalizer(engine.dispose)
         return SqlStore(engine)
     return MemoryStore()
+
+
+def reads_of(store: Store) -> Reads | None:
+    """The pages' read models over a SQL store (db.reads); the memory store is the port only."""
+    return Reads(store) if isinstance(store, SqlStore) else None
+
+
+def points(store: Store, exp: int) -> list[ProgressPoint]:
+    """An experiment's loss curve through the port (every store)."""
+    return store.loss_curves([exp])[exp]
 
 
 def spec(name: str = "s", **kw) -> SweepSpec:  # type: ignore[no-untyped-def]
@@ -105,8 +116,9 @@ def test_sweeps_listed_by_status_and_named_by_id(store: Store):
     assert names(store.list_sweeps([SweepStatus.PAUSED, SweepStatus.DONE])) == ["b", "c", "d"]
     assert store.list_sweeps([SweepStatus.STOPPED]) == [] and store.list_sweeps([]) == []
     assert store.list_sweeps([SweepStatus.PAUSED])[0] == store.get_sweep("b")
-    assert store.sweep_names([ids["d"], ids["a"], 999]) == {ids["a"]: "a", ids["d"]: "d"}
-    assert store.sweep_names([]) == {}
+    if (reads := reads_of(store)) is not None:
+        assert reads.sweep_names([ids["d"], ids["a"], 999]) == {ids["a"]: "a", ids["d"]: "d"}
+        assert reads.sweep_names([]) == {}
 
 
 def test_claims_are_guarded_priority_then_fifo(store: Store):
@@ -218,6 +230,23 @@ def test_one_queued_or_running_row_per_change(store: Store):
     assert store.count_experiments(sweep.id, [S.QUEUED, S.RUNNING]) == 3
 
 
+def test_a_requested_cancel_survives_the_process(store: Store):
+    """A cancel asked of a running experiment is recorded at once: if the process dies before
+    the run stops, the reaped row ends cancelled (with the reason), not interrupted."""
+    sweep = store.create_sweep(spec())
+    asked, other = running(store, sweep.id), running(store, sweep.id, "b", "d2")
+    queued = store.add_experiment(sweep.id, Proposal("c", "d3")).id
+    assert store.request_cancel(asked, "cancelled by the agent")
+    assert not store.request_cancel(queued, "x")  # only a running row takes a request
+    reaped = {e.id: e for e in store.interrupt_running()}
+    assert reaped.keys() == {asked, other}
+    assert reaped[asked].status is S.CANCELLED and store.get_experiment(asked).status is S.CANCELLED
+    assert reaped[asked].reason is not None and "cancelled by the agent" in reaped[asked].reason
+    assert store.get_experiment(other).status is S.INTERRUPTED
+    assert store.count_experiments(sweep.id, [S.CANCELLED]) == 1
+    assert not store.request_cancel(asked, "again")  # finished: nothing to record
+
+
 def test_retries_are_linked_once(store: Store):
     sweep = store.create_sweep(spec())
     first = running(store, sweep.id)
@@ -245,8 +274,9 @@ def test_counts_and_listing_filters(store: Store):
     assert store.count_experiments(sweep.id, [S.KEPT, S.CRASHED]) == 2
     assert store.count_experiments(sweep.id, is_baseline=False) == 2
     assert store.count_experiments(crash_kind=CrashKind.TRIVIAL) == 1
-    assert store.status_counts(sweep.id) == {"kept": 1, "crashed": 1, "queued": 1}
-    assert store.status_counts() == {"kept": 1, "crashed": 1, "queued": 2}
+    if (reads := reads_of(store)) is not None:
+        assert reads.status_counts(sweep.id) == {"kept": 1, "crashed": 1, "queued": 1}
+        assert reads.status_counts() == {"kept": 1, "crashed": 1, "queued": 2}
     ids = [e.id for e in store.list_experiments(sweep.id)]
     assert ids == [base.id, crash, queued]
     assert [e.id for e in store.list_experiments(sweep.id, newest_first=True, limit=2)] == [
@@ -256,18 +286,19 @@ def test_counts_and_listing_filters(store: Store):
     assert [e.id for e in store.list_experiments(statuses=[S.QUEUED])] == [queued, queued + 1]
 
 
-def test_briefs_spans_and_timestamps(store: Store):
+def test_briefs_and_timestamps(store: Store):
     sweep = store.create_sweep(spec())
     exp = running(store, sweep.id)
     t0 = datetime(2030, 1, 1, tzinfo=UTC)
     store.mark_started(exp, run_started_at=t0)
     store.finish(exp, Finish(S.DISCARDED, metric=2.0, log_tail="x" * 100,
                              run_ended_at=t0 + timedelta(seconds=5)))
-    brief = store.experiment_briefs(sweep.id)[0]
-    assert brief.id == exp and brief.log_tail is None and brief.metric == 2.0
-    assert store.run_spans() == [(sweep.id, S.DISCARDED, t0, t0 + timedelta(seconds=5))]
-    assert store.timestamps(sweep.id) == [(t0, t0 + timedelta(seconds=5))]
     assert store.get_experiment(exp).log_tail == "x" * 100
+    if (reads := reads_of(store)) is not None:
+        brief = reads.adjacent_experiments(sweep.id, exp + 1)[0]  # the pages' brief row
+        assert brief is not None and brief.id == exp and brief.log_tail is None
+        assert brief.metric == 2.0
+        assert reads.timestamps(sweep.id) == [(t0, t0 + timedelta(seconds=5))]
 
 
 def test_loss_points_and_llm_usage(store: Store):
@@ -275,20 +306,23 @@ def test_loss_points_and_llm_usage(store: Store):
     exp = running(store, sweep.id)
     store.add_loss_points(exp, [ProgressPoint(2, 3.0, 1.0), ProgressPoint(1, 4.0, 0.5)])
     store.add_loss_points(exp, [])
-    assert [p.step for p in store.loss_points(exp)] == [1, 2]
-    assert store.loss_points(exp)[0] == ProgressPoint(1, 4.0, 0.5)
+    assert [p.step for p in points(store, exp)] == [1, 2]
+    assert points(store, exp)[0] == ProgressPoint(1, 4.0, 0.5)
     other = running(store, sweep.id, "b", "d2")  # one queued/running row per change
     store.add_loss_points(other, [ProgressPoint(7, 1.0, None)])
     store.replace_loss_points(exp, [ProgressPoint(1, 4.0, 0.5), ProgressPoint(9, 2.0, None)])
-    assert [p.step for p in store.loss_points(exp)] == [1, 9]  # a downsampled curve
-    assert [p.step for p in store.loss_points(other)] == [7]  # other runs untouched
+    assert [p.step for p in points(store, exp)] == [1, 9]  # a downsampled curve
+    assert [p.step for p in points(store, other)] == [7]  # other runs untouched
+    if (reads := reads_of(store)) is not None:
+        assert reads.loss_points(exp) == points(store, exp)  # the pages read the same
     store.replace_loss_points(exp, [])
-    assert store.loss_points(exp) == []
+    assert points(store, exp) == []
     assert store.llm_usage(sweep.id) == (0, 0, 0.0)
     store.add_llm_usage(sweep.id, exp, 10, 5, 0.25)
     store.add_llm_usage(sweep.id, None, 1, 2, 0.5)
     assert store.llm_usage(sweep.id) == (11, 7, 0.75)
-    store.ping()
+    if isinstance(store, SqlStore):
+        store.ping()
 
 
 def test_runs_are_records_with_a_guarded_life(store: Store):
@@ -366,8 +400,10 @@ def test_gc_finds_old_finished_rows_and_prunes_a_batch_in_place(store: Store):
     assert [e.id for e in store.prunable_experiments(later, everything, 10,
                                                      after_id=done)] == [other]
     curves = store.loss_curves([done, other, queued])
-    assert curves == {done: store.loss_points(done), other: [ProgressPoint(1, 2.0, 0.5)],
+    assert curves == {done: curves[done], other: [ProgressPoint(1, 2.0, 0.5)],
                       queued: []} and len(curves[done]) == 5
+    if (reads := reads_of(store)) is not None:
+        assert reads.loss_points(done) == curves[done]
     assert store.loss_curves([]) == {} and store.run_log_paths([]) == {}
     assert store.run_log_paths([done, other, 999]) == {
         done: ["/w/logs/s/1.log", "/w/logs/s/1b.log"]}
@@ -375,7 +411,7 @@ def test_gc_finds_old_finished_rows_and_prunes_a_batch_in_place(store: Store):
     for bad in (busy, queued, 999):  # one bad row: nothing of the batch is pruned
         with pytest.raises(NotFoundError if bad == 999 else ConflictError):
             store.prune_experiments({done: ([], {}), bad: ([], {})})
-        assert store.get_experiment(done) == before and len(store.loss_points(done)) == 5
+        assert store.get_experiment(done) == before and len(points(store, done)) == 5
     store.prune_experiments({done: ([ProgressPoint(4, 1.0, None)], {"log_files": 1}),
                              other: ([], {"log_files": 0})})
     pruned = store.get_experiment(done)
@@ -385,8 +421,8 @@ def test_gc_finds_old_finished_rows_and_prunes_a_batch_in_place(store: Store):
     for kept_field in ("diff", "metric", "summary", "log_tail", "commit", "ref", "status",
                        "finished_at", "description"):
         assert getattr(pruned, kept_field) == getattr(before, kept_field), kept_field
-    assert store.loss_points(done) == [ProgressPoint(4, 1.0, None)]
-    assert store.loss_points(other) == []
+    assert points(store, done) == [ProgressPoint(4, 1.0, None)]
+    assert points(store, other) == []
     assert [r.log_path for r in store.list_runs(experiment_id=done)] == [None, None]
     assert store.prunable_experiments(later, everything, 10) == []  # pruned once only
     assert store.get_experiment(busy).status is S.RUNNING
@@ -409,8 +445,9 @@ def test_a_diverged_run_and_binary_output_are_recorded(store: Store):
     assert got.metric is None or math.isnan(got.metric)  # SQLite stores a NaN REAL as NULL
     assert got.log_tail is not None and got.log_tail.startswith("loss nan")
     assert got.log_tail.endswith("\x01 step 3") and got.reason is not None
-    brief = store.experiment_briefs(sweep.id)[0]
-    assert math.isnan(brief.summary["val_bpb"])
+    if (reads := reads_of(store)) is not None:
+        brief = reads.adjacent_experiments(sweep.id, exp_id + 1)[0]
+        assert brief is not None and math.isnan(brief.summary["val_bpb"])
 
 
 def test_ids_past_32_bits_are_simply_not_found(store: Store):

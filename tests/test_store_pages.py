@@ -11,11 +11,13 @@ from datetime import UTC, datetime, timedelta, timezone
 from itertools import combinations, product
 
 import pytest
+from memory_store import MemoryStore
 from sqlalchemy import text, update
-from test_store_contract import STORES, make_store, spec
+from test_store_contract import STORES, make_store, reads_of, spec
 
-from agent.domain import (
+from agent.core.domain import (
     CrashKind,
+    Experiment,
     ExperimentStatus,
     Finish,
     Proposal,
@@ -25,11 +27,12 @@ from agent.domain import (
     RunStatus,
     utcnow,
 )
-from agent.errors import ConflictError, DuplicateError
-from agent.ports import Store
+from agent.core.errors import ConflictError, DuplicateError
+from agent.core.ports import Store
 from db.keyset import CLOCK_SLACK
-from db.memory import MemoryStore
 from db.models import ExperimentRow
+from db.reads import Reads
+from db.store import SqlStore
 
 S = ExperimentStatus
 
@@ -38,6 +41,19 @@ S = ExperimentStatus
 def store(request, tmp_path) -> Store:  # type: ignore[no-untyped-def]
     """Every store of the contract suite: SQLite, PostgreSQL, memory."""
     return make_store(request, tmp_path)
+
+
+@pytest.fixture(params=[s for s in STORES if s != "memory"])
+def sql_store(request, tmp_path) -> SqlStore:  # type: ignore[no-untyped-def]
+    """The SQL stores, whose read models (db.reads) the pages use."""
+    return make_store(request, tmp_path)
+
+
+def briefs(store: SqlStore, sweep_id: int) -> list[Experiment]:
+    """The pages' brief rows of a sweep (no log tail, meta, pgid or pruned_at), derived from
+    the full listing: the oracle of the read models' index lookups."""
+    return [replace(e, log_tail=None, meta={}, pgid=None, pruned_at=None)
+            for e in store.list_experiments(sweep_id)]
 ENDS = [(S.KEPT, None), (S.DISCARDED, None), (S.CRASHED, CrashKind.TRIVIAL),
         (S.CRASHED, CrashKind.FUNDAMENTAL), (S.TIMEOUT, CrashKind.TIMEOUT), (S.REJECTED, None),
         (S.CANCELLED, None)]
@@ -93,7 +109,8 @@ def test_counts_equal_real_counts_after_a_mixed_workload(store: Store):
                 listed = store.list_experiments(sid, statuses, crash_kind=kind)
                 assert [e.id for e in listed] == [e.id for e in real]
         mine = [e for e in everything if sid is None or e.sweep_id == sid]
-        assert store.status_counts(sid) == dict(Counter(e.status.value for e in mine))
+        if (reads := reads_of(store)) is not None:
+            assert reads.status_counts(sid) == dict(Counter(e.status.value for e in mine))
         assert store.count_experiments(sid, is_baseline=True) == sum(e.is_baseline for e in mine)
 
 
@@ -107,7 +124,9 @@ def test_a_refused_write_changes_no_count(store: Store):
     with pytest.raises(ConflictError):
         store.finish(first.id, Finish(S.DISCARDED, metric=2.0))
     assert store.claim(first.id) is None
-    assert store.status_counts(sid) == {"kept": 1} and store.count_experiments() == 1
+    assert store.count_experiments(sid, [S.KEPT]) == 1 and store.count_experiments() == 1
+    if (reads := reads_of(store)) is not None:
+        assert reads.status_counts(sid) == {"kept": 1}
 
 
 def _walk(store: Store, newest_first: bool, limit: int, **filters) -> list[int]:  # type: ignore[no-untyped-def]
@@ -240,7 +259,8 @@ def test_statuses_filter_combinations_are_disjoint_sums(store: Store):
             store.count_experiments(statuses=[a]) + store.count_experiments(statuses=[b]))
 
 
-def test_marks_are_the_listing_with_only_the_plot_fields(store: Store):
+def test_marks_are_the_listing_with_only_the_plot_fields(sql_store: SqlStore):
+    store, reads = sql_store, Reads(sql_store)
     sid = store.create_sweep(spec()).id
     base = store.add_experiment(sid, Proposal("baseline", ""), is_baseline=True)
     store.claim(base.id)
@@ -254,13 +274,13 @@ def test_marks_are_the_listing_with_only_the_plot_fields(store: Store):
     store.finish(crash.id, Finish(S.CRASHED, CrashKind.FUNDAMENTAL, "oom", log_tail="t"))
     store.add_experiment(sid, Proposal("waits", "d2"))
     full = store.list_experiments(sid)
-    marks = store.experiment_marks(sid)
+    marks = reads.experiment_marks(sid)
     fields = ("id", "sweep_id", "status", "crash_kind", "metric", "best_before", "description",
               "is_baseline", "commit", "base_commit", "run_started_at", "run_ended_at")
     assert [tuple(getattr(m, f) for f in fields) for m in marks] == [
         tuple(getattr(e, f) for f in fields) for e in full]
     assert all(m.diff == "" and m.summary == {} and m.log_tail is None for m in marks)
-    with_diffs = store.experiment_marks(sid, with_diffs=True)
+    with_diffs = reads.experiment_marks(sid, with_diffs=True)
     assert [(m.diff, m.reason) for m in with_diffs] == [(e.diff, e.reason) for e in full]
     assert [m.id for m in with_diffs] == [m.id for m in marks] and full[1].reason == "oom"
     [light] = store.run_metrics(sid)
@@ -271,13 +291,14 @@ def test_marks_are_the_listing_with_only_the_plot_fields(store: Store):
     assert light.summary == {} and whole.summary == {"x": 1}
 
 
-def test_sweep_version_moves_when_work_finishes(store: Store):
+def test_sweep_version_moves_when_work_finishes(sql_store: SqlStore):
+    store, reads = sql_store, Reads(sql_store)
     sid, other = store.create_sweep(spec()).id, store.create_sweep(spec("t")).id
-    seen = [store.sweep_version(sid)]
+    seen = [reads.sweep_version(sid)]
 
     def changed(expected: bool = True) -> None:
-        now = store.sweep_version(sid)
-        assert store.sweep_version(sid) == now  # stable while nothing happens
+        now = reads.sweep_version(sid)
+        assert reads.sweep_version(sid) == now  # stable while nothing happens
         if expected:
             assert now not in seen
             seen.append(now)
@@ -332,11 +353,12 @@ def test_the_migration_counts_the_rows_already_there(tmp_path):
                 {"i": i, "s": sid, "st": status, "k": kind})
     migrate(engine)
     store = SqlStore(engine)
-    assert store.status_counts(1) == {"kept": 1, "crashed": 2, "timeout": 1}
+    reads = Reads(store)
+    assert reads.status_counts(1) == {"kept": 1, "crashed": 2, "timeout": 1}
     assert store.count_experiments(crash_kind=CrashKind.TRIVIAL) == 2
     assert store.count_experiments(2, [S.QUEUED, S.DISCARDED]) == 2
     store.claim(5)  # and they go on being kept from there
-    assert store.status_counts(2) == {"running": 1, "discarded": 1}
+    assert reads.status_counts(2) == {"running": 1, "discarded": 1}
     migrate(engine)  # idempotent
     assert store.count_experiments() == 6
     engine.dispose()
@@ -349,23 +371,26 @@ def test_marks_and_run_metrics_read_only_newer_rows_and_the_ids_asked_for(store:
     exps = [store.add_experiment(sid, Proposal(f"e{i}", f"d{i}")) for i in range(6)]
     elsewhere = store.add_experiment(other, Proposal("x", "d1"))
     runs = [store.start_run(RunSpec(sid, e.id, "c", 42, RunRole.SCREEN)) for e in exps]
-    full, full_runs = store.experiment_marks(sid, with_diffs=True), store.run_metrics(sid)
+    full_runs = store.run_metrics(sid)
     ids = [exps[1].id, exps[4].id, elsewhere.id]  # an id after the cursor too, and another sweep's
-    got = store.experiment_marks(sid, with_diffs=True, after_id=exps[3].id, ids=ids)
-    assert got == [e for e in full if e.id in (exps[1].id, exps[4].id, exps[5].id)]
-    assert store.experiment_marks(sid, ids=[exps[2].id]) == [
-        m for m in store.experiment_marks(sid) if m.id == exps[2].id]
-    assert store.experiment_marks(sid, after_id=exps[5].id) == []
+    if (reads := reads_of(store)) is not None:
+        full = reads.experiment_marks(sid, with_diffs=True)
+        got = reads.experiment_marks(sid, with_diffs=True, after_id=exps[3].id, ids=ids)
+        assert got == [e for e in full if e.id in (exps[1].id, exps[4].id, exps[5].id)]
+        assert reads.experiment_marks(sid, ids=[exps[2].id]) == [
+            m for m in reads.experiment_marks(sid) if m.id == exps[2].id]
+        assert reads.experiment_marks(sid, after_id=exps[5].id) == []
     assert store.run_metrics(sid, after_id=runs[4].id, ids=[runs[0].id]) == [
         full_runs[0], full_runs[5]]
     assert store.run_metrics(sid, after_id=runs[5].id) == []
 
 
-def test_an_experiment_pages_lookups_agree_with_the_whole_sweep(store: Store):
+def test_an_experiment_pages_lookups_agree_with_the_whole_sweep(sql_store: SqlStore):
     """Neighbours, retries and run numbers by index lookups equal what the old page derived
     from every sibling; the overview's counts and run seconds equal a walk over every row."""
     from datetime import timedelta
 
+    store, reads = sql_store, Reads(sql_store)
     sid, other = store.create_sweep(spec()).id, store.create_sweep(spec("t")).id
     t0 = utcnow()
     rng = random.Random(5)
@@ -384,23 +409,24 @@ def test_an_experiment_pages_lookups_agree_with_the_whole_sweep(store: Store):
                                           run_ended_at=start + timedelta(seconds=10 + i)))
     ran = (S.KEPT, S.DISCARDED, S.CRASHED, S.TIMEOUT)
     for sweep in (sid, other):
-        briefs = store.experiment_briefs(sweep)
-        for i, e in enumerate(briefs):
-            before, after = store.adjacent_experiments(sweep, e.id)
-            assert before == (briefs[i - 1] if i else None)
-            assert after == (briefs[i + 1] if i + 1 < len(briefs) else None)
-            assert store.retries_of(e.id) == [x for x in store.experiment_briefs(e.sweep_id)
+        rows = briefs(store, sweep)
+        for i, e in enumerate(rows):
+            before, after = reads.adjacent_experiments(sweep, e.id)
+            assert before == (rows[i - 1] if i else None)
+            assert after == (rows[i + 1] if i + 1 < len(rows) else None)
+            assert reads.retries_of(e.id) == [x for x in briefs(store, e.sweep_id)
                                               if x.parent_id == e.id]
-            assert store.run_number(sweep, e.id) == sum(x.status in ran for x in briefs[:i + 1])
+            assert reads.run_number(sweep, e.id) == sum(x.status in ran for x in rows[:i + 1])
     seconds: dict[int, float] = {}
-    for sweep, _, a, b in store.run_spans():
-        if a is not None and b is not None:
-            seconds[sweep] = seconds.get(sweep, 0.0) + (b - a).total_seconds()
-    got = store.run_seconds()
+    for e in store.list_experiments():
+        if e.run_started_at is not None and e.run_ended_at is not None:
+            seconds[e.sweep_id] = (seconds.get(e.sweep_id, 0.0)
+                                   + (e.run_ended_at - e.run_started_at).total_seconds())
+    got = reads.run_seconds()
     assert got.keys() == seconds.keys() and all(
         got[k] == pytest.approx(v, abs=1e-3) for k, v in seconds.items())
-    assert store.status_counts_by_sweep() == {s: store.status_counts(s) for s in (sid, other)}
-    assert store.adjacent_experiments(sid, 10**6) == (store.experiment_briefs(sid)[-1], None)
+    assert reads.status_counts_by_sweep() == {s: reads.status_counts(s) for s in (sid, other)}
+    assert reads.adjacent_experiments(sid, 10**6) == (briefs(store, sid)[-1], None)
 
 
 def test_the_migration_sums_the_run_seconds_already_there(tmp_path):
@@ -437,13 +463,14 @@ def test_the_migration_sums_the_run_seconds_already_there(tmp_path):
             "GROUP BY sweep_id, status, COALESCE(crash_kind, '')"))
     migrate(engine)
     store = SqlStore(engine)
-    assert store.run_seconds() == {1: pytest.approx(60.0, abs=1e-3)}
+    reads = Reads(store)
+    assert reads.run_seconds() == {1: pytest.approx(60.0, abs=1e-3)}
     t0 = utcnow()
     store.claim(4)
     store.finish(4, Finish(S.DISCARDED, run_started_at=t0,
                            run_ended_at=t0 + timedelta(seconds=5)))
-    assert store.run_seconds() == {1: pytest.approx(65.0, abs=1e-3)}
-    assert store.status_counts(1) == {"kept": 1, "discarded": 2, "timeout": 1, "crashed": 1}
+    assert reads.run_seconds() == {1: pytest.approx(65.0, abs=1e-3)}
+    assert reads.status_counts(1) == {"kept": 1, "discarded": 2, "timeout": 1, "crashed": 1}
 
 
 def test_the_time_index_migration_upgrades_a_database_with_rows(tmp_path):

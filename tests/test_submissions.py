@@ -18,9 +18,9 @@ from browser_helpers import serve
 from service_fixtures import AUTH, TOKEN, ServerProcess, knob_diff, make_counting_target, wait_for
 from sqlalchemy import event
 
-from agent.diff import PathChange
-from agent.gitrepo import GitRepo
-from agent.sweeps import create_sweep
+from agent.core.diff import PathChange
+from agent.git.repo import GitRepo
+from agent.ops.sweeps import create_sweep
 from api.admissions import ADMISSIONS_PER_SWEEP
 from api.main import create_app
 from api.settings import Settings

@@ -13,9 +13,14 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from dashboard_oracles import insights_panel, progress_svg, rollup_of
 from test_store_contract import CONFIG, spec
 
-from agent.domain import (
+from agent.analysis.evidence import sweep_evidence
+from agent.analysis.folds import Ordered
+from agent.analysis.insights_fold import digest
+from agent.analysis.trials import gain_scale
+from agent.core.domain import (
     CrashKind,
     ExperimentStatus,
     Finish,
@@ -26,16 +31,11 @@ from agent.domain import (
     RunStatus,
     utcnow,
 )
-from agent.evidence import sweep_evidence
-from agent.folds import Ordered
-from agent.insights_fold import digest
-from agent.proposers.evidence import gain_scale
 from api.dashboard import views
 from api.dashboard.fold import SweepFold, advance
 from api.dashboard.history import HistoryCache
-from api.dashboard.plot import progress_svg
-from api.dashboard.rollup import rollup_of
 from db.engine import open_database
+from db.reads import Reads
 from db.store import SqlStore
 
 S = ExperimentStatus
@@ -47,6 +47,7 @@ class Sweep:
 
     def __init__(self, path: Path, sigma: float | None) -> None:
         self.store = SqlStore(open_database(path / "fold.db"))
+        self.reads = Reads(self.store)
         config = CONFIG.model_copy(update={"noise_sigma": sigma})
         self.sid = self.store.create_sweep(replace(spec(), config=config)).id
         self.rng, self.n, self.best = random.Random(7), 0, "c0"
@@ -89,7 +90,7 @@ class Sweep:
     def step(self) -> SweepFold:
         """The fold moved on to the store's rows, checked against the whole-sweep functions."""
         sweep = self.store.get_sweep_by_id(self.sid)
-        h = self.history.get(self.store, self.sid, self.store.sweep_version(self.sid))
+        h = self.history.get(self.reads, self.sid, self.reads.sweep_version(self.sid))
         self.fold = fold = advance(self.fold, sweep, h)
         ev = fold.sweep_evidence(sweep)
         plot = views.draw_progress(fold.plot(), sweep.metric, sweep.baseline_metric,
@@ -180,12 +181,12 @@ def test_the_page_after_a_finish_shows_the_folded_summary(sweep: Sweep) -> None:
     for i in range(8):
         _ordinary(sweep, i)
     store, swept = sweep.store, sweep.store.get_sweep_by_id(sweep.sid)
-    first = views.sweep_summary(store, swept)
+    first = views.sweep_summary(sweep.reads, swept)
     _ordinary(sweep, 9)
-    after = views.sweep_summary(store, store.get_sweep_by_id(sweep.sid))
-    marks = store.experiment_marks(sweep.sid, with_diffs=True)
+    after = views.sweep_summary(sweep.reads, store.get_sweep_by_id(sweep.sid))
+    marks = sweep.reads.experiment_marks(sweep.sid, with_diffs=True)
     assert after is not first and after.rollup.counts == rollup_of(marks).counts
-    assert after.insights == views.insights_panel(swept, marks)
+    assert after.insights == insights_panel(swept, marks)
     assert after.evidence == sweep_evidence(swept, marks, store.run_metrics(sweep.sid))
 
 

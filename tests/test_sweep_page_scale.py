@@ -12,11 +12,12 @@ from pathlib import Path
 import pytest
 from browser_helpers import make_app, table_ids
 from bulk_seed import seed_sweep
+from dashboard_oracles import progress_svg
 from fastapi.testclient import TestClient
 from test_query_plans import captured, check_plans
 
-from agent.domain import Experiment, ExperimentStatus, Finish, Proposal, utcnow
-from api.dashboard.plot import MAX_MARKS, PlotPoint, downsample, progress_svg
+from agent.core.domain import Experiment, ExperimentStatus, Finish, Proposal, utcnow
+from api.dashboard.plot import MAX_MARKS, PlotPoint, downsample
 from api.dashboard.views import KEPT_SHOWN, PAGE_SIZE
 from db.engine import open_database
 from db.store import SqlStore
@@ -158,7 +159,7 @@ def test_the_experiment_page_reads_its_own_rows(big: Path) -> None:
     mid = store.list_experiments(1, [S.DISCARDED], limit=1, before_id=N // 2,
                                  newest_first=True)[0]
     ran = [S.KEPT, S.DISCARDED, S.CRASHED, S.TIMEOUT]
-    run_no = sum(1 for e in store.experiment_briefs(1) if e.id <= mid.id and e.status in ran)
+    run_no = sum(1 for e in store.list_experiments(1) if e.id <= mid.id and e.status in ran)
     with TestClient(make_app(big)) as c:
         c.get("/ui/sweeps/big").raise_for_status()  # the sweep's evidence is cached
         with captured() as seen:
@@ -173,15 +174,16 @@ def test_the_experiment_page_reads_its_own_rows(big: Path) -> None:
 
 def test_the_overview_reads_one_row_per_sweep(big: Path) -> None:
     from api.dashboard.views import Rollup, rollups
+    from db.reads import Reads
     from db.store import SqlStore as Store
 
     store = Store(open_database(big))
     sweeps = store.list_sweeps()
     walked = {s.id: Rollup() for s in sweeps}  # what the page summed before: every row
     now = utcnow()
-    for sid, status, a, b in store.run_spans():
-        walked[sid].add(status.value, a, b, now)
-    got = rollups(store, sweeps)
+    for e in store.list_experiments():
+        walked[e.sweep_id].add(e.status.value, e.run_started_at, e.run_ended_at, now)
+    got = rollups(Reads(store), sweeps)
     assert {k: r.counts for k, r in got.items()} == {k: r.counts for k, r in walked.items()}
     assert {k: round(r.train_s, 3) for k, r in got.items()} == {
         k: round(r.train_s, 3) for k, r in walked.items()}

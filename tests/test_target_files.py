@@ -6,13 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from agent.config import load_config
-from agent.domain import ExperimentStatus, Proposal
-from agent.errors import ConfigError
-from agent.gitrepo import GitRepo, hash_worktree_files
+from agent.core.config import load_config
+from agent.core.domain import ExperimentStatus, Proposal
+from agent.core.errors import ConfigError
+from agent.engine.scheduler import run_sweep
+from agent.git.repo import GitRepo, hash_worktree_files
+from agent.ops.sweeps import create_sweep
 from agent.proposers.knobs import make_diff
-from agent.scheduler import run_sweep
-from agent.sweeps import create_sweep
 
 TOML = """[target]
 command   = "{command}"
@@ -76,7 +76,7 @@ def test_a_protected_directory_hashes_the_same_in_git_and_on_disk(tmp_path):
 
 
 def make_target_repo(path: Path) -> None:
-    from agent.gitrepo import init_repo
+    from agent.git.repo import init_repo
 
     init_repo(path)
 
@@ -115,9 +115,9 @@ def test_assets_outside_git_are_linked_into_every_run_from_the_workdir(store, ma
     sweep = create_sweep(store, GitRepo(target), target, name="s1", config=load_config(target))
     text = (target / "sub/dir/train.py").read_text()
     diff = make_diff("sub/dir/train.py", text, text.replace("LR = 0.01", "LR = 0.02"))
-    from agent.sweeps import submit
+    from agent.ops.admission import admit, queue
 
-    submit(store, GitRepo(target), sweep, Proposal("lr", diff, "test"), record_rejection=False)
+    queue(store, admit(store, GitRepo(target), sweep, Proposal("lr", diff, "test")))
     run_sweep(make_loop(target), sweep.name)
     exps = store.list_experiments(sweep.id)
     assert [e.status for e in exps] == [ExperimentStatus.KEPT, ExperimentStatus.KEPT]

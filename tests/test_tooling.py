@@ -26,29 +26,22 @@ def imports_of(path: Path) -> set[str]:
 
 
 # package (or module glob) -> top-level names it must never import
+ADAPTERS = {"git", "sqlalchemy", "fastapi", "httpx", "apscheduler", "ray", "uvicorn"}
+ABOVE_AGENT = {"db", "api", "overnight"}
 FORBIDDEN = {
     "runner/*.py": {"agent", "db", "api", "torch", "sqlalchemy", "fastapi", "git"},
-    "agent/domain.py": {"db", "api", "sqlalchemy", "fastapi", "git", "httpx"},
-    "agent/config.py": {"db", "api", "sqlalchemy", "fastapi", "git"},
-    "agent/admit.py": {"db", "api", "sqlalchemy", "fastapi", "git"},
-    "agent/diff.py": {"db", "api", "sqlalchemy", "fastapi", "git", "runner"},
-    "agent/classify.py": {"db", "api", "sqlalchemy", "fastapi", "git"},
-    "agent/decide.py": {"db", "api", "sqlalchemy", "fastapi", "git"},
-    "agent/gate.py": {"db", "api", "sqlalchemy", "fastapi", "git", "apscheduler"},
-    "agent/loop.py": {"db", "api", "sqlalchemy", "fastapi"},
-    "agent/training.py": {"db", "api", "sqlalchemy", "fastapi", "git"},
-    "agent/sweeps.py": {"db", "api", "sqlalchemy", "fastapi"},
-    "agent/categories.py": {"db", "api", "sqlalchemy", "fastapi", "git", "httpx"},
-    "agent/insights.py": {"db", "api", "sqlalchemy", "fastapi", "git", "httpx"},
-    "agent/proposers/knob*.py": {"db", "api", "sqlalchemy", "fastapi", "git", "httpx"},
-    "agent/proposers/search_state.py": {"db", "api", "sqlalchemy", "fastapi", "git", "httpx"},
-    "agent/proposers/policy.py": {"db", "api", "sqlalchemy", "fastapi", "git", "httpx"},
-    "agent/proposers/effects.py": {"db", "api", "sqlalchemy", "fastapi", "git", "httpx"},
-    "agent/proposers/evidence.py": {"db", "api", "sqlalchemy", "fastapi", "git", "httpx"},
-    "db/*.py": {"api"},
+    # the vocabulary and the pure decisions: no adapter of any kind
+    "agent/core/*.py": ABOVE_AGENT | ADAPTERS,
+    "agent/rules/*.py": ABOVE_AGENT | ADAPTERS | {"runner"},
+    "agent/analysis/*.py": ABOVE_AGENT | ADAPTERS | {"runner"},
+    "agent/proposers/*.py": ABOVE_AGENT | ADAPTERS - {"httpx"},  # a chat model over HTTP
+    "agent/git/*.py": ABOVE_AGENT | ADAPTERS - {"git"},
+    "agent/executors/*.py": ABOVE_AGENT | ADAPTERS - {"ray"},
+    "agent/ops/*.py": ABOVE_AGENT | ADAPTERS,
+    "agent/engine/*.py": ABOVE_AGENT | ADAPTERS - {"apscheduler"},
+    "db/**/*.py": {"api", "overnight"},
     "experiments/gpt/*.py": {"agent", "db", "api", "runner"},
 }
-
 
 @pytest.mark.parametrize("pattern", sorted(FORBIDDEN))
 def test_import_directions(pattern: str):
@@ -98,7 +91,7 @@ def module_graph() -> dict[str, set[str]]:
 
 def test_no_import_cycles():
     graph = module_graph()
-    assert "overnight.runtime" in graph and "agent.loop" in graph
+    assert "overnight.runtime" in graph and "agent.engine.loop" in graph
     state: dict[str, int] = {}  # 1 = on the current path, 2 = done
     cycles: list[str] = []
 
@@ -140,8 +133,8 @@ def test_mypy_is_clean():
 
 def test_the_service_runs_without_torch():
     """torch is the trainer's dependency: the CLI, the API and the engine never import it."""
-    code = ("import sys, overnight.cli, overnight.runtime, api.main, agent.scheduler, "
-            "agent.loop, db.store; print(sorted(m for m in ('torch', 'numpy') if m in "
+    code = ("import sys, overnight.cli, overnight.runtime, api.main, agent.engine.scheduler, "
+            "agent.engine.loop, db.store; print(sorted(m for m in ('torch', 'numpy') if m in "
             "sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
                          text=True, check=True).stdout.strip()
@@ -153,9 +146,9 @@ def test_the_coordinator_runs_without_ray():
     its absence is one readable error."""
     code = (
         "import sys; sys.modules['ray'] = None\n"  # as if not installed: `import ray` fails
-        "import overnight.cli, overnight.runtime, api.main, agent.ray_executor\n"
-        "from agent.errors import ConfigError\n"
-        "from agent.ray_executor import RayExecutor, RaySettings\n"
+        "import overnight.cli, overnight.runtime, api.main, agent.executors.ray\n"
+        "from agent.core.errors import ConfigError\n"
+        "from agent.executors.ray import RayExecutor, RaySettings\n"
         "try:\n"
         "    RayExecutor(RaySettings()).connect()\n"
         "except ConfigError as exc:\n"
@@ -163,3 +156,63 @@ def test_the_coordinator_runs_without_ray():
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
                          text=True, check=True).stdout.strip()
     assert out == "executor 'ray' needs Ray on the coordinator: pip install 'overnight[ray]'"
+
+
+# The wings of agent/, bottom to top: a wing imports only wings below it (or beside it, on
+# the same level, when no circle results), so no folder-level loop can form.
+WINGS = {"core": 1, "rules": 2, "git": 3, "analysis": 3, "executors": 4, "proposers": 4,
+         "ops": 5, "engine": 6}
+
+
+def test_agent_is_wings_only():
+    loose = sorted(f.name for f in (ROOT / "agent").glob("*.py") if f.name != "__init__.py")
+    assert not loose, f"modules outside a wing: {loose}"
+    assert {d.name for d in (ROOT / "agent").iterdir()
+            if d.is_dir() and (d / "__init__.py").exists()} == set(WINGS)
+
+
+def test_the_wings_import_only_downwards():
+    """analysis/ never imports proposers/ (the digest is for them, not of them); the engine sits
+    on top; nothing imports a wing on its own level or above, so folders have no loops."""
+    bad = []
+    for a, targets in module_graph().items():
+        pa = a.split(".")
+        if pa[0] != "agent" or len(pa) < 3:
+            continue
+        for b in targets:
+            pb = b.split(".")
+            if pb[0] == "agent" and len(pb) >= 3 and pb[1] != pa[1] \
+                    and WINGS[pb[1]] >= WINGS[pa[1]]:
+                bad.append(f"{a} imports {b}")
+    assert not bad, "\n".join(sorted(bad))
+
+
+def _reads_overnight_variable(node: ast.AST) -> bool:
+    """os.environ["OVERNIGHT_…"], os.environ.get("OVERNIGHT_…"), os.getenv("OVERNIGHT_…")."""
+    def named(arg: ast.AST | None) -> bool:
+        return isinstance(arg, ast.Constant) and str(arg.value).startswith("OVERNIGHT_")
+
+    if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Attribute):
+        return node.value.attr == "environ" and named(node.slice)
+    if isinstance(node, ast.Call) and node.args:
+        f = node.func
+        getter = isinstance(f, ast.Attribute) and (
+            f.attr == "getenv" or (f.attr == "get" and isinstance(f.value, ast.Attribute)
+                                   and f.value.attr == "environ"))
+        return getter and named(node.args[0])
+    return False
+
+
+def test_only_the_composition_root_reads_the_environment():
+    """overnight's own OVERNIGHT_* settings are read in overnight/ (overnight/environment.py)
+    and handed down; below it nothing reads one, nor imports pydantic-settings."""
+    bad = []
+    for pkg in ("agent", "api", "db", "runner"):
+        for f in sorted((ROOT / pkg).rglob("*.py")):
+            tree = ast.parse(f.read_text(encoding="utf-8"))
+            if any(_reads_overnight_variable(n) for n in ast.walk(tree)):
+                bad.append(f"{f.relative_to(ROOT)} reads an OVERNIGHT_* variable")
+            if "pydantic_settings" in imports_of(f):
+                bad.append(f"{f.relative_to(ROOT)} imports pydantic_settings")
+    assert not bad, "\n".join(bad)
+    assert _reads_overnight_variable(ast.parse('os.environ.get("OVERNIGHT_DB")').body[0].value)

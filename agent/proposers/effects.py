@@ -1,6 +1,6 @@
 """Per-knob effect estimates with their uncertainty: a small Bayesian regression. Pure.
 
-Around the knob's current coordinate u0 (agent.proposers.knob_space), the metric's change is
+Around the knob's current coordinate u0 (agent.rules.knob_space), the metric's change is
 modelled as a local quadratic, loss(u) - loss(u0) = a·x² + b·x with x = u - u0. A one-knob run
 from x_old to x_new observes loss_new - loss_best = a·(x_new² - x_old²) + b·(x_new - x_old) plus
 noise, so (a, b) has a Gaussian posterior (prior N(0, τ²) scaled to the sweep's gain scale; the
@@ -16,8 +16,8 @@ import random
 import re
 from dataclasses import dataclass, field
 
-from agent.proposers.evidence import Trial
-from agent.proposers.knob_space import FIRST_STEP, KnobValue, parse_literal, to_u
+from agent.analysis.trials import Trial
+from agent.rules.knob_space import FIRST_STEP, KnobValue, parse_literal, to_u
 
 PRIOR_SD_STEPS = 2.0  # a ×2 move changes the metric by about this many gain scales a priori
 PRIOR_CURVATURE = 1.0  # ...and, slope aside, costs this many (the local optimum is near)

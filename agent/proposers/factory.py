@@ -1,28 +1,23 @@
-"""Build a sweep's proposer from its spec: `knobs`, `knobs-naive`, `queue` (external only) or
-`llm:<profile>`."""
+"""Build a sweep's proposer from its spec: `knobs`, `queue` (external only) or `llm:<profile>`."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from agent.errors import ConfigError
-from agent.ports import Proposer, Store
+from agent.core.errors import ConfigError
+from agent.core.ports import Proposer, Store
 
 
 def make_proposer(spec: str, seed: int, store: Store | None = None,
                   **kwargs: Any) -> Proposer | None:
-    """`knobs` (the learning search), `knobs-naive` (the former local search), `queue`
-    (external proposals only → None) or `llm:<profile>`.
+    """`knobs` (the learning search), `queue` (external proposals only → None) or
+    `llm:<profile>`.
 
     `store` lets a language-model proposer record spend that no proposal carries."""
     if spec == "knobs":
         from agent.proposers.knobs import KnobsProposer
 
         return KnobsProposer(seed=seed)
-    if spec == "knobs-naive":
-        from agent.proposers.knobs_naive import NaiveKnobsProposer
-
-        return NaiveKnobsProposer(seed=seed)
     if spec == "queue":
         return None
     if spec.startswith("llm:"):
@@ -30,4 +25,4 @@ def make_proposer(spec: str, seed: int, store: Store | None = None,
 
         return make_llm_proposer(spec.split(":", 1)[1], seed=seed, store=store, **kwargs)
     raise ConfigError(f"proposer: unknown proposer {spec!r} "
-                      "(use knobs, knobs-naive, queue or llm:<profile>)")
+                      "(use knobs, queue or llm:<profile>)")

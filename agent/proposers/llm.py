@@ -16,23 +16,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agent.admit import check_proposal
-from agent.categories import (
+from agent.analysis.trials import constant_changes
+from agent.core.diff import normalize as normalize_diff
+from agent.core.domain import Experiment, ExperimentStatus, Proposal
+from agent.core.errors import AdmissionError
+from agent.core.ports import ProposalContext
+from agent.proposers.llm_backends import ChatBackend, LLMError, make_backend
+from agent.proposers.llm_config import LLMProfile, load_profile
+from agent.proposers.llm_parse import description_of, extract_diff_text, parse_answer
+from agent.proposers.llm_prompt import SYSTEM, feedback_prompt, propose_prompt, repair_prompt
+from agent.rules.admit import check_proposal
+from agent.rules.categories import (
     Category,
     category_of_knob,
     category_of_text,
     exhausted,
     parse_category,
 )
-from agent.diff import normalize as normalize_diff
-from agent.domain import Experiment, ExperimentStatus, Proposal
-from agent.errors import AdmissionError
-from agent.ports import ProposalContext
-from agent.proposers.evidence import constant_changes
-from agent.proposers.llm_backends import ChatBackend, LLMError, make_backend
-from agent.proposers.llm_config import LLMProfile, load_profile
-from agent.proposers.llm_parse import description_of, extract_diff_text, parse_answer
-from agent.proposers.llm_prompt import SYSTEM, feedback_prompt, propose_prompt, repair_prompt
 
 logger = logging.getLogger(__name__)
 RAW_ANSWER_CHARS = 20_000

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 import httpx
 
-from agent.errors import OvernightError
+from agent.core.errors import OvernightError
 from agent.proposers.llm_config import LLMProfile
 
 logger = logging.getLogger(__name__)

@@ -23,9 +23,8 @@ from pydantic import (
     model_validator,
 )
 
-from agent.config import validation_message
-from agent.environment import environment
-from agent.errors import ConfigError
+from agent.core.config import validation_message
+from agent.core.errors import ConfigError
 
 CONFIG_ENV = "OVERNIGHT_LLM_CONFIG"
 DEFAULT_CONFIG = Path("~/.overnight/llm.toml")
@@ -108,8 +107,9 @@ class LLMProfile(BaseModel):
 
 
 def config_path(explicit: Path | str | None = None) -> Path:
-    """--llm-config, else $OVERNIGHT_LLM_CONFIG, else ~/.overnight/llm.toml."""
-    raw = explicit or environment().llm_config or DEFAULT_CONFIG
+    """The profiles' file given (the composition root resolves --llm-config and
+    $OVERNIGHT_LLM_CONFIG), else ~/.overnight/llm.toml."""
+    raw = explicit or DEFAULT_CONFIG
     return Path(raw).expanduser()
 
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from agent.diff import files_diff, lines_with_ends, loose_hunks, make_diff, split_lines
-from agent.errors import AdmissionError
+from agent.core.diff import files_diff, lines_with_ends, loose_hunks, make_diff, split_lines
+from agent.core.errors import AdmissionError
 
 __all__ = ["ParsedAnswer", "apply_unified_diff", "description_of", "extract_diff_text",
            "files_diff", "make_diff", "parse_answer"]
@@ -54,7 +54,7 @@ def _path_for(label: str, files: dict[str, str]) -> str | None:
     for word in reversed(words):
         word = word.removeprefix("a/").removeprefix("b/")
         if word in files:
-            return word
+            return str(word)
     return None
 
 

@@ -2,18 +2,18 @@
 trimmed results table. Pure.
 
 Token counts are estimated at four characters per token. The profile's history budget is
-shared: the digest of what was learned (agent.insights) takes up to DIGEST_SHARE of it, the
+shared: the digest of what was learned (agent.analysis.insights) takes up to DIGEST_SHARE of it, the
 results table (kept changes and the most recent runs first) the rest. Categories whose share
 of the sweep is used up are named, so the model proposes another kind of change.
 """
 
 from __future__ import annotations
 
-from agent.categories import CATEGORY_VALUES, exhausted
-from agent.domain import Experiment, ExperimentStatus, Sweep
-from agent.insights import render
-from agent.insights_fold import digest
-from agent.ports import ProposalContext
+from agent.analysis.insights import render
+from agent.analysis.insights_fold import digest
+from agent.core.domain import Experiment, ExperimentStatus, Sweep
+from agent.core.ports import ProposalContext
+from agent.rules.categories import CATEGORY_VALUES, exhausted
 
 CHARS_PER_TOKEN = 4
 LOG_TAIL_LINES = 50
@@ -120,7 +120,7 @@ def _budget_line(sweep: Sweep) -> str:
 
 
 def insights_block(ctx: ProposalContext, budget_tokens: int) -> str:
-    """The sweep's digest (agent.insights) within budget_tokens."""
+    """The sweep's digest (agent.analysis.insights) within budget_tokens."""
     text = render(digest(ctx.sweep, ctx.history), max_chars=budget_tokens * CHARS_PER_TOKEN)
     return f"What this sweep has learned so far:\n<insights>\n{text}\n</insights>"
 

@@ -1,6 +1,6 @@
 """The learning search over constants: which knob to move next, which way and how far. Pure.
 
-Inputs are the constants at the sweep head and the sweep's trials (agent.proposers.evidence);
+Inputs are the constants at the sweep head and the sweep's trials (agent.analysis.trials);
 the output is every candidate move, best first (the caller takes the first whose diff is new).
 
 - Effects: each knob has a posterior over a local quadratic of the metric in its own scale
@@ -28,13 +28,12 @@ import random
 from dataclasses import dataclass, field
 from itertools import combinations
 
-from agent.categories import Category, category_of_knob
+from agent.analysis.trials import PLATEAU_AFTER, Change, Trial, near_misses
 from agent.proposers.effects import Effect, Switch, fit, switched_on, u_on
-from agent.proposers.evidence import Change, Trial, near_misses
-from agent.proposers.knob_space import FIRST_STEP, MIN_STEP, KnobValue, coordinate, moved
 from agent.proposers.search_state import SearchState, beyond, config_key, read_state, safe, single
+from agent.rules.categories import Category, category_of_knob
+from agent.rules.knob_space import FIRST_STEP, MIN_STEP, KnobValue, coordinate, moved
 
-PLATEAU_AFTER = 6
 RETEST_AFTER = 3
 COMBINE_AFTER = 5
 RESTING_KNOBS = 3  # on a plateau, the knobs of this many last runs rest

@@ -1,7 +1,7 @@
 """The search's view of a sweep's history: scale, crash regions, configurations run. Pure.
 
 Built once per proposal by agent.proposers.policy from the constants at the sweep head and the
-sweep's trials (agent.proposers.evidence). Configurations are rebuilt from the kept diffs, so
+sweep's trials (agent.analysis.trials). Configurations are rebuilt from the kept diffs, so
 "never the same configuration twice" holds for proposals from any source.
 """
 
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from agent.proposers.evidence import Change, Trial, noise_scale, since_last_keep
-from agent.proposers.knob_space import MIN_STEP, coordinate, parse_literal
+from agent.analysis.trials import Change, Trial, noise_scale, since_last_keep
+from agent.rules.knob_space import MIN_STEP, coordinate, parse_literal
 
 MAX_CRASHES_PER_ARM = 2  # after a crash one cautious retry that way, never a third
 Config = tuple[int, frozenset[tuple[str, str]]]

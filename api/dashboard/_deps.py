@@ -6,13 +6,14 @@ endpoints the pages poll use the API's ReadAuth unchanged.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 from urllib.parse import quote
 
 from fastapi import Depends, HTTPException, Request
 
-from agent.service import Service
+from agent.ops.service import Service
 from api.deps import TOKEN_COOKIE, ReadAuth, ServicesDep, require_read
+from db.reads import Reads
 
 COOKIE_NAME = TOKEN_COOKIE
 
@@ -29,15 +30,15 @@ def page_auth(request: Request, services: ServicesDep) -> None:
         ) from None
 
 
-def _store(services: ServicesDep) -> Any:
-    return services.store
+def _reads(services: ServicesDep) -> Reads:
+    return services.reads
 
 
 def _service(services: ServicesDep) -> Service:
     return services.service
 
 
-StoreDep = Annotated[Any, Depends(_store)]
+ReadsDep = Annotated[Reads, Depends(_reads)]
 ServiceDep = Annotated[Service, Depends(_service)]
 PageAuth = Depends(page_auth)
-__all__ = ["COOKIE_NAME", "PageAuth", "ReadAuth", "ServiceDep", "StoreDep"]
+__all__ = ["COOKIE_NAME", "PageAuth", "ReadAuth", "ReadsDep", "ServiceDep"]

@@ -2,16 +2,15 @@
 so that the first view after a finish costs the finish, not the sweep.
 
 A SweepFold holds what those parts sum over the sweep's finished experiments and ended runs
-(agent.insights_fold, agent.evidence.EvidenceFold, plot.PlotFold, the rollup) and which rows
-are still open. `advance` takes the next SweepHistory: the rows that finished since are folded
-into a copy (the previous fold is left as it was) in id order; one that finished while a lower
-id is still open waits in `pending` (drawn from a copy with it added, folded in once the rows
-below it finish). Nothing folded depends on the sweep's best or baseline (gains are against
-each run's own best_before; the parts read the best when drawn), so a keep folds in like any
-finish. A history read again in full (a flipped verdict, a row gone), an open row that went
-away or another direction make a new fold from the whole history (`build`). Either way the
-parts equal what the whole-sweep functions compute from the same rows
-(tests/test_sweep_fold.py).
+(agent.analysis.insights_fold, agent.analysis.evidence.EvidenceFold, plot.PlotFold, the rollup) and
+which rows are still open. `advance` takes the next SweepHistory: the rows that finished since are
+folded into a copy (the previous fold is left as it was) in id order; one that finished while a
+lower id is still open waits in `pending` (drawn from a copy with it added, folded in once the rows
+below it finish). Nothing folded depends on the sweep's best or baseline (gains are against each
+run's own best_before; the parts read the best when drawn), so a keep folds in like any finish. A
+history read again in full (a flipped verdict, a row gone), an open row that went away or another
+direction make a new fold from the whole history (`build`). Either way the parts equal what the
+whole-sweep functions compute from the same rows (tests/test_sweep_fold.py).
 """
 
 from __future__ import annotations
@@ -22,10 +21,10 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from agent.domain import Experiment, ExperimentStatus, Run, RunStatus, Sweep, utcnow
-from agent.evidence import EvidenceFold, SweepEvidence
-from agent.insights import Insights
-from agent.insights_fold import DigestFold
+from agent.analysis.evidence import EvidenceFold, SweepEvidence
+from agent.analysis.insights import Insights
+from agent.analysis.insights_fold import DigestFold
+from agent.core.domain import Experiment, ExperimentStatus, Run, RunStatus, Sweep, utcnow
 
 from .history import SweepHistory
 from .plot_data import PlotFold

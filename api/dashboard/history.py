@@ -2,7 +2,7 @@
 
 The sweep page's digest, evidence and plot are drawn from every experiment and run of the sweep;
 reading them all again after each finish was most of a 10,000-experiment page (~0.5 s of rows
-and diffs). Finished experiments never change (agent.ports.Store.sweep_version) and ended runs
+and diffs). Finished experiments never change (agent.core.ports.Reads.sweep_version) and ended runs
 change only their ok/suspect verdict, so a refresh reads just the rows added since the last read
 and those that were still open (queued, running) then: a finish costs a few rows, not the sweep.
 A refresh checks what it holds against the store's version (counts per finished status, runs per
@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from typing import Any
 from weakref import WeakKeyDictionary
 
-from agent.domain import Experiment, ExperimentStatus, Run, RunStatus
-from agent.ports import Store
+from agent.core.domain import Experiment, ExperimentStatus, Run, RunStatus
+from db.reads import Reads
 
 PER_STORE = 4  # sweeps held per store (a 10,000-experiment sweep is ~10 MB with its diffs)
 MAX_OPEN = 1000  # more open rows than this: read the sweep again rather than list their ids
@@ -83,14 +83,14 @@ class SweepHistory:
 
 
 def experiments_version(held: Held) -> tuple[Any, ...]:
-    """What Store.sweep_version says of the experiments held: (status, crash kind or "", n)
+    """What Reads.sweep_version says of the experiments held: (status, crash kind or "", n)
     per finished status and kind."""
     return tuple(sorted((st.value, kind.value if kind else "", n)
                         for (st, kind), n in held.counts.items()))
 
 
 def runs_version(held: Held) -> tuple[Any, ...]:
-    """What Store.sweep_version says of the runs held: (status, n, highest id) per ended
+    """What Reads.sweep_version says of the runs held: (status, n, highest id) per ended
     status."""
     return tuple(sorted((st.value, n, held.tops[st]) for st, n in held.counts.items()))
 
@@ -112,31 +112,31 @@ def _merged(old: Sequence[Any], fresh: Sequence[Any], open_ids: frozenset[int]) 
     return out + [x for x in fresh if x.id in by_id]
 
 
-def _experiments(store: Store, sweep_id: int, old: SweepHistory | None
+def _experiments(reads: Reads, sweep_id: int, old: SweepHistory | None
                  ) -> tuple[list[Experiment], Held]:
     if old is None:
-        rows = store.experiment_marks(sweep_id, with_diffs=True)
+        rows = reads.experiment_marks(sweep_id, with_diffs=True)
         return rows, EMPTY.plus(rows)
     held = old.held()[0]
     if len(held.open_ids) > MAX_OPEN:
-        rows = store.experiment_marks(sweep_id, with_diffs=True)
+        rows = reads.experiment_marks(sweep_id, with_diffs=True)
         return rows, EMPTY.plus(rows)
     last = old.experiments[-1].id if old.experiments else 0
-    fresh = store.experiment_marks(sweep_id, with_diffs=True, after_id=last,
+    fresh = reads.experiment_marks(sweep_id, with_diffs=True, after_id=last,
                                    ids=set(held.open_ids))
     return _merged(old.experiments, fresh, held.open_ids), _without_open(held).plus(fresh)
 
 
-def _runs(store: Store, sweep_id: int, old: SweepHistory | None) -> tuple[list[Run], Held]:
+def _runs(reads: Reads, sweep_id: int, old: SweepHistory | None) -> tuple[list[Run], Held]:
     if old is None:
-        rows = store.run_metrics(sweep_id)
+        rows = reads.store.run_metrics(sweep_id)
         return rows, EMPTY.plus(rows)
     held = old.held()[1]
     if len(held.open_ids) > MAX_OPEN:
-        rows = store.run_metrics(sweep_id)
+        rows = reads.store.run_metrics(sweep_id)
         return rows, EMPTY.plus(rows)
     last = old.runs[-1].id if old.runs else 0
-    fresh = store.run_metrics(sweep_id, after_id=last, ids=set(held.open_ids))
+    fresh = reads.store.run_metrics(sweep_id, after_id=last, ids=set(held.open_ids))
     return _merged(old.runs, fresh, held.open_ids), _without_open(held).plus(fresh)
 
 
@@ -144,18 +144,18 @@ def _without_open(held: Held) -> Held:
     return Held(held.counts, held.tops, frozenset())
 
 
-def refresh(store: Store, sweep_id: int, version: tuple[Any, Any],
+def refresh(reads: Reads, sweep_id: int, version: tuple[Any, Any],
             old: SweepHistory | None) -> SweepHistory:
-    """The sweep's history at `version` (Store.sweep_version), from `old` plus what changed."""
+    """The sweep's history at `version` (Reads.sweep_version), from `old` plus what changed."""
     if old is not None and old.version == version:
         return old
-    (exps, e_held), (runs, r_held) = _experiments(store, sweep_id, old), _runs(store, sweep_id, old)
+    (exps, e_held), (runs, r_held) = _experiments(reads, sweep_id, old), _runs(reads, sweep_id, old)
     full = old.full_reads if old else 0
     if old is not None and experiments_version(e_held) != version[0]:
-        exps, full = store.experiment_marks(sweep_id, with_diffs=True), full + 1
+        exps, full = reads.experiment_marks(sweep_id, with_diffs=True), full + 1
         e_held = EMPTY.plus(exps)
     if old is not None and runs_version(r_held) != version[1]:
-        runs, full = store.run_metrics(sweep_id), full + 1
+        runs, full = reads.store.run_metrics(sweep_id), full + 1
         r_held = EMPTY.plus(runs)
     return SweepHistory(exps, runs, version, full + (old is None), e_held, r_held)
 
@@ -167,12 +167,12 @@ class HistoryCache:
         self._lock = threading.Lock()
         self._by_store: WeakKeyDictionary[Any, dict[int, SweepHistory]] = WeakKeyDictionary()
 
-    def get(self, store: Store, sweep_id: int, version: tuple[Any, Any]) -> SweepHistory:
+    def get(self, reads: Reads, sweep_id: int, version: tuple[Any, Any]) -> SweepHistory:
         with self._lock:
-            old = self._by_store.setdefault(store, {}).get(sweep_id)
-        new = refresh(store, sweep_id, version, old)
+            old = self._by_store.setdefault(reads, {}).get(sweep_id)
+        new = refresh(reads, sweep_id, version, old)
         with self._lock:
-            entries = self._by_store.setdefault(store, {})
+            entries = self._by_store.setdefault(reads, {})
             entries.pop(sweep_id, None)
             entries[sweep_id] = new
             while len(entries) > PER_STORE:

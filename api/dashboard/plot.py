@@ -11,13 +11,13 @@ plot is drawn from a PlotFold (plot_data.py), which a finish adds its point to.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from html import escape
 
 from markupsafe import Markup
 
-from agent.domain import Experiment, ExperimentStatus
-from agent.evidence import SweepEvidence
+from agent.analysis.evidence import SweepEvidence
+from agent.core.domain import ExperimentStatus
 
 from .plot_data import Envelope, PlotFold, PlotPoint
 from .plot_data import downsample as downsample
@@ -98,27 +98,14 @@ def _label(p: PlotPoint, metric_name: str) -> str:
     return " · ".join(parts)
 
 
-def progress_svg(
-    experiments: Sequence[Experiment],
-    metric_name: str,
-    baseline: float | None,
-    href: str = "/ui/experiments/{id}#diff",
-    evidence: SweepEvidence | None = None,
-) -> Markup:
-    """x = run number, y = metric (the mean of the experiment's runs); kept green on the
-    running-best step line, discarded grey, crashes and timeouts as red/purple marks in the
-    bottom band. Each mark links to `href`. With `evidence`, every run is a small dot and the
-    best line carries its 95 % interval as a band."""
-    fold = PlotFold()
-    for e in experiments:
-        fold.add(e)
-    return draw_progress(fold, metric_name, baseline, href, evidence)
-
-
 def draw_progress(fold: PlotFold, metric_name: str, baseline: float | None,
                   href: str = "/ui/experiments/{id}#diff",
                   evidence: SweepEvidence | None = None) -> Markup:
-    """The progress plot (progress_svg) of the runs folded into `fold`."""
+    """The progress plot of the runs folded into `fold` (a PlotFold of the sweep's
+    experiments): x = run number, y = metric (the mean of the experiment's runs); kept green on
+    the running-best step line, discarded grey, crashes and timeouts as red/purple marks in the
+    bottom band. Each mark links to `href`. With `evidence`, every run is a small dot and the
+    best line carries its 95 % interval as a band."""
     points = fold.points
     if not points:
         return Markup('<p class="empty">No finished runs yet.</p>')
@@ -248,9 +235,9 @@ def _run_dots(scored, sx, sy, lo: float, hi: float, evidence: SweepEvidence,  # 
 def _mark(
     p: PlotPoint,
     x: float,
-    sy,
+    sy: Callable[[float], float],
     y_bot: float,
-    hi: float,  # type: ignore[no-untyped-def]
+    hi: float,
     label: str,  # the tooltip, escaped
     href: str,
 ) -> str:

@@ -2,7 +2,7 @@
 buckets of consecutive runs a large plot is downsampled to, and PlotFold, the running state a
 finish adds its point to (api/dashboard/fold.py). plot.py draws it.
 
-Buckets are a power of two runs wide (bucket_width), aligned at run 1: as a sweep grows they
+Buckets are a power of two runs wide (BucketFold.width), aligned at run 1: as a sweep grows they
 only merge in pairs, so the lowest and highest run of each (and its first crash and timeout)
 can be kept as running state and equal what bucketing the whole sweep gives.
 """
@@ -13,8 +13,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from agent.domain import RAN_STATUSES, Experiment, ExperimentStatus
-from agent.folds import Ordered
+from agent.analysis.folds import Ordered
+from agent.core.domain import RAN_STATUSES, Experiment, ExperimentStatus
 
 BUCKETS = 160  # buckets of consecutive runs when downsampled (~5.5 px each)
 RUNS = RAN_STATUSES
@@ -40,16 +40,6 @@ def scored(p: PlotPoint) -> bool:
     m = p.exp.metric
     return m is not None and math.isfinite(m) and p.exp.status in (
         ExperimentStatus.KEPT, ExperimentStatus.DISCARDED)
-
-
-def bucket_width(n_max: int, buckets: int = BUCKETS) -> int:
-    """Runs per bucket: the smallest power of two that puts 1..n_max in at most `buckets`
-    buckets. Buckets are aligned ((n - 1) // width), so as a sweep grows they only merge in
-    pairs: a plot's buckets can be kept as running state and appended to (PlotFold)."""
-    width = 1
-    while -(-n_max // width) > buckets:
-        width *= 2
-    return width
 
 
 class Bucket:
@@ -152,7 +142,7 @@ def _copied(b: Bucket) -> Bucket:
 
 def downsample(points: Sequence[PlotPoint], buckets: int = BUCKETS
                ) -> tuple[list[PlotPoint], list[Envelope]]:
-    """Every kept point; of the others, per bucket of consecutive run numbers (bucket_width
+    """Every kept point; of the others, per bucket of consecutive run numbers (its width
     runs each), the lowest and the highest scored one and the first of each unscored status
     (crash, timeout, no metric); with each bucket's envelope of its non-kept scored metrics.
     Points stay in run order."""

@@ -4,11 +4,10 @@ state by the sweep page's fold (each finished experiment adds to the counts and 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from agent.domain import RAN_STATUSES, Experiment, ExperimentStatus, utcnow
+from agent.core.domain import RAN_STATUSES, ExperimentStatus
 
 S = ExperimentStatus
 RUNS = RAN_STATUSES
@@ -45,14 +44,3 @@ class Rollup:
         self.counts[status] += 1
         if started is not None and (ended is not None or status == S.RUNNING.value):
             self.train_s += max(0.0, ((ended or now) - started).total_seconds())
-
-
-def rollup_of(experiments: Sequence[Experiment], running_time: bool = True) -> Rollup:
-    """Counts and training time; without `running_time` the running rows are counted but
-    their time so far is left out (a cached rollup adds it when the page is drawn)."""
-    now = utcnow()
-    r = Rollup()
-    for e in experiments:
-        running = e.status is S.RUNNING and not running_time
-        r.add(e.status.value, None if running else e.run_started_at, e.run_ended_at, now)
-    return r

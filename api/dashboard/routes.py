@@ -24,21 +24,21 @@ from fastapi.responses import (
 )
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
-from agent.domain import utcnow
-from agent.errors import NotFoundError
-from agent.service import read_log
+from agent.core.domain import utcnow
+from agent.core.errors import NotFoundError
+from agent.ops.service import read_log
 from api.deps import TOKEN_COOKIE, ServicesDep, safe_next, token_matches
 from api.docs import MAX_ID, ExperimentId
 
 from . import views
-from ._deps import PageAuth, ReadAuth, ServiceDep, StoreDep
+from ._deps import PageAuth, ReadAuth, ReadsDep, ServiceDep
 from .window import parse_window
 
 logger = logging.getLogger(__name__)
 HERE = Path(__file__).resolve().parent
 STATIC = {"dashboard.css": "text/css", "dashboard.js": "text/javascript"}
 
-Store = StoreDep
+Reads = ReadsDep
 
 router = APIRouter(include_in_schema=False)
 pages = APIRouter(dependencies=[PageAuth], include_in_schema=False)
@@ -85,16 +85,16 @@ def render(name: str, **ctx: Any) -> HTMLResponse:
     return HTMLResponse(templates().get_template(name).render(**ctx))
 
 
-def _sweep(store: Any, name: str) -> Any:
+def _sweep(reads: Reads, name: str) -> Any:
     try:
-        return store.get_sweep(name)
+        return reads.store.get_sweep(name)
     except NotFoundError as exc:
         raise HTTPException(404, str(exc)) from None
 
 
-def _experiment(store: Any, exp_id: int) -> Any:
+def _experiment(reads: Reads, exp_id: int) -> Any:
     try:
-        return store.get_experiment(exp_id)
+        return reads.store.get_experiment(exp_id)
     except NotFoundError as exc:
         raise HTTPException(404, str(exc)) from None
 
@@ -135,13 +135,13 @@ async def login(request: Request, services: ServicesDep) -> Response:
 # --- pages ---------------------------------------------------------------------------------
 @pages.get("/", response_class=HTMLResponse)
 @pages.get("/ui/", response_class=HTMLResponse)
-def overview_page(store: Store) -> HTMLResponse:
-    return render("overview.html", rows=views.overview(store))
+def overview_page(reads: Reads) -> HTMLResponse:
+    return render("overview.html", rows=views.overview(reads))
 
 
 @pages.get("/ui/sweeps/{name}", response_class=HTMLResponse)
 def sweep_page(
-    service: ServiceDep, name: str, status: str = "all",
+    service: ServiceDep, reads: Reads, name: str, status: str = "all",
     page: Annotated[int, Query(ge=1, le=1_000_000)] = 1,
     before: Annotated[int | None, Query(ge=1, le=MAX_ID)] = None,
     after: Annotated[int | None, Query(ge=0, le=MAX_ID)] = None,
@@ -154,33 +154,33 @@ def sweep_page(
         span = parse_window(since, until, utcnow())
     except ValueError as exc:
         raise HTTPException(422, {"code": "validation", "message": str(exc)}) from None
-    sweep = _sweep(service.store, name)
-    return render("sweep.html", **views.sweep_page(service, sweep, status, page, before, after,
-                                                   span))
+    sweep = _sweep(reads, name)
+    return render("sweep.html", **views.sweep_page(service, reads, sweep, status, page, before,
+                                                   after, span))
 
 
 @json.get("/ui/sweeps/{name}/live")
-def sweep_live(store: Store, _: ReadAuth, name: str) -> JSONResponse:
+def sweep_live(reads: Reads, _: ReadAuth, name: str) -> JSONResponse:
     """The sweep's running experiments (log tail, loss curve, elapsed) for the live panel."""
-    sweep = _sweep(store, name)
-    from agent.domain import ExperimentStatus
+    sweep = _sweep(reads, name)
+    from agent.core.domain import ExperimentStatus
 
-    running = store.list_experiments(sweep.id, statuses=[ExperimentStatus.RUNNING])
-    done = store.count_experiments(sweep.id)
+    running = reads.store.list_experiments(sweep.id, statuses=[ExperimentStatus.RUNNING])
+    done = reads.store.count_experiments(sweep.id)
     return JSONResponse(
         {
             "sweep": sweep.name,
             "status": sweep.status.value,
             "experiments": done,
-            "running": [views.live_run(store, sweep, e) for e in running],
+            "running": [views.live_run(reads, sweep, e) for e in running],
         },
         headers={"Cache-Control": "no-store"},
     )
 
 
 @pages.get("/ui/sweeps/{name}/best/{path:path}")
-def best_download(service: ServiceDep, name: str, path: str) -> PlainTextResponse:
-    text = views.best_file(service, _sweep(service.store, name), path)
+def best_download(service: ServiceDep, reads: Reads, name: str, path: str) -> PlainTextResponse:
+    text = views.best_file(service, _sweep(reads, name), path)
     if text is None:
         raise HTTPException(404, f"no editable file {path!r} at the best commit")
     return PlainTextResponse(
@@ -189,22 +189,22 @@ def best_download(service: ServiceDep, name: str, path: str) -> PlainTextRespons
 
 
 @pages.get("/ui/experiments/{exp_id}", response_class=HTMLResponse)
-def experiment_page(store: Store, exp_id: ExperimentId) -> HTMLResponse:
-    return render("experiment.html", **views.experiment_page(store, _experiment(store, exp_id)))
+def experiment_page(reads: Reads, exp_id: ExperimentId) -> HTMLResponse:
+    return render("experiment.html", **views.experiment_page(reads, _experiment(reads, exp_id)))
 
 
 @json.get("/ui/experiments/{exp_id}/tail")
-def experiment_tail(store: Store, _: ReadAuth, exp_id: ExperimentId) -> JSONResponse:
-    e = _experiment(store, exp_id)
+def experiment_tail(reads: Reads, _: ReadAuth, exp_id: ExperimentId) -> JSONResponse:
+    e = _experiment(reads, exp_id)
     return JSONResponse(
-        views.live_run(store, store.get_sweep_by_id(e.sweep_id), e),
+        views.live_run(reads, reads.store.get_sweep_by_id(e.sweep_id), e),
         headers={"Cache-Control": "no-store"},
     )
 
 
 @pages.get("/ui/experiments/{exp_id}/log.txt")
-def experiment_log(store: Store, exp_id: ExperimentId) -> Response:
-    e = _experiment(store, exp_id)
+def experiment_log(reads: Reads, exp_id: ExperimentId) -> Response:
+    e = _experiment(reads, exp_id)
     headers = {"Content-Disposition": f'attachment; filename="experiment-{e.id}.log"'}
     if e.log_path and Path(e.log_path).is_file():
         return FileResponse(e.log_path, media_type="text/plain; charset=utf-8", headers=headers)

@@ -1,4 +1,4 @@
-"""What each dashboard page shows, computed from the store: plain dicts and dataclasses.
+"""What each dashboard page shows, from the store and its read models (db.reads): plain data.
 
 A sweep page's whole-sweep parts (counts, plot, evidence, digest) come from its experiments'
 plot fields and diffs and its runs' metrics (history.py: after a finish it reads only the rows
@@ -22,14 +22,14 @@ from typing import Any
 
 from markupsafe import Markup
 
-from agent.diff import diff_stats, view_lines
-from agent.domain import Experiment, ExperimentStatus, Sweep, utcnow
-from agent.evidence import ExperimentEvidence, SweepEvidence
-from agent.insights import Insights, sections
-from agent.insights_fold import digest
-from agent.ports import Store
-from agent.report import evidence_header, improvement, memory_gb
-from agent.service import Service, read_log
+from agent.analysis.evidence import ExperimentEvidence, SweepEvidence
+from agent.analysis.insights import Insights, sections
+from agent.analysis.projection import memory_gb
+from agent.analysis.report import evidence_header, improvement
+from agent.core.diff import diff_stats, view_lines
+from agent.core.domain import Experiment, ExperimentStatus, Sweep, utcnow
+from agent.ops.service import Service, read_log
+from db.reads import Reads
 from runner.summary import parse_progress
 
 from .cache import SweepCache
@@ -56,22 +56,22 @@ FILTERS: dict[str, tuple[ExperimentStatus, ...]] = {
 }
 
 
-def rollups(store: Store, sweeps: Sequence[Sweep]) -> dict[int, Rollup]:
+def rollups(reads: Reads, sweeps: Sequence[Sweep]) -> dict[int, Rollup]:
     """Per-sweep counts (the maintained counts) and training time (ended runs summed in the
     database, plus the running ones' time so far): one row per sweep comes back, not one per
     experiment."""
     now = utcnow()
-    counted, seconds = store.status_counts_by_sweep(), store.run_seconds()
+    counted, seconds = reads.status_counts_by_sweep(), reads.run_seconds()
     out = {s.id: Rollup(Counter(counted.get(s.id, {})), seconds.get(s.id, 0.0)) for s in sweeps}
-    for e in store.list_experiments(statuses=[S.RUNNING]):
+    for e in reads.store.list_experiments(statuses=[S.RUNNING]):
         if e.sweep_id in out and e.run_started_at is not None and e.run_ended_at is None:
             out[e.sweep_id].train_s += max(0.0, (now - e.run_started_at).total_seconds())
     return out
 
 
-def overview(store: Any) -> list[dict[str, Any]]:
-    sweeps = store.list_sweeps()
-    ups = rollups(store, sweeps)
+def overview(reads: Reads) -> list[dict[str, Any]]:
+    sweeps = reads.store.list_sweeps()
+    ups = rollups(reads, sweeps)
     return [{"sweep": s, "r": ups[s.id], "improvement": improvement(s)} for s in reversed(sweeps)]
 
 
@@ -93,9 +93,9 @@ class SweepSummary:
     insights: list[dict[str, Any]]
 
 
-def sweep_summary(store: Store, sweep: Sweep) -> SweepSummary:
+def sweep_summary(reads: Reads, sweep: Sweep) -> SweepSummary:
     """The sweep's summary, cached until one of its experiments or runs finishes."""
-    experiments, runs = store.sweep_version(sweep.id)
+    experiments, runs = reads.sweep_version(sweep.id)
     best = (sweep.best_metric, sweep.best_commit, sweep.baseline_metric)
 
     def make() -> SweepSummary:
@@ -103,55 +103,54 @@ def sweep_summary(store: Store, sweep: Sweep) -> SweepSummary:
         # parts from its fold (it adds what finished since). The digest is redrawn when an
         # experiment finishes (or the best moves), not when only a run ended; its count of
         # queued and running experiments may lag until then.
-        fold = _fold(store, sweep, HISTORIES.get(store, sweep.id, (experiments, runs)))
-        insights = DIGESTS.get(store, sweep.id, (experiments, best),
+        fold = _fold(reads, sweep, HISTORIES.get(reads, sweep.id, (experiments, runs)))
+        insights = DIGESTS.get(reads, sweep.id, (experiments, best),
                                lambda: insights_panel_of(fold.insights(sweep)))
-        ev = EVIDENCE.get(store, sweep.id, (experiments, runs, best),
+        ev = EVIDENCE.get(reads, sweep.id, (experiments, runs, best),
                           partial(fold.sweep_evidence, sweep))
         return SweepSummary(
             rollup=fold.rollup_now(), evidence=ev,
             plot=draw_progress(fold.plot(), sweep.metric, sweep.baseline_metric, evidence=ev),
             insights=insights)
 
-    return SUMMARIES.get(store, sweep.id, (experiments, runs, best), make)
+    return SUMMARIES.get(reads, sweep.id, (experiments, runs, best), make)
 
 
-def _fold(store: Store, sweep: Sweep, history: SweepHistory) -> SweepFold:
+def _fold(reads: Reads, sweep: Sweep, history: SweepHistory) -> SweepFold:
     """The sweep's fold at `history` (the last one moved on by what finished since)."""
-    last = FOLDS.latest(store, sweep.id)
+    last = FOLDS.latest(reads, sweep.id)
     if last is not None and last[0] == (history.version, fold_key(sweep)):
         return last[1]  # type: ignore[no-any-return]
     made = advance(last[1] if last is not None else None, sweep, history)
-    return FOLDS.put(store, sweep.id, (history.version, fold_key(sweep)), made)
+    return FOLDS.put(reads, sweep.id, (history.version, fold_key(sweep)), made)
 
 
-def cached_evidence(store: Store, sweep: Sweep) -> SweepEvidence:
+def cached_evidence(reads: Reads, sweep: Sweep) -> SweepEvidence:
     """The sweep's evidence as its page shows it, cached under the sweep's version (after a
     finish: the history's few new rows folded in)."""
-    experiments, runs = store.sweep_version(sweep.id)
+    experiments, runs = reads.sweep_version(sweep.id)
     version = (experiments, runs, (sweep.best_metric, sweep.best_commit, sweep.baseline_metric))
-    hit = EVIDENCE.peek(store, sweep.id, version)
+    hit = EVIDENCE.peek(reads, sweep.id, version)
     if hit is not None:
         return hit  # type: ignore[no-any-return]
-    fold = _fold(store, sweep, HISTORIES.get(store, sweep.id, (experiments, runs)))
-    return EVIDENCE.put(store, sweep.id, version, fold.sweep_evidence(sweep))
+    fold = _fold(reads, sweep, HISTORIES.get(reads, sweep.id, (experiments, runs)))
+    return EVIDENCE.put(reads, sweep.id, version, fold.sweep_evidence(sweep))
 
 
-def sweep_page(service: Service, sweep: Sweep, status: str, page: int,
+def sweep_page(service: Service, reads: Reads, sweep: Sweep, status: str, page: int,
                before: int | None = None, after: int | None = None,
                span: TimeWindow = TimeWindow()) -> dict[str, Any]:
-    store = service.store
-    summary = sweep_summary(store, sweep)
-    running = store.list_experiments(sweep.id, [S.RUNNING])
+    summary = sweep_summary(reads, sweep)
+    running = reads.store.list_experiments(sweep.id, [S.RUNNING])
     # Counts now (the summary only moves when work finishes), finished time from the summary.
-    r = replace(summary.rollup, counts=Counter(store.status_counts(sweep.id)))
+    r = replace(summary.rollup, counts=Counter(reads.status_counts(sweep.id)))
     now = utcnow()
     for e in running:  # their time so far, as of now
         r.train_s += max(0.0, (now - e.run_started_at).total_seconds()) if e.run_started_at \
             else 0.0
     ev = summary.evidence
     status = status if status in FILTERS else "all"
-    kept = store.list_experiments(sweep.id, [S.KEPT], limit=KEPT_SHOWN, newest_first=True)
+    kept = reads.store.list_experiments(sweep.id, [S.KEPT], limit=KEPT_SHOWN, newest_first=True)
     return {
         "sweep": sweep,
         "r": r,
@@ -159,7 +158,7 @@ def sweep_page(service: Service, sweep: Sweep, status: str, page: int,
         "evidence": ev,
         "evidence_header": evidence_header(ev, sweep.metric),
         "plot": summary.plot,
-        **table_page(store, sweep, status, page, before, after, ev, span),
+        **table_page(reads, sweep, status, page, before, after, ev, span),
         "status": status,
         "span": span,
         "filters": list(FILTERS),
@@ -169,23 +168,23 @@ def sweep_page(service: Service, sweep: Sweep, status: str, page: int,
         ],
         "kept_total": r.counts[S.KEPT.value],
         "best_files": best_files(service, sweep),
-        "running": [live_run(store, sweep, e, with_points=False) for e in running],
+        "running": [live_run(reads, sweep, e, with_points=False) for e in running],
         "queued": r.counts[S.QUEUED.value],
         "insights": summary.insights,
     }
 
 
-def table_page(store: Store, sweep: Sweep, status: str, page: int, before: int | None,
+def table_page(reads: Reads, sweep: Sweep, status: str, page: int, before: int | None,
                after: int | None, ev: Any, span: TimeWindow = TimeWindow()) -> dict[str, Any]:
     """One keyset page of the table, newest first, and the pager's cursors. `page` is the
     page's number as the links counted it; without a cursor it is read as "the page-th page"
     (reads page × PAGE_SIZE rows: kept for old links; the pager's links are cursors). In a
     time window the total is not known (counts are kept per status, not per time): None."""
     wanted = list(FILTERS[status]) or None
-    total = None if span.active else store.count_experiments(sweep.id, wanted)
+    total = None if span.active else reads.store.count_experiments(sweep.id, wanted)
     pages = None if total is None else max(1, math.ceil(total / PAGE_SIZE))
     page = max(page, 1) if pages is None else min(max(page, 1), pages)
-    listed = partial(store.list_experiments, sweep.id, wanted, since=span.since,
+    listed = partial(reads.store.list_experiments, sweep.id, wanted, since=span.since,
                      until=span.until)
     if after is not None:
         got = listed(after_id=after, limit=PAGE_SIZE + 1)
@@ -208,12 +207,6 @@ def table_page(store: Store, sweep: Sweep, status: str, page: int, before: int |
     }
 
 
-def insights_panel(sweep: Sweep, exps: list[Experiment]) -> list[dict[str, Any]]:
-    """The sweep's digest (agent.insights) as sections of lines for the template, from the
-    page's brief rows (no meta: a proposal's category is read from its change instead)."""
-    return insights_panel_of(digest(sweep, exps))
-
-
 def insights_panel_of(found: Insights) -> list[dict[str, Any]]:
     return [{"heading": h, "lines": [x.removeprefix("- ") for x in lines]}
             for h, lines in sections(found) if lines]
@@ -233,7 +226,7 @@ def best_files(service: Service, sweep: Sweep) -> list[dict[str, str]]:
     """The editable file(s) at the best commit; empty if the target repo is gone."""
     if not sweep.best_commit:
         return []
-    from agent.gitrepo import GitError
+    from agent.git.repo import GitError
 
     try:
         _, files = service.best_files(sweep, sweep.best_commit)
@@ -260,10 +253,10 @@ def tail(text: str, n: int = TAIL_LINES) -> str:
     return "\n".join(text.splitlines()[-n:])
 
 
-def live_run(store: Any, sweep: Sweep, e: Experiment, with_points: bool = True) -> dict[str, Any]:
+def live_run(reads: Reads, sweep: Sweep, e: Experiment, with_points: bool = True) -> dict[str, Any]:
     """A running (or just finished) experiment as JSON-ready data for the live panel."""
     text = log_text(e)
-    progress = list(store.loss_points(e.id)) if with_points else []
+    progress = list(reads.loss_points(e.id)) if with_points else []
     if not progress:  # loss points reach the DB every few seconds; the log is fresher
         progress = [p for p in map(parse_progress, text.splitlines()) if p is not None]
     points = [(p.step, p.loss) for p in progress]
@@ -290,22 +283,22 @@ def live_run(store: Any, sweep: Sweep, e: Experiment, with_points: bool = True) 
 
 
 # --- experiment page -----------------------------------------------------------------------
-def experiment_page(store: Any, e: Experiment) -> dict[str, Any]:
+def experiment_page(reads: Reads, e: Experiment) -> dict[str, Any]:
     """One experiment with its neighbours, parent, retries and run number (index lookups) and
     its evidence from the sweep's cached evidence (a page view reads no other experiment)."""
-    sweep = store.get_sweep_by_id(e.sweep_id)
-    points = [(p.step, p.loss) for p in store.loss_points(e.id)]
+    sweep = reads.store.get_sweep_by_id(e.sweep_id)
+    points = [(p.step, p.loss) for p in reads.loss_points(e.id)]
     text = log_text(e)
     if not points:
         parsed = (parse_progress(line) for line in text.splitlines())
         points = [(p.step, p.loss) for p in parsed if p is not None]
-    prev, next_ = store.adjacent_experiments(sweep.id, e.id)
-    parent = store.get_experiment(e.parent_id) if e.parent_id is not None else None
+    prev, next_ = reads.adjacent_experiments(sweep.id, e.id)
+    parent = reads.store.get_experiment(e.parent_id) if e.parent_id is not None else None
     return {
         "sweep": sweep,
         "exp": e,
-        "ev": cached_evidence(store, sweep).experiments.get(e.id),
-        "runs": store.list_runs(experiment_id=e.id),
+        "ev": cached_evidence(reads, sweep).experiments.get(e.id),
+        "runs": reads.store.list_runs(experiment_id=e.id),
         "warnings": e.meta.get("warnings", []),
         "lines": view_lines(e.diff),
         "stats": diff_stats(e.diff),
@@ -314,9 +307,9 @@ def experiment_page(store: Any, e: Experiment) -> dict[str, Any]:
         "log": tail(text, 200),
         "has_log_file": bool(e.log_path and Path(e.log_path).is_file()),
         "parent": parent if parent is not None and parent.sweep_id == sweep.id else None,
-        "retries": [x for x in store.retries_of(e.id) if x.sweep_id == sweep.id],
+        "retries": [x for x in reads.retries_of(e.id) if x.sweep_id == sweep.id],
         "prev": prev,
         "next": next_,
-        "run_no": store.run_number(sweep.id, e.id) if e.status in RUNS else None,
-        "live": live_run(store, sweep, e) if e.status is S.RUNNING else None,
+        "run_no": reads.run_number(sweep.id, e.id) if e.status in RUNS else None,
+        "live": live_run(reads, sweep, e) if e.status is S.RUNNING else None,
     }

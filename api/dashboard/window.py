@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from urllib.parse import urlencode
 
-from agent.domain import as_utc
+from agent.core.domain import as_utc
 
 RELATIVE = re.compile(r"(\d{1,4})([hd])")
 # The shortcut links: label -> `since` value ("" = any time).

@@ -12,8 +12,8 @@ import anyio
 from fastapi import APIRouter, Query, Response, status
 from fastapi.responses import PlainTextResponse, StreamingResponse
 
-from agent.domain import CrashKind, Experiment, ExperimentStatus, Proposal
-from agent.service import read_log
+from agent.core.domain import CrashKind, Experiment, ExperimentStatus, Proposal
+from agent.ops.service import read_log
 from api.deps import ReadAuth, Services, ServicesDep, WriteAuth
 from api.docs import (
     COMMON,
@@ -76,7 +76,8 @@ def list_experiments(
                                       before_id=cursor, crash_kind=crash_kind,
                                       since=since, until=until)
         # The names of the page's sweeps only (a year of nights is hundreds of sweeps).
-        names = {one.id: one.name} if one else store.sweep_names({e.sweep_id for e in rows})
+        names = {one.id: one.name} if one else services.reads.sweep_names(
+            {e.sweep_id for e in rows})
         total = None if since or until else store.count_experiments(
             sweep_id, status_, crash_kind)
     nxt = rows[-1].id if len(rows) == limit and rows[-1].id > 1 else None

@@ -9,13 +9,12 @@ from typing import Annotated
 from fastapi import APIRouter, Query, status
 from fastapi.responses import PlainTextResponse
 
-from agent.config import load_config
-from agent.domain import ExperimentStatus, Sweep, SweepStatus
-from agent.errors import ConfigError, ConflictError
-from agent.insights import render
-from agent.insights_fold import digest
-from agent.proposers.factory import make_proposer
-from agent.sweeps import check_sweep_name, create_sweep
+from agent.analysis.insights import render
+from agent.analysis.insights_fold import digest
+from agent.core.config import load_config
+from agent.core.domain import ExperimentStatus, Sweep, SweepStatus
+from agent.core.errors import ConfigError, ConflictError
+from agent.ops.sweeps import check_sweep_name, create_sweep
 from api.deps import ReadAuth, Services, ServicesDep, WriteAuth
 from api.docs import COMMON, READ, WRITE, errors, text_body
 from api.schemas import BestPublic, InsightsPublic, KeptChange, Page, SweepCreate, SweepPublic
@@ -41,7 +40,7 @@ def target_dir(raw: str) -> Path:
 
 def _public(services: Services, sweep: Sweep) -> SweepPublic:
     starts = services.scheduler.scheduled_starts() if services.scheduler else {}
-    return SweepPublic.of(sweep, services.store.status_counts(sweep.id),
+    return SweepPublic.of(sweep, services.reads.status_counts(sweep.id),
                           scheduled_start=starts.get(sweep.name))
 
 
@@ -49,7 +48,7 @@ def _all_public(services: Services, sweeps: list[Sweep]) -> list[SweepPublic]:
     """Every sweep with its counts and scheduled start: two reads for the list, not two per
     sweep (a year of nights is hundreds of sweeps)."""
     starts = services.scheduler.scheduled_starts() if services.scheduler else {}
-    counted = services.store.status_counts_by_sweep()
+    counted = services.reads.status_counts_by_sweep()
     return [SweepPublic.of(s, counted.get(s.id, {}), scheduled_start=starts.get(s.name))
             for s in sweeps]
 
@@ -59,7 +58,7 @@ def _all_public(services: Services, sweeps: list[Sweep]) -> list[SweepPublic]:
 def create(body: SweepCreate, services: ServicesDep, _auth: WriteAuth) -> SweepPublic:
     """Create a sweep on branch `overnight/<name>` and queue its baseline."""
     check_sweep_name(body.name)
-    make_proposer(body.proposer, 0)  # an unknown proposer is refused before anything is made
+    services.runtime.make_proposer(body.proposer, 0)  # unknown: refused before anything
     target = target_dir(body.target)
     config = load_config(target).with_budget(body.budget_s, body.timeout_s)
     sched = services.scheduler

@@ -8,7 +8,7 @@ from urllib.parse import quote
 from fastapi import APIRouter, Query
 from fastapi.responses import PlainTextResponse, RedirectResponse
 
-from agent.domain import ExperimentStatus
+from agent.core.domain import ExperimentStatus
 from api.deps import ReadAuth, ServicesDep, safe_next
 from api.docs import COMMON, READ, text_body
 from api.schemas import HealthPublic
@@ -41,7 +41,7 @@ def health(services: ServicesDep) -> HealthPublic:
             responses={**text_body("text/plain", "Prometheus text format"), **READ})
 def metrics(services: ServicesDep, _auth: ReadAuth) -> PlainTextResponse:
     """Counters in the Prometheus text format."""
-    counts = services.store.status_counts()
+    counts = services.reads.status_counts()
     sched = services.scheduler
     lines = ["# TYPE overnight_experiments gauge"]
     lines += [f'overnight_experiments{{status="{s.value}"}} {counts.get(s.value, 0)}'

@@ -1,0 +1,238 @@
+"""The evidence behind a sweep's results: each experiment's mean ± 95 % CI, n and P(better), the
+sweep's σ̂, the smallest effect it can detect, the improvement ± CI and an honest statement.
+
+Pure: stdlib, the domain, config and noise only. Computed from the run records, so it moves
+as the incumbent is re-measured.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+
+from agent.analysis.folds import appended
+from agent.core.config import Direction
+from agent.core.domain import (
+    Experiment,
+    ExperimentStatus,
+    Run,
+    RunRole,
+    RunStatus,
+    Sweep,
+)
+from agent.rules.noise import ci95, group_squares, mean, p_better, pooled_of, sample_sd, z_score
+
+SUPPORTED_P = 0.96  # P(better) of a keep at z = 1.75, the default keep threshold
+
+
+@dataclass(frozen=True)
+class ExperimentEvidence:
+    n: int
+    mean: float | None
+    sd: float | None
+    ci: float | None  # half-width of the 95 % interval of the mean (with σ̂)
+    p_better: float | None  # vs the runs of the commit it was built on
+    runs: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class SweepEvidence:
+    sigma: float | None  # pooled within-commit standard deviation of the sweep's runs
+    df: int
+    detectable: float | None  # the true gain kept half the time after two runs
+    improvement: float | None  # baseline mean − best mean, better = positive
+    improvement_ci: float | None
+    kept: int  # kept changes (baseline excluded)
+    supported: int  # of those, kept with P(better) ≥ SUPPORTED_P
+    experiments: Mapping[int, ExperimentEvidence] = field(default_factory=dict)
+
+    def statement(self) -> str:
+        """One honest line for the morning: how many keeps the noise supports."""
+        sigma = f"σ̂ = {self.sigma:.3g}" if self.sigma is not None else "σ̂ not measured"
+        if self.supported:
+            weak = self.kept - self.supported
+            more = f"; {weak} more kept on weaker evidence" if weak else ""
+            plural = "s" if self.supported > 1 else ""
+            return (
+                f"{self.supported} change{plural} kept with P ≥ {SUPPORTED_P:.2f} ({sigma}){more}"
+            )
+        if self.kept:
+            return f"{self.kept} change(s) kept, none with P ≥ {SUPPORTED_P:.2f} ({sigma})"
+        return f"nothing beat the noise ({sigma})"
+
+
+def sweep_evidence(sweep: Sweep, experiments: list[Experiment], runs: list[Run]) -> SweepEvidence:
+    """The evidence of a whole sweep from its experiments and run records."""
+    fold = EvidenceFold(sweep)
+    for r in runs:
+        fold.add_run(r)
+    for e in experiments:
+        if e.status.is_finished():
+            fold.add_experiment(e)
+    return fold.evidence([e for e in experiments if not e.status.is_finished()])
+
+
+class EvidenceFold:
+    """A sweep's evidence as running state: `add_run` ended runs and `add_experiment` finished
+    experiments in id order, `evidence` with the open ones; `copy` before adding to a shared
+    one. Lists are replaced, never changed, so an earlier SweepEvidence stays as it was, and
+    the experiments' evidence worked out before is carried over while σ̂ and their runs hold."""
+
+    def __init__(self, sweep: Sweep) -> None:
+        self.sweep = sweep
+        self.by_commit: dict[str, list[float]] = {}  # good runs' metrics per commit
+        self.by_exp: dict[int, list[float]] = {}  # good non-incumbent runs' per experiment
+        self.bases: dict[int, str | None] = {}  # base commit ("" if none); None: a baseline
+        self.based_on: dict[str, list[int]] = {}
+        self.pos: dict[str, int] = {}  # each commit's place in by_commit
+        self.multi: dict[str, tuple[int, float]] = {}  # commits with 2+ runs: (n, squares)
+        self.baseline: tuple[int, str] | None = None  # the first baseline: id, commit
+        self.kept: list[int] = []  # kept changes (not the baseline)
+        self.changed: set[int] = set()  # whose inputs moved since `evidence` last ran
+        self.last: PerExperiment | None = None
+        self.owned: set[object] = set()  # lists this holder made (agent.analysis.folds)
+        self._lock = threading.Lock()
+
+    def copy(self) -> EvidenceFold:
+        out = EvidenceFold(self.sweep)
+        out.by_commit, out.by_exp, out.bases = dict(self.by_commit), dict(self.by_exp), \
+            dict(self.bases)
+        out.based_on = dict(self.based_on)  # lists replaced before adding (agent.analysis.folds)
+        out.pos, out.multi = dict(self.pos), dict(self.multi)
+        out.baseline, out.kept, out.changed = self.baseline, list(self.kept), set(self.changed)
+        out.last = self.last
+        return out
+
+    def add_run(self, r: Run) -> None:
+        if r.status is not RunStatus.OK or r.metric is None:
+            return
+        if r.commit not in self.by_commit:
+            self.pos[r.commit] = len(self.pos)
+        values = appended(self.by_commit, self.owned, "commit", r.commit, r.metric)
+        if len(values) == 2:
+            self.multi[r.commit] = (0, 0.0)  # worked out when asked
+        self.changed.update(self.based_on.get(r.commit, ()))
+        if r.role is not RunRole.INCUMBENT:
+            appended(self.by_exp, self.owned, "exp", r.experiment_id, r.metric)
+            self.changed.add(r.experiment_id)
+
+    def add_experiment(self, e: Experiment) -> None:
+        base = None if e.is_baseline else e.base_commit or ""
+        self.bases[e.id] = base
+        if base is not None:
+            appended(self.based_on, self.owned, "base", base, e.id)
+        elif self.baseline is None:
+            self.baseline = (e.id, e.commit or "")
+        if e.status is ExperimentStatus.KEPT and not e.is_baseline:
+            self.kept.append(e.id)
+        self.changed.add(e.id)
+
+    def evidence(self, open_experiments: list[Experiment], sweep: Sweep | None = None
+                 ) -> SweepEvidence:
+        """The evidence now, with the sweep's open (queued, running) experiments; `sweep`: the
+        sweep as it is now (its best), else as given when this fold was made."""
+        sweep = sweep or self.sweep
+        config = sweep.config
+        sigma, df = self._pooled()
+        if config.noise_sigma is not None:
+            sigma = config.noise_sigma
+        bases = dict(self.bases)
+        baseline = self.baseline
+        for e in open_experiments:
+            bases[e.id] = None if e.is_baseline else e.base_commit or ""
+            if e.is_baseline and (baseline is None or e.id < baseline[0]):
+                baseline = (e.id, e.commit or "")
+        with self._lock:  # what was worked out, and what changed since, read as one
+            per = PerExperiment(bases, self.by_exp, self.by_commit, sigma,
+                                1.0 if sweep.direction is Direction.MINIMIZE else -1.0,
+                                self._carried(sigma, open_experiments))
+            self.last, self.changed = per, set()
+        return _sweep_evidence(sweep, per, baseline, self.by_commit, self.kept, df)
+
+    def _pooled(self) -> tuple[float | None, int]:
+        """pooled_sigma of the runs per commit, each group's squares worked out once per
+        length (its runs only grow) and summed in the commits' order."""
+        parts = []
+        for c in sorted(self.multi, key=self.pos.__getitem__):
+            values = self.by_commit[c]
+            n, squares = self.multi[c]
+            if n != len(values):
+                n, squares = self.multi[c] = (len(values), group_squares(values))
+            parts.append((squares, n - 1))
+        return pooled_of(parts)
+
+    def _carried(self, sigma: float | None, open_experiments: list[Experiment]
+                 ) -> dict[int, ExperimentEvidence]:
+        last = self.last
+        if last is None or last.sigma != sigma:
+            return {}
+        gone = self.changed | {e.id for e in open_experiments}
+        return {k: v for k, v in last.done.items() if k not in gone}
+
+
+def _sweep_evidence(sweep: Sweep, per: PerExperiment, baseline: tuple[int, str] | None,
+                    by_commit: Mapping[str, list[float]], kept: list[int], df: int
+                    ) -> SweepEvidence:
+    sigma, sign = per.sigma, per.sign
+    base_runs = by_commit.get(baseline[1], []) if baseline else []
+    best_runs = by_commit.get(sweep.best_commit or "", [])
+    improvement = ci = detectable = None
+    if base_runs and best_runs:
+        improvement = sign * (mean(base_runs) - mean(best_runs))  # type: ignore[operator]
+        if sigma is not None:
+            ci = (
+                0.0
+                if baseline and baseline[1] == (sweep.best_commit or "")
+                else (1.96 * sigma * math.sqrt(1 / len(base_runs) + 1 / len(best_runs)))
+            )
+    if sigma is not None and best_runs:
+        detectable = sweep.config.keep_z * sigma * math.sqrt(0.5 + 1 / len(best_runs)) + \
+            sweep.min_delta
+    supported = sum(
+        1 for i in kept if (per[i].p_better or 0.0) >= SUPPORTED_P and per[i].n >= 2
+    )
+    return SweepEvidence(sigma, df, detectable, improvement, ci, len(kept), supported, per)
+
+
+class PerExperiment(Mapping[int, ExperimentEvidence]):
+    """Each experiment's evidence by id, worked out the first time it is asked for: a page
+    shows a few dozen of a sweep's thousands (a dict's equality and iteration otherwise).
+    `done`: evidence already worked out with the same σ̂ and inputs."""
+
+    def __init__(self, bases: dict[int, str | None], by_exp: Mapping[int, list[float]],
+                 by_commit: Mapping[str, list[float]], sigma: float | None, sign: float,
+                 done: dict[int, ExperimentEvidence] | None = None) -> None:
+        self._bases, self._by_exp, self._by_commit = bases, by_exp, by_commit
+        self.sigma, self.sign = sigma, sign
+        self.done: dict[int, ExperimentEvidence] = done or {}
+
+    def __getitem__(self, key: int) -> ExperimentEvidence:
+        hit = self.done.get(key)
+        if hit is None:
+            base = self._bases[key]
+            hit = self.done[key] = _one(
+                self._by_exp.get(key, []),
+                self._by_commit.get(base, []) if base is not None else [], self.sigma,
+                self.sign)
+        return hit
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._bases)
+
+    def __len__(self) -> int:
+        return len(self._bases)
+
+
+def _one(
+    values: list[float], base: list[float], sigma: float | None, sign: float
+) -> ExperimentEvidence:
+    m = mean(values)
+    p = None
+    if m is not None and base and sigma is not None:
+        gain = sign * (mean(base) - m)  # type: ignore[operator]
+        p = p_better(z_score(gain, sigma, len(values), len(base)))
+    return ExperimentEvidence(
+        len(values), m, sample_sd(values), ci95(values, sigma), p, tuple(values)
+    )

@@ -1,0 +1,1 @@
+"""The loop's vocabulary: domain types, errors, ports, target config, diffs. Pure."""

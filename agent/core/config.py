@@ -1,0 +1,300 @@
+"""Load and validate a target's overnight.toml into a frozen TargetConfig.
+
+Pure: the stdlib, pydantic and agent.core.errors only. Every mistake raises ConfigError naming
+the key.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+import shlex
+import tomllib
+from pathlib import Path, PurePosixPath
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    ValidationError,
+    field_serializer,
+    field_validator,
+    model_validator,
+)
+
+from agent.core.errors import ConfigError
+
+CONFIG_FILE = "overnight.toml"
+MAX_CONFIRM_RUNS = 10
+# The kinds of change a proposal can be (agent.rules.categories.Category has the same values).
+CATEGORY_NAMES = ("hyperparameter", "architecture", "optimizer", "data/schedule",
+                  "simplification")
+_REQUIRED = ("command", "editable", "metric", "budget_s")
+
+
+class Direction(str, enum.Enum):
+    MINIMIZE = "minimize"
+    MAXIMIZE = "maximize"
+
+
+Path_ = Annotated[str, AfterValidator(lambda v: _relpath(v))]
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def _env_name(value: str) -> str:
+    if not _ENV_NAME.match(value):
+        raise ValueError(f"{value!r} is not an environment variable name")
+    return value
+
+
+EnvName = Annotated[str, AfterValidator(_env_name)]
+
+
+def _asset(value: str) -> str:
+    p = PurePosixPath(value)
+    if not value.strip() or ".." in p.parts or str(p) == ".":
+        raise ValueError(f"{value!r} must be a folder or file inside the repository or an "
+                         "absolute path")
+    return str(p)
+
+
+Asset = Annotated[str, AfterValidator(lambda v: _asset(v))]
+
+
+def _relpath(value: str) -> str:
+    p = PurePosixPath(value)
+    if not value.strip() or p.is_absolute() or ".." in p.parts:
+        raise ValueError(f"{value!r} must be a non-empty path inside the repository")
+    return str(p)
+
+
+class TargetConfig(BaseModel):
+    """A target's rules ([target] of overnight.toml), validated once and carried typed."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    command: str
+    editable: tuple[Path_, ...] = Field(min_length=1)
+    protected: tuple[Path_, ...] = ()
+    metric: str
+    direction: Literal["minimize", "maximize"] = Direction.MINIMIZE.value
+    budget_s: float = Field(300.0, gt=0)  # training seconds
+    timeout_s: float = 900.0  # hard kill; default max(3 x budget, budget + 60)
+    seed: StrictInt = 42
+    min_delta: float = Field(0.0, ge=0)
+    # strict: extra runs of a would-be keep; sequential (deprecated there): max_runs = k + 1
+    confirm_runs: StrictInt = Field(0, ge=0, le=MAX_CONFIRM_RUNS)
+    # the keep rule (agent.rules.decide): "sequential" (default) or "strict" (autoresearch's
+    # one run)
+    decision: Literal["sequential", "strict"] = "sequential"
+    noise_sigma: float | None = Field(None, gt=0)  # known run-to-run σ; else measured
+    keep_z: float = Field(1.75, gt=0)
+    discard_z: float = Field(0.6, gt=0)
+    max_runs: StrictInt = Field(4, ge=2, le=20)
+    baseline_runs: StrictInt = Field(3, ge=1, le=20)
+    incumbent_every: StrictInt = Field(8, ge=0, le=10_000)  # re-run the best every N (0: never)
+    throughput_tolerance: float = Field(0.15, gt=0, le=10)  # share off the incumbent: suspect
+    pass_env: tuple[EnvName, ...] = ()  # service variables a run gets beyond the allow-list
+    sandbox: Literal["none", "bwrap"] = "none"  # bwrap: read-only root, writable worktree
+    sandbox_network: StrictBool = False  # the bwrap sandbox keeps the network
+    # the most of the experiments one kind of change may take: (("architecture", 0.3),);
+    # read and written as a table ({ architecture = 0.3 }), kept as pairs so the model hashes
+    category_shares: tuple[tuple[str, float], ...] = ()
+    workdir: Path_ = "."  # where `command` runs, relative to the repository root
+    assets: tuple[Asset, ...] = ()  # data outside git: linked into each worktree, hashed
+    progress_regex: str | None = None  # extra progress-line format (named groups step/loss)
+    # an editable file of command-line arguments appended to `command` for each run (shell
+    # words, `#` comments): the flags a sweep may search (agent.proposers.knob_chain)
+    args_file: Path_ | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_timeout(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "timeout_s" not in data:
+            budget = data.get("budget_s", 300.0)
+            if isinstance(budget, int | float) and not isinstance(budget, bool):
+                data = {**data, "timeout_s": max(budget * 3, budget + 60)}
+        return data
+
+    @model_validator(mode="before")
+    @classmethod
+    def _confirm_runs_caps_max_runs(cls, data: Any) -> Any:
+        """The deprecated `confirm_runs = k` of the sequential rule means max_runs = k + 1."""
+        if isinstance(data, dict) and "max_runs" not in data:
+            k = data.get("confirm_runs")
+            if isinstance(k, int) and not isinstance(k, bool) and k > 0:
+                data = {**data, "max_runs": max(2, k + 1)}
+        return data
+
+    @field_validator(
+        "budget_s", "timeout_s", "min_delta", "keep_z", "discard_z", "throughput_tolerance",
+        mode="before",
+    )
+    @classmethod
+    def _number(cls, v: Any) -> float:
+        if isinstance(v, bool) or not isinstance(v, int | float):
+            raise ValueError(f"must be a number, got {v!r}")
+        return float(v)
+
+    @field_validator("category_shares", mode="before")
+    @classmethod
+    def _shares(cls, v: Any) -> tuple[tuple[str, float], ...]:
+        if isinstance(v, list | tuple) and all(isinstance(p, list | tuple) and len(p) == 2
+                                               for p in v):
+            v = dict(v)
+        if not isinstance(v, dict):
+            raise ValueError("must be a table such as { architecture = 0.3, optimizer = 0.5 }")
+        for key, share in v.items():
+            if key not in CATEGORY_NAMES:
+                raise ValueError(f"unknown category {key!r} (one of {', '.join(CATEGORY_NAMES)})")
+            if isinstance(share, bool) or not isinstance(share, int | float) or \
+                    not 0 < share <= 1:
+                raise ValueError(f"{key} must be a fraction in (0, 1], got {share!r}")
+        return tuple(sorted((k, float(s)) for k, s in v.items()))
+
+    @field_serializer("category_shares")
+    def _dump_shares(self, v: tuple[tuple[str, float], ...]) -> dict[str, float]:
+        return dict(v)
+    @field_validator("noise_sigma", mode="before")
+    @classmethod
+    def _sigma(cls, v: Any) -> float | None:
+        return None if v is None else cls._number(v)
+
+    @field_validator("command")
+    @classmethod
+    def _command(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("must be a non-empty string such as 'python train.py'")
+        return v.strip()
+
+    @field_validator("progress_regex")
+    @classmethod
+    def _progress_regex(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        try:
+            pattern = re.compile(v)
+        except re.error as exc:
+            raise ValueError(f"not a regular expression ({exc}): {v!r}") from None
+        if "loss" not in pattern.groupindex:
+            raise ValueError("needs a named group (?P<loss>...) (and optionally (?P<step>...), "
+                             f"(?P<elapsed>...)), got {v!r}")
+        return v
+
+    @field_validator("metric")
+    @classmethod
+    def _metric(cls, v: str) -> str:
+        if not v.isidentifier():
+            raise ValueError(f"must be a summary-block key such as 'val_bpb', got {v!r}")
+        return v
+
+    @model_validator(mode="after")
+    def _consistent(self) -> TargetConfig:
+        both = sorted(set(self.editable) & set(self.protected))
+        if both:
+            raise ValueError(f"editable/protected: {', '.join(both)} cannot be both")
+        clash = sorted(set(self.assets) & (set(self.editable) | set(self.protected)))
+        if clash:
+            raise ValueError(f"assets: {', '.join(clash)} is also editable or protected; "
+                             "assets are files outside git")
+        if self.args_file is not None and self.args_file not in self.editable:
+            raise ValueError(f"args_file: {self.args_file} must also be listed in editable")
+        if self.timeout_s <= self.budget_s:
+            raise ValueError(f"timeout_s: must be greater than budget_s ({self.budget_s:g}), "
+                             f"got {self.timeout_s:g}")
+        if self.discard_z > self.keep_z:
+            raise ValueError(f"discard_z/keep_z: discard_z ({self.discard_z:g}) must not exceed "
+                             f"keep_z ({self.keep_z:g})")
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | TargetConfig) -> TargetConfig:
+        if isinstance(data, TargetConfig):  # already typed (Sweep.config): nothing to parse
+            return data
+        return parse_config(data, source="config")
+
+    def with_budget(self, budget_s: float | None, timeout_s: float | None = None) -> TargetConfig:
+        """Override the budget; the hard timeout keeps its ratio unless given (never below 2x)."""
+        if budget_s is None and timeout_s is None:
+            return self
+        data = self.to_dict()
+        if budget_s is not None:
+            data["budget_s"] = budget_s
+            if timeout_s is None:
+                ratio = max(self.timeout_s / self.budget_s, 2.0)
+                data["timeout_s"] = max(budget_s * ratio, budget_s + 60.0)
+        if timeout_s is not None:
+            data["timeout_s"] = timeout_s
+        return parse_config(data, source="overrides")
+
+
+def validation_message(exc: ValidationError, source: str = "") -> str:
+    """pydantic's errors as one line naming each key: 'budget_s: must be > 0, got 0'."""
+    problems = []
+    for e in exc.errors():
+        key = ".".join(str(part) for part in e["loc"] if not isinstance(part, int))
+        msg = e["msg"].removeprefix("Value error, ")
+        if e["type"] in ("greater_than", "greater_than_equal", "less_than_equal"):
+            msg = f"{msg}, got {e.get('input')!r}"
+        problems.append(f"{key}: {msg}" if key else msg)
+    return (f"{source}: " if source else "") + "; ".join(problems)
+
+
+def parse_config(data: dict[str, Any], source: str = CONFIG_FILE) -> TargetConfig:
+    """Validate a [target] table (already unwrapped) and return the config."""
+    unknown = sorted(set(data) - set(TargetConfig.model_fields))
+    if unknown:
+        raise ConfigError(f"{source}: unknown key(s) {', '.join(unknown)} in [target]")
+    for key in _REQUIRED:
+        if key not in data:
+            raise ConfigError(f"{source}: missing required key '{key}' in [target]")
+    try:
+        return TargetConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(validation_message(exc)) from None
+
+
+def load_config(target: Path) -> TargetConfig:
+    """Read <target>/overnight.toml. Raises ConfigError with the problem and the file."""
+    path = Path(target) / CONFIG_FILE
+    if not path.is_file():
+        raise ConfigError(f"{path}: not found (a target needs an {CONFIG_FILE} at its root)")
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: invalid TOML: {exc}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read it: {exc}") from None
+    extra = sorted(set(raw) - {"target"})
+    if extra:
+        raise ConfigError(f"{path}: unknown table(s) {', '.join(extra)}; expected only [target]")
+    table = raw.get("target")
+    if not isinstance(table, dict):
+        raise ConfigError(f"{path}: missing [target] table")
+    return parse_config(table, source=str(path))
+
+
+def args_words(text: str) -> list[str]:
+    """The arguments of an `args_file`: shell words, `#` comments and blank lines ignored."""
+    words: list[str] = []
+    for line in text.splitlines():
+        words += shlex.split(line, comments=True)
+    return words
+
+
+def extra_args(config: TargetConfig, root: Path) -> list[str]:
+    """The words of `args_file` read from the checkout `root` (none without one); they follow
+    `command`. Raises ConfigError when the file is missing or is not valid shell words."""
+    if config.args_file is None:
+        return []
+    try:
+        return args_words((root / config.args_file).read_text())
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"args_file {config.args_file}: {exc}") from None

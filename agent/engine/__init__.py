@@ -1,0 +1,1 @@
+"""The one engine: slots, the loop, one attempt, the incumbent, recovery, timed starts."""

@@ -1,0 +1,258 @@
+"""Running the target's command once, as a run record: environment, log, loss curve, pgid.
+
+Used by agent.engine.loop. Talks to the Store and Runner ports only; knows nothing of git or
+keep rules.
+Each run carries OVERNIGHT_RUN_ID = "<work-dir key>:<experiment id>:<k>" (the experiment
+executing it; k = 0 for its first run, then the run record's id), so recovery can find every
+process of an interrupted experiment.
+The loss curve is downsampled to at most MAX_LOSS_POINTS (+ the last point) per run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import re
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from agent.core.config import TargetConfig, extra_args
+from agent.core.domain import Experiment, Run, RunEnd, RunSpec, RunStatus, Sweep, utcnow
+from agent.core.errors import ConfigError, WorkerLostError
+from agent.core.ports import Runner, Store
+from agent.core.private import DIR_MODE
+from agent.rules.noise import throughput
+from runner.process import resolve_command
+from runner.result import Outcome, RunResult
+from runner.sandbox import bwrap_command
+from runner.summary import ProgressPoint, parse_progress
+from runner.tree import RUN_ID_ENV
+
+MAX_REPAIRS = 2
+FLUSH_EVERY_S = 2.0
+MAX_LOSS_POINTS = 4000
+# Folders the service hands a run through its environment that stay writable in the sandbox.
+CACHE_ENV = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
+
+EventFn = Callable[[str, Experiment, dict[str, Any]], None]
+
+
+@dataclass
+class LoopSettings:
+    work_dir: Path  # worktrees/ and logs/ live below it
+    device: str | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    grace_s: float = 5.0
+    max_repairs: int = MAX_REPAIRS
+
+
+def run_id_prefix(work_dir: Path, experiment_id: int) -> str:
+    """What every OVERNIGHT_RUN_ID of one experiment starts with ("<key>:<id>:")."""
+    key = hashlib.sha256(str(Path(work_dir).expanduser().resolve()).encode()).hexdigest()[:12]
+    return f"{key}:{experiment_id}:"
+
+
+class LossCurve:
+    """Keeps every k-th progress point, doubling k whenever more than ``cap`` are kept."""
+
+    def __init__(self, cap: int = MAX_LOSS_POINTS) -> None:
+        self.cap, self.stride, self.seen = cap, 1, 0
+        self.kept: list[tuple[int, ProgressPoint]] = []
+        self.last: tuple[int, ProgressPoint] | None = None
+
+    def add(self, point: ProgressPoint) -> bool:
+        """Take one point; True when earlier kept points were dropped (thinned)."""
+        index, self.seen = self.seen, self.seen + 1
+        self.last = (index, point)
+        if index % self.stride:
+            return False
+        self.kept.append((index, point))
+        if len(self.kept) <= self.cap:
+            return False
+        self.stride *= 2
+        self.kept = [(i, p) for i, p in self.kept if i % self.stride == 0]
+        return True
+
+    def points(self, with_last: bool = False) -> list[ProgressPoint]:
+        """The kept points, plus the last one seen when asked (the end of the curve)."""
+        kept = [p for _, p in self.kept]
+        if with_last and self.last is not None and (not self.kept or self.kept[-1] != self.last):
+            kept.append(self.last[1])
+        return kept
+
+
+class LineSink:
+    """Collects a downsampled loss curve from log lines; writes it to the store every few
+    seconds (appending, or rewriting it after a thinning)."""
+
+    def __init__(self, store: Store, exp: Experiment, emit: EventFn,
+                 pattern: re.Pattern[str] | None = None) -> None:
+        self.store, self.exp, self.emit = store, exp, emit
+        self.curve = LossCurve()
+        self.written = 0  # how many of curve.kept the store holds
+        self.rewrite = False
+        self.pattern = pattern
+        self.count = 0
+        self.last_flush = time.monotonic()
+
+    def __call__(self, line: str) -> None:
+        point = parse_progress(line, self.pattern)
+        if point is not None and point.step < 0:  # a progress_regex without a step group
+            point = replace(point, step=self.count + 1)
+        self.emit("line", self.exp, {"line": line, "point": point})
+        if point is None:
+            return
+        self.count += 1
+        if self.curve.add(point):
+            self.rewrite = True
+        if time.monotonic() - self.last_flush > FLUSH_EVERY_S:
+            self.flush()
+
+    def flush(self, final: bool = False) -> None:
+        """Write new points; after a thinning (or at the end, with the last point) rewrite."""
+        self.last_flush = time.monotonic()
+        points = self.curve.points(with_last=final)
+        if self.rewrite or (final and len(points) > len(self.curve.kept)):
+            self.store.replace_loss_points(self.exp.id, points)
+        elif len(points) > self.written:
+            self.store.add_loss_points(self.exp.id, points[self.written:])
+        self.written, self.rewrite = len(self.curve.kept), False
+
+
+class TrainingRuns:
+    def __init__(self, store: Store, runner: Runner, settings: LoopSettings, emit: EventFn) -> None:
+        self.store, self.runner, self.settings, self.emit = store, runner, settings, emit
+
+    def run(
+        self, sweep: Sweep, exp: Experiment, wt: Path, stop: threading.Event, spec: RunSpec
+    ) -> tuple[RunResult, bool, Run]:
+        """Run the target's command in the worktree as one run record.
+
+        Returns (result, whether training started, the ended run). The experiment's own first
+        run owns its log path and loss curve; later runs (confirmations, incumbent re-runs)
+        get their own log file beside it.
+        """
+        config = sweep.config
+        k = len(self.store.list_runs(experiment_id=spec.experiment_id))
+        first = spec.experiment_id == exp.id and k == 0
+        logs = self.settings.work_dir / "logs" / sweep.name
+        log_path = logs / (f"{exp.id}.log" if first else f"{spec.experiment_id}.run{k + 1}.log")
+        for folder in (self.settings.work_dir, log_path.parent.parent, log_path.parent):
+            _private(folder)
+        run = self.store.start_run(
+            replace(spec, log_path=str(log_path), device=self.settings.device)
+        )
+        # The run id carries the executing experiment (recovery kills by it); the experiment id
+        # names the one whose commit runs (the best's, for an incumbent re-run).
+        env = self.env(sweep, exp, spec.seed, run=0 if first else run.id)
+        env["OVERNIGHT_EXPERIMENT_ID"] = str(spec.experiment_id)
+        sink: LineSink | None = None
+        if first:
+            self.store.mark_started(exp.id, log_path=str(log_path), run_started_at=utcnow())
+            pattern = re.compile(config.progress_regex) if config.progress_regex else None
+            sink = LineSink(self.store, exp, self.emit, pattern)
+            self.emit("started", self.store.get_experiment(exp.id), {"budget_s": config.budget_s})
+        else:
+            self.emit("confirming", exp, {"run": k + 1, "role": spec.role.value})
+
+        def on_start(pid: int, pgid: int) -> None:
+            self.store.set_run_pgid(run.id, pgid)
+            if first:
+                self.store.mark_started(exp.id, pgid=pgid)
+
+        try:
+            result = self.runner.run(
+                self.argv(config, wt),
+                cwd=wt / config.workdir,
+                log_path=log_path,
+                timeout_s=config.timeout_s,
+                env=env,
+                pass_env=config.pass_env,
+                on_start=on_start,
+                on_line=sink,
+                stop_event=stop,
+            )
+        except WorkerLostError:
+            self.store.end_run(run.id, RunEnd(RunStatus.INTERRUPTED))
+            raise
+        finally:
+            if sink is not None:
+                sink.flush(final=True)
+        ended = self.store.end_run(run.id, run_end(result, config.metric))
+        return result, sink is None or sink.count > 0, ended
+
+    def argv(self, config: TargetConfig, wt: Path) -> list[str]:
+        """The target's command, inside the bwrap sandbox when the target asks for it."""
+        try:
+            argv = resolve_command(config.command) + extra_args(config, wt)
+        except ConfigError as exc:  # a change broke the args file: the run fails, saying why
+            argv = [sys.executable, "-c", f"raise SystemExit({str(exc)!r})"]
+        if config.sandbox != "bwrap":
+            return argv
+        work = Path(self.settings.work_dir).resolve()
+        private = []
+        if work.name.endswith(".work"):  # <db>.work: the database's files sit beside it
+            db = work.with_name(work.name.removesuffix(".work"))
+            private = [db.with_name(db.name + s) for s in ("", "-wal", "-shm", ".token", ".lock")]
+        caches = [Path(self.settings.env[k]) for k in CACHE_ENV if k in self.settings.env]
+        for cache in caches:
+            cache.mkdir(parents=True, exist_ok=True)
+        wrapped = bwrap_command(argv, writable=wt.resolve(), hidden_dirs=[work],
+                                hidden_files=private, also_writable=caches,
+                                network=config.sandbox_network)
+        at = wrapped.index("--chdir") + 1  # the target's workdir, not the worktree's root
+        wrapped[at] = str((wt / config.workdir).resolve())
+        return wrapped
+
+    def env(self, sweep: Sweep, exp: Experiment, seed: int, run: int = 0) -> dict[str, str]:
+        config = sweep.config
+        env = {
+            "OVERNIGHT_BUDGET_S": f"{config.budget_s:g}",
+            "OVERNIGHT_SEED": str(seed),
+            "OVERNIGHT_EXPERIMENT_ID": str(exp.id),
+            RUN_ID_ENV: run_id_prefix(self.settings.work_dir, exp.id) + str(run),
+            **self.settings.env,
+        }
+        if self.settings.device:
+            env["OVERNIGHT_DEVICE"] = self.settings.device
+        return env
+
+
+def run_end(result: RunResult, metric_key: str) -> RunEnd:
+    """How a run ended, as a record: status, metric, throughput, training vs total seconds."""
+    raw = result.summary.get(metric_key)
+    metric = float(raw) if isinstance(raw, int | float) else None
+    if result.outcome is Outcome.STOPPED:
+        status = RunStatus.CANCELLED
+    elif result.outcome is Outcome.TIMED_OUT:
+        status = RunStatus.TIMEOUT
+    elif result.ok and metric is not None and math.isfinite(metric):
+        status = RunStatus.OK
+    else:
+        status = RunStatus.FAILED
+    speed, unit = throughput(result.summary)
+    return RunEnd(
+        status,
+        metric=metric if metric is not None and math.isfinite(metric) else None,
+        summary=dict(result.summary),
+        throughput=speed,
+        throughput_unit=unit,
+        training_s=_seconds(result.summary.get("training_seconds")),
+        total_s=_seconds(result.summary.get("total_seconds")),
+    )
+
+
+def _seconds(value: object) -> float | None:
+    return float(value) if isinstance(value, int | float) and math.isfinite(value) else None
+
+
+def _private(folder: Path) -> None:
+    """The work and log folders are the service's own: 0700 whether new or not."""
+    folder.mkdir(parents=True, exist_ok=True, mode=DIR_MODE)
+    os.chmod(folder, DIR_MODE)

@@ -1,0 +1,431 @@
+"""One experiment at a time: claim → commit → worktree → run → classify → decide → record.
+
+The core of the product. Talks to git, the database, the runner and the proposer only through
+the ports in agent.core.ports. Every run's outcome is recorded; only unexpected errors re-raise.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from agent.core.config import TargetConfig
+from agent.core.diff import PathChange
+from agent.core.domain import (
+    Experiment,
+    ExperimentStatus,
+    Finish,
+    Proposal,
+    Run,
+    RunRole,
+    RunSpec,
+    RunStatus,
+    Sweep,
+    SweepStatus,
+    utcnow,
+)
+from agent.core.errors import (
+    LOST_PREFIX,
+    AdmissionError,
+    PatchError,
+    WorkerLostError,
+    interrupt_reason,
+)
+from agent.core.ports import Proposer, Repo, Runner, Store
+from agent.engine.attempt import EventFn, LoopSettings, TrainingRuns
+from agent.engine.incumbent import Incumbent, decision_lock
+from agent.engine.recovery import baseline_pause, requeue_once
+from agent.git.repo import hash_worktree_files
+from agent.ops.admission import admit, queue, reject
+from agent.ops.sweeps import link_assets, proposal_context
+from agent.rules.admit import check_changes
+from agent.rules.classify import CrashFacts
+from agent.rules.decide import (
+    Evidence,
+    Rule,
+    RunFailure,
+    Sample,
+    Verdict,
+    contract_warnings,
+    decide,
+)
+from agent.rules.noise import squares
+from runner.result import Outcome, RunResult
+
+logger = logging.getLogger(__name__)
+REPAIR_PRIORITY = 50
+MAX_REJECTED_IN_A_ROW = 5
+
+
+def _refused_by_git(changes: list[PathChange], config: TargetConfig) -> str | None:
+    """Why git's own view of the commit's changes is not admissible (None if it is)."""
+    try:
+        check_changes(changes, config)
+    except AdmissionError as exc:
+        return f"refused after applying: {exc.message}"
+    return None
+
+
+class Loop:
+    def __init__(
+        self,
+        store: Store,
+        repo: Repo,
+        runner: Runner,
+        settings: LoopSettings,
+        proposer: Proposer | None = None,
+        on_event: EventFn | None = None,
+    ) -> None:
+        self.store, self.repo, self.runner = store, repo, runner
+        self.settings, self.proposer = settings, proposer
+        self.on_event = on_event
+        self.training = TrainingRuns(store, runner, settings, self.emit)
+        self.incumbent = Incumbent(store, repo, settings, self.training)
+        self._stops: dict[int, threading.Event] = {}
+        self._lock = threading.Lock()
+
+    def emit(self, kind: str, exp: Experiment, data: dict[str, Any] | None = None) -> None:
+        if self.on_event is not None:
+            try:
+                self.on_event(kind, exp, data or {})
+            except Exception:  # a display problem must never stop the night
+                logger.exception("event handler failed for %s", kind)
+
+    # --- asking the proposer -------------------------------------------------------------
+    def propose(self, sweep: Sweep) -> Experiment | None:
+        """Ask the proposer for the next change and queue it; None when it has no more.
+
+        A refused proposal is recorded `rejected`; a few in a row are tolerated, then the
+        proposer counts as out of ideas. Claiming (and the sweep's limits) is the engine's job.
+        """
+        if self.proposer is None:
+            return None
+        for _ in range(MAX_REJECTED_IN_A_ROW):
+            proposal = self.proposer.propose(proposal_context(self.store, self.repo, sweep))
+            if proposal is None:
+                self._record_out_of_ideas(sweep)
+                return None
+            queued = self._submit(sweep, proposal)
+            if queued.status is ExperimentStatus.QUEUED:
+                return queued
+            self.emit("finished", queued)
+        logger.warning("sweep %s: %d proposals in a row were refused; the proposer is out of "
+                       "ideas", sweep.name, MAX_REJECTED_IN_A_ROW)
+        return None
+
+    def _record_out_of_ideas(self, sweep: Sweep) -> None:
+        """A proposer that can say why it has nothing (e.g. no knobs in the target) gets that
+        reason recorded as a rejected row, so the sweep does not end in a silent `done`."""
+        if self.proposer is None or not self.proposer.out_of_ideas:
+            return
+        why = self.proposer.out_of_ideas
+        logger.warning("sweep %s: %s", sweep.name, why)
+        row = self.store.add_experiment(
+            sweep.id, Proposal("the proposer has nothing to propose", "", self.proposer.name),
+            status=ExperimentStatus.REJECTED, reason=why)
+        self.emit("finished", row)
+
+    def cancel(self, experiment_id: int) -> bool:
+        """Ask a running experiment to stop; it is recorded as cancelled. False if not here."""
+        with self._lock:
+            ev = self._stops.get(experiment_id)
+        if ev is None:
+            return False
+        ev.set()
+        return True
+
+    # --- one experiment -----------------------------------------------------------------
+    def execute(
+        self, sweep: Sweep, exp: Experiment, stop: threading.Event | None = None
+    ) -> Experiment:
+        """Run a claimed (running) experiment to a finished record. Never leaves it running.
+
+        `stop` (the scheduler makes it at claim time) may be set before the run starts: the
+        experiment is then recorded `cancelled` without running.
+        """
+        wt = self.settings.work_dir / "worktrees" / sweep.name / f"exp-{exp.id}"
+        stop = stop if stop is not None else threading.Event()
+        with self._lock:
+            self._stops[exp.id] = stop
+        added_worktree = False
+        try:
+            prepared = None if stop.is_set() else self._prepare(sweep, exp)
+            if isinstance(prepared, Experiment):
+                return prepared
+            if prepared is None or stop.is_set():
+                return self._finish(
+                    exp, Finish(ExperimentStatus.CANCELLED, reason="cancelled before it started")
+                )
+            head, commit = prepared
+            self.repo.add_worktree(wt, commit)
+            added_worktree = True
+            link_assets(wt, Path(sweep.target_path), sweep.config)
+            self.incumbent.remeasure(sweep, exp, head, stop)
+            return self._settle(sweep, exp, head, commit, wt, stop)
+        except WorkerLostError as exc:
+            return self._lost(exp, exc)
+        except BaseException as exc:
+            self._record_failure(exp, exc)
+            raise
+        finally:
+            with self._lock:
+                self._stops.pop(exp.id, None)
+            if added_worktree:
+                self.repo.remove_worktree(wt)
+
+    def _prepare(self, sweep: Sweep, exp: Experiment) -> tuple[str, str] | Experiment:
+        """Commit the diff on the current head; reject if it no longer applies."""
+        head = self.repo.head(sweep.branch)
+        changes: list[PathChange] = []
+        if exp.is_baseline:
+            commit = head
+        else:
+            message = f"{exp.description}\n\novernight experiment {exp.id} in sweep {sweep.name}"
+            try:
+                commit, changes = self.repo.commit_proposal(head, exp.diff, message)
+            except PatchError as exc:
+                why = f"diff no longer applies to the sweep head {head[:7]}: {exc}"
+                return self._finish(exp, Finish(ExperimentStatus.REJECTED, reason=why))
+        ref = f"refs/overnight/{sweep.name}/{exp.id}"
+        self.repo.set_ref(ref, commit)
+        config = sweep.config
+        if not exp.is_baseline:
+            refused = _refused_by_git(changes, config)
+            if refused:
+                return self._finish(exp, Finish(ExperimentStatus.REJECTED, reason=refused))
+        expected = self.store.protected_hashes(sweep.id)
+        actual = self.repo.file_hashes(commit, config.protected)
+        changed = sorted(p for p in config.protected if actual.get(p) != expected.get(p))
+        if changed:
+            return self._finish(
+                exp,
+                Finish(
+                    ExperimentStatus.REJECTED,
+                    reason=(f"protected file(s) changed on the sweep branch: {', '.join(changed)}"),
+                ),
+            )
+        self.store.mark_started(exp.id, commit=commit, ref=ref, base_commit=head)
+        return head, commit
+
+    def _settle(
+        self,
+        sweep: Sweep,
+        exp: Experiment,
+        head: str,
+        commit: str,
+        wt: Path,
+        stop: threading.Event,
+    ) -> Experiment:
+        """Run the commit until decide() gives a verdict; carry the verdict out."""
+        config = sweep.config
+        rule = Rule.of(config)
+        seed, role = rule.seed, RunRole.BASELINE if exp.is_baseline else RunRole.SCREEN
+        while True:
+            spec = RunSpec(sweep.id, exp.id, commit, seed, role)
+            result, started, run = self.training.run(sweep, exp, wt, stop, spec)
+            failed = self._failure(sweep, config, wt, result, started, run)
+            # Slots of one process each have their own Loop: decisions on a sweep take turns
+            # so that reading the best, recording a keep and moving the branch are one step.
+            with decision_lock(sweep.branch, sweep.target_path):
+                evidence, now_head = self._evidence(sweep, exp, head, commit, failed)
+                verdict = decide(evidence, rule)
+                self._mark_suspects(exp, verdict)
+                if verdict.status is not None:
+                    done = self._conclude(sweep, exp, verdict, result, head, commit)
+            if verdict.status is not None:
+                break
+            seed = verdict.seed if verdict.seed is not None else seed + 1
+            role = RunRole.BASELINE if exp.is_baseline else RunRole.CONFIRM
+        if verdict.repair:
+            self._repair(sweep, done)
+        if verdict.requeue:
+            self._requeue(sweep, exp, now_head)
+        return done
+
+    def _failure(
+        self,
+        sweep: Sweep,
+        config: TargetConfig,
+        wt: Path,
+        result: RunResult,
+        started: bool,
+        run: Run,
+    ) -> RunFailure | None:
+        """The latest run as a failure, or None when it produced a usable metric."""
+        if result.outcome is Outcome.STOPPED:
+            return RunFailure(stopped=True)
+        tampered = self._tampered(sweep, config, wt)
+        if tampered:
+            return RunFailure(tampered=tuple(tampered))
+        if run.status is RunStatus.OK:
+            return None
+        facts = CrashFacts(
+            timed_out=result.outcome is Outcome.TIMED_OUT,
+            fail_marker=result.fail_marker,
+            exit_code=result.exit_code,
+            signal=result.signal if result.outcome is Outcome.SIGNALED else None,
+            error=result.error,
+            log_tail=result.log_tail,
+            training_started=started,
+            has_metric=run.metric is not None,
+        )
+        why = result.error or ("FAIL" if result.fail_marker else result.outcome.value)
+        return RunFailure(facts=facts, error=why)
+
+    def _evidence(
+        self, sweep: Sweep, exp: Experiment, head: str, commit: str, failed: RunFailure | None
+    ) -> tuple[Evidence, str]:
+        """What the decision needs, from the store and git: runs, the incumbent's, the head."""
+        runs = [r for r in self.store.run_metrics(sweep.id) if r.metric is not None]
+        good = (RunStatus.OK, RunStatus.SUSPECT)
+        mine = [r for r in runs if r.experiment_id == exp.id and r.status in good]
+        best = (
+            []
+            if exp.is_baseline
+            else [r for r in runs if r.commit == head and r.status is RunStatus.OK]
+        )
+        groups: dict[str, list[float]] = {}
+        for r in runs:
+            if r.status is RunStatus.OK and r.commit not in (head, commit):
+                groups.setdefault(r.commit, []).append(r.metric)  # type: ignore[arg-type]
+        now_head = head if exp.is_baseline else self.repo.head(sweep.branch)
+        moved = now_head != head
+        evidence = Evidence(
+            is_baseline=exp.is_baseline,
+            runs=tuple(Sample(r.metric, r.throughput) for r in mine),  # type: ignore[arg-type]
+            best=tuple(Sample(r.metric, r.throughput) for r in best),  # type: ignore[arg-type]
+            others=squares(list(groups.values())),
+            failed=failed,
+            head_moved=moved,
+            conflict=self.repo.check_applies(now_head, exp.diff) if moved else None,
+        )
+        return evidence, now_head
+
+    def _mark_suspects(self, exp: Experiment, verdict: Verdict) -> None:
+        runs = [
+            r
+            for r in self.store.list_runs(experiment_id=exp.id)
+            if r.status in (RunStatus.OK, RunStatus.SUSPECT)
+        ]
+        for run, suspect in zip(runs, verdict.suspect, strict=False):
+            want = RunStatus.SUSPECT if suspect else RunStatus.OK
+            if run.status is not want:
+                self.store.set_run_status(run.id, want)
+
+    def _conclude(
+        self,
+        sweep: Sweep,
+        exp: Experiment,
+        verdict: Verdict,
+        result: RunResult,
+        head: str,
+        commit: str,
+    ) -> Experiment:
+        """Record the verdict; a keep is recorded first, then the branch moves."""
+        assert verdict.status is not None
+        raw = result.summary.get(sweep.config.metric)
+        metric = verdict.metric
+        if metric is None and isinstance(raw, int | float):
+            metric = float(raw)
+        best = None if exp.is_baseline else self.store.get_sweep(sweep.name).best_metric
+        finish = Finish(
+            verdict.status,
+            verdict.crash_kind,
+            verdict.reason or None,
+            metric=metric,
+            best_before=best,
+            summary=result.summary,
+            log_tail=result.log_tail,
+            run_ended_at=utcnow(),
+            warnings=tuple(contract_warnings(result.summary, sweep.budget_s)),
+            crash_cause=verdict.crash_cause,
+        )
+        if not verdict.keep:
+            return self._finish(exp, finish)
+        # The DB learns first: a kill before the branch moves is repaired from the DB on start.
+        done = self._finish(exp, finish, keep_commit=commit)
+        if not exp.is_baseline:
+            self.repo.advance_branch(sweep.branch, commit, head)
+        return done
+
+    def _tampered(self, sweep: Sweep, config: TargetConfig, wt: Path) -> list[str]:
+        expected = self.store.protected_hashes(sweep.id)
+        watched = [*config.protected, *config.assets]
+        actual = hash_worktree_files(wt, watched)
+        return sorted(p for p in watched if p in expected and actual.get(p) != expected[p])
+
+    def _requeue(self, sweep: Sweep, exp: Experiment, now_head: str) -> None:
+        """It looked promising, but was measured without the change kept meanwhile: the
+        combination has never run, so the same diff is re-queued on the new head (ahead of
+        new proposals) and judged there."""
+        again = Proposal(
+            exp.description, exp.diff, exp.proposer, exp.id, {**exp.meta, "rerun_of": exp.id}
+        )
+        child = self.store.add_experiment(
+            sweep.id, again, attempt=exp.attempt, priority=REPAIR_PRIORITY, base_commit=now_head
+        )
+        self.emit("queued", child)
+
+    def _repair(self, sweep: Sweep, failed: Experiment) -> None:
+        if self.proposer is None or failed.attempt >= self.settings.max_repairs:
+            return
+        if failed.proposer not in (self.proposer.name, "baseline"):
+            return
+        ctx = proposal_context(self.store, self.repo, self.store.get_sweep(sweep.name))
+        fix = self.proposer.repair(ctx, failed)
+        if fix is None:
+            return
+        fix = replace(fix, parent_id=failed.id)
+        child = self._submit(sweep, fix, attempt=failed.attempt + 1, priority=REPAIR_PRIORITY)
+        self.emit("queued" if child.status is ExperimentStatus.QUEUED else "finished", child)
+
+    def _submit(self, sweep: Sweep, proposal: Proposal, *, attempt: int = 0,
+                priority: int = 0) -> Experiment:
+        """Admit and queue the proposer's own proposal; a refusal is recorded `rejected`."""
+        try:
+            return queue(self.store, admit(self.store, self.repo, sweep, proposal),
+                         attempt=attempt, priority=priority)
+        except AdmissionError as refusal:
+            return reject(self.store, sweep, proposal, refusal, attempt=attempt)
+
+    def _finish(
+        self, exp: Experiment, finish: Finish, keep_commit: str | None = None
+    ) -> Experiment:
+        done = self.store.finish(exp.id, finish, keep_commit=keep_commit)
+        self.emit("finished", done)
+        return done
+
+    def _lost(self, exp: Experiment, exc: WorkerLostError) -> Experiment:
+        """A remote worker went away mid-run: no result, so the experiment is `interrupted` and
+        queued again exactly once (the store refuses a second retry row)."""
+        logger.warning("experiment %s: %s", exp.id, exc)
+        done = self._finish(exp, Finish(ExperimentStatus.INTERRUPTED,
+                                        reason=f"{LOST_PREFIX}{exc}"[:500]))
+        follow = requeue_once(self.store, done)  # its retry, or its verdict past the cap
+        if follow is not None:
+            self.emit("finished" if follow.status.is_finished() else "queued", follow)
+        why = baseline_pause(follow) if follow is not None else None
+        if why is not None:
+            sweep = self.store.get_sweep_by_id(exp.sweep_id)
+            logger.error("sweep %s paused: %s", sweep.name, why)
+            if sweep.status is SweepStatus.RUNNING:
+                self.store.set_sweep_status(sweep.name, SweepStatus.PAUSED)
+        return done
+
+    def _record_failure(self, exp: Experiment, exc: BaseException) -> None:
+        """An unexpected error (or Ctrl-C): never leave the row `running`."""
+        try:
+            current = self.store.get_experiment(exp.id)
+            if current.status.is_finished():
+                return
+            reason = (
+                interrupt_reason(exc)  # Ctrl-C/SIGTERM: an interruption, re-run on resume
+                if isinstance(exc, KeyboardInterrupt)
+                else f"service error: {exc!r}"[:500]
+            )
+            self.store.finish(exp.id, Finish(ExperimentStatus.INTERRUPTED, reason=reason))
+        except Exception:
+            logger.exception("could not record the failure of experiment %s", exp.id)

@@ -1,0 +1,331 @@
+"""Restart recovery and the single-instance lock: make a restart after a crash lose nothing.
+
+On start, before any slot runs: experiments left `running` by a dead process become
+`interrupted` and are re-queued once as new linked rows; their orphaned process groups are
+killed, and so is every process whose environment carries one of their run ids (found by
+OVERNIGHT_RUN_ID wherever it moved: setsid, chdir, double fork); stale worktrees and ref locks
+are pruned; each sweep branch is reset to the database's best commit if the two disagree
+(the database is the source of truth: a keep is recorded before the branch moves).
+Idempotent: a recovery killed half-way is completed by the next one.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Protocol
+
+from agent.core.domain import (
+    CrashKind,
+    Experiment,
+    ExperimentStatus,
+    Proposal,
+    Run,
+    RunStatus,
+    Sweep,
+    SweepStatus,
+)
+from agent.core.errors import INTERRUPT_PREFIX, ConflictError
+from agent.core.ports import Repo, Store
+from agent.core.private import private_file
+from agent.engine.attempt import run_id_prefix
+
+logger = logging.getLogger(__name__)
+
+# An interrupted run whose reason is this was stopped by a clean shutdown; such interruptions
+# do not count towards MAX_CRASH_RETRIES.
+SHUTDOWN_REASON = "the service shut down while this experiment was running"
+# A change that was running (its code, not only its queue row) each time the service died, this
+# many times in a row, is given up with a verdict: it may be what takes the service down. Kills
+# before its code ran never count, and a baseline is never given up (its sweep pauses instead).
+MAX_CRASH_RETRIES = 3
+GAVE_UP_CAUSE = "took the service down"
+# The refs the service writes (a kill during `git update-ref` can leave their `.lock` behind).
+OUR_REFS = ("refs/heads/overnight", "refs/overnight")
+
+
+class InstanceLockError(RuntimeError):
+    """Another `overnight serve` holds the database."""
+
+
+class DatabaseLock(Protocol):
+    """What the engine needs of an instance lock: one executing process per database, held
+    for the process's life. InstanceLock here (a file beside SQLite), db.lock.AdvisoryLock on
+    PostgreSQL."""
+
+    @property
+    def held(self) -> bool: ...
+
+    def release(self) -> None: ...
+
+
+class InstanceLock:
+    """An exclusive flock on `<db>.lock`, held for the life of the service.
+
+    The kernel drops it when the process dies (kill -9 included), so it is never stale.
+    """
+
+    def __init__(self, db_path: Path) -> None:
+        self.path = Path(str(Path(db_path).expanduser().resolve()) + ".lock")
+        self._fh: IO[str] | None = None
+
+    def acquire(self) -> InstanceLock:
+        private_file(self.path)
+        fh = open(self.path, "a+", encoding="utf-8")  # noqa: SIM115 - held until release()
+        try:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            fh.seek(0)
+            holder = fh.read().strip() or "unknown"
+            fh.close()
+            raise InstanceLockError(
+                f"another overnight process (serve, run or mcp --run; pid {holder}) is already "
+                f"using this database (lock {self.path}); queue work through it, stop it first, "
+                "or use another --db") from None
+        fh.seek(0)
+        fh.truncate()
+        fh.write(f"{os.getpid()}\n")
+        fh.flush()
+        self._fh = fh
+        return self
+
+    @property
+    def held(self) -> bool:
+        return self._fh is not None
+
+    def release(self) -> None:
+        if self._fh is not None:
+            fcntl.flock(self._fh.fileno(), fcntl.LOCK_UN)
+            self._fh.close()
+            self._fh = None
+
+
+@dataclass
+class RecoveryReport:
+    interrupted: list[int] = field(default_factory=list)  # rows found `running`
+    requeued: dict[int, int] = field(default_factory=dict)  # interrupted id -> retry id
+    not_requeued: list[int] = field(default_factory=list)  # given up after MAX_CRASH_RETRIES
+    paused: dict[str, str] = field(default_factory=dict)  # sweep -> why (its baseline)
+    killed_groups: list[int] = field(default_factory=list)
+    killed_pids: list[int] = field(default_factory=list)  # found by their run id
+    repaired_branches: dict[str, tuple[str, str]] = field(default_factory=dict)  # (was, now)
+    removed_worktrees: list[str] = field(default_factory=list)
+
+
+def _is_our_group(pgid: int, work_dir: Path) -> bool:
+    """Guard against a reused pgid: the leader (if alive) must be running in our work_dir.
+
+    A pid equal to a live group's id cannot be handed out again, so a group whose leader has
+    exited but which still has members is still ours.
+    """
+    try:
+        cwd = os.readlink(f"/proc/{pgid}/cwd")
+    except FileNotFoundError:
+        return True  # leader gone (members may remain) or no such process
+    except OSError:
+        return True  # no /proc (not Linux) or not allowed: trust the record
+    return cwd.startswith(str(work_dir.resolve()))
+
+
+def kill_orphans(exps: list[Experiment], work_dir: Path,
+                 kill: Callable[[int], bool]) -> list[int]:
+    killed = []
+    for exp in exps:
+        if exp.pgid and _is_our_group(exp.pgid, work_dir) and kill(exp.pgid):
+            logger.warning("killed orphaned process group %d of experiment %d", exp.pgid, exp.id)
+            killed.append(exp.pgid)
+    return killed
+
+
+def kill_run_id_carriers(exps: list[Experiment], work_dir: Path,
+                         kill: Callable[[str], list[int]]) -> list[int]:
+    """Kill every process carrying the run id of an interrupted experiment (any of its runs)."""
+    killed: list[int] = []
+    for exp in exps:
+        found = kill(run_id_prefix(work_dir, exp.id))
+        if found:
+            logger.warning("killed %d orphaned process(es) of experiment %d: %s", len(found),
+                           exp.id, found)
+        killed += found
+    return killed
+
+
+def kill_orphan_runs(runs: list[Run], work_dir: Path, kill: Callable[[int], bool]) -> list[int]:
+    killed = []
+    for run in runs:
+        if run.pgid and _is_our_group(run.pgid, work_dir) and kill(run.pgid):
+            logger.warning("killed orphaned process group %d of run %d (experiment %d, %s)",
+                           run.pgid, run.id, run.experiment_id, run.role.value)
+            killed.append(run.pgid)
+    return killed
+
+
+def requeue_interrupted(store: Store, report: RecoveryReport) -> None:
+    """Re-queue every interrupted experiment once, as a new row linked to it.
+
+    Each interrupted row gets at most one retry row (retry_of = its id), so recovery is
+    idempotent; it scans all interrupted rows (not only those reaped now) so a recovery that
+    died between reaping and re-queueing is completed here. A chain of retries is cut after
+    MAX_CRASH_RETRIES crash interruptions (meta `crash_retries` counts them).
+    """
+    sweeps: dict[int, Sweep] = {s.id: s for s in store.list_sweeps()}
+    for exp in store.list_experiments(statuses=[ExperimentStatus.INTERRUPTED]):
+        sweep = sweeps.get(exp.sweep_id)
+        if sweep is None or sweep.status.is_finished():
+            continue
+        if store.retry_of(exp.id) is not None:
+            continue
+        follow = requeue_once(store, exp)
+        if follow is None:
+            continue
+        if follow.status is ExperimentStatus.CRASHED:
+            report.not_requeued.append(exp.id)
+            continue
+        report.requeued[exp.id] = follow.id
+        why = baseline_pause(follow)
+        if why is not None and sweep.status is SweepStatus.RUNNING:
+            store.set_sweep_status(sweep.name, SweepStatus.PAUSED)
+            report.paused[sweep.name] = why
+            logger.error("sweep %s paused: %s", sweep.name, why)
+
+
+def ran_when_interrupted(store: Store, exp: Experiment) -> bool:
+    """Was its code running when the service went (a run of it was cut off), rather than
+    the service dying around a row that had not started anything yet?"""
+    return any(r.status is RunStatus.INTERRUPTED for r in store.list_runs(experiment_id=exp.id))
+
+
+def baseline_pause(retry: Experiment) -> str | None:
+    """Why a re-queued baseline's sweep must pause (it kept taking the service down), or None."""
+    n = int(retry.meta.get("crash_retries", 0))
+    if not retry.is_baseline or n <= MAX_CRASH_RETRIES:
+        return None
+    return (f"its baseline's run was cut off each of the {n} times the service or its worker "
+            "died; it is queued again: look at the machine and the target (memory, disk, the "
+            "service's log), then resume the sweep")
+
+
+def requeue_once(store: Store, exp: Experiment) -> Experiment | None:
+    """The one follow-up of an interrupted experiment, a new row linked by retry_of: its
+    retry, or, once its code was running each of more than MAX_CRASH_RETRIES service deaths,
+    its verdict (`crashed`, fundamental, GAVE_UP_CAUSE). A baseline is always queued again.
+    Only interruptions while its code ran count; a clean stop or Ctrl-C/SIGTERM never does.
+
+    Returns None when the experiment already has its follow-up (the store refuses a second:
+    ConflictError), so two callers can never queue it twice.
+    """
+    stopped_on_purpose = exp.reason == SHUTDOWN_REASON or (exp.reason or "").startswith(
+        INTERRUPT_PREFIX)
+    counts = not stopped_on_purpose and ran_when_interrupted(store, exp)
+    crashes = int(exp.meta.get("crash_retries", 0)) + counts
+    proposal = Proposal(exp.description, exp.diff, exp.proposer, parent_id=exp.id,
+                        meta={**exp.meta, "retry_of": exp.id, "crash_retries": crashes})
+    given_up = crashes > MAX_CRASH_RETRIES and not exp.is_baseline
+    why = (f"{GAVE_UP_CAUSE}: its run was cut off each of the {crashes} times the service "
+           "or its worker died, so it is given up") if given_up else None
+    try:
+        follow = store.add_experiment(
+            exp.sweep_id, proposal, is_baseline=exp.is_baseline, attempt=exp.attempt,
+            priority=exp.priority, base_commit=exp.base_commit, retry_of=exp.id,
+            status=ExperimentStatus.CRASHED if given_up else ExperimentStatus.QUEUED,
+            crash_kind=CrashKind.FUNDAMENTAL if given_up else None, reason=why)
+    except ConflictError:
+        return None  # followed up already (by another caller)
+    if given_up:
+        logger.error("experiment %d: its run was cut off each of the %d times the service or "
+                     "its worker died; recorded as crashed (%d)", exp.id, crashes, follow.id)
+    else:
+        logger.warning("re-queued interrupted experiment %d as %d", exp.id, follow.id)
+    return follow
+
+
+def prune_worktrees(repos: list[Repo], work_dir: Path, report: RecoveryReport) -> None:
+    """Nothing runs yet, so every worktree under work_dir is stale."""
+    root = work_dir / "worktrees"
+    if root.is_dir():
+        for sweep_dir in root.iterdir():
+            for wt in (sweep_dir.iterdir() if sweep_dir.is_dir() else []):
+                shutil.rmtree(wt, ignore_errors=True)
+                report.removed_worktrees.append(str(wt))
+    for repo in repos:
+        try:
+            repo.prune_worktrees(root)
+        except Exception as exc:
+            logger.warning("git worktree prune failed: %s", exc)
+
+
+def repair_branch(repo: Repo, sweep: Sweep, report: RecoveryReport) -> None:
+    if not sweep.best_commit:
+        return
+    try:
+        head = repo.head(sweep.branch)
+    except Exception:
+        head = ""
+    if head != sweep.best_commit:
+        repo.set_ref(f"refs/heads/{sweep.branch}", sweep.best_commit)
+        report.repaired_branches[sweep.name] = (head, sweep.best_commit)
+        logger.warning("sweep %s: branch %s was at %s, reset to the recorded best %s",
+                       sweep.name, sweep.branch, head[:7] or "(missing)", sweep.best_commit[:7])
+
+
+def _open_target(repos: dict[str, Repo | Exception], sweep: Sweep,
+                 repo_for: Callable[[Sweep], Repo]) -> Repo | None:
+    """The sweep's target repository, opened (and its stale ref locks removed) once per target;
+    None if it cannot be opened: an error for a sweep that may still run, while a year of done
+    nights whose target was deleted is not a year of errors."""
+    if sweep.target_path not in repos:
+        try:
+            repos[sweep.target_path] = repo = repo_for(sweep)
+        except Exception as exc:
+            repos[sweep.target_path] = exc
+        else:
+            for lock in repo.remove_stale_ref_locks(OUR_REFS):
+                logger.warning("removed stale ref lock %s", lock)
+    found = repos[sweep.target_path]
+    if isinstance(found, Exception):
+        log = logger.info if sweep.status is SweepStatus.DONE else logger.error
+        log("sweep %s: cannot open target %s: %s", sweep.name, sweep.target_path, found)
+        return None
+    return found
+
+
+def _kill_prefix(prefix: str) -> list[int]:
+    from runner.tree import kill_by_run_id
+
+    return kill_by_run_id(prefix, prefix=True)
+
+
+def recover(store: Store, repo_for: Callable[[Sweep], Repo], work_dir: Path,
+            kill: Callable[[int], bool] | None = None,
+            kill_run: Callable[[str], list[int]] = _kill_prefix) -> RecoveryReport:
+    """Run every recovery step; a target that cannot be opened is logged and skipped."""
+    if kill is None:
+        from runner.groups import kill_process_group
+
+        kill = kill_process_group
+    report = RecoveryReport()
+    reaped = store.interrupt_running()
+    report.interrupted = [e.id for e in reaped]
+    report.killed_groups = kill_orphans(reaped, work_dir, kill)
+    report.killed_pids = kill_run_id_carriers(reaped, work_dir, kill_run)
+    # confirmation and incumbent runs have their own process groups, recorded at spawn
+    runs = store.interrupt_running_runs()
+    known = set(report.killed_groups)
+    report.killed_groups += kill_orphan_runs([r for r in runs if r.pgid not in known],
+                                             work_dir, kill)
+    repos: dict[str, Repo | Exception] = {}
+    for sweep in store.list_sweeps():
+        repo = _open_target(repos, sweep, repo_for)
+        # A done sweep ran nothing when it ended (the engine marks it done only then), so no
+        # keep can be half-recorded: its branch is its owner's now and is never reset.
+        if repo is not None and sweep.status is not SweepStatus.DONE:
+            repair_branch(repo, sweep, report)
+    prune_worktrees([r for r in repos.values() if not isinstance(r, Exception)], work_dir,
+                    report)
+    requeue_interrupted(store, report)
+    return report

@@ -1,0 +1,467 @@
+"""The engine: N execution slots over the store's queue, for the service and the foreground alike.
+
+Whether a sweep may start another run now is agent.rules.gate's pure rule; `SlotScheduler` applies
+it for every driver. `start()` runs the slots as worker threads for the life of a service (`serve`,
+`mcp --run`); `run_burst()` runs the same slots until nothing is left to start (rq's burst mode) —
+that is what a foreground `overnight run` is. APScheduler only does what it is for: a sweep's timed
+start (`start_at`, kept on the sweep row so it survives restarts) is a date job
+(agent.engine.timed_starts) that resumes the sweep and returns at once. Exactly one SlotScheduler
+may run per database (the caller holds the instance lock, see agent.engine.recovery.InstanceLock).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections.abc import Callable, Collection, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, tzinfo
+from typing import Any
+
+from agent.core.domain import (
+    USED_STATUSES,
+    Experiment,
+    ExperimentStatus,
+    Finish,
+    Sweep,
+    SweepStatus,
+    utcnow,
+)
+from agent.core.errors import ConflictError, NotFoundError
+from agent.core.ports import Clock, Store
+from agent.engine.devices import slot_env
+from agent.engine.recovery import SHUTDOWN_REASON
+from agent.engine.timed_starts import TimedStarts
+from agent.rules.classify import is_device_failure
+from agent.rules.gate import Gate, GateKind, SweepFacts, gate
+
+logger = logging.getLogger(__name__)
+
+
+class SystemClock:
+    def now(self) -> datetime:
+        return utcnow()
+
+
+# A slot whose runs crash on device errors this many times in a row is taken out of service.
+MAX_DEVICE_FAILURES = 3
+
+
+def sweep_facts(store: Store, sweep: Sweep) -> SweepFacts:
+    """What gate() needs, read from the store (the one definition of "used")."""
+    count = store.count_experiments
+    return SweepFacts(
+        status=sweep.status, max_experiments=sweep.max_experiments, deadline=sweep.deadline,
+        window=sweep.window, used=count(sweep.id, USED_STATUSES, is_baseline=False),
+        running=count(sweep.id, [ExperimentStatus.RUNNING]),
+        baseline_kept=sweep.baseline_metric is not None,
+    )
+
+
+@dataclass
+class SchedulerSettings:
+    slots: int = 1
+    poll_interval_s: float = 1.0  # how often an idle slot looks for work
+    devices: tuple[str, ...] = ()  # GPU indexes; slot i gets devices[i % n] (none: CPU)
+    grace_s: float = 5.0
+    tz: tzinfo | None = None  # window times are in this zone (default: server local time)
+    extra_env: dict[str, str] = field(default_factory=dict)
+    device: str | None = None  # OVERNIGHT_DEVICE for every run (e.g. "cpu")
+    executor: str = "local"  # "local": runs on this machine; "ray": tasks on a Ray cluster
+    ray_address: str | None = None  # the cluster to join (None: this machine's, "auto")
+    ray_gpus: float = 1.0  # what one run asks of the cluster
+    ray_cpus: float = 1.0
+    ray_resources: dict[str, float] = field(default_factory=dict)  # custom resources per run
+
+
+LoopFactory = Callable[[Sweep, int], Any]  # (sweep, slot) -> agent.engine.loop.Loop
+
+
+@dataclass
+class _Claim:
+    """An experiment this process claimed: its slot, its loop and the event that stops it.
+
+    The stop event exists from the claim on, so a cancel between the claim and the run is
+    honoured rather than refused (a cancel that lands between the store's claim and this
+    registration is kept in `_cancel_requests` and applied here).
+    """
+
+    slot: int
+    loop: Any
+    stop: threading.Event = field(default_factory=threading.Event)
+
+
+class SlotScheduler:
+    """N slots; each runs one experiment at a time, taking queued work first, then proposals."""
+
+    def __init__(self, store: Store, settings: SchedulerSettings, loop_factory: LoopFactory,
+                 clock: Clock | None = None) -> None:
+        self.store, self.settings, self.loop_factory = store, settings, loop_factory
+        self.clock: Clock = clock or SystemClock()
+        self._pick_lock = threading.Lock()
+        self._state_lock = threading.Lock()
+        self._loops: dict[tuple[int, int], Any] = {}
+        self._running: dict[int, _Claim] = {}  # exp id -> its claim
+        self._cancel_requests: set[int] = set()  # claimed ids cancelled before registration
+        self._proposing: set[int] = set()  # sweep ids whose proposer is being asked
+        self._only: frozenset[str] | None = None  # burst mode: only these sweeps
+        self._stopping = threading.Event()
+        self._wake = threading.Condition()
+        self._threads: list[threading.Thread] = []
+        self.starts = TimedStarts(store, self.wake)
+        self._device_failures: dict[int, int] = {}  # slot -> device failures in a row
+        self.retired: dict[int, str] = {}  # slot -> why it was taken out
+
+    # --- lifecycle ------------------------------------------------------------------------
+    def start(self) -> None:
+        """Service mode: slot worker threads, and a date job for every scheduled start."""
+        self.starts.start()
+        for slot in range(self.settings.slots):
+            t = threading.Thread(target=self._serve_slot, args=(slot,), daemon=True,
+                                 name=f"overnight-slot-{slot}")
+            t.start()
+            self._threads.append(t)
+        logger.info("scheduler started: %d slot(s)", self.settings.slots)
+
+    def run_burst(self, only: Collection[str] | None = None) -> None:
+        """Foreground mode: run the slots until nothing is left to start, then return.
+
+        Slot 0 runs in the calling thread (so Ctrl-C lands in its run); others in threads.
+        `only`: the names of the sweeps to run (default: every open sweep).
+        """
+        self._only = frozenset(only) if only else None
+        workers = [threading.Thread(target=self._burst_slot, args=(slot,), daemon=True,
+                                    name=f"overnight-slot-{slot}")
+                   for slot in range(1, max(self.settings.slots, 1))]
+        for t in workers:
+            t.start()
+        try:
+            self._burst_slot(0)
+            for t in workers:
+                while t.is_alive():
+                    t.join(0.2)
+        except BaseException:
+            self.shutdown()
+            raise
+
+    @property
+    def alive(self) -> bool:
+        """Running, with every slot that was not taken out (retired) still working."""
+        working = [t for slot, t in enumerate(self._threads) if slot not in self.retired]
+        return (not self._stopping.is_set() and all(t.is_alive() for t in working)
+                and self.starts.running)
+
+    def shutdown(self, timeout_s: float = 30.0) -> None:
+        """Stop taking work; runs in flight are stopped and recorded `interrupted`.
+
+        They are re-queued by restart recovery (a clean shutdown is not the proposal's fault).
+        """
+        self._stopping.set()
+        self.wake()
+        if self._pick_lock.acquire(timeout=timeout_s):  # let a claim in progress register
+            self._pick_lock.release()
+        with self._state_lock:
+            running = dict(self._running)
+        for exp_id, claim in running.items():
+            try:
+                self.store.finish(exp_id, Finish(ExperimentStatus.INTERRUPTED,
+                                                 reason=SHUTDOWN_REASON))
+            except (ConflictError, NotFoundError):
+                continue  # it finished on its own meanwhile
+            claim.stop.set()
+        for t in self._threads:
+            if t is not threading.current_thread():
+                t.join(timeout_s)
+        self.starts.shutdown()
+
+    def wake(self) -> None:
+        """Tell idle slots to look for work now (new work queued, a sweep resumed)."""
+        with self._wake:
+            self._wake.notify_all()
+
+    @contextlib.contextmanager
+    def holding(self) -> Iterator[None]:
+        """No slot picks new work inside this block (e.g. create a sweep and pause it)."""
+        with self._pick_lock:
+            yield
+
+    def _serve_slot(self, slot: int) -> None:
+        while not self._stopping.is_set() and slot not in self.retired:
+            try:
+                if self.run_slot(slot):
+                    continue
+            except Exception:  # a slot must outlive any one bad pick
+                logger.exception("slot %d: picking work failed", slot)
+            with self._wake:
+                self._wake.wait(self.settings.poll_interval_s)
+
+    def _burst_slot(self, slot: int) -> None:
+        while not self._stopping.is_set() and slot not in self.retired:
+            if self.run_slot(slot):
+                continue
+            with self._state_lock:
+                idle = not self._running and not self._proposing
+            if idle:
+                return
+            with self._wake:  # another slot is running or proposing: it may leave work
+                self._wake.wait(self.settings.poll_interval_s)
+
+    # --- scheduled starts (agent.engine.timed_starts) -------------------------------------
+    def schedule_start(self, sweep_name: str, when: datetime) -> None:
+        self.starts.schedule(sweep_name, when)
+
+    def scheduled_starts(self) -> dict[str, datetime]:
+        return self.starts.scheduled()
+
+    def start_now(self, sweep_name: str) -> None:
+        self.starts.start_now(sweep_name)
+
+    # --- slots ------------------------------------------------------------------------------
+    def busy(self) -> int:
+        with self._state_lock:
+            return len(self._running)
+
+    def running_ids(self) -> list[int]:
+        with self._state_lock:
+            return sorted(self._running)
+
+    def cancel(self, experiment_id: int) -> bool:
+        """Stop an experiment this process claimed (recorded `cancelled`): running, or claimed
+        but not started yet (even before its slot registered it). False if not ours to stop.
+
+        One process executes a database's experiments (the instance lock), so a row `running`
+        while this scheduler is alive is ours even before its slot has registered it.
+        """
+        with self._state_lock:
+            claim = self._running.get(experiment_id)
+            if claim is not None:
+                claim.stop.set()
+                return True
+            if not self.alive:
+                return False
+            self._cancel_requests.add(experiment_id)  # honoured by _claimed
+        try:
+            ours = self.store.get_experiment(experiment_id).status is ExperimentStatus.RUNNING
+        except NotFoundError:
+            ours = False
+        if not ours:
+            with self._state_lock:
+                self._cancel_requests.discard(experiment_id)
+        return ours
+
+    def run_slot(self, slot: int) -> int:
+        """Run experiments back to back until there is nothing to start; how many ran."""
+        done = 0
+        while not self._stopping.is_set() and slot not in self.retired:
+            picked = self.pick(slot)
+            if picked is None:
+                break
+            sweep, exp, loop = picked
+            self._execute(slot, sweep, exp, loop)
+            done += 1
+        return done
+
+    def _execute(self, slot: int, sweep: Sweep, exp: Experiment, loop: Any) -> None:
+        with self._state_lock:
+            claim = self._running.get(exp.id)
+        stop = claim.stop if claim is not None else threading.Event()
+        try:
+            result = loop.execute(sweep, exp, stop=stop)
+        except ConflictError as exc:  # interrupted by a shutdown or cancelled meanwhile
+            logger.info("experiment %s ended elsewhere: %s", exp.id, exc)
+            return
+        except Exception as exc:  # the loop recorded the row; do not burn the queue on it
+            logger.exception("slot %d: experiment %s failed unexpectedly", slot, exp.id)
+            self._pause(sweep, f"experiment {exp.id} failed unexpectedly: {exc}")
+            return
+        finally:
+            with self._state_lock:
+                self._running.pop(exp.id, None)
+                self._cancel_requests.discard(exp.id)
+            self.wake()  # a finished run may open the gate for others (the baseline)
+        self._watch_device(slot, result)
+        # An interrupted baseline (its worker was lost) is queued again: the sweep goes on.
+        if result.is_baseline and result.status not in (ExperimentStatus.KEPT,
+                                                        ExperimentStatus.INTERRUPTED):
+            logger.error("baseline of %s failed (%s); stopping the sweep", sweep.name,
+                         result.reason)
+            self.store.set_sweep_status(sweep.name, SweepStatus.STOPPED)
+
+    def _watch_device(self, slot: int, result: Experiment) -> None:
+        """Take a slot out when its device fails MAX_DEVICE_FAILURES runs in a row."""
+        crashed = result.status in (ExperimentStatus.CRASHED, ExperimentStatus.TIMEOUT)
+        if not (crashed and is_device_failure(result.reason, result.log_tail)):
+            self._device_failures[slot] = 0
+            return
+        n = self._device_failures[slot] = self._device_failures.get(slot, 0) + 1
+        if n >= MAX_DEVICE_FAILURES:
+            devices = self.settings.devices
+            device = f"GPU {slot_env(slot, devices)['CUDA_VISIBLE_DEVICES']}" if devices else (
+                "its device")
+            why = (f"slot {slot} ({device}) taken out after {n} device failures in a row; "
+                   f"last: {(result.reason or '').splitlines()[0][:200]}")
+            self.retired[slot] = why
+            logger.error("%s. The other slots go on; check the device and restart to use it "
+                         "again.", why)
+
+    def facts(self, sweep: Sweep) -> SweepFacts:
+        return sweep_facts(self.store, sweep)
+
+    def _gate(self, sweep: Sweep) -> Gate:
+        return gate(self.facts(sweep), self.clock.now(), self.settings.tz)
+
+    def pick(self, slot: int) -> tuple[Sweep, Experiment, Any] | None:
+        """Claim the next experiment for `slot`: queued first (priority, FIFO), then proposed.
+
+        Asking a proposer (a language model may take many seconds) happens outside the pick
+        lock, one proposer call per sweep at a time, so other slots and `holding()` callers
+        never wait on it.
+        """
+        tried: set[int] = set()
+        while True:
+            with self._pick_lock:
+                if self._stopping.is_set():
+                    return None
+                usable = []
+                for sweep in self._open_sweeps():  # queued work of any sweep before proposing
+                    loop = self._usable_loop(sweep, slot)  # before claiming anything
+                    if loop is None:
+                        continue
+                    exp = self._claim_queued(sweep)
+                    if exp is not None:
+                        return self._claimed(slot, sweep, exp, loop)
+                    usable.append((sweep, loop))
+                chosen = self._choose_proposer([u for u in usable if u[0].id not in tried])
+                if chosen is None:
+                    return None
+            sweep, loop = chosen
+            tried.add(sweep.id)
+            picked = self._propose(slot, sweep, loop)
+            if picked is not None:
+                return picked
+
+    def _propose(self, slot: int, sweep: Sweep, loop: Any) -> tuple[Sweep, Experiment, Any] | None:
+        try:
+            queued = loop.propose(sweep)
+        except Exception as exc:  # nothing was queued or claimed
+            logger.exception("sweep %s: asking its proposer failed", sweep.name)
+            self._pause(sweep, f"asking its proposer failed: {exc}")
+            return None
+        finally:
+            with self._state_lock:
+                self._proposing.discard(sweep.id)
+        with self._pick_lock:
+            if queued is None:
+                if not self.store.count_experiments(
+                        sweep.id, [ExperimentStatus.RUNNING, ExperimentStatus.QUEUED]):
+                    self._finish_sweep(sweep, "no more proposals")
+                return None
+            if self._stopping.is_set():  # shut down while proposing: it stays queued
+                return None
+            current = self.store.get_sweep(sweep.name)
+            if self._gate(current).kind is not GateKind.START:
+                return None  # a limit or a pause came meanwhile: it stays queued
+            exp = self.store.claim(queued.id)
+            return self._claimed(slot, current, exp, loop) if exp is not None else None
+
+    def _open_sweeps(self) -> list[Sweep]:
+        open_sweeps = []
+        # Only running sweeps: a year of finished nights is not read on every pick.
+        for sweep in self.store.list_sweeps([SweepStatus.RUNNING]):
+            if self._only is not None and sweep.name not in self._only:
+                continue
+            verdict = self._gate(sweep)
+            if verdict.kind is GateKind.FINISH:
+                self._finish_sweep(sweep, verdict.reason)
+            elif verdict.kind is GateKind.START:
+                open_sweeps.append(sweep)
+        return open_sweeps
+
+    def _choose_proposer(self, usable: list[tuple[Sweep, Any]]) -> tuple[Sweep, Any] | None:
+        """The first open sweep with a proposer that nobody is asking right now (marked busy)."""
+        for sweep, loop in usable:
+            if sweep.baseline_metric is None:
+                continue  # nothing is proposed before the baseline is in
+            with self._state_lock:
+                if sweep.id in self._proposing:
+                    continue
+            if loop.proposer is None:
+                continue  # a queue-only sweep waits for POST /experiments
+            with self._state_lock:
+                self._proposing.add(sweep.id)
+            return sweep, loop
+        return None
+
+    def _claim_queued(self, sweep: Sweep) -> Experiment | None:
+        """Priority then FIFO; but until the baseline is kept, only the baseline may run."""
+        if sweep.baseline_metric is not None:
+            return self.store.claim_next(sweep.id)
+        queued = self.store.list_experiments(sweep.id, [ExperimentStatus.QUEUED])
+        base = next((e for e in queued if e.is_baseline), None)
+        if base is None and self.store.get_sweep(sweep.name).baseline_metric is not None:
+            return self.store.claim_next(sweep.id)  # `sweep` was read before the baseline ended
+        if base is None and self.store.count_experiments(
+                sweep.id, [ExperimentStatus.RUNNING], is_baseline=True):
+            return None  # another slot claimed it after `sweep` was read
+        if base is None:  # nothing of the sweep runs and no baseline is left: it is lost
+            logger.error("sweep %s has no baseline to run (cancelled or given up); stopping it",
+                         sweep.name)
+            self.store.set_sweep_status(sweep.name, SweepStatus.STOPPED)
+            return None
+        return self.store.claim(base.id)
+
+    def _claimed(self, slot: int, sweep: Sweep, exp: Experiment,
+                 loop: Any) -> tuple[Sweep, Experiment, Any]:
+        claim = _Claim(slot, loop)
+        with self._state_lock:
+            if exp.id in self._cancel_requests:  # cancelled between the claim and now
+                self._cancel_requests.discard(exp.id)
+                claim.stop.set()
+            self._running[exp.id] = claim
+        logger.info("slot %d: experiment %s of %s", slot, exp.id, sweep.name)
+        return sweep, exp, loop
+
+    def _finish_sweep(self, sweep: Sweep, reason: str) -> None:
+        if self.store.count_experiments(sweep.id, [ExperimentStatus.RUNNING]):
+            return  # the in-flight run finishes first (it may still be kept)
+        logger.info("sweep %s done: %s", sweep.name, reason)
+        self.store.set_sweep_status(sweep.name, SweepStatus.DONE)
+
+    def _pause(self, sweep: Sweep, why: str) -> None:
+        """A sweep that cannot run (target gone, proposer unloadable) waits for its owner
+        instead of failing on every tick; resuming it tries again."""
+        if self._stopping.is_set():
+            return  # a shutdown's side effects are not the sweep's fault
+        logger.error("sweep %s paused: %s; fix the problem, then resume the sweep", sweep.name,
+                     why)
+        try:
+            self.store.set_sweep_status(sweep.name, SweepStatus.PAUSED)
+        except (ConflictError, NotFoundError):
+            pass  # stopped or deleted meanwhile
+
+    def _usable_loop(self, sweep: Sweep, slot: int) -> Any:
+        """The sweep's loop for `slot`, or None (sweep paused) when it cannot be built."""
+        try:
+            return self._loop(sweep, slot)
+        except Exception as exc:
+            self._pause(sweep, f"cannot set up its runs: {exc}")
+            return None
+
+    def _loop(self, sweep: Sweep, slot: int) -> Any:
+        key = (sweep.id, slot)
+        with self._state_lock:
+            loop = self._loops.get(key)
+        if loop is None:
+            loop = self.loop_factory(sweep, slot)
+            with self._state_lock:
+                self._loops[key] = loop
+        return loop
+
+
+def run_sweep(loop: Any, name: str, settings: SchedulerSettings | None = None) -> Sweep:
+    """Run one sweep to its end in the foreground: the engine in burst mode with `loop`."""
+    engine = SlotScheduler(loop.store, settings or SchedulerSettings(), lambda _s, _n: loop)
+    engine.run_burst([name])
+    done: Sweep = loop.store.get_sweep(name)
+    return done

@@ -1,0 +1,70 @@
+"""A sweep's timed start (`start_at`): an APScheduler date job that resumes the paused sweep.
+
+APScheduler does only what it is for here: the start time is kept on the sweep row, so it
+survives restarts (every paused sweep with a `start_at` gets its job again when the service
+starts), and the job resumes the sweep and wakes the slots, then returns at once.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from agent.core.domain import SweepStatus, utcnow
+from agent.core.errors import ConflictError, NotFoundError
+from agent.core.ports import Store
+
+logger = logging.getLogger(__name__)
+
+
+class TimedStarts:
+    def __init__(self, store: Store, wake: Callable[[], None]) -> None:
+        self.store, self.wake = store, wake
+        self._aps: Any = None
+
+    def start(self) -> None:
+        """Start the job scheduler with a date job for every scheduled start on record."""
+        from apscheduler.schedulers.background import BackgroundScheduler
+
+        self._aps = BackgroundScheduler(job_defaults={"coalesce": True, "max_instances": 1,
+                                                      "misfire_grace_time": None})
+        self._aps.start()
+        for sweep in self.store.list_sweeps([SweepStatus.PAUSED]):
+            if sweep.start_at is not None:
+                self._add_job(sweep.name, sweep.start_at)
+
+    @property
+    def running(self) -> bool:
+        """False once started and then stopped (or dead); True before start (nothing to run)."""
+        return self._aps is None or bool(self._aps.running)
+
+    def shutdown(self) -> None:
+        if self._aps is not None and self._aps.running:
+            self._aps.shutdown(wait=False)
+
+    def schedule(self, sweep_name: str, when: datetime) -> None:
+        """Start (resume) a paused sweep at `when`; kept on the sweep row across restarts."""
+        if self._aps is None:
+            raise ConflictError("the scheduler is not running; cannot schedule a start")
+        self.store.set_start_at(sweep_name, when)
+        self._add_job(sweep_name, when)
+
+    def _add_job(self, sweep_name: str, when: datetime) -> None:
+        self._aps.add_job(self.start_now, "date", run_date=max(when, utcnow()),
+                          args=[sweep_name], id=f"start:{sweep_name}", replace_existing=True)
+
+    def scheduled(self) -> dict[str, datetime]:
+        return {s.name: s.start_at for s in self.store.list_sweeps([SweepStatus.PAUSED])
+                if s.start_at is not None}
+
+    def start_now(self, sweep_name: str) -> None:
+        try:
+            sweep = self.store.get_sweep(sweep_name)
+        except NotFoundError:
+            return
+        if sweep.status is SweepStatus.PAUSED:
+            self.store.set_sweep_status(sweep_name, SweepStatus.RUNNING)
+            logger.info("sweep %s started at its scheduled time", sweep_name)
+            self.wake()

@@ -1,0 +1,1 @@
+"""Where a run executes: a local subprocess or a Ray task on a cluster."""

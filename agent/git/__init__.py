@@ -1,0 +1,1 @@
+"""The git adapter: commits without a checkout, worktrees, git's own files, content hashes."""

@@ -1,0 +1,1 @@
+"""Pure decisions: admission, crash classes, keep rule, gates, noise, contract, knob space."""

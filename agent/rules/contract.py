@@ -1,0 +1,192 @@
+"""Does a target honour the script contract? Pure checks over what a run printed, with fixes.
+
+The contract: read OVERNIGHT_BUDGET_S and train that long, print progress lines, end with a
+`---` block holding the metric and `training_seconds`, and compute the metric outside the files
+a proposal may change. Used by `overnight doctor` (two runs) and `overnight run` (its baseline).
+Pure: the stdlib and agent.core.config only.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+from agent.core.config import CONFIG_FILE, TargetConfig
+
+Status = Literal["ok", "warn", "fail", "info"]
+BUDGET_SLACK = 1.25  # training_seconds may overrun the budget by this factor (+1 s) ...
+BUDGET_FLOOR = 0.5  # ... and should use at least this share of it
+MAX_OVERHEAD_SHARE = 0.5
+NOISE_MARGIN = 2.0  # suggested min_delta = this many run-to-run sigmas
+STEPS_AGREE = 0.8  # two runs of the same code should do similar numbers of steps
+
+
+@dataclass(frozen=True)
+class RunFacts:
+    """What one run of the unmodified target showed."""
+
+    timed_out: bool
+    exit_code: int | None
+    wall_s: float
+    summary: Mapping[str, float | str]
+    progress_points: int
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    status: Status
+    detail: str
+    fix: str = ""
+    folded: tuple[str, ...] = ()  # knock-on effects of this failure, shown under it
+
+
+SUMMARY_FIX = (
+    "end the script with a line `---` then `key: value` lines, at least `{metric}: <value>` and "
+    "`training_seconds: <seconds>` (see docs/target.md, 'The script contract')"
+)
+BUDGET_FIX = (
+    "read the budget: `budget = float(os.environ['OVERNIGHT_BUDGET_S'])` and stop training "
+    "once that many seconds of training have passed, then evaluate and print the `---` block"
+)
+
+
+def _number(summary: Mapping[str, float | str], key: str) -> float | None:
+    value = summary.get(key)
+    return float(value) if isinstance(value, int | float) and math.isfinite(value) else None
+
+
+def check_summary(config: TargetConfig, run: RunFacts) -> list[Check]:
+    """The `---` block and the metric in it."""
+    fix = SUMMARY_FIX.format(metric=config.metric)
+    if not run.summary:
+        why = "the run timed out before printing one" if run.timed_out else "none in the log"
+        return [Check("summary block", "fail", why, fix)]
+    checks = [Check("summary block", "ok", f"{len(run.summary)} keys")]
+    metric = _number(run.summary, config.metric)
+    if metric is None:
+        found = ", ".join(sorted(run.summary))
+        checks.append(Check("metric", "fail", f"no finite {config.metric!r} in the block "
+                            f"(found {found})", fix))
+    else:
+        checks.append(Check("metric", "ok", f"{config.metric} = {metric:g}"))
+    return checks
+
+
+def check_budget(config: TargetConfig, run: RunFacts) -> Check:
+    """training_seconds against OVERNIGHT_BUDGET_S; a timeout says the budget was ignored."""
+    budget = config.budget_s
+    if run.timed_out:
+        return Check("budget honoured", "fail", f"killed at the {config.timeout_s:g} s timeout "
+                     f"with a {budget:g} s budget", BUDGET_FIX)
+    trained = _number(run.summary, "training_seconds")
+    if trained is None:
+        return Check("budget honoured", "fail", "no training_seconds in the summary block",
+                     BUDGET_FIX)
+    if trained > budget * BUDGET_SLACK + 1.0:
+        return Check("budget honoured", "fail", f"trained {trained:g} s with a {budget:g} s "
+                     "budget", BUDGET_FIX)
+    if trained < budget * BUDGET_FLOOR:
+        return Check("budget honoured", "warn", f"trained only {trained:g} s of a {budget:g} s "
+                     "budget (a fixed number of steps?)", BUDGET_FIX)
+    return Check("budget honoured", "ok", f"trained {trained:g} s of {budget:g} s")
+
+
+def check_progress(config: TargetConfig, run: RunFacts) -> Check:
+    if run.progress_points:
+        return Check("progress lines", "ok", f"{run.progress_points} parsed (the loss curve)")
+    how = ("your progress_regex matched no line" if config.progress_regex
+           else "no line such as `step 120 | loss 3.41 | elapsed 31.2s`")
+    return Check("progress lines", "warn", how,
+                 "print `step N | loss X | elapsed Ts`, or set progress_regex in "
+                 f"{CONFIG_FILE} with named groups, e.g. "
+                 r"'(?P<step>\d+)/\s*\d+ batches.*loss\s+(?P<loss>[\d.]+)'")
+
+
+def check_overhead(run: RunFacts) -> Check:
+    trained = _number(run.summary, "training_seconds")
+    if trained is None or run.wall_s <= 0:
+        return Check("start-up overhead", "info", "unknown (no training_seconds)")
+    share = max(0.0, 1.0 - trained / run.wall_s)
+    detail = f"{share:.0%} of {run.wall_s:.1f} s wall time is not training"
+    if share > MAX_OVERHEAD_SHARE:
+        return Check("start-up overhead", "warn", detail,
+                     "raise budget_s so that training dominates each run")
+    return Check("start-up overhead", "ok", detail)
+
+
+def check_run(config: TargetConfig, run: RunFacts) -> list[Check]:
+    """The cheap checks one finished run answers (what `overnight run` reports on its baseline)."""
+    later = [*check_summary(config, run), check_budget(config, run)]
+    error = run.error or (f"exit code {run.exit_code}" if run.exit_code not in (0, None)
+                          and not run.timed_out else None)
+    if error and not run.summary and "summary block" not in error:
+        # No block because the run failed: what that failure makes fail too is folded under it.
+        knock_on = tuple(f"so: {c.name}: {c.detail}" for c in later if c.status == "fail")
+        return [Check("runs", "fail", f"the run failed: {error}",
+                      "run the command by hand in a clean clone and fix the error",
+                      folded=knock_on), check_progress(config, run)]
+    if run.timed_out:
+        budget = next(c for c in later if c.name == "budget honoured")
+        knock_on = tuple(f"so: {c.name}: {c.detail}" for c in later
+                         if c.status == "fail" and c is not budget)
+        later = [Check(budget.name, budget.status, budget.detail, budget.fix, knock_on)]
+    return [*later, check_progress(config, run), check_overhead(run)]
+
+
+def check_noise(config: TargetConfig, first: float | None, second: float | None) -> list[Check]:
+    """Two runs with the same seed: determinism, run-to-run sigma and the min_delta it implies."""
+    if first is None or second is None:
+        return [Check("noise", "info", "needs two runs that print the metric")]
+    gap = abs(first - second)
+    sigma = gap / math.sqrt(2.0)
+    suggested = NOISE_MARGIN * sigma
+    checks = [
+        Check("deterministic for a fixed seed", "ok" if gap == 0 else "warn",
+              f"{config.metric} {first:g} then {second:g} with seed {config.seed}",
+              "" if gap == 0 else "seed every generator from OVERNIGHT_SEED; with a time "
+              "budget the step count also varies with machine load"),
+    ]
+    if sigma == 0:
+        checks.append(Check("noise", "ok", "run-to-run sigma 0 at this seed"))
+    elif config.min_delta >= suggested:
+        checks.append(Check("noise", "ok", f"sigma ~ {sigma:.4g}; min_delta {config.min_delta:g}"))
+    else:
+        checks.append(Check("noise", "warn", f"run-to-run sigma ~ {sigma:.4g} (2 runs) but "
+                            f"min_delta = {config.min_delta:g}: keeps within the noise are luck",
+                            f"set min_delta = {suggested:.3g} in {CONFIG_FILE} (or confirm_runs)"))
+    return checks
+
+
+_IMPORT = re.compile(r"^\s*(?:from\s+([\w.]+)\s+import|import\s+([\w.]+))", re.MULTILINE)
+
+
+def check_evaluation(config: TargetConfig, files: Mapping[str, str]) -> Check:
+    """Is the metric computed in a protected module that the editable script imports?"""
+    protected_modules = {p[:-3].replace("/", ".") for p in config.protected if p.endswith(".py")}
+    imported = {m for text in files.values() for pair in _IMPORT.findall(text) for m in pair if m}
+    imported |= {m.split(".")[0] for m in imported}
+    used = sorted(protected_modules & imported)
+    if used:
+        return Check("metric safe from proposals", "ok",
+                     f"the evaluation can live in protected {', '.join(used)}, which the "
+                     "editable code imports")
+    return Check("metric safe from proposals", "warn",
+                 "the editable files import no protected module, so the code that computes "
+                 f"{config.metric} is itself editable: a proposal may change how it is measured",
+                 "move the evaluation (and the data loading) into a file listed in protected, "
+                 "e.g. prepare.py, and import it from the script")
+
+
+def check_steps(first: Mapping[str, float | str], second: Mapping[str, float | str]) -> list[Check]:
+    """Two runs of the same code with very different step counts measured the machine's load."""
+    a, b = _number(first, "num_steps"), _number(second, "num_steps")
+    if a is None or b is None or max(a, b) <= 0 or min(a, b) / max(a, b) >= STEPS_AGREE:
+        return []
+    return [Check("steady machine", "warn", f"num_steps {a:g} then {b:g} for the same code: the "
+                  "difference (and the noise above) is mostly the machine's load",
+                  "measure noise on an otherwise idle machine before setting min_delta")]

@@ -307,7 +307,8 @@ def _pct(values: list[float], q: float) -> float:
 def table(results: dict[tuple[str, str], list[Outcome]], proposals: int) -> str:
     marks = [m for m in CHECKPOINTS if m <= proposals]
     head = ["family", "proposer"] + [f"regret@{m} med / p90" for m in marks] + [
-        f"closed@{m} med" for m in marks] + ["crashed runs (med)", "crash repeats/knob (max)", "repeats (total)", "ended early"]
+        f"closed@{m} med" for m in marks] + [
+        "crashed runs (med)", "crash repeats/knob (max)", "repeats (total)", "ended early"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for (family, proposer), outs in results.items():
         cells = [family, proposer]

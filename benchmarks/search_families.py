@@ -92,7 +92,7 @@ def crash(c: dict[str, float]) -> float | str:
             + (0.0 if c["USE_SWIGLU"] else 0.006) + 0.004 * _oct(c["BATCH_SIZE"], 32))
 
 
-COUPLED_MEMORY_LIMIT = 16 * MEMORY_LIMIT / 6  # the optimum uses 16: as close to the edge as in `crash`
+COUPLED_MEMORY_LIMIT = 16 * MEMORY_LIMIT / 6  # the optimum uses 16: as near the edge as `crash`'s
 NAN_AT = 1.6  # × the best LR for the width
 
 

@@ -14,7 +14,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from agent.analysis.projection import ExperimentView
+from agent.analysis.projection import ExperimentView, LLMSpend
 from agent.analysis.report import improvement, results_tsv
 from agent.core.domain import RAN_STATUSES, Sweep
 from agent.core.domain import ExperimentStatus as S
@@ -60,6 +60,7 @@ def print_results(sweep: Sweep, store, fmt: str) -> None:  # type: ignore[no-unt
                     "best": sweep.best_metric,
                     "best_commit": sweep.best_commit,
                     "evidence": sweep_evidence_row(ev),
+                    "llm": LLMSpend.of(store.llm_usage(sweep.id)).model_dump(),
                     "experiments": rows,
                 },
                 indent=2,

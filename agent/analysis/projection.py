@@ -3,7 +3,8 @@
 `ExperimentView.of(experiment, sweep_name)` is the only serialization of an experiment: the API's
 `ExperimentPublic` is this model, the MCP tools list it and extend it (a waited-for result), and
 `overnight results --format json` prints it beside each experiment's evidence. A new field on
-an experiment is added here once and appears everywhere.
+an experiment is added here once and appears everywhere. `llm` is a language model's part in
+it (LLMView: the conversation, errors, tokens), `LLMSpend` a sweep's total.
 """
 
 from __future__ import annotations
@@ -23,6 +24,67 @@ def memory_gb(exp: Experiment) -> float:
     if not isinstance(mb, int | float) or not math.isfinite(mb):
         return 0.0
     return round(mb / 1024, 1)
+
+
+class LLMTurn(BaseModel):
+    """One call of a conversation: what was asked, the answer, what was wrong with it."""
+
+    asked: str = Field(description="the proposal prompt, or a re-ask after an unusable answer")
+    format: str | None = Field(None, description="json_schema | json_object | tools | text")
+    answer: str | None = Field(None, description="the model's answer (clipped); none when "
+                               "the call failed")
+    error: str | None = Field(None, description="why it could not be used (code: message)")
+    tokens_in: int | None = None
+    tokens_out: int | None = None
+    seconds: float | None = None
+    max_tokens: int | None = None
+    finish: str | None = None
+
+
+class LLMView(BaseModel):
+    """What a language model said and spent for one experiment."""
+
+    model: str | None
+    tokens_in: int
+    tokens_out: int
+    usd: float
+    calls: int
+    estimated: bool = Field(description="some counts are estimates (a timed-out call)")
+    rejection: str | None = Field(description="what the model did wrong, for a proposal "
+                                  "refused as unusable")
+    errors: list[str]
+    conversation: list[LLMTurn]
+
+    @classmethod
+    def of(cls, meta: dict[str, Any]) -> LLMView | None:
+        usage = meta.get("llm_usage")
+        if not isinstance(usage, dict):
+            return None
+        turns = meta.get("llm_conversation")
+        if not isinstance(turns, list):  # records from before conversations were kept
+            raw = meta.get("raw_answer")
+            turns = [{"asked": "the proposal prompt", "answer": raw}] if raw else []
+        unusable = meta.get("unusable")
+        return cls(model=meta.get("llm_model"), tokens_in=int(usage.get("tokens_in", 0)),
+                   tokens_out=int(usage.get("tokens_out", 0)),
+                   usd=float(usage.get("usd", 0.0)), calls=int(usage.get("calls", 0)),
+                   estimated=bool(usage.get("estimated")),
+                   rejection=unusable.get("message") if isinstance(unusable, dict) else None,
+                   errors=[str(e) for e in meta.get("llm_errors", [])],
+                   conversation=[LLMTurn.model_validate(t) for t in turns
+                                 if isinstance(t, dict)])
+
+
+class LLMSpend(BaseModel):
+    """A sweep's language-model spend (every call, including those no experiment carries)."""
+
+    tokens_in: int
+    tokens_out: int
+    usd: float
+
+    @classmethod
+    def of(cls, usage: tuple[int, int, float]) -> LLMSpend:
+        return cls(tokens_in=usage[0], tokens_out=usage[1], usd=round(usage[2], 6))
 
 
 def _round(value: float | None) -> float | None:
@@ -54,6 +116,8 @@ class ExperimentView(BaseModel):
     memory_gb: float
     training_seconds: float | None
     warnings: list[str] = Field(description="contract problems of its run (budget ignored …)")
+    llm: LLMView | None = Field(description="a language model's conversation, errors and "
+                                "tokens for this proposal (null for other proposers)")
     meta: dict[str, Any]
     created_at: datetime | None
     started_at: datetime | None
@@ -74,7 +138,8 @@ class ExperimentView(BaseModel):
             attempt=e.attempt, is_baseline=e.is_baseline, priority=e.priority,
             proposer=e.proposer, reason=e.reason, summary=e.summary, memory_gb=memory_gb(e),
             training_seconds=float(seconds) if isinstance(seconds, int | float) else None,
-            warnings=[str(w) for w in e.meta.get("warnings", [])], meta=e.meta,
+            warnings=[str(w) for w in e.meta.get("warnings", [])], llm=LLMView.of(e.meta),
+            meta=e.meta,
             created_at=e.created_at, started_at=e.started_at, finished_at=e.finished_at,
             log_path=e.log_path,
         )

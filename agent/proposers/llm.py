@@ -101,6 +101,7 @@ class LLMProposer:
         self.out_of_ideas: str | None = None
         self.store = store  # records usage that no proposal carries (a failed conversation)
         self.meter = TokenMeter()
+        self._counted = False  # the server's tokenizer was asked
         self._context: Any = profile.context_tokens or _UNKNOWN
         auto = ANTHROPIC_AUTO if profile.backend == "anthropic" else OPENAI_AUTO
         self.formats = list(auto if profile.answer_format == "auto" else
@@ -223,6 +224,12 @@ class LLMProposer:
 
     def _fit(self, build: Build, system: str, structured: bool) -> str:
         """The prompt with as much history (and program.md) as the context leaves room for."""
+        if not self.meter.observed and not self._counted:  # the server's tokenizer, once
+            self._counted = True
+            sample = system + build(0, PromptStyle(structured))
+            tokens = self.backend.count_tokens(sample)
+            if tokens:
+                self.meter.calibrate(sample, tokens)
         cpt, out = self.meter.chars_per_token, self.profile.max_output_tokens
         last: ContextFull | None = None
         for program in (True, False):

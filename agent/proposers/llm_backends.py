@@ -78,6 +78,9 @@ class ChatBackend(Protocol):
     def context_tokens(self) -> int | None:
         """The model's context size where the server says (None where it does not)."""
 
+    def count_tokens(self, text: str) -> int | None:
+        """`text`'s tokens by the server's own tokenizer, where it has one (else None)."""
+
 
 def _estimate_tokens(text: str) -> int:
     return max(1, len(text) // 3)
@@ -105,6 +108,9 @@ class HttpChat:
         raise NotImplementedError
 
     def context_tokens(self) -> int | None:
+        return None
+
+    def count_tokens(self, text: str) -> int | None:
         return None
 
     def complete(self, request: ChatRequest) -> ChatReply:
@@ -204,6 +210,23 @@ class OpenAIChat(HttpChat):
             except (httpx.HTTPError, ValueError, TypeError, AttributeError):
                 found = None
             if found:
+                return found
+        return None
+
+
+    def count_tokens(self, text: str) -> int | None:
+        """llama-cpp-python's /extras/tokenize/count, llama.cpp's /tokenize."""
+        root = self.profile.base_url.removesuffix("/v1")
+        for url, body, read in ((root + "/extras/tokenize/count", {"input": text},
+                                 lambda d: d.get("count")),
+                                (root + "/tokenize", {"content": text},
+                                 lambda d: len(d.get("tokens") or []) or None)):
+            try:
+                resp = self._client.post(url, json=body, headers=self.headers(), timeout=30)
+                found = read(resp.json()) if resp.status_code == 200 else None
+            except (httpx.HTTPError, ValueError, TypeError, AttributeError):
+                found = None
+            if isinstance(found, int) and found > 0:
                 return found
         return None
 

@@ -1,9 +1,10 @@
 """Fit a prompt and its answer into a model's context and the sweep's caps. Pure.
 
 Token counts are estimated from characters with a ratio the server corrects: it starts at a
-measured prior (PRIOR_CHARS_PER_TOKEN, below what code and prose give on the tokenizers
-measured, so a first estimate errs long) and follows the prompt tokens each reply reports.
-A context that refuses a prompt teaches the meter both the real context and a lower ratio.
+measured prior (PRIOR_CHARS_PER_TOKEN), is set by the server's own tokenizer where it offers
+one (llama.cpp, llama-cpp-python) before the first ask, and then follows the prompt tokens each
+reply reports. A context that refuses a prompt teaches the meter both the real context and a
+lower ratio; MARGIN covers what is left of the error.
 """
 
 from __future__ import annotations
@@ -12,10 +13,10 @@ import math
 import re
 from dataclasses import dataclass
 
-# Characters per token of the prompts this proposer sends, measured with the real tokenizers
-# (benchmarks/llm_tokens.py): SmolLM2 3.0-3.3 on train.py-style code and the prompt text. A
-# prior below every measurement makes the first ask's estimate high, never low.
-PRIOR_CHARS_PER_TOKEN = 2.8
+# Characters per token of what this proposer sends, measured with SmolLM2's tokenizer
+# (benchmarks/llm_tokens.py): 2.4-2.9 on train.py-style code, 3.0 on the gpt target's first ask,
+# 3.4-4.2 on prose. The prior serves only until the server's tokenizer or its first reply says.
+PRIOR_CHARS_PER_TOKEN = 3.0
 MESSAGE_OVERHEAD_TOKENS = 8  # a chat template's role markers, per message
 MARGIN = 0.03  # of the context, for the estimate's error
 MARGIN_MIN_TOKENS = 64
@@ -54,6 +55,12 @@ class TokenMeter:
         text_tokens = prompt_tokens - MESSAGE_OVERHEAD_TOKENS * (len(messages) + 1)
         if chars >= 200 and text_tokens > 0:
             self.chars_per_token = chars / text_tokens
+            self.observed += 1
+
+    def calibrate(self, text: str, tokens: int) -> None:
+        """Set the ratio from a tokenizer's count of `text`."""
+        if len(text) >= 200 and tokens > 0:
+            self.chars_per_token = len(text) / tokens
             self.observed += 1
 
     def refused(self) -> None:

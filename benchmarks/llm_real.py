@@ -117,9 +117,9 @@ def run_sweep(target: Path, work: Path, base_url: str, args: argparse.Namespace,
     cfg.write_text(f'[profiles.smol]\nbase_url = "{base_url}"\nmodel = "smollm2"\n'
                    f'api_key_env = ""\ntimeout_s = {args.timeout}\n{extra}')
     env = {**os.environ, "PYTHONPATH": str(args.code)}
-    argv = [sys.executable, "-c", "import sys; from overnight.cli import main; main()", "run", "--target", str(tgt), "--experiments",
-            str(args.experiments), "--proposer", "llm:smol", "--llm-config", str(cfg), "--db",
-            str(work / "o.db"), "--sweep", name]
+    argv = [sys.executable, "-c", "from overnight.cli import main; main()", "run", "--target",
+            str(tgt), "--experiments", str(args.experiments), "--proposer", "llm:smol",
+            "--llm-config", str(cfg), "--db", str(work / "o.db"), "--sweep", name]
     if args.budget:
         argv += ["--budget", str(args.budget)]
     start = time.monotonic()
@@ -152,8 +152,8 @@ def figures(rows: list[dict[str, Any]], sweep: dict[str, Any], calls: list[dict[
     parse_fail = sum(c in PARSE_CODES for c in codes)
     ran = [r for r in llm if r["status"] in RAN]
     prompt = [c["prompt_tokens"] for c in answered if c.get("prompt_tokens")]
-    used = sum(1 for r in rows if not r["is_baseline"] and r["status"] in RAN | {"rejected"})
     last = rows[-1] if rows else {}
+    capped = "cap reached" in (last.get("reason") or "")
     return {
         "answers": len(answered), "calls": len(calls),
         "http_errors": [c.get("error", "")[:120] for c in calls if c["status"] != 200],
@@ -167,8 +167,8 @@ def figures(rows: list[dict[str, Any]], sweep: dict[str, Any], calls: list[dict[
         "seconds_per_answer": round(statistics.mean(c["seconds"] for c in answered), 1)
         if answered else None,
         "sweep_tokens": [sweep["llm_tokens_in"], sweep["llm_tokens_out"]],
-        "experiments_used": used, "asked_for": args.experiments,
-        "ended_early": used < args.experiments,
+        "experiments_ran": len(ran), "asked_for": args.experiments,
+        "ended_early": len(ran) < args.experiments and not capped,
         "last_reason": (last.get("reason") or "")[:200], "wall_s": round(seconds),
         "formats": sorted({c["format"] for c in calls}),
     }

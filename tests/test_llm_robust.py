@@ -5,6 +5,7 @@ servers on loopback)."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -12,10 +13,11 @@ from pathlib import Path
 import pytest
 from fake_llm import Error, FakeLLM, Slow, Tool
 from fastapi.testclient import TestClient
-from test_llm_proposer import GOOD_LR, PROSE, run_llm_sweep, target, write_profile  # noqa: F401
+from test_llm_proposer import FIXTURE, GOOD_LR, PROSE, run_llm_sweep, write_profile
 
 from agent.analysis.projection import ExperimentView
 from agent.core.domain import ExperimentStatus as S
+from agent.git.repo import init_repo
 
 # The JSON edit a schema-bound server returns: one line of train.py, replaced.
 EDIT = {"description": "raise the learning rate to 0.04", "category": "hyperparameter",
@@ -31,6 +33,14 @@ LENGTH_400 = Error(400, json.dumps({"error": {
 FORMAT_422 = Error(422, json.dumps({"detail": [{
     "type": "literal_error", "loc": ["body", "response_format", "type"],
     "msg": "Input should be 'text' or 'json_object'", "input": "json_schema"}]}))
+
+
+@pytest.fixture
+def target(tmp_path: Path) -> Path:
+    path = tmp_path / "target"
+    shutil.copytree(FIXTURE, path, ignore=shutil.ignore_patterns("__pycache__"))
+    init_repo(path)
+    return path
 
 
 def test_a_prompt_the_context_refuses_is_shrunk_and_asked_again(tmp_path, target, monkeypatch):
@@ -162,3 +172,15 @@ def test_records_show_the_conversation_everywhere(tmp_path, target, monkeypatch)
     assert "Conversation with fake-1" in html and "What the model did wrong" in html
     assert html.count("Not usable:") == 3 and "wider MLP and a warmup schedule" in html
     assert rest["llm"]["rejection"] == rejected.reason and sweep["llm"]["tokens_in"] == 4000
+
+
+def test_a_model_with_no_usable_idea_ends_the_night_saying_so(tmp_path, target, monkeypatch):
+    with FakeLLM("openai", []) as fake:  # every answer: "I have no further ideas."
+        write_profile(tmp_path, monkeypatch, fake, answer_format="text", answer_retries=0)
+        store, sweep_id = run_llm_sweep(tmp_path, target, max_experiments=10)
+    exps = store.list_experiments(sweep_id)
+    assert [e.status for e in exps] == [S.KEPT] + [S.REJECTED] * 6
+    assert all(e.meta["rejection"] == "no_diff" for e in exps[1:6])
+    assert exps[-1].reason == ("5 proposals in a row were refused: the proposer counts as out "
+                               "of ideas")
+    assert store.get_sweep("llm").status.value == "done" and len(fake.requests) == 5

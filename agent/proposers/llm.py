@@ -166,7 +166,8 @@ class LLMProposer:
                 request, asked = self._request(ctx, build, conv, last_bad)
             except _Stop as stop:
                 if not conv.turns:
-                    return self._give_up(ctx, conv, stop.why)
+                    self._give_up(ctx, conv, stop.why)
+                return None
                 verdict = f"{verdict}; not asked again: {stop.why}" if verdict else stop.why
                 break
             try:
@@ -177,7 +178,8 @@ class LLMProposer:
                     shrinks += exc.kind == "length"
                     continue
                 if outcome == "fatal":
-                    return self._give_up(ctx, conv, f"the language model failed: {exc}")
+                    self._give_up(ctx, conv, f"the language model failed: {exc}")
+                    return None
                 verdict = outcome
                 break
             raw, entry = reply.text, self._answered(conv, request, asked, reply)
@@ -206,8 +208,8 @@ class LLMProposer:
         asked = "the proposal prompt" if last_bad is None else "again, after: " + last_bad[1]
         if last_bad is not None:
             feedback = feedback_prompt(last_bad[1], structured)
-            room = self._room_for_answer(system, prompt + feedback)
-            messages += [{"role": "assistant", "content": last_bad[0][:room] or "(empty)"},
+            clip = self._room_for_answer(system, prompt + feedback)
+            messages += [{"role": "assistant", "content": last_bad[0][:clip] or "(empty)"},
                          {"role": "user", "content": feedback}]
         prompt_tokens = self.meter.messages(system, messages)
         max_tokens = output_budget(self.context, prompt_tokens, self.profile.max_output_tokens)
@@ -217,8 +219,7 @@ class LLMProposer:
         room, cap = self._cap_room(ctx, conv, prompt_tokens)
         if cap:
             raise _Stop(cap)
-        if room is not None:
-            max_tokens = min(max_tokens, room)
+        max_tokens = max_tokens if room is None else min(max_tokens, room)
         schema = edit_schema(ctx.files) if structured else None
         return ChatRequest(system, messages, max_tokens, self.answer_format, schema), asked
 
@@ -368,7 +369,6 @@ class LLMProposer:
         u = conv.usage
         if u.calls and self.store is not None:
             self.store.add_llm_usage(ctx.sweep.id, None, u.tokens_in, u.tokens_out, u.usd)
-        return None
 
 
 def make_llm_proposer(profile: str, *, seed: int = 42, config_path: Path | str | None = None,

@@ -183,15 +183,15 @@ def parse_answer(text: str, files: dict[str, str]) -> ParsedAnswer:
     """One description + clean diff from a model answer. Raises AdmissionError."""
     data = json_answer(text)
     if data is not None:
-        diff = files_diff(files, apply_edits(data, files))
-        if not diff:
+        edited = files_diff(files, apply_edits(data, files))
+        if not edited:
             raise AdmissionError("empty_diff", "the edits leave the files exactly as they are: "
                                  "'replace' must differ from 'search'")
         stated = data.get("description")
         description = _clean(stated) if isinstance(stated, str) and _clean(stated) else (
             "change proposed by the LLM")
         category = data.get("category")
-        return ParsedAnswer(description, diff, "json_edit",
+        return ParsedAnswer(description, edited, "json_edit",
                             category if isinstance(category, str) else None)
     if _SR.search(text):
         after, shape = apply_search_replace(text, files), "search_replace"

@@ -24,7 +24,7 @@ class Usage:
     usd: float = 0.0
     calls: int = 0
     http_retries: int = 0
-    estimated: bool = False  # some counts are estimates (a timed-out call, a server silent on usage)
+    estimated: bool = False  # some counts are estimates (a timed-out call, a silent server)
 
     def as_meta(self) -> dict[str, Any]:
         meta: dict[str, Any] = {"tokens_in": self.tokens_in, "tokens_out": self.tokens_out,

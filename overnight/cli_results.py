@@ -49,7 +49,8 @@ def print_results(sweep: Sweep, store, fmt: str) -> None:  # type: ignore[no-unt
     if fmt in ("tsv", "tsv-full"):
         sys.stdout.write(results_tsv(sweep, exps, ev if fmt == "tsv-full" else None))
     elif fmt == "json":
-        rows = [{**ExperimentView.of(e, sweep.name).model_dump(mode="json"),
+        rows = [{**ExperimentView.of(e, sweep.name, with_conversation=True).model_dump(
+                     mode="json"),
                  **evidence_row(ev.experiments.get(e.id))} for e in exps]
         print(
             json.dumps(

@@ -151,11 +151,14 @@ def test_records_show_the_conversation_everywhere(tmp_path, target, monkeypatch)
     assert rejected.status is S.REJECTED and rejected.meta["rejection"] == "no_diff"
     assert rejected.reason.startswith("the model gave no usable change in 3 answers; the last: "
                                       "no change found in the answer")
-    view = ExperimentView.of(rejected, "llm").llm
+    view = ExperimentView.of(rejected, "llm", with_diff=True).llm
     assert view is not None and view.rejection == rejected.reason
     assert [t.answer for t in view.conversation] == [PROSE] * 3 and len(view.errors) == 3
     assert (view.tokens_in, view.tokens_out, view.calls) == (3000, 600, 3)
     assert ExperimentView.of(exps[0], "llm").llm is None  # the baseline is nobody's answer
+    listed = ExperimentView.of(rejected, "llm")  # in a list: the totals, not the answers
+    assert listed.llm is not None and listed.llm.conversation == [] and listed.llm.calls == 3
+    assert "llm_conversation" not in listed.meta
 
     out = subprocess.run([str(Path(sys.executable).parent / "overnight"), "results", "--sweep",
                           "llm", "--format", "json", "--db", str(tmp_path / "db.sqlite")],

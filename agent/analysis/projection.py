@@ -26,6 +26,9 @@ def memory_gb(exp: Experiment) -> float:
     return round(mb / 1024, 1)
 
 
+CONVERSATION_KEY = "llm_conversation"  # in meta (agent.proposers.llm_record); shown as llm
+
+
 class LLMTurn(BaseModel):
     """One call of a conversation: what was asked, the answer, what was wrong with it."""
 
@@ -53,16 +56,17 @@ class LLMView(BaseModel):
     rejection: str | None = Field(description="what the model did wrong, for a proposal "
                                   "refused as unusable")
     errors: list[str]
-    conversation: list[LLMTurn]
+    conversation: list[LLMTurn] = Field(description="every call, oldest first (only when one "
+                                        "experiment is asked for, and in results json)")
 
     @classmethod
-    def of(cls, meta: dict[str, Any]) -> LLMView | None:
+    def of(cls, meta: dict[str, Any], with_conversation: bool = True) -> LLMView | None:
         usage = meta.get("llm_usage")
         if not isinstance(usage, dict):
             return None
-        turns = meta.get("llm_conversation")
+        turns = meta.get(CONVERSATION_KEY) if with_conversation else []
         if not isinstance(turns, list):  # records from before conversations were kept
-            raw = meta.get("raw_answer")
+            raw = meta.get("raw_answer") if with_conversation else None
             turns = [{"asked": "the proposal prompt", "answer": raw}] if raw else []
         unusable = meta.get("unusable")
         return cls(model=meta.get("llm_model"), tokens_in=int(usage.get("tokens_in", 0)),
@@ -125,9 +129,11 @@ class ExperimentView(BaseModel):
     log_path: str | None
 
     @classmethod
-    def fields_of(cls, e: Experiment, sweep_name: str, with_diff: bool = False
-                  ) -> dict[str, Any]:
-        """The projection's values, for models that extend it."""
+    def fields_of(cls, e: Experiment, sweep_name: str, with_diff: bool = False,
+                  with_conversation: bool | None = None) -> dict[str, Any]:
+        """The projection's values, for models that extend it. The diff and a language model's
+        conversation come with one experiment (with_diff), not in lists."""
+        talk = with_diff if with_conversation is None else with_conversation
         seconds = e.summary.get("training_seconds")
         return dict(
             id=e.id, sweep=sweep_name, status=e.status.value,
@@ -138,12 +144,13 @@ class ExperimentView(BaseModel):
             attempt=e.attempt, is_baseline=e.is_baseline, priority=e.priority,
             proposer=e.proposer, reason=e.reason, summary=e.summary, memory_gb=memory_gb(e),
             training_seconds=float(seconds) if isinstance(seconds, int | float) else None,
-            warnings=[str(w) for w in e.meta.get("warnings", [])], llm=LLMView.of(e.meta),
-            meta=e.meta,
+            warnings=[str(w) for w in e.meta.get("warnings", [])], llm=LLMView.of(e.meta, talk),
+            meta={k: v for k, v in e.meta.items() if k != CONVERSATION_KEY},
             created_at=e.created_at, started_at=e.started_at, finished_at=e.finished_at,
             log_path=e.log_path,
         )
 
     @classmethod
-    def of(cls, e: Experiment, sweep_name: str, with_diff: bool = False) -> ExperimentView:
-        return cls(**cls.fields_of(e, sweep_name, with_diff))
+    def of(cls, e: Experiment, sweep_name: str, with_diff: bool = False,
+           with_conversation: bool | None = None) -> ExperimentView:
+        return cls(**cls.fields_of(e, sweep_name, with_diff, with_conversation))

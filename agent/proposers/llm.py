@@ -62,6 +62,7 @@ __all__ = ["USAGE_KEY", "LLMProposer", "category_of_answer", "make_llm_proposer"
 logger = logging.getLogger(__name__)
 RAW_ANSWER_CHARS = 20_000
 MAX_SHRINKS = 2  # re-asks after the context refused a prompt, per conversation
+CAP_SLACK = 0.05  # of a prompt's estimate, kept below a cap for the estimate's error
 _CATEGORY = re.compile(r"^\W*CATEGORY\W*:\s*(.+?)\s*$", re.IGNORECASE | re.MULTILINE)
 _UNKNOWN = object()
 Build = Callable[[int, PromptStyle], str]
@@ -125,6 +126,7 @@ class LLMProposer:
         why no call fits."""
         p, u = self.profile, spent.usage
         tokens, usd = ctx.llm_tokens + u.tokens_in + u.tokens_out, ctx.llm_usd + u.usd
+        prompt_tokens = int(prompt_tokens * (1 + CAP_SLACK)) + 16  # the estimate's error
         room: int | None = None
         if p.max_llm_tokens is not None:
             room = p.max_llm_tokens - tokens - prompt_tokens

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 USAGE_KEY = "llm_usage"
-CONVERSATION_KEY = "llm_conversation"
+CONVERSATION_KEY = "llm_conversation"  # agent.analysis.projection shows it as `llm`
 ANSWER_CHARS = 4000
 MAX_TURNS = 12
 

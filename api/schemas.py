@@ -69,7 +69,7 @@ class SweepPublic(BaseModel):
     counts: dict[str, int] = Field(default_factory=dict)
     scheduled_start: datetime | None = None
     llm: LLMSpend | None = Field(None, description="language-model tokens and dollars spent "
-                                 "on the sweep (one sweep's read; null in lists)")
+                                 "on the sweep")
 
     @classmethod
     def of(cls, s: Sweep, counts: dict[str, int] | None = None,

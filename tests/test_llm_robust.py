@@ -33,6 +33,11 @@ LENGTH_400 = Error(400, json.dumps({"error": {
 FORMAT_422 = Error(422, json.dumps({"detail": [{
     "type": "literal_error", "loc": ["body", "response_format", "type"],
     "msg": "Input should be 'text' or 'json_object'", "input": "json_schema"}]}))
+# What llama-cpp-python 0.3.36's server answered to response_format json_schema (a 500)
+FORMAT_500 = Error(500, json.dumps({"error": {
+    "message": "1 validation error:\n  {'type': 'literal_error', 'loc': ('body', "
+               "'response_format', 'type'), 'msg': \"Input should be 'text' or 'json_object'\", "
+               "'input': 'json_schema'}", "type": "internal_server_error"}}))
 
 
 @pytest.fixture
@@ -71,10 +76,13 @@ def test_a_context_that_keeps_refusing_costs_one_proposal(tmp_path, target, monk
     assert len(fake.requests) == 4 and store.get_sweep("llm").status.value == "done"
 
 
-def test_answer_formats_fall_back_until_the_server_takes_one(tmp_path, target, monkeypatch):
+@pytest.mark.parametrize("refusal", [FORMAT_422, FORMAT_500])
+def test_answer_formats_fall_back_until_the_server_takes_one(tmp_path, target, monkeypatch,
+                                                            refusal):
     """OpenAI's json_schema refused (llama-cpp-python knows only json_object): json_object
-    with the schema is asked next, and kept for the rest of the sweep."""
-    with FakeLLM("openai", [FORMAT_422, json.dumps(EDIT), json.dumps(WIDEN)]) as fake:
+    with the schema is asked next, and kept for the rest of the sweep; a refusal is never
+    retried as if the server were down."""
+    with FakeLLM("openai", [refusal, json.dumps(EDIT), json.dumps(WIDEN)]) as fake:
         write_profile(tmp_path, monkeypatch, fake)
         store, sweep_id = run_llm_sweep(tmp_path, target, max_experiments=2)
     bodies = [r.body for r in fake.requests[:3]]

@@ -32,6 +32,9 @@ _LENGTH = re.compile(r"context[_ ]length|context (window|size)|maximum context|t
                      r"exceeds? (the )?(available )?context|prompt is too long", re.I)
 _FORMAT = re.compile(r"response_format|json_schema|json_object|tool_choice|\btools?\b|grammar|"
                      r"schema", re.I)
+# A validation error naming the request's format keys (llama-cpp-python answers it with a 500)
+_FORMAT_500 = re.compile(r"validation error.{0,200}(response_format|tool_choice|'tools')",
+                         re.I | re.S)
 
 
 class LLMError(OvernightError):
@@ -147,13 +150,15 @@ class HttpChat:
             return resp
         detail = resp.text[:300].replace("\n", " ")
         message = f"HTTP {resp.status_code} from {url}: {detail}"
-        if resp.status_code in RETRY_STATUSES:
-            return "transient", message, _retry_after(resp)
-        if resp.status_code in (400, 413, 422) and _LENGTH.search(resp.text):
-            return "length", message, None
-        if (resp.status_code in (400, 422) and request.answer_format != "text"
-                and _FORMAT.search(resp.text)):
+        code, text = resp.status_code, resp.text
+        if request.answer_format != "text" and (
+                (code in (400, 422) and _FORMAT.search(text))
+                or (code == 500 and _FORMAT_500.search(text))):  # llama-cpp-python's 500
             return "format", message, None
+        if code in RETRY_STATUSES:
+            return "transient", message, _retry_after(resp)
+        if code in (400, 413, 422) and _LENGTH.search(text):
+            return "length", message, None
         return "fatal", message, None
 
     def _reply(self, resp: httpx.Response, request: ChatRequest, retries: int,

@@ -47,11 +47,13 @@ def _public(services: Services, sweep: Sweep) -> SweepPublic:
 
 
 def _all_public(services: Services, sweeps: list[Sweep]) -> list[SweepPublic]:
-    """Every sweep with its counts and scheduled start: two reads for the list, not two per
-    sweep (a year of nights is hundreds of sweeps)."""
+    """Every sweep with its counts, scheduled start and LLM spend: three reads for the list,
+    not three per sweep (a year of nights is hundreds of sweeps)."""
     starts = services.scheduler.scheduled_starts() if services.scheduler else {}
     counted = services.reads.status_counts_by_sweep()
-    return [SweepPublic.of(s, counted.get(s.id, {}), scheduled_start=starts.get(s.name))
+    spent = services.reads.llm_usage_by_sweep()
+    return [SweepPublic.of(s, counted.get(s.id, {}), scheduled_start=starts.get(s.name),
+                           llm=LLMSpend.of(spent.get(s.id, (0, 0, 0.0))))
             for s in sweeps]
 
 

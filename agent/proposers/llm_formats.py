@@ -31,14 +31,17 @@ _FENCED_JSON = re.compile(r"^\s*```(?:json)?\s*\n(.*?)\n```\s*$", re.S)
 
 
 def search_lines(files: dict[str, str]) -> list[str]:
-    """The lines that occur exactly once in their file (trailing whitespace dropped)."""
+    """The lines that occur exactly once in their file (trailing whitespace dropped), less
+    those with a double quote or a backslash: llama-cpp-python 0.3.36 turns such an enum value
+    into a grammar it cannot parse, and its server dies of it."""
     out: list[str] = []
     for _, text in sorted(files.items()):
         lines = [ln.rstrip() for ln in text.splitlines()]
         counts: dict[str, int] = {}
         for ln in lines:
             counts[ln] = counts.get(ln, 0) + 1
-        out += [ln for ln in lines if ln.strip() and counts[ln] == 1 and ln not in out]
+        out += [ln for ln in lines if ln.strip() and counts[ln] == 1 and ln not in out
+                and '"' not in ln and "\\" not in ln]
     return out
 
 

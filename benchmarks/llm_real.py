@@ -109,6 +109,12 @@ def run_sweep(target: Path, work: Path, base_url: str, args: argparse.Namespace,
               name: str) -> float:
     tgt = work / name
     shutil.copytree(target, tgt, ignore=shutil.ignore_patterns("__pycache__", ".git"))
+    if args.budget:  # the training budget, with a hard limit a loaded 2-core machine survives
+        toml = tgt / "overnight.toml"
+        lines = [ln for ln in toml.read_text().splitlines()
+                 if not ln.startswith(("budget_s", "timeout_s"))]
+        toml.write_text("\n".join(lines) + f"\nbudget_s = {args.budget}\n"
+                        f"timeout_s = {max(10 * args.budget, 600)}\n")
     for cmd in (["git", "init", "-q"], ["git", "add", "-A"],
                 ["git", "-c", "user.name=b", "-c", "user.email=b@b", "commit", "-qm", "init"]):
         subprocess.run(cmd, cwd=tgt, check=True)
@@ -120,8 +126,6 @@ def run_sweep(target: Path, work: Path, base_url: str, args: argparse.Namespace,
     argv = [sys.executable, "-c", "from overnight.cli import main; main()", "run", "--target",
             str(tgt), "--experiments", str(args.experiments), "--proposer", "llm:smol",
             "--llm-config", str(cfg), "--db", str(work / "o.db"), "--sweep", name]
-    if args.budget:
-        argv += ["--budget", str(args.budget)]
     start = time.monotonic()
     proc = subprocess.run(argv, env=env, cwd=args.code, capture_output=True, text=True)
     (work / f"{name}.out").write_text(proc.stdout + proc.stderr)

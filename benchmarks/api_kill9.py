@@ -41,8 +41,9 @@ def main() -> int:
     print(json.dumps(result, indent=2))
     verdict = "PASS" if not result["problems"] else "FAIL"
     print(f"{verdict}: {result['kills']} kill -9s, {result['runs']} runs, "
-          f"{len(result['interrupted'])} interrupted, {len(result['retries'])} re-queued, "
-          f"{len(result['abandoned'])} abandoned retries, problems: {len(result['problems'])}")
+          f"{len(result['interrupted'])} interrupted, {len(result['retries'])} followed up, "
+          f"{len(result['abandoned'])} given up (crashed: took the service down), "
+          f"problems: {len(result['problems'])}")
     return 0 if verdict == "PASS" else 1
 
 

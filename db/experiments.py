@@ -13,12 +13,14 @@ from sqlalchemy.orm import Session
 
 from agent.core.domain import (
     FINISH_AS_IS,
+    CrashKind,
     Experiment,
     ExperimentStatus,
     Finish,
     Proposal,
     check_finish,
     check_started,
+    reaped_end,
     utcnow,
 )
 from agent.core.errors import ConflictError, DuplicateError, NotFoundError, StoreError
@@ -54,6 +56,7 @@ class ExperimentWrites(StoreBase):
         priority: int = 0,
         base_commit: str | None = None,
         retry_of: int | None = None,
+        crash_kind: CrashKind | None = None,
     ) -> Experiment:
         """Insert one experiment (and count it) in one transaction; the row as stored.
 
@@ -66,12 +69,14 @@ class ExperimentWrites(StoreBase):
             diff=proposal.diff, proposer=proposal.proposer, parent_id=proposal.parent_id,
             retry_of=retry_of, attempt=attempt, is_baseline=is_baseline, priority=priority,
             base_commit=base_commit, reason=reason, meta=dict(proposal.meta), summary={},
-            created_at=now, finished_at=now if status.is_finished() else None)
+            crash_kind=crash_kind, created_at=now,
+            finished_at=now if status.is_finished() else None)
         try:
             with self.session("queueing an experiment") as s:
                 self._check_new(s, sweep_id, retry_of)
                 new_id = self._insert_experiment(s, exp)
-                counts.bump(s, came=[counts.key(sweep_id, status.value, None)])
+                counts.bump(s, came=[counts.key(sweep_id, status.value,
+                                                crash_kind.value if crash_kind else None)])
                 return replace(exp, id=new_id)
         except StoreError as exc:
             if retry_of is not None and isinstance(exc.__cause__, IntegrityError):
@@ -95,6 +100,7 @@ class ExperimentWrites(StoreBase):
             "attempt": exp.attempt, "is_baseline": exp.is_baseline, "priority": exp.priority,
             "proposer": exp.proposer, "description": exp.description, "diff": exp.diff,
             "diff_key": diff_key(exp.diff), "status": exp.status.value, "reason": exp.reason,
+            "crash_kind": exp.crash_kind.value if exp.crash_kind else None,
             "base_commit": exp.base_commit, "meta": exp.meta, "summary": exp.summary,
             "created_at": exp.created_at, "finished_at": exp.finished_at,
         }
@@ -207,8 +213,18 @@ class ExperimentWrites(StoreBase):
                 sweep.updated_at = utcnow()
             return to_experiment(row)
 
+    def request_cancel(self, experiment_id: int, reason: str) -> bool:
+        """Record that a running experiment is to be cancelled (one guarded UPDATE)."""
+        q = (update(ExperimentRow)
+             .where(ExperimentRow.id == experiment_id,
+                    ExperimentRow.status == ExperimentStatus.RUNNING.value)
+             .values(cancel_reason=reason))
+        with self.session("recording a cancel") as s:
+            return bool(s.execute(q).rowcount)  # type: ignore[attr-defined]
+
     def interrupt_running(self) -> list[Experiment]:
-        """Mark every `running` experiment `interrupted` (a dead process left them)."""
+        """Mark every `running` experiment `interrupted` (a dead process left them), or
+        `cancelled` where a cancel was requested (request_cancel) before it died."""
         with self.session("reaping interrupted experiments") as s:
             rows = list(
                 s.scalars(
@@ -218,11 +234,12 @@ class ExperimentWrites(StoreBase):
                 )
             )
             now = utcnow()
+            ends = {r.id: reaped_end(r.cancel_reason) for r in rows}
             counts.bump(s, gone=[counts.key(r.sweep_id, r.status, r.crash_kind) for r in rows],
-                        came=[counts.key(r.sweep_id, ExperimentStatus.INTERRUPTED.value,
-                                         r.crash_kind) for r in rows])
+                        came=[counts.key(r.sweep_id, ends[r.id][0].value, r.crash_kind)
+                              for r in rows])
             for row in rows:
-                row.status = ExperimentStatus.INTERRUPTED.value
-                row.reason = "the service stopped while this experiment was running"
+                status, row.reason = ends[row.id]
+                row.status = status.value
                 row.finished_at = now
             return [to_experiment(r) for r in rows]

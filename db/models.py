@@ -137,6 +137,7 @@ class ExperimentRow(Base):
     status: Mapped[str] = mapped_column(String(20))
     crash_kind: Mapped[str | None] = mapped_column(String(20))
     crash_cause: Mapped[str | None] = mapped_column(String(100))
+    cancel_reason: Mapped[str | None] = mapped_column(Text)  # a requested cancel (not yet done)
     reason: Mapped[str | None] = mapped_column(Text)
     base_commit: Mapped[str | None] = mapped_column(String(64))
     commit: Mapped[str | None] = mapped_column(String(64))

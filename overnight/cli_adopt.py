@@ -48,12 +48,17 @@ def adopt(
              "commit your code first")
     if (root / CONFIG_FILE).exists() and not force:
         fail(f"{root / CONFIG_FILE} exists; pass --force to overwrite it")
+    from agent.engine.devices import detect_devices
+
     try:
-        found = inspect_repo(root, Path(script) if script else None)
+        found = inspect_repo(root, Path(script) if script else None, command,
+                             has_gpu=bool(detect_devices()))
     except ValueError as exc:
         fail(str(exc))
+    if found.args_file and (root / found.args_file).exists() and not force:
+        fail(f"{root / found.args_file} exists; pass --force to overwrite it")
     found = replace(
-        found, command=command or found.command, editable=editable or found.editable,
+        found, editable=editable or found.editable,
         metric=metric or _ask("metric (a key of the script's summary block)", found.metric),
         direction=direction or _ask("direction (minimize/maximize)", found.direction)
         or found.direction)
@@ -67,18 +72,35 @@ def adopt(
     except ConfigError as exc:
         fail(f"the {CONFIG_FILE} adopt would write is invalid: {exc}")
     (root / CONFIG_FILE).write_text(text)
+    if found.args_file:
+        (root / found.args_file).write_text(found.args_text)
     _report(root, found, text)
 
 
 def _report(root: Path, found, text: str) -> None:  # type: ignore[no-untyped-def]
-    console.print(f"wrote {root / CONFIG_FILE}:\n{escape(text)}", soft_wrap=True)
-    console.print(f"{found.knobs} knob(s) found in {found.script}"
-                  + ("" if found.knobs else ": the knobs proposer needs argparse defaults, "
-                     "UPPER_CASE constants, dataclass fields or config-file keys"))
+    console.print(f"wrote {root / CONFIG_FILE}:\n{text}", soft_wrap=True, markup=False)
+    if found.args_file:
+        console.print(f"wrote {root / found.args_file} (the command's flags, one a line: a "
+                      f"sweep may change their numbers):\n{found.args_text}", soft_wrap=True,
+                      markup=False)
+    if len(found.commands) > 1:
+        console.print(f"the README runs {found.script} in {len(found.commands)} ways; adopt "
+                      f"took `{escape(found.full_command)}` (the first, or on a machine without "
+                      "a GPU the first that says cpu); pass --command to choose another",
+                      soft_wrap=True)
+    console.print(f"{found.knobs} knob(s) will be searched"
+                  + (f"; {len(found.dead)} dead (something later sets them)" if found.dead
+                     else "")
+                  + ("" if found.knobs else ": the knobs proposer needs config-block globals, "
+                     "argparse defaults, UPPER_CASE constants, dataclass fields, config-file "
+                     "keys or args_file lines that nothing later overrides"), soft_wrap=True)
     if found.todo:
-        console.print(f"\n[bold]{found.script} still needs, for the contract:[/bold]")
+        console.print(f"\n[bold]{found.script} still needs, for the contract:[/bold] (each "
+                      "line goes in verbatim, as it is after `| `)")
         for item in found.todo:
             console.print(f"- {escape(item)}", soft_wrap=True)
     q = shlex.quote(str(root))
-    console.print(f"\nnext: git -C {q} add {CONFIG_FILE} && git -C {q} commit -m 'overnight "
-                  f"target'\n      overnight doctor --target {q}", soft_wrap=True)
+    added = " ".join([CONFIG_FILE, *([found.args_file] if found.args_file else [])])
+    console.print(f"\nnext: git -C {q} add {added} && git -C {q} commit -m 'overnight "
+                  f"target'\n      overnight doctor --target {q}   (lists every knob: where it "
+                  "is set, live or dead)", soft_wrap=True)

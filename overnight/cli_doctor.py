@@ -15,7 +15,7 @@ from agent.core.config import load_config
 from agent.core.domain import ExperimentStatus, Sweep
 from agent.rules.contract import Check, RunFacts, check_run
 from db.reads import Reads
-from overnight.cli_common import app, console
+from overnight.cli_common import DbOpt, app, console, db_location, fail, work_dir_of
 
 MARK = {"ok": "[green]✓[/green]", "warn": "[yellow]![/yellow]", "fail": "[red]✗[/red]",
         "info": "[blue]·[/blue]"}
@@ -24,6 +24,8 @@ MARK = {"ok": "[green]✓[/green]", "warn": "[yellow]![/yellow]", "fail": "[red]
 def print_checks(checks: list[Check]) -> None:
     for c in checks:
         console.print(f"{MARK[c.status]} {escape(c.name)}: {escape(c.detail)}", soft_wrap=True)
+        for knock_on in c.folded:  # what this failure made fail too
+            console.print(f"    {escape(knock_on)}", soft_wrap=True)
         if c.fix and c.status in ("warn", "fail"):
             console.print(f"    fix: {escape(c.fix)}", soft_wrap=True)
 
@@ -35,16 +37,25 @@ def doctor(
     timeout: Annotated[float | None, typer.Option(help="hard kill per run (default 4x budget, "
                                                   "at least budget + 120)")] = None,
     runs: Annotated[int, typer.Option(min=1, max=5, help="runs of HEAD (2 measure noise)")] = 2,
+    db: DbOpt = None,
 ) -> None:
-    """Run the target's HEAD at a short budget and print a checklist of the script contract."""
+    """Run the target's HEAD at a short budget and print a checklist of the script contract
+    and of every knob (where it is set, whether a change to it reaches the run)."""
+    from agent.core.errors import ConfigError
     from agent.ops.doctor import diagnose
 
     # Generous: a slow start-up on a busy machine is a finding to report, not a run to kill.
     config = load_config(target).with_budget(budget, timeout or max(budget * 4, budget + 120))
     console.print(f"doctor: {runs} run(s) of {target} HEAD at a {config.budget_s:g} s budget "
                   f"(timeout {config.timeout_s:g} s): {escape(config.command)}", soft_wrap=True)
-    result = diagnose(target.resolve(), config, runs=runs)
+    work = work_dir_of(db_location(db), None) if db is not None else None
+    try:
+        result = diagnose(target.resolve(), config, runs=runs, work_dir=work)
+    except ConfigError as exc:
+        fail(str(exc))
     print_checks(result.checks)
+    for log in result.logs:
+        console.print(f"log: {log}", soft_wrap=True)
     bad = sum(c.status == "fail" for c in result.checks)
     warned = sum(c.status == "warn" for c in result.checks)
     console.print(f"{bad} failed, {warned} warning(s)")

@@ -1,14 +1,16 @@
 """Run one command in its own process group under a hard wall-clock limit, logging to a file.
 
 Stdlib only, POSIX only. Guaranteed: run_command never raises for a failing child (it returns a
-RunResult); the deadline is kept by a watchdog thread, whatever the child prints and however
-slow the line callback is; the command runs below runner/reaper.py, a child subreaper (Linux),
-so on return every process of the run has been sent SIGKILL - its group, every descendant
-(setsid and double-fork escapes included) and every process carrying its OVERNIGHT_RUN_ID -
-and the child has been reaped; the child gets an allow-listed environment (runner.environment);
-the child writes its own log, so the log survives the parent dying, and on return the log is
-at most ``log_max_bytes`` (head and tail kept, the cut noted in it). Not guaranteed: that a
-recorded pgid still names the same group later (kill_process_group trusts the caller's pgid).
+RunResult); the deadline is kept by a watchdog thread, whatever the child prints and however slow
+the line callback is, and backed by the reaper process, which ends the run by itself (TIMED_OUT) if
+this process is frozen or starved past the watchdog's schedule: a run is dead within timeout + 2 ×
+grace + BACKSTOP_MARGIN_S however its caller fares; the command runs below runner/reaper.py, a child
+subreaper (Linux), so on return every process of the run has been sent SIGKILL - its group, every
+descendant (setsid and double-fork escapes included) and every process carrying its OVERNIGHT_RUN_ID
+- and the child has been reaped; the child gets an allow-listed environment (runner.environment);
+the child writes its own log, so the log survives the parent dying, and on return the log is at most
+``log_max_bytes`` (head and tail kept, the cut noted in it). Not guaranteed: that a recorded pgid
+still names the same group later (kill_process_group trusts the caller's pgid).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from pathlib import Path
 from runner.environment import guest_environment
 from runner.groups import GROUP_POLL_S, kill_process_group, process_group_alive, signal_group
 from runner.logtail import LOG_MAX_BYTES, LogTailer, cap_log, read_log_end
+from runner.reaper import DEADLINE_EXIT, DEADLINE_NOTE
 from runner.result import Outcome, RunResult, last_error_line, tail_lines
 from runner.summary import has_fail_marker, parse_summary
 from runner.tree import RUN_ID_ENV, kill_run_tree
@@ -41,6 +44,9 @@ REAPER = Path(__file__).with_name("reaper.py")
 # A child stuck in uninterruptible sleep (say, in a GPU driver) survives SIGKILL for a while;
 # past this we stop waiting for it rather than hang the caller.
 REAP_TIMEOUT_S = 30.0
+# The reaper's own deadline: this long after the watchdog's SIGKILL should have landed, so it
+# acts only when this process was held up (frozen, starved) and never races the watchdog.
+BACKSTOP_MARGIN_S = 1.0
 
 
 def resolve_command(command: str, python: str = sys.executable) -> list[str]:
@@ -159,6 +165,8 @@ def _finish(
     if outcome is Outcome.EXITED and killed_by is not None:
         outcome = Outcome.SIGNALED
     text = read_log_end(log_path)
+    if outcome is Outcome.EXITED and returncode == DEADLINE_EXIT and DEADLINE_NOTE in text:
+        outcome = Outcome.TIMED_OUT  # the reaper kept the limit (this process was held up)
     return RunResult(
         outcome=outcome,
         exit_code=returncode if outcome is Outcome.EXITED else None,
@@ -215,15 +223,19 @@ def _check_executable(argv: list[str], cwd: Path, env: Mapping[str, str]) -> Non
         raise FileNotFoundError(f"command not found: {name!r}")
 
 
-def _spawn(argv: list[str], cwd: Path, log_path: Path,
-           env: Mapping[str, str]) -> subprocess.Popen[bytes]:
-    """Start the reaper (and so the command) in a new session, output on the log (mode 0600)."""
+def _spawn(argv: list[str], cwd: Path, log_path: Path, env: Mapping[str, str],
+           timeout_s: float, grace_s: float) -> subprocess.Popen[bytes]:
+    """Start the reaper (and so the command) in a new session, output on the log (mode 0600).
+    The reaper is the deadline's backstop in a process of its own: past the watchdog's whole
+    schedule (the limit, the grace, a margin) it ends the run itself."""
     _check_executable(argv, cwd, env)
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     os.fchmod(fd, 0o600)
     with os.fdopen(fd, "wb") as log_file:
         return subprocess.Popen(
-            [sys.executable, "-I", "-S", str(REAPER), "--", *argv],
+            [sys.executable, "-I", "-S", str(REAPER),
+             "--deadline-s", repr(timeout_s + grace_s + BACKSTOP_MARGIN_S),
+             "--grace-s", repr(grace_s), "--", *argv],
             cwd=cwd,
             env=dict(env),
             stdin=subprocess.DEVNULL,
@@ -273,7 +285,7 @@ def run_command(
     started = time.monotonic()
     child_env = guest_environment(os.environ, {"PYTHONUNBUFFERED": "1", **(env or {})}, pass_env)
     try:
-        proc = _spawn(argv, cwd, log_path, child_env)
+        proc = _spawn(argv, cwd, log_path, child_env, timeout_s, grace_s)
     except (OSError, ValueError, subprocess.SubprocessError) as exc:
         return _failed_to_start(argv, log_path, started, exc)
     run = _Run(proc, child_env.get(RUN_ID_ENV))

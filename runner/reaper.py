@@ -1,12 +1,19 @@
 """A tiny supervisor that runs one command as a child subreaper and leaves nothing behind.
 
-Run as a script (`python -I -S runner/reaper.py -- ARGV...`), so it imports only the standard
+Run as a script (`python -I -S runner/reaper.py [--deadline-s S --grace-s G] -- ARGV...`), so it
+imports only the standard
 library and never the runner package (a worktree's sitecustomize.py cannot load into it). It
 makes itself a child subreaper (Linux `prctl(PR_SET_CHILD_SUBREAPER)`; elsewhere it degrades to
 a plain waiting parent), starts ARGV, reaps every orphan that lands on it, and when ARGV ends
 kills every remaining descendant (setsid and double-fork escapes included: while the reaper
 lives they are all below it), then exits the way ARGV did (same code, or the same signal).
 SIGTERM to the group reaches ARGV and is ignored here, so ARGV decides how to end.
+
+With `--deadline-s S` the reaper also keeps the run's hard limit itself: S seconds after the start
+it SIGTERMs its group, gives ARGV `--grace-s` seconds, kills every descendant and exits
+DEADLINE_EXIT. The service keeps the deadline on a watchdog thread and passes this one past the
+watchdog's whole schedule, so it acts only when the service cannot (frozen by SIGSTOP, starved,
+or gone): the reaper is a process of its own.
 
 The /proc helpers (descendants, pids_with_env) are also used by the runner in the service.
 """
@@ -20,6 +27,8 @@ import sys
 import time
 
 PR_SET_CHILD_SUBREAPER = 36
+DEADLINE_EXIT = 124  # like timeout(1): the reaper ended the run at its hard limit
+DEADLINE_NOTE = "overnight: the run's supervisor killed it at its hard time limit"
 KILL_ROUNDS = 50
 ROUND_WAIT_S = 0.02
 
@@ -149,9 +158,58 @@ def _exit_like(status: int) -> None:
     sys.exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1)
 
 
-def main(argv: list[str]) -> None:
+class _Deadline(Exception):
+    """Raised in the main thread by SIGALRM: the run's hard limit has come."""
+
+
+def _on_alarm(_signum: int, _frame: object) -> None:
+    raise _Deadline
+
+
+def _options(argv: list[str]) -> tuple[float | None, float, list[str]]:
+    """(--deadline-s, --grace-s, ARGV) from `[--deadline-s S] [--grace-s G] -- ARGV`."""
+    deadline, grace = None, 5.0
+    while argv and argv[0] in ("--deadline-s", "--grace-s") and len(argv) > 1:
+        value = float(argv[1])
+        if argv[0] == "--deadline-s":
+            deadline = value
+        else:
+            grace = value
+        argv = argv[2:]
     if argv[:1] == ["--"]:
         argv = argv[1:]
+    return deadline, grace, argv
+
+
+def _wait_for(child: int) -> int:
+    while True:
+        pid, wait_status = os.waitpid(-1, 0)
+        if pid == child:
+            return wait_status
+
+
+def _end_at_deadline(child: int, grace_s: float) -> None:
+    """SIGTERM the group (not us: we ignore it), wait out the grace, then kill everything."""
+    os.write(2, f"\n{DEADLINE_NOTE}\n".encode())
+    try:
+        os.killpg(os.getpgrp(), signal.SIGTERM)
+    except OSError:
+        pass
+    until = time.monotonic() + grace_s
+    while time.monotonic() < until:
+        try:
+            pid, _ = os.waitpid(child, os.WNOHANG)
+        except ChildProcessError:
+            break
+        if pid == child:
+            break
+        time.sleep(ROUND_WAIT_S)
+    kill_pids({child})
+    clear_descendants()
+
+
+def main(argv: list[str]) -> None:
+    deadline_s, grace_s, argv = _options(argv)
     if not argv:
         sys.exit("reaper: no command given")
     make_subreaper()
@@ -169,12 +227,15 @@ def main(argv: list[str]) -> None:
         except OSError as exc:
             os.write(2, f"failed to start {argv[0]}: {type(exc).__name__}: {exc}\n".encode())
             os._exit(127)
-    status = 0
-    while True:
-        pid, wait_status = os.waitpid(-1, 0)
-        if pid == child:
-            status = wait_status
-            break
+    if deadline_s is not None:
+        signal.signal(signal.SIGALRM, _on_alarm)
+        signal.setitimer(signal.ITIMER_REAL, max(deadline_s, 0.001))
+    try:
+        status = _wait_for(child)
+    except _Deadline:
+        _end_at_deadline(child, grace_s)
+        sys.exit(DEADLINE_EXIT)
+    signal.setitimer(signal.ITIMER_REAL, 0)
     clear_descendants()
     _exit_like(status)
 

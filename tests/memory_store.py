@@ -29,6 +29,7 @@ from agent.core.domain import (
     SweepStatus,
     check_finish,
     check_started,
+    reaped_end,
     utcnow,
 )
 from agent.core.errors import ConflictError, DuplicateError, NotFoundError
@@ -36,7 +37,6 @@ from agent.core.ports import Pruned, Store, SweepSpec
 from agent.rules.admit import diff_key
 from runner.summary import ProgressPoint
 
-INTERRUPTED_REASON = "the service stopped while this experiment was running"
 ACTIVE = (ExperimentStatus.QUEUED, ExperimentStatus.RUNNING)  # one per change and sweep
 
 
@@ -56,6 +56,7 @@ class MemoryStore:
         self._sweeps: dict[int, Sweep] = {}
         self._hashes: dict[int, dict[str, str]] = {}
         self._usage: dict[int, tuple[int, int, float]] = {}
+        self._cancels: dict[int, str] = {}  # requested cancels of running rows
         self._exps: dict[int, Experiment] = {}
         self._keys: dict[int, str | None] = {}
         self._points: dict[int, list[ProgressPoint]] = {}
@@ -143,7 +144,8 @@ class MemoryStore:
                        status: ExperimentStatus = ExperimentStatus.QUEUED,
                        reason: str | None = None, is_baseline: bool = False, attempt: int = 0,
                        priority: int = 0, base_commit: str | None = None,
-                       retry_of: int | None = None) -> Experiment:
+                       retry_of: int | None = None,
+                       crash_kind: CrashKind | None = None) -> Experiment:
         with self._lock:
             self.get_sweep_by_id(sweep_id)
             if retry_of is not None and self.retry_of(retry_of) is not None:
@@ -160,7 +162,8 @@ class MemoryStore:
                 proposer=proposal.proposer, parent_id=proposal.parent_id, retry_of=retry_of,
                 attempt=attempt, is_baseline=is_baseline, priority=priority,
                 base_commit=base_commit, reason=reason, meta=dict(proposal.meta),
-                created_at=now, finished_at=now if status.is_finished() else None,
+                crash_kind=crash_kind, created_at=now,
+                finished_at=now if status.is_finished() else None,
             )
             self._exps[exp.id] = exp
             self._keys[exp.id] = key
@@ -271,12 +274,19 @@ class MemoryStore:
                               baseline=exp.is_baseline)
             return exp
 
+    def request_cancel(self, experiment_id: int, reason: str) -> bool:
+        with self._lock:
+            if self.get_experiment(experiment_id).status is not ExperimentStatus.RUNNING:
+                return False
+            self._cancels[experiment_id] = reason
+            return True
+
     def interrupt_running(self) -> list[Experiment]:
         with self._lock:
             reaped = []
             for exp in self._select(statuses=[ExperimentStatus.RUNNING]):
-                exp = replace(exp, status=ExperimentStatus.INTERRUPTED,
-                              reason=INTERRUPTED_REASON, finished_at=utcnow())
+                status, reason = reaped_end(self._cancels.pop(exp.id, None))
+                exp = replace(exp, status=status, reason=reason, finished_at=utcnow())
                 self._exps[exp.id] = exp
                 reaped.append(exp)
             return reaped

@@ -224,10 +224,10 @@ def idle(client: httpx.Client) -> bool:
 
 
 def given_up(exp: dict[str, Any]) -> bool:
-    """Interrupted by a crash after MAX_CRASH_RETRIES crash retries: not re-queued by design."""
-    from agent.engine.recovery import MAX_CRASH_RETRIES
+    """The verdict of a change that was running each time the service died, past the cap."""
+    from agent.engine.recovery import GAVE_UP_CAUSE
 
-    return int((exp.get("meta") or {}).get("crash_retries", 0)) >= MAX_CRASH_RETRIES
+    return exp["status"] == "crashed" and (exp.get("reason") or "").startswith(GAVE_UP_CAUSE)
 
 
 def check_invariants(exps: list[dict[str, Any]], runs: list[tuple[int, int]],
@@ -258,8 +258,8 @@ def check_invariants(exps: list[dict[str, Any]], runs: list[tuple[int, int]],
             problems.append(f"retry {e['id']} of a non-interrupted experiment {retry_of}")
     retried = {(e.get("meta") or {}).get("retry_of") for e in exps}
     for e in exps:
-        if e["status"] == "interrupted" and e["id"] not in retried and not given_up(e):
-            problems.append(f"interrupted experiment {e['id']} was not re-queued")
+        if e["status"] == "interrupted" and e["id"] not in retried:  # a retry, or a verdict
+            problems.append(f"interrupted experiment {e['id']} was not followed up")
     for exp_id, (status, metric) in before.items():
         now = by_id.get(exp_id)
         if now is None or (now["status"], now["metric"]) != (status, metric):
@@ -364,7 +364,6 @@ def kill9_scenario(tmp: Path, kills: int, experiments: int, sleep_s: float = 1.2
             "interrupted": [e["id"] for e in exps if e["status"] == "interrupted"],
             "retries": {e["meta"]["retry_of"]: e["id"] for e in exps
                         if (e.get("meta") or {}).get("retry_of")},
-            "abandoned": [e["id"] for e in exps if e["status"] == "interrupted"
-                          and given_up(e)],
+            "abandoned": [e["id"] for e in exps if given_up(e)],
             "branch_ok": head == sweep["best_commit"], "health": health,
             "checked_before_kills": len(seen_finished)}

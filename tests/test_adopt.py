@@ -43,7 +43,7 @@ def test_adopt_writes_the_target_and_a_short_sweep_tunes_argparse_defaults(tmp_p
     assert target["protected"] == ["evaluate.py", "overnight.toml"]
     assert target["assets"] == ["data"] and target["metric"] == "val_ppl"
     assert target["direction"] == "minimize" and "batches" in target["progress_regex"]
-    assert "6 knob(s) found in main.py" in proc.stdout
+    assert "3 knob(s) will be searched" in proc.stdout  # emsize, lr, dropout (not seed, epochs)
     assert "still needs" not in proc.stdout  # it reads the budget and prints the block
     proc = run("run", "--target", str(root), "--db", str(tmp_path / "o.db"), check=False)
     assert proc.returncode == 2 and "overnight.toml" in proc.stderr  # not committed yet

@@ -54,7 +54,8 @@ def test_a_good_script_passes_every_check(tmp_path: Path):
     assert proc.returncode == 0, out + proc.stderr
     assert lines_with(out, "✗") == [] and lines_with(out, "!") == [], out
     for name in ("summary block", "metric: val_loss = 1.03", "budget honoured: trained 1 s of 1 s",
-                 "progress lines: 3 parsed", "evaluation outside editable files",
+                 "progress lines: 3 parsed", "metric safe from proposals", "knobs: 1 searched",
+                 "knob: LR = 0.01 (train.py:3): searched",
                  "deterministic for a fixed seed", "noise", "start-up overhead",
                  "checkout committed"):
         assert name in out, name
@@ -111,3 +112,29 @@ def test_runs_with_very_different_step_counts_blame_the_machine():
     assert check_steps({}, {"num_steps": 95.0}) == []
     (check,) = check_steps({"num_steps": 281.0}, {"num_steps": 120.0})
     assert check.status == "warn" and "281 then 120" in check.detail and "load" in check.detail
+
+
+def test_a_missing_git_ignored_file_is_an_asset_and_its_knock_on_failures_fold_under_it(
+        tmp_path: Path):
+    train = GOOD.replace("budget = float", "open('data/tokens.bin').read()\nbudget = float")
+    root = target(tmp_path, train)
+    (root / ".gitignore").write_text("*.bin\n")
+    (root / "data").mkdir()
+    (root / "data" / "tokens.bin").write_text("0123")  # in the checkout, not in git
+    init_repo(root, "ignore the data")
+    proc = doctor(root, "--runs", "1")
+    out = proc.stdout
+    failed = lines_with(out, "✗")
+    assert [f.split(":")[0] for f in failed] == ["✗ runs"], out  # one failure, not three
+    after = out.split(failed[0])[1].splitlines()[1:]
+    assert after[0].strip().startswith("so: summary block") and "so: budget honoured" in after[1]
+    assert "fix: data/tokens.bin is git-ignored" in after[2] and 'assets = ["data/tokens.bin"]' \
+        in after[2]
+
+
+def test_a_value_the_run_prints_differently_is_overridden_somewhere(tmp_path: Path):
+    train = GOOD.replace("LR = 0.01\n", "LR = 0.01\nLR_SEEN = 0.5 if os.environ.get('X') is None "
+                         "else LR\nprint(f'config: LR = {LR_SEEN}')\n")
+    proc = doctor(target(tmp_path, train), "--runs", "1")
+    warned = lines_with(proc.stdout, "! effective config")
+    assert len(warned) == 1 and "LR (train.py:3 says 0.01, the run printed 0.5)" in warned[0]

@@ -56,7 +56,7 @@ def test_constants_dataclass_fields_and_skip_comments():
 
 
 @pytest.mark.parametrize("path,text,name,line_after", [
-    ("conf.yaml", "model:\n  lr: 0.001  # base\n  shuffle: true\nname: run\n", "lr",
+    ("conf.yaml", "model:\n  lr: 0.001  # base\n  shuffle: true\nname: run\n", "model.lr",
      "  lr: 0.002  # base"),
     ("conf.toml", "[optim]\nlr = 0.001\nwarmup = true\n", "optim.lr", "lr = 0.002"),
     ("conf.json", '{\n  "lr": 0.001,\n  "amp": true\n}\n', "lr", '  "lr": 0.002,'),

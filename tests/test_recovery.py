@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -10,7 +11,16 @@ from pathlib import Path
 import pytest
 from service_fixtures import knob_diff, make_counting_target, wait_for
 
-from agent.core.domain import ExperimentStatus, Finish, Proposal, SweepStatus
+from agent.core.domain import (
+    CrashKind,
+    Experiment,
+    ExperimentStatus,
+    Finish,
+    Proposal,
+    RunRole,
+    RunSpec,
+    SweepStatus,
+)
 from agent.core.ports import SweepSpec
 from agent.engine.loop import Loop, LoopSettings
 from agent.engine.recovery import (
@@ -22,6 +32,7 @@ from agent.engine.recovery import (
 )
 from agent.executors.local import SubprocessRunner
 from agent.git.repo import GitRepo
+from agent.ops.service import Service
 from agent.ops.sweeps import create_sweep
 from db.engine import open_database
 from db.store import SqlStore
@@ -54,7 +65,7 @@ def test_reap_kill_requeue_once_and_prune(world) -> None:  # type: ignore[no-unt
     target, store, repo, work, loop = world
     sweep = store.get_sweep("s")
     exp = store.add_experiment(sweep.id, Proposal("K1", knob_diff(target, 1, 1)), priority=3)
-    store.claim(exp.id)
+    running_code(store, exp)
     child = _orphan(work)
     store.mark_started(exp.id, pgid=child.pid)
 
@@ -71,17 +82,78 @@ def test_reap_kill_requeue_once_and_prune(world) -> None:  # type: ignore[no-unt
     again = recover(store, lambda s: repo, work)  # idempotent: nothing more to do
     assert again.interrupted == [] and again.requeued == {}
 
-    # each retry is interrupted by another crash: the chain is cut after MAX_CRASH_RETRIES
+    # each retry is interrupted by another crash while its code runs: after MAX_CRASH_RETRIES
+    # the chain ends in a verdict, so the accepted change is never left without one
     for n in range(2, MAX_CRASH_RETRIES + 1):
-        store.claim(retry.id)
+        running_code(store, retry)
         report = recover(store, lambda s: repo, work)
         assert report.requeued.keys() == {retry.id}
         retry = store.get_experiment(report.requeued[retry.id])
         assert retry.meta["crash_retries"] == n and retry.parent_id == report.interrupted[0]
-    store.claim(retry.id)
+    running_code(store, retry)
     last = recover(store, lambda s: repo, work)
     assert last.not_requeued == [retry.id] and last.requeued == {}
+    verdict = store.retry_of(retry.id)
+    assert verdict is not None and verdict.status is ExperimentStatus.CRASHED
+    assert verdict.crash_kind is CrashKind.FUNDAMENTAL and verdict.reason is not None
+    assert verdict.reason.startswith("took the service down") and verdict.diff == exp.diff
     assert store.count_experiments(statuses=[ExperimentStatus.QUEUED]) == 0
+    quiet = recover(store, lambda s: repo, work)  # followed up once: nothing at later starts
+    assert quiet.not_requeued == [] and quiet.requeued == {}
+
+
+def running_code(store: SqlStore, exp: Experiment) -> None:
+    """Claimed, and its training script started (a run record): what a crash counts against."""
+    assert store.claim(exp.id) is not None
+    store.start_run(RunSpec(exp.sweep_id, exp.id, "c", 42, RunRole.SCREEN))
+
+
+def test_kills_before_its_code_ran_never_count(world) -> None:  # type: ignore[no-untyped-def]
+    target, store, repo, work, loop = world
+    sweep = store.get_sweep("s")
+    exp = store.add_experiment(sweep.id, Proposal("K7", knob_diff(target, 7, 1)))
+    for _ in range(MAX_CRASH_RETRIES + 3):  # claimed, then the service died before any run
+        store.claim(exp.id)
+        exp = store.get_experiment(recover(store, lambda s: repo, work).requeued[exp.id])
+    assert exp.status is ExperimentStatus.QUEUED and exp.meta["crash_retries"] == 0
+
+
+def test_a_baseline_that_takes_the_service_down_pauses_its_sweep(tmp_path: Path) -> None:
+    """Never given up silently: past the cap the baseline is queued again and the sweep pauses
+    with the reason; resumed, it runs the baseline first."""
+    target = make_counting_target(tmp_path / "target", n_knobs=2)
+    store = SqlStore(open_database(tmp_path / "o.db"))
+    repo, work = GitRepo(target), tmp_path / "work"
+    sweep = create_sweep(store, repo, target, name="b", proposer="queue")
+    store.add_experiment(sweep.id, Proposal("K1", knob_diff(target, 1, 1)))  # accepted, waiting
+    base = store.list_experiments(sweep.id, [ExperimentStatus.QUEUED])[0]
+    assert base.is_baseline
+    for _ in range(MAX_CRASH_RETRIES + 1):
+        running_code(store, base)
+        report = recover(store, lambda s: repo, work)
+        base = store.get_experiment(report.requeued[base.id])
+    assert base.is_baseline and base.status is ExperimentStatus.QUEUED
+    assert store.get_sweep("b").status is SweepStatus.PAUSED
+    assert "its baseline's run was cut off each of the 4 times" in report.paused["b"]
+    assert store.count_experiments(sweep.id, [ExperimentStatus.QUEUED]) == 2  # nothing lost
+
+
+def test_a_cancel_answered_before_a_crash_sticks(world) -> None:  # type: ignore
+    """The service answered a cancel (202) and died before the run stopped: on restart the
+    run's processes are killed and the change ends cancelled; it is not re-queued to run again."""
+    target, store, repo, work, loop = world
+    sweep = store.get_sweep("s")
+    exp = store.add_experiment(sweep.id, Proposal("K5", knob_diff(target, 5, 1)))
+    store.claim(exp.id)
+    child = _orphan(work)
+    store.mark_started(exp.id, pgid=child.pid)
+    assert store.request_cancel(exp.id, "cancelled by request")  # what Service.cancel records
+    report = recover(store, lambda s: repo, work)
+    child.wait(10)
+    assert report.killed_groups == [child.pid] and report.requeued == {}
+    done = store.get_experiment(exp.id)
+    assert done.status is ExperimentStatus.CANCELLED and store.retry_of(exp.id) is None
+    assert store.count_experiments(sweep.id, [ExperimentStatus.QUEUED]) == 0
 
 
 def test_half_done_recovery_is_completed(world) -> None:  # type: ignore[no-untyped-def]
@@ -273,3 +345,37 @@ def _alive(pid: int) -> bool:
     except (OSError, IndexError):
         return False
     return state not in ("Z", "X")
+
+
+def test_a_half_created_worktree_is_pruned(world) -> None:  # type: ignore[no-untyped-def]
+    """A kill during `git worktree add` leaves git's entry locked "initializing" (which a plain
+    prune keeps, holding its commit): recovery unlocks and prunes it, and only ours."""
+    target, store, repo, work, loop = world
+    head = repo.head("HEAD")
+    ours, theirs = work / "worktrees" / "s" / "exp-9", target.parent / "mine"
+    for path in (ours, theirs):
+        repo.add_worktree(path, head)
+    admin = {Path(p.read_text().strip()).parent.name: p.parent
+             for p in (target / ".git" / "worktrees").glob("*/gitdir")}
+    for name in ("exp-9", "mine"):
+        (admin[name] / "locked").write_text("initializing\n")  # as git leaves a killed `add`
+    shutil.rmtree(ours)
+    shutil.rmtree(theirs)
+    recover(store, lambda s: repo, work)
+    listed = subprocess.run(["git", "worktree", "list", "--porcelain"], cwd=target,
+                            capture_output=True, text=True, check=True).stdout
+    assert str(ours) not in listed and not admin["exp-9"].exists()
+    assert str(theirs) in listed and (admin["mine"] / "locked").exists()  # not ours: kept
+
+
+def test_the_service_records_a_cancel_before_it_answers(world) -> None:  # type: ignore
+    target, store, repo, work, loop = world
+    sweep = store.get_sweep("s")
+    exp = store.add_experiment(sweep.id, Proposal("K6", knob_diff(target, 6, 1)))
+    store.claim(exp.id)
+    asked: list[int] = []
+    service = Service(store, lambda s: repo, stop_running=lambda i: asked.append(i) or True)
+    _, pending = service.cancel(exp.id, reason="cancelled by the agent")
+    assert pending and asked == [exp.id]
+    [reaped] = store.interrupt_running()  # the service dies before the run is recorded
+    assert reaped.status is ExperimentStatus.CANCELLED and "by the agent" in (reaped.reason or "")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import signal
@@ -314,3 +315,64 @@ def test_kill_process_group_refuses_own_group_and_init() -> None:
     assert kill_process_group(0, grace_s=0) is False
     assert process_group_alive(os.getpgrp())
     assert not process_group_alive(0)
+
+
+CALLER = """
+import json, sys
+from pathlib import Path
+from runner import run_command
+
+log, limit = Path(sys.argv[1]), float(sys.argv[2])
+hang = "import os, time; print('pid', os.getpid(), flush=True); time.sleep(600)"
+r = run_command([sys.executable, "-c", hang], cwd=log.parent, log_path=log, timeout_s=limit,
+                grace_s=0.5)
+print(json.dumps({"outcome": r.outcome.value, "exit_code": r.exit_code, "tail": r.log_tail}))
+"""
+
+
+def _state(pid: int) -> str:
+    return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+
+
+def _frozen_mid_run(tmp_path: Path, limit_s: float) -> tuple[subprocess.Popen[str], int] | None:
+    """A caller running a hung child under `limit_s`, SIGSTOPped while the child lives; None
+    when the machine was too slow to freeze it before the limit (the caller is then ended)."""
+    log = tmp_path / f"run-{limit_s:g}.log"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    caller = subprocess.Popen([PY, "-c", CALLER, str(log), str(limit_s)],
+                              stdout=subprocess.PIPE, text=True, env=env)
+    while "pid " not in (log.read_text() if log.exists() else ""):
+        assert caller.poll() is None, "the caller ended before its run started"
+        time.sleep(0.02)
+    os.kill(caller.pid, signal.SIGSTOP)  # the watchdog thread is frozen with it
+    while _state(caller.pid) != "T":
+        time.sleep(0.01)
+    child = int(log.read_text().split("pid ")[1].split()[0])
+    if is_dead(child):  # the watchdog got there first: freeze it earlier, next time
+        os.kill(caller.pid, signal.SIGCONT)
+        caller.communicate(timeout=120)
+        return None
+    return caller, child
+
+
+@pytest.mark.timeout(300)
+def test_the_limit_holds_while_the_caller_is_frozen(tmp_path: Path) -> None:
+    """The service frozen (SIGSTOP) mid-run: the run's own supervisor (runner/reaper.py) still
+    kills it past its limit, and the caller, thawed, records a timeout."""
+    frozen = None
+    for limit_s in (1.0, 5.0, 30.0):  # a busy machine may need a longer run to freeze in time
+        frozen = _frozen_mid_run(tmp_path, limit_s)
+        if frozen is not None:
+            break
+    assert frozen is not None, "the caller could not be frozen before its run's limit"
+    caller, child = frozen
+    try:
+        while not is_dead(child):  # bounded by the test's timeout: a hang is the failure
+            time.sleep(0.1)
+        assert _state(caller.pid) == "T"  # it died while nothing of the caller ran
+    finally:
+        os.kill(caller.pid, signal.SIGCONT)
+    out, _ = caller.communicate(timeout=120)
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["outcome"] == Outcome.TIMED_OUT.value and result["exit_code"] is None
+    assert "killed it at its hard time limit" in result["tail"]

@@ -230,6 +230,23 @@ def test_one_queued_or_running_row_per_change(store: Store):
     assert store.count_experiments(sweep.id, [S.QUEUED, S.RUNNING]) == 3
 
 
+def test_a_requested_cancel_survives_the_process(store: Store):
+    """A cancel asked of a running experiment is recorded at once: if the process dies before
+    the run stops, the reaped row ends cancelled (with the reason), not interrupted."""
+    sweep = store.create_sweep(spec())
+    asked, other = running(store, sweep.id), running(store, sweep.id, "b", "d2")
+    queued = store.add_experiment(sweep.id, Proposal("c", "d3")).id
+    assert store.request_cancel(asked, "cancelled by the agent")
+    assert not store.request_cancel(queued, "x")  # only a running row takes a request
+    reaped = {e.id: e for e in store.interrupt_running()}
+    assert reaped.keys() == {asked, other}
+    assert reaped[asked].status is S.CANCELLED and store.get_experiment(asked).status is S.CANCELLED
+    assert reaped[asked].reason is not None and "cancelled by the agent" in reaped[asked].reason
+    assert store.get_experiment(other).status is S.INTERRUPTED
+    assert store.count_experiments(sweep.id, [S.CANCELLED]) == 1
+    assert not store.request_cancel(asked, "again")  # finished: nothing to record
+
+
 def test_retries_are_linked_once(store: Store):
     sweep = store.create_sweep(spec())
     first = running(store, sweep.id)

@@ -14,7 +14,12 @@ from service_fixtures import knob_diff, make_counting_target
 from agent.core.domain import ExperimentStatus, Proposal, RunStatus
 from agent.core.errors import WorkerLostError
 from agent.engine.loop import Loop, LoopSettings
-from agent.engine.recovery import MAX_CRASH_RETRIES, RecoveryReport, requeue_interrupted
+from agent.engine.recovery import (
+    GAVE_UP_CAUSE,
+    MAX_CRASH_RETRIES,
+    RecoveryReport,
+    requeue_interrupted,
+)
 from agent.executors.local import SubprocessRunner
 from agent.git.repo import GitRepo
 from agent.ops.sweeps import create_sweep
@@ -47,13 +52,15 @@ def test_a_lost_worker_interrupts_and_requeues_once_per_loss(tmp_path: Path):
         assert [r.status for r in store.list_runs(experiment_id=exp.id)] == [
             RunStatus.INTERRUPTED]
         lost.append(done)
-    # each loss queued one retry, linked to it; the chain stops after the crash limit
+    # each loss queued one retry, linked to it; past the crash limit the chain ends in a verdict
     assert len(lost) == MAX_CRASH_RETRIES + 1
     for earlier, later in zip(lost, lost[1:], strict=False):
         assert later.retry_of == earlier.id
-    assert store.retry_of(lost[-1].id) is None
-    # a restart's recovery queues nothing more: each interrupted row has its one retry already
+    verdict = store.retry_of(lost[-1].id)
+    assert verdict is not None and verdict.status is ExperimentStatus.CRASHED
+    assert verdict.reason is not None and verdict.reason.startswith(GAVE_UP_CAUSE)
+    # a restart's recovery queues nothing more: each interrupted row has its follow-up already
     report = RecoveryReport()
     requeue_interrupted(store, report)
-    assert report.requeued == {} and report.not_requeued == [lost[-1].id]
+    assert report.requeued == {} and report.not_requeued == []
     assert not list(tmp_path.joinpath("work", "worktrees", "s").iterdir())

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import enum
 import re
+import shlex
 import tomllib
 from pathlib import Path, PurePosixPath
 from typing import Annotated, Any, Literal
@@ -106,6 +107,9 @@ class TargetConfig(BaseModel):
     workdir: Path_ = "."  # where `command` runs, relative to the repository root
     assets: tuple[Asset, ...] = ()  # data outside git: linked into each worktree, hashed
     progress_regex: str | None = None  # extra progress-line format (named groups step/loss)
+    # an editable file of command-line arguments appended to `command` for each run (shell
+    # words, `#` comments): the flags a sweep may search (agent.proposers.knob_chain)
+    args_file: Path_ | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -197,6 +201,8 @@ class TargetConfig(BaseModel):
         if clash:
             raise ValueError(f"assets: {', '.join(clash)} is also editable or protected; "
                              "assets are files outside git")
+        if self.args_file is not None and self.args_file not in self.editable:
+            raise ValueError(f"args_file: {self.args_file} must also be listed in editable")
         if self.timeout_s <= self.budget_s:
             raise ValueError(f"timeout_s: must be greater than budget_s ({self.budget_s:g}), "
                              f"got {self.timeout_s:g}")
@@ -273,3 +279,22 @@ def load_config(target: Path) -> TargetConfig:
     if not isinstance(table, dict):
         raise ConfigError(f"{path}: missing [target] table")
     return parse_config(table, source=str(path))
+
+
+def args_words(text: str) -> list[str]:
+    """The arguments of an `args_file`: shell words, `#` comments and blank lines ignored."""
+    words: list[str] = []
+    for line in text.splitlines():
+        words += shlex.split(line, comments=True)
+    return words
+
+
+def extra_args(config: TargetConfig, root: Path) -> list[str]:
+    """The words of `args_file` read from the checkout `root` (none without one); they follow
+    `command`. Raises ConfigError when the file is missing or is not valid shell words."""
+    if config.args_file is None:
+        return []
+    try:
+        return args_words((root / config.args_file).read_text())
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"args_file {config.args_file}: {exc}") from None

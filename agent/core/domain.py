@@ -93,6 +93,17 @@ def can_transition(old: ExperimentStatus, new: ExperimentStatus) -> bool:
     return new in ALLOWED_TRANSITIONS[old]
 
 
+INTERRUPTED_REASON = "the service stopped while this experiment was running"
+
+
+def reaped_end(cancel_reason: str | None) -> tuple[ExperimentStatus, str]:
+    """How a `running` experiment left by a dead process ends: interrupted (and re-queued),
+    or cancelled when its cancel had been requested (a 202 is a promise)."""
+    if cancel_reason is not None:
+        return ExperimentStatus.CANCELLED, f"{cancel_reason} (recorded when the service restarted)"
+    return ExperimentStatus.INTERRUPTED, INTERRUPTED_REASON
+
+
 # What a run's start may record on its experiment (Store.mark_started).
 MARK_STARTED_FIELDS = frozenset({"commit", "ref", "base_commit", "log_path", "pgid",
                                  "run_started_at"})

@@ -99,8 +99,10 @@ class Store(Protocol):
         priority: int = 0,
         base_commit: str | None = None,
         retry_of: int | None = None,
+        crash_kind: CrashKind | None = None,
     ) -> Experiment:
-        """Insert a queued (or directly rejected) experiment. With `retry_of`, the row re-runs
+        """Insert a queued (or directly rejected, or given-up `crashed` with `crash_kind`)
+        experiment. With `retry_of`, the row re-runs
         that interrupted experiment; ConflictError if it already has a retry.
 
         Raises DuplicateError when a queued or running experiment of the sweep already has the
@@ -144,8 +146,13 @@ class Store(Protocol):
     def retry_of(self, experiment_id: int) -> Experiment | None:
         """The row re-queued for an interrupted experiment, if any."""
 
+    def request_cancel(self, experiment_id: int, reason: str) -> bool:
+        """Record, durably, that a running experiment is to be cancelled; False when it is
+        not running. A dead process's row then ends cancelled, not interrupted."""
+
     def interrupt_running(self) -> list[Experiment]:
-        """Mark every `running` experiment `interrupted` (left by a dead process)."""
+        """Mark every `running` experiment `interrupted` (left by a dead process), or
+        `cancelled` (domain.reaped_end) where a cancel had been requested."""
 
     def claim_next(self, sweep_id: int | None = None) -> Experiment | None:
         """Move the next queued experiment (priority, then FIFO) to running and return it."""
@@ -274,7 +281,9 @@ class Repo(Protocol):
 
     def remove_worktree(self, path: Path) -> None: ...
 
-    def prune_worktrees(self) -> None: ...
+    def prune_worktrees(self, ours: Path | None = None) -> None:
+        """Drop the entries of worktrees that are gone; with `ours`, also the locked entries
+        of worktrees that lay below it (half created by a process that died)."""
 
     def read_file(self, sha: str, path: str) -> str: ...
 

@@ -14,6 +14,7 @@ import hashlib
 import math
 import os
 import re
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -21,9 +22,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from agent.core.config import TargetConfig
+from agent.core.config import TargetConfig, extra_args
 from agent.core.domain import Experiment, Run, RunEnd, RunSpec, RunStatus, Sweep, utcnow
-from agent.core.errors import WorkerLostError
+from agent.core.errors import ConfigError, WorkerLostError
 from agent.core.ports import Runner, Store
 from agent.core.private import DIR_MODE
 from agent.rules.noise import throughput
@@ -188,7 +189,10 @@ class TrainingRuns:
 
     def argv(self, config: TargetConfig, wt: Path) -> list[str]:
         """The target's command, inside the bwrap sandbox when the target asks for it."""
-        argv = resolve_command(config.command)
+        try:
+            argv = resolve_command(config.command) + extra_args(config, wt)
+        except ConfigError as exc:  # a change broke the args file: the run fails, saying why
+            argv = [sys.executable, "-c", f"raise SystemExit({str(exc)!r})"]
         if config.sandbox != "bwrap":
             return argv
         work = Path(self.settings.work_dir).resolve()

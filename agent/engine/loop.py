@@ -24,6 +24,7 @@ from agent.core.domain import (
     RunSpec,
     RunStatus,
     Sweep,
+    SweepStatus,
     utcnow,
 )
 from agent.core.errors import (
@@ -36,7 +37,7 @@ from agent.core.errors import (
 from agent.core.ports import Proposer, Repo, Runner, Store
 from agent.engine.attempt import EventFn, LoopSettings, TrainingRuns
 from agent.engine.incumbent import Incumbent, decision_lock
-from agent.engine.recovery import requeue_once
+from agent.engine.recovery import baseline_pause, requeue_once
 from agent.git.repo import hash_worktree_files
 from agent.ops.admission import admit, queue, reject
 from agent.ops.sweeps import link_assets, proposal_context
@@ -404,9 +405,15 @@ class Loop:
         logger.warning("experiment %s: %s", exp.id, exc)
         done = self._finish(exp, Finish(ExperimentStatus.INTERRUPTED,
                                         reason=f"{LOST_PREFIX}{exc}"[:500]))
-        retry = requeue_once(self.store, done)
-        if retry is not None:
-            self.emit("queued", retry)
+        follow = requeue_once(self.store, done)  # its retry, or its verdict past the cap
+        if follow is not None:
+            self.emit("finished" if follow.status.is_finished() else "queued", follow)
+        why = baseline_pause(follow) if follow is not None else None
+        if why is not None:
+            sweep = self.store.get_sweep_by_id(exp.sweep_id)
+            logger.error("sweep %s paused: %s", sweep.name, why)
+            if sweep.status is SweepStatus.RUNNING:
+                self.store.set_sweep_status(sweep.name, SweepStatus.PAUSED)
         return done
 
     def _record_failure(self, exp: Experiment, exc: BaseException) -> None:

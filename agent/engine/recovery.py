@@ -20,7 +20,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Protocol
 
-from agent.core.domain import Experiment, ExperimentStatus, Proposal, Run, Sweep, SweepStatus
+from agent.core.domain import (
+    CrashKind,
+    Experiment,
+    ExperimentStatus,
+    Proposal,
+    Run,
+    RunStatus,
+    Sweep,
+    SweepStatus,
+)
 from agent.core.errors import INTERRUPT_PREFIX, ConflictError
 from agent.core.ports import Repo, Store
 from agent.core.private import private_file
@@ -31,9 +40,11 @@ logger = logging.getLogger(__name__)
 # An interrupted run whose reason is this was stopped by a clean shutdown; such interruptions
 # do not count towards MAX_CRASH_RETRIES.
 SHUTDOWN_REASON = "the service shut down while this experiment was running"
-# A change whose run was interrupted by a service crash this many times in a row is given up:
-# it may be what takes the service down.
+# A change that was running (its code, not only its queue row) each time the service died, this
+# many times in a row, is given up with a verdict: it may be what takes the service down. Kills
+# before its code ran never count, and a baseline is never given up (its sweep pauses instead).
 MAX_CRASH_RETRIES = 3
+GAVE_UP_CAUSE = "took the service down"
 # The refs the service writes (a kill during `git update-ref` can leave their `.lock` behind).
 OUR_REFS = ("refs/heads/overnight", "refs/overnight")
 
@@ -99,6 +110,7 @@ class RecoveryReport:
     interrupted: list[int] = field(default_factory=list)  # rows found `running`
     requeued: dict[int, int] = field(default_factory=dict)  # interrupted id -> retry id
     not_requeued: list[int] = field(default_factory=list)  # given up after MAX_CRASH_RETRIES
+    paused: dict[str, str] = field(default_factory=dict)  # sweep -> why (its baseline)
     killed_groups: list[int] = field(default_factory=list)
     killed_pids: list[int] = field(default_factory=list)  # found by their run id
     repaired_branches: dict[str, tuple[str, str]] = field(default_factory=dict)  # (was, now)
@@ -168,39 +180,68 @@ def requeue_interrupted(store: Store, report: RecoveryReport) -> None:
             continue
         if store.retry_of(exp.id) is not None:
             continue
-        retry = requeue_once(store, exp)
-        if retry is None:
+        follow = requeue_once(store, exp)
+        if follow is None:
+            continue
+        if follow.status is ExperimentStatus.CRASHED:
             report.not_requeued.append(exp.id)
-        else:
-            report.requeued[exp.id] = retry.id
+            continue
+        report.requeued[exp.id] = follow.id
+        why = baseline_pause(follow)
+        if why is not None and sweep.status is SweepStatus.RUNNING:
+            store.set_sweep_status(sweep.name, SweepStatus.PAUSED)
+            report.paused[sweep.name] = why
+            logger.error("sweep %s paused: %s", sweep.name, why)
+
+
+def ran_when_interrupted(store: Store, exp: Experiment) -> bool:
+    """Was its code running when the service went (a run of it was cut off), rather than
+    the service dying around a row that had not started anything yet?"""
+    return any(r.status is RunStatus.INTERRUPTED for r in store.list_runs(experiment_id=exp.id))
+
+
+def baseline_pause(retry: Experiment) -> str | None:
+    """Why a re-queued baseline's sweep must pause (it kept taking the service down), or None."""
+    n = int(retry.meta.get("crash_retries", 0))
+    if not retry.is_baseline or n <= MAX_CRASH_RETRIES:
+        return None
+    return (f"its baseline's run was cut off each of the {n} times the service or its worker "
+            "died; it is queued again: look at the machine and the target (memory, disk, the "
+            "service's log), then resume the sweep")
 
 
 def requeue_once(store: Store, exp: Experiment) -> Experiment | None:
-    """Queue the one retry of an interrupted experiment (a new row linked by retry_of).
+    """The one follow-up of an interrupted experiment, a new row linked by retry_of: its
+    retry, or, once its code was running each of more than MAX_CRASH_RETRIES service deaths,
+    its verdict (`crashed`, fundamental, GAVE_UP_CAUSE). A baseline is always queued again.
+    Only interruptions while its code ran count; a clean stop or Ctrl-C/SIGTERM never does.
 
-    Returns None when the chain is given up (more than MAX_CRASH_RETRIES crash
-    interruptions) or when the experiment already has its retry (the store refuses a second:
+    Returns None when the experiment already has its follow-up (the store refuses a second:
     ConflictError), so two callers can never queue it twice.
     """
     stopped_on_purpose = exp.reason == SHUTDOWN_REASON or (exp.reason or "").startswith(
-        INTERRUPT_PREFIX)  # a clean stop or Ctrl-C/SIGTERM is not a crash
-    crashes = int(exp.meta.get("crash_retries", 0)) + (not stopped_on_purpose)
-    if crashes > MAX_CRASH_RETRIES:
-        logger.error("experiment %d was interrupted by %d crashes; giving it up", exp.id,
-                     crashes)
-        return None
+        INTERRUPT_PREFIX)
+    counts = not stopped_on_purpose and ran_when_interrupted(store, exp)
+    crashes = int(exp.meta.get("crash_retries", 0)) + counts
+    proposal = Proposal(exp.description, exp.diff, exp.proposer, parent_id=exp.id,
+                        meta={**exp.meta, "retry_of": exp.id, "crash_retries": crashes})
+    given_up = crashes > MAX_CRASH_RETRIES and not exp.is_baseline
+    why = (f"{GAVE_UP_CAUSE}: its run was cut off each of the {crashes} times the service "
+           "or its worker died, so it is given up") if given_up else None
     try:
-        retry = store.add_experiment(
-            exp.sweep_id,
-            Proposal(exp.description, exp.diff, exp.proposer, parent_id=exp.id,
-                     meta={**exp.meta, "retry_of": exp.id, "crash_retries": crashes}),
-            is_baseline=exp.is_baseline, attempt=exp.attempt, priority=exp.priority,
-            base_commit=exp.base_commit, retry_of=exp.id,
-        )
+        follow = store.add_experiment(
+            exp.sweep_id, proposal, is_baseline=exp.is_baseline, attempt=exp.attempt,
+            priority=exp.priority, base_commit=exp.base_commit, retry_of=exp.id,
+            status=ExperimentStatus.CRASHED if given_up else ExperimentStatus.QUEUED,
+            crash_kind=CrashKind.FUNDAMENTAL if given_up else None, reason=why)
     except ConflictError:
-        return None  # re-queued already (by another caller)
-    logger.warning("re-queued interrupted experiment %d as %d", exp.id, retry.id)
-    return retry
+        return None  # followed up already (by another caller)
+    if given_up:
+        logger.error("experiment %d: its run was cut off each of the %d times the service or "
+                     "its worker died; recorded as crashed (%d)", exp.id, crashes, follow.id)
+    else:
+        logger.warning("re-queued interrupted experiment %d as %d", exp.id, follow.id)
+    return follow
 
 
 def prune_worktrees(repos: list[Repo], work_dir: Path, report: RecoveryReport) -> None:
@@ -213,7 +254,7 @@ def prune_worktrees(repos: list[Repo], work_dir: Path, report: RecoveryReport) -
                 report.removed_worktrees.append(str(wt))
     for repo in repos:
         try:
-            repo.prune_worktrees()
+            repo.prune_worktrees(root)
         except Exception as exc:
             logger.warning("git worktree prune failed: %s", exc)
 

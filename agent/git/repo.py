@@ -272,9 +272,27 @@ class GitRepo:
                 shutil.rmtree(path, ignore_errors=True)
                 self._git("worktree", "prune")
 
-    def prune_worktrees(self) -> None:
+    def prune_worktrees(self, ours: Path | None = None) -> None:
+        """`git worktree prune`. With `ours`, first unlock the entries of worktrees that lay
+        below it and are gone: a kill during `git worktree add` leaves the entry locked
+        ("initializing"), which prune keeps for ever, and its commit reachable."""
         with _worktree_lock(self.path):
+            if ours is not None:
+                self._unlock_gone(ours.expanduser().resolve())
             self._git("worktree", "prune")
+
+    def _unlock_gone(self, ours: Path) -> None:
+        common = Path(self._git("rev-parse", "--git-common-dir"))
+        admin = (common if common.is_absolute() else self.path / common) / "worktrees"
+        for entry in sorted(admin.glob("*")) if admin.is_dir() else []:
+            lock = entry / "locked"
+            try:
+                checkout = Path((entry / "gitdir").read_text(encoding="utf-8").strip()).parent
+            except OSError:
+                continue  # killed before git wrote where it was: prune's own rules apply
+            if lock.exists() and checkout.is_relative_to(ours) and not checkout.exists():
+                logger.info("unlocking the half-created worktree entry %s", entry.name)
+                lock.unlink(missing_ok=True)
 
     def read_file(self, sha: str, path: str) -> str:
         return self._git("show", f"{sha}:{path}") + "\n"

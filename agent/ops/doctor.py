@@ -1,21 +1,26 @@
 """`overnight doctor`: run a target's unmodified HEAD at a short budget and check its contract.
 
 Runs the command twice with the same seed in a throw-away worktree (assets linked as for a
-sweep), outside any database; the checks themselves are agent.rules.contract's pure functions.
+sweep), outside any database (with --db its logs are kept in the database's work folder); the
+checks themselves are agent.rules.contract's pure functions, the knob checks
+agent.ops.doctor_knobs'.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import tempfile
-from dataclasses import dataclass
+import time
+from contextlib import ExitStack
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from agent.core.config import TargetConfig
+from agent.core.config import TargetConfig, extra_args
 from agent.git.repo import GitRepo
+from agent.ops.doctor_knobs import ignored_missing, knob_checks, knob_states, printed_values
 from agent.ops.sweeps import asset_hashes, dirty_files, link_assets
-from agent.proposers.knob_sources import find_knobs
 from agent.rules.contract import (
     Check,
     RunFacts,
@@ -35,6 +40,7 @@ DOCTOR_BUDGET_S = 20.0
 class Diagnosis:
     checks: list[Check]
     runs: list[RunResult]
+    logs: list[Path] = field(default_factory=list)  # kept run logs (with a work_dir)
 
     @property
     def failed(self) -> bool:
@@ -57,67 +63,94 @@ def _run_once(config: TargetConfig, worktree: Path, log: Path) -> tuple[RunResul
 
     env = {"OVERNIGHT_BUDGET_S": f"{config.budget_s:g}", "OVERNIGHT_SEED": str(config.seed),
            "OVERNIGHT_EXPERIMENT_ID": "doctor"}
-    result = run_command(resolve_command(config.command), cwd=worktree / config.workdir,
+    argv = resolve_command(config.command) + extra_args(config, worktree)
+    result = run_command(argv, cwd=worktree / config.workdir,
                          log_path=log, timeout_s=config.timeout_s, env=env, grace_s=2.0,
                          on_line=on_line)
     return result, points
 
 
-def command_overrides(config: TargetConfig, files: dict[str, str]) -> list[Check]:
-    """A flag in the protected command silently beats the editable default a proposal edits."""
-    words = set(shlex.split(config.command))
-    knobs = [k for path, text in files.items() for k in find_knobs(path, text) if k.flag]
-    hit = sorted({k.flag for k in knobs if k.flag in words or any(
-        w.startswith(k.flag + "=") for w in words)})
-    if not hit:
-        return []
-    return [Check("command flags", "warn",
-                  f"`{config.command}` sets {', '.join(hit)}: changes to those defaults in the "
-                  "editable files have no effect",
-                  "drop those flags from `command` and put the values in the argparse defaults")]
+def target_files(repo: GitRepo, head: str, config: TargetConfig) -> dict[str, str]:
+    """The editable files at HEAD, and the files the command names (config files), for the
+    override chain."""
+    named = [w for w in shlex.split(config.command) if w.endswith((".py", ".json", ".yaml",
+                                                                     ".yml", ".toml"))]
+    paths = list(dict.fromkeys([*config.editable, *named]))
+    hashes = repo.file_hashes(head, paths)
+    return {p: repo.read_file(head, p) for p in paths if hashes[p] != "missing"}
 
 
 def static_checks(repo: GitRepo, config: TargetConfig) -> list[Check]:
     head = repo.head("HEAD")
-    files = {p: repo.read_file(head, p) for p in config.editable
-             if repo.file_hashes(head, [p])[p] != "missing"}
+    files = target_files(repo, head, config)
+    editable = {p: t for p, t in files.items() if p in config.editable}
     dirty = dirty_files(repo, config)
     checks = [Check("checkout committed", "warn" if dirty else "ok",
                     f"uncommitted: {', '.join(dirty)}" if dirty else "nothing uncommitted",
                     "commit them: runs use committed files only" if dirty else "")]
-    return [*checks, check_evaluation(config, files), *command_overrides(config, files)]
+    return [*checks, check_evaluation(config, editable), *knob_checks(config, files)]
 
 
-def diagnose(target: Path, config: TargetConfig, runs: int = 2) -> Diagnosis:
-    """Static checks, then `runs` runs of HEAD (stopping after a first run that failed)."""
+def _first_run_checks(target: Path, config: TargetConfig, files: dict[str, str],
+                      result: RunResult, points: int, log: Path) -> list[Check]:
+    """check_run, with the assets fix for a missing git-ignored file and the printed values."""
+    checks = check_run(config, facts_of(result, points))
+    hint = ignored_missing(target, config, result.error)
+    if hint:
+        checks = [replace(c, fix=hint) if c.name == "runs" else c for c in checks]
+    text = log.read_text(errors="replace") if log.is_file() else ""
+    return checks + printed_values(knob_states(config, files), text)
+
+
+def _work_root(work_dir: Path | None, stack: ExitStack) -> Path:
+    if work_dir is None:
+        return Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="overnight-doctor-")))
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    root = Path(work_dir) / "doctor" / f"{stamp}-{os.getpid()}"
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
+def diagnose(target: Path, config: TargetConfig, runs: int = 2,
+             work_dir: Path | None = None) -> Diagnosis:
+    """Static checks, then `runs` runs of HEAD (stopping after a first run that failed).
+
+    With `work_dir` (the database's, from --db), the run logs are kept under
+    `<work_dir>/doctor/`; otherwise everything goes in a temporary folder."""
     repo = GitRepo(target)
     checks = static_checks(repo, config)
-    asset_hashes(repo, target, repo.head("HEAD"), config)  # a missing asset: ConfigError now
+    head = repo.head("HEAD")
+    files = target_files(repo, head, config)
+    asset_hashes(repo, target, head, config)  # a missing asset: ConfigError now
     results: list[RunResult] = []
-    with tempfile.TemporaryDirectory(prefix="overnight-doctor-") as tmp:
-        worktree = Path(tmp) / "wt"
-        repo.add_worktree(worktree, repo.head("HEAD"))
+    with ExitStack() as stack:
+        tmp = _work_root(work_dir, stack)
+        worktree = tmp / "wt"
+        repo.add_worktree(worktree, head)
         try:
             link_assets(worktree, target, config)
-            first, points = _run_once(config, worktree, Path(tmp) / "run1.log")
+            first, points = _run_once(config, worktree, tmp / "run1.log")
             results.append(first)
-            checks += check_run(config, facts_of(first, points))
+            checks += _first_run_checks(target, config, files, first, points, tmp / "run1.log")
             if runs > 1 and not any(c.status == "fail" for c in checks):
-                second, _ = _run_once(config, worktree, Path(tmp) / "run2.log")
+                second, _ = _run_once(config, worktree, tmp / "run2.log")
                 results.append(second)
-                metrics = [_metric(r, config) for r in results]
-                if metrics[1] is None:
-                    why = "timed out" if second.outcome is Outcome.TIMED_OUT else (
-                        second.error or f"exit code {second.exit_code}")
-                    checks.append(Check("noise", "warn", f"the second run printed no "
-                                        f"{config.metric} ({why}) although the first did",
-                                        "a run that fails only sometimes: read its log"))
-                else:
-                    checks += check_noise(config, metrics[0], metrics[1])
-                    checks += check_steps(first.summary, second.summary)
+                checks += _second_run_checks(config, first, second)
         finally:
             repo.remove_worktree(worktree)
-    return Diagnosis(checks, results)
+    logs = [tmp / f"run{i + 1}.log" for i in range(len(results))] if work_dir else []
+    return Diagnosis(checks, results, logs)
+
+
+def _second_run_checks(config: TargetConfig, first: RunResult, second: RunResult) -> list[Check]:
+    metrics = [_metric(r, config) for r in (first, second)]
+    if metrics[1] is None:
+        why = "timed out" if second.outcome is Outcome.TIMED_OUT else (
+            second.error or f"exit code {second.exit_code}")
+        return [Check("noise", "warn", f"the second run printed no {config.metric} ({why}) "
+                      "although the first did", "a run that fails only sometimes: read its log")]
+    return [*check_noise(config, metrics[0], metrics[1]),
+            *check_steps(first.summary, second.summary)]
 
 
 def _metric(result: RunResult, config: TargetConfig) -> float | None:

@@ -146,6 +146,9 @@ class Service:
             return self.store.finish(exp.id, Finish(ExperimentStatus.CANCELLED,
                                                     reason=reason)), False
         if self.stop_running is not None and self.stop_running(exp.id):
+            # Durable before the answer: a service that dies before the run stops still ends
+            # it cancelled on restart (recovery), never re-queued.
+            self.store.request_cancel(exp.id, reason)
             return self.store.get_experiment(exp.id), True
         exp = self.store.get_experiment(experiment_id)
         if exp.status.is_finished():

@@ -1,7 +1,8 @@
 """The offline `knobs` proposer: a search over a target's knobs that learns from the sweep.
 
-Knobs are found by agent.proposers.knob_sources (constants, argparse defaults, dataclass
-fields, config-file keys); each rewrites its own literal.
+Knobs are found by agent.proposers.knob_sources (config-block globals, constants, argparse
+defaults, dataclass fields, config-file keys, args_file lines); each rewrites its own literal.
+Only live ones are proposed: agent.proposers.knob_chain drops those a later layer overrides.
 
 This module does the text side (write the changed lines, make the diff);
 the decisions are agent.proposers.policy's (effects per knob and direction with their
@@ -18,6 +19,7 @@ from agent.analysis.trials import Change, trials
 from agent.core.diff import lines_with_ends, make_diff, normalize
 from agent.core.domain import Experiment, Proposal
 from agent.core.ports import ProposalContext
+from agent.proposers.knob_chain import resolve
 from agent.proposers.knob_sources import Knob, find_knobs, no_knobs_message
 from agent.proposers.policy import Move, plateau_status, ranked_moves
 from agent.rules.categories import exhausted
@@ -62,13 +64,18 @@ class KnobsProposer:
         self.out_of_ideas: str | None = None
 
     def propose(self, ctx: ProposalContext) -> Proposal | None:
+        config = ctx.sweep.config
         knobs: dict[str, Knob] = {}
-        for path, text in sorted(ctx.files.items()):
-            for knob in find_knobs(path, text):
-                if not isinstance(knob.value, str):  # string choices: not searched (yet)
-                    knobs.setdefault(knob.name, knob)
+        dead: list[str] = []
+        for found in resolve(ctx.files, config.command, config.args_file, config.workdir):
+            # dead knobs (a later layer sets them) are never proposed; string choices: not
+            # searched (yet)
+            if not found.live:
+                dead.append(f"{found.knob.name} at {found.knob.where}: {found.why}")
+            elif found.searched:  # not plumbing such as seed or device
+                knobs.setdefault(found.knob.name, found.knob)
         # Read by the loop when propose() returns None: a reason instead of a silent `done`.
-        self.out_of_ideas = None if knobs else no_knobs_message(ctx.files)
+        self.out_of_ideas = None if knobs else no_knobs_message(ctx.files, dead)
         head = [KnobValue(k.name, k.raw, k.value) for k in knobs.values()
                 if not isinstance(k.value, str)]
         shares = dict(ctx.sweep.config.category_shares)

@@ -42,6 +42,7 @@ class Check:
     status: Status
     detail: str
     fix: str = ""
+    folded: tuple[str, ...] = ()  # knock-on effects of this failure, shown under it
 
 
 SUMMARY_FIX = (
@@ -120,12 +121,21 @@ def check_overhead(run: RunFacts) -> Check:
 
 def check_run(config: TargetConfig, run: RunFacts) -> list[Check]:
     """The cheap checks one finished run answers (what `overnight run` reports on its baseline)."""
-    checks: list[Check] = []
-    if run.error and not run.summary and "summary block" not in run.error:
-        checks.append(Check("runs", "fail", f"the run failed: {run.error}",
-                            "run the command by hand in a clean clone and fix the error"))
-    checks += [*check_summary(config, run), check_budget(config, run)]
-    return [*checks, check_progress(config, run), check_overhead(run)]
+    later = [*check_summary(config, run), check_budget(config, run)]
+    error = run.error or (f"exit code {run.exit_code}" if run.exit_code not in (0, None)
+                          and not run.timed_out else None)
+    if error and not run.summary and "summary block" not in error:
+        # No block because the run failed: what that failure makes fail too is folded under it.
+        knock_on = tuple(f"so: {c.name}: {c.detail}" for c in later if c.status == "fail")
+        return [Check("runs", "fail", f"the run failed: {error}",
+                      "run the command by hand in a clean clone and fix the error",
+                      folded=knock_on), check_progress(config, run)]
+    if run.timed_out:
+        budget = next(c for c in later if c.name == "budget honoured")
+        knock_on = tuple(f"so: {c.name}: {c.detail}" for c in later
+                         if c.status == "fail" and c is not budget)
+        later = [Check(budget.name, budget.status, budget.detail, budget.fix, knock_on)]
+    return [*later, check_progress(config, run), check_overhead(run)]
 
 
 def check_noise(config: TargetConfig, first: float | None, second: float | None) -> list[Check]:
@@ -162,13 +172,14 @@ def check_evaluation(config: TargetConfig, files: Mapping[str, str]) -> Check:
     imported |= {m.split(".")[0] for m in imported}
     used = sorted(protected_modules & imported)
     if used:
-        return Check("evaluation outside editable files", "ok",
-                     f"the editable code imports protected {', '.join(used)}")
-    return Check("evaluation outside editable files", "warn",
-                 "no protected Python module is imported by the editable files: a proposal can "
-                 "change how the metric is computed",
+        return Check("metric safe from proposals", "ok",
+                     f"the evaluation can live in protected {', '.join(used)}, which the "
+                     "editable code imports")
+    return Check("metric safe from proposals", "warn",
+                 "the editable files import no protected module, so the code that computes "
+                 f"{config.metric} is itself editable: a proposal may change how it is measured",
                  "move the evaluation (and the data loading) into a file listed in protected, "
-                 "e.g. prepare.py, and import it")
+                 "e.g. prepare.py, and import it from the script")
 
 
 def check_steps(first: Mapping[str, float | str], second: Mapping[str, float | str]) -> list[Check]:

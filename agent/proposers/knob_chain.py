@@ -1,0 +1,244 @@
+"""The override chain: for each knob, does a change to its literal reach the run, and if not why.
+
+A run's value of a hyper-parameter is set, last one winning, by: the script's literal (a
+config-block global, an argparse default, a dataclass default, a YAML/TOML/JSON key), then a
+Python config file the command names and the script exec()s over its globals (nanoGPT's
+configurator), then the command's own flags (`--lr=0.1`, `--lr 0.1`, hydra's `model.lr=0.1`),
+then the target's `args_file` (appended to the command; editable, so its lines are knobs).
+A knob some later layer sets is dead; so is a global assigned again further down, and a
+dataclass default every construction of the class passes explicitly. Everything else is live.
+Pure: the stdlib and the knob modules. The files given are what is known; a layer whose file
+is missing from them cannot be judged (its knobs stay live).
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import re
+import shlex
+from dataclasses import dataclass, field
+
+from agent.core.config import args_words
+from agent.proposers.knob_python import ALL, PythonFacts, python_knobs
+from agent.proposers.knob_sources import Knob, find_knobs
+
+BARE_FLAGS = ("-m", "--multirun", "--info", "-h", "--help")  # hydra's flags without a value
+_HYDRA_PATH = re.compile(r"config_path\s*=\s*[\"']([^\"']+)[\"']")
+# Settings of the machine or the bookkeeping, not of the model: live, but never searched.
+PLUMBING = re.compile(
+    r"^(seed|device|devices|gpus|n_gpu|accelerator|num_workers|workers|num_proc|"
+    r"preprocessing_num_workers|pin_memory|compile|deterministic|benchmark|verbose|"
+    r"log_\w+|\w+_log|logging_\w+|save_\w+|\w+_save_\w*|eval_only|eval_iters|eval_interval|"
+    r"eval_steps|always_save_checkpoint|wandb_\w+|local_rank|world_size|port|"
+    r"do_train|do_eval|do_predict|overwrite_\w+|train|test|max_iters|max_steps|max_epochs|"
+    r"min_epochs|epochs|check_val_every_n_epoch|dataloader_\w+|streaming|"
+    r"max_train_samples|max_eval_samples|use_\w*fast\w*|trust_remote_code|\w+_interval|"
+    r"_\w+_|"  # hydra's own keys (_partial_, _recursive_)
+    # the shape of the data, not a choice: changing it only breaks the run
+    r"input_size|output_size|num_classes|n_classes|vocab_size|in_channels|image_size|"
+    # sampling after training, not training
+    r"top_k|top_p|temperature|num_samples|max_new_tokens|sample_only|"
+    r"\w*eval_batch_size)$")  # evaluation speed, not the metric
+
+
+@dataclass(frozen=True)
+class KnobState:
+    """One knob and whether a change to it can reach the run (`why` says what wins if not)."""
+
+    knob: Knob
+    live: bool
+    why: str = ""
+    plumbing: bool = False  # a machine or bookkeeping setting (seed, device, ...): not searched
+
+    @property
+    def searched(self) -> bool:
+        return self.live and not self.plumbing and not isinstance(self.knob.value, str)
+
+
+@dataclass
+class CommandLine:
+    """The command split into its script, its positional files and its flags (key -> text)."""
+
+    script: str | None = None
+    positionals: list[str] = field(default_factory=list)  # repo-relative paths
+    flags: dict[str, str] = field(default_factory=dict)  # "lr" / "model.lr" -> "--lr=0.1"
+
+
+def takes_value(word: str, nxt: str | None) -> bool:
+    """Is `nxt` the value of the flag `word` (`--lr 0.1`, `--overrides n_embd=10,bias=false`)?
+
+    Not when it is a flag itself, nor a hydra override (a dotted key: `model.lr=0.1`), nor
+    after hydra's bare flags (`-m`, `--multirun`)."""
+    if nxt is None or nxt.startswith("-") or word in BARE_FLAGS:
+        return False
+    return "=" not in nxt or "." not in nxt.split("=", 1)[0]
+
+
+def flag_key(word: str) -> str:
+    """`--n-layer` and `--n_layer` -> `n_layer`; `+model.lr` -> `model.lr`."""
+    return word.lstrip("-+").replace("-", "_") if word.startswith("-") else word.lstrip("+")
+
+
+def parse_words(words: list[str], workdir: str = ".") -> CommandLine:
+    """Which script a command runs, the files it names after it, and the flags it sets."""
+    line = CommandLine()
+    i = 0
+    while i < len(words) and line.script is None:
+        if words[i].endswith(".py"):
+            line.script = posixpath.normpath(posixpath.join(workdir, words[i]))
+        i += 1
+    rest = words[i:] if line.script else []
+    j = 0
+    while j < len(rest):
+        word = rest[j]
+        if word.startswith("-") and "=" in word:
+            line.flags[flag_key(word.split("=", 1)[0])] = word
+        elif word.startswith("-") and len(word) > 1 and not word[1].isdigit():
+            nxt = rest[j + 1] if j + 1 < len(rest) else None
+            if takes_value(word, nxt):
+                line.flags[flag_key(word)] = f"{word} {nxt}"
+                j += 1
+            else:
+                line.flags[flag_key(word)] = word
+        elif "=" in word:
+            line.flags[flag_key(word.split("=", 1)[0])] = word
+        else:
+            line.positionals.append(posixpath.normpath(posixpath.join(workdir, word)))
+        j += 1
+    return line
+
+
+def _facts(files: dict[str, str]) -> tuple[dict[str, list[Knob]], dict[str, PythonFacts]]:
+    first = {p: python_knobs(p, t)[1] for p, t in files.items() if p.endswith(".py")}
+    classes = {c for f in first.values() for c in f.fields}
+    knobs: dict[str, list[Knob]] = {}
+    facts: dict[str, PythonFacts] = {}
+    for path, text in files.items():
+        if path.endswith(".py"):
+            knobs[path], facts[path] = python_knobs(path, text, classes)
+        else:
+            knobs[path] = find_knobs(path, text)
+    return knobs, facts
+
+
+@dataclass
+class _Chain:
+    files: dict[str, str]
+    command: CommandLine
+    args: CommandLine  # the args_file's words, parsed as if they followed the command
+    args_file: str | None
+    knobs: dict[str, list[Knob]]
+    facts: dict[str, PythonFacts]
+
+    def flag_setter(self, keys: list[str]) -> str | None:
+        for key in keys:
+            if key in self.args.flags:
+                return f"{self.args_file} sets {self.args.flags[key]} (that line is the knob)"
+        for key in keys:
+            if key in self.command.flags:
+                return (f"the command sets {self.command.flags[key]}: a change here cannot reach "
+                        "the run (move that flag into args_file to search it)")
+        return None
+
+    def config_files(self) -> list[str]:
+        return [p for p in [*self.command.positionals, *self.args.positionals] if p.endswith(".py")]
+
+    def global_setter(self, knob: Knob) -> str | None:
+        facts = self.facts.get(knob.path)
+        if facts and knob.name in facts.reassigned:
+            return f"set again at {knob.path}:{facts.reassigned[knob.name] + 1}"
+        script = self.command.script
+        configs = self.config_files()
+        execs = script is not None and self.facts.get(script, PythonFacts()).execs_over_globals
+        if not execs or knob.path not in (script, *configs):
+            return None
+        later = configs if knob.path == script else configs[configs.index(knob.path) + 1:]
+        for path in later:
+            hit = next((k for k in self.knobs.get(path, []) if k.name == knob.name), None)
+            if hit is not None:
+                return f"{hit.where} sets it again (the command runs {path} after the script)"
+        return self.flag_setter([knob.name])
+
+    def dataclass_setter(self, knob: Knob) -> str | None:
+        cls, name = knob.name.split(".", 1)
+        if any(cls in f.parsed_from_cli for f in self.facts.values()):
+            for path in (p for p in self.command.positionals if p.endswith(".json")):
+                if name in _json_keys(self.files.get(path)):
+                    return f"{path} sets {name} (the script parses that file into {cls})"
+            return self.flag_setter([name])
+        calls = [c for f in self.facts.values() for c in f.constructions.get(cls, [])]
+        order = next((f.fields[cls] for f in self.facts.values() if cls in f.fields), [])
+        index = f"#{order.index(name)}" if name in order else ""
+        if calls and all(name in c or ALL <= c or index in c for c in calls):
+            calls_text = "the one call" if len(calls) == 1 else f"all {len(calls)} calls"
+            return (f"every {cls}(...) call passes {name} explicitly ({calls_text}): its default "
+                    "is never used")
+        return None
+
+    def config_key_setter(self, knob: Knob) -> str | None:
+        prefix = self.hydra_prefix(knob.path)
+        return None if prefix is None else self.flag_setter([prefix + knob.name])
+
+    def hydra_prefix(self, path: str) -> str | None:
+        text = self.files.get(self.command.script or "", "")
+        m = _HYDRA_PATH.search(text)
+        if not m or not path.endswith((".yaml", ".yml")) or self.command.script is None:
+            return None
+        root = posixpath.normpath(posixpath.join(posixpath.dirname(self.command.script),
+                                                 m.group(1)))
+        rel = posixpath.relpath(path, root)
+        if rel.startswith(".."):
+            return None
+        if "@package _global_" in self.files.get(path, ""):
+            return ""
+        group = posixpath.dirname(rel)
+        return "" if group in ("", ".") else group.replace("/", ".") + "."
+
+    def args_setter(self, knob: Knob) -> str | None:
+        key = flag_key(knob.name)
+        later = [k for k in self.knobs.get(knob.path, [])
+                 if flag_key(k.name) == key and k.line_no > knob.line_no]
+        return f"{later[-1].where} sets it again" if later else None
+
+    def why_dead(self, knob: Knob) -> str | None:
+        if knob.kind == "args":
+            return self.args_setter(knob)
+        if knob.kind in ("constant", "global"):
+            return self.global_setter(knob)
+        if knob.kind == "argparse":
+            return self.flag_setter([flag_key(f) for f in knob.flags or (knob.flag,)])
+        if knob.kind == "dataclass":
+            return self.dataclass_setter(knob)
+        return self.config_key_setter(knob)
+
+
+def _json_keys(text: str | None) -> set[str]:
+    try:
+        data = json.loads(text or "{}")
+    except ValueError:
+        return set()
+    return set(data) if isinstance(data, dict) else set()
+
+
+def resolve(files: dict[str, str], command: str, args_file: str | None = None,
+            workdir: str = ".") -> list[KnobState]:
+    """Every knob of `files` (path -> text: the editable files, and any others known) with
+    whether it is live. `args_file`, when given and in `files`, holds extra arguments."""
+    words = shlex.split(command)
+    cmd = parse_words(words, workdir)
+    args_text = files.get(args_file or "") if args_file else None
+    extra = parse_words(words[:1 + words.index(next(w for w in words if w.endswith(".py")))]
+                        + args_words(args_text), workdir) if args_text and cmd.script else (
+        CommandLine())
+    knobs, facts = _facts({p: t for p, t in files.items() if p != args_file})
+    if args_file and args_text is not None:
+        knobs[args_file] = find_knobs(args_file, args_text, args_file=args_file)
+    chain = _Chain(files, cmd, extra, args_file, knobs, facts)
+    states = []
+    for path in sorted(knobs):
+        for knob in knobs[path]:
+            why = chain.why_dead(knob)
+            key = flag_key(knob.name).rsplit(".", 1)[-1].lower()
+            states.append(KnobState(knob, why is None, why or "", bool(PLUMBING.match(key))))
+    return states

@@ -17,15 +17,11 @@ why). Every answer, error and token is kept (agent.proposers.llm_record).
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agent.analysis.trials import constant_changes
-from agent.core.diff import normalize as normalize_diff
-from agent.core.domain import Experiment, ExperimentStatus, Proposal
+from agent.core.domain import Experiment, Proposal
 from agent.core.errors import AdmissionError
 from agent.core.ports import ProposalContext
 from agent.proposers.llm_backends import ChatBackend, ChatReply, ChatRequest, LLMError, make_backend
@@ -40,7 +36,6 @@ from agent.proposers.llm_budget import (
 )
 from agent.proposers.llm_config import LLMProfile, load_profile
 from agent.proposers.llm_formats import ANTHROPIC_AUTO, OPENAI_AUTO, edit_schema
-from agent.proposers.llm_parse import description_of, extract_diff_text, parse_answer
 from agent.proposers.llm_prompt import (
     PromptStyle,
     feedback_prompt,
@@ -49,43 +44,16 @@ from agent.proposers.llm_prompt import (
     system_prompt,
 )
 from agent.proposers.llm_record import ANSWER_CHARS, USAGE_KEY, Conversation
-from agent.rules.admit import check_proposal
-from agent.rules.categories import (
-    Category,
-    category_of_knob,
-    category_of_text,
-    exhausted,
-    parse_category,
-)
+from agent.proposers.llm_validate import Valid, category_of_answer, salvage, validate
+from agent.rules.categories import Category
 
 __all__ = ["USAGE_KEY", "LLMProposer", "category_of_answer", "make_llm_proposer"]
 logger = logging.getLogger(__name__)
 RAW_ANSWER_CHARS = 20_000
 MAX_SHRINKS = 2  # re-asks after the context refused a prompt, per conversation
 CAP_SLACK = 0.05  # of a prompt's estimate, kept below a cap for the estimate's error
-_CATEGORY = re.compile(r"^\W*CATEGORY\W*:\s*(.+?)\s*$", re.IGNORECASE | re.MULTILINE)
 _UNKNOWN = object()
 Build = Callable[[int, PromptStyle], str]
-
-
-def category_of_answer(raw: str, description: str, diff: str, stated: str | None = None
-                       ) -> Category:
-    """The category the model stated, else one guessed from the constants or the words."""
-    m = _CATEGORY.search(raw)
-    said = parse_category(stated) if stated else None
-    said = said or (parse_category(m.group(1).strip("*`_ ")) if m else None)
-    if said is not None:
-        return said
-    changes, _ = constant_changes(diff)
-    return category_of_knob(changes[0].name) if changes else category_of_text(description)
-
-
-@dataclass(frozen=True)
-class _Valid:
-    description: str
-    diff: str
-    shape: str
-    category: Category
 
 
 class _Stop(Exception):  # noqa: N818  (control flow inside _converse only)
@@ -186,10 +154,10 @@ class LLMProposer:
                 break
             raw, entry = reply.text, self._answered(conv, request, asked, reply)
             try:
-                valid = self._validate(ctx, raw, fallback_description, reply)
+                valid = validate(ctx, raw, fallback_description, reply.finish, reply.tokens_out)
             except AdmissionError as exc:
                 conv.fail(entry, exc.code, exc.message)
-                candidate = candidate or self._salvage(raw, fallback_description)
+                candidate = candidate or salvage(raw, fallback_description)
                 logger.info("%s: unusable answer (%s), answer %d", self.name, exc.code,
                             conv.answers)
                 last_bad, verdict = (raw, exc.message), f"{exc.code}: {exc.message}"
@@ -300,42 +268,6 @@ class LLMProposer:
                          tokens_out=reply.tokens_out, seconds=round(reply.seconds, 2),
                          finish=reply.finish or None)
 
-    def _validate(self, ctx: ProposalContext, raw: str, fallback: str | None,
-                  reply: ChatReply) -> _Valid:
-        try:
-            parsed = parse_answer(raw, ctx.files)
-        except AdmissionError as exc:
-            if reply.finish in ("length", "max_tokens"):
-                raise AdmissionError("cut_off", f"the answer was cut off at {reply.tokens_out} "
-                                     f"tokens before it was complete ({exc.message}); give a "
-                                     "shorter answer") from None
-            raise
-        description = parsed.description
-        if fallback and description == "change proposed by the LLM":
-            description = fallback
-        check_proposal(Proposal(description, parsed.diff), ctx.sweep.config)
-        key = normalize_diff(parsed.diff)
-        for exp in ctx.history:
-            if exp.diff and exp.status is not ExperimentStatus.REJECTED and \
-                    normalize_diff(exp.diff) == key:
-                raise AdmissionError("duplicate", f"this exact change was already tried as "
-                                     f"experiment {exp.id} ({exp.status.value}): "
-                                     f"{exp.description}; propose a different idea")
-        category = category_of_answer(raw, description, parsed.diff, parsed.category)
-        capped = exhausted(ctx.history, dict(ctx.sweep.config.category_shares),
-                           ctx.sweep.max_experiments)
-        if category in capped and fallback is None:  # a repair keeps its idea's category
-            raise AdmissionError("category_exhausted", f"the {category.value} category has used "
-                                 f"its share of this sweep ({capped[category]}); propose a "
-                                 "different kind of change")
-        return _Valid(description, parsed.diff, parsed.shape, category)
-
-    @staticmethod
-    def _salvage(raw: str, fallback: str | None) -> tuple[str, str] | None:
-        """For the rejected record: the answer's own diff text, if it had one."""
-        diff = extract_diff_text(raw)
-        return (description_of(raw) or fallback or "unusable LLM answer", diff) if diff else None
-
     # --- the records ----------------------------------------------------------------------
     def _meta(self, conv: Conversation, raw: str, shape: str, category: Category,
               repairs: int | None) -> dict[str, Any]:
@@ -346,7 +278,7 @@ class LLMProposer:
             meta["repairs"] = repairs
         return meta
 
-    def _proposal(self, valid: _Valid, conv: Conversation, raw: str,
+    def _proposal(self, valid: Valid, conv: Conversation, raw: str,
                   repairs: int | None) -> Proposal:
         return Proposal(description=valid.description, diff=valid.diff, proposer=self.name,
                         meta=self._meta(conv, raw, valid.shape, valid.category, repairs))

@@ -166,3 +166,16 @@ def test_length_errors_name_the_context_and_the_meter_learns():
     assert history_budget(8192, 5000, 3000, 4096) == 8192 - 245 - 5000 - 2048
     with pytest.raises(Exception, match="leaves no room"):
         history_budget(8192, 7900, 3000, 4096)
+
+
+def test_json_edits_are_placed_in_the_file_as_shown():
+    import json
+
+    two = {"description": "d", "category": "hyperparameter", "edits": [
+        {"path": "train.py", "search": "LR = 0.01", "replace": "LR = 0.02"},
+        {"path": "train.py", "search": "WIDTH = 64", "replace": "WIDTH = 128\nDEPTH = 2"}]}
+    parsed = parse_answer(json.dumps(two) + '\n{\n  " } ]}', FILES)  # junk after the object
+    assert "+LR = 0.02" in parsed.diff and "+DEPTH = 2" in parsed.diff
+    same = {**two, "edits": [two["edits"][0], {**two["edits"][0], "replace": "LR = 0.3"}]}
+    with pytest.raises(AdmissionError, match="edits 1 and 2 change the same line"):
+        parse_answer(json.dumps(same), FILES)

@@ -104,26 +104,28 @@ def read_tool_use(blocks: list[dict[str, Any]]) -> str:
 
 
 def json_answer(text: str) -> dict[str, Any] | None:
-    """The answer as a JSON object (bare or in one fenced block), None when it is not one."""
+    """The answer's JSON object (bare or in one fenced block; text after it is ignored: a
+    grammar-bound server was seen to run on past the object), None when it is not one."""
     raw = text.strip()
     m = _FENCED_JSON.match(raw)
     raw = m.group(1) if m else raw
     if not raw.startswith("{"):
         return None
     try:
-        data = json.loads(raw)
+        data, _ = json.JSONDecoder().raw_decode(raw)
     except ValueError:
         return None
     return data if isinstance(data, dict) else None
 
 
 def apply_edits(data: dict[str, Any], files: dict[str, str]) -> dict[str, str]:
-    """The files after the JSON answer's edits. Raises AdmissionError naming the bad edit."""
+    """The files after the JSON answer's edits, each found in the files as shown (so two
+    edits cannot step on each other). Raises AdmissionError naming the bad edit."""
     edits = data.get("edits")
     if not isinstance(edits, list) or not edits:
         raise AdmissionError("bad_edit", "the JSON answer has no 'edits' list: give at least "
                              "one {path, search, replace}")
-    out = dict(files)
+    placed: dict[str, list[tuple[int, int, str, int]]] = {}
     for n, edit in enumerate(edits[:MAX_EDITS], 1):
         if not isinstance(edit, dict) or not all(isinstance(edit.get(k), str)
                                                  for k in ("search", "replace")):
@@ -133,11 +135,23 @@ def apply_edits(data: dict[str, Any], files: dict[str, str]) -> dict[str, str]:
         if path is None:
             raise AdmissionError("not_editable", f"edit {n}: {edit.get('path')!r} is not "
                                  f"editable (editable: {', '.join(sorted(files))})")
-        out[path] = _replace_lines(out[path], edit["search"], edit["replace"], path, n)
+        at, count = _find(files[path], edit["search"], path, n)
+        for other_at, other_count, _, m in placed.get(path, []):
+            if at < other_at + other_count and other_at < at + count:
+                raise AdmissionError("bad_edit", f"edits {m} and {n} change the same line of "
+                                     f"{path}: give each line one edit")
+        placed.setdefault(path, []).append((at, count, edit["replace"], n))
+    out = dict(files)
+    for path, spots in placed.items():
+        lines = lines_with_ends(files[path])
+        for at, count, replace, _ in sorted(spots, reverse=True):  # bottom up: indexes hold
+            lines[at:at + count] = _new_lines(lines[at], replace)
+        out[path] = "".join(lines)
     return out
 
 
-def _replace_lines(content: str, search: str, replace: str, path: str, n: int) -> str:
+def _find(content: str, search: str, path: str, n: int) -> tuple[int, int]:
+    """Where `search` (whole lines, trailing whitespace forgiven) is in content, exactly once."""
     want = [s.rstrip() for s in search.strip("\n").split("\n")]
     lines = lines_with_ends(content)
     hits = [i for i in range(len(lines) - len(want) + 1)
@@ -146,9 +160,14 @@ def _replace_lines(content: str, search: str, replace: str, path: str, n: int) -
         where = "was not found" if not hits else f"matches {len(hits)} places"
         raise AdmissionError("bad_search", f"edit {n}: the search text {want[0][:80]!r} {where} "
                              f"in {path}; copy one existing line exactly")
-    i = hits[0]
-    indent = lines[i][:len(lines[i]) - len(lines[i].lstrip())]
+    return hits[0], len(want)
+
+
+def _new_lines(first: str, replace: str) -> list[str]:
+    """The replacement lines, indented like the line they replace when the model left the
+    indentation out."""
+    indent = first[:len(first) - len(first.lstrip())]
     new = replace.strip("\n").split("\n") if replace.strip() else []
-    if indent and new and not new[0][:1].isspace():  # the model dropped the indentation
+    if indent and new and not new[0][:1].isspace():
         new = [indent + ln if ln.strip() else ln for ln in new]
-    return "".join(lines[:i]) + "".join(ln + "\n" for ln in new) + "".join(lines[i + len(want):])
+    return [ln + "\n" for ln in new]

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import real_llm
 
+from agent.core.domain import RAN_STATUSES
 from agent.core.domain import ExperimentStatus as S
 from agent.git.repo import init_repo
 from db.engine import open_database
@@ -74,6 +75,7 @@ def test_a_short_sweep_against_a_real_model(smollm: str, tmp_path: Path) -> None
     used = [e for e in llm if e.status is not S.QUEUED]
     capped = "LLM token cap reached" in (llm[-1].reason or "")
     assert len(used) >= EXPERIMENTS or capped, [(e.status, e.reason) for e in llm]
+    assert len([e for e in llm if e.status in RAN_STATUSES]) <= EXPERIMENTS
 
     # Every row's reason is what happened.
     for e in llm:

@@ -195,3 +195,19 @@ def test_a_model_with_no_usable_idea_ends_the_night_saying_so(tmp_path, target, 
     assert exps[-1].reason == ("5 proposals in a row were refused: the proposer counts as out "
                                "of ideas")
     assert store.get_sweep("llm").status.value == "done" and len(fake.requests) == 5
+
+
+def test_a_cap_reached_mid_conversation_keeps_its_answers_and_ends_the_night(tmp_path, target,
+                                                                           monkeypatch):
+    with FakeLLM("openai", [PROSE, GOOD_LR]) as fake:  # 1000 tokens in, 200 out per answer
+        write_profile(tmp_path, monkeypatch, fake, answer_format="text", max_llm_tokens=2500)
+        store, sweep_id = run_llm_sweep(tmp_path, target, max_experiments=5)
+    exps = store.list_experiments(sweep_id)
+    assert [e.status for e in exps] == [S.KEPT, S.REJECTED, S.REJECTED]
+    talked, last = exps[1], exps[2]
+    assert talked.reason.startswith("the model gave no usable change in 1 answer; the last: "
+                                    "no change found")
+    assert "not asked again: LLM token cap reached" in talked.reason
+    assert talked.meta["llm_conversation"][0]["answer"] == PROSE
+    assert "LLM token cap reached" in last.reason and len(fake.requests) == 1
+    assert store.llm_usage(sweep_id)[:2] == (1000, 200)  # within the cap, and all counted

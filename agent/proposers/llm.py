@@ -137,7 +137,7 @@ class LLMProposer:
             except _Stop as stop:
                 if not conv.turns:
                     self._give_up(ctx, conv, stop.why)
-                return None
+                    return None
                 verdict = f"{verdict}; not asked again: {stop.why}" if verdict else stop.why
                 break
             try:

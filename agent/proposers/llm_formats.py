@@ -112,7 +112,7 @@ def json_answer(text: str) -> dict[str, Any] | None:
     if not raw.startswith("{"):
         return None
     try:
-        data, _ = json.JSONDecoder().raw_decode(raw)
+        data, _ = json.JSONDecoder(strict=False).raw_decode(raw)  # raw newlines in strings
     except ValueError:
         return None
     return data if isinstance(data, dict) else None

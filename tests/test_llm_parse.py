@@ -178,6 +178,8 @@ def test_json_edits_are_placed_in_the_file_as_shown():
     assert "+LR = 0.02" in parsed.diff and "+DEPTH = 2" in parsed.diff
     raw_newline = json.dumps(two).replace("\\n", "\n")  # a grammar lets raw newlines through
     assert parse_answer(raw_newline, FILES).diff == parsed.diff
+    twice = {**two, "edits": [two["edits"][0], two["edits"][0]]}
+    assert "+LR = 0.02" in parse_answer(json.dumps(twice), FILES).diff
     same = {**two, "edits": [two["edits"][0], {**two["edits"][0], "replace": "LR = 0.3"}]}
     with pytest.raises(AdmissionError, match="edits 1 and 2 change the same line"):
         parse_answer(json.dumps(same), FILES)

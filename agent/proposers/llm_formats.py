@@ -120,13 +120,18 @@ def json_answer(text: str) -> dict[str, Any] | None:
 
 def apply_edits(data: dict[str, Any], files: dict[str, str]) -> dict[str, str]:
     """The files after the JSON answer's edits, each found in the files as shown (so two
-    edits cannot step on each other). Raises AdmissionError naming the bad edit."""
+    edits cannot step on each other; an edit repeated counts once, two different edits of one
+    line are refused). Raises AdmissionError naming the bad edit."""
     edits = data.get("edits")
     if not isinstance(edits, list) or not edits:
         raise AdmissionError("bad_edit", "the JSON answer has no 'edits' list: give at least "
                              "one {path, search, replace}")
     placed: dict[str, list[tuple[int, int, str, int]]] = {}
+    seen: list[Any] = []
     for n, edit in enumerate(edits[:MAX_EDITS], 1):
+        if edit in seen:  # the same edit twice (small models do) is that edit once
+            continue
+        seen.append(edit)
         if not isinstance(edit, dict) or not all(isinstance(edit.get(k), str)
                                                  for k in ("search", "replace")):
             raise AdmissionError("bad_edit", f"edit {n} needs string 'search' and 'replace'")

@@ -158,6 +158,8 @@ def figures(rows: list[dict[str, Any]], sweep: dict[str, Any], calls: list[dict[
     prompt = [c["prompt_tokens"] for c in answered if c.get("prompt_tokens")]
     last = rows[-1] if rows else {}
     capped = "cap reached" in (last.get("reason") or "")
+    used = len(ran) + sum(r["status"] == "rejected" for r in proposals)
+    gave_up = last.get("description") == "the proposer has nothing to propose"
     return {
         "answers": len(answered), "calls": len(calls),
         "http_errors": [c.get("error", "")[:120] for c in calls if c["status"] != 200],
@@ -172,7 +174,8 @@ def figures(rows: list[dict[str, Any]], sweep: dict[str, Any], calls: list[dict[
         if answered else None,
         "sweep_tokens": [sweep["llm_tokens_in"], sweep["llm_tokens_out"]],
         "experiments_ran": len(ran), "asked_for": args.experiments,
-        "ended_early": len(ran) < args.experiments and not capped,
+        # ended by neither its max (runs and refusals use it up) nor a cap
+        "ended_early": (used < args.experiments or gave_up) and not capped,
         "last_reason": (last.get("reason") or "")[:200], "wall_s": round(seconds),
         "formats": sorted({c["format"] for c in calls}),
     }

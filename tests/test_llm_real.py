@@ -48,8 +48,7 @@ def _profile(tmp_path: Path, base_url: str) -> Path:
     cfg = tmp_path / "llm.toml"
     cfg.write_text(f'[profiles.smol]\nbase_url = "{base_url}"\nmodel = "smollm2"\n'
                    f'api_key_env = ""\ncontext_tokens = {real_llm.CONTEXT_TOKENS}\n'
-                   f"max_llm_tokens = {MAX_TOKENS}\ntimeout_s = 600\n"
-                   "[profiles.smol.extra_body]\nseed = 7\n")
+                   f"max_llm_tokens = {MAX_TOKENS}\ntimeout_s = 600\n")
     return cfg
 
 

@@ -11,6 +11,7 @@ from fastapi.responses import PlainTextResponse
 
 from agent.analysis.insights import render
 from agent.analysis.insights_fold import digest
+from agent.analysis.projection import LLMSpend
 from agent.core.config import load_config
 from agent.core.domain import ExperimentStatus, Sweep, SweepStatus
 from agent.core.errors import ConfigError, ConflictError
@@ -41,15 +42,18 @@ def target_dir(raw: str) -> Path:
 def _public(services: Services, sweep: Sweep) -> SweepPublic:
     starts = services.scheduler.scheduled_starts() if services.scheduler else {}
     return SweepPublic.of(sweep, services.reads.status_counts(sweep.id),
-                          scheduled_start=starts.get(sweep.name))
+                          scheduled_start=starts.get(sweep.name),
+                          llm=LLMSpend.of(services.store.llm_usage(sweep.id)))
 
 
 def _all_public(services: Services, sweeps: list[Sweep]) -> list[SweepPublic]:
-    """Every sweep with its counts and scheduled start: two reads for the list, not two per
-    sweep (a year of nights is hundreds of sweeps)."""
+    """Every sweep with its counts, scheduled start and LLM spend: three reads for the list,
+    not three per sweep (a year of nights is hundreds of sweeps)."""
     starts = services.scheduler.scheduled_starts() if services.scheduler else {}
     counted = services.reads.status_counts_by_sweep()
-    return [SweepPublic.of(s, counted.get(s.id, {}), scheduled_start=starts.get(s.name))
+    spent = services.reads.llm_usage_by_sweep()
+    return [SweepPublic.of(s, counted.get(s.id, {}), scheduled_start=starts.get(s.name),
+                           llm=LLMSpend.of(spent.get(s.id, (0, 0, 0.0))))
             for s in sweeps]
 
 

@@ -43,17 +43,17 @@ def _public(services: Services, sweep: Sweep) -> SweepPublic:
     starts = services.scheduler.scheduled_starts() if services.scheduler else {}
     return SweepPublic.of(sweep, services.reads.status_counts(sweep.id),
                           scheduled_start=starts.get(sweep.name),
-                          llm=LLMSpend.of(services.store.llm_usage(sweep.id)))
+                          llm=LLMSpend.of(sweep.llm_spend))
 
 
 def _all_public(services: Services, sweeps: list[Sweep]) -> list[SweepPublic]:
-    """Every sweep with its counts, scheduled start and LLM spend: three reads for the list,
-    not three per sweep (a year of nights is hundreds of sweeps)."""
+    """Every sweep with its counts, scheduled start and LLM spend: two reads for the list
+    (the spend comes with the sweeps), not two per sweep (a year of nights is hundreds of
+    sweeps)."""
     starts = services.scheduler.scheduled_starts() if services.scheduler else {}
     counted = services.reads.status_counts_by_sweep()
-    spent = services.reads.llm_usage_by_sweep()
     return [SweepPublic.of(s, counted.get(s.id, {}), scheduled_start=starts.get(s.name),
-                           llm=LLMSpend.of(spent.get(s.id, (0, 0, 0.0))))
+                           llm=LLMSpend.of(s.llm_spend))
             for s in sweeps]
 
 

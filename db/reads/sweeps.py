@@ -1,4 +1,4 @@
-"""A sweep's plot marks and version, sweep names and LLM spend, for the pages and lists."""
+"""A sweep's plot marks and version and sweep names, for the pages and lists."""
 
 from __future__ import annotations
 
@@ -71,12 +71,3 @@ class SweepViews(ReadsBase):
         q = select(SweepRow.id, SweepRow.name).where(SweepRow.id.in_(list(ids)))
         with self.session("reading sweep names") as s:
             return {i: name for i, name in s.execute(q)}
-
-    def llm_usage_by_sweep(self) -> dict[int, tuple[int, int, float]]:
-        """Language-model tokens in, out and dollars per sweep (sweeps that spent none left
-        out): one read for a list of sweeps."""
-        q = select(SweepRow.id, SweepRow.llm_tokens_in, SweepRow.llm_tokens_out,
-                   SweepRow.llm_usd).where(
-            (SweepRow.llm_tokens_in != 0) | (SweepRow.llm_tokens_out != 0))
-        with self.session("reading LLM spend") as s:
-            return {i: (int(a), int(b), float(c)) for i, a, b, c in s.execute(q)}

@@ -32,7 +32,7 @@ from runner.groups import process_group_alive
 NOISY = (Path(__file__).parent / "scripts" / "noisy_trainer.py").read_text()
 
 
-def noisy_target(dest: Path, budget_s: float = 0.2, extra: str = "") -> Path:
+def noisy_target(dest: Path, budget_s: float = 0.2, extra: str = "", train: str = NOISY) -> Path:
     toml = textwrap.dedent(f"""\
         [target]
         command   = "python train.py"
@@ -42,7 +42,7 @@ def noisy_target(dest: Path, budget_s: float = 0.2, extra: str = "") -> Path:
         budget_s  = {budget_s}
         timeout_s = 30
         """) + extra
-    return make_target(dest, edits={"train.py": NOISY, "overnight.toml": toml})
+    return make_target(dest, edits={"train.py": train, "overnight.toml": toml})
 
 
 def test_null_sweep_keeps_at_most_one_change(tmp_path, store, make_loop):
@@ -79,10 +79,12 @@ def test_slots_finishing_together_re_run_the_incumbent_once(tmp_path, store, mak
     """8 proposals decided: the incumbent's re-run is due. Two slots check at once; the second
     checks while the first has claimed the re-run but not yet recorded it (held in its worktree
     set-up), and goes on without one: one re-run, not two."""
-    # a loaded machine's jitter must not start incumbent runs beside changes here: the test is
-    # about the periodic re-run's claim
-    target = noisy_target(tmp_path / "noisy",
-                          extra="throughput_tolerance = 10\nkeep_z = 100\n")  # no keeps either
+    # a loaded machine's jitter must not start incumbent runs beside changes here (they count
+    # as re-runs): the test is about the periodic re-run's claim. The trainer reports its
+    # budget as its training time, so every run has the same speed, and keeps none.
+    steady = NOISY.replace('{trained:.3f}")', '{budget:.3f}")', 1)
+    assert steady != NOISY
+    target = noisy_target(tmp_path / "noisy", extra="keep_z = 100\n", train=steady)
     sweep = create_sweep(store, GitRepo(target), target, name="inc",
                          config=load_config(target), max_experiments=8)
     run_sweep(make_loop(target, Ideas()), sweep.name)

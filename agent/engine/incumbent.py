@@ -95,11 +95,12 @@ class Incumbent:
         if run.status is not RunStatus.OK or run.metric is None:
             return
         with decision_lock(sweep.branch, sweep.target_path):
-            self.record_best(sweep, head, flag=True)
+            self.record_best(sweep, head)
 
-    def record_best(self, sweep: Sweep, head: str, flag: bool = False) -> None:
-        """The recorded best: the mean of the best commit's runs in its usual conditions (its
-        other runs marked suspect when `flag`). Call under the decision lock."""
+    def record_best(self, sweep: Sweep, head: str) -> None:
+        """The recorded best: the mean of the best commit's runs in its usual conditions, its
+        other runs marked suspect (so the mean is that of its OK runs). Call under the
+        decision lock."""
         current = self.store.get_sweep(sweep.name)
         if current.best_commit != head or current.best_experiment_id is None:
             return
@@ -113,7 +114,7 @@ class Incumbent:
         usual = [r.metric for r, k in zip(good, keys, strict=True) if k == home.get(k[0])]
         for r, k in zip(good, keys, strict=True):
             want = RunStatus.OK if k == home.get(k[0]) else RunStatus.SUSPECT
-            if flag and r.status is not want:
+            if r.status is not want:
                 self.store.set_run_status(r.id, want)
         best = mean([m for m in usual if m is not None])
         if best is not None and best != current.best_metric:

@@ -240,7 +240,8 @@ class Loop:
                 evidence, now_head, mine, best = self._evidence(sweep, exp, head, commit, failed)
                 verdict = decide(evidence, rule)
                 write_flags(self.store, mine, best, verdict)
-                if incumbent_ran:  # one more run of the best: its recorded mean moves
+                if incumbent_ran:  # one more run of the best: its recorded mean moves, and
+                    # its runs off their usual condition are flagged (the mean's runs are its OK)
                     self.incumbent.record_best(sweep, head)
                 if verdict.status is not None:
                     done = self._conclude(sweep, exp, verdict, result, head, commit, mine)

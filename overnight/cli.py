@@ -112,6 +112,7 @@ def run(
     runs_on = executor_options(executor, ray_address, ray_gpus, ray_cpus, ray_resource)
     n_slots, found = executor_slots(slots, devices, runs_on)
     notifying = notifications.notify_config(notify, notify_config)
+    notifications.announce(notifying, console)
     done = run_foreground(
         db,
         target,

@@ -13,6 +13,7 @@ from typing import Annotated
 
 import typer
 
+from agent.analysis.ablation import DEFAULT_SEEDS
 from overnight.cli_common import (
     DbOpt,
     DevicesOpt,
@@ -78,7 +79,8 @@ def finalize(
     ablate: Annotated[bool, typer.Option(help="also run the best minus each kept change "
                                          "(--seeds runs each) and attribute the gain")] = False,
     seeds: Annotated[int, typer.Option(min=2, max=20, help="with --ablate: runs per variant, "
-                                       "seeds seed … seed+k−1 for every variant")] = 3,
+                                       "seeds seed … seed+k−1 for every variant")]
+    = DEFAULT_SEEDS,
     budget: Annotated[float | None, typer.Option(help="with --ablate: training seconds per "
                                                  "run (default: the sweep's)")] = None,
     device: Annotated[str | None, typer.Option(help="with --ablate: OVERNIGHT_DEVICE for the "
@@ -108,6 +110,9 @@ def finalize(
         rt.recover()
     try:
         repo = open_target(Path(found.target_path))
+        if not found.status.is_finished():
+            console.print(f"sweep {found.name} is {found.status.value}: this is its kept chain "
+                          "as of now")
         done = replay(rt.store, repo, found)
         print_finalized(done, found)
         if not ablate:

@@ -89,6 +89,7 @@ def serve(
     notifying = notifications.notify_config(notify, notify_config)
     if notifying.targets and no_engine:
         fail("--notify needs the engine: the service that runs the engine sends them")
+    notifications.announce(notifying, console)
     if token is not None:
         fail("--token VALUE would show the token to every user of this machine (ps, shell "
              f"history); put it in a file (mode 0600) and give --token-file PATH, or set "

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.console import Console
 
 from agent.core.ports import Store
 from agent.ops.notify import Notifier
@@ -33,6 +34,13 @@ def notify_config(urls: list[str] | None, path: Path | None) -> NotifyConfig:
     found = load_notify_config(file) if named or file.is_file() else NotifyConfig([])
     targets = [*found.targets, *(target_of(u) for u in urls or ())]
     return NotifyConfig(targets, found.crash_streak)
+
+
+def announce(config: NotifyConfig, console: Console) -> None:
+    """Say where notifications go (each URL redacted: its secret is never printed)."""
+    if config.targets:
+        console.print("notifications to " + ", ".join(str(t) for t in config.targets),
+                      soft_wrap=True, markup=False)
 
 
 def make_notifier(store: Store, config: NotifyConfig) -> Notifier | None:

@@ -18,6 +18,7 @@ from agent.core.config import Direction
 from agent.rules.noise import mean, pooled_sigma
 
 Z95 = 1.96
+DEFAULT_SEEDS = 3  # runs per variant (`overnight finalize --ablate --seeds`)
 BEST, BASELINE, MINUS = "best", "baseline", "minus"  # the kinds of variant
 
 HELPS = "helps"

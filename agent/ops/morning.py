@@ -13,6 +13,7 @@ from datetime import datetime
 from agent.analysis.ablation import (
     BASELINE,
     BEST,
+    DEFAULT_SEEDS,
     MINUS,
     Attribution,
     KeptChange,
@@ -47,9 +48,8 @@ def report_of(store: Store, name: str, now: datetime | None = None) -> Report:
     runs = store.list_runs(sweep_id=sweep.id)
     ablation = latest_ablation(store, sweep)
     attribution = attribution_of(store, sweep, exps, runs, ablation) if ablation else None
-    seeds = sweep.config.baseline_runs
     return build_report(sweep, exps, runs, store.llm_usage(sweep.id), now or utcnow(),
-                        attribution, seeds)
+                        attribution, DEFAULT_SEEDS)
 
 
 def headline_of(store: Store, name: str) -> Headline:

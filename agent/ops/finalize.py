@@ -113,14 +113,17 @@ def free_branch(repo: Repo, wanted: str) -> str:
     return name
 
 
-def free_sweep_name(store: Store, wanted: str) -> str:
+def free_sweep_name(store: Store, repo: Repo, wanted: str) -> str:
+    """`wanted` (cut to a sweep name's length), or with `-2`, `-3` …: the first name that no
+    sweep has and whose branch does not exist."""
     stem = wanted[:MAX_NAME - 4]
     name, k = stem, 1
     while True:
         try:
             store.get_sweep(name)
         except NotFoundError:
-            return name
+            if not repo.has_ref(f"refs/heads/{BRANCH_PREFIX}{name}"):
+                return name
         k += 1
         name = f"{stem}-{k}"
 
@@ -180,9 +183,7 @@ def prepare_ablation(store: Store, repo: ChainRepo, sweep: Sweep, done: Finalize
     planned = variants(repo, done, kept)
     config = TargetConfig.from_dict({**sweep.config.with_budget(budget_s).to_dict(),
                                      "baseline_runs": seeds})
-    name = free_sweep_name(store, f"{sweep.name}-ablate")
-    if repo.has_ref(f"refs/heads/{BRANCH_PREFIX}{name}"):
-        name = free_sweep_name(store, f"{name}-x")
+    name = free_sweep_name(store, repo, f"{sweep.name}-ablate")
     chain = [i for i, _ in done.commits]
     abl = create_sweep(store, repo, Path(sweep.target_path), name=name,
                        proposer=ABLATION_PREFIX + sweep.name, config=config,

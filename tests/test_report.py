@@ -107,3 +107,35 @@ def test_bad_input_is_refused_naming_it(night: Night, tmp_path: Path):
     assert proc.returncode == 2 and "nope" in proc.stderr
     proc = report(night, "--output", str(tmp_path / "missing" / "r.md"))
     assert proc.returncode == 2 and "--output" in proc.stderr
+
+
+def test_a_suspect_run_is_set_aside_and_said(night: Night, tmp_path: Path):
+    """A run the engine marked suspect (its throughput measured the machine's load) is in no
+    mean or n, and the report says how many were set aside; the rest still equal the records."""
+    import sqlite3
+    from dataclasses import replace
+
+    from agent.core.domain import RunStatus
+    from db.engine import open_database
+    from db.store import SqlStore
+
+    copy = tmp_path / "copy.db"
+    with sqlite3.connect(night.db) as src, sqlite3.connect(copy) as dst:
+        src.backup(dst)
+    store = SqlStore(open_database(copy))
+    sweep = store.get_sweep(night.name)
+    base = next(e for e in store.list_experiments(sweep.id) if e.is_baseline)
+    base_runs = [r for r in store.list_runs(experiment_id=base.id) if r.status is RunStatus.OK]
+    assert len(base_runs) >= 2
+    store.set_run_status(base_runs[0].id, RunStatus.SUSPECT)
+    shadow = replace(night, db=copy, store=store)
+    md = report(shadow).stdout
+    want = expected(shadow)
+    assert want["base_n"] == len(base_runs) - 1
+    head = re.search(r"\*\*val_bpb (\S+) → \S+\*\* \(lower is better; baseline n=(\d+), ", md)
+    assert head and int(head[2]) == want["base_n"]
+    assert float(head[1]) == pytest.approx(want["baseline"], abs=5e-7)
+    before = sum(r.status is RunStatus.SUSPECT for r in night.store.list_runs(sweep_id=sweep.id))
+    runs = "1 run" if before == 0 else f"{before + 1} runs"  # the load may have marked some
+    assert f"\n{runs} set aside as suspect (a throughput that says the machine's load" in md
+    assert ("set aside as suspect" in report(night).stdout) is (before > 0)

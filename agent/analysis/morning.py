@@ -88,7 +88,8 @@ def headline_of(sweep: Sweep, ev: SweepEvidence, runs: Sequence[Run],
            else None)
     return Headline(sweep.metric, sweep.direction.value, baseline, len(base_runs), best,
                     len(best_runs), ev.improvement, ev.improvement_ci, rel, ev.kept,
-                    ev.supported, ev.sigma, ev.statement())
+                    ev.supported, ev.sigma, ev.statement(),
+                    sum(r.status is RunStatus.SUSPECT for r in runs))
 
 
 def _ok_metrics(runs: Sequence[Run], commit: str) -> list[float]:

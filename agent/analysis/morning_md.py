@@ -62,6 +62,13 @@ def span(r: Report) -> str:
     return f"{start} → {r.last_finish.strftime('%Y-%m-%d %H:%M UTC')} ({hours:.2f} h)"
 
 
+def set_aside(n: int) -> str:
+    """The runs the evidence left out because their throughput said they measured the load."""
+    runs = "1 run" if n == 1 else f"{n} runs"
+    return (f"{runs} set aside as suspect (a throughput that says the machine's load was "
+            "measured, not the change): in no mean, interval or n here")
+
+
 def render_markdown(r: Report) -> str:
     parts = [_head(r), _kept(r), attribution_markdown(r.attribution) if r.attribution else "",
              _learned(r), _crashes(r.crashes), _cost(r.cost), _next(r)]
@@ -79,6 +86,8 @@ def _head(r: Report) -> str:
         lines.append(f"**{h.metric} {metric(h.baseline)} → {metric(h.best)}** ({better} is "
                      f"better; baseline n={h.baseline_n}, best n={h.best_n}): gain "
                      f"{pm(h.improvement, h.improvement_ci)}{rel} (95 % interval).")
+    if h.set_aside:
+        lines += ["", f"{set_aside(h.set_aside)}."]
     lines += ["", f"**{h.statement}**", "",
               f"Status {r.status}, {span(r)}; {counts_line(r.counts)}; budget {r.budget_s:g} s "
               f"per run; proposer `{r.proposer}`; branch `{r.branch}`; target `{r.target}`."]

@@ -30,6 +30,7 @@ class Headline:
     supported: int  # kept with P(better) ≥ SUPPORTED_P
     sigma: float | None
     statement: str  # evidence's honest line
+    set_aside: int = 0  # runs marked suspect (they measured the machine): in no mean
 
     def text(self) -> str:
         """One line for a chat message or a notification."""

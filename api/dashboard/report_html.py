@@ -14,7 +14,7 @@ from pathlib import Path
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from markupsafe import Markup
 
-from agent.analysis.morning_md import counts_line, hours, metric, pm, signed, span
+from agent.analysis.morning_md import counts_line, hours, metric, pm, set_aside, signed, span
 from agent.analysis.morning_model import Report
 
 from .plot import draw_progress
@@ -29,7 +29,7 @@ def _env() -> Environment:
                       autoescape=select_autoescape(["html"]), trim_blocks=True,
                       lstrip_blocks=True)
     env.filters.update(metric=metric, signed=signed, hours=hours, code=code_spans)
-    env.globals.update(pm=pm, counts_line=counts_line, span=span)
+    env.globals.update(pm=pm, counts_line=counts_line, span=span, set_aside=set_aside)
     return env
 
 

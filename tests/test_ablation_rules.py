@@ -68,6 +68,21 @@ def test_maximize_turns_the_signs():
     assert a.changes[0].verdict == HELPS
 
 
+def test_one_kept_change_counts_the_baseline_once():
+    """With one kept change the best minus it is the baseline: one experiment under two keys.
+    Its runs enter σ̂, its df and the runs spent once."""
+    base, best = [3.62, 3.94, 3.87], [3.77, 3.70, 3.76]
+    variants = {(BEST, None): best, (BASELINE, None): base, (MINUS, 2): list(base)}
+    a = attribute("x-ablate", Direction.MINIMIZE, [KeptChange(2, "DEPTH 4 -> 2", 0.79)],
+                  variants, seeds=3, samples=[best, base])
+    assert a.runs == 6 and a.df == 4
+    ss = sum((v - sum(g) / 3) ** 2 for g in (base, best) for v in g)
+    assert a.sigma == pytest.approx(math.sqrt(ss / 4))
+    assert a.changes[0].gain == pytest.approx(a.total)
+    # Without `samples` each key counts: the baseline's runs twice.
+    assert attribute("x", Direction.MINIMIZE, [KeptChange(2, "d", 0.79)], variants).df == 6
+
+
 def test_variant_keys_read_only_well_formed_meta():
     meta = {"ablation": {"keys": [["minus", 12], ["baseline", None], ["nonsense", 1], [1]]}}
     assert variant_keys(meta) == [(MINUS, 12), (BASELINE, None)]

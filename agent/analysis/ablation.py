@@ -90,13 +90,17 @@ class Attribution:
 def attribute(sweep: str, direction: Direction, kept: Sequence[KeptChange],
               variants: Mapping[tuple[str, int | None], Sequence[float]],
               night_sigma: float | None = None, seeds: int = 0,
-              notes: Mapping[int, str] | None = None) -> Attribution:
+              notes: Mapping[int, str] | None = None,
+              samples: Sequence[Sequence[float]] | None = None) -> Attribution:
     """The attribution from each variant's metrics: `variants[(BEST, None)]`,
     `variants[(BASELINE, None)]` and `variants[(MINUS, kept id)]`. `night_sigma`: σ̂ of the
     night, for the intervals of the gains when kept (the ablation's σ̂ when None). `notes`:
-    why a variant has no runs (it could not be built, it crashed)."""
+    why a variant has no runs (it could not be built, it crashed). `samples`: the metrics of
+    each variant run, once each (a variant can stand under two keys: with one kept change the
+    best minus it is the baseline); σ̂, its df and the runs spent come from them (default: each
+    key's metrics)."""
     sign = 1.0 if direction is Direction.MINIMIZE else -1.0
-    groups = [list(v) for v in variants.values() if v]
+    groups = [list(v) for v in (variants.values() if samples is None else samples) if v]
     sigma, df = pooled_sigma(groups)
     best = list(variants.get((BEST, None), ()))
     base = list(variants.get((BASELINE, None), ()))
@@ -107,7 +111,7 @@ def attribute(sweep: str, direction: Direction, kept: Sequence[KeptChange],
     sizes = {k.id: len(variants.get((MINUS, k.id), ())) for k in kept}
     interaction, interaction_ci = _interaction(changes, sizes, len(base), len(best), total,
                                                sigma)
-    spent = sum(len(v) for v in variants.values())
+    spent = sum(len(g) for g in groups)
     return Attribution(sweep, seeds, sigma, df, mean(best), mean(base), total, total_ci,
                        changes, interaction, interaction_ci, spent)
 

@@ -74,17 +74,18 @@ def latest_ablation(store: Store, sweep: Sweep) -> Sweep | None:
 def attribution_of(store: Store, sweep: Sweep, exps: Sequence[Experiment],
                    runs: Sequence[Run], ablation: Sweep) -> Attribution:
     """The attribution an ablation sweep measured, against the night's gains of `sweep`."""
-    variants, notes, chain = _variants(store, ablation)
+    variants, notes, chain, samples = _variants(store, ablation)
     by_id = {e.id: e for e in exps}
     kept = [night_gain(by_id[i], runs, sweep) for i in chain if i in by_id]
     sigma = sweep_evidence(sweep, list(exps), list(runs)).sigma
     return attribute(ablation.name, sweep.direction, kept, variants, sigma,
-                     ablation.config.baseline_runs, notes)
+                     ablation.config.baseline_runs, notes, samples)
 
 
-def _variants(store: Store, ablation: Sweep
-              ) -> tuple[dict[VariantKey, list[float]], dict[int, str], list[int]]:
-    """Each variant's good metrics, why a variant has none (by left-out id), the chain."""
+def _variants(store: Store, ablation: Sweep) -> tuple[
+        dict[VariantKey, list[float]], dict[int, str], list[int], list[list[float]]]:
+    """Each variant's good metrics, why a variant has none (by left-out id), the chain, and
+    the good metrics of each experiment once (an experiment can be two variants)."""
     metrics: dict[int, list[float]] = {}
     for r in store.list_runs(sweep_id=ablation.id):
         if r.status is RunStatus.OK and r.metric is not None:
@@ -104,7 +105,7 @@ def _variants(store: Store, ablation: Sweep
                     if e.reason else e.status.value
     for key in [(BEST, None), (BASELINE, None)]:
         variants.setdefault(key, [])
-    return variants, notes, chain
+    return variants, notes, chain, list(metrics.values())
 
 
 def night_gain(e: Experiment, runs: Sequence[Run], sweep: Sweep) -> KeptChange:

@@ -79,6 +79,8 @@ def test_one_kept_change_counts_the_baseline_once():
     ss = sum((v - sum(g) / 3) ** 2 for g in (base, best) for v in g)
     assert a.sigma == pytest.approx(math.sqrt(ss / 4))
     assert a.changes[0].gain == pytest.approx(a.total)
+    # There are no others to be on top of: the verdict says it was measured again.
+    assert a.changes[0].verdict == "does not hold when measured again" and a.changes[0].flagged
     # Without `samples` each key counts: the baseline's runs twice.
     assert attribute("x", Direction.MINIMIZE, [KeptChange(2, "d", 0.79)], variants).df == 6
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from agent.core.config import Direction
 from agent.rules.noise import mean, pooled_sigma
@@ -27,6 +27,11 @@ LESS_TOGETHER = "helps less on top of the others than when kept"
 NO_LONGER = "no longer helps on top of the others"
 HURTS = "hurts on top of the others"
 UNMEASURED = "not measured"
+# With one kept change there are no others: the best minus it is the baseline.
+ALONE = {MORE_TOGETHER: "helps more measured again than when kept",
+         LESS_TOGETHER: "helps less measured again than when kept",
+         NO_LONGER: "does not hold when measured again",
+         HURTS: "hurts when measured again"}
 
 
 @dataclass(frozen=True)
@@ -108,6 +113,8 @@ def attribute(sweep: str, direction: Direction, kept: Sequence[KeptChange],
     changes = [_change(k, variants.get((MINUS, k.id), ()), best, sigma,
                        night_sigma if night_sigma is not None else sigma, sign,
                        (notes or {}).get(k.id, "")) for k in kept]
+    if len(changes) == 1:
+        changes = [replace(c, verdict=ALONE.get(c.verdict, c.verdict)) for c in changes]
     sizes = {k.id: len(variants.get((MINUS, k.id), ())) for k in kept}
     interaction, interaction_ci = _interaction(changes, sizes, len(base), len(best), total,
                                                sigma)

@@ -139,3 +139,6 @@ def test_a_suspect_run_is_set_aside_and_said(night: Night, tmp_path: Path):
     runs = "1 run" if before == 0 else f"{before + 1} runs"  # the load may have marked some
     assert f"\n{runs} set aside as suspect (a throughput that says the machine's load" in md
     assert ("set aside as suspect" in report(night).stdout) is (before > 0)
+    out = tmp_path / "r.html"
+    assert report(shadow, "--format", "html", "--output", str(out)).returncode == 0
+    assert f'<p class="muted" id="set-aside">{runs} set aside as suspect' in out.read_text()

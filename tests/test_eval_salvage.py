@@ -105,7 +105,8 @@ def _summary(stdout: str) -> dict[str, str]:
 
 
 @pytest.mark.timeout(900)  # start-up and evaluation are not on the training budget
-def test_the_reference_target_saves_its_model_and_evaluate_py_scores_it_again(tmp_path):
+def test_the_reference_target_saves_its_model_and_evaluate_py_scores_it_again(tmp_path,
+                                                                               data_dir):
     folder = tmp_path / "gpt"
     make_target(folder, GPT)
     checkpoint = tmp_path / "ckpt"
@@ -113,7 +114,7 @@ def test_the_reference_target_saves_its_model_and_evaluate_py_scores_it_again(tm
     env = {k: v for k, v in os.environ.items() if k != "OVERNIGHT_SHARDS"}
     env.update(OVERNIGHT_BUDGET_S="2", OVERNIGHT_DEVICE="cpu",
                OVERNIGHT_CHECKPOINT_DIR=str(checkpoint),
-               OVERNIGHT_DATA_DIR=str(tmp_path / "data"))
+               OVERNIGHT_DATA_DIR=str(data_dir))
     trained = _python("train.py", folder, env)
     assert trained.returncode == 0, trained.stderr[-2000:]
     assert [p.name for p in checkpoint.iterdir()] == ["model.pt"]
@@ -125,3 +126,30 @@ def test_the_reference_target_saves_its_model_and_evaluate_py_scores_it_again(tm
     assert float(second["val_bpb"]) == pytest.approx(float(first["val_bpb"]), abs=1e-4)
     assert second["num_steps"].strip() == first["num_steps"].strip()
     assert second["training_seconds"].strip() == first["training_seconds"].strip()
+
+
+@pytest.mark.timeout(900)
+def test_the_reference_target_in_the_loop_keeps_a_run_whose_evaluation_ran_out_of_memory(
+        tmp_path, store, make_loop, monkeypatch, data_dir):
+    """The real loop, the real train.py: a change that runs out of memory right before its
+    evaluation is scored again by evaluate.py and judged with a metric, not lost as a crash."""
+    toml = (GPT / "overnight.toml").read_text().replace("budget_s  = 300", "budget_s  = 1")
+    folder = make_target(tmp_path / "gpt", GPT, {
+        "overnight.toml": toml + "baseline_runs = 1\nmax_runs = 2\nnoise_sigma = 1\n"})
+    monkeypatch.setenv("OVERNIGHT_DATA_DIR", str(data_dir))
+    monkeypatch.delenv("OVERNIGHT_SHARDS", raising=False)
+    oom = ("    raise torch.cuda.OutOfMemoryError('CUDA out of memory. Tried to allocate 2 GiB')\n"
+           "    val_bpb = evaluate_bpb(model, device)")
+    sweep = start(store, folder)
+    proposer = Scripted([("oom at eval", "    val_bpb = evaluate_bpb(model, device)", oom)])
+    run_sweep(make_loop(folder, proposer, device="cpu"), sweep.name)
+    base, change = store.list_experiments(sweep.id)
+    assert base.status is ExperimentStatus.KEPT, base.reason
+    # the same model as the baseline's, measured against a σ of 1: not better
+    assert change.status is ExperimentStatus.DISCARDED, change.reason
+    runs = store.list_runs(experiment_id=change.id)
+    for run in runs:  # each run of the change: scored again, with the training's own figures
+        # (suspect: a loaded machine changed its speed; a run with a metric all the same)
+        assert run.status in (RunStatus.OK, RunStatus.SUSPECT) and run.metric is not None
+        assert "OutOfMemoryError: CUDA out of memory" in str(run.summary[RERUN_KEY])
+        assert float(run.summary["num_steps"]) > 3 and run.training_s is not None

@@ -24,12 +24,6 @@ SUMMARY_KEYS = ["val_bpb", "training_seconds", "total_seconds", "peak_memory_mb"
 PROGRESS = re.compile(r"^step \d+ \| loss \d+\.\d+ \| .* \| elapsed \d+\.\d+s$")
 
 
-@pytest.fixture(scope="session")
-def data_dir(tmp_path_factory) -> Path:
-    """One prepared-data cache for the whole session, never ~/.cache."""
-    return tmp_path_factory.mktemp("overnight-data")
-
-
 @pytest.fixture
 def target(tmp_path) -> Path:
     dst = tmp_path / "gpt"

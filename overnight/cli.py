@@ -79,7 +79,7 @@ def init_target(src: Path, path: Path) -> None:
         dirs_exist_ok=True,
         ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "__init__.py"),
     )
-    (path / ".gitignore").write_text("__pycache__/\n*.log\n")
+    (path / ".gitignore").write_text("__pycache__/\n*.log\n.overnight/\n")
     init_repo(path)
 
 

@@ -79,6 +79,11 @@ RAN_STATUSES = (
 
 # What uses up one of a sweep's max_experiments: a run (or a refusal) the proposal caused. Queued
 # ones do not yet; cancelled and interrupted runs are the service's doing, not the proposal's.
+# The priority of a queued experiment that continues one already counted (a change re-queued
+# on a new head, a repair of a trivial crash): ahead of new proposals, and run even once the
+# sweep has reached max_experiments.
+CONTINUATION_PRIORITY = 50
+
 USED_STATUSES = (
     ExperimentStatus.RUNNING,
     ExperimentStatus.KEPT,

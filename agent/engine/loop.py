@@ -15,6 +15,7 @@ from typing import Any
 from agent.core.config import TargetConfig
 from agent.core.diff import PathChange
 from agent.core.domain import (
+    CONTINUATION_PRIORITY,
     Experiment,
     ExperimentStatus,
     Finish,
@@ -57,7 +58,7 @@ from agent.rules.repeats import baseline_warnings
 from runner.result import Outcome, RunResult
 
 logger = logging.getLogger(__name__)
-REPAIR_PRIORITY = 50
+REPAIR_PRIORITY = CONTINUATION_PRIORITY
 MAX_REJECTED_IN_A_ROW = 5
 
 

@@ -8,6 +8,14 @@ the kernel shares CPU between sessions and the runner gives each trainer its own
 the test's session would barely slow the trainer). The hog is on for the baseline, so every
 change run after it looks better until the incumbent runs beside it. Asserts on keeps, and
 that the pairing happened; never on times: a busy machine only makes more runs.
+
+The issue's target is at most 1 keep in 20, measured by running this file repeatedly
+(benchmarks/README.md: 2 of 120 with the throughput in the summary, 5 of 120 with it only in
+progress lines). One pass is a draw of 20: at the measured worst rate (4.2 % a change) a pass
+keeps 2 or more about 1 time in 5, so a bound of 1 would fail CI on a good rule. The bound here,
+MAX_KEEPS, fails a good pass about 1 time in 800 at that rate (binomial, n = 20). It still
+catches a rule that credits the load to the change: the issue saw such a sweep keep the first
+change after every busy baseline, at z 10–80.
 """
 
 from __future__ import annotations
@@ -33,6 +41,7 @@ from agent.ops.sweeps import create_sweep
 SCRIPTS = Path(__file__).parent / "scripts"
 BUSY = (SCRIPTS / "busy_trainer.py").read_text()
 HOG_ON_S, HOG_OFF_S = 10, 20  # hog.sh's defaults: a third of the time busy
+MAX_KEEPS = 4  # of 20 null changes in one pass (see above; the target, 1, is a benchmark's)
 
 
 @contextmanager
@@ -86,4 +95,4 @@ def test_a_hog_switched_on_and_off_keeps_at_most_one_null_change(tmp_path, store
           f"{sum(r.status is RunStatus.SUSPECT for r in runs)} suspect")
     assert len(changes) == 20 and {r.throughput_source for r in good} == {source}
     assert beside, "the load moved the throughput but no incumbent ran beside a change"
-    assert len(kept) <= 1, [e.reason for e in kept]
+    assert len(kept) <= MAX_KEEPS, [e.reason for e in kept]

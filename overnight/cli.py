@@ -15,6 +15,7 @@ from rich.markup import escape
 from agent.core.config import CONFIG_FILE
 from agent.core.domain import Sweep
 from agent.core.errors import OvernightError
+from agent.rules.noise import p_better
 from db.reads import Reads
 from overnight import (  # noqa: F401  (they register their commands)
     cli_adopt,
@@ -188,7 +189,7 @@ def demo_legend(sweep: Sweep, budget: float, shifts: int) -> str:
     return (f"What the numbers mean: {sweep.metric} is bits per byte of held-out text (lower is "
             f"better) after {budget:g} s of CPU training; a change is kept only when it beats "
             "the incumbent by more than σ̂, the run-to-run noise of seed and machine, with "
-            f"P(better) ≥ 0.96{load}.")
+            f"P(better) ≥ {p_better(sweep.config.keep_z):.2f}{load}.")
 
 
 def own_command() -> str:

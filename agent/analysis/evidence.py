@@ -15,7 +15,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from agent.analysis.folds import appended
-from agent.core.config import Direction
+from agent.core.config import Direction, TargetConfig
 from agent.core.domain import (
     Experiment,
     ExperimentStatus,
@@ -26,7 +26,9 @@ from agent.core.domain import (
 )
 from agent.rules.noise import ci95, group_squares, mean, p_better, pooled_of, sample_sd, z_score
 
-SUPPORTED_P = 0.96  # P(better) of a keep at z = 1.75, the default keep threshold
+# P(better) of a keep at the default keep threshold (z = keep_z = 1.75): 0.96, derived, not
+# restated, so a new default moves every "supported keep" with it
+SUPPORTED_P = round(p_better(TargetConfig.model_fields["keep_z"].default), 2)
 
 
 @dataclass(frozen=True)
@@ -269,7 +271,12 @@ def _one(
     pairs = tuple((r.pair_run_id, r.id) for r in marked if r.pair_run_id)
     suspect = tuple((r.id, r.note or "") for r in marked
                     if r.status is RunStatus.SUSPECT and not r.pair_run_id)
-    if pairs or suspect:  # decided in the machine's conditions: its own reason says how
+    beside = [r.metric for r in marked if r.pair_run_id and r.metric is not None]
+    paired = mean(beside)
+    if pairs and paired is not None and m is not None and sigma is not None:
+        # compared in the same conditions: P(better) against the incumbent runs beside it
+        p = p_better(z_score(sign * (paired - m), sigma, len(values), len(beside)))
+    elif pairs or suspect:  # decided in the machine's conditions: its own reason says how
         p = None
     return ExperimentEvidence(
         len(values), m, sample_sd(values), ci95(values, sigma), p, tuple(values), pairs, suspect

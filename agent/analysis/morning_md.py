@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 
 from agent.analysis.ablation import Attribution
+from agent.analysis.evidence import SUPPORTED_P
 from agent.analysis.morning_model import Cost, CrashGroup, KeptChange, Report
 
 RUNS_STATUSES = ("kept", "discarded", "crashed", "timeout", "rejected", "cancelled",
@@ -102,7 +103,7 @@ def _kept(r: Report) -> str:
               "P(better) | diff |", "| --- | --- | --- | --- | --- | --- | --- |"]
     lines += [_kept_row(k) for k in r.kept]
     lines += ["", "P(better) is against the runs of the commit each change was built on; "
-              "✓ marks a keep with P ≥ 0.96 on two or more runs."]
+              f"✓ marks a keep with P ≥ {SUPPORTED_P:.2f} on two or more runs."]
     return "\n".join(lines)
 
 

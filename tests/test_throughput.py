@@ -42,6 +42,11 @@ def test_nothing_says_the_speed():
     assert speed({"val_loss": 1.0}, ProgressMeter()).source is None
     assert from_progress(meter([(5, None, 1.0)])).value is None  # one untimed line
     assert from_progress(meter([(1, None, 1.0), (3, None, 1.002)])).value is None  # a burst
+    # elapsed times printed to the hundredth over milliseconds measure their rounding: 0.00 s
+    # then 0.01 s is not "200 steps/s" (the fake trainer's lines, alternately timed or not)
+    fast = [(1, 0.0, 5.0), (2, 0.0, 5.001), (3, 0.01, 5.002)]
+    assert from_progress(meter(fast)).value is None
+    assert from_progress(meter([(3, 0.01, 5.0)])).value is None
     runs = [Sample(1.0), Sample(1.1)]
     warning = load_unchecked(runs)
     assert warning and "cannot be checked" in warning and "num_steps" in warning

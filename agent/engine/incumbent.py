@@ -98,8 +98,9 @@ class Incumbent:
             self.record_best(sweep, head)
 
     def record_best(self, sweep: Sweep, head: str) -> None:
-        """The recorded best: the mean of the best commit's runs in its usual conditions, its
-        other runs marked suspect (so the mean is that of its OK runs). Call under the
+        """The recorded best: the mean of the best commit's OK runs. Its own runs keep the
+        statuses its verdict gave them (a finished record is never edited); each re-run of it
+        (role incumbent) is OK in the conditions of those runs, else suspect. Call under the
         decision lock."""
         current = self.store.get_sweep(sweep.name)
         if current.best_commit != head or current.best_experiment_id is None:
@@ -110,13 +111,17 @@ class Incumbent:
         tol = rule.throughput_tolerance or speed_tolerance(
             sweep_speed_noise([r for r in runs if r.status in GOOD]))
         keys = conditions([sample(r) for r in good], tol)
-        home = usual_keys(keys)
-        usual = [r.metric for r, k in zip(good, keys, strict=True) if k == home.get(k[0])]
+        own = {k for r, k in zip(good, keys, strict=True)
+               if r.role is not RunRole.INCUMBENT and r.status is RunStatus.OK}
+        home = own or set(usual_keys(keys).values())  # no own OK run: the most runs'
         for r, k in zip(good, keys, strict=True):
-            want = RunStatus.OK if k == home.get(k[0]) else RunStatus.SUSPECT
+            if r.role is not RunRole.INCUMBENT:
+                continue
+            want = RunStatus.OK if k in home else RunStatus.SUSPECT
             if r.status is not want:
                 self.store.set_run_status(r.id, want)
-        best = mean([m for m in usual if m is not None])
+        best = mean([r.metric or 0.0 for r, k in zip(good, keys, strict=True)
+                     if (k in home if r.role is RunRole.INCUMBENT else r.status is RunStatus.OK)])
         if best is not None and best != current.best_metric:
             self.store.set_best(sweep.id, current.best_experiment_id, best, head,
                                 baseline=current.best_experiment_id == self._baseline_id(sweep))

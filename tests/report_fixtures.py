@@ -37,6 +37,9 @@ def noisy_night(root: Path, name: str = "night", experiments: int = 9) -> Night:
     target = make_target(root)
     train = target / "train.py"
     train.write_text(train.read_text().replace("NOISE = 0.0", "NOISE = 0.004"))
+    toml = target / "overnight.toml"  # seed noise now: measured, not the stated print precision
+    toml.write_text("\n".join(line for line in toml.read_text().splitlines()
+                              if not line.startswith("noise_sigma")) + "\n")
     import git
 
     from agent.git.repo import IDENTITY

@@ -188,7 +188,8 @@ def _drive(rt: Runtime, sweep: Sweep, target: Path, settings: SchedulerSettings,
 
     view = LiveView(console, sweep) if console.is_terminal else LineLog(console, sweep)
     engine = SlotScheduler(rt.store, settings, rt.loop_factory(
-        settings, on_event=None if quiet else view.on_event, proposer_kwargs=proposer_kwargs))
+        settings, on_event=None if quiet else view.on_event, proposer_kwargs=proposer_kwargs),
+        writes=rt.writes)
     since = utcnow()
     try:
         if quiet or isinstance(view, LineLog):

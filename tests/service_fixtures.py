@@ -2,8 +2,11 @@
 
 The target is the fake trainer with independent knobs K0..K{n-1}: metric = score(LR, WIDTH,
 USE_TRICK) - 0.001 * sum(K). Setting Ki to 1 is always an improvement, to -1 always worse, and
-diffs on different Ki never conflict, so many can be queued at once. Each run appends its
-OVERNIGHT_EXPERIMENT_ID and OVERNIGHT_SEED to $FAKE_RUN_LOG when it starts (to count run starts).
+diffs on different Ki never conflict, so many can be queued at once. HANG_S > 0 makes a run
+hang that long before its summary (a run for its time limit to end); PAD > 0 logs that many
+filler bytes after each progress line (a log that needs new space as it grows). Each run appends its
+OVERNIGHT_EXPERIMENT_ID, OVERNIGHT_SEED, pid and start time to $FAKE_RUN_LOG when it starts (to
+count run starts, and to watch how long each lived).
 """
 
 from __future__ import annotations
@@ -44,12 +47,15 @@ _RUN_LOG = os.environ.get("FAKE_RUN_LOG")
 if _RUN_LOG:
     with open(_RUN_LOG, "a") as fh:
         fh.write(os.environ.get("OVERNIGHT_EXPERIMENT_ID", "?") + " "
-                 + os.environ.get("OVERNIGHT_SEED", "?") + "\\n")
+                 + os.environ.get("OVERNIGHT_SEED", "?") + f" {{os.getpid()}} {{time.time():.3f}}\\n")
 
 LR = 0.01  # best at 0.04
 WIDTH = 64  # best at 256
 USE_TRICK = False  # True helps by 0.05
 SLEEP_S = {sleep}  # knobs: skip
+HANG_S = 0.0  # knobs: skip
+PAD = {pad}  # knobs: skip
+{hang_filler}
 {knobs}
 K_SUM = sum(v for k, v in dict(globals()).items() if re.fullmatch(r"K\\d+", k))
 
@@ -58,7 +64,10 @@ start = time.time()
 for step in range(1, 4):
     elapsed = time.time() - start
     print(f"step {{step}} | loss {{5.0 / step:.4f}} | elapsed {{elapsed:.2f}}s", flush=True)
+    if PAD:
+        print("#" * PAD, flush=True)
     time.sleep(min(SLEEP_S, budget) / 3)
+time.sleep(HANG_S)
 value = score(LR, WIDTH, USE_TRICK) - 0.001 * K_SUM
 print("---")
 print(f"val_bpb:          {{value:.6f}}")
@@ -68,18 +77,22 @@ print("num_steps:        3")
 '''
 
 
-def train_source(sleep_s: float = 0.0, n_knobs: int = N_KNOBS) -> str:
+def train_source(sleep_s: float = 0.0, n_knobs: int = N_KNOBS, pad: int = 0) -> str:
     knobs = []
     for i in range(n_knobs):
         knobs.append(f"K{i} = 0  # knobs: skip")
         knobs += [f"# filler {i}.{j}" for j in range(_FILLER)]
-    return TRAIN_TEMPLATE.format(sleep=float(sleep_s), knobs="\n".join(knobs))
+    hang_filler = "\n".join(f"# hang filler {j}" for j in range(_FILLER))
+    return TRAIN_TEMPLATE.format(sleep=float(sleep_s), knobs="\n".join(knobs),
+                                 hang_filler=hang_filler, pad=pad)
 
 
-def make_counting_target(dest: Path, sleep_s: float = 0.0, n_knobs: int = N_KNOBS) -> Path:
-    """A git target whose runs are counted and last about `sleep_s` (capped by the budget)."""
+def make_counting_target(dest: Path, sleep_s: float = 0.0, n_knobs: int = N_KNOBS,
+                         pad: int = 0) -> Path:
+    """A git target whose runs are counted and last about `sleep_s` (capped by the budget);
+    `pad`: bytes of filler the trainer logs after each progress line."""
     shutil.copytree(FAKE_TARGET, dest, ignore=shutil.ignore_patterns("__pycache__"))
-    (dest / "train.py").write_text(train_source(sleep_s, n_knobs))
+    (dest / "train.py").write_text(train_source(sleep_s, n_knobs, pad))
     (dest / ".gitignore").write_text("__pycache__/\n")
     toml = dest / "overnight.toml"  # a run sees FAKE_RUN_LOG only because the target asks
     toml.write_text(toml.read_text() + 'pass_env  = ["FAKE_RUN_LOG"]\n')
@@ -117,8 +130,8 @@ def read_run_log(path: Path) -> list[tuple[int, int]]:
     """(experiment id, seed) of every run start, in order."""
     if not path.is_file():
         return []
-    pairs = (line.split() for line in path.read_text().splitlines() if line.strip())
-    return [(int(e), int(s)) for e, s in pairs]
+    fields = (line.split() for line in path.read_text().splitlines() if line.strip())
+    return [(int(f[0]), int(f[1])) for f in fields]
 
 
 def run_records(db: Path | str) -> dict[int, int]:
@@ -152,12 +165,17 @@ class ServerProcess:
         self.proc: subprocess.Popen[bytes] | None = None
         self.url = ""
 
-    def start(self, timeout_s: float = 30.0) -> ServerProcess:
+    def launch(self) -> int:
+        """Start the process without waiting for it; the log's size before it (its offset)."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         offset = self.log_path.stat().st_size if self.log_path.exists() else 0
         with open(self.log_path, "ab") as fh:
             self.proc = subprocess.Popen(self.argv, stdout=fh, stderr=subprocess.STDOUT,
                                          env=self.env, cwd=ROOT)
+        return offset
+
+    def start(self, timeout_s: float = 30.0) -> ServerProcess:
+        offset = self.launch()
 
         def started() -> str | None:
             assert self.proc is not None
@@ -180,7 +198,8 @@ class ServerProcess:
         return self
 
     def client(self, **kw: Any) -> httpx.Client:
-        return httpx.Client(base_url=self.url, headers=AUTH, timeout=30.0, **kw)
+        kw.setdefault("timeout", 30.0)
+        return httpx.Client(base_url=self.url, headers=AUTH, **kw)
 
     def tail(self, n: int = 3000) -> str:
         return self.log_path.read_text(errors="replace")[-n:] if self.log_path.exists() else ""

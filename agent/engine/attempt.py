@@ -24,7 +24,7 @@ from typing import Any
 
 from agent.core.config import TargetConfig, extra_args
 from agent.core.domain import Experiment, Run, RunEnd, RunSpec, RunStatus, Sweep, utcnow
-from agent.core.errors import ConfigError, WorkerLostError
+from agent.core.errors import ConfigError, OutOfSpaceError, WorkerLostError
 from agent.core.ports import Runner, Store
 from agent.core.private import DIR_MODE
 from agent.rules.noise import throughput
@@ -178,7 +178,7 @@ class TrainingRuns:
                 on_line=sink,
                 stop_event=stop,
             )
-        except WorkerLostError:
+        except (WorkerLostError, OutOfSpaceError):  # no result: the machine or the disk went
             self.store.end_run(run.id, RunEnd(RunStatus.INTERRUPTED))
             raise
         finally:

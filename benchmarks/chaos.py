@@ -47,7 +47,8 @@ def plan(rng_seed: int, n: int, only: list[str] | None = None) -> list[str]:
 
 
 def night(seed: int, faults: int, tmp: Path, only: list[str] | None) -> dict[str, object]:
-    n = Night(tmp, seed=seed, strict_limits=True, log=lambda line: print(f"  [{seed}] {line}", flush=True))
+    n = Night(tmp, seed=seed, strict_limits=True,
+              log=lambda line: print(f"  [{seed}] {line}", flush=True))
     try:
         n.open()
         for i, fault in enumerate(plan(seed, faults, only)):

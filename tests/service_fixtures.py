@@ -47,7 +47,8 @@ _RUN_LOG = os.environ.get("FAKE_RUN_LOG")
 if _RUN_LOG:
     with open(_RUN_LOG, "a") as fh:
         fh.write(os.environ.get("OVERNIGHT_EXPERIMENT_ID", "?") + " "
-                 + os.environ.get("OVERNIGHT_SEED", "?") + f" {{os.getpid()}} {{time.time():.3f}}\\n")
+                 + os.environ.get("OVERNIGHT_SEED", "?")
+                 + f" {{os.getpid()}} {{time.time():.3f}}\\n")
 
 LR = 0.01  # best at 0.04
 WIDTH = 64  # best at 256

@@ -100,3 +100,14 @@ def test_year_of_nights_runs_small_and_prints_every_surface(tmp_path: Path) -> N
     for what in ("overnight status:", "GET /sweeps:", "GET /:", "GET /experiments?limit=50:",
                  "GET /ui/sweeps/night-001:", "list_sweeps([RUNNING]):", "overnight gc"):
         assert what in out.stdout, what
+
+
+def test_the_chaos_plan_has_every_fault_and_only_those_asked_for() -> None:
+    bench = _load("chaos")
+    from chaos_fixtures import FAULTS
+
+    faults = bench.plan(0, 30)
+    assert len(faults) == 30 and set(faults) == set(FAULTS)
+    assert bench.plan(0, 30) == faults  # seeded
+    only = bench.plan(1, 5, ["disk_full", "freeze"])
+    assert len(only) == 5 and set(only) == {"disk_full", "freeze"}

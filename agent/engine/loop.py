@@ -417,10 +417,10 @@ class Loop:
         follow = requeue_once(self.store, done)  # its retry, or its verdict past the cap
         if follow is not None:
             self.emit("finished" if follow.status.is_finished() else "queued", follow)
-        why = baseline_pause(follow) if follow is not None else None
-        if why is not None:
+        pause = baseline_pause(follow) if follow is not None else None
+        if pause is not None:
             sweep = self.store.get_sweep_by_id(exp.sweep_id)
-            logger.error("sweep %s paused: %s", sweep.name, why)
+            logger.error("sweep %s paused: %s", sweep.name, pause)
             if sweep.status is SweepStatus.RUNNING:
                 self.store.set_sweep_status(sweep.name, SweepStatus.PAUSED)
         return done

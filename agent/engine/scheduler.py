@@ -113,7 +113,7 @@ class SlotScheduler:
         self._stopping = threading.Event()
         self._wake = threading.Condition()
         self._threads: list[threading.Thread] = []
-        self.starts = TimedStarts(store, self.wake)
+        self.starts = TimedStarts(store, self.wake, hold=self.writes.hold)
         self._device_failures: dict[int, int] = {}  # slot -> device failures in a row
         self.retired: dict[int, str] = {}  # slot -> why it was taken out
 

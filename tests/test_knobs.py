@@ -213,3 +213,12 @@ def test_a_long_sweep_without_keeps_never_runs_dry_or_repeats():
         changes = {c["knob"]: c["new"] for c in p.meta.get("changes", [])} or {
             p.meta["knob"]: p.meta["new"]}
         h.run(changes, D, gain=-0.001 - 0.0005 * (i % 4))
+
+
+def test_one_literal_reader_for_every_config_style():
+    """Python's True/False and YAML/TOML/JSON's true/false read alike, wherever a knob lives."""
+    assert [parse_literal(s) for s in ("True", "true", "False", "false")] == [
+        True, True, False, False]
+    assert parse_literal("1_000") == 1000 and parse_literal("3e-4") == 3e-4
+    with pytest.raises(ValueError):
+        parse_literal("'adamw'")

@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass
 
 from agent.core.diff import split_lines
+from agent.rules.knob_space import parse_literal
 
 Value = float | int | bool | str
 
@@ -56,16 +57,6 @@ class Knob:
         if start < 0 or line[start:start + len(self.raw)] != self.raw:
             raise ValueError(f"{self.path}:{self.line_no + 1}: {self.raw!r} is no longer there")
         return line[:start] + literal + line[start + len(self.raw):]
-
-
-def parse_literal(raw: str) -> Value:
-    if raw in ("True", "true"):
-        return True
-    if raw in ("False", "false"):
-        return False
-    if re.fullmatch(r"[-+]?\d[\d_]*", raw):
-        return int(raw.replace("_", ""))
-    return float(raw)
 
 
 def find_constants(path: str, text: str) -> list[Knob]:

@@ -15,10 +15,11 @@ import re
 from pathlib import PurePosixPath
 
 from agent.core.diff import split_lines
-from agent.proposers.knob_base import SKIP, Knob, Value, find_constants, parse_literal
+from agent.proposers.knob_base import SKIP, Knob, Value, find_constants
 from agent.proposers.knob_python import python_knobs
+from agent.rules.knob_space import parse_literal
 
-__all__ = ["SKIP", "Knob", "Value", "find_constants", "find_knobs", "parse_literal"]
+__all__ = ["SKIP", "Knob", "Value", "find_constants", "find_knobs"]
 
 _NUMBER = r"[-+]?(?:\d[\d_]*\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?)"
 _CONFIG_LINE = {  # key, then the literal; a trailing comment is allowed

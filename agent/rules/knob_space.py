@@ -35,8 +35,10 @@ class KnobValue:
 
 
 def parse_literal(raw: str) -> float | int | bool:
-    if raw in ("True", "False"):
-        return raw == "True"
+    """A knob's literal as written: Python's True/False or YAML/TOML/JSON's true/false, an int
+    (underscores allowed) or a float. ValueError for anything else."""
+    if raw in ("True", "False", "true", "false"):
+        return raw in ("True", "true")
     if re.fullmatch(r"[-+]?\d[\d_]*", raw):
         return int(raw.replace("_", ""))
     return float(raw)

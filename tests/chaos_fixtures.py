@@ -183,7 +183,8 @@ class Night:
                  log: Callable[[str], None] | None = None) -> None:
         self.tmp, self.rng, self.sleep_s, self.timeout_s = tmp, random.Random(seed), sleep_s, \
             timeout_s
-        self.say = log or (lambda _line: None)
+        said = log or (lambda _line: None)
+        self.say = lambda line: said(f"{time.strftime('%H:%M:%S')} {line}")
         self.limit_s = timeout_s + 2 * GRACE_S + 1.0  # runner.process: the reaper's backstop
         # A trainer that outlives this is a failure: the limit and the watcher's slack (the
         # benchmark), or twice the limit (the tests: no figure of a busy machine's speed).
@@ -226,6 +227,10 @@ class Night:
                                         "proposer": "queue", "budget_s": self.sleep_s,
                                         "timeout_s": self.timeout_s})
             assert r.status_code == 201, r.text
+            # Faults start once the baseline is in: four kills of its runs in a row would pause
+            # the sweep for its owner to look at (by design), which no night here wants.
+            wait_for(lambda: c.get("/experiments/1").json()["status"] == "kept", 300,
+                     "the baseline to be kept")
         return self
 
     # --- helpers --------------------------------------------------------------------------
@@ -538,7 +543,8 @@ class Night:
         runs = read_run_log(self.runs_file)
         head = branch_head(self.target, f"overnight/{SWEEP}")
         self.problems += check_invariants(exps, runs, self.seen_finished, head, best,
-                                          run_records(self.db))
+                                          run_records(self.db),
+                                          run_records(self.db, interrupted=True))
         self.problems += verdict_problems(exps, self.accepted, self.unanswered)
         self.problems += self.lifetimes.over(self.lifetime_cap_s)
         if "Traceback" in self.server.tail(10_000_000):
@@ -559,6 +565,8 @@ class Night:
                 self.server.proc.send_signal(signal.SIGCONT)
             self.server.stop()
         if self.mounted:
+            if os.environ.get("CHAOS_KEEP"):  # for a post-mortem: the service's files
+                shutil.copytree(self.disk, self.tmp / "kept", dirs_exist_ok=True)
             subprocess.run(["umount", "-l", str(self.disk)], capture_output=True, timeout=60)
 
 

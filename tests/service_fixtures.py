@@ -135,8 +135,9 @@ def read_run_log(path: Path) -> list[tuple[int, int]]:
     return [(int(f[0]), int(f[1])) for f in fields]
 
 
-def run_records(db: Path | str) -> dict[int, int]:
-    """How many run records (started, not interrupted) each experiment has in the database."""
+def run_records(db: Path | str, interrupted: bool = False) -> dict[int, int]:
+    """How many run records each experiment has in the database: those that ended by
+    themselves, or (`interrupted`) those cut off too (their process may not have started)."""
     from agent.core.domain import RunStatus
     from db.engine import open_database
     from db.store import SqlStore
@@ -145,7 +146,7 @@ def run_records(db: Path | str) -> dict[int, int]:
     try:
         counts: dict[int, int] = {}
         for r in SqlStore(engine).list_runs():
-            if r.status is not RunStatus.INTERRUPTED:
+            if interrupted or r.status is not RunStatus.INTERRUPTED:
                 counts[r.experiment_id] = counts.get(r.experiment_id, 0) + 1
         return counts
     finally:
@@ -252,12 +253,15 @@ def given_up(exp: dict[str, Any]) -> bool:
 
 def check_invariants(exps: list[dict[str, Any]], runs: list[tuple[int, int]],
                      before: dict[int, Any], branch_head: str, best_commit: str | None,
-                     records: dict[int, int]) -> list[str]:
+                     records: dict[int, int], cut_off: dict[int, int] | None = None
+                     ) -> list[str]:
     """Everything a kill -9 must not break; returns the problems found (empty: all good).
 
     `runs` are the (experiment, seed) starts the trainer logged; `records` the run records per
     experiment in the database. No (experiment, seed) may run twice, and every finished
-    experiment ran exactly as often as it has (non-interrupted) run records.
+    experiment ran exactly as often as it has (non-interrupted) run records, or, given
+    `cut_off` (its records, interrupted ones included: an incumbent re-run of a best
+    experiment cut off by a kill belongs to it), at most that often.
     """
     problems = []
     pairs: dict[tuple[int, int], int] = {}
@@ -269,8 +273,10 @@ def check_invariants(exps: list[dict[str, Any]], runs: list[tuple[int, int]],
     problems += [f"experiment {i} ran seed {s} {n} times" for (i, s), n in pairs.items() if n > 1]
     for e in exps:
         n, want = counts.get(e["id"], 0), records.get(e["id"], 0)
-        if e["status"] in FINISHED_RUNS and (n < 1 or n != want):
-            problems.append(f"finished experiment {e['id']} ran {n} times, {want} run records")
+        most = want if cut_off is None else cut_off.get(e["id"], 0)
+        if e["status"] in FINISHED_RUNS and (n < 1 or not want <= n <= most):
+            problems.append(f"finished experiment {e['id']} ran {n} times, {want} run records"
+                            + (f" ({most} with those cut off)" if most != want else ""))
         if e["status"] in ("queued", "running"):
             problems.append(f"experiment {e['id']} still {e['status']}")
         retry_of = (e.get("meta") or {}).get("retry_of")
@@ -375,7 +381,7 @@ def kill9_scenario(tmp: Path, kills: int, experiments: int, sleep_s: float = 1.2
     head = branch_head(target, "overnight/k9")
     # results recorded before a kill must be unchanged at the end (not compared with themselves)
     problems = check_invariants(exps, runs, seen_finished, head, sweep["best_commit"],
-                                run_records(database))
+                                run_records(database), run_records(database, interrupted=True))
     statuses: dict[str, int] = {}
     for e in exps:
         statuses[e["status"]] = statuses.get(e["status"], 0) + 1

@@ -141,6 +141,10 @@ def test_the_kill9_invariants_check_can_fail() -> None:
         exps, [*one, (3, 42)], {}, "abc", "abc", rec)
     assert "finished experiment 3 ran 2 times, 1 run records" in check_invariants(
         exps, [*one, (3, 43)], {}, "abc", "abc", rec)  # a run the database does not know
+    # an incumbent re-run of 3 cut off by a kill: a start the database knows as cut off
+    assert check_invariants(exps, [*one, (3, 43)], {}, "abc", "abc", rec, {1: 1, 3: 2}) == []
+    assert "finished experiment 3 ran 3 times, 1 run records (2 with those cut off)" in \
+        check_invariants(exps, [*one, (3, 43), (3, 44)], {}, "abc", "abc", rec, {1: 1, 3: 2})
     assert check_invariants(exps, one, {}, "abc", "def", rec) == [
         "branch at abc but the DB best is def"]
     lost = check_invariants(exps[:2], one[:2], {}, "abc", "abc", rec)

@@ -187,3 +187,68 @@ def test_a_run_that_failed_while_writes_fail_is_an_interruption(tmp_path: Path) 
 def test_the_folder_probe_leaves_nothing(tmp_path: Path) -> None:
     check_folder(tmp_path / "work")
     assert list((tmp_path / "work").iterdir()) == []
+
+
+def test_a_full_postgres_disk_is_out_of_space(pg_cluster) -> None:  # type: ignore[no-untyped-def]
+    """A real PostgreSQL database in a tablespace on a small tmpfs, filled: its "could not
+    extend file ... No space left on device" (SQLSTATE 53100) is out of space; reads work."""
+    import os
+    import pwd
+    import shutil
+    import subprocess
+    import tempfile
+
+    from chaos_fixtures import fill, mount_tmpfs
+
+    where = Path(tempfile.mkdtemp(prefix="overnight-space-", dir="/tmp"))
+    why = mount_tmpfs(where, 16)
+    if why is not None:
+        shutil.rmtree(where, ignore_errors=True)
+        pytest.skip(f"no small filesystem to fill: {why}")
+    space, name = f"small_{os.getpid()}", f"full_{os.getpid()}"
+    try:
+        if os.geteuid() == 0:
+            owner = pwd.getpwnam("postgres")
+            os.chown(where, owner.pw_uid, owner.pw_gid)
+        pg_cluster.execute(f"CREATE TABLESPACE {space} LOCATION '{where}'")
+        pg_cluster.execute(f"CREATE DATABASE {name} TEMPLATE overnight_template "
+                           f"TABLESPACE {space}")
+        engine = open_database(pg_cluster.url(name))
+        store = SqlStore(engine)
+        try:
+            filler = fill(where)
+            with pytest.raises(StoreError) as full:
+                store.create_sweep(_spec())
+            assert full.value.out_of_space, full.value
+            assert "No space left on device" in str(full.value)
+            assert store.list_sweeps() == []
+            filler.unlink()
+            assert store.create_sweep(_spec()).name == "s"
+        finally:
+            engine.dispose()
+    finally:
+        pg_cluster.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        pg_cluster.execute(f"DROP TABLESPACE IF EXISTS {space}")
+        subprocess.run(["umount", "-l", str(where)], capture_output=True, timeout=60)
+        shutil.rmtree(where, ignore_errors=True)
+
+
+def test_an_error_that_does_not_say_why_counts_when_the_probes_find_no_space() -> None:
+    """git's `worktree add` on a full disk says only "unable to write file train.py": with
+    `probe`, the probes decide; the service's own errors are never probed."""
+    full = [False]
+    probes: list[int] = []
+
+    def probe() -> None:
+        probes.append(1)
+        if full[0]:
+            raise FULL
+
+    writes = Writes(probes=[probe])
+    vague = GitError("git worktree: error: unable to write file train.py")
+    assert not writes.failed(vague) and not probes
+    assert not writes.failed(vague, probe=True) and writes.failing is None
+    full[0] = True
+    assert not writes.failed(ConflictError("already kept"), probe=True) and len(probes) == 1
+    assert writes.failed(vague, "adding a worktree", probe=True)
+    assert writes.failing is not None and "adding a worktree" in writes.failing.reason

@@ -175,7 +175,8 @@ class Loop:
         except WorkerLostError as exc:
             return self._lost(exp, f"{LOST_PREFIX}{exc}")
         except BaseException as exc:
-            if not self.writes.stopped and self.writes.failed(exc, f"experiment {exp.id}"):
+            if not self.writes.stopped and self.writes.failed(exc, f"experiment {exp.id}",
+                                                              probe=True):
                 return self._lost(exp, f"{NO_SPACE_PREFIX}{exc}")
             self._record_failure(exp, exc)
             raise

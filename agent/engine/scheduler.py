@@ -231,8 +231,14 @@ class SlotScheduler:
     def _burst_slot(self, slot: int) -> None:
         while not self._stopping.is_set() and slot not in self.retired:
             self.writes.wait_writable(self._stopping, self.settings.poll_interval_s)
-            if self.run_slot(slot):
-                continue
+            try:
+                if self.run_slot(slot):
+                    continue
+            except Exception as exc:
+                if not self.writes.failed(exc, f"slot {slot}"):
+                    raise
+            if self.writes.failing is not None:
+                continue  # it stopped for the disk, not for want of work
             with self._state_lock:
                 idle = not self._running and not self._proposing
             if idle:
@@ -287,6 +293,8 @@ class SlotScheduler:
         """Run experiments back to back until there is nothing to start; how many ran."""
         done = 0
         while not self._stopping.is_set() and slot not in self.retired:
+            if self.writes.failing is not None:
+                break  # the slot's loop waits until writes succeed again
             picked = self.pick(slot)
             if picked is None:
                 break
@@ -467,7 +475,7 @@ class SlotScheduler:
         """A sweep that cannot run (target gone, proposer unloadable) waits for its owner
         instead of failing on every tick; resuming it tries again. A lack of space pauses
         nothing in the database: the engine waits it out (self.writes) and goes on by itself."""
-        if self._stopping.is_set() or self.writes.failed(exc):
+        if self._stopping.is_set() or self.writes.failed(exc, f"sweep {sweep.name}", probe=True):
             return  # a shutdown's side effects (or a full disk) are not the sweep's fault
         logger.error("sweep %s paused: %s; fix the problem, then resume the sweep", sweep.name,
                      why)

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, TypeVar, cast
 
 from agent.core.domain import utcnow
-from agent.core.errors import OutOfSpaceError, is_out_of_space, says_out_of_space
+from agent.core.errors import OutOfSpaceError, OvernightError, is_out_of_space, says_out_of_space
 from agent.core.ports import Runner, Store
 from runner.result import Outcome, RunResult
 
@@ -39,7 +39,13 @@ T = TypeVar("T")
 
 FIRST_WAIT_S = 0.5  # the first retry; each later one waits twice as long, up to MAX_WAIT_S
 MAX_WAIT_S = 30.0
-PROBE_BYTES = 64 * 1024  # the work dir's probe: room for a log's next lines at least
+# The work dir's probe. Far more than the few pages a failed write frees again (git removes a
+# half-written checkout), so a disk that is still full never passes it.
+PROBE_BYTES = 4 << 20
+PROBE_CHUNK = 64 << 10
+# A state that comes back this soon after it ended carries on its backoff: a disk that has just
+# enough room for the probes but not for the work retries ever more slowly, not every second.
+REENTRY_S = 120.0
 PROBE_NAME = ".overnight-write-check"
 
 Probe = Callable[[], None]  # raises when it cannot write
@@ -56,9 +62,10 @@ def check_folder(folder: Path) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     probe = folder / f"{PROBE_NAME}-{os.getpid()}-{threading.get_ident()}"
     try:
-        with open(probe, "wb") as fh:
-            fh.write(b"\0" * PROBE_BYTES)
-            fh.flush()
+        with open(probe, "wb", buffering=0) as fh:
+            chunk = b"\0" * PROBE_CHUNK
+            for _ in range(PROBE_BYTES // PROBE_CHUNK):
+                fh.write(chunk)
             os.fsync(fh.fileno())
     finally:
         with contextlib.suppress(FileNotFoundError):
@@ -76,6 +83,7 @@ class Writes:
         self._failing: Failing | None = None
         self._next_check = 0.0  # monotonic time of the next probe while failing
         self._wait = first_wait_s
+        self._ended_at = -REENTRY_S  # monotonic time the state last ended
         self._stopped = threading.Event()
         self._local = threading.local()
 
@@ -92,16 +100,23 @@ class Writes:
         """The engine is stopping: held writes give up at their next failure."""
         self._stopped.set()
 
-    def failed(self, exc: BaseException, what: str = "") -> bool:
-        """Note a failed write; True when it failed for lack of space (the state is entered)."""
-        if not is_out_of_space(exc):
+    def failed(self, exc: BaseException, what: str = "", probe: bool = False) -> bool:
+        """Note a failed write; True when it failed for lack of space (the state is entered).
+        With `probe`, an error that does not say why (git's "unable to write file" says no
+        more) counts when the probes fail for lack of space now; the service's own errors
+        (OvernightError: a conflict, a missing row) never need a probe."""
+        if not is_out_of_space(exc) and not (
+                probe and isinstance(exc, Exception) and not isinstance(exc, OvernightError)
+                and not self.check(f"{what}: {exc}"[:200] if what else str(exc)[:200])):
             return False
         with self._lock:
             if self._failing is None:
                 reason = f"{what}: {exc}" if what else str(exc)
                 self._failing = Failing(utcnow(), reason[:300])
-                self._wait = self._first
-                self._next_check = time.monotonic() + self._first
+                now = time.monotonic()
+                if now - self._ended_at > REENTRY_S:
+                    self._wait = self._first
+                self._next_check = now + self._wait
                 logger.error("writes fail for lack of space (%s); the engine keeps what it has "
                              "in memory, starts nothing new and goes on by itself once writes "
                              "succeed", reason[:300])
@@ -127,6 +142,7 @@ class Writes:
         with self._lock:
             if self._failing is failing:
                 self._failing = None
+                self._ended_at = time.monotonic()
                 lasted = (utcnow() - failing.since).total_seconds()
                 logger.warning("writes succeed again after %.0f s without space; the engine "
                                "goes on (recording what it held, then starting new work)",
@@ -157,7 +173,7 @@ class Writes:
             try:
                 value = fn()
             except Exception as exc:
-                if (not self.failed(exc, what) or self._stopped.is_set()
+                if (not self.failed(exc, what, probe=True) or self._stopped.is_set()
                         or getattr(self._local, "unheld", False)):
                     raise
                 logger.debug("holding %s until writes succeed: %s", what, exc)

@@ -430,10 +430,11 @@ class Night:
         assert r.status_code == 201, r.text
         self.restart(killed)
 
-    def _disk_full(self, kill: bool | None = None, restart_full: bool | None = None) -> None:
+    def _disk_full(self, end: str | None = None, restart_full: bool | None = None) -> None:
         """Fill the disk while a run is in flight; /health must say so and POSTs get a 503;
-        free it (`kill`: after a kill -9 while full; `restart_full`: and a restart while still
-        full; drawn at random when None); the engine goes on by itself."""
+        free it; the engine goes on by itself. Before the free, `end`: "kill" (kill -9), "stop"
+        (a clean stop, SIGTERM) or "" (neither); `restart_full`: then a restart while still
+        full. Drawn at random when None."""
         with self.client() as c:
             wait_for(lambda: self.running(c), 120, "a running experiment", poll_s=0.02)
             time.sleep(self.rng.uniform(0.0, self.sleep_s))
@@ -450,16 +451,31 @@ class Night:
                 self.problems.append(f"a POST while the disk was full got {r.status_code}: "
                                      f"{r.text[:200]}")
             time.sleep(self.rng.uniform(0.5, 3.0))
-        kill = self.rng.random() < 0.3 if kill is None else kill
-        killed = self.kill("while_full") if kill else 0.0
+        if end is None:
+            end = self.rng.choices(["", "kill", "stop"], weights=[5, 3, 2])[0]
+        killed = self.kill("while_full") if end == "kill" else time.time()
+        if end == "stop":  # runs end, and what cannot be recorded is left to recovery
+            code = self.server.stop(timeout_s=60)
+            self.done["stop_while_full"] += 1
+            self.say("stopped while full")
+            if code not in (0, -signal.SIGTERM):
+                self.problems.append(f"a clean stop on a full disk ended with {code}")
         if restart_full is None:
             restart_full = self.rng.random() < 0.5
+        kill = bool(end)
         if kill and restart_full:  # a restart while still full: up, writes failing
             self.say("restart while full")
             self.server.start(timeout_s=120)
-            with self.client() as c:
-                if not c.get("/health").json().get("writes_failing_since"):
-                    self.problems.append("/health said writes succeed on a full disk")
+            with self.client() as c:  # what a restart finds: writes fail, or this one works
+                r = c.post("/experiments", json={"sweep": SWEEP, "description": "full start",
+                                                  "diff": self.next_diff()[1]})
+                if r.is_success:
+                    self.accepted[r.json()["id"]] = "full start"
+                elif r.status_code != 503:
+                    self.problems.append(f"a POST after a start on a full disk got "
+                                         f"{r.status_code}: {r.text[:200]}")
+                elif not c.get("/health").json().get("writes_failing_since"):
+                    self.problems.append("/health said writes succeed after a 503 no_space")
         self.free()
         if kill and self.server.proc is not None and self.server.proc.poll() is not None:
             self.restart(killed)

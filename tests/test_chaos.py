@@ -35,8 +35,8 @@ def test_a_full_disk_is_a_pause_not_a_loss(tmp_path: Path) -> None:
         pytest.skip(f"no small filesystem to fill: {night.no_disk}")
     try:
         night.open()
-        night.fault("disk_full", kill=False)
-        night.fault("disk_full", kill=True, restart_full=True)
+        night.fault("disk_full", end="")
+        night.fault("disk_full", end="kill", restart_full=True)
         result = night.finish()
         log = night.server.tail(10_000_000)
     finally:

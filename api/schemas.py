@@ -7,7 +7,7 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator
 
-from agent.analysis.projection import ExperimentView
+from agent.analysis.projection import ExperimentView, LLMSpend
 from agent.core.domain import Sweep
 from agent.rules.gate import parse_hhmm
 
@@ -68,10 +68,13 @@ class SweepPublic(BaseModel):
     created_at: datetime
     counts: dict[str, int] = Field(default_factory=dict)
     scheduled_start: datetime | None = None
+    llm: LLMSpend | None = Field(None, description="language-model tokens and dollars spent "
+                                 "on the sweep")
 
     @classmethod
     def of(cls, s: Sweep, counts: dict[str, int] | None = None,
-           scheduled_start: datetime | None = None) -> SweepPublic:
+           scheduled_start: datetime | None = None, llm: LLMSpend | None = None
+           ) -> SweepPublic:
         return cls(
             id=s.id, name=s.name, status=s.status.value, target=s.target_path, branch=s.branch,
             proposer=s.proposer, metric=s.metric, direction=s.direction.value,
@@ -79,7 +82,7 @@ class SweepPublic(BaseModel):
             deadline=s.deadline, window=s.window, baseline_metric=s.baseline_metric,
             best_metric=s.best_metric, best_commit=s.best_commit,
             best_experiment_id=s.best_experiment_id, created_at=s.created_at,
-            counts=counts or {}, scheduled_start=scheduled_start,
+            counts=counts or {}, scheduled_start=scheduled_start, llm=llm,
         )
 
 

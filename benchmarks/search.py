@@ -13,11 +13,14 @@ The proposers compared, side by side on the same seeds:
   anchor; a crash is told as the worst metric seen so far, an already-run value its metric);
 - knobs: the learning proposer (agent/proposers/knobs.py).
 
-Reported per family: median and p90 true regret after 20, 50 and 100 proposals; runs wasted
-on crashes, on repeated crashes per knob (max over knobs, after the first), and on repeats
-(a duplicate diff refused by admission, or an already-evaluated configuration).
+Reported per family: median and p90 true regret after 20, 30, 50 and 100 proposals, and the
+median closed share of regret, (regret of the baseline - regret of the kept head) / regret of
+the baseline (1 = the optimum found, 0 = nothing gained); runs wasted on crashes, on repeated
+crashes per knob (max over knobs, after the first), and on repeats (a duplicate diff refused by
+admission, or an already-evaluated configuration). Seeds are first_seed .. first_seed+seeds-1:
+tune on one range, report on another.
 
-    .venv/bin/python benchmarks/search.py [--seeds 10] [--proposals 100] [--jobs 2]
+    .venv/bin/python benchmarks/search.py [--seeds 10] [--first-seed 0] [--proposals 100] [--jobs 2]
 """
 
 from __future__ import annotations
@@ -58,7 +61,7 @@ from agent.proposers.llm_parse import apply_unified_diff  # noqa: E402
 from agent.rules.decide import is_improvement  # noqa: E402
 from agent.rules.knob_space import from_u, scale_of, to_u  # noqa: E402
 
-CHECKPOINTS = (20, 50, 100)
+CHECKPOINTS = (20, 30, 50, 100)
 PROPOSERS = ("knobs-naive", "random", "optuna-tpe", "knobs")
 SPAN = 4 * math.log(2.0)
 MAX_ASKS = 50  # random/optuna range: ±4 doublings in the knob's own scale
@@ -185,6 +188,7 @@ def make(name: str, seed: int):  # type: ignore[no-untyped-def]
 @dataclass
 class Outcome:
     regret: dict[int, float]
+    baseline_regret: float
     crashes: int
     crash_repeats: int  # max over knobs of crashes on that knob after its first
     repeats: int  # duplicate diffs refused + already-evaluated configurations run
@@ -203,8 +207,10 @@ def _sweep(best: float | None, baseline: float | None) -> Sweep:
 class Simulation:
     """One proposer on one family and seed: the loop's pure parts, in memory."""
 
-    def __init__(self, family: str, proposer_name: str, seed: int) -> None:
+    def __init__(self, family: str, proposer_name: str, seed: int,
+                 noise: float = NOISE_SIGMA) -> None:
         self.family, self.rng = family, random.Random(f"noise:{family}:{seed}")
+        self.noise = noise
         self.proposer = make(proposer_name, seed)
         self.head = TRAIN_PY
         metric, _ = self.measure(self.head)
@@ -220,7 +226,7 @@ class Simulation:
         out = FAMILIES[self.family](values_of(text))
         if isinstance(out, str):
             return None, out
-        return out + self.rng.gauss(0.0, NOISE_SIGMA), None
+        return out + self.rng.gauss(0.0, self.noise), None
 
     def regret(self) -> float:
         return float(FAMILIES[self.family](values_of(self.head))) - OPTIMUM
@@ -263,8 +269,9 @@ class Simulation:
         self.history.append(replace(exp, **fields))  # type: ignore[arg-type]
 
 
-def simulate(family: str, proposer_name: str, seed: int, proposals: int) -> Outcome:
-    sim = Simulation(family, proposer_name, seed)
+def simulate(family: str, proposer_name: str, seed: int, proposals: int,
+             noise: float = NOISE_SIGMA) -> Outcome:
+    sim = Simulation(family, proposer_name, seed, noise)
     regret: dict[int, float] = {}
     ended = False
     for n in range(1, proposals + 1):
@@ -273,7 +280,13 @@ def simulate(family: str, proposer_name: str, seed: int, proposals: int) -> Outc
         if n in CHECKPOINTS:
             regret[n] = sim.regret()
     worst = max((c - 1 for c in sim.crashed_knobs.values()), default=0)
-    return Outcome(regret, sim.crashes, worst, sim.repeats, ended)
+    base = float(FAMILIES[family](values_of(TRAIN_PY))) - OPTIMUM
+    return Outcome(regret, base, sim.crashes, worst, sim.repeats, ended)
+
+
+def closed(o: Outcome, mark: int) -> float:
+    """The share of the baseline's regret closed by the kept head after `mark` proposals."""
+    return (o.baseline_regret - o.regret[mark]) / o.baseline_regret
 
 
 def _changed(old: str, new: str) -> list[str]:
@@ -281,9 +294,9 @@ def _changed(old: str, new: str) -> list[str]:
     return [k for k in b if a.get(k) != b[k]]
 
 
-def _job(args: tuple[str, str, int, int]) -> tuple[str, str, int, Outcome]:
-    family, proposer, seed, proposals = args
-    return family, proposer, seed, simulate(family, proposer, seed, proposals)
+def _job(args: tuple[str, str, int, int, float]) -> tuple[str, str, int, Outcome]:
+    family, proposer, seed, proposals, noise = args
+    return family, proposer, seed, simulate(family, proposer, seed, proposals, noise)
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -294,6 +307,7 @@ def _pct(values: list[float], q: float) -> float:
 def table(results: dict[tuple[str, str], list[Outcome]], proposals: int) -> str:
     marks = [m for m in CHECKPOINTS if m <= proposals]
     head = ["family", "proposer"] + [f"regret@{m} med / p90" for m in marks] + [
+        f"closed@{m} med" for m in marks] + [
         "crashed runs (med)", "crash repeats/knob (max)", "repeats (total)", "ended early"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for (family, proposer), outs in results.items():
@@ -301,6 +315,7 @@ def table(results: dict[tuple[str, str], list[Outcome]], proposals: int) -> str:
         for m in marks:
             vals = [o.regret[m] for o in outs]
             cells.append(f"{statistics.median(vals):.4f} / {_pct(vals, 0.9):.4f}")
+        cells += [f"{statistics.median(closed(o, m) for o in outs):.3f}" for m in marks]
         cells += [f"{statistics.median(o.crashes for o in outs):g}",
                   str(max(o.crash_repeats for o in outs)), str(sum(o.repeats for o in outs)),
                   str(sum(o.ended_early for o in outs))]
@@ -309,19 +324,21 @@ def table(results: dict[tuple[str, str], list[Outcome]], proposals: int) -> str:
 
 
 def targets(results: dict[tuple[str, str], list[Outcome]]) -> list[str]:
-    """The issue's targets, each with PASS/FAIL."""
+    """Issue 13's targets at 50 proposals, each with PASS/FAIL."""
     def med(f: str, p: str) -> float:
         return statistics.median(o.regret[50] for o in results[(f, p)])
 
     out, beats = [], 0
-    for f in FAMILIES:
+    families = list(dict.fromkeys(f for f, _ in results))
+    for f in families:
         new, naive, tpe = med(f, "knobs"), med(f, "knobs-naive"), med(f, "optuna-tpe")
         out.append(f"{'PASS' if new <= naive / 2 else 'FAIL'} {f}: knobs@50 {new:.4f} <= "
                    f"half of knobs-naive {naive / 2:.4f}")
         beats += new <= tpe
         out.append(f"{'ok' if new <= tpe else '--'}   {f}: knobs@50 {new:.4f} vs optuna-tpe "
                    f"{tpe:.4f}")
-    out.append(f"{'PASS' if beats >= 2 else 'FAIL'} no worse than optuna-tpe on {beats} of 3")
+    out.append(f"{'PASS' if beats >= 2 else 'FAIL'} no worse than optuna-tpe on {beats} of "
+               f"{len(families)}")
     ours = [o for (f, p), outs in results.items() if p == "knobs" for o in outs]
     out.append(f"{'PASS' if sum(o.repeats for o in ours) == 0 else 'FAIL'} knobs repeats: "
                f"{sum(o.repeats for o in ours)}")
@@ -330,26 +347,44 @@ def targets(results: dict[tuple[str, str], list[Outcome]]) -> list[str]:
     return out
 
 
+def hardest(results: dict[tuple[str, str], list[Outcome]], mark: int = 30) -> str:
+    """Issue 22's target: on the family where `knobs` closes the least, a median closed share
+    of regret of at least 0.9 after `mark` proposals."""
+    shares = {f: statistics.median(closed(o, mark) for o in outs)
+              for (f, p), outs in results.items() if p == "knobs"}
+    f = min(shares, key=lambda k: shares[k])
+    return (f"{'PASS' if shares[f] >= 0.9 else 'FAIL'} hardest family for knobs ({f}): median "
+            f"closed share of regret at {mark} proposals {shares[f]:.3f} >= 0.9")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seeds", type=int, default=10, help="seeds per family and proposer")
+    ap.add_argument("--first-seed", type=int, default=0,
+                    help="seeds first_seed .. first_seed+seeds-1 (report on seeds not tuned on)")
     ap.add_argument("--proposals", type=int, default=100)
+    ap.add_argument("--noise", type=float, default=NOISE_SIGMA,
+                    help="measurement noise sigma (0: what the search itself leaves)")
     ap.add_argument("--jobs", type=int, default=2, help="worker processes")
     ap.add_argument("--families", default=",".join(FAMILIES))
     ap.add_argument("--proposers", default=",".join(PROPOSERS))
     args = ap.parse_args()
-    jobs = [(f, p, s, args.proposals) for f in args.families.split(",")
-            for p in args.proposers.split(",") for s in range(args.seeds)]
+    jobs = [(f, p, s, args.proposals, args.noise) for f in args.families.split(",")
+            for p in args.proposers.split(",")
+            for s in range(args.first_seed, args.first_seed + args.seeds)]
     results: dict[tuple[str, str], list[Outcome]] = defaultdict(list)
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
         for family, proposer, _seed, outcome in pool.map(_job, jobs):
             results[(family, proposer)].append(outcome)
-    print(f"{args.seeds} seeds x {args.proposals} proposals, noise sigma {NOISE_SIGMA}, "
+    print(f"{args.seeds} seeds ({args.first_seed}..{args.first_seed + args.seeds - 1}) x "
+          f"{args.proposals} proposals, noise sigma {args.noise}, "
           f"regret = true metric of the kept head - optimum {OPTIMUM}\n")
     print(table(results, args.proposals))
+    print()
     if set(PROPOSERS) <= set(args.proposers.split(",")) and args.proposals >= 50:
-        print()
         print("\n".join(targets(results)))
+    if "knobs" in args.proposers.split(",") and args.proposals >= 30:
+        print(hardest(results))
 
 
 if __name__ == "__main__":

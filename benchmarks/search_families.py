@@ -1,6 +1,6 @@
 """Synthetic targets with known truth for benchmarks/search.py.
 
-A "train.py" of ten constants, and three families of metric (val_bpb-like, lower is better)
+A "train.py" of ten constants, and four families of metric (val_bpb-like, lower is better)
 that are known functions of them. The optimum of each is 0.900 (every term is zero there and
 the point is feasible), so the true regret of a configuration is f(config) - 0.900.
 
@@ -9,6 +9,11 @@ the point is feasible), so the true regret of a configuration is f(config) - 0.9
   WARMUP_FRAC on BATCH_SIZE: moving one knob moves another's optimum.
 - crash: OOM when WIDTH × DEPTH × BATCH_SIZE exceeds a memory budget, NaN when LR > 0.016;
   the optimum (WIDTH 512, DEPTH 6, LR 0.01) sits close to both edges.
+- coupled: eight knobs that matter (two do nothing), the interactions of `interact` and two crash
+  regions that move with the other knobs: NaN when LR > 1.6 × the best LR for the current WIDTH
+  (so widening a model whose LR was tuned for a narrow one diverges), OOM when WIDTH × DEPTH ×
+  BATCH_SIZE exceeds a memory budget only 25 % above the optimum's (WIDTH 512, DEPTH 8,
+  BATCH_SIZE 64, LR 6e-3).
 
 Measurement noise: a Gaussian of σ = NOISE_SIGMA = 0.002 on every run, the seed-to-seed noise
 of a 5-minute run quoted in ../shared/loop-protocol.md (~0.002 bpb); the small knobs' effects
@@ -87,7 +92,27 @@ def crash(c: dict[str, float]) -> float | str:
             + (0.0 if c["USE_SWIGLU"] else 0.006) + 0.004 * _oct(c["BATCH_SIZE"], 32))
 
 
-FAMILIES = {"bowl": bowl, "interact": interact, "crash": crash}
+COUPLED_MEMORY_LIMIT = 16 * MEMORY_LIMIT / 6  # the optimum uses 16: as near the edge as `crash`'s
+NAN_AT = 1.6  # × the best LR for the width
+
+
+def coupled(c: dict[str, float]) -> float | str:
+    width = c["WIDTH"]
+    lr_best = 0.024 * 128 / width
+    if memory(c) > COUPLED_MEMORY_LIMIT:
+        return "oom"
+    if c["LR"] > NAN_AT * lr_best:
+        return "nan"
+    depth_best = 4 * math.sqrt(width / 128)
+    warmup_best = min(0.1 * 32 / c["BATCH_SIZE"], 0.5)
+    return (OPTIMUM + 0.015 * _oct(c["LR"], lr_best) + 0.02 * _oct(width, 512)
+            + 0.01 * _oct(c["DEPTH"], depth_best) + 0.008 * _oct(c["BATCH_SIZE"], 64)
+            + 0.004 * _odds(c["WARMUP_FRAC"], warmup_best)
+            + 0.004 * _odds(c["WEIGHT_DECAY"], 0.05) + 0.004 * _odds(c["ADAM_BETA2"], 0.98)
+            + (0.0 if c["USE_SWIGLU"] else 0.006))
+
+
+FAMILIES = {"bowl": bowl, "interact": interact, "crash": crash, "coupled": coupled}
 CRASH_LOG = {
     "oom": "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
     "nan": "step 40 | loss nan\nFAIL",

@@ -69,6 +69,7 @@ def to_sweep(row: SweepRow) -> Sweep:
         deadline=row.deadline,
         window=row.window,
         start_at=row.start_at,
+        llm_spend=(row.llm_tokens_in, row.llm_tokens_out, row.llm_usd),
     )
 
 

@@ -14,7 +14,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from agent.analysis.projection import ExperimentView
+from agent.analysis.projection import ExperimentView, LLMSpend
 from agent.analysis.report import improvement, results_tsv
 from agent.core.domain import RAN_STATUSES, Sweep
 from agent.core.domain import ExperimentStatus as S
@@ -49,7 +49,8 @@ def print_results(sweep: Sweep, store, fmt: str) -> None:  # type: ignore[no-unt
     if fmt in ("tsv", "tsv-full"):
         sys.stdout.write(results_tsv(sweep, exps, ev if fmt == "tsv-full" else None))
     elif fmt == "json":
-        rows = [{**ExperimentView.of(e, sweep.name).model_dump(mode="json"),
+        rows = [{**ExperimentView.of(e, sweep.name, with_conversation=True).model_dump(
+                     mode="json"),
                  **evidence_row(ev.experiments.get(e.id))} for e in exps]
         print(
             json.dumps(
@@ -60,6 +61,7 @@ def print_results(sweep: Sweep, store, fmt: str) -> None:  # type: ignore[no-unt
                     "best": sweep.best_metric,
                     "best_commit": sweep.best_commit,
                     "evidence": sweep_evidence_row(ev),
+                    "llm": LLMSpend.of(store.llm_usage(sweep.id)).model_dump(),
                     "experiments": rows,
                 },
                 indent=2,

@@ -134,6 +134,8 @@ class MemoryStore:
         with self._lock:
             t_in, t_out, dollars = self._usage.get(sweep_id, (0, 0, 0.0))
             self._usage[sweep_id] = (t_in + tokens_in, t_out + tokens_out, dollars + usd)
+            self._sweeps[sweep_id] = replace(self.get_sweep_by_id(sweep_id),
+                                             llm_spend=self._usage[sweep_id])
 
     def llm_usage(self, sweep_id: int) -> tuple[int, int, float]:
         with self._lock:

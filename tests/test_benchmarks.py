@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import re
+import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -111,3 +112,51 @@ def test_the_chaos_plan_has_every_fault_and_only_those_asked_for() -> None:
     assert bench.plan(0, 30) == faults  # seeded
     only = bench.plan(1, 5, ["disk_full", "freeze"])
     assert len(only) == 5 and set(only) == {"disk_full", "freeze"}
+
+
+def _search() -> ModuleType:
+    """benchmarks/search.py, registered (its dataclasses look their module up)."""
+    spec = importlib.util.spec_from_file_location("bench_search", ROOT / "benchmarks" / "search.py")
+    assert spec is not None and spec.loader is not None
+    module = sys.modules["bench_search"] = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_search_closed_share_and_the_hardest_family() -> None:
+    search = _search()
+
+    def outcome(regret30: float, base: float = 0.2):  # type: ignore[no-untyped-def]
+        return search.Outcome({30: regret30}, base, 0, 0, 0, False)
+
+    assert search.closed(outcome(0.05), 30) == pytest.approx(0.75)
+    assert search.closed(outcome(0.2), 30) == 0.0  # nothing gained
+    results = {("a", "knobs"): [outcome(0.01), outcome(0.03), outcome(0.02)],  # median 0.9
+               ("b", "knobs"): [outcome(0.05)] * 3,  # 0.75: the hardest
+               ("b", "random"): [outcome(0.2)] * 3}  # other proposers do not count
+    line = search.hardest(results)
+    assert line.startswith("FAIL hardest family for knobs (b)") and "0.750" in line
+    assert search.hardest({("a", "knobs"): results[("a", "knobs")]}).startswith("PASS")
+
+
+def test_search_coupled_family_crash_regions_move_with_the_width() -> None:
+    families = _load("search_families")
+    best = {"LR": 6e-3, "WIDTH": 512, "DEPTH": 8, "BATCH_SIZE": 64, "WARMUP_FRAC": 0.05,
+            "WEIGHT_DECAY": 0.05, "ADAM_BETA2": 0.98, "ROPE_BASE": 1e4, "USE_SWIGLU": True,
+            "SOFTCAP": 15.0}
+    assert families.coupled(best) == pytest.approx(families.OPTIMUM)
+    assert families.coupled({**best, "ROPE_BASE": 5e3, "SOFTCAP": 30.0}) == \
+        pytest.approx(families.OPTIMUM)  # two knobs do nothing
+    narrow = {**best, "WIDTH": 256, "DEPTH": 6, "LR": 0.012}  # an LR tuned for a narrow model
+    assert isinstance(families.coupled(narrow), float)
+    assert families.coupled({**narrow, "WIDTH": 512}) == "nan"  # ...diverges once widened
+    assert families.coupled({**best, "BATCH_SIZE": 96}) == "oom"  # the optimum is near the edge
+    assert families.coupled({**best, "BATCH_SIZE": 68}) != "oom"
+
+
+def test_search_simulation_of_the_coupled_family_gains_and_never_repeats() -> None:
+    search = _search()
+    a = search.simulate("coupled", "knobs", 3, 30)
+    assert a == search.simulate("coupled", "knobs", 3, 30)  # deterministic for a seed
+    assert a.repeats == 0 and a.crash_repeats <= 1
+    assert search.closed(a, 30) > 0.5  # a wide margin: the median is ~0.94

@@ -1,5 +1,6 @@
 """The learning `knobs` proposer: its steps per type, and its decisions on hand-made histories."""
 
+import math
 from dataclasses import replace
 
 import pytest
@@ -8,6 +9,7 @@ from agent.core.config import TargetConfig
 from agent.core.diff import make_diff
 from agent.core.domain import CrashKind, Experiment, ExperimentStatus, Sweep, SweepStatus, utcnow
 from agent.core.ports import ProposalContext
+from agent.proposers.effects import NOISE_SHARE, Effect, Switch
 from agent.proposers.knobs import KnobsProposer, find_knobs
 from agent.rules.knob_space import KnobValue, moved, parse_literal
 
@@ -222,3 +224,17 @@ def test_one_literal_reader_for_every_config_style():
     assert parse_literal("1_000") == 1000 and parse_literal("3e-4") == 3e-4
     with pytest.raises(ValueError):
         parse_literal("'adamw'")
+
+
+def test_one_run_pins_its_own_move_down_to_the_noise_and_leaves_the_rest_to_the_prior():
+    step, scale = math.log(2.0), 1.0
+    effect = Effect(scale, step)
+    effect.observe((step * step, step), 2.0, 1.0)  # ×2 lost two gain scales
+    assert effect.gain(step) == pytest.approx(-2.0, abs=0.1)
+    # known to about the run's noise, half a gain scale (taking the whole gain scale as noise
+    # left it 0.94 scales uncertain, as if the run had taught little)
+    assert effect.spread(step) <= NOISE_SHARE * scale < 0.55 * scale
+    assert effect.spread(-step) > 2 * scale  # the other way: still mostly the prior
+    switch = Switch(scale)
+    switch.observe(1.0, 2.0, 1.0)
+    assert switch.mean() == pytest.approx(2.0, abs=0.2) and switch.spread() < 0.55 * scale

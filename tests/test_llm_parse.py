@@ -103,3 +103,83 @@ def test_profile_defaults_follow_the_backend():
         "https://api.anthropic.com", "ANTHROPIC_API_KEY", 2.0)
     local = parse_profile("l", {"model": "m", "base_url": "http://127.0.0.1:8/v1/"})
     assert local.base_url == "http://127.0.0.1:8/v1" and local.api_key_env == "OPENAI_API_KEY"
+
+
+LONG = "".join(f"X{i} = {i}  # a constant\n" for i in range(41))  # a 41-line file
+
+
+@pytest.mark.parametrize("label", ["```python train.py", "```python"])
+def test_a_fragment_is_never_taken_for_the_whole_file(label):
+    """A 21-line block of invented Python was once refused only for being under 60 % of a
+    41-line file: any block that drops most of the file is refused, labelled or not."""
+    files = {"train.py": LONG}
+    fragment = "".join(f"Y{i} = {i}\n" for i in range(21))
+    with pytest.raises(AdmissionError) as err:
+        parse_answer(f"DESCRIPTION: new\n{label}\n{fragment}```\n", files)
+    assert err.value.code == "not_whole_file" and "keeps only 0 of the file's 41" in str(
+        err.value.message)
+    mostly = LONG.replace("X40 = 40", "X40 = 41").replace("X3 = 3", "X3 = 4")
+    parsed = parse_answer(f"DESCRIPTION: two\n{label}\n{mostly}```\n", files)
+    assert parsed.shape == "full_file" and "+X40 = 41" in parsed.diff
+
+
+def test_the_json_edit_replaces_whole_lines_and_keeps_the_indentation():
+    import json
+
+    edit = {"description": "print both", "category": "simplification",
+            "edits": [{"path": "train.py", "search": "    print(LR * WIDTH)",
+                       "replace": "print(LR, WIDTH)"}]}
+    parsed = parse_answer(json.dumps(edit), FILES)
+    assert parsed.shape == "json_edit" and parsed.category == "simplification"
+    assert "+    print(LR, WIDTH)" in parsed.diff and parsed.description == "print both"
+    fenced = "```json\n" + json.dumps({**edit, "edits": [{"path": "train.py", "search": "LR = 9",
+                                                         "replace": "LR = 1"}]}) + "\n```"
+    with pytest.raises(AdmissionError, match="'LR = 9' was not found") as err:
+        parse_answer(fenced, FILES)
+    assert err.value.code == "bad_search"
+    same = {**edit, "edits": [{"path": "train.py", "search": "LR = 0.01", "replace": "LR = 0.01"}]}
+    with pytest.raises(AdmissionError) as err:
+        parse_answer(json.dumps(same), FILES)
+    assert err.value.code == "empty_diff"
+
+
+def test_the_schema_offers_only_lines_that_exist_once():
+    from agent.proposers.llm_formats import edit_schema
+
+    files = {"train.py": 'x = 1\n\nx = 1\ny = 2\nprint("hi")\n'}
+    search = edit_schema(files)["properties"]["edits"]["items"]["properties"]["search"]
+    assert search["enum"] == ["y = 2"]  # blank, repeated and quoted lines are left out
+
+
+def test_length_errors_name_the_context_and_the_meter_learns():
+    from agent.proposers.llm_budget import TokenMeter, context_in_error, history_budget
+
+    assert context_in_error("This model's maximum context length is 8192 tokens. However, "
+                            "you requested 8268 tokens") == 8192
+    assert context_in_error("Requested tokens (9000) exceed context window of 4096") == 4096
+    assert context_in_error('{"n_prompt_tokens": 9000, "n_ctx": 2048}') == 2048
+    meter = TokenMeter()
+    msgs = [{"role": "user", "content": "a" * 3000}]
+    meter.observe("", msgs, 1000 + 16)  # the server counted 1000 tokens of text
+    assert meter.chars_per_token == pytest.approx(3.0) and meter.messages("", msgs) == 1016
+    assert history_budget(None, 5000, 3000, 4096) == 3000  # context unknown: the profile's
+    assert history_budget(8192, 5000, 3000, 4096) == 8192 - 245 - 5000 - 2048
+    with pytest.raises(Exception, match="leaves no room"):
+        history_budget(8192, 7900, 3000, 4096)
+
+
+def test_json_edits_are_placed_in_the_file_as_shown():
+    import json
+
+    two = {"description": "d", "category": "hyperparameter", "edits": [
+        {"path": "train.py", "search": "LR = 0.01", "replace": "LR = 0.02"},
+        {"path": "train.py", "search": "WIDTH = 64", "replace": "WIDTH = 128\nDEPTH = 2"}]}
+    parsed = parse_answer(json.dumps(two) + '\n{\n  " } ]}', FILES)  # junk after the object
+    assert "+LR = 0.02" in parsed.diff and "+DEPTH = 2" in parsed.diff
+    raw_newline = json.dumps(two).replace("\\n", "\n")  # a grammar lets raw newlines through
+    assert parse_answer(raw_newline, FILES).diff == parsed.diff
+    twice = {**two, "edits": [two["edits"][0], two["edits"][0]]}
+    assert "+LR = 0.02" in parse_answer(json.dumps(twice), FILES).diff
+    same = {**two, "edits": [two["edits"][0], {**two["edits"][0], "replace": "LR = 0.3"}]}
+    with pytest.raises(AdmissionError, match="edits 1 and 2 change the same line"):
+        parse_answer(json.dumps(same), FILES)

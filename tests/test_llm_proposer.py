@@ -140,11 +140,12 @@ def test_anthropic_duplicate_accounting_and_cap(tmp_path, target, monkeypatch):
     script = [LOWER_LR, LOWER_LR, TYPO_FIX, GOOD_LR]
     with FakeLLM("anthropic", script) as fake:
         write_profile(tmp_path, monkeypatch, fake, usd_per_mtok_in=3.0, usd_per_mtok_out=15.0,
-                      max_llm_tokens=3000, omit=["temperature"])
+                      max_llm_tokens=4000, omit=["temperature"])
         store, sweep_id = run_llm_sweep(tmp_path, target, max_experiments=10)
     exps = store.list_experiments(sweep_id)
     assert [e.status for e in exps] == [S.KEPT, S.DISCARDED, S.KEPT, S.REJECTED]
-    # The sweep says why it ended: the cap, recorded as the proposer's last word.
+    # The sweep says why it ended: the cap, recorded as the proposer's last word; a fourth
+    # call (3600 spent + a ~1000-token prompt) would have passed it, so it was never made.
     assert "LLM token cap reached" in (exps[-1].reason or "") and exps[-1].diff == ""
     assert "already tried as experiment 2" in fake.requests[2].last_user
     assert fake.script == [GOOD_LR]  # the cap stopped the sweep before asking again
@@ -162,15 +163,20 @@ def test_anthropic_duplicate_accounting_and_cap(tmp_path, target, monkeypatch):
     assert KEY.encode() not in (tmp_path / "db.sqlite").read_bytes()
 
 
-def test_server_errors_exhaust_retries_and_end_the_sweep(tmp_path, target, monkeypatch):
+def test_a_server_that_stays_down_costs_one_proposal_not_the_night(tmp_path, target,
+                                                                    monkeypatch):
     with FakeLLM("openai", [Error(503)] * 4 + [GOOD_LR]) as fake:
         write_profile(tmp_path, monkeypatch, fake, max_retries=3)
         store, sweep_id = run_llm_sweep(tmp_path, target, max_experiments=3)
-    assert len(fake.requests) == 4  # 1 try + 3 retries, then the proposer gives up
     exps = store.list_experiments(sweep_id)
-    assert [e.status for e in exps] == [S.KEPT, S.REJECTED]  # the sweep says why it ended
-    assert "the language model failed" in (exps[1].reason or "") and "503" in exps[1].reason
-    assert store.llm_usage(sweep_id)[:2] == (0, 0)
+    # 1 try + 3 retries, then that proposal is rejected saying why, and the next one is asked
+    assert [e.status for e in exps[:3]] == [S.KEPT, S.REJECTED, S.KEPT]
+    assert all(r.path == "/v1/chat/completions" for r in fake.requests[:5])
+    assert exps[1].reason.startswith("the model's server failed") and "503" in exps[1].reason
+    assert "after 3 retries" in exps[1].reason and exps[1].meta["rejection"] == "server_error"
+    assert exps[2].description == "raise the learning rate to 0.04"
+    assert exps[1].meta["llm_usage"]["calls"] == 0  # the 503s cost nothing
+    assert exps[2].meta["llm_usage"]["tokens_in"] == 1000
 
 
 def test_client_error_is_not_retried(tmp_path, target, monkeypatch, caplog):
@@ -233,7 +239,8 @@ def test_prompt_carries_the_sweeps_digest_and_its_capped_categories(tmp_path, ta
                 "hyperparameter", 10),
         _answer("USE_TRICK = False  # True helps by 0.05", "USE_TRICK = True  # True helps by 0.05",
                 "the trick", "architecture", 12),  # refused: architecture's share is used up
-        GOOD_LR,
+        _answer("LR = 0.01  # best at 0.04", "LR = 0.04  # best at 0.04", "raise the LR",
+                "hyperparameter", 9),
     ]
     with FakeLLM("openai", script) as fake:
         write_profile(tmp_path, monkeypatch, fake)

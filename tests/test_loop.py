@@ -387,6 +387,9 @@ def test_five_rejected_proposals_in_a_row_end_the_sweep(store, target, make_loop
     done = run_sweep(make_loop(target, proposer), sweep.name)
     assert done.status is SweepStatus.DONE
     exps = store.list_experiments(sweep.id)
-    assert [e.status for e in exps] == [ExperimentStatus.KEPT] + [ExperimentStatus.REJECTED] * 5
-    assert all("prepare.py" in (e.reason or "") for e in exps[1:])
+    assert [e.status for e in exps] == [ExperimentStatus.KEPT] + [ExperimentStatus.REJECTED] * 6
+    assert all("prepare.py" in (e.reason or "") for e in exps[1:6])
     assert len(proposer.proposals) == 1  # asked five times, not a sixth
+    # and the last row says what ended the sweep
+    assert exps[-1].reason == ("5 proposals in a row were refused: the proposer counts as out "
+                               "of ideas") and exps[-1].proposer == "scripted"

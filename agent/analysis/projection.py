@@ -3,7 +3,8 @@
 `ExperimentView.of(experiment, sweep_name)` is the only serialization of an experiment: the API's
 `ExperimentPublic` is this model, the MCP tools list it and extend it (a waited-for result), and
 `overnight results --format json` prints it beside each experiment's evidence. A new field on
-an experiment is added here once and appears everywhere.
+an experiment is added here once and appears everywhere. `llm` is a language model's part in
+it (LLMView: the conversation, errors, tokens), `LLMSpend` a sweep's total.
 """
 
 from __future__ import annotations
@@ -23,6 +24,71 @@ def memory_gb(exp: Experiment) -> float:
     if not isinstance(mb, int | float) or not math.isfinite(mb):
         return 0.0
     return round(mb / 1024, 1)
+
+
+CONVERSATION_KEY = "llm_conversation"  # in meta (agent.proposers.llm_record); shown as llm
+
+
+class LLMTurn(BaseModel):
+    """One call of a conversation: what was asked, the answer, what was wrong with it."""
+
+    asked: str = Field(description="the proposal prompt, or a re-ask after an unusable answer")
+    format: str | None = Field(None, description="json_schema | json_object | tools | text")
+    answer: str | None = Field(None, description="the model's answer (clipped); none when "
+                               "the call failed")
+    error: str | None = Field(None, description="why it could not be used (code: message)")
+    tokens_in: int | None = None
+    tokens_out: int | None = None
+    seconds: float | None = None
+    max_tokens: int | None = None
+    finish: str | None = None
+
+
+class LLMView(BaseModel):
+    """What a language model said and spent for one experiment."""
+
+    model: str | None
+    tokens_in: int
+    tokens_out: int
+    usd: float
+    calls: int
+    estimated: bool = Field(description="some counts are estimates (a timed-out call)")
+    rejection: str | None = Field(description="what the model did wrong, for a proposal "
+                                  "refused as unusable")
+    errors: list[str]
+    conversation: list[LLMTurn] = Field(description="every call, oldest first (only when one "
+                                        "experiment is asked for, and in results json)")
+
+    @classmethod
+    def of(cls, meta: dict[str, Any], with_conversation: bool = True) -> LLMView | None:
+        usage = meta.get("llm_usage")
+        if not isinstance(usage, dict):
+            return None
+        turns = meta.get(CONVERSATION_KEY) if with_conversation else []
+        if not isinstance(turns, list):  # records from before conversations were kept
+            raw = meta.get("raw_answer") if with_conversation else None
+            turns = [{"asked": "the proposal prompt", "answer": raw}] if raw else []
+        unusable = meta.get("unusable")
+        return cls(model=meta.get("llm_model"), tokens_in=int(usage.get("tokens_in", 0)),
+                   tokens_out=int(usage.get("tokens_out", 0)),
+                   usd=float(usage.get("usd", 0.0)), calls=int(usage.get("calls", 0)),
+                   estimated=bool(usage.get("estimated")),
+                   rejection=unusable.get("message") if isinstance(unusable, dict) else None,
+                   errors=[str(e) for e in meta.get("llm_errors", [])],
+                   conversation=[LLMTurn.model_validate(t) for t in turns
+                                 if isinstance(t, dict)])
+
+
+class LLMSpend(BaseModel):
+    """A sweep's language-model spend (every call, including those no experiment carries)."""
+
+    tokens_in: int
+    tokens_out: int
+    usd: float
+
+    @classmethod
+    def of(cls, usage: tuple[int, int, float]) -> LLMSpend:
+        return cls(tokens_in=usage[0], tokens_out=usage[1], usd=round(usage[2], 6))
 
 
 def _round(value: float | None) -> float | None:
@@ -54,6 +120,8 @@ class ExperimentView(BaseModel):
     memory_gb: float
     training_seconds: float | None
     warnings: list[str] = Field(description="contract problems of its run (budget ignored …)")
+    llm: LLMView | None = Field(description="a language model's conversation, errors and "
+                                "tokens for this proposal (null for other proposers)")
     meta: dict[str, Any]
     created_at: datetime | None
     started_at: datetime | None
@@ -61,9 +129,11 @@ class ExperimentView(BaseModel):
     log_path: str | None
 
     @classmethod
-    def fields_of(cls, e: Experiment, sweep_name: str, with_diff: bool = False
-                  ) -> dict[str, Any]:
-        """The projection's values, for models that extend it."""
+    def fields_of(cls, e: Experiment, sweep_name: str, with_diff: bool = False,
+                  with_conversation: bool | None = None) -> dict[str, Any]:
+        """The projection's values, for models that extend it. The diff and a language model's
+        conversation come with one experiment (with_diff), not in lists."""
+        talk = with_diff if with_conversation is None else with_conversation
         seconds = e.summary.get("training_seconds")
         return dict(
             id=e.id, sweep=sweep_name, status=e.status.value,
@@ -74,11 +144,13 @@ class ExperimentView(BaseModel):
             attempt=e.attempt, is_baseline=e.is_baseline, priority=e.priority,
             proposer=e.proposer, reason=e.reason, summary=e.summary, memory_gb=memory_gb(e),
             training_seconds=float(seconds) if isinstance(seconds, int | float) else None,
-            warnings=[str(w) for w in e.meta.get("warnings", [])], meta=e.meta,
+            warnings=[str(w) for w in e.meta.get("warnings", [])], llm=LLMView.of(e.meta, talk),
+            meta={k: v for k, v in e.meta.items() if k != CONVERSATION_KEY},
             created_at=e.created_at, started_at=e.started_at, finished_at=e.finished_at,
             log_path=e.log_path,
         )
 
     @classmethod
-    def of(cls, e: Experiment, sweep_name: str, with_diff: bool = False) -> ExperimentView:
-        return cls(**cls.fields_of(e, sweep_name, with_diff))
+    def of(cls, e: Experiment, sweep_name: str, with_diff: bool = False,
+           with_conversation: bool | None = None) -> ExperimentView:
+        return cls(**cls.fields_of(e, sweep_name, with_diff, with_conversation))

@@ -181,6 +181,8 @@ class Sweep:
     deadline: datetime | None = None
     window: dict[str, str] | None = None
     start_at: datetime | None = None  # a paused sweep's timed start
+    # Language-model tokens in, out and dollars spent so far, as read with the sweep.
+    llm_spend: tuple[int, int, float] = (0, 0, 0.0)
 
     @property
     def direction(self) -> Direction:

@@ -120,16 +120,17 @@ class Loop:
             if queued.status is ExperimentStatus.QUEUED:
                 return queued
             self.emit("finished", queued)
-        logger.warning("sweep %s: %d proposals in a row were refused; the proposer is out of "
-                       "ideas", sweep.name, MAX_REJECTED_IN_A_ROW)
+        self._record_out_of_ideas(sweep, f"{MAX_REJECTED_IN_A_ROW} proposals in a row were "
+                                  "refused: the proposer counts as out of ideas")
         return None
 
-    def _record_out_of_ideas(self, sweep: Sweep) -> None:
-        """A proposer that can say why it has nothing (e.g. no knobs in the target) gets that
-        reason recorded as a rejected row, so the sweep does not end in a silent `done`."""
-        if self.proposer is None or not self.proposer.out_of_ideas:
+    def _record_out_of_ideas(self, sweep: Sweep, why: str | None = None) -> None:
+        """A proposer that can say why it has nothing (e.g. no knobs in the target), or the
+        loop's own reason for giving up on it, is recorded as a rejected row, so the sweep
+        does not end in a silent `done` and its last row says what ended it."""
+        why = why or (self.proposer.out_of_ideas if self.proposer is not None else None)
+        if self.proposer is None or not why:
             return
-        why = self.proposer.out_of_ideas
         logger.warning("sweep %s: %s", sweep.name, why)
         row = self.store.add_experiment(
             sweep.id, Proposal("the proposer has nothing to propose", "", self.proposer.name),

@@ -28,7 +28,15 @@ class Admitted:
 
 def screen(store: Store, sweep: Sweep, proposal: Proposal) -> Proposal:
     """The checks that need no git (one index search for a duplicate). Returns the proposal
-    with its description cleaned. Raises AdmissionError."""
+    with its description cleaned. Raises AdmissionError.
+
+    A proposer that knows its proposal is unusable (a language model that gave no usable
+    change) hands it in to be recorded, with `meta["unusable"]` = {code, message}: that is
+    the refusal, so the record says what went wrong rather than "the diff is empty"."""
+    unusable = proposal.meta.get("unusable")
+    if isinstance(unusable, dict):
+        raise AdmissionError(str(unusable.get("code") or "unusable"),
+                             str(unusable.get("message") or "the proposer marked it unusable"))
     clean = replace(proposal, description=clean_description(proposal.description))
     check_proposal(clean, sweep.config)
     earlier = store.has_diff(sweep.id, clean.diff)

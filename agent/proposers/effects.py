@@ -4,9 +4,10 @@ Around the knob's current coordinate u0 (agent.rules.knob_space), the metric's c
 modelled as a local quadratic, loss(u) - loss(u0) = a·x² + b·x with x = u - u0. A one-knob run
 from x_old to x_new observes loss_new - loss_best = a·(x_new² - x_old²) + b·(x_new - x_old) plus
 noise, so (a, b) has a Gaussian posterior (prior N(0, τ²) scaled to the sweep's gain scale; the
-observations weighted down as the head moves on). Booleans and zero-switches have one
-coefficient: the effect of switching on. The posterior gives a predicted gain for any
-candidate value and a Thompson sample of it.
+observations weighted down as the head moves on; a run's noise taken as NOISE_SHARE of the gain
+scale, which holds the moves' real effects as well as the run-to-run noise). Booleans and
+zero-switches have one coefficient: the effect of switching on. The posterior gives a predicted
+gain for any candidate value and a Thompson sample of it.
 """
 
 from __future__ import annotations
@@ -21,6 +22,12 @@ from agent.rules.knob_space import FIRST_STEP, KnobValue, parse_literal, to_u
 
 PRIOR_SD_STEPS = 2.0  # a ×2 move changes the metric by about this many gain scales a priori
 PRIOR_CURVATURE = 1.0  # ...and, slope aside, costs this many (the local optimum is near)
+# A run's noise, as a share of the gain scale (1.4826 × MAD of every gain: the noise and the
+# moves' real effects together, so more than the noise). At 1, a run left its own move's effect
+# uncertain by a whole gain scale, so well-measured knobs were re-explored as if barely known
+# (benchmarks/search.py, seeds 0-79 paired: closed share at 30 proposals +0.004 bowl, +0.001
+# interact, +0.004 crash, +0.009 coupled; regret at 50 unchanged within its error).
+NOISE_SHARE = 0.5
 
 
 @dataclass
@@ -43,7 +50,7 @@ class Effect:
 
     def observe(self, features: tuple[float, float], loss_delta: float, weight: float) -> None:
         """One run: features (x_new² - x_old², x_new - x_old), its loss change, its weight."""
-        s2 = self.scale ** 2
+        s2 = (NOISE_SHARE * self.scale) ** 2
         f0, f1 = features
         p = self.precision
         p[0][0] += weight * f0 * f0 / s2
@@ -109,8 +116,9 @@ class Switch:
         self.precision = 1 / (self.prior * PRIOR_SD_STEPS * self.scale) ** 2
 
     def observe(self, delta_on: float, loss_delta: float, weight: float) -> None:
-        self.precision += weight * delta_on * delta_on / self.scale ** 2
-        self.vector += weight * delta_on * loss_delta / self.scale ** 2
+        s2 = (NOISE_SHARE * self.scale) ** 2
+        self.precision += weight * delta_on * delta_on / s2
+        self.vector += weight * delta_on * loss_delta / s2
         self.n += weight
 
     def mean(self) -> float:

@@ -1,7 +1,8 @@
 """LLM proposer profiles: read `[profiles.<name>]` tables from a TOML file; keys only from env.
 
 A profile names a backend (OpenAI-compatible chat completions or Anthropic messages), a base
-URL, a model, prices, retry settings and per-sweep spend caps. The file never holds a key: it
+URL, a model, its context size (or none: the server is asked), the answer format, prices, retry
+settings and per-sweep spend caps. The file never holds a key: it
 holds the *name* of the environment variable that does (`api_key_env`), so keys never reach
 the database or the logs.
 """
@@ -33,6 +34,10 @@ DEFAULT_KEY_ENV = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
 
 
 NonNegative = Annotated[float, Field(ge=0)]
+# How the answer is asked for: a JSON edit under a schema (OpenAI's response_format json_schema,
+# the json_object + schema form of llama-cpp-python and llama.cpp, or a forced tool call), or
+# free text. "auto" tries them in that order and keeps the first the server accepts.
+AnswerFormat = Literal["auto", "json_schema", "json_object", "tools", "text"]
 
 
 class LLMProfile(BaseModel):
@@ -46,7 +51,9 @@ class LLMProfile(BaseModel):
     base_url: str  # default: the backend's public API
     api_key_env: str  # the variable holding the key; "" = send none (default per backend)
     temperature: NonNegative = 0.7
-    max_output_tokens: StrictInt = Field(4096, ge=0)
+    max_output_tokens: StrictInt = Field(4096, ge=1)  # at most; fitted to the context
+    context_tokens: StrictInt | None = Field(None, ge=512)  # None: as the server says, if it does
+    answer_format: AnswerFormat = "auto"
     timeout_s: NonNegative = 180.0
     max_retries: StrictInt = Field(4, ge=0)  # HTTP retries on 429/5xx/transport, per call
     backoff_s: NonNegative = 2.0  # first backoff; doubles each retry

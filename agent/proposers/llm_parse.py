@@ -1,19 +1,23 @@
-"""Turn a model's free-text answer into one description and a clean unified diff. Pure.
+"""Turn a model's answer into one description and a clean unified diff. Pure.
 
-Accepted answer shapes, tried in this order: SEARCH/REPLACE blocks, a unified diff (fenced or
-bare; hunks are re-anchored by their content, so wrong line numbers are forgiven), a full file
-in a fenced block labelled with its path. Whatever the shape, the result is applied to the
-current files in memory and re-emitted with difflib, so the diff always matches the files the
-model was shown. Every failure raises AdmissionError with a message meant for the model.
+Accepted answer shapes, tried in this order: the JSON edit (agent.proposers.llm_formats),
+SEARCH/REPLACE blocks, a unified diff (fenced or bare; hunks are re-anchored by their content,
+so wrong line numbers are forgiven), a full file in a fenced block — only when it is plausibly
+the whole file (it keeps WHOLE_FILE_KEEPS of the file's lines; a fragment is refused, labelled
+or not). Whatever the shape, the result is applied to the current files in memory and
+re-emitted with difflib, so the diff always matches the files the model was shown. Every
+failure raises AdmissionError with a message meant for the model.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from difflib import SequenceMatcher
 
 from agent.core.diff import files_diff, lines_with_ends, loose_hunks, make_diff, split_lines
 from agent.core.errors import AdmissionError
+from agent.proposers.llm_formats import apply_edits, json_answer
 
 __all__ = ["ParsedAnswer", "apply_unified_diff", "description_of", "extract_diff_text",
            "files_diff", "make_diff", "parse_answer"]
@@ -23,13 +27,15 @@ _FENCE = re.compile(r"^```([^\n`]*)\n(.*?)^```[ \t]*$", re.S | re.M)
 _SR = re.compile(r"^<{5,9} ?SEARCH[ \t]*\n(.*?)^={5,9}[ \t]*\n(.*?)^>{5,9} ?REPLACE[ \t]*$",
                  re.S | re.M)
 _DIFF_START = re.compile(r"^(diff --git |--- )", re.M)
+WHOLE_FILE_KEEPS = 0.75  # of the file's lines a whole-file answer must keep unchanged
 
 
 @dataclass(frozen=True)
 class ParsedAnswer:
     description: str
     diff: str  # clean unified diff against the files shown
-    shape: str  # "search_replace" | "unified_diff" | "full_file"
+    shape: str  # "json_edit" | "search_replace" | "unified_diff" | "full_file"
+    category: str | None = None  # as the JSON answer stated it
 
 
 def description_of(text: str) -> str | None:
@@ -141,6 +147,22 @@ def apply_unified_diff(diff: str, files: dict[str, str]) -> dict[str, str]:
 
 
 # --- full file ------------------------------------------------------------------------------
+def _kept_lines(body: str, original: str) -> int:
+    old, new = split_lines(original), split_lines(body)
+    return sum(b.size for b in SequenceMatcher(None, old, new, autojunk=False)
+               .get_matching_blocks())
+
+
+def _whole_file(body: str, original: str, path: str) -> None:
+    """Refuse a block that is not plausibly the whole file with one change."""
+    total = len(split_lines(original))
+    kept = _kept_lines(body, original)
+    if kept < WHOLE_FILE_KEEPS * total:
+        raise AdmissionError("not_whole_file", f"the code block for {path} keeps only {kept} "
+                             f"of the file's {total} lines, so it is not the whole file: send "
+                             "the change as a diff or SEARCH/REPLACE, not a fragment")
+
+
 def full_file(text: str, files: dict[str, str]) -> dict[str, str] | None:
     out = dict(files)
     found = False
@@ -150,16 +172,27 @@ def full_file(text: str, files: dict[str, str]) -> dict[str, str] | None:
         label = before[-1] if before else ""
         path = _path_for(info, files) or _path_for(label, files)
         if path is None and len(files) == 1:
-            only = next(iter(files))
-            if len(split_lines(body)) >= 0.6 * len(split_lines(files[only])):
-                path = only
+            path = next(iter(files))
         if path is not None:
+            _whole_file(body, files[path], path)
             out[path], found = body, True
     return out if found else None
 
 
 def parse_answer(text: str, files: dict[str, str]) -> ParsedAnswer:
     """One description + clean diff from a model answer. Raises AdmissionError."""
+    data = json_answer(text)
+    if data is not None:
+        edited = files_diff(files, apply_edits(data, files))
+        if not edited:
+            raise AdmissionError("empty_diff", "the edits leave the files exactly as they are: "
+                                 "'replace' must differ from 'search'")
+        stated = data.get("description")
+        description = _clean(stated) if isinstance(stated, str) and _clean(stated) else (
+            "change proposed by the LLM")
+        category = data.get("category")
+        return ParsedAnswer(description, edited, "json_edit",
+                            category if isinstance(category, str) else None)
     if _SR.search(text):
         after, shape = apply_search_replace(text, files), "search_replace"
     elif (diff := extract_diff_text(text)) is not None:

@@ -1,21 +1,24 @@
 """Prompts for the LLM proposer: program.md, the sweep's digest, the current best files and a
-trimmed results table. Pure.
+trimmed results table, asking for the JSON edit or for free text. Pure.
 
-Token counts are estimated at four characters per token. The profile's history budget is
-shared: the digest of what was learned (agent.analysis.insights) takes up to DIGEST_SHARE of it, the
-results table (kept changes and the most recent runs first) the rest. Categories whose share
-of the sweep is used up are named, so the model proposes another kind of change.
+Token counts are estimated with the ratio the caller passes (agent.proposers.llm_budget learns
+it from the server). The history budget is shared: the digest of what was learned
+(agent.analysis.insights) takes up to DIGEST_SHARE of it, the results table (kept changes and
+the most recent runs first) the rest. Categories whose share of the sweep is used up are
+named, so the model proposes another kind of change.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from agent.analysis.insights import render
 from agent.analysis.insights_fold import digest
 from agent.core.domain import Experiment, ExperimentStatus, Sweep
 from agent.core.ports import ProposalContext
+from agent.proposers.llm_budget import PRIOR_CHARS_PER_TOKEN
 from agent.rules.categories import CATEGORY_VALUES, exhausted
 
-CHARS_PER_TOKEN = 4
 LOG_TAIL_LINES = 50
 DIGEST_SHARE = 0.5  # of the history budget
 
@@ -29,7 +32,9 @@ Rules:
 - Edit only the editable file(s) shown; never the evaluation harness.
 - Use what has been learned: avoid crash regions, do not re-run dead directions, and on a
   plateau try another knob or area, a bigger step, or two near-misses together.
-- Answer in this format and nothing else:
+{answer}"""
+
+TEXT_ANSWER = """- Answer in this format and nothing else:
 
 DESCRIPTION: <one short line saying what changes and why>
 CATEGORY: <one of: {categories}>
@@ -54,12 +59,40 @@ SEARCH/REPLACE blocks (the path on the line above each block; SEARCH copied verb
 >>>>>>> REPLACE
 """
 
+JSON_ANSWER = """- Answer with one JSON object and nothing else:
 
-SYSTEM = SYSTEM.replace("{categories}", ", ".join(CATEGORY_VALUES))
+{"description": "<one short line saying what changes and why>",
+ "category": "<one of: {categories}>",
+ "edits": [{"path": "<the file>", "search": "<one existing line of the file, copied exactly>",
+            "replace": "<the new text for that line>"}]}
+
+Each edit replaces one line that exists in the file shown; use up to three edits for a
+change that spans lines. The new text must differ from the old.
+"""
+ASK = {"text": "Propose the next experiment: one idea, as a DESCRIPTION line, a CATEGORY line "
+               "and a diff.",
+       "json": "Propose the next experiment: one idea, as the JSON object."}
+REPAIR = {"text": "Reply with a DESCRIPTION line and the complete corrected change as one diff "
+                  "against the current files shown above.",
+          "json": "Reply with the JSON object whose edits make the complete corrected change "
+                  "against the current files shown above."}
+AGAIN = {"text": "Reply again in the required format: a DESCRIPTION line and one diff (or "
+                 "SEARCH/REPLACE blocks) against the exact current file content.",
+         "json": "Reply again with the JSON object; each search must be one line of the file "
+                 "as shown."}
 
 
-def estimate_tokens(text: str) -> int:
-    return max(1, len(text) // CHARS_PER_TOKEN)
+def _style(structured: bool) -> str:
+    return "json" if structured else "text"
+
+
+def system_prompt(structured: bool) -> str:
+    answer = JSON_ANSWER if structured else TEXT_ANSWER
+    return SYSTEM.replace("{answer}", answer).replace("{categories}", ", ".join(CATEGORY_VALUES))
+
+
+def estimate_tokens(text: str, chars_per_token: float = PRIOR_CHARS_PER_TOKEN) -> int:
+    return max(1, int(len(text) / chars_per_token) + 1)
 
 
 def _fmt(value: float | None, sign: bool = False) -> str:
@@ -75,7 +108,8 @@ def _row(exp: Experiment) -> str:
             f"{_fmt(exp.delta, sign=True)} | {desc} |")
 
 
-def history_table(sweep: Sweep, history: list[Experiment], budget_tokens: int) -> str:
+def history_table(sweep: Sweep, history: list[Experiment], budget_tokens: int,
+                  chars_per_token: float = PRIOR_CHARS_PER_TOKEN) -> str:
     """Kept changes first (they make up the current best), then the newest others."""
     header = ["| id | status | crash | metric | delta | description |",
               "|---|---|---|---|---|---|"]
@@ -83,11 +117,11 @@ def history_table(sweep: Sweep, history: list[Experiment], budget_tokens: int) -
     others = [e for e in reversed(history) if e.status is not ExperimentStatus.KEPT
               and e.status.is_finished()]
     rows: list[str] = []
-    used = estimate_tokens("\n".join(header))
+    used = estimate_tokens("\n".join(header), chars_per_token)
     dropped = 0
     for exp in kept + others:
         row = _row(exp)
-        cost = estimate_tokens(row) + 1
+        cost = estimate_tokens(row, chars_per_token) + 1
         if used + cost > budget_tokens:
             dropped += 1
             continue
@@ -119,10 +153,14 @@ def _budget_line(sweep: Sweep) -> str:
             f"{sweep.timeout_s:g} s); a faster change that sees more data can win.")
 
 
-def insights_block(ctx: ProposalContext, budget_tokens: int) -> str:
-    """The sweep's digest (agent.analysis.insights) within budget_tokens."""
-    text = render(digest(ctx.sweep, ctx.history), max_chars=budget_tokens * CHARS_PER_TOKEN)
-    return f"What this sweep has learned so far:\n<insights>\n{text}\n</insights>"
+def insights_block(ctx: ProposalContext, budget_tokens: int,
+                   chars_per_token: float = PRIOR_CHARS_PER_TOKEN) -> str:
+    """The sweep's digest (agent.analysis.insights) within budget_tokens (none at 0)."""
+    if budget_tokens <= 0:
+        return ""
+    text = render(digest(ctx.sweep, ctx.history),
+                  max_chars=int(budget_tokens * chars_per_token))
+    return f"What this sweep has learned so far:\n<insights>\n{text}\n</insights>\n\n"
 
 
 def categories_block(ctx: ProposalContext) -> str:
@@ -136,35 +174,46 @@ def categories_block(ctx: ProposalContext) -> str:
             "kind of change (answers in them are refused):\n" + "\n".join(lines) + "\n\n")
 
 
-def propose_prompt(ctx: ProposalContext, history_tokens: int) -> str:
-    insights = insights_block(ctx, int(history_tokens * DIGEST_SHARE))
-    table_tokens = max(history_tokens - estimate_tokens(insights), history_tokens // 4)
-    return (f"{_program(ctx)}{_budget_line(ctx.sweep)}\n\n{insights}\n\n"
+@dataclass(frozen=True)
+class PromptStyle:
+    """How a prompt is cut to fit: the answer asked for, the token ratio, program.md or not."""
+
+    structured: bool = False  # the JSON edit (else the free-text formats)
+    chars_per_token: float = PRIOR_CHARS_PER_TOKEN
+    program: bool = True
+
+
+def propose_prompt(ctx: ProposalContext, history_tokens: int,
+                   style: PromptStyle = PromptStyle()) -> str:
+    """The ask for one idea; history_tokens 0 gives the fixed part alone (for sizing)."""
+    cpt = style.chars_per_token
+    insights = insights_block(ctx, int(history_tokens * DIGEST_SHARE), cpt)
+    table_tokens = max(history_tokens - estimate_tokens(insights, cpt), history_tokens // 4)
+    program = _program(ctx) if style.program else ""
+    return (f"{program}{_budget_line(ctx.sweep)}\n\n{insights}"
             f"{categories_block(ctx)}"
-            f"{history_table(ctx.sweep, ctx.history, table_tokens)}\n\n"
-            f"{_files_block(ctx.files)}\n\n"
-            "Propose the next experiment: one idea, as a DESCRIPTION line, a CATEGORY line "
-            "and a diff.")
+            f"{history_table(ctx.sweep, ctx.history, table_tokens, cpt)}\n\n"
+            f"{_files_block(ctx.files)}\n\n{ASK[_style(style.structured)]}")
 
 
 def log_tail(exp: Experiment, lines: int = LOG_TAIL_LINES) -> str:
     return "\n".join((exp.log_tail or "").splitlines()[-lines:]) or "(no output captured)"
 
 
-def repair_prompt(ctx: ProposalContext, failed: Experiment, history_tokens: int) -> str:
-    return (f"{_program(ctx)}Experiment {failed.id} ({failed.description!r}) crashed before "
+def repair_prompt(ctx: ProposalContext, failed: Experiment, history_tokens: int,
+                  style: PromptStyle = PromptStyle()) -> str:
+    program = _program(ctx) if style.program else ""
+    table = history_table(ctx.sweep, ctx.history, history_tokens // 2, style.chars_per_token)
+    return (f"{program}Experiment {failed.id} ({failed.description!r}) crashed before "
             f"training: {failed.reason or 'unknown error'}.\n"
             "This looks like a simple bug (typo, missing import, wrong name or shape), not a "
             "bad idea. Fix it while keeping the same idea.\n\n"
             f"The diff that crashed (it is NOT applied to the files below):\n```diff\n"
             f"{failed.diff.rstrip()}\n```\n\nLast lines of its log:\n```\n{log_tail(failed)}\n"
-            f"```\n\n{history_table(ctx.sweep, ctx.history, history_tokens // 2)}\n\n"
-            f"{_files_block(ctx.files)}\n\n"
-            "Reply with a DESCRIPTION line and the complete corrected change as one diff "
-            "against the current files shown above.")
+            f"```\n\n{table}\n\n{_files_block(ctx.files)}\n\n"
+            f"{REPAIR[_style(style.structured)]}")
 
 
-def feedback_prompt(error: str) -> str:
-    return (f"That answer could not be used: {error}\n"
-            "Reply again in the required format: a DESCRIPTION line and one diff (or "
-            "SEARCH/REPLACE blocks) against the exact current file content.")
+def feedback_prompt(error: str, structured: bool = False) -> str:
+    """The re-ask after an unusable answer: what was wrong and the format again."""
+    return f"That answer could not be used: {error}\n{AGAIN[_style(structured)]}"

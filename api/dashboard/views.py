@@ -24,7 +24,7 @@ from markupsafe import Markup
 
 from agent.analysis.evidence import ExperimentEvidence, SweepEvidence
 from agent.analysis.insights import Insights, sections
-from agent.analysis.projection import memory_gb
+from agent.analysis.projection import LLMView, memory_gb
 from agent.analysis.report import evidence_header, improvement
 from agent.core.diff import diff_stats, view_lines
 from agent.core.domain import Experiment, ExperimentStatus, Sweep, utcnow
@@ -312,4 +312,5 @@ def experiment_page(reads: Reads, e: Experiment) -> dict[str, Any]:
         "next": next_,
         "run_no": reads.run_number(sweep.id, e.id) if e.status in RUNS else None,
         "live": live_run(reads, sweep, e) if e.status is S.RUNNING else None,
+        "llm": LLMView.of(e.meta),
     }

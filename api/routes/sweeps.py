@@ -11,6 +11,7 @@ from fastapi.responses import PlainTextResponse
 
 from agent.analysis.insights import render
 from agent.analysis.insights_fold import digest
+from agent.analysis.projection import LLMSpend
 from agent.core.config import load_config
 from agent.core.domain import ExperimentStatus, Sweep, SweepStatus
 from agent.core.errors import ConfigError, ConflictError
@@ -41,15 +42,18 @@ def target_dir(raw: str) -> Path:
 def _public(services: Services, sweep: Sweep) -> SweepPublic:
     starts = services.scheduler.scheduled_starts() if services.scheduler else {}
     return SweepPublic.of(sweep, services.reads.status_counts(sweep.id),
-                          scheduled_start=starts.get(sweep.name))
+                          scheduled_start=starts.get(sweep.name),
+                          llm=LLMSpend.of(sweep.llm_spend))
 
 
 def _all_public(services: Services, sweeps: list[Sweep]) -> list[SweepPublic]:
-    """Every sweep with its counts and scheduled start: two reads for the list, not two per
-    sweep (a year of nights is hundreds of sweeps)."""
+    """Every sweep with its counts, scheduled start and LLM spend: two reads for the list
+    (the spend comes with the sweeps), not two per sweep (a year of nights is hundreds of
+    sweeps)."""
     starts = services.scheduler.scheduled_starts() if services.scheduler else {}
     counted = services.reads.status_counts_by_sweep()
-    return [SweepPublic.of(s, counted.get(s.id, {}), scheduled_start=starts.get(s.name))
+    return [SweepPublic.of(s, counted.get(s.id, {}), scheduled_start=starts.get(s.name),
+                           llm=LLMSpend.of(s.llm_spend))
             for s in sweeps]
 
 

@@ -1,4 +1,4 @@
-"""A sweep's plot marks and version, and sweep names, for the pages."""
+"""A sweep's plot marks and version and sweep names, for the pages and lists."""
 
 from __future__ import annotations
 

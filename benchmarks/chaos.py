@@ -1,13 +1,15 @@
 """Chaos night: kill -9, a full disk and a frozen service at random moments of every phase.
 
-Serves a fake-trainer sweep (tests/chaos_fixtures.Night) and applies `--faults` faults drawn at
-random (seeded) from the kill moments (mid-run, right after a run ends, between the database
-recording a keep and the branch moving, during `git worktree add`, during restart recovery,
-during and right after POSTs), a full disk (the service's files on a small tmpfs, filled to the
-last page) and a SIGSTOP/SIGCONT of the service. After each fault: no orphan survives the
-restart and no finished result changed; at the end of each night: every accepted proposal ends
-in exactly one verdict, nothing ran twice, the branch equals the recorded best, every run died
-within its limit. Nights of `--per-night` faults each, until `--kills` kills are reached.
+Serves a fake-trainer sweep (tests/chaos_fixtures.Night) and applies `--per-night` faults per
+night drawn at random (seeded) from the kill moments (mid-run, right after a run ends, between
+the database recording a keep and the branch moving, during `git worktree add`, during restart
+recovery, during and right after POSTs, right after a cancel of a running experiment was
+answered), a full disk (the service's files on a small tmpfs, filled to the last page) and a
+SIGSTOP/SIGCONT of the service. After each fault: no orphan survives the restart, recovery leaves
+no row `running` that the dead service left so, no finished result changed. At the end of each
+night: every accepted proposal ends in exactly one verdict, an answered cancel ends `cancelled`
+and never runs again, nothing ran twice, the branch equals the recorded best, every run died
+within its limit. Nights follow each other until `--kills` kills are reached.
 
 The tmpfs needs root (or a kernel that lets this user mount); without it the full-disk fault is
 skipped and the report says why.
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 import tempfile
 import time
@@ -61,6 +64,10 @@ def night(seed: int, faults: int, tmp: Path, only: list[str] | None) -> dict[str
         n.close()
 
 
+def _interrupted(signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--kills", type=int, default=100, help="kill -9s to reach (at least)")
@@ -71,6 +78,10 @@ def main() -> int:
     only = args.only.split(",") if args.only else None
     if only and set(only) - set(FAULTS):
         ap.error(f"unknown faults: {sorted(set(only) - set(FAULTS))}")
+    # A TERM (or an INT in the background) unwinds like a ^C: each night's close() stops its
+    # service and unmounts its tmpfs.
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, _interrupted)
     started = time.monotonic()
     nights, kills, seed = [], 0, args.seed
     moments: Counter[str] = Counter()

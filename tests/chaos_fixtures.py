@@ -8,7 +8,8 @@ Faults (`Night.fault(name)`):
   ends (its summary is in the log, the service has not recorded it yet or just did); between the
   database recording a keep and the branch moving; during `git worktree add`; during restart
   recovery itself (twice in a row: a kill, then one in the recovery of the restart); during a
-  burst of POSTs; right after a POST was answered.
+  burst of POSTs; right after a POST was answered; right after a cancel of a running
+  experiment was answered (202).
 - `disk_full`: the service's database, work dir (logs, worktrees) and target repository live on a
   small tmpfs, which is filled to its last page while a run is in flight and freed a few seconds
   later (sometimes with a kill -9 while full, and a restart while still full).
@@ -20,9 +21,11 @@ The git moments are made exact by a `git` shim first on the service's PATH: whil
 without running it once its caller died, so a killed service never moves a branch after the fact.
 
 Checked after each fault: no orphaned process group, and no trainer started before a kill
-alive after the restart; finished results seen before it unchanged. At the end: every accepted
+alive after the restart; no row the dead service left `running` still `running` once the
+restart recovered; finished results seen before it unchanged. At the end: every accepted
 (2xx) proposal ends in exactly one verdict (through its retry chain), a POST whose answer was
-lost made at most one; nothing ran twice (the trainer's own (experiment, seed) starts against
+lost made at most one; a change whose cancel was answered ends `cancelled`, not re-queued
+and not started again; nothing ran twice (the trainer's own (experiment, seed) starts against
 the run records); the branch equals the recorded best; every trainer died within its limit.
 """
 
@@ -58,7 +61,7 @@ from service_fixtures import (
 )
 
 KILL_MOMENTS = ("mid_run", "after_run", "keep_to_branch", "worktree_add", "recovery",
-                "during_posts", "after_post")
+                "during_posts", "after_post", "after_cancel")
 # Kills that come with another fault (not drawn on their own): while the disk is full.
 OTHER_KILLS = ("while_full",)
 FAULTS = (*KILL_MOMENTS, "disk_full", "freeze")
@@ -218,6 +221,8 @@ class Night:
         self.knob = 0
         self.filler: Path | None = None
         self.frozen: dict[int, str] = {}  # hung experiment -> its verdict after a freeze
+        self.left_running: set[int] = set()  # rows a killed service left `running`
+        self.cancels: dict[int, float] = {}  # experiment -> when its cancel was answered
 
     def open(self) -> Night:
         """Start the service and create the sweep (close() undoes it, also after a failure)."""
@@ -286,6 +291,7 @@ class Night:
     def kill(self, moment: str) -> float:
         """kill -9 the service; the moment's class is counted; the kill's time."""
         self.server.kill9()
+        self.left_running |= db_running(self.db)
         self.kills += 1
         self.done[moment] += 1
         self.say(f"kill {self.kills}: {moment}")
@@ -307,6 +313,11 @@ class Night:
             left = self.lifetimes.alive_since_before(killed_at)
             self.problems.append(f"trainers started before a kill alive after it: {left}")
         with self.client() as c:
+            left = sorted(self.left_running)
+            self.expect(lambda: not [i for i in left if c.get(f"/experiments/{i}").json()
+                                     ["status"] == "running"], 60,
+                        f"recovery to end the rows a dead service left running: {left}")
+            self.left_running.clear()
             now = {e["id"]: e for e in all_experiments(c)}
         for exp_id, was in self.seen_finished.items():
             e = now.get(exp_id)
@@ -429,6 +440,27 @@ class Night:
         killed = self.kill("after_post")
         assert r.status_code == 201, r.text
         self.restart(killed)
+
+    def _after_cancel(self) -> None:
+        """Cancel a running experiment and kill -9 as soon as the answer (202) is in."""
+        with self.client() as c:
+            for _ in range(20):
+                ids = wait_for(lambda: self.running(c), 120, "a running experiment",
+                               poll_s=0.02)
+                time.sleep(self.rng.uniform(0.0, self.sleep_s * 0.8))
+                self.snapshot(c)
+                r = c.delete(f"/experiments/{ids[0]}")
+                if r.status_code in (200, 202):
+                    self.cancels[ids[0]] = time.time()
+                    break
+                if r.status_code != 409:  # 409: it finished first; try the next one
+                    self.problems.append(f"a cancel of running {ids[0]} got {r.status_code}: "
+                                         f"{r.text[:200]}")
+                    return
+            else:
+                self.problems.append("20 cancels in a row found their run finished")
+                return
+        self.restart(self.kill("after_cancel"))
 
     def _disk_full(self, end: str | None = None, restart_full: bool | None = None) -> None:
         """Fill the disk while a run is in flight; /health must say so and POSTs get a 503;
@@ -562,15 +594,19 @@ class Night:
                                           run_records(self.db),
                                           run_records(self.db, interrupted=True))
         self.problems += verdict_problems(exps, self.accepted, self.unanswered)
+        self.problems += cancel_problems(exps, self.cancels, read_run_starts(self.runs_file))
         self.problems += self.lifetimes.over(self.lifetime_cap_s)
         if "Traceback" in self.server.tail(10_000_000):
             self.problems.append("a traceback in the service's log")
         statuses = Counter(e["status"] for e in exps)
+        by_id = {e["id"]: e for e in exps}
         return {"kills": self.kills, "faults": dict(self.done), "skipped": dict(self.skipped),
                 "experiments": len(exps), "accepted": len(self.accepted),
                 "unanswered_posts": len(self.unanswered), "statuses": dict(statuses),
                 "trainer_runs": len(runs), "longest_trainer_s": round(self.lifetimes.longest(), 1),
-                "limit_s": self.limit_s, "frozen": self.frozen, "problems": self.problems,
+                "limit_s": self.limit_s, "frozen": self.frozen,
+                "cancelled": {i: by_id[i]["status"] for i in self.cancels if i in by_id},
+                "problems": self.problems,
                 "disk": "tmpfs" if self.mounted else f"none ({self.no_disk})"}
 
     def close(self) -> None:
@@ -604,6 +640,47 @@ def verdict_problems(exps: list[dict[str, Any]], accepted: dict[int, str],
     problems += [f"a lost POST ({d}) made {firsts[d]} proposals" for d in unanswered
                  if firsts[d] > 1]
     return problems
+
+
+def cancel_problems(exps: list[dict[str, Any]], cancels: dict[int, float],
+                    starts: list[tuple[int, float]]) -> list[str]:
+    """A change whose cancel was answered (200/202) ends `cancelled`: no retry row, and no
+    trainer of it started after the answer (`starts`: (experiment, start time))."""
+    by_id = {e["id"]: e for e in exps}
+    retried = {(e.get("meta") or {}).get("retry_of") for e in exps}
+    problems = []
+    for exp_id, answered in cancels.items():
+        status = by_id.get(exp_id, {}).get("status")
+        if status != "cancelled":
+            problems.append(f"experiment {exp_id} was cancelled (answered) but ended {status}")
+        if exp_id in retried:
+            problems.append(f"cancelled experiment {exp_id} was re-queued")
+        if any(e == exp_id and t > answered for e, t in starts):
+            problems.append(f"cancelled experiment {exp_id} started again after its cancel")
+    return problems
+
+
+def read_run_starts(runs_file: Path) -> list[tuple[int, float]]:
+    """(experiment, start time) of every trainer start the fake trainer logged."""
+    if not runs_file.is_file():
+        return []
+    return [(int(f[0]), float(f[3])) for f in (line.split() for line in
+                                                runs_file.read_text().splitlines())
+            if len(f) >= 4]
+
+
+def db_running(db: Path) -> set[int]:
+    """Ids of the rows the database has `running` (read straight from the file)."""
+    from agent.core.domain import ExperimentStatus
+    from db.engine import open_database
+    from db.store import SqlStore
+
+    engine = open_database(db)
+    try:
+        return {e.id for e in SqlStore(engine).list_experiments(
+            statuses=[ExperimentStatus.RUNNING])}
+    finally:
+        engine.dispose()
 
 
 def _committed(target: Path) -> str:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from chaos_fixtures import KILL_MOMENTS, Night, verdict_problems
+from chaos_fixtures import KILL_MOMENTS, Night, cancel_problems, verdict_problems
 
 
 def test_a_kill_at_every_moment_loses_nothing(tmp_path: Path) -> None:
@@ -75,3 +75,18 @@ def test_the_verdict_check_can_fail() -> None:
         "accepted proposal 3 (b) has no verdict: None",
         "accepted proposal 4 (c) has no verdict: queued",
         "a lost POST (d) made 2 proposals"]
+
+
+def test_the_cancel_check_can_fail() -> None:
+    """A change whose cancel was answered must end cancelled, without a retry row, and no
+    trainer of it may start after the answer."""
+    exps = [{"id": 1, "status": "cancelled", "meta": {}},
+            {"id": 2, "status": "interrupted", "meta": {}},
+            {"id": 3, "status": "kept", "meta": {"retry_of": 2}},
+            {"id": 4, "status": "cancelled", "meta": {}}]
+    starts = [(1, 10.0), (4, 10.0), (4, 30.0)]
+    assert cancel_problems(exps, {1: 20.0}, starts) == []
+    assert cancel_problems(exps, {2: 20.0, 4: 20.0}, starts) == [
+        "experiment 2 was cancelled (answered) but ended interrupted",
+        "cancelled experiment 2 was re-queued",
+        "cancelled experiment 4 started again after its cancel"]

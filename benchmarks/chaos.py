@@ -98,6 +98,8 @@ def main() -> int:
                "experiments": sum(int(r["experiments"]) for r in nights),  # type: ignore
                "trainer_runs": sum(int(r["trainer_runs"]) for r in nights),  # type: ignore
                "accepted": sum(int(r["accepted"]) for r in nights),  # type: ignore
+               "given_up": sum(len(r["given_up"]) for r in nights),  # type: ignore
+               "cancels": sum(len(r["cancelled"]) for r in nights),  # type: ignore
                "longest_trainer_s": max(float(r["longest_trainer_s"]) for r in nights),  # type: ignore
                "disk": nights[0]["disk"], "problems": problems,
                "wall_s": round(time.monotonic() - started, 1)}

@@ -51,6 +51,7 @@ from service_fixtures import (
     all_experiments,
     branch_head,
     check_invariants,
+    given_up,
     idle,
     knob_diff,
     live_orphans,
@@ -606,6 +607,7 @@ class Night:
                 "trainer_runs": len(runs), "longest_trainer_s": round(self.lifetimes.longest(), 1),
                 "limit_s": self.limit_s, "frozen": self.frozen,
                 "cancelled": {i: by_id[i]["status"] for i in self.cancels if i in by_id},
+                "given_up": [e["id"] for e in exps if given_up(e)],
                 "problems": self.problems,
                 "disk": "tmpfs" if self.mounted else f"none ({self.no_disk})"}
 

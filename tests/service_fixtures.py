@@ -274,7 +274,9 @@ def check_invariants(exps: list[dict[str, Any]], runs: list[tuple[int, int]],
     for e in exps:
         n, want = counts.get(e["id"], 0), records.get(e["id"], 0)
         most = want if cut_off is None else cut_off.get(e["id"], 0)
-        if e["status"] in FINISHED_RUNS and (n < 1 or not want <= n <= most):
+        if given_up(e):  # a verdict row recovery wrote: it never ran itself
+            problems += given_up_problems(e, by_id, n + most, cut_off, records)
+        elif e["status"] in FINISHED_RUNS and (n < 1 or not want <= n <= most):
             problems.append(f"finished experiment {e['id']} ran {n} times, {want} run records"
                             + (f" ({most} with those cut off)" if most != want else ""))
         if e["status"] in ("queued", "running"):
@@ -293,6 +295,25 @@ def check_invariants(exps: list[dict[str, Any]], runs: list[tuple[int, int]],
                             f"{now and (now['status'], now['metric'])}")
     if best_commit and branch_head != best_commit:
         problems.append(f"branch at {branch_head[:7]} but the DB best is {best_commit[:7]}")
+    return problems
+
+
+def given_up_problems(e: dict[str, Any], by_id: dict[int, dict[str, Any]], own_runs: int,
+                      cut_off: dict[int, int] | None, records: dict[int, int]) -> list[str]:
+    """A change given up (`crashed`, "took the service down") ran nothing itself, and (given
+    `cut_off`) more than MAX_CRASH_RETRIES rows of its retry chain before it had a run cut off."""
+    from agent.engine.recovery import MAX_CRASH_RETRIES
+
+    problems = [f"given-up verdict {e['id']} ran itself"] if own_runs else []
+    if cut_off is None:
+        return problems
+    cut, hops = 0, 0
+    row = by_id.get((e.get("meta") or {}).get("retry_of"))
+    while row is not None and hops < 100:
+        cut += cut_off.get(row["id"], 0) > records.get(row["id"], 0)
+        row, hops = by_id.get((row.get("meta") or {}).get("retry_of")), hops + 1
+    if cut <= MAX_CRASH_RETRIES:
+        problems.append(f"experiment {e['id']} given up after {cut} cut-off runs of its chain")
     return problems
 
 

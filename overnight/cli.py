@@ -21,8 +21,10 @@ from overnight import (  # noqa: F401  (they register their commands)
     cli_agents,
     cli_doctor,
     cli_gc,
+    cli_report,
     cli_results,
     cli_service,
+    notifications,
 )
 from overnight.cli_common import (
     DbOpt,
@@ -45,6 +47,7 @@ from overnight.cli_common import (
 )
 from overnight.cli_foreground import run_foreground
 from overnight.cli_results import print_results, print_summary
+from overnight.notifications import NotifyConfigOpt, NotifyOpt
 from overnight.runtime import open_target
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "experiments"
@@ -76,7 +79,7 @@ def init_target(src: Path, path: Path) -> None:
         dirs_exist_ok=True,
         ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "__init__.py"),
     )
-    (path / ".gitignore").write_text("__pycache__/\n*.log\n")
+    (path / ".gitignore").write_text("__pycache__/\n*.log\n.overnight/\n")
     init_repo(path)
 
 
@@ -100,12 +103,16 @@ def run(
         help="LLM profiles file (default $OVERNIGHT_LLM_CONFIG or ~/.overnight/llm.toml)")] = None,
     allow_dirty: Annotated[bool, typer.Option(
         help="run the committed HEAD although the checkout has uncommitted changes")] = False,
+    notify: NotifyOpt = None,
+    notify_config: NotifyConfigOpt = None,
     db: DbOpt = None,
     work_dir: WorkDirOpt = None,
 ) -> None:
     """Run a sweep in the foreground: baseline, then one change at a time (one per slot)."""
     runs_on = executor_options(executor, ray_address, ray_gpus, ray_cpus, ray_resource)
     n_slots, found = executor_slots(slots, devices, runs_on)
+    notifying = notifications.notify_config(notify, notify_config)
+    notifications.announce(notifying, console)
     done = run_foreground(
         db,
         target,
@@ -121,6 +128,7 @@ def run(
         allow_dirty=allow_dirty,
         runs_on=runs_on,
         work_dir=work_dir,
+        notify=notifying,
     )
     # What the baseline got wrong first, so the night's honest statement stays the last line.
     cli_doctor.print_baseline_hints(runtime_for(db, work_dir).reads, done)

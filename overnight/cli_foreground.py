@@ -21,12 +21,16 @@ from agent.core.errors import INTERRUPT_PREFIX, Interrupted
 from agent.engine.interrupts import deliver
 from db.location import DbLocation
 from overnight.cli_common import console, err, fail, runtime_for
+from overnight.notifications import make_notifier
 from overnight.runtime import Runtime, open_target
 
 if TYPE_CHECKING:
     from agent.core.config import TargetConfig
+    from agent.engine.attempt import EventFn
     from agent.engine.scheduler import SchedulerSettings
     from agent.git.repo import GitRepo
+    from agent.ops.notify import Notifier
+    from agent.ops.notify_config import NotifyConfig
 
 
 def run_foreground(
@@ -47,26 +51,31 @@ def run_foreground(
     allow_dirty: bool = False,
     runs_on: dict[str, Any] | None = None,
     work_dir: Path | None = None,
+    notify: NotifyConfig | None = None,
 ) -> Sweep:
     """Hold the database's instance lock, recover leftovers, then run one sweep to its end.
 
-    `runs_on`: the executor's SchedulerSettings fields (executor_options)."""
+    `runs_on`: the executor's SchedulerSettings fields (executor_options). `notify`: where
+    notifications go (none by default)."""
     from agent.engine.scheduler import SchedulerSettings
 
     rt = runtime_for(db, work_dir)
     rt.hold_lock()
     settings = SchedulerSettings(slots=slots, devices=devices, device=device,
                                  **(runs_on or {}))
+    notifier = make_notifier(rt.store, notify) if notify is not None else None
     previous = interrupt_handlers()
     try:
         return _run_locked(rt, target, sweep_name=sweep_name, experiments=experiments,
                            budget=budget, proposer=proposer, settings=settings,
                            timeout=timeout, quiet=quiet, resume=resume, llm_config=llm_config,
-                           allow_dirty=allow_dirty)
+                           allow_dirty=allow_dirty, notifier=notifier)
     finally:
         for signum, handler in previous.items():
             if handler is not None:  # None: not installed from Python; nothing to put back
                 signal.signal(signum, handler)
+        if notifier is not None:  # the end of the night (or its pause), delivered briefly
+            notifier.close()
         rt.release_lock()
 
 
@@ -116,6 +125,7 @@ def _run_locked(
     rt: Runtime, target: Path, *, sweep_name: str | None, experiments: int,
     budget: float | None, proposer: str, settings: SchedulerSettings, timeout: float | None,
     quiet: bool, resume: bool, llm_config: Path | None, allow_dirty: bool = False,
+    notifier: Notifier | None = None,
 ) -> Sweep:
     config = None if resume else load_config(target).with_budget(budget, timeout)
     repo = open_target(target)
@@ -132,7 +142,8 @@ def _run_locked(
                            experiments=experiments, allow_dirty=allow_dirty)
     llm_kwargs = ({"config_path": llm_config}
                   if llm_config and sweep.proposer.startswith("llm:") else {})
-    _drive(rt, sweep, target, settings, quiet=quiet, proposer_kwargs=llm_kwargs)
+    _drive(rt, sweep, target, settings, quiet=quiet, proposer_kwargs=llm_kwargs,
+           also=notifier.on_event if notifier is not None else None)
     return rt.store.get_sweep(sweep.name)
 
 
@@ -179,16 +190,36 @@ def _new_sweep(rt: Runtime, repo: GitRepo, target: Path, config: TargetConfig, *
     return sweep
 
 
+def drive_locked(rt: Runtime, sweep: Sweep, settings: SchedulerSettings) -> Sweep:
+    """Run an existing sweep to its end in the foreground (the caller holds the lock and has
+    recovered): Ctrl-C/SIGTERM stop it, recorded and resumable. `overnight finalize --ablate`."""
+    previous = interrupt_handlers()
+    try:
+        _drive(rt, sweep, Path(sweep.target_path), settings, quiet=False, proposer_kwargs={})
+    finally:
+        for signum, handler in previous.items():
+            if handler is not None:
+                signal.signal(signum, handler)
+    return rt.store.get_sweep(sweep.name)
+
+
 def _drive(rt: Runtime, sweep: Sweep, target: Path, settings: SchedulerSettings, *,
-           quiet: bool, proposer_kwargs: dict[str, Any]) -> None:
-    """The one engine in burst mode, with a live view on a terminal, lines otherwise."""
+           quiet: bool, proposer_kwargs: dict[str, Any], also: EventFn | None = None) -> None:
+    """The one engine in burst mode, with a live view on a terminal, lines otherwise; `also`
+    hears the engine's events too (the notifications)."""
     from agent.core.domain import utcnow
     from agent.engine.scheduler import SlotScheduler
     from overnight.console import LineLog, LiveView
 
     view = LiveView(console, sweep) if console.is_terminal else LineLog(console, sweep)
+    hear = [f for f in (None if quiet else view.on_event, also) if f is not None]
+
+    def on_event(kind: str, exp: Any, data: dict[str, Any]) -> None:
+        for f in hear:
+            f(kind, exp, data)
+
     engine = SlotScheduler(rt.store, settings, rt.loop_factory(
-        settings, on_event=None if quiet else view.on_event, proposer_kwargs=proposer_kwargs),
+        settings, on_event=on_event if hear else None, proposer_kwargs=proposer_kwargs),
         writes=rt.writes)
     since = utcnow()
     try:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from db.location import DbLocation
+from overnight import notifications
 from overnight.cli_common import (
     DbOpt,
     DevicesOpt,
@@ -30,6 +31,7 @@ from overnight.cli_common import (
     work_dir_of,
 )
 from overnight.environment import environment
+from overnight.notifications import NotifyConfigOpt, NotifyOpt
 
 if TYPE_CHECKING:
     from agent.engine.recovery import DatabaseLock
@@ -68,6 +70,8 @@ def serve(
         help="every 6 h, prune experiments finished longer ago than this (e.g. 7d) as "
         "`overnight gc --older-than` does (logs of kept ones stay)")] = None,
     work_dir: WorkDirOpt = None,
+    notify: NotifyOpt = None,
+    notify_config: NotifyConfigOpt = None,
     no_engine: Annotated[bool, typer.Option("--no-engine", help="the API and dashboard only: "
                                             "no slots, no scheduled starts, no instance lock; "
                                             "the service that runs the engine executes what "
@@ -82,6 +86,10 @@ def serve(
 
     where = db_location(db)
     work = work_dir_of(where, work_dir)
+    notifying = notifications.notify_config(notify, notify_config)
+    if notifying.targets and no_engine:
+        fail("--notify needs the engine: the service that runs the engine sends them")
+    notifications.announce(notifying, console)
     if token is not None:
         fail("--token VALUE would show the token to every user of this machine (ps, shell "
              f"history); put it in a file (mode 0600) and give --token-file PATH, or set "
@@ -113,7 +121,8 @@ def serve(
                   f"{'off' if no_auth else 'on'}, listening on http://{url_host}:{bound}/",
                   soft_wrap=True)
     sys.stdout.flush()
-    config = uvicorn.Config(service_app(settings, lock=lock), host=host, port=bound, workers=1,
+    config = uvicorn.Config(service_app(settings, lock=lock, notify=notifying), host=host,
+                            port=bound, workers=1,
                             log_level=log_level, timeout_graceful_shutdown=int(settings.grace_s)
                             + 15)
     for name in ("uvicorn.access", "uvicorn.error"):

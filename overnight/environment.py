@@ -1,8 +1,8 @@
 """The environment variables overnight itself reads, as one typed pydantic-settings class.
 
 `OVERNIGHT_DB` (a SQLite path or a postgresql:// URL), `OVERNIGHT_WORK_DIR`, `OVERNIGHT_TOKEN`,
-`OVERNIGHT_ALLOWED_HOSTS` (comma-separated) and `OVERNIGHT_LLM_CONFIG`; an empty value counts
-as unset. Read fresh on each call of
+`OVERNIGHT_ALLOWED_HOSTS` (comma-separated), `OVERNIGHT_LLM_CONFIG` and
+`OVERNIGHT_NOTIFY_CONFIG`; an empty value counts as unset. Read fresh on each call of
 `environment()`, so a command sees the environment it was started with. Only the composition
 root (overnight/) reads it; the values are handed down (db, the LLM profiles' file). The variables a
 *trainer* reads (OVERNIGHT_BUDGET_S, OVERNIGHT_DEVICE, …) are the guest contract, not settings.
@@ -30,8 +30,9 @@ class Environment(BaseSettings):
     token: SecretStr | None = None
     allowed_hosts: Annotated[tuple[str, ...], NoDecode] = ()
     llm_config: Path | None = None
+    notify_config: Path | None = None
 
-    @field_validator("db", "work_dir", "token", "llm_config", mode="before")
+    @field_validator("db", "work_dir", "token", "llm_config", "notify_config", mode="before")
     @classmethod
     def _empty_is_unset(cls, value: object) -> object:
         if isinstance(value, str):
@@ -69,3 +70,10 @@ def llm_config_path(explicit: Path | str | None = None) -> Path:
     from agent.proposers.llm_config import config_path
 
     return config_path(explicit or environment().llm_config)
+
+
+def notify_config_path(explicit: Path | None = None) -> tuple[Path, bool]:
+    """--notify-config, else $OVERNIGHT_NOTIFY_CONFIG, else ~/.overnight/notify.toml; and
+    whether it was named (a named file must exist, the default one may not)."""
+    named = explicit or environment().notify_config
+    return (named or DEFAULT_HOME / "notify.toml").expanduser(), named is not None

@@ -17,9 +17,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from agent.analysis.ablation import ablated_sweep
 from agent.core.domain import Sweep
 from agent.core.errors import OvernightError
 from agent.core.ports import Proposer, Runner
+from agent.engine.ablation import AblationLoop
 from agent.engine.attempt import EventFn, LoopSettings
 from agent.engine.devices import slot_env
 from agent.engine.loop import Loop
@@ -43,6 +45,8 @@ from overnight.environment import llm_config_path
 if TYPE_CHECKING:
     from fastapi import FastAPI
 
+    from agent.ops.notify import Notifier
+    from agent.ops.notify_config import NotifyConfig
     from api.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -81,6 +85,8 @@ class Runtime:
         self._repos_lock = threading.Lock()
         self._retention_stop: threading.Event | None = None
         self._ray: RayExecutor | None = None
+        self.notify: NotifyConfig | None = None  # where the engine's notifications go
+        self.notifier: Notifier | None = None
 
     # --- repositories ----------------------------------------------------------------------
     def repo_at(self, path: Path | str) -> GitRepo:
@@ -123,10 +129,10 @@ class Runtime:
     def loop_factory(self, settings: SchedulerSettings,
                      on_event: EventFn | None = None,
                      proposer_kwargs: dict[str, Any] | None = None,
-                     ) -> Callable[[Sweep, int], Loop]:
+                     ) -> Callable[[Sweep, int], Loop | AblationLoop]:
         """Loops for the engine's slots: subprocess runner, the sweep's proposer, slot env."""
 
-        def make(sweep: Sweep, slot: int) -> Loop:
+        def make(sweep: Sweep, slot: int) -> Loop | AblationLoop:
             runner: Runner
             if settings.executor == "ray":  # Ray places runs on GPUs and caches per worker
                 env = dict(settings.extra_env)
@@ -138,6 +144,9 @@ class Runtime:
                 runner = SubprocessRunner(settings.grace_s)
             loop_settings = LoopSettings(work_dir=self.work_dir, env=env, grace_s=settings.grace_s,
                                          device=settings.device)
+            if ablated_sweep(sweep.proposer) is not None:  # `overnight finalize --ablate`
+                return AblationLoop(self.store, self.repo_for(sweep), runner, loop_settings,
+                                    on_event=on_event)
             proposer = self.make_proposer(sweep.proposer, sweep.seed, **(proposer_kwargs or {}))
             return Loop(self.store, self.repo_for(sweep), runner, loop_settings,
                         proposer=proposer, on_event=on_event, writes=self.writes)
@@ -167,7 +176,13 @@ class Runtime:
         disk is full, recovery (which must write) and the start wait for space in the
         background, so the API still answers meanwhile."""
         self.hold_lock(lock, hint)
-        self.scheduler = SlotScheduler(self.store, settings, self.loop_factory(settings),
+        if self.notify is not None and self.notify.targets:
+            from overnight.notifications import make_notifier
+
+            self.notifier = make_notifier(self.store, self.notify)
+        on_event = self.notifier.on_event if self.notifier is not None else None
+        self.scheduler = SlotScheduler(self.store, settings,
+                                       self.loop_factory(settings, on_event=on_event),
                                        writes=self.writes)
         try:
             self.recover()
@@ -215,6 +230,9 @@ class Runtime:
         if self.scheduler is not None:
             self.scheduler.shutdown(timeout_s=timeout_s)
             self.scheduler = None
+        if self.notifier is not None:  # what the engine's last runs called for, briefly
+            self.notifier.close()
+            self.notifier = None
         if self._retention_stop is not None:
             self._retention_stop.set()
         if self._ray is not None:
@@ -232,8 +250,12 @@ def open_target(path: Path) -> GitRepo:
         raise OvernightError(str(exc)) from None
 
 
-def service_app(settings: Settings, *, lock: DatabaseLock | None = None) -> FastAPI:
-    """The HTTP service on a new Runtime for `settings.db_path` (api.main.create_app)."""
+def service_app(settings: Settings, *, lock: DatabaseLock | None = None,
+                notify: NotifyConfig | None = None) -> FastAPI:
+    """The HTTP service on a new Runtime for `settings.db_path` (api.main.create_app);
+    `notify`: where its engine's notifications go."""
     from api.main import create_app
 
-    return create_app(settings, Runtime(settings.db_path, work_dir=settings.work_dir), lock=lock)
+    runtime = Runtime(settings.db_path, work_dir=settings.work_dir)
+    runtime.notify = notify
+    return create_app(settings, runtime, lock=lock)

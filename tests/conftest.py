@@ -42,6 +42,12 @@ def target(tmp_path: Path) -> Path:
     return make_target(tmp_path / "target")
 
 
+@pytest.fixture(scope="session")
+def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One prepared-data cache of the GPT target for the whole session, never ~/.cache."""
+    return tmp_path_factory.mktemp("overnight-data")
+
+
 @pytest.fixture
 def store(tmp_path: Path) -> SqlStore:
     return SqlStore(open_database(tmp_path / "db" / "overnight.db"))

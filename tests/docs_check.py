@@ -287,6 +287,12 @@ def check_toml_blocks(tmp: Path, group: Any) -> list[str]:
                 elif "profiles" in data:
                     for name, table_ in data["profiles"].items():
                         parse_profile(name, table_, source=where)
+                elif "notify" in data:  # a notify file (agent/ops/notify_config.py)
+                    from agent.ops.notify_config import load_notify_config
+
+                    file = tmp / f"{page.stem}-{n}-notify.toml"
+                    file.write_text(block.text)
+                    load_notify_config(file)
                 elif "mcp_servers" in data:
                     for server in data["mcp_servers"].values():
                         if server.get("command") in OVERNIGHT:

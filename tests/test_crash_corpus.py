@@ -5,7 +5,9 @@ judged by the loop protocol's definitions, written down before looking at what c
 A file is turned into the facts a run would give exactly as the runner and the loop do it: the
 error line by `runner.last_error_line`, the tail by `runner.result.tail_lines`, the FAIL marker by
 `runner.has_fail_marker`; exit code, signal, timeout and "training started" come from the header
-(what the thread shows). Then `agent.rules.classify.classify`, which the loop's decision calls.
+(what the thread shows), and "training finished" (`finished: yes`: the thread says training
+had completed before the crash; a run says it by saving its checkpoint). Then
+`agent.rules.classify.classify`, which the loop's decision calls.
 
     .venv/bin/python -m pytest tests/test_crash_corpus.py -q -s   # -s prints the confusion
 """
@@ -55,6 +57,8 @@ class Case:
             log_tail=tail_lines(self.log),
             training_started=h.get("started", "no") == "yes",
             has_metric=False,
+            # the thread says training had finished (the loop knows it by the checkpoint)
+            training_finished=h.get("finished", "no") == "yes",
         )
 
 

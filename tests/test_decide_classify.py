@@ -83,12 +83,31 @@ TRACE = 'Traceback (most recent call last):\n  File "train.py", line 3\n'
             facts("RuntimeError: DataLoader worker exited", TRACE + "Cannot allocate memory\n"),
             CrashKind.FUNDAMENTAL,
         ),
+        # after the checkpoint was saved: the evaluation crashed, whatever the cause ...
+        (facts("torch.OutOfMemoryError: CUDA out of memory", training_started=True,
+               training_finished=True), CrashKind.EVALUATION),
+        (facts("KeyError: 'losses'", training_started=True, training_finished=True),
+         CrashKind.EVALUATION),
+        (facts(None, exit_code=None, signal=9, training_finished=True), CrashKind.EVALUATION),
+        # ... but a timeout stays a timeout, and a NaN loss a fundamental crash
+        (facts(None, timed_out=True, exit_code=None, signal=15, training_finished=True),
+         CrashKind.TIMEOUT),
+        (facts(None, "FAIL\n", fail_marker=True, training_finished=True), CrashKind.FUNDAMENTAL),
     ],
 )
 def test_classify_table(f, kind):
     verdict = classify(f)
     assert verdict.kind is kind, verdict
     assert verdict.reason
+
+
+def test_an_evaluation_crash_keeps_its_cause_first():
+    verdict = classify(facts("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2 GiB",
+                             training_started=True, training_finished=True))
+    assert verdict.cause == "CUDA out of memory"
+    assert verdict.reason.startswith("CUDA out of memory")
+    assert verdict.reason.endswith("(in the evaluation: training had finished and saved its "
+                                   "checkpoint)")
 
 
 def test_reason_names_no_metric():

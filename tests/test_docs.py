@@ -185,6 +185,7 @@ RUN_AFTER = {
     "docs/keep-rule.md": {"results"},
     "docs/storage.md": {"gc"},
     "docs/llm-and-mcp.md": {"agent-instructions", "tools"},
+    "docs/morning.md": {"report"},
 }
 SHORT = {"--budget": "1", "--experiments": "1"}  # a fake trainer's night, not a real one
 
@@ -274,6 +275,8 @@ def test_the_readme_tour_runs_as_written(tmp_path):
         "overnight agent-instructions",
         "overnight gc",
         "overnight tools",
+        "overnight report",
+        "overnight finalize",
     }
     assert (work / "word_language_model" / "overnight.toml").is_file()
     assert "sweep nov29" in out["overnight run"] or "resuming sweep nov29" in out["overnight run"]
@@ -286,3 +289,7 @@ def test_the_readme_tour_runs_as_written(tmp_path):
         "description",
     ]
     assert "nov29" in out["overnight status"]
+    md = next(o for a, o in ran if a[:2] == ["overnight", "report"] and "--output" not in a)
+    assert md.startswith("# Sweep `nov29`: the morning report")
+    assert "<svg class=\"progress\"" in (work / "nov29.html").read_text()
+    assert out["overnight finalize"].strip().splitlines()[-1] == "branch: overnight-final/nov29"

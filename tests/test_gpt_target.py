@@ -24,12 +24,6 @@ SUMMARY_KEYS = ["val_bpb", "training_seconds", "total_seconds", "peak_memory_mb"
 PROGRESS = re.compile(r"^step \d+ \| loss \d+\.\d+ \| .* \| elapsed \d+\.\d+s$")
 
 
-@pytest.fixture(scope="session")
-def data_dir(tmp_path_factory) -> Path:
-    """One prepared-data cache for the whole session, never ~/.cache."""
-    return tmp_path_factory.mktemp("overnight-data")
-
-
 @pytest.fixture
 def target(tmp_path) -> Path:
     dst = tmp_path / "gpt"
@@ -67,8 +61,9 @@ def summary(stdout: str) -> dict[str, str]:
 def test_overnight_toml_and_knobs():
     cfg = tomllib.loads((TARGET / "overnight.toml").read_text())["target"]
     assert cfg == {"command": "python train.py", "editable": ["train.py"],
-                   "protected": ["prepare.py", "overnight.toml"], "metric": "val_bpb",
-                   "direction": "minimize", "budget_s": 300, "timeout_s": 900}
+                   "protected": ["prepare.py", "evaluate.py", "overnight.toml"],
+                   "metric": "val_bpb", "direction": "minimize", "budget_s": 300,
+                   "timeout_s": 900, "eval_command": "python evaluate.py"}
     src = (TARGET / "train.py").read_text()
     section = src[src.index("# Hyper-parameters"):src.index("# Model")]
     knobs = re.findall(r"^([A-Z][A-Z0-9_]*) = (\S+)  # \S.*$", section, flags=re.M)

@@ -149,6 +149,7 @@ async def agent_session(db: Path) -> tuple[list[str], dict[str, Any]]:
         seen["bad_since"] = await t.call("list_experiments", sweep="night", since="tonight")
         _, seen["table"] = await t.call("get_results_table", sweep="night")
         _, seen["insights"] = await t.call("get_insights", sweep="night")
+        _, seen["report"] = await t.call("get_report", sweep="night")
         seen["transcript"] = t
     return t.lines, seen
 
@@ -162,7 +163,7 @@ def test_mcp_stdio_session_end_to_end(setup, tmp_path):
     assert set(seen["tools"]) == {"get_target", "get_best", "propose_experiment",
                                   "wait_for_experiment", "list_experiments",
                                   "get_results_table", "get_log", "cancel_experiment",
-                                  "get_insights"}
+                                  "get_insights", "get_report"}
     assert seen["target"]["editable"] == ["train.py"] and "best LR" in seen["target"]["program"]
     assert seen["baseline"]["status"] == "kept" and seen["baseline"]["metric"] == pytest.approx(1.3)
     lr = seen["lr"]
@@ -185,6 +186,10 @@ def test_mcp_stdio_session_end_to_end(setup, tmp_path):
     assert [k["name"] for k in insights["data"]["knobs"]] == ["LR"]
     assert insights["data"]["crash_lessons"] == []  # a typo is a bug to fix, not a region
     assert "kept with P ≥ 0.96" in seen["table"] and "\tp_better\t" in seen["table"]
+    report = seen["report"]  # the morning report, as `overnight report` writes it
+    assert report.startswith("# Sweep `night`: the morning report")
+    assert "**val_bpb 1.300000 → 1.100000**" in report
+    assert "| 2 | LR 0.01 -> 0.04 (" in report and "## Crashes and timeouts" in report
     # Refused proposals wrote nothing: baseline, LR, typo.
     store = SqlStore(open_database(db))
     assert [e.id for e in store.list_experiments(store.get_sweep("night").id)] == [1, 2, 3]

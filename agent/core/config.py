@@ -110,6 +110,9 @@ class TargetConfig(BaseModel):
     # an editable file of command-line arguments appended to `command` for each run (shell
     # words, `#` comments): the flags a sweep may search (agent.proposers.knob_chain)
     args_file: Path_ | None = None
+    # how to evaluate a finished training again from the checkpoint the script wrote to
+    # $OVERNIGHT_CHECKPOINT_DIR (run once, in the same worktree, when its evaluation crashed)
+    eval_command: str | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -170,6 +173,14 @@ class TargetConfig(BaseModel):
         if not v.strip():
             raise ValueError("must be a non-empty string such as 'python train.py'")
         return v.strip()
+
+    @field_validator("eval_command")
+    @classmethod
+    def _eval_command(cls, v: str | None) -> str | None:
+        if v is not None and not v.strip():
+            raise ValueError("must be a non-empty string such as 'python evaluate.py' (or "
+                             "left out)")
+        return None if v is None else v.strip()
 
     @field_validator("progress_regex")
     @classmethod

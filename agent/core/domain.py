@@ -140,6 +140,9 @@ class CrashKind(str, enum.Enum):
     TRIVIAL = "trivial"  # the idea may be fine, the code is wrong: fix and retry
     FUNDAMENTAL = "fundamental"  # OOM, NaN, divergence, crash mid-training: log and move on
     TIMEOUT = "timeout"  # killed at the hard limit
+    # training finished, then its evaluation crashed (e.g. out of memory at eval time): a
+    # target with an `eval_command` has the evaluation re-run from the saved checkpoint
+    EVALUATION = "evaluation"
 
 
 class SweepStatus(str, enum.Enum):

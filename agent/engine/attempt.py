@@ -28,6 +28,14 @@ from agent.core.domain import Experiment, Run, RunEnd, RunSpec, RunStatus, Sweep
 from agent.core.errors import ConfigError, OutOfSpaceError, StoreError, WorkerLostError
 from agent.core.ports import Runner, Store
 from agent.core.private import DIR_MODE
+from agent.engine.salvage import (
+    CHECKPOINT_ENV,
+    EVAL_LOG_SUFFIX,
+    RETRY_ENV,
+    fresh_checkpoint_dir,
+    merged,
+    salvageable,
+)
 from agent.rules.noise import throughput
 from runner.process import resolve_command
 from runner.result import Outcome, RunResult
@@ -159,6 +167,7 @@ class TrainingRuns:
         # names the one whose commit runs (the best's, for an incumbent re-run).
         env = self.env(sweep, exp, spec.seed, run=0 if first else run.id)
         env["OVERNIGHT_EXPERIMENT_ID"] = str(spec.experiment_id)
+        env[CHECKPOINT_ENV] = str(fresh_checkpoint_dir(wt))
         sink: LineSink | None = None
         if first:
             self.store.mark_started(exp.id, log_path=str(log_path), run_started_at=utcnow())
@@ -191,6 +200,8 @@ class TrainingRuns:
                 on_line=sink,
                 stop_event=stop,
             )
+            if salvageable(result, config, wt):
+                result = self.evaluate_again(exp, config, wt, result, env, on_start, stop)
         except (WorkerLostError, OutOfSpaceError):  # no result: the machine or the disk went
             self.store.end_run(run.id, RunEnd(RunStatus.INTERRUPTED))
             raise
@@ -200,10 +211,32 @@ class TrainingRuns:
         ended = self.store.end_run(run.id, run_end(result, config.metric))
         return result, sink is None or sink.count > 0, ended
 
-    def argv(self, config: TargetConfig, wt: Path) -> list[str]:
-        """The target's command, inside the bwrap sandbox when the target asks for it."""
+    def evaluate_again(self, exp: Experiment, config: TargetConfig, wt: Path,
+                       first: RunResult, env: dict[str, str],
+                       on_start: Callable[[int, int], None],
+                       stop: threading.Event) -> RunResult:
+        """Training finished and its evaluation crashed: run `eval_command` once on the saved
+        checkpoint (its own log beside the run's); the run as it is to be recorded."""
+        self.emit("evaluating", exp, {"error": first.error})
+        assert config.eval_command is not None
+        again = self.runner.run(
+            self.argv(config, wt, command=config.eval_command),
+            cwd=wt / config.workdir,
+            log_path=first.log_path.with_name(first.log_path.stem + EVAL_LOG_SUFFIX),
+            timeout_s=config.timeout_s,
+            env={**env, RETRY_ENV: "1"},
+            pass_env=config.pass_env,
+            on_start=on_start,
+            stop_event=stop,
+        )
+        return merged(first, again, config.metric)
+
+    def argv(self, config: TargetConfig, wt: Path, command: str | None = None) -> list[str]:
+        """The target's command (or `command`, without the args file's flags), inside the
+        bwrap sandbox when the target asks for it."""
         try:
-            argv = resolve_command(config.command) + extra_args(config, wt)
+            argv = (resolve_command(command) if command is not None
+                    else resolve_command(config.command) + extra_args(config, wt))
         except ConfigError as exc:  # a change broke the args file: the run fails, saying why
             argv = [sys.executable, "-c", f"raise SystemExit({str(exc)!r})"]
         if config.sandbox != "bwrap":

@@ -40,6 +40,7 @@ from agent.core.ports import Proposer, Repo, Runner, Store
 from agent.engine.attempt import EventFn, LoopSettings, TrainingRuns
 from agent.engine.incumbent import Incumbent, decision_lock
 from agent.engine.recovery import baseline_pause, requeue_once
+from agent.engine.salvage import training_finished
 from agent.engine.writes import Writes, held_runner, held_store
 from agent.git.repo import hash_worktree_files
 from agent.ops.admission import admit, queue, reject
@@ -283,6 +284,7 @@ class Loop:
             log_tail=result.log_tail,
             training_started=started,
             has_metric=run.metric is not None,
+            training_finished=training_finished(wt),
         )
         why = result.error or ("FAIL" if result.fail_marker else result.outcome.value)
         return RunFailure(facts=facts, error=why)

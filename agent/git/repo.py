@@ -349,8 +349,10 @@ class GitRepo:
         text = self._git("log", f"-n{limit}", "--format=%h%x09%s", branch)
         return [tuple(line.split("\t", 1)) for line in text.splitlines() if line]  # type: ignore[misc]
 
-    def diff(self, old: str, new: str) -> str:
-        return self._git("diff", old, new) + "\n"
+    def diff(self, old: str, new: str, context: int | None = None) -> str:
+        """`git diff old new` (with `context` lines around each change: git's -U)."""
+        args = ["diff", *([f"-U{context}"] if context is not None else []), old, new]
+        return self._git(*args) + "\n"
 
 
 def _unlink(path: str) -> None:

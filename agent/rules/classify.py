@@ -1,4 +1,5 @@
-"""Crash classification: trivial (fix and retry), fundamental (log and move on), timeout.
+"""Crash classification: trivial (fix and retry), fundamental (log and move on), timeout,
+evaluation (training finished, its evaluation crashed).
 
 Pure and table-driven (the causes are rows in agent.rules.crash_causes); imports only the stdlib
 and the domain. Reads, in order: the hard-limit timeout and the FAIL marker; a fatal signal; the
@@ -42,6 +43,8 @@ class CrashFacts:
     log_tail: str
     training_started: bool  # at least one progress line was printed
     has_metric: bool
+    # the script saved its checkpoint ($OVERNIGHT_CHECKPOINT_DIR): training had finished
+    training_finished: bool = False
 
 
 @dataclass(frozen=True)
@@ -66,6 +69,15 @@ def classify(facts: CrashFacts) -> Verdict:
     if facts.fail_marker:
         why = "NaN/inf loss (the script printed FAIL)"
         return Verdict(CrashKind.FUNDAMENTAL, why, "NaN/inf loss")
+    crash = _crash(facts)
+    if facts.training_finished:  # whatever killed it, the trained model was saved first
+        why = f"{crash.reason} (in the evaluation: training had finished and saved its checkpoint)"
+        return Verdict(CrashKind.EVALUATION, why, crash.cause)
+    return crash
+
+
+def _crash(facts: CrashFacts) -> Verdict:
+    """An exception, a signal or an exit code: its cause and kind."""
     if facts.signal is not None:
         return _killed(facts.signal)
     tail = facts.log_tail[-TAIL_CHARS:]

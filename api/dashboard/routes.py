@@ -188,6 +188,30 @@ def best_download(service: ServiceDep, reads: Reads, name: str, path: str) -> Pl
     )
 
 
+@pages.get("/ui/sweeps/{name}/report", response_class=HTMLResponse)
+def report_page(reads: Reads, name: str) -> HTMLResponse:
+    """The morning report: one self-contained page (`overnight report --format html`)."""
+    from agent.ops.morning import report_of
+
+    from .report_html import render_html
+
+    sweep = _sweep(reads, name)
+    return HTMLResponse(render_html(report_of(reads.store, sweep.name)),
+                        headers={"Cache-Control": "no-store"})
+
+
+@pages.get("/ui/sweeps/{name}/report.md")
+def report_markdown(reads: Reads, name: str) -> PlainTextResponse:
+    """The same report as Markdown (`overnight report`), to paste into a PR or a chat."""
+    from agent.analysis.morning_md import render_markdown
+    from agent.ops.morning import report_of
+
+    sweep = _sweep(reads, name)
+    return PlainTextResponse(render_markdown(report_of(reads.store, sweep.name)),
+                             media_type="text/markdown; charset=utf-8",
+                             headers={"Cache-Control": "no-store"})
+
+
 @pages.get("/ui/experiments/{exp_id}", response_class=HTMLResponse)
 def experiment_page(reads: Reads, exp_id: ExperimentId) -> HTMLResponse:
     return render("experiment.html", **views.experiment_page(reads, _experiment(reads, exp_id)))

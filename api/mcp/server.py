@@ -34,7 +34,7 @@ INSTRUCTIONS = (
     "wait_for_experiment, read the result (get_log on a crash), repeat until the sweep's limits."
 )
 READ_ONLY = {"get_target", "get_best", "list_experiments", "get_results_table", "get_log",
-             "wait_for_experiment", "get_insights"}
+             "wait_for_experiment", "get_insights", "get_report"}
 
 
 def _async_tool(method: Callable[..., Any]) -> Callable[..., Awaitable[Any]]:

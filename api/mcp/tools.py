@@ -51,6 +51,9 @@ DESCRIPTIONS = {
                          "best on top.",
     "get_log": "The last lines of an experiment's training log (read it after a crash).",
     "cancel_experiment": "Cancel a queued experiment, or ask a running one to stop.",
+    "get_report": "The sweep's morning report as Markdown: baseline → best with its interval, "
+                  "each kept change with its evidence and diff stat, what was learned, crashes "
+                  "by kind and cause, cost, the attribution of an ablation, what to try next.",
     "get_insights": "What the sweep has learned so far: per-knob effects with uncertainty, "
                     "near-misses worth re-testing or combining, crash regions to avoid, plateau "
                     "status, categories over-explored or capped. Read it before proposing.",
@@ -202,6 +205,12 @@ class AgentTools:
         s = self.store.get_sweep(sweep)
         found = digest(s, self.store.list_experiments(s.id))
         return InsightsInfo(sweep=s.name, text=render(found, max_chars), data=found.to_dict())
+
+    def get_report(self, sweep: SweepArg) -> str:
+        from agent.analysis.morning_md import render_markdown
+        from agent.ops.morning import report_of
+
+        return render_markdown(report_of(self.store, sweep))
 
     def get_log(self, id: IdArg,
                 tail: Annotated[int, Field(ge=1, le=2000, description="lines")] = 100) -> LogTail:

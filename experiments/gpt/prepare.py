@@ -11,6 +11,9 @@ Data (all offline):
   * optional: OVERNIGHT_SHARDS=/dir with *.bin (raw uint8 bytes) or *.txt shards; files are
     memory-mapped, sorted by name, the last one is the validation shard.
 
+Checkpoint: `save_checkpoint` / `load_checkpoint` (train.py saves before it evaluates;
+evaluate.py scores the saved model again when that evaluation crashed).
+
 Prepared byte arrays are cached under $OVERNIGHT_DATA_DIR (default ~/.cache/overnight), keyed by
 the content they were built from. `python prepare.py` builds the cache and prints a summary.
 """
@@ -284,6 +287,38 @@ def evaluate_bpb(model, device, batch_size: int = EVAL_BATCH_SIZE) -> float:
         if hasattr(model, "train"):
             model.train(was_training)
     return total_nats.item() / (math.log(2) * total_bytes.item())
+
+
+# ---------------------------------------------------------------------------------------------
+# Checkpoint: train.py saves its trained model before it evaluates, so that a crash in the
+# evaluation (out of memory at eval time, say) loses no training: the service then runs
+# evaluate.py (the target's eval_command), which scores the saved model again.
+
+CHECKPOINT_FILE = "model.pt"
+
+
+def save_checkpoint(model, summary: dict) -> bool:
+    """Save the trained weights and the training's summary lines (all but the metric) in the
+    folder the service gives ($OVERNIGHT_CHECKPOINT_DIR); nothing without one. The file
+    appears whole or not at all. True when saved."""
+    raw = os.environ.get("OVERNIGHT_CHECKPOINT_DIR", "")
+    if not raw:
+        return False
+    folder = Path(raw)
+    state = {k: v.detach().to("cpu") for k, v in model.state_dict().items()}
+    tmp = folder.parent / f".{CHECKPOINT_FILE}.tmp"  # outside the folder until complete
+    torch.save({"state_dict": state, "summary": dict(summary)}, tmp)
+    os.replace(tmp, folder / CHECKPOINT_FILE)
+    return True
+
+
+def load_checkpoint() -> dict:
+    """What save_checkpoint saved: {"state_dict": ..., "summary": {...}}."""
+    raw = os.environ.get("OVERNIGHT_CHECKPOINT_DIR", "")
+    path = Path(raw) / CHECKPOINT_FILE
+    if not raw or not path.is_file():
+        raise FileNotFoundError(f"no checkpoint at {path} (OVERNIGHT_CHECKPOINT_DIR={raw!r})")
+    return torch.load(path, map_location="cpu", weights_only=True)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,8 @@
 Run: `python train.py` (no flags). The training budget comes from the protected harness
 (prepare.time_budget_s(): the service's budget, default 300 s); env OVERNIGHT_SEED (default
 42), OVERNIGHT_DEVICE (cuda / mps / cpu; default: best available).
-Data, tokenizer and the metric live in prepare.py (protected). Ends with a summary block
+Data, tokenizer, the metric and the checkpoint live in prepare.py (protected); evaluate.py
+(protected) scores the saved model again when the evaluation here crashed. Ends with a summary block
 (`---` then `key: value` lines); val_bpb is the metric (lower is better).
 """
 
@@ -27,6 +28,7 @@ from prepare import (  # noqa: E402
     data_source,
     evaluate_bpb,
     make_batches,
+    save_checkpoint,
     time_budget_s,
 )
 
@@ -366,6 +368,13 @@ def main():
 
     timed_tokens = (step - untimed_steps) * tokens_per_step
     mfu = 100 * model.flops_per_token() * timed_tokens / training_time / peak_flops(device)
+    # saved before evaluating: a crash in the evaluation then loses no training (evaluate.py)
+    save_checkpoint(model, {"training_seconds": round(training_time, 1),
+                            "peak_memory_mb": round(peak_memory_mb(device), 1),
+                            "mfu_percent": round(mfu, 2),
+                            "total_tokens_M": round(step * tokens_per_step / 1e6, 3),
+                            "num_steps": step, "num_params_M": round(num_params / 1e6, 2),
+                            "depth": DEPTH})
     val_bpb = evaluate_bpb(model, device)
     print("---")
     print(f"val_bpb:          {val_bpb:.6f}")

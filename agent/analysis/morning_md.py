@@ -1,0 +1,174 @@
+"""The morning report as Markdown (for a pull request, a chat or a terminal): one page, the
+same model the HTML page draws (agent.analysis.morning_model).
+
+Pure. Metric-scale numbers are written with six decimals (as `overnight results` writes them),
+GPU-hours to four significant digits, dollars with four decimals, so a reader can check them
+against the records.
+"""
+
+from __future__ import annotations
+
+import math
+
+from agent.analysis.ablation import Attribution
+from agent.analysis.morning_model import Cost, CrashGroup, KeptChange, Report
+
+RUNS_STATUSES = ("kept", "discarded", "crashed", "timeout", "rejected", "cancelled",
+                 "interrupted", "queued", "running")
+
+
+def metric(v: float | None) -> str:
+    return "–" if v is None else f"{v:.6f}"
+
+
+def signed(v: float | None) -> str:
+    return "–" if v is None else f"{v:+.6f}"
+
+
+def pm(v: float | None, ci: float | None) -> str:
+    """A signed value ± its 95 % half-width."""
+    if v is None:
+        return "–"
+    return signed(v) + (f" ± {ci:.6f}" if ci is not None else "")
+
+
+def hours(v: float) -> str:
+    """GPU-hours to four significant digits, never in exponent form (a short night's runs
+    take a few thousandths of an hour), at least three decimals."""
+    if v <= 0 or not math.isfinite(v):
+        return f"{v:.3f}"
+    return f"{v:.{max(3, 3 - math.floor(math.log10(v)))}f}"
+
+
+def cell(text: str) -> str:
+    return " ".join(text.split()).replace("|", "\\|")
+
+
+def counts_line(counts: dict[str, int]) -> str:
+    """"7 experiments: 3 kept (the baseline included), 4 discarded"."""
+    shown = [f"{counts[s]} {s}" + (" (the baseline included)" if s == "kept" else "")
+             for s in RUNS_STATUSES if counts.get(s)]
+    total = sum(counts.values())
+    return f"{total} experiment{'s' if total != 1 else ''}: " + ", ".join(shown) if shown \
+        else "no experiments"
+
+
+def span(r: Report) -> str:
+    """When the sweep ran: its creation to its last finish, and how long that was."""
+    start = r.created_at.strftime("%Y-%m-%d %H:%M UTC")
+    if r.last_finish is None:
+        return f"created {start}"
+    hours = (r.last_finish - r.created_at).total_seconds() / 3600
+    return f"{start} → {r.last_finish.strftime('%Y-%m-%d %H:%M UTC')} ({hours:.2f} h)"
+
+
+def set_aside(n: int) -> str:
+    """The runs the evidence left out because their throughput said they measured the load."""
+    runs = "1 run" if n == 1 else f"{n} runs"
+    return (f"{runs} set aside as suspect (a throughput that says the machine's load was "
+            "measured, not the change): in no mean, interval or n here")
+
+
+def render_markdown(r: Report) -> str:
+    parts = [_head(r), _kept(r), attribution_markdown(r.attribution) if r.attribution else "",
+             _learned(r), _crashes(r.crashes), _cost(r.cost), _next(r)]
+    return "\n\n".join(p for p in parts if p).rstrip() + "\n"
+
+
+def _head(r: Report) -> str:
+    h = r.headline
+    better = "lower" if h.direction == "minimize" else "higher"
+    rel = f" ({h.relative:+.2%})" if h.relative is not None else ""
+    lines = [f"# Sweep `{r.sweep}`: the morning report", ""]
+    if h.baseline is None:
+        lines.append(f"**{h.metric}: no baseline measured yet.**")
+    else:
+        lines.append(f"**{h.metric} {metric(h.baseline)} → {metric(h.best)}** ({better} is "
+                     f"better; baseline n={h.baseline_n}, best n={h.best_n}): gain "
+                     f"{pm(h.improvement, h.improvement_ci)}{rel} (95 % interval).")
+    if h.set_aside:
+        lines += ["", f"{set_aside(h.set_aside)}."]
+    lines += ["", f"**{h.statement}**", "",
+              f"Status {r.status}, {span(r)}; {counts_line(r.counts)}; budget {r.budget_s:g} s "
+              f"per run; proposer `{r.proposer}`; branch `{r.branch}`; target `{r.target}`."]
+    return "\n".join(lines)
+
+
+def _kept(r: Report) -> str:
+    lines = ["## Kept changes (baseline → best)", ""]
+    if not r.kept:
+        return "\n".join([*lines, "Nothing was kept: the branch is the baseline."])
+    lines += [f"| # | change | {r.headline.metric} (mean ± 95 %) | n | Δ vs the best before | "
+              "P(better) | diff |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    lines += [_kept_row(k) for k in r.kept]
+    lines += ["", "P(better) is against the runs of the commit each change was built on; "
+              "✓ marks a keep with P ≥ 0.96 on two or more runs."]
+    return "\n".join(lines)
+
+
+def _kept_row(k: KeptChange) -> str:
+    mean = metric(k.mean) + (f" ± {k.ci:.6f}" if k.ci is not None else "")
+    p = "–" if k.p_better is None else f"{k.p_better:.3f}" + (" ✓" if k.supported else "")
+    files = ", ".join(k.files) or "–"
+    return (f"| {k.id} | {cell(k.description)} (`{k.commit}`) | {mean} | {k.n} | "
+            f"{signed(k.delta)} | {p} | {cell(files)} +{k.added} −{k.removed} |")
+
+
+def attribution_markdown(a: Attribution) -> str:
+    lines = [f"## Attribution (leave-one-out, sweep `{a.sweep}`, {a.seeds} seeds per variant, "
+             f"{a.runs} runs)", ""]
+    sigma = f"σ̂ {a.sigma:.6f} ({a.df} df)" if a.sigma is not None else "σ̂ not measured"
+    lines.append(f"Measured again now: baseline {metric(a.baseline)} → best {metric(a.best)}, "
+                 f"gain {pm(a.total, a.total_ci)}; {sigma}.")
+    lines += ["", "| # | change | gain on top of the others (± 95 %) | gain when kept | verdict |",
+              "| --- | --- | --- | --- | --- |"]
+    for c in a.changes:
+        verdict = c.verdict + (f" ({cell(c.note)})" if c.note else "")
+        lines.append(f"| {c.id} | {cell(c.description)} | {pm(c.gain, c.ci)} | "
+                     f"{pm(c.night_gain, c.night_ci)} | {verdict} |")
+    if a.interaction is not None:
+        sums = a.sum_of_gains
+        word = ("they add up" if a.additive else "they do not add up: the changes interact")
+        lines += ["", f"The leave-one-out gains sum to {signed(sums)} against the whole "
+                  f"chain's {signed(a.total)} (difference {pm(a.interaction, a.interaction_ci)}"
+                  f"): {word}."]
+    lines += [f"- {n}" for n in a.notes]
+    return "\n".join(lines)
+
+
+def _learned(r: Report) -> str:
+    lines = ["## What was learned", "", r.plateau]
+    for heading, body in r.learned:
+        lines += ["", f"### {heading}", "", *body]
+    return "\n".join(lines)
+
+
+def _crashes(groups: list[CrashGroup]) -> str:
+    lines = ["## Crashes and timeouts", ""]
+    if not groups:
+        return "\n".join([*lines, "None."])
+    lines += ["| status | kind | cause | n | experiments |", "| --- | --- | --- | --- | --- |"]
+    for g in groups:
+        more = " …" if g.count > len(g.ids) else ""
+        ids = ", ".join(f"#{i}" for i in g.ids) + more
+        lines.append(f"| {g.status} | {g.kind} | {cell(g.cause)} | {g.count} | {ids} |")
+    return "\n".join(lines)
+
+
+def _cost(c: Cost) -> str:
+    on = f" (runs on {', '.join(c.devices)})" if c.devices else ""
+    lines = [f"## Cost{on}", "", "| for | runs | GPU-hours |", "| --- | --- | --- |"]
+    lines += [f"| {x.status} | {x.runs} | {hours(x.hours)} |" for x in c.lines]
+    lines.append(f"| total | {c.runs} | {hours(c.hours)} |")
+    lines += ["", "GPU-hours are the runs' wall time, start-up and evaluation included (one "
+              "slot each)."]
+    if c.llm_tokens_in or c.llm_tokens_out or c.llm_usd:
+        lines.append(f"Language model: {c.llm_tokens_in:,} tokens in, {c.llm_tokens_out:,} "
+                     f"out, ${c.llm_usd:.4f} (estimated).")
+    else:
+        lines.append("Language model: none used (0 tokens, $0.0000).")
+    return "\n".join(lines)
+
+
+def _next(r: Report) -> str:
+    return "\n".join(["## What to try next", "", *[f"- {s}" for s in r.next_steps]])

@@ -1,0 +1,116 @@
+"""The morning report's model: one sweep's headline, kept changes, crashes, cost and advice as
+plain frozen dataclasses (built by agent.analysis.morning, rendered by agent.analysis.morning_md
+and api.dashboard.report_html). Pure: stdlib and the analysis wing's own types.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from agent.analysis.ablation import Attribution
+from agent.analysis.evidence import SweepEvidence
+from agent.core.domain import Experiment
+
+INCUMBENT_BUCKET = "incumbent re-runs"  # cost of re-measuring the best, apart from the changes
+
+
+@dataclass(frozen=True)
+class Headline:
+    metric: str
+    direction: str
+    baseline: float | None  # the mean of the baseline's runs (the first baseline)
+    baseline_n: int
+    best: float | None  # the mean of the best commit's runs
+    best_n: int
+    improvement: float | None  # better = positive
+    improvement_ci: float | None
+    relative: float | None  # improvement / |baseline|
+    kept: int
+    supported: int  # kept with P(better) ≥ SUPPORTED_P
+    sigma: float | None
+    statement: str  # evidence's honest line
+    set_aside: int = 0  # runs marked suspect (they measured the machine): in no mean
+
+    def text(self) -> str:
+        """One line for a chat message or a notification."""
+        if self.baseline is None:
+            return f"{self.metric}: no baseline yet; {self.statement}"
+        best = self.best if self.best is not None else self.baseline
+        gain = ""
+        if self.improvement is not None:
+            ci = f" ± {self.improvement_ci:.3g}" if self.improvement_ci is not None else ""
+            rel = f", {self.relative:+.2%}" if self.relative is not None else ""
+            gain = f" (gain {self.improvement:+.4g}{ci}{rel})"
+        return (f"{self.metric} {self.baseline:.6g} → {best:.6g}{gain}; {self.statement}")
+
+
+@dataclass(frozen=True)
+class KeptChange:
+    id: int
+    description: str
+    commit: str
+    mean: float | None
+    ci: float | None
+    n: int
+    p_better: float | None
+    delta: float | None  # metric − best before it (signed as the metric)
+    added: int
+    removed: int
+    files: tuple[str, ...]
+    proposer: str
+    reason: str
+    supported: bool
+
+
+@dataclass(frozen=True)
+class CrashGroup:
+    status: str  # crashed | timeout
+    kind: str  # trivial | fundamental | timeout
+    cause: str
+    count: int
+    ids: tuple[int, ...]  # the first few
+    example: str  # the first line of one reason
+
+
+@dataclass(frozen=True)
+class CostLine:
+    status: str  # the experiment's status, or INCUMBENT_BUCKET
+    runs: int
+    hours: float
+
+
+@dataclass(frozen=True)
+class Cost:
+    lines: list[CostLine]
+    hours: float
+    runs: int
+    devices: tuple[str, ...]  # what the runs ran on, as recorded (empty: not recorded)
+    llm_tokens_in: int
+    llm_tokens_out: int
+    llm_usd: float
+
+
+@dataclass(frozen=True)
+class Report:
+    sweep: str
+    status: str
+    target: str
+    branch: str
+    proposer: str
+    budget_s: float
+    created_at: datetime
+    last_finish: datetime | None
+    counts: dict[str, int]  # experiments by status (the baseline included)
+    headline: Headline
+    kept: list[KeptChange]
+    learned: list[tuple[str, list[str]]]  # the digest's sections after its headline
+    plateau: str
+    crashes: list[CrashGroup]
+    cost: Cost
+    next_steps: list[str]
+    attribution: Attribution | None = None
+    # For the HTML page's plot (the same records, drawn): the sweep's finished runs and evidence.
+    experiments: tuple[Experiment, ...] = field(default=(), repr=False)
+    evidence: SweepEvidence | None = field(default=None, repr=False)
+    ablation_cost: int = 0  # runs an ablation of this sweep would take (k seeds each)

@@ -1,0 +1,186 @@
+"""The loop of an ablation sweep (`overnight finalize --ablate`): each variant's commit run k
+times, the same seeds for every variant, recorded as runs; no keep rule, nothing moves.
+
+The engine's slots run it like any sweep (the composition root hands the scheduler this loop
+for a sweep whose proposer is "ablation:<sweep>"): claim → worktree → k runs → record. Its
+baseline is the best (every kept change), recorded kept so the slots' baseline-first rule holds;
+the variants (the baseline, the best minus each kept change) are recorded discarded with the
+mean of their runs: measured, never the sweep's head. A failed run ends its variant (crashed or
+timeout, classified as any run is), a stop ends it cancelled.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from pathlib import Path
+from typing import Any
+
+from agent.core.domain import (
+    CrashKind,
+    Experiment,
+    ExperimentStatus,
+    Finish,
+    RunRole,
+    RunSpec,
+    RunStatus,
+    Sweep,
+    utcnow,
+)
+from agent.core.ports import Repo, Runner, Store
+from agent.engine.attempt import EventFn, LoopSettings, TrainingRuns
+from agent.git.repo import hash_worktree_files
+from agent.ops.sweeps import link_assets
+from agent.rules.classify import CrashFacts, classify
+from agent.rules.noise import mean
+from runner.result import Outcome, RunResult
+
+logger = logging.getLogger(__name__)
+
+
+class AblationLoop:
+    """One slot's loop for an ablation sweep: what SlotScheduler calls on a Loop."""
+
+    proposer = None  # nothing is proposed: the variants were queued by finalize
+
+    def __init__(self, store: Store, repo: Repo, runner: Runner, settings: LoopSettings,
+                 on_event: EventFn | None = None) -> None:
+        self.store, self.repo, self.settings, self.on_event = store, repo, settings, on_event
+        self.training = TrainingRuns(store, runner, settings, self.emit)
+        self._stops: dict[int, threading.Event] = {}
+        self._lock = threading.Lock()
+
+    def emit(self, kind: str, exp: Experiment, data: dict[str, Any] | None = None) -> None:
+        if self.on_event is not None:
+            try:
+                self.on_event(kind, exp, data or {})
+            except Exception:  # a display problem must never stop the night
+                logger.exception("event handler failed for %s", kind)
+
+    def propose(self, sweep: Sweep) -> Experiment | None:
+        return None
+
+    def cancel(self, experiment_id: int) -> bool:
+        with self._lock:
+            ev = self._stops.get(experiment_id)
+        if ev is None:
+            return False
+        ev.set()
+        return True
+
+    def execute(self, sweep: Sweep, exp: Experiment,
+                stop: threading.Event | None = None) -> Experiment:
+        """Run a claimed variant to a finished record."""
+        stop = stop if stop is not None else threading.Event()
+        with self._lock:
+            self._stops[exp.id] = stop
+        wt = self.settings.work_dir / "worktrees" / sweep.name / f"exp-{exp.id}"
+        added = False
+        try:
+            commit = self._commit(sweep, exp)
+            if isinstance(commit, Experiment):
+                return commit
+            if stop.is_set():
+                return self._finish(exp, Finish(ExperimentStatus.CANCELLED,
+                                                reason="cancelled before it started"))
+            self.repo.add_worktree(wt, commit)
+            added = True
+            link_assets(wt, Path(sweep.target_path), sweep.config)
+            return self._measure(sweep, exp, commit, wt, stop)
+        except BaseException as exc:
+            self._record_failure(exp, exc)
+            raise
+        finally:
+            with self._lock:
+                self._stops.pop(exp.id, None)
+            if added:
+                self.repo.remove_worktree(wt)
+
+    def _commit(self, sweep: Sweep, exp: Experiment) -> str | Experiment:
+        """The variant's commit, its ref set and its start recorded; a rejected record if its
+        commit is missing or its protected files differ from the sweep's."""
+        info = exp.meta.get("ablation")
+        commit = exp.base_commit if exp.is_baseline else (
+            info.get("commit") if isinstance(info, dict) else None)
+        if not commit or not self.repo.has_ref(str(commit)):
+            return self._finish(exp, Finish(ExperimentStatus.REJECTED,
+                                            reason=f"ablation variant without a commit: {commit}"))
+        commit = str(commit)
+        ref = f"refs/overnight/{sweep.name}/{exp.id}"
+        self.repo.set_ref(ref, commit)
+        expected = self.store.protected_hashes(sweep.id)
+        actual = self.repo.file_hashes(commit, sweep.config.protected)
+        changed = sorted(p for p in sweep.config.protected if actual.get(p) != expected.get(p))
+        if changed:
+            return self._finish(exp, Finish(ExperimentStatus.REJECTED, reason="protected "
+                                            f"file(s) differ: {', '.join(changed)}"))
+        self.store.mark_started(exp.id, commit=commit, ref=ref, base_commit=exp.base_commit)
+        return commit
+
+    def _measure(self, sweep: Sweep, exp: Experiment, commit: str, wt: Path,
+                 stop: threading.Event) -> Experiment:
+        config = sweep.config
+        values: list[float] = []
+        result: RunResult | None = None
+        for k in range(config.baseline_runs):
+            role = RunRole.BASELINE if exp.is_baseline else (
+                RunRole.SCREEN if k == 0 else RunRole.CONFIRM)
+            spec = RunSpec(sweep.id, exp.id, commit, config.seed + k, role)
+            result, started, run = self.training.run(sweep, exp, wt, stop, spec)
+            failed = self._failed(sweep, wt, result, started, run.status, k)
+            if failed is not None:
+                return self._finish(exp, failed)
+            assert run.metric is not None
+            values.append(run.metric)
+        assert result is not None
+        m = mean(values)
+        what = "the best (every kept change)" if exp.is_baseline else exp.description
+        finish = Finish(ExperimentStatus.KEPT if exp.is_baseline else ExperimentStatus.DISCARDED,
+                        reason=f"ablation: {what}: mean of {len(values)} runs", metric=m,
+                        best_before=None if exp.is_baseline else sweep.best_metric,
+                        summary=result.summary, log_tail=result.log_tail, run_ended_at=utcnow())
+        return self._finish(exp, finish, keep_commit=commit if exp.is_baseline else None)
+
+    def _failed(self, sweep: Sweep, wt: Path, result: RunResult, started: bool,
+                status: RunStatus, k: int) -> Finish | None:
+        """How the variant ends when its latest run gave no usable metric (None: it did)."""
+        if result.outcome is Outcome.STOPPED:
+            return Finish(ExperimentStatus.CANCELLED, reason=f"cancelled during run {k + 1}")
+        expected = self.store.protected_hashes(sweep.id)
+        watched = [*sweep.config.protected, *sweep.config.assets]
+        actual = hash_worktree_files(wt, watched)
+        tampered = sorted(p for p in watched if p in expected and actual.get(p) != expected[p])
+        if tampered:
+            return Finish(ExperimentStatus.CRASHED, CrashKind.FUNDAMENTAL,
+                          f"the run modified protected file(s): {', '.join(tampered)}")
+        if status is RunStatus.OK:
+            return None
+        crash = classify(CrashFacts(
+            timed_out=result.outcome is Outcome.TIMED_OUT, fail_marker=result.fail_marker,
+            exit_code=result.exit_code,
+            signal=result.signal if result.outcome is Outcome.SIGNALED else None,
+            error=result.error, log_tail=result.log_tail, training_started=started,
+            has_metric=False))
+        status_of = ExperimentStatus.TIMEOUT if crash.kind is CrashKind.TIMEOUT else \
+            ExperimentStatus.CRASHED
+        return Finish(status_of, crash.kind, f"run {k + 1}: {crash.reason}",
+                      log_tail=result.log_tail, crash_cause=crash.cause or None)
+
+    def _finish(self, exp: Experiment, finish: Finish,
+                keep_commit: str | None = None) -> Experiment:
+        done = self.store.finish(exp.id, finish, keep_commit=keep_commit)
+        self.emit("finished", done)
+        return done
+
+    def _record_failure(self, exp: Experiment, exc: BaseException) -> None:
+        """An unexpected error (or Ctrl-C): never leave the row `running`."""
+        try:
+            if self.store.get_experiment(exp.id).status.is_finished():
+                return
+            from agent.core.errors import interrupt_reason
+
+            reason = (interrupt_reason(exc) if isinstance(exc, KeyboardInterrupt)
+                      else f"service error: {exc!r}"[:500])
+            self.store.finish(exp.id, Finish(ExperimentStatus.INTERRUPTED, reason=reason))
+        except Exception:
+            logger.exception("could not record the failure of experiment %s", exp.id)

@@ -1,0 +1,123 @@
+"""The morning report of a sweep, read from the store: its records, its LLM spend and, when
+`overnight finalize --ablate` measured it, the attribution of its gain to each kept change.
+
+For `overnight report`, the dashboard's report page, MCP's `get_report` and the notifications'
+headline alike. Store port only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from agent.analysis.ablation import (
+    BASELINE,
+    BEST,
+    DEFAULT_SEEDS,
+    MINUS,
+    Attribution,
+    KeptChange,
+    VariantKey,
+    ablated_sweep,
+    attribute,
+    variant_keys,
+)
+from agent.analysis.evidence import sweep_evidence
+from agent.analysis.morning import build_report
+from agent.analysis.morning import headline_of as headline
+from agent.analysis.morning_model import Headline, Report
+from agent.core.domain import (
+    Experiment,
+    ExperimentStatus,
+    Run,
+    RunRole,
+    RunStatus,
+    Sweep,
+    SweepStatus,
+    utcnow,
+)
+from agent.core.ports import Store
+
+S = ExperimentStatus
+
+
+def report_of(store: Store, name: str, now: datetime | None = None) -> Report:
+    """The report of sweep `name` (NotFoundError if there is none)."""
+    sweep = store.get_sweep(name)
+    exps = store.list_experiments(sweep.id)
+    runs = store.list_runs(sweep_id=sweep.id)
+    ablation = latest_ablation(store, sweep)
+    attribution = attribution_of(store, sweep, exps, runs, ablation) if ablation else None
+    return build_report(sweep, exps, runs, store.llm_usage(sweep.id), now or utcnow(),
+                        attribution, DEFAULT_SEEDS)
+
+
+def headline_of(store: Store, name: str) -> Headline:
+    """The report's headline alone (what a notification carries): the evidence, no digest."""
+    sweep = store.get_sweep(name)
+    exps = store.list_experiments(sweep.id)
+    runs = store.run_metrics(sweep.id)
+    return headline(sweep, sweep_evidence(sweep, exps, runs), runs, exps)
+
+
+def ablations_of(store: Store, sweep: Sweep) -> list[Sweep]:
+    """The ablation sweeps of `sweep`, oldest first."""
+    return [s for s in store.list_sweeps() if ablated_sweep(s.proposer) == sweep.name]
+
+
+def latest_ablation(store: Store, sweep: Sweep) -> Sweep | None:
+    """The newest finished ablation of `sweep` (a running one is not reported yet)."""
+    done = [s for s in ablations_of(store, sweep) if s.status is SweepStatus.DONE]
+    return done[-1] if done else None
+
+
+def attribution_of(store: Store, sweep: Sweep, exps: Sequence[Experiment],
+                   runs: Sequence[Run], ablation: Sweep) -> Attribution:
+    """The attribution an ablation sweep measured, against the night's gains of `sweep`."""
+    variants, notes, chain, samples = _variants(store, ablation)
+    by_id = {e.id: e for e in exps}
+    kept = [night_gain(by_id[i], runs, sweep) for i in chain if i in by_id]
+    sigma = sweep_evidence(sweep, list(exps), list(runs)).sigma
+    return attribute(ablation.name, sweep.direction, kept, variants, sigma,
+                     ablation.config.baseline_runs, notes, samples)
+
+
+def _variants(store: Store, ablation: Sweep) -> tuple[
+        dict[VariantKey, list[float]], dict[int, str], list[int], list[list[float]]]:
+    """Each variant's good metrics, why a variant has none (by left-out id), the chain, and
+    the good metrics of each experiment once (an experiment can be two variants)."""
+    metrics: dict[int, list[float]] = {}
+    for r in store.list_runs(sweep_id=ablation.id):
+        if r.status is RunStatus.OK and r.metric is not None:
+            metrics.setdefault(r.experiment_id, []).append(r.metric)
+    variants: dict[VariantKey, list[float]] = {}
+    notes: dict[int, str] = {}
+    chain: list[int] = []
+    for e in store.list_experiments(ablation.id):
+        info = e.meta.get("ablation")
+        if isinstance(info, dict) and info.get("chain"):
+            chain = [int(i) for i in info["chain"]]
+        for key in [(BEST, None)] if e.is_baseline else variant_keys(e.meta):
+            values = metrics.get(e.id, [])
+            variants.setdefault(key, []).extend(values)
+            if not values and key[0] == MINUS and key[1] is not None and e.status.is_finished():
+                notes[key[1]] = f"{e.status.value}: {(e.reason or '').splitlines()[0][:160]}" \
+                    if e.reason else e.status.value
+    for key in [(BEST, None), (BASELINE, None)]:
+        variants.setdefault(key, [])
+    return variants, notes, chain, list(metrics.values())
+
+
+def night_gain(e: Experiment, runs: Sequence[Run], sweep: Sweep) -> KeptChange:
+    """A kept change's gain over the head it was kept on, from the night's good runs."""
+    sign = 1.0 if sweep.direction.value == "minimize" else -1.0
+    mine = [r.metric for r in runs if r.experiment_id == e.id and r.role is not
+            RunRole.INCUMBENT and r.status is RunStatus.OK and r.metric is not None]
+    base = [r.metric for r in runs if e.base_commit and r.commit == e.base_commit
+            and r.status is RunStatus.OK and r.metric is not None]
+    gain = None
+    if mine and base:
+        gain = sign * (sum(base) / len(base) - sum(mine) / len(mine))
+    elif e.delta is not None:
+        gain = -sign * e.delta
+    return KeptChange(e.id, e.description, gain, max(len(mine), 1), max(len(base), 1))

@@ -1,0 +1,292 @@
+"""Notifications over HTTP: each notice (agent.ops.notify_watch) POSTed to every URL that asked
+for its event, as overnight's JSON event, a Slack incoming-webhook body or an ntfy message, with
+the sweep's report headline.
+
+Never blocks the engine: `on_event` (the engine's event callback) only puts a finished
+experiment on a bounded queue; a full queue drops it, and says so once. One worker thread reads
+the queue, polls the sweeps' statuses every `poll_s` (a pause or the end of the night) and works
+out the headline; each URL has its own Outbox (a bounded queue and a thread), so a dead receiver
+delays only itself. A POST is retried with exponential backoff on a transport error, a timeout,
+408, 425, 429 or 5xx; `close` waits a bounded time for what is queued. A URL's secret never
+reaches a log: only its scheme and host are written (`redact`), and a failing URL is logged once
+until it works again. HTTP through the standard library (urllib).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import queue
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+from urllib.parse import unquote, urlsplit, urlunsplit
+
+from agent.core.domain import Experiment, SweepStatus, utcnow
+from agent.core.ports import Store
+from agent.ops.notify_config import NotifyTarget, redact
+from agent.ops.notify_watch import CRASH_STREAK_DEFAULT, Notice, Watch
+
+logger = logging.getLogger(__name__)
+QUEUE_SIZE = 256
+USER_AGENT = "overnight-notify/1"
+RETRY_STATUSES = frozenset({408, 425, 429, 500, 502, 503, 504})
+
+Post = Callable[[str, bytes, Mapping[str, str], float], int]  # → the HTTP status
+
+
+class DeliveryError(Exception):
+    """A POST that failed; `retry`: worth trying again."""
+
+    def __init__(self, why: str, retry: bool) -> None:
+        super().__init__(why)
+        self.retry = retry
+
+
+def urllib_post(url: str, body: bytes, headers: Mapping[str, str], timeout_s: float) -> int:
+    """POST `body`; user:password in the URL becomes a Basic Authorization header (as ntfy's
+    access tokens and most webhooks accept). DeliveryError for anything but a 2xx answer."""
+    parts = urlsplit(url)
+    sent = {"User-Agent": USER_AGENT, **headers}
+    if parts.username is not None:
+        pair = f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode()
+        sent["Authorization"] = "Basic " + base64.b64encode(pair).decode()
+        url = urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+    try:
+        request = urllib.request.Request(url, data=body, method="POST", headers=sent)
+        with urllib.request.urlopen(request, timeout=timeout_s) as resp:  # noqa: S310 (http/s only)
+            return int(resp.status)
+    except urllib.error.HTTPError as exc:
+        raise DeliveryError(f"HTTP {exc.code}", exc.code in RETRY_STATUSES) from None
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise DeliveryError(f"{type(exc).__name__}: {reason}", True) from None
+    except Exception as exc:  # noqa: BLE001 - a bad URL or answer: one readable failure
+        raise DeliveryError(type(exc).__name__, False) from None
+
+
+@dataclass(frozen=True)
+class Event:
+    """A notice ready to send: the notice, the report's headline, when."""
+
+    notice: Notice
+    headline: str
+    at: datetime
+
+    def payload(self) -> dict[str, Any]:
+        n = self.notice
+        return {"source": "overnight", "event": n.event, "sweep": n.sweep, "title": n.title,
+                "text": n.text, "headline": self.headline, "status": n.status,
+                "experiment": n.experiment, "at": self.at.isoformat(),
+                "report": f"overnight report --sweep {n.sweep}"}
+
+
+def body_for(target: NotifyTarget, event: Event) -> tuple[bytes, dict[str, str]]:
+    """What to POST to `target`: its format's body and headers."""
+    n = event.notice
+    if target.format == "slack":
+        text = f"*{n.title}*\n{n.text}\n{event.headline}"
+        return json.dumps({"text": text}).encode(), {"Content-Type": "application/json"}
+    if target.format == "ntfy":
+        tags = {"keep": "white_check_mark", "crash_streak": "warning", "plateau": "zzz",
+                "paused": "pause_button", "done": "sunrise"}.get(n.event, "bell")
+        headers = {"Content-Type": "text/plain; charset=utf-8", "Title": _ascii(n.title),
+                   "Tags": tags, "Priority": "high" if n.event == "crash_streak" else "default"}
+        return f"{n.text}\n{event.headline}".encode(), headers
+    return json.dumps(event.payload()).encode(), {"Content-Type": "application/json"}
+
+
+def _ascii(text: str) -> str:
+    """HTTP header values are Latin-1: anything else becomes '?'."""
+    return text.encode("latin-1", "replace").decode("latin-1")
+
+
+class Outbox:
+    """One URL's deliveries: its own bounded queue and thread, so a slow or dead receiver
+    delays only itself. Retries with exponential backoff; a URL that keeps failing is logged
+    once (until it works again) and then tried once per event, without backoff."""
+
+    def __init__(self, target: NotifyTarget, post: Post, *, retries: int, backoff_s: float,
+                 max_backoff_s: float, timeout_s: float, queue_size: int) -> None:
+        self.target, self.post = target, post
+        self.retries, self.backoff_s, self.max_backoff_s = retries, backoff_s, max_backoff_s
+        self.timeout_s = timeout_s
+        self.queue: queue.Queue[Event | None] = queue.Queue(maxsize=queue_size)
+        self.sent: list[str] = []  # the events delivered, in order
+        self.failing = False
+        self.dropped = 0
+        self.deadline: float | None = None
+        self.thread = threading.Thread(target=self._work, daemon=True,
+                                       name=f"overnight-notify-{redact(target.url)}")
+
+    def put(self, event: Event) -> None:
+        try:
+            self.queue.put_nowait(event)
+        except queue.Full:
+            self.dropped += 1
+            if self.dropped == 1:
+                logger.warning("notifications to %s: too many waiting; later ones are dropped",
+                               redact(self.target.url))
+
+    def _work(self) -> None:
+        while (event := self.queue.get()) is not None:
+            self.deliver(event)
+
+    def deliver(self, event: Event) -> bool:
+        body, headers = body_for(self.target, event)
+        where, wait, why = redact(self.target.url), self.backoff_s, ""
+        tries = 1 if self.failing else self.retries + 1
+        for attempt in range(tries):
+            try:
+                self.post(self.target.url, body, headers, self.timeout_s)
+            except DeliveryError as exc:
+                why = _scrub(str(exc), self.target.url)
+                logger.debug("notify %s: attempt %d failed: %s", where, attempt + 1, why)
+                if not exc.retry or attempt + 1 == tries or not self._pause(wait):
+                    break
+                wait = min(wait * 2, self.max_backoff_s)
+                continue
+            self.sent.append(event.notice.event)
+            if self.failing:
+                self.failing = False
+                logger.warning("notifications to %s work again", where)
+            return True
+        if not self.failing:
+            self.failing = True
+            logger.warning("notifications to %s failed (%s); the night goes on, and further "
+                           "failures of this URL are not logged until it works again", where, why)
+        return False
+
+    def _pause(self, seconds: float) -> bool:
+        """Sleep before a retry; False when closing leaves no time for it."""
+        if self.deadline is not None and self.deadline - time.monotonic() <= seconds:
+            return False
+        time.sleep(seconds)
+        return True
+
+    def close(self, deadline: float) -> None:
+        self.deadline = deadline
+        try:
+            self.queue.put(None, timeout=max(0.0, deadline - time.monotonic()))
+        except queue.Full:
+            return
+        self.thread.join(max(0.0, deadline - time.monotonic()))
+
+
+class Notifier:
+    """The engine's queue, the watch and the thread that turns them into events, one Outbox
+    per URL (see the module docstring)."""
+
+    def __init__(self, targets: list[NotifyTarget], store: Store, *,
+                 headline: Callable[[str], str], crash_streak: int = CRASH_STREAK_DEFAULT,
+                 retries: int = 4, backoff_s: float = 1.0, max_backoff_s: float = 30.0,
+                 timeout_s: float = 10.0, poll_s: float = 5.0, queue_size: int = QUEUE_SIZE,
+                 post: Post = urllib_post) -> None:
+        self.store, self.headline, self.poll_s = store, headline, poll_s
+        self.outboxes = [Outbox(t, post, retries=retries, backoff_s=backoff_s,
+                                max_backoff_s=max_backoff_s, timeout_s=timeout_s,
+                                queue_size=queue_size) for t in targets]
+        self.watch = Watch(crash_streak)
+        self.queue: queue.Queue[Experiment | None] = queue.Queue(maxsize=queue_size)
+        self.dropped = 0
+        self._thread = threading.Thread(target=self._work, name="overnight-notify", daemon=True)
+
+    # --- the engine's side: never blocks --------------------------------------------------
+    def on_event(self, kind: str, exp: Experiment, data: dict[str, Any]) -> None:
+        if kind != "finished":
+            return
+        try:
+            self.queue.put_nowait(exp)
+        except queue.Full:
+            self.dropped += 1
+            if self.dropped == 1:
+                logger.warning("notifications: the queue is full; events are dropped, the "
+                               "night goes on")
+
+    # --- lifecycle ------------------------------------------------------------------------
+    def start(self) -> Notifier:
+        for s in self.store.list_sweeps([SweepStatus.RUNNING]):
+            self.watch.status(s)  # known as running: its pause or end is noticed
+        for box in self.outboxes:
+            box.thread.start()
+        self._thread.start()
+        return self
+
+    def close(self, timeout_s: float = 15.0) -> None:
+        """Deliver what is queued (and the sweeps' last statuses) for at most `timeout_s`."""
+        deadline = time.monotonic() + timeout_s
+        if self._thread.is_alive():
+            try:
+                self.queue.put(None, timeout=timeout_s)
+                self._thread.join(max(0.0, deadline - time.monotonic()))
+            except queue.Full:
+                pass
+        for box in self.outboxes:
+            box.close(deadline)
+
+    # --- the worker -----------------------------------------------------------------------
+    def _work(self) -> None:
+        next_poll = time.monotonic() + self.poll_s
+        while True:
+            item: Experiment | None | bool
+            try:
+                item = self.queue.get(timeout=max(0.0, next_poll - time.monotonic()))
+            except queue.Empty:
+                item = False  # nothing came: time to poll
+            try:
+                if item is None:  # closing: the last statuses, then stop
+                    self._poll()
+                    return
+                if isinstance(item, Experiment):
+                    self._finished(item)
+                # Statuses once what finished before them is told (a keep before the end).
+                if time.monotonic() >= next_poll and self.queue.empty():
+                    self._poll()
+                    next_poll = time.monotonic() + self.poll_s
+            except Exception:  # noqa: BLE001 - a bad read must not end the notifications
+                logger.exception("notifications: handling an event failed")
+
+    def _finished(self, exp: Experiment) -> None:
+        sweep = self.store.get_sweep_by_id(exp.sweep_id)
+        if not self.watch.knows(sweep.name):
+            history = [e for e in self.store.list_experiments(sweep.id)
+                       if e.status.is_finished() and e.id != exp.id]
+            history.sort(key=lambda e: (e.finished_at or utcnow(), e.id))
+            self.watch.seed(sweep, history)
+        for notice in self.watch.finished(sweep, exp):
+            self._send(notice)
+
+    def _poll(self) -> None:
+        running = {s.name: s for s in self.store.list_sweeps([SweepStatus.RUNNING])}
+        followed = [n for n, st in self.watch.sweeps.items()  # running or paused: it may end
+                    if st.status is not None and not st.status.is_finished()]
+        for name in sorted(set(followed) | set(running)):
+            sweep = running.get(name) or self.store.get_sweep(name)
+            for notice in self.watch.status(sweep):
+                self._send(notice)
+
+    def _send(self, notice: Notice) -> None:
+        try:
+            headline = self.headline(notice.sweep)
+        except Exception as exc:  # noqa: BLE001 - the notice goes out without it
+            headline = f"(no headline: {type(exc).__name__})"
+        event = Event(notice, headline, utcnow())
+        for box in self.outboxes:
+            if notice.event in box.target.events:
+                box.put(event)
+
+
+def _scrub(text: str, url: str) -> str:
+    """`text` without the URL or any of its secret parts (userinfo, path, query)."""
+    parts = urlsplit(url)
+    for secret in (url, parts.netloc, parts.path, parts.query, parts.password or "",
+                   parts.username or ""):
+        if secret and len(secret) > 1:
+            text = text.replace(secret, "…")
+    return text

@@ -1,0 +1,119 @@
+"""A night for the morning report's tests: the fake trainer with seed noise, run through the real
+loop (kept and discarded knob changes, a fundamental crash, a timeout), some LLM spend recorded,
+and the numbers the report must show worked out from the records independently of it."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+
+from browser_helpers import ScriptedProposer, make_target
+
+from agent.core.config import load_config
+from agent.core.domain import Experiment, ExperimentStatus, Run, RunRole, RunStatus
+from agent.engine.loop import Loop, LoopSettings
+from agent.engine.scheduler import run_sweep
+from agent.executors.local import SubprocessRunner
+from agent.git.repo import GitRepo
+from agent.ops.sweeps import create_sweep
+from db.engine import open_database
+from db.store import SqlStore
+
+LLM = (12_345, 2_345, 0.1234)  # tokens in, tokens out, dollars
+
+
+@dataclass
+class Night:
+    db: Path
+    target: Path
+    work: Path
+    store: SqlStore
+    name: str
+
+
+def noisy_night(root: Path, name: str = "night", experiments: int = 9) -> Night:
+    target = make_target(root)
+    train = target / "train.py"
+    train.write_text(train.read_text().replace("NOISE = 0.0", "NOISE = 0.004"))
+    import git
+
+    from agent.git.repo import IDENTITY
+
+    git.Repo(target).git.commit("-am", "seed noise", env=IDENTITY)
+    store = SqlStore(open_database(root / "overnight.db"))
+    repo = GitRepo(target)
+    create_sweep(store, repo, target, name=name, config=load_config(target),
+                 max_experiments=experiments)
+    loop = Loop(store, repo, SubprocessRunner(grace_s=0.5),
+                LoopSettings(root / "work", grace_s=0.5),
+                proposer=ScriptedProposer(7))  # type: ignore[arg-type]
+    run_sweep(loop, name)
+    sweep = store.get_sweep(name)
+    store.add_llm_usage(sweep.id, None, *LLM)
+    return Night(root / "overnight.db", target, root / "work", store, name)
+
+
+def ok(runs: list[Run], commit: str) -> list[float]:
+    return [r.metric for r in runs if r.commit == commit and r.status is RunStatus.OK
+            and r.metric is not None]
+
+
+def pooled_sd(runs: list[Run]) -> float | None:
+    groups: dict[str, list[float]] = {}
+    for r in runs:
+        if r.status is RunStatus.OK and r.metric is not None:
+            groups.setdefault(r.commit, []).append(r.metric)
+    ss = sum(sum((v - statistics.fmean(g)) ** 2 for v in g) for g in groups.values()
+             if len(g) > 1)
+    df = sum(len(g) - 1 for g in groups.values() if len(g) > 1)
+    return math.sqrt(ss / df) if df else None
+
+
+def expected(night: Night) -> dict[str, object]:
+    """What the report must say, from the records (not from the report's code)."""
+    store = night.store
+    sweep = store.get_sweep(night.name)
+    exps = store.list_experiments(sweep.id)
+    runs = store.list_runs(sweep_id=sweep.id)
+    base = next(e for e in exps if e.is_baseline)
+    base_runs, best_runs = ok(runs, base.commit or ""), ok(runs, sweep.best_commit or "")
+    sd = pooled_sd(runs)
+    gain = statistics.fmean(base_runs) - statistics.fmean(best_runs)
+    ci = 1.96 * sd * math.sqrt(1 / len(base_runs) + 1 / len(best_runs)) if sd is not None \
+        else None
+    kept = [e for e in exps if e.status is ExperimentStatus.KEPT and not e.is_baseline]
+    status_of = {e.id: e for e in exps}
+    hours: dict[str, float] = {}
+    count: dict[str, int] = {}
+    for r in runs:
+        e = status_of[r.experiment_id]
+        bucket = ("incumbent re-runs" if r.role is RunRole.INCUMBENT else "baseline"
+                  if e.is_baseline else e.status.value)
+        assert r.started_at and r.ended_at
+        hours[bucket] = hours.get(bucket, 0.0) + (r.ended_at - r.started_at).total_seconds() / 3600
+        count[bucket] = count.get(bucket, 0) + 1
+    crashes: dict[tuple[str, str, str], list[int]] = {}
+    for e in exps:
+        if e.status in (ExperimentStatus.CRASHED, ExperimentStatus.TIMEOUT):
+            key = (e.status.value, e.crash_kind.value if e.crash_kind else "",
+                   e.crash_cause or "")
+            crashes.setdefault(key, []).append(e.id)
+    return {"baseline": statistics.fmean(base_runs), "best": statistics.fmean(best_runs),
+            "base_n": len(base_runs), "best_n": len(best_runs), "gain": gain, "ci": ci,
+            "kept": [kept_row(e, runs) for e in kept], "hours": hours, "count": count,
+            "crashes": crashes, "runs": len(runs),
+            "counts": {s.value: sum(e.status is s for e in exps) for s in ExperimentStatus}}
+
+
+def kept_row(e: Experiment, runs: list[Run]) -> dict[str, object]:
+    mine = [r.metric for r in runs if r.experiment_id == e.id and r.role is not
+            RunRole.INCUMBENT and r.status is RunStatus.OK and r.metric is not None]
+    lines = e.diff.splitlines()
+    added = sum(ln.startswith("+") and not ln.startswith("+++") for ln in lines)
+    removed = sum(ln.startswith("-") and not ln.startswith("---") for ln in lines)
+    assert e.metric is not None and e.best_before is not None
+    return {"id": e.id, "mean": statistics.fmean(mine), "n": len(mine),
+            "delta": e.metric - e.best_before, "added": added, "removed": removed,
+            "commit": (e.commit or "")[:7]}

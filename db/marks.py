@@ -46,14 +46,18 @@ class SweepMarks(StoreBase):
 
     def run_metrics(self, sweep_id: int, after_id: int | None = None,
                     ids: Collection[int] = ()) -> list[Run]:
-        """The sweep's runs by id with id, experiment, commit, seed, role, status, metric and
-        throughput only (what the sweep's evidence and each keep decision are computed from).
+        """The sweep's runs by id with id, experiment, commit, seed, role, status, metric,
+        throughput (and its source), device, pair and note only (what the sweep's evidence and
+        each keep decision are computed from).
         With `after_id` or `ids`: only those after it and those."""
         statements = newer_rows(select(R.id, R.experiment_id, R.commit, R.seed, R.role, R.status,
-                                   R.metric, R.throughput), sweep_id, after_id, ids, R.sweep_id,
+                                   R.metric, R.throughput, R.throughput_source, R.device,
+                                   R.pair_run_id, R.note), sweep_id, after_id, ids,
+                                R.sweep_id,
                             R.id)
         with self.session("reading a sweep's run metrics") as s:
             rows = read_rows(s, statements)
         return [Run(id=i, sweep_id=sweep_id, experiment_id=e, commit=c, seed=sd,
-                    role=ROLE[role], status=RUN_STATUS[st], metric=m, throughput=t)
-                for i, e, c, sd, role, st, m, t in rows]
+                    role=ROLE[role], status=RUN_STATUS[st], metric=m, throughput=t,
+                    throughput_source=src, device=dev, pair_run_id=pair, note=note)
+                for i, e, c, sd, role, st, m, t, src, dev, pair, note in rows]

@@ -221,6 +221,11 @@ class RunRow(Base):
     device: Mapped[str | None] = mapped_column(String(100))
     started_at: Mapped[datetime] = mapped_column(UTCDateTime)
     ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # Where the throughput came from, the change's run an incumbent run ran beside, and how
+    # the keep rule placed the run (migration run_blocking).
+    throughput_source: Mapped[str | None] = mapped_column(String(40))
+    pair_run_id: Mapped[int | None] = mapped_column(BIG)
+    note: Mapped[str | None] = mapped_column(String(500))
 
 
 class RunCountRow(Base):

@@ -110,6 +110,9 @@ def to_run(row: RunRow | Row[Any]) -> Run:
         device=row.device,
         started_at=row.started_at,
         ended_at=row.ended_at,
+        throughput_source=row.throughput_source,
+        pair_run_id=row.pair_run_id,
+        note=row.note,
     )
 
 

@@ -14,6 +14,8 @@ from db.models import ExperimentRow, RunRow
 from db.rows import to_run
 from db.session import StoreBase
 
+NOTE_CHARS = 500
+
 
 class RunQueries(StoreBase):
     # --- runs ---------------------------------------------------------------------------
@@ -29,6 +31,7 @@ class RunQueries(StoreBase):
             summary={},
             log_path=spec.log_path,
             device=spec.device,
+            pair_run_id=spec.pair_run_id,
             started_at=utcnow(),
         )
         with self.session("recording a run start") as s:
@@ -59,11 +62,13 @@ class RunQueries(StoreBase):
             row.status, row.metric, row.summary = end.status.value, end.metric, dict(end.summary)
             row.throughput, row.throughput_unit = end.throughput, end.throughput_unit
             row.training_s, row.total_s = end.training_s, end.total_s
+            row.throughput_source = end.throughput_source
             row.ended_at = utcnow()
             return to_run(row)
 
-    def set_run_status(self, run_id: int, status: RunStatus) -> None:
-        """Flip an ended run between ok and suspect (the only change an ended run allows)."""
+    def set_run_status(self, run_id: int, status: RunStatus, note: str | None = None) -> None:
+        """Flip an ended run between ok and suspect (the only change an ended run allows),
+        with the keep rule's note on how it was placed (None: the note stays)."""
         allowed = {RunStatus.OK.value, RunStatus.SUSPECT.value}
         with self.session("updating a run") as s:
             row = self._run_row(s, run_id)
@@ -71,6 +76,8 @@ class RunQueries(StoreBase):
                 raise ConflictError(f"run {run_id} is {row.status}; cannot become {status.value}")
             counts.bump_runs(s, row.sweep_id, row.status, status.value)
             row.status = status.value
+            if note is not None:
+                row.note = note[:NOTE_CHARS] or None
 
     def list_runs(self, sweep_id: int | None = None, experiment_id: int | None = None) -> list[Run]:
         q = select(RunRow.__table__).order_by(RunRow.id)

@@ -137,8 +137,8 @@ def run(
 
 @app.command()
 def demo(
-    budget: Annotated[float, typer.Option(help="training seconds per run")] = 10.0,
-    experiments: Annotated[int, typer.Option(min=1, help="experiments after baseline")] = 5,
+    budget: Annotated[float, typer.Option(help="training seconds per run")] = 6.0,
+    experiments: Annotated[int, typer.Option(min=1, help="experiments after baseline")] = 4,
     dir: Annotated[Path | None, typer.Option("--dir", help="where to make the target")] = None,
     db: DbOpt = None,
 ) -> None:
@@ -177,7 +177,18 @@ def demo(
     from agent.analysis.evidence import sweep_evidence
 
     ev = sweep_evidence(done, store.list_experiments(done.id), store.list_runs(sweep_id=done.id))
+    console.print(f"\n{demo_legend(done, budget, ev.load_shifts)}", soft_wrap=True)
     console.print(f"\n[bold]{ev.statement()}[/bold]")
+
+
+def demo_legend(sweep: Sweep, budget: float, shifts: int) -> str:
+    """The one line that says what the demo's numbers mean."""
+    load = (f"; {shifts} run(s) met another machine speed and were compared beside the "
+            "incumbent in the same conditions" if shifts else "")
+    return (f"What the numbers mean: {sweep.metric} is bits per byte of held-out text (lower is "
+            f"better) after {budget:g} s of CPU training; a change is kept only when it beats "
+            "the incumbent by more than σ̂, the run-to-run noise of seed and machine, with "
+            f"P(better) ≥ 0.96{load}.")
 
 
 def own_command() -> str:

@@ -13,6 +13,7 @@ from rich.markup import escape
 
 from agent.core.config import load_config
 from agent.core.domain import ExperimentStatus, Sweep
+from agent.core.ports import Store
 from agent.rules.contract import Check, RunFacts, check_run
 from db.reads import Reads
 from overnight.cli_common import DbOpt, app, console, db_location, fail, work_dir_of
@@ -74,7 +75,21 @@ def baseline_checks(reads: Reads, sweep: Sweep) -> list[Check]:
                      wall_s=wall, summary=base.summary,
                      progress_points=len(reads.loss_points(base.id)),
                      error=base.reason if base.status is ExperimentStatus.CRASHED else None)
-    return [c for c in check_run(sweep.config, facts) if c.status in ("warn", "fail")]
+    checks = [*check_run(sweep.config, facts), *repeat_checks(reads.store, sweep, base.id)]
+    return [c for c in checks if c.status in ("warn", "fail")]
+
+
+def repeat_checks(store: Store, sweep: Sweep, baseline_id: int) -> list[Check]:
+    """What the baseline's repeats say: is the seed used, can the load be checked."""
+    from agent.engine.gather import sample
+    from agent.rules.repeats import check_seed, check_speed
+
+    runs = [sample(r) for r in store.list_runs(experiment_id=baseline_id)
+            if r.metric is not None]
+    if not runs:
+        return []
+    checks = [check_speed(runs, tolerance=10.0)]  # the swing is the keep rule's to handle
+    return [check_seed(runs, sweep.metric), *checks] if len(runs) > 1 else checks
 
 
 def print_baseline_hints(reads: Reads, sweep: Sweep) -> None:

@@ -59,11 +59,14 @@ def results_table(
 
 
 def _stats(ev: ExperimentEvidence | None) -> list[str]:
+    """CI, n and P(better); runs measured in other machine conditions (compared beside the
+    incumbent there) are counted as "+k elsewhere"."""
+    elsewhere = f"+{len(ev.suspect)} elsewhere" if ev is not None and ev.suspect else ""
     if ev is None or not ev.n:
-        return ["", "", ""]
+        return ["", elsewhere, ""]
     ci = f"± {ev.ci:.4f}" if ev.ci is not None else ""
     p = f"{ev.p_better:.2f}" if ev.p_better is not None else ""
-    return [ci, str(ev.n), p]
+    return [ci, f"{ev.n} {elsewhere}".strip(), p]
 
 
 def describe(exp: Experiment) -> str:

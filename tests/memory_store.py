@@ -212,7 +212,8 @@ class MemoryStore:
         wanted = _newer(after_id, ids)
         return [Run(id=r.id, sweep_id=r.sweep_id, experiment_id=r.experiment_id,
                     commit=r.commit, seed=r.seed, role=r.role, status=r.status, metric=r.metric,
-                    throughput=r.throughput)
+                    throughput=r.throughput, throughput_source=r.throughput_source,
+                    device=r.device, pair_run_id=r.pair_run_id, note=r.note)
                 for r in self.list_runs(sweep_id=sweep_id) if wanted(r.id)]
 
     def count_experiments(self, sweep_id: int | None = None,
@@ -341,7 +342,8 @@ class MemoryStore:
             run = Run(
                 id=len(self._runs) + 1, sweep_id=spec.sweep_id, experiment_id=spec.experiment_id,
                 commit=spec.commit, seed=spec.seed, role=spec.role, status=RunStatus.RUNNING,
-                log_path=spec.log_path, device=spec.device, started_at=utcnow())
+                log_path=spec.log_path, device=spec.device, pair_run_id=spec.pair_run_id,
+                started_at=utcnow())
             self._runs[run.id] = run
             return run
 
@@ -363,18 +365,20 @@ class MemoryStore:
             run = replace(
                 run, status=end.status, metric=end.metric, summary=dict(end.summary),
                 throughput=end.throughput, throughput_unit=end.throughput_unit,
-                training_s=end.training_s, total_s=end.total_s, ended_at=utcnow())
+                training_s=end.training_s, total_s=end.total_s,
+                throughput_source=end.throughput_source, ended_at=utcnow())
             self._runs[run_id] = run
             return run
 
-    def set_run_status(self, run_id: int, status: RunStatus) -> None:
+    def set_run_status(self, run_id: int, status: RunStatus, note: str | None = None) -> None:
         allowed = (RunStatus.OK, RunStatus.SUSPECT)
         with self._lock:
             run = self._run(run_id)
             if run.status not in allowed or status not in allowed:
                 raise ConflictError(f"run {run_id} is {run.status.value}; cannot become "
                                     f"{status.value}")
-            self._runs[run_id] = replace(run, status=status)
+            self._runs[run_id] = replace(
+                run, status=status, note=run.note if note is None else note[:500] or None)
 
     def list_runs(self, sweep_id: int | None = None, experiment_id: int | None = None
                   ) -> list[Run]:

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from agent.core.domain import CrashKind
-from agent.rules.classify import CrashFacts, Verdict, classify
+from agent.rules.classify import CrashFacts, CrashVerdict, classify
 from runner import has_fail_marker, last_error_line
 from runner.result import tail_lines
 
@@ -82,7 +82,7 @@ CASES = [_load(p) for p in sorted(CORPUS.glob("*.txt"))]
 IDS = [c.name for c in CASES]
 
 
-def _confusion(results: list[tuple[Case, Verdict]]) -> str:
+def _confusion(results: list[tuple[Case, CrashVerdict]]) -> str:
     kinds = list(CrashKind)
     grid = Counter((c.expected, v.kind) for c, v in results)
     lines = ["expected \\ got  " + "".join(f"{k.value:>12}" for k in kinds) + "   right"]

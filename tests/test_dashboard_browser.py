@@ -276,3 +276,31 @@ def test_progress_plot_shows_every_run_and_the_best_with_its_band(tmp_path, brow
         expect(page.locator("#runs tbody tr")).to_have_count(2)
         expect(page.locator(".facts")).to_contain_text("mean of 2 runs")
         page.close()
+
+
+def test_the_progress_plot_marks_load_shifts(tmp_path, browser) -> None:
+    """A sweep on a machine whose speed switches (tests/load_world.py): the plot's amber
+    stripes sit over the runs compared beside the incumbent in other conditions, their tooltip
+    says so, the header says the load was checked, and a change's page lists the incumbent run
+    beside it with the keep rule's note."""
+    from load_world import load_night
+    from playwright.sync_api import expect
+
+    store, sweep_id, db = load_night(tmp_path)
+    runs = store.list_runs(sweep_id=sweep_id)
+    paired = next(r for r in runs if r.pair_run_id)
+    change = next(r for r in runs if r.id == paired.pair_run_id)
+    with serve(make_app(db)) as base:
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        page.goto(base + "/ui/sweeps/load")
+        stripes = page.locator("svg.progress rect.load")
+        expect(stripes.first).to_be_visible()
+        assert "load shift" in (stripes.first.locator("title").text_content() or "")
+        expect(page.locator("#load")).to_contain_text("checked")
+        _shot(page, "sweep-load-shifts")
+        page.goto(base + f"/ui/experiments/{change.experiment_id}")
+        beside = [r for r in runs if r.pair_run_id == change.id]
+        rows = page.locator("#runs tbody tr", has_text=f"beside run {change.id}")
+        expect(rows).to_have_count(len(beside))  # each incumbent run beside it, listed
+        expect(page.locator("#runs")).to_contain_text("summary: num_steps")
+        page.close()

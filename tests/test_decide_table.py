@@ -1,4 +1,5 @@
-"""The keep rule as a table: every branch of decide(), both directions, suspect runs, stale head."""
+"""The keep rule as a table: every branch of decide(), both directions, runs in other machine
+conditions (blocking in time), identical repeats, stale head."""
 
 from __future__ import annotations
 
@@ -18,12 +19,13 @@ from agent.rules.decide import (
     decide,
     incumbent_due,
 )
-from agent.rules.noise import pooled_sigma, squares, suspect_flags, throughput, z_score
+from agent.rules.noise import pooled_sigma, speed_noise, speed_tolerance, squares, z_score
 
 SEQ = Rule()  # defaults: sequential, discard z < 0.6, keep z >= 1.75 from run 2, 4 runs max
 MAX = Rule(direction=Direction.MAXIMIZE)
 STRICT = Rule(decision="strict")
 BASE = (Sample(1.0), Sample(1.1), Sample(0.9))  # mean 1.0, sd 0.1, 2 degrees of freedom
+SAME = (Sample(1.0), Sample(1.0), Sample(1.0))  # identical repeats: no degrees of freedom
 
 
 def ev(runs, best=BASE, **kw):
@@ -53,13 +55,13 @@ def crash(**kw):
          False),
         ("min_delta eats the gain", ev([0.8, 0.82]), Rule(min_delta=0.15), S.DISCARDED, None,
          False),
-        ("noise_sigma stands in for σ̂", ev([0.8, 0.82], best=(Sample(1.0),)),
+        ("noise_sigma stands in for σ̂", ev([0.8, 0.82], best=SAME),
          Rule(noise_sigma=0.05), S.KEPT, None, True),
-        ("no σ̂ yet (one incumbent run): never kept", ev([0.5, 0.5], best=(Sample(1.0),)),
+        ("identical repeats are no σ̂: never kept", ev([0.5, 0.5], best=SAME),
          SEQ, None, 44, False),
-        ("no σ̂ after max runs: discard", ev([0.5, 0.6], best=(Sample(1.0),)),
+        ("no σ̂ after max runs: discard", ev([0.5, 0.6], best=SAME),
          Rule(max_runs=2), S.DISCARDED, None, False),
-        ("σ̂ from the change's own runs", ev([0.5, 0.6, 0.5], best=(Sample(1.0),)),
+        ("σ̂ from the change's own runs", ev([0.5, 0.6, 0.5], best=SAME),
          SEQ, S.KEPT, None, True),
         # maximize: the sign flips
         ("maximize: higher is better", ev([1.2, 1.18]), MAX, S.KEPT, None, True),
@@ -93,10 +95,16 @@ def test_baseline_runs_three_times_then_keeps_the_mean():
     v = decide(Evidence(True, runs + (Sample(1.1),)), SEQ)
     assert v.status is S.KEPT and v.keep and v.metric == pytest.approx(1.1)
     assert decide(Evidence(True, (Sample(1.0),)), STRICT).status is S.KEPT  # strict: one run
-    # a busy machine: every run suspect; after the cap the mean of all, with a warning
+    # a busy machine: each run in its own condition; after the cap the mean of all, with a
+    # warning
     swings = tuple(Sample(1.0 + i / 10, t) for i, t in enumerate((100.0, 300.0, 20.0)))
     v = decide(Evidence(True, swings), SEQ)
-    assert v.suspect == (True, True, True) and v.seed == 45  # run k uses seed + k
+    assert v.suspect == (False, True, True) and v.seed == 45  # run k uses seed + k
+    assert "another machine condition" in v.notes[1]
+    # two of three at one speed: the mean of those two, the third said to be the machine
+    two = tuple(Sample(m, t) for m, t in ((1.0, 100.0), (1.2, 101.0), (0.6, 160.0)))
+    v = decide(Evidence(True, two), SEQ)
+    assert v.status is S.KEPT and v.metric == pytest.approx(1.1) and v.suspect[2]
     v = decide(Evidence(True, swings + (Sample(1.3, 1000.0),)), SEQ)
     assert v.status is S.KEPT and v.metric == pytest.approx(1.15) and v.n == 4
     assert "busy" in v.reason
@@ -113,24 +121,63 @@ def test_stale_head_is_requeued_before_spending_more_runs():
     assert decide(ev([0.9], head_moved=True), STRICT).requeue  # strict would keep
 
 
-def test_suspect_run_is_rerun_not_decided_on():
-    inc = tuple(Sample(m, 100.0) for m in (1.0, 1.1, 0.9))
-    fast = ev([Sample(0.5, 140.0)], best=inc)  # 40 % faster than the incumbent: the machine
-    v = decide(fast, SEQ)
-    assert v.status is None and v.suspect == (True,) and v.seed == 43  # run again, next seed
-    # the re-run is at the usual speed and unremarkable: decided on it alone -> discarded
-    v = decide(ev([Sample(0.5, 140.0), Sample(1.0, 101.0)], best=inc), SEQ)
-    assert v.suspect == (True, False) and v.status is S.DISCARDED and v.n == 1
-    # a change that really changes speed: two runs agree with each other, both count
-    v = decide(ev([Sample(0.8, 60.0), Sample(0.82, 61.0)], best=inc), SEQ)
-    assert v.suspect == (False, False) and v.status is S.KEPT
-    # a keep never rests on a suspect run alone: a suspect second run is re-run
-    v = decide(ev([Sample(0.8, 100.0), Sample(0.5, 150.0)], best=inc), SEQ)
-    assert v.suspect == (False, True) and v.status is None
-    # swinging forever: discarded at the cap
-    swings = [Sample(0.5, t) for t in (150.0, 60.0, 200.0, 30.0, 250.0)]
-    v = decide(ev(swings, best=inc), SEQ)
-    assert v.status is S.DISCARDED and "throughput" in v.reason
+INC = tuple(Sample(m, 100.0, run_id=i + 1, seed=7 + i) for i, m in enumerate((1.0, 1.1, 0.9)))
+
+
+def run(metric, speed, run_id, seed=42, pair_of=None):
+    return Sample(metric, speed, run_id=run_id, seed=seed, pair_of=pair_of)
+
+
+def test_a_run_off_the_incumbents_speed_gets_the_incumbent_beside_it():
+    v = decide(ev([run(0.5, 140.0, 10)], best=INC), SEQ)  # 40 % faster: machine or change?
+    assert v.status is None and v.incumbent and (v.pair_of, v.seed) == (10, 42)
+    assert v.suspect == (True,) and "+40%" in v.notes[0] and "beside it" in v.reason
+    # the incumbent beside it was as fast: the machine; one run there is a weak reference
+    best = INC + (run(0.52, 141.0, 11, pair_of=10),)
+    v = decide(ev([run(0.5, 140.0, 10)], best=best), SEQ)
+    assert v.incumbent and (v.pair_of, v.seed) == (10, 43) and v.best_suspect[-1]
+    # away from its usual conditions a decision rests on three incumbent runs (fresh ones)
+    best += (run(0.49, 139.0, 12, seed=43, pair_of=10),)
+    v = decide(ev([run(0.5, 140.0, 10)], best=best), SEQ)
+    assert v.incumbent and (v.pair_of, v.seed) == (10, 44) and "weak reference" in v.reason
+    # three: decided there, not against the slow ones
+    best += (run(0.51, 141.0, 13, seed=44, pair_of=10),)
+    v = decide(ev([run(0.5, 140.0, 10)], best=best), SEQ)
+    assert v.status is S.DISCARDED and v.suspect == (True,) and v.n == 1
+    assert "beside incumbent runs 11, 12, 13" in v.reason and "the machine" in v.notes[0]
+
+
+def test_a_changed_speed_counts_as_the_changes_own_when_the_incumbent_kept_its_speed():
+    best = INC + (run(1.05, 101.0, 11, pair_of=10),)
+    v = decide(ev([run(0.8, 60.0, 10)], best=best), SEQ)
+    assert v.status is None and not v.incumbent and v.seed == 43 and v.suspect == (False,)
+    assert "the change's own" in v.notes[0]
+    # its next run agrees with its speed: same conditions, no incumbent run needed; kept
+    v = decide(ev([run(0.8, 60.0, 10), run(0.82, 61.0, 12, seed=43)], best=best), SEQ)
+    assert v.status is S.KEPT and v.suspect == (False, False)
+
+
+def test_a_run_whose_speed_moved_from_the_run_before_is_not_decided_on():
+    runs = [run(0.8, 100.0, 10), run(0.5, 150.0, 11, seed=43)]
+    v = decide(ev(runs, best=INC), SEQ)
+    assert v.incumbent and v.pair_of == 11 and v.seed == 43 and "the machine moved" in v.notes[1]
+    # the machine never holds still: discarded at the cap
+    swings = [run(0.5, t, 10 + i, seed=42 + i) for i, t in enumerate((150, 60, 200, 30, 250))]
+    v = decide(ev(swings, best=INC), SEQ)
+    assert v.status is S.DISCARDED and "kept changing" in v.reason
+
+
+def test_a_keep_rests_on_three_incumbent_runs_in_its_conditions():
+    best = (Sample(1.0, run_id=1, seed=42), Sample(1.1, run_id=2, seed=43))
+    v = decide(ev([Sample(0.5, run_id=3), Sample(0.52, run_id=4, seed=43)], best=best),
+               Rule(noise_sigma=0.1))
+    # beside its latest run, with a seed the incumbent has not run
+    assert v.incumbent and v.pair_of == 4 and v.seed == 44 and "would be kept" in v.reason
+
+
+def test_identical_repeats_say_so_when_nothing_is_kept():
+    v = decide(ev([0.5, 0.5, 0.5, 0.5], best=SAME), SEQ)
+    assert v.status is S.DISCARDED and "OVERNIGHT_SEED" in v.reason
 
 
 @pytest.mark.parametrize(
@@ -165,10 +212,14 @@ def test_noise_helpers():
     assert df == 3 and sigma == pytest.approx(math.sqrt(10 / 3))
     assert z_score(0.0, 0.0, 1, 3) == 0.0 and z_score(0.1, 0.0, 1, 3) == math.inf
     assert z_score(-0.1, 0.0, 1, 3) == -math.inf
-    assert suspect_flags([None, 100.0], [100.0], 0.15) == [False, False]
-    assert throughput({"training_seconds": 10.0, "total_tokens_M": 1.0}) == (1e5, "tokens/s")
-    assert throughput({"training_seconds": 10.0, "num_steps": 50}) == (5.0, "steps/s")
-    assert throughput({"training_seconds": 0.0, "num_steps": 50}) == (None, None)
+    assert pooled_sigma([[1.0, 1.0], [2.0, 2.0, 2.0]]) == (None, 0)  # identical: no evidence
+    # back-to-back runs of one commit on one device measure the speed's noise
+    rows = [("a", None, 100.0), ("a", None, 102.0), ("b", None, 50.0), ("b", None, 49.0),
+            ("c", "cuda:1", 10.0), ("c", "cuda:0", 20.0)]
+    noise = speed_noise(rows)
+    assert noise is not None and 0.01 < noise < 0.03
+    assert speed_noise(rows[:2]) is None and speed_tolerance(None) == 0.1
+    assert speed_tolerance(0.0) == 0.05 and speed_tolerance(1.0) == 0.3
 
 
 def test_incumbent_rerun_cadence():

@@ -18,11 +18,14 @@ budget_s  = 300
 {extra}
 """
 HEAD = "import os, time\nfrom prepare import score\nLR = 0.01\n"
+SEEDED = "seed = int(os.environ['OVERNIGHT_SEED'])\n"
 BUDGET = "budget = float(os.environ['OVERNIGHT_BUDGET_S'])\n"
 PROGRESS = "for i in range(1, 4):\n    print(f'| epoch 1 | {i}/3 batches | loss {5 / i:.2f} |')\n"
 BLOCK = "print('---')\nprint(f'val_loss: {score(LR):.6f}')\nprint(f'training_seconds: {trained}')\n"
+STEPS = "print('num_steps: 3')\n"
 
-GOOD = HEAD + BUDGET + PROGRESS + "trained = budget\n" + BLOCK
+GOOD = HEAD + SEEDED + BUDGET + PROGRESS + "trained = budget\n" + BLOCK.replace(
+    "score(LR)", "score(LR) + seed * 1e-4") + STEPS
 IGNORES_BUDGET = HEAD + "start = time.time()\ntime.sleep(3)\n" + PROGRESS + (
     "trained = round(time.time() - start, 2)\n") + BLOCK
 NO_SUMMARY = HEAD + BUDGET + PROGRESS + "print('done, val_loss', score(LR))\n"
@@ -56,7 +59,8 @@ def test_a_good_script_passes_every_check(tmp_path: Path):
     for name in ("summary block", "metric: val_loss = 1.03", "budget honoured: trained 1 s of 1 s",
                  "progress lines: 3 parsed", "metric safe from proposals", "knobs: 1 searched",
                  "knob: LR = 0.01 (train.py:3): searched",
-                 "deterministic for a fixed seed", "noise", "start-up overhead",
+                 "seed used: val_loss 1.0342 (seed 42), 1.0343 (seed 43)", "noise",
+                 "load check: throughput from summary: num_steps", "start-up overhead",
                  "checkout committed"):
         assert name in out, name
     assert "0 failed, 0 warning(s)" in out
@@ -105,13 +109,40 @@ def test_run_says_what_failed_on_the_baseline(tmp_path: Path):
     assert "✗ summary block: none in the log" in out and "overnight doctor" in out
 
 
-def test_runs_with_very_different_step_counts_blame_the_machine():
-    from agent.rules.contract import check_steps
+def test_a_script_that_ignores_the_seed_and_reports_no_speed_is_told_both(tmp_path: Path):
+    train = HEAD + BUDGET + "trained = budget\n" + BLOCK  # no seed, no steps, no progress
+    proc = doctor(target(tmp_path, train, extra=""))
+    out = proc.stdout
+    (seed,) = lines_with(out, "! seed used")
+    assert "seeds 42, 43" in seed and "OVERNIGHT_SEED" in seed, out
+    assert "OVERNIGHT_SEED', 1337" in out.split(seed)[1].splitlines()[1]  # the line to add
+    (load,) = lines_with(out, "! load check")
+    assert "cannot be checked" in load and "num_steps" in out.split(load)[1].splitlines()[1]
 
-    assert check_steps({"num_steps": 100.0}, {"num_steps": 95.0}) == []
-    assert check_steps({}, {"num_steps": 95.0}) == []
-    (check,) = check_steps({"num_steps": 281.0}, {"num_steps": 120.0})
-    assert check.status == "warn" and "281 then 120" in check.detail and "load" in check.detail
+
+def test_runs_at_very_different_speeds_blame_the_machine():
+    from agent.rules.conditions import Sample
+    from agent.rules.repeats import check_speed
+
+    steady = [Sample(1.0, 100.0, source="summary: num_steps"), Sample(1.1, 95.0)]
+    assert check_speed(steady).status == "ok"
+    check = check_speed([Sample(1.0, 281.0, source="progress: elapsed"), Sample(1.0, 120.0)])
+    assert check.status == "warn" and "281/s then 120/s" in check.detail
+    assert "progress: elapsed" in check.detail and "load" in check.detail
+
+
+def test_run_says_at_the_baseline_when_the_seed_is_ignored_and_the_load_unchecked(tmp_path):
+    train = HEAD + BUDGET + "trained = budget\n" + BLOCK  # no seed, no steps, no progress
+    root = target(tmp_path, train, extra="")
+    proc = run("run", "--target", str(root), "--budget", "1", "--experiments", "1",
+               "--db", str(tmp_path / "o.db"), check=False)
+    out = proc.stdout
+    assert "the baseline and the script contract" in out, out + proc.stderr
+    (seed,) = lines_with(out, "! seed used")
+    assert "seeds 42, 43, 44" in seed and "ignores OVERNIGHT_SEED" in seed
+    assert "OVERNIGHT_SEED', 1337" in out  # the line to add
+    (load,) = lines_with(out, "! load check")
+    assert "cannot be checked" in load
 
 
 def test_a_missing_git_ignored_file_is_an_asset_and_its_knock_on_failures_fold_under_it(

@@ -321,6 +321,37 @@ def test_a_keep_measured_on_a_stale_head_is_rerun_on_the_new_head(tmp_path, stor
     assert store.get_sweep("two").best_commit == repo.head(sweep.branch) == done.commit
 
 
+def test_a_sweep_at_its_max_still_runs_a_change_re_queued_on_its_new_head(store, target,
+                                                                          make_loop):
+    """A re-queued change (or a repair) continues one already counted: a sweep at its
+    max_experiments runs it before it ends, asks for nothing new, and leaves a late ordinary
+    proposal queued. (On two slots under load, a keep elsewhere re-queued a change just as the
+    sweep reached its max; the sweep ended with the re-run queued and never judged.)"""
+    from agent.core.domain import CONTINUATION_PRIORITY
+
+    sweep = start(store, target, name="cap", max_experiments=1)
+    loop = make_loop(target)
+    loop.execute(sweep, store.claim_next(sweep.id))  # the baseline
+    a = store.add_experiment(sweep.id, Proposal("A: lr 0.02", edit(target, "LR = 0.01",
+                                                                   "LR = 0.02")))
+    assert loop.execute(store.get_sweep("cap"), store.claim(a.id)).status is \
+        ExperimentStatus.KEPT  # one used: the sweep is at its max
+    repo = GitRepo(target)
+    head = repo.read_file(repo.head(sweep.branch), "train.py")
+    wider = make_diff("train.py", head, head.replace("WIDTH = 64", "WIDTH = 256", 1))
+    rerun = store.add_experiment(  # as the loop re-queues a keep measured on a stale head
+        sweep.id, Proposal("B: width 256", wider, "scripted", a.id, {"rerun_of": a.id}),
+        priority=CONTINUATION_PRIORITY)
+    late = store.add_experiment(sweep.id, Proposal("C: trick", make_diff(
+        "train.py", head, head.replace("USE_TRICK = False", "USE_TRICK = True", 1))))
+    asked = Scripted([("D: width 32", "WIDTH = 64", "WIDTH = 32")])
+    done = run_sweep(make_loop(target, asked), "cap")
+    assert done.status is SweepStatus.DONE
+    assert store.get_experiment(rerun.id).status is ExperimentStatus.KEPT
+    assert store.get_experiment(late.id).status is ExperimentStatus.QUEUED  # beyond the max
+    assert len(asked.proposals) == 1  # nothing new was asked for
+
+
 def test_protected_file_changed_on_the_sweep_branch_rejects_the_run(store, target, make_loop):
     """Someone committed to prepare.py on the sweep branch: nothing runs on a changed metric."""
     sweep = start(store, target)

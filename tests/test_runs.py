@@ -32,7 +32,7 @@ from runner.groups import process_group_alive
 NOISY = (Path(__file__).parent / "scripts" / "noisy_trainer.py").read_text()
 
 
-def noisy_target(dest: Path, budget_s: float = 0.2) -> Path:
+def noisy_target(dest: Path, budget_s: float = 0.2, extra: str = "", train: str = NOISY) -> Path:
     toml = textwrap.dedent(f"""\
         [target]
         command   = "python train.py"
@@ -41,8 +41,8 @@ def noisy_target(dest: Path, budget_s: float = 0.2) -> Path:
         metric    = "val_bpb"
         budget_s  = {budget_s}
         timeout_s = 30
-        """)
-    return make_target(dest, edits={"train.py": NOISY, "overnight.toml": toml})
+        """) + extra
+    return make_target(dest, edits={"train.py": train, "overnight.toml": toml})
 
 
 def test_null_sweep_keeps_at_most_one_change(tmp_path, store, make_loop):
@@ -59,7 +59,10 @@ def test_null_sweep_keeps_at_most_one_change(tmp_path, store, make_loop):
     assert len(changes) == 20 and len(kept) <= 1, [e.reason for e in kept]
     roles = [r.role for r in runs]
     assert roles[:3] == [RunRole.BASELINE] * 3  # σ̂ starts from three baseline runs
-    assert roles.count(RunRole.INCUMBENT) == 2  # re-measured after 8 and 16 proposals
+    # re-measured after 8 and 16 proposals, its runs beside changes counting
+    assert roles.count(RunRole.INCUMBENT) >= 2
+    periodic = [r for r in runs if r.role is RunRole.INCUMBENT and r.pair_run_id is None]
+    assert len(periodic) <= 2
     assert all(r.pgid and r.status in (RunStatus.OK, RunStatus.SUSPECT) for r in runs)
     # every experiment's metric is the mean of its good runs
     for e in changes:
@@ -76,7 +79,12 @@ def test_slots_finishing_together_re_run_the_incumbent_once(tmp_path, store, mak
     """8 proposals decided: the incumbent's re-run is due. Two slots check at once; the second
     checks while the first has claimed the re-run but not yet recorded it (held in its worktree
     set-up), and goes on without one: one re-run, not two."""
-    target = noisy_target(tmp_path / "noisy")
+    # a loaded machine's jitter must not start incumbent runs beside changes here (they count
+    # as re-runs): the test is about the periodic re-run's claim. The trainer reports its
+    # budget as its training time, so every run has the same speed, and keeps none.
+    steady = NOISY.replace('{trained:.3f}")', '{budget:.3f}")', 1)
+    assert steady != NOISY
+    target = noisy_target(tmp_path / "noisy", extra="keep_z = 100\n", train=steady)
     sweep = create_sweep(store, GitRepo(target), target, name="inc",
                          config=load_config(target), max_experiments=8)
     run_sweep(make_loop(target, Ideas()), sweep.name)

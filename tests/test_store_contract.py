@@ -363,6 +363,34 @@ def test_runs_are_records_with_a_guarded_life(store: Store):
     assert store.run_metrics(sweep.id + 1) == []
 
 
+def test_runs_record_their_speeds_source_their_pair_and_the_rules_note(store: Store):
+    sweep = store.create_sweep(spec())
+    exp_id = running(store, sweep.id)
+    change = store.start_run(RunSpec(sweep.id, exp_id, "abc", 42, RunRole.SCREEN, device="cuda:1"))
+    store.end_run(change.id, RunEnd(RunStatus.OK, 1.5, {}, 80.0, "steps/s",
+                                    throughput_source="progress: elapsed"))
+    beside = store.start_run(RunSpec(sweep.id, exp_id, "def", 42, RunRole.INCUMBENT,
+                                     device="cuda:1", pair_run_id=change.id))
+    assert beside.pair_run_id == change.id
+    ended = store.end_run(beside.id, RunEnd(RunStatus.OK, 1.6, {}, 81.0, "steps/s",
+                                            throughput_source="progress: elapsed"))
+    assert (ended.throughput_source, ended.pair_run_id, ended.note) == (
+        "progress: elapsed", change.id, None)
+    store.set_run_status(change.id, RunStatus.SUSPECT, "80/s, -31% vs the incumbent's 116/s")
+    store.set_run_status(change.id, RunStatus.SUSPECT)  # no note given: the note stays
+    got = {r.id: r for r in store.run_metrics(sweep.id)}
+    assert (got[change.id].status, got[change.id].note, got[change.id].device) == (
+        RunStatus.SUSPECT, "80/s, -31% vs the incumbent's 116/s", "cuda:1")
+    assert (got[beside.id].pair_run_id, got[beside.id].throughput_source) == (
+        change.id, "progress: elapsed")
+    store.set_run_status(change.id, RunStatus.OK, "")  # an empty note clears it
+    (full,) = [r for r in store.list_runs(sweep_id=sweep.id) if r.id == change.id]
+    assert (full.status, full.note, full.throughput_source) == (
+        RunStatus.OK, None, "progress: elapsed")
+    with pytest.raises(ConflictError):  # a note rides on the ok/suspect flip only
+        store.set_run_status(change.id, RunStatus.FAILED, "nope")
+
+
 def test_finish_keeps_contract_warnings_in_meta(store: Store):
     sweep = store.create_sweep(spec())
     exp_id = running(store, sweep.id)
@@ -479,3 +507,31 @@ def test_reads_in_one_transaction_see_what_single_reads_see(store: Store):
         store.get_sweep("s")
         store.get_sweep("nope")
     assert store.get_sweep("s") == sweep and store.count_experiments(sweep.id) == 1
+
+
+@pytest.mark.parametrize("backend", ["sql", "postgres"])
+def test_the_blocking_migration_keeps_old_runs_unknown(request, tmp_path, backend):
+    """run_blocking adds throughput_source, pair_run_id and note; runs already there read
+    them as unknown (NULL) and take the keep rule's note afterwards."""
+    from sqlalchemy import text
+
+    from db.engine import make_engine, migrate
+
+    url = tmp_path / "old.db" if backend == "sql" else request.getfixturevalue("pg_url")
+    engine = make_engine(url)
+    request.addfinalizer(engine.dispose)
+    migrate(engine, "experiment_cancel_reason")  # the revision before run_blocking
+    store = SqlStore(engine)
+    sweep = store.create_sweep(spec())
+    exp_id = running(store, sweep.id)
+    with store.session("an old release's run") as s:
+        s.execute(text(
+            "INSERT INTO runs (sweep_id, experiment_id, \"commit\", seed, role, status, metric, "
+            "summary, throughput, started_at) VALUES (:s, :e, 'c', 42, 'screen', 'ok', 1.5, "
+            "'{}', 100.0, '2026-11-29 00:00:00')"), {"s": sweep.id, "e": exp_id})
+    migrate(engine)
+    (old,) = store.run_metrics(sweep.id)
+    assert (old.throughput, old.throughput_source, old.pair_run_id, old.note) == (
+        100.0, None, None, None)
+    store.set_run_status(old.id, RunStatus.SUSPECT, "off the incumbent's speed")
+    assert store.list_runs(sweep_id=sweep.id)[0].note == "off the incumbent's speed"

@@ -1,5 +1,7 @@
-"""The evidence behind a sweep's results: each experiment's mean ± 95 % CI, n and P(better), the
-sweep's σ̂, the smallest effect it can detect, the improvement ± CI and an honest statement.
+"""The evidence behind a sweep's results: each experiment's mean ± 95 % CI, n and P(better), which
+of its runs ran beside which incumbent runs and why a run was suspect (the keep rule's notes:
+its throughput, the reference, the source), the sweep's σ̂, the smallest effect it can detect,
+the improvement ± CI and an honest statement.
 
 Pure: stdlib, the domain, config and noise only. Computed from the run records, so it moves
 as the incumbent is re-measured.
@@ -9,8 +11,8 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
 from agent.analysis.folds import appended
 from agent.core.config import Direction
@@ -35,6 +37,8 @@ class ExperimentEvidence:
     ci: float | None  # half-width of the 95 % interval of the mean (with σ̂)
     p_better: float | None  # vs the runs of the commit it was built on
     runs: tuple[float, ...]
+    pairs: tuple[tuple[int, int], ...] = ()  # (its run, the incumbent run beside it)
+    suspect: tuple[tuple[int, str], ...] = ()  # (its run off the usual conditions, the note)
 
 
 @dataclass(frozen=True)
@@ -47,6 +51,8 @@ class SweepEvidence:
     kept: int  # kept changes (baseline excluded)
     supported: int  # of those, kept with P(better) ≥ SUPPORTED_P
     experiments: Mapping[int, ExperimentEvidence] = field(default_factory=dict)
+    load_checked: bool | None = None  # some run reported its throughput (None: no runs yet)
+    load_shifts: int = 0  # runs the keep rule placed in other machine conditions (suspect)
 
     def statement(self) -> str:
         """One honest line for the morning: how many keeps the noise supports."""
@@ -90,6 +96,10 @@ class EvidenceFold:
         self.multi: dict[str, tuple[int, float]] = {}  # commits with 2+ runs: (n, squares)
         self.baseline: tuple[int, str] | None = None  # the first baseline: id, commit
         self.kept: list[int] = []  # kept changes (not the baseline)
+        self.run_exp: dict[int, int] = {}  # a change's run → its experiment
+        self.marked: dict[int, list[Run]] = {}  # per experiment: runs paired or with a note
+        self.speeds: tuple[int, int] = (0, 0)  # (ended runs with a metric, of them with a speed)
+        self.suspects = 0  # suspect runs
         self.changed: set[int] = set()  # whose inputs moved since `evidence` last ran
         self.last: PerExperiment | None = None
         self.owned: set[object] = set()  # lists this holder made (agent.analysis.folds)
@@ -102,10 +112,17 @@ class EvidenceFold:
         out.based_on = dict(self.based_on)  # lists replaced before adding (agent.analysis.folds)
         out.pos, out.multi = dict(self.pos), dict(self.multi)
         out.baseline, out.kept, out.changed = self.baseline, list(self.kept), set(self.changed)
+        out.run_exp, out.marked = dict(self.run_exp), dict(self.marked)
+        out.speeds, out.suspects = self.speeds, self.suspects
         out.last = self.last
         return out
 
     def add_run(self, r: Run) -> None:
+        self._mark(r)
+        if r.metric is not None:
+            self.speeds = (self.speeds[0] + 1, self.speeds[1] + (r.throughput is not None))
+        if r.status is RunStatus.SUSPECT:
+            self.suspects += 1
         if r.status is not RunStatus.OK or r.metric is None:
             return
         if r.commit not in self.by_commit:
@@ -117,6 +134,16 @@ class EvidenceFold:
         if r.role is not RunRole.INCUMBENT:
             appended(self.by_exp, self.owned, "exp", r.experiment_id, r.metric)
             self.changed.add(r.experiment_id)
+
+    def _mark(self, r: Run) -> None:
+        """Keep the runs the keep rule placed with a note or a pair, per change."""
+        if r.role is not RunRole.INCUMBENT:
+            self.run_exp[r.id] = r.experiment_id
+        exp = self.run_exp.get(r.pair_run_id) if r.pair_run_id else (
+            None if r.role is RunRole.INCUMBENT else r.experiment_id)
+        if exp is not None and (r.pair_run_id or r.note or r.status is RunStatus.SUSPECT):
+            appended(self.marked, self.owned, "marked", exp, r)
+            self.changed.add(exp)
 
     def add_experiment(self, e: Experiment) -> None:
         base = None if e.is_baseline else e.base_commit or ""
@@ -147,9 +174,12 @@ class EvidenceFold:
         with self._lock:  # what was worked out, and what changed since, read as one
             per = PerExperiment(bases, self.by_exp, self.by_commit, sigma,
                                 1.0 if sweep.direction is Direction.MINIMIZE else -1.0,
-                                self._carried(sigma, open_experiments))
+                                self._carried(sigma, open_experiments), self.marked)
             self.last, self.changed = per, set()
-        return _sweep_evidence(sweep, per, baseline, self.by_commit, self.kept, df)
+        ev = _sweep_evidence(sweep, per, baseline, self.by_commit, self.kept, df)
+        seen, fast = self.speeds
+        return replace(ev, load_checked=bool(fast) if seen else None,
+                       load_shifts=self.suspects)
 
     def _pooled(self) -> tuple[float | None, int]:
         """pooled_sigma of the runs per commit, each group's squares worked out once per
@@ -203,8 +233,10 @@ class PerExperiment(Mapping[int, ExperimentEvidence]):
 
     def __init__(self, bases: dict[int, str | None], by_exp: Mapping[int, list[float]],
                  by_commit: Mapping[str, list[float]], sigma: float | None, sign: float,
-                 done: dict[int, ExperimentEvidence] | None = None) -> None:
+                 done: dict[int, ExperimentEvidence] | None = None,
+                 marked: Mapping[int, list[Run]] | None = None) -> None:
         self._bases, self._by_exp, self._by_commit = bases, by_exp, by_commit
+        self._marked = marked or {}
         self.sigma, self.sign = sigma, sign
         self.done: dict[int, ExperimentEvidence] = done or {}
 
@@ -215,7 +247,7 @@ class PerExperiment(Mapping[int, ExperimentEvidence]):
             hit = self.done[key] = _one(
                 self._by_exp.get(key, []),
                 self._by_commit.get(base, []) if base is not None else [], self.sigma,
-                self.sign)
+                self.sign, self._marked.get(key, []))
         return hit
 
     def __iter__(self) -> Iterator[int]:
@@ -226,13 +258,19 @@ class PerExperiment(Mapping[int, ExperimentEvidence]):
 
 
 def _one(
-    values: list[float], base: list[float], sigma: float | None, sign: float
+    values: list[float], base: list[float], sigma: float | None, sign: float,
+    marked: Sequence[Run] = (),
 ) -> ExperimentEvidence:
     m = mean(values)
     p = None
     if m is not None and base and sigma is not None:
         gain = sign * (mean(base) - m)  # type: ignore[operator]
         p = p_better(z_score(gain, sigma, len(values), len(base)))
+    pairs = tuple((r.pair_run_id, r.id) for r in marked if r.pair_run_id)
+    suspect = tuple((r.id, r.note or "") for r in marked
+                    if r.status is RunStatus.SUSPECT and not r.pair_run_id)
+    if pairs or suspect:  # decided in the machine's conditions: its own reason says how
+        p = None
     return ExperimentEvidence(
-        len(values), m, sample_sd(values), ci95(values, sigma), p, tuple(values)
+        len(values), m, sample_sd(values), ci95(values, sigma), p, tuple(values), pairs, suspect
     )

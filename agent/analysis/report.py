@@ -56,9 +56,11 @@ def _full_cells(ev: ExperimentEvidence | None) -> list[str]:
 
 
 def evidence_row(ev: ExperimentEvidence | None) -> dict[str, Any]:
-    """n, mean, sd, 95 % CI half-width, P(better) and the runs, JSON-ready."""
+    """n, mean, sd, 95 % CI half-width, P(better), the runs, the incumbent runs each ran beside
+    and why a run was suspect, JSON-ready."""
     if ev is None:
-        return {"n": 0, "mean": None, "sd": None, "ci95": None, "p_better": None, "runs": []}
+        return {"n": 0, "mean": None, "sd": None, "ci95": None, "p_better": None, "runs": [],
+                "pairs": [], "suspect": []}
     return {
         "n": ev.n,
         "mean": ev.mean,
@@ -66,6 +68,8 @@ def evidence_row(ev: ExperimentEvidence | None) -> dict[str, Any]:
         "ci95": ev.ci,
         "p_better": ev.p_better,
         "runs": list(ev.runs),
+        "pairs": [{"run": c, "incumbent_run": b} for c, b in ev.pairs],
+        "suspect": [{"run": r, "why": why} for r, why in ev.suspect],
     }
 
 

@@ -97,7 +97,8 @@ class TargetConfig(BaseModel):
     max_runs: StrictInt = Field(4, ge=2, le=20)
     baseline_runs: StrictInt = Field(3, ge=1, le=20)
     incumbent_every: StrictInt = Field(8, ge=0, le=10_000)  # re-run the best every N (0: never)
-    throughput_tolerance: float = Field(0.15, gt=0, le=10)  # share off the incumbent: suspect
+    # share a run's throughput may be off its condition's; None: measured (agent.rules.noise)
+    throughput_tolerance: float | None = Field(None, gt=0, le=10)
     pass_env: tuple[EnvName, ...] = ()  # service variables a run gets beyond the allow-list
     sandbox: Literal["none", "bwrap"] = "none"  # bwrap: read-only root, writable worktree
     sandbox_network: StrictBool = False  # the bwrap sandbox keeps the network
@@ -134,8 +135,7 @@ class TargetConfig(BaseModel):
         return data
 
     @field_validator(
-        "budget_s", "timeout_s", "min_delta", "keep_z", "discard_z", "throughput_tolerance",
-        mode="before",
+        "budget_s", "timeout_s", "min_delta", "keep_z", "discard_z", mode="before",
     )
     @classmethod
     def _number(cls, v: Any) -> float:
@@ -162,7 +162,7 @@ class TargetConfig(BaseModel):
     @field_serializer("category_shares")
     def _dump_shares(self, v: tuple[tuple[str, float], ...]) -> dict[str, float]:
         return dict(v)
-    @field_validator("noise_sigma", mode="before")
+    @field_validator("noise_sigma", "throughput_tolerance", mode="before")
     @classmethod
     def _sigma(cls, v: Any) -> float | None:
         return None if v is None else cls._number(v)

@@ -79,6 +79,11 @@ RAN_STATUSES = (
 
 # What uses up one of a sweep's max_experiments: a run (or a refusal) the proposal caused. Queued
 # ones do not yet; cancelled and interrupted runs are the service's doing, not the proposal's.
+# The priority of a queued experiment that continues one already counted (a change re-queued
+# on a new head, a repair of a trivial crash): ahead of new proposals, and run even once the
+# sweep has reached max_experiments.
+CONTINUATION_PRIORITY = 50
+
 USED_STATUSES = (
     ExperimentStatus.RUNNING,
     ExperimentStatus.KEPT,
@@ -280,6 +285,7 @@ class RunSpec:
     role: RunRole
     log_path: str | None = None
     device: str | None = None
+    pair_run_id: int | None = None  # an incumbent run started beside this run of a change
 
 
 @dataclass(frozen=True)
@@ -293,6 +299,7 @@ class RunEnd:
     throughput_unit: str | None = None
     training_s: float | None = None
     total_s: float | None = None
+    throughput_source: str | None = None  # agent.throughput: summary key, progress lines
 
 
 @dataclass(frozen=True)
@@ -317,6 +324,9 @@ class Run:
     device: str | None = None
     started_at: datetime | None = None
     ended_at: datetime | None = None
+    throughput_source: str | None = None  # where the throughput came from; None: unknown
+    pair_run_id: int | None = None  # an incumbent run: the change's run it ran beside
+    note: str | None = None  # how the keep rule placed it (why it is suspect, its pair)
 
 
 @dataclass(frozen=True)

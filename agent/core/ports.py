@@ -183,9 +183,10 @@ class Store(Protocol):
 
     def run_metrics(self, sweep_id: int, after_id: int | None = None,
                     ids: Collection[int] = ()) -> list[Run]:
-        """The sweep's runs by id with id, experiment_id, commit, seed, role, status, metric
-        and throughput set (no summary, times or log): what the sweep's evidence and each keep
-        decision need, cheap for a long sweep. `after_id` and `ids` as in experiment_marks."""
+        """The sweep's runs by id with id, experiment_id, commit, seed, role, status, metric,
+        throughput, throughput_source, device, pair_run_id and note set (no summary, times or
+        log): what the sweep's evidence and each keep decision need, cheap for a long sweep.
+        `after_id` and `ids` as in experiment_marks."""
 
     def has_diff(self, sweep_id: int, diff: str) -> Experiment | None:
         """An earlier non-rejected experiment of the sweep with the same normalized diff."""
@@ -232,8 +233,9 @@ class Store(Protocol):
     def end_run(self, run_id: int, end: RunEnd) -> Run:
         """Record how a running run ended. Raises ConflictError if it had already ended."""
 
-    def set_run_status(self, run_id: int, status: RunStatus) -> None:
-        """Flip an ended run between ok and suspect. ConflictError for any other change."""
+    def set_run_status(self, run_id: int, status: RunStatus, note: str | None = None) -> None:
+        """Flip an ended run between ok and suspect, with the keep rule's `note` on how it was
+        placed (None leaves the note as it was). ConflictError for any other change."""
 
     def list_runs(self, sweep_id: int | None = None, experiment_id: int | None = None) -> list[Run]:
         """Runs oldest first, of one sweep and/or one experiment (None = any)."""

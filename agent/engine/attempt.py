@@ -36,7 +36,7 @@ from agent.engine.salvage import (
     merged,
     salvageable,
 )
-from agent.rules.noise import throughput
+from agent.rules.throughput import ProgressMeter, speed
 from runner.process import resolve_command
 from runner.result import Outcome, RunResult
 from runner.sandbox import bwrap_command
@@ -97,28 +97,46 @@ class LossCurve:
         return kept
 
 
-class LineSink:
+class ProgressLines:
+    """Reads a run's progress lines into its ProgressMeter (its throughput when the summary
+    block has none): every run has one; the experiment's first run's keeps the loss curve."""
+
+    def __init__(self, pattern: re.Pattern[str] | None = None) -> None:
+        self.pattern = pattern
+        self.count = 0
+        self.meter = ProgressMeter()
+
+    def point(self, line: str) -> ProgressPoint | None:
+        point = parse_progress(line, self.pattern)
+        if point is not None and point.step < 0:  # a progress_regex without a step group
+            point = replace(point, step=self.count + 1)
+        if point is not None:
+            self.count += 1
+            self.meter.add(point.step, point.elapsed_s, time.monotonic())
+        return point
+
+    def __call__(self, line: str) -> None:
+        self.point(line)
+
+
+class LineSink(ProgressLines):
     """Collects a downsampled loss curve from log lines; writes it to the store every few
     seconds (appending, or rewriting it after a thinning)."""
 
     def __init__(self, store: Store, exp: Experiment, emit: EventFn,
                  pattern: re.Pattern[str] | None = None) -> None:
+        super().__init__(pattern)
         self.store, self.exp, self.emit = store, exp, emit
         self.curve = LossCurve()
         self.written = 0  # how many of curve.kept the store holds
         self.rewrite = False
-        self.pattern = pattern
-        self.count = 0
         self.last_flush = time.monotonic()
 
     def __call__(self, line: str) -> None:
-        point = parse_progress(line, self.pattern)
-        if point is not None and point.step < 0:  # a progress_regex without a step group
-            point = replace(point, step=self.count + 1)
+        point = self.point(line)
         self.emit("line", self.exp, {"line": line, "point": point})
         if point is None:
             return
-        self.count += 1
         if self.curve.add(point):
             self.rewrite = True
         if time.monotonic() - self.last_flush > FLUSH_EVERY_S:
@@ -168,11 +186,12 @@ class TrainingRuns:
         env = self.env(sweep, exp, spec.seed, run=0 if first else run.id)
         env["OVERNIGHT_EXPERIMENT_ID"] = str(spec.experiment_id)
         env[CHECKPOINT_ENV] = str(fresh_checkpoint_dir(wt))
+        pattern = re.compile(config.progress_regex) if config.progress_regex else None
         sink: LineSink | None = None
+        lines = ProgressLines(pattern)
         if first:
             self.store.mark_started(exp.id, log_path=str(log_path), run_started_at=utcnow())
-            pattern = re.compile(config.progress_regex) if config.progress_regex else None
-            sink = LineSink(self.store, exp, self.emit, pattern)
+            sink = lines = LineSink(self.store, exp, self.emit, pattern)
             self.emit("started", self.store.get_experiment(exp.id), {"budget_s": config.budget_s})
         else:
             self.emit("confirming", exp, {"run": k + 1, "role": spec.role.value})
@@ -197,7 +216,7 @@ class TrainingRuns:
                 env=env,
                 pass_env=config.pass_env,
                 on_start=on_start,
-                on_line=sink,
+                on_line=lines,
                 stop_event=stop,
             )
             if salvageable(result, config, wt):
@@ -208,7 +227,7 @@ class TrainingRuns:
         finally:
             if sink is not None:
                 sink.flush(final=True)
-        ended = self.store.end_run(run.id, run_end(result, config.metric))
+        ended = self.store.end_run(run.id, run_end(result, config.metric, lines.meter))
         return result, sink is None or sink.count > 0, ended
 
     def evaluate_again(self, exp: Experiment, config: TargetConfig, wt: Path,
@@ -270,8 +289,9 @@ class TrainingRuns:
         return env
 
 
-def run_end(result: RunResult, metric_key: str) -> RunEnd:
-    """How a run ended, as a record: status, metric, throughput, training vs total seconds."""
+def run_end(result: RunResult, metric_key: str, meter: ProgressMeter | None = None) -> RunEnd:
+    """How a run ended, as a record: status, metric, throughput (from the summary, else the
+    progress lines) and its source, training vs total seconds."""
     raw = result.summary.get(metric_key)
     metric = float(raw) if isinstance(raw, int | float) else None
     if result.outcome is Outcome.STOPPED:
@@ -282,13 +302,14 @@ def run_end(result: RunResult, metric_key: str) -> RunEnd:
         status = RunStatus.OK
     else:
         status = RunStatus.FAILED
-    speed, unit = throughput(result.summary)
+    found = speed(result.summary, meter)
     return RunEnd(
         status,
         metric=metric if metric is not None and math.isfinite(metric) else None,
         summary=dict(result.summary),
-        throughput=speed,
-        throughput_unit=unit,
+        throughput=found.value,
+        throughput_unit=found.unit,
+        throughput_source=found.source,
         training_s=_seconds(result.summary.get("training_seconds")),
         total_s=_seconds(result.summary.get("total_seconds")),
     )

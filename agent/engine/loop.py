@@ -15,6 +15,7 @@ from typing import Any
 from agent.core.config import TargetConfig
 from agent.core.diff import PathChange
 from agent.core.domain import (
+    CONTINUATION_PRIORITY,
     Experiment,
     ExperimentStatus,
     Finish,
@@ -38,6 +39,7 @@ from agent.core.errors import (
 )
 from agent.core.ports import Proposer, Repo, Runner, Store
 from agent.engine.attempt import EventFn, LoopSettings, TrainingRuns
+from agent.engine.gather import gather, sample, write_flags
 from agent.engine.incumbent import Incumbent, decision_lock
 from agent.engine.recovery import baseline_pause, requeue_once
 from agent.engine.salvage import training_finished
@@ -51,16 +53,15 @@ from agent.rules.decide import (
     Evidence,
     Rule,
     RunFailure,
-    Sample,
     Verdict,
     contract_warnings,
     decide,
 )
-from agent.rules.noise import squares
+from agent.rules.repeats import baseline_warnings
 from runner.result import Outcome, RunResult
 
 logger = logging.getLogger(__name__)
-REPAIR_PRIORITY = 50
+REPAIR_PRIORITY = CONTINUATION_PRIORITY
 MAX_REJECTED_IN_A_ROW = 5
 
 
@@ -236,22 +237,33 @@ class Loop:
         config = sweep.config
         rule = Rule.of(config)
         seed, role = rule.seed, RunRole.BASELINE if exp.is_baseline else RunRole.SCREEN
+        beside: int | None = None  # the keep rule asked for the incumbent beside this run
+        verdict = Verdict(None, incumbent=False)
         while True:
-            spec = RunSpec(sweep.id, exp.id, commit, seed, role)
-            result, started, run = self.training.run(sweep, exp, wt, stop, spec)
-            failed = self._failure(sweep, config, wt, result, started, run)
+            incumbent_ran = verdict.incumbent
+            if incumbent_ran:
+                failed = self._beside(sweep, exp, head, stop, seed, beside)
+            else:
+                spec = RunSpec(sweep.id, exp.id, commit, seed, role)
+                result, started, run = self.training.run(sweep, exp, wt, stop, spec)
+                failed = self._failure(sweep, config, wt, result, started, run)
             # Slots of one process each have their own Loop: decisions on a sweep take turns
             # so that reading the best, recording a keep and moving the branch are one step.
             with decision_lock(sweep.branch, sweep.target_path):
-                evidence, now_head = self._evidence(sweep, exp, head, commit, failed)
+                evidence, now_head, mine, best = self._evidence(sweep, exp, head, commit, failed)
                 verdict = decide(evidence, rule)
-                self._mark_suspects(exp, verdict)
+                write_flags(self.store, mine, best, verdict)
+                if incumbent_ran:  # one more run of the best: its recorded mean moves, and
+                    # its runs off their usual condition are flagged (the mean's runs are its OK)
+                    self.incumbent.record_best(sweep, head)
                 if verdict.status is not None:
-                    done = self._conclude(sweep, exp, verdict, result, head, commit)
+                    done = self._conclude(sweep, exp, verdict, result, head, commit, mine)
             if verdict.status is not None:
                 break
             seed = verdict.seed if verdict.seed is not None else seed + 1
-            role = RunRole.BASELINE if exp.is_baseline else RunRole.CONFIRM
+            beside = verdict.pair_of
+            if not verdict.incumbent:
+                role = RunRole.BASELINE if exp.is_baseline else RunRole.CONFIRM
         if verdict.repair:
             self._repair(sweep, done)
         if verdict.requeue:
@@ -289,45 +301,35 @@ class Loop:
         why = result.error or ("FAIL" if result.fail_marker else result.outcome.value)
         return RunFailure(facts=facts, error=why)
 
+    def _beside(self, sweep: Sweep, exp: Experiment, head: str, stop: threading.Event,
+                seed: int, pair_of: int | None) -> RunFailure | None:
+        """The incumbent's run beside the change's (the keep rule asked): a failure only when
+        it was stopped or produced no metric."""
+        run = self.incumbent.beside(sweep, exp, head, stop, seed, pair_of)
+        if run.status is RunStatus.CANCELLED:
+            return RunFailure(stopped=True)
+        if run.status is not RunStatus.OK:
+            return RunFailure(incumbent=True, error=f"run {run.id} ended {run.status.value}")
+        return None
+
     def _evidence(
         self, sweep: Sweep, exp: Experiment, head: str, commit: str, failed: RunFailure | None
-    ) -> tuple[Evidence, str]:
+    ) -> tuple[Evidence, str, list[Run], list[Run]]:
         """What the decision needs, from the store and git: runs, the incumbent's, the head."""
-        runs = [r for r in self.store.run_metrics(sweep.id) if r.metric is not None]
-        good = (RunStatus.OK, RunStatus.SUSPECT)
-        mine = [r for r in runs if r.experiment_id == exp.id and r.status in good]
-        best = (
-            []
-            if exp.is_baseline
-            else [r for r in runs if r.commit == head and r.status is RunStatus.OK]
-        )
-        groups: dict[str, list[float]] = {}
-        for r in runs:
-            if r.status is RunStatus.OK and r.commit not in (head, commit):
-                groups.setdefault(r.commit, []).append(r.metric)  # type: ignore[arg-type]
+        seen = gather(self.store, sweep.id, exp, head, commit)
         now_head = head if exp.is_baseline else self.repo.head(sweep.branch)
         moved = now_head != head
         evidence = Evidence(
             is_baseline=exp.is_baseline,
-            runs=tuple(Sample(r.metric, r.throughput) for r in mine),  # type: ignore[arg-type]
-            best=tuple(Sample(r.metric, r.throughput) for r in best),  # type: ignore[arg-type]
-            others=squares(list(groups.values())),
+            runs=tuple(sample(r) for r in seen.mine),
+            best=tuple(sample(r) for r in seen.best),
+            others=seen.others,
+            speed_noise=seen.speed_noise,
             failed=failed,
             head_moved=moved,
             conflict=self.repo.check_applies(now_head, exp.diff) if moved else None,
         )
-        return evidence, now_head
-
-    def _mark_suspects(self, exp: Experiment, verdict: Verdict) -> None:
-        runs = [
-            r
-            for r in self.store.list_runs(experiment_id=exp.id)
-            if r.status in (RunStatus.OK, RunStatus.SUSPECT)
-        ]
-        for run, suspect in zip(runs, verdict.suspect, strict=False):
-            want = RunStatus.SUSPECT if suspect else RunStatus.OK
-            if run.status is not want:
-                self.store.set_run_status(run.id, want)
+        return evidence, now_head, seen.mine, seen.best
 
     def _conclude(
         self,
@@ -337,8 +339,10 @@ class Loop:
         result: RunResult,
         head: str,
         commit: str,
+        mine: list[Run],
     ) -> Experiment:
-        """Record the verdict; a keep is recorded first, then the branch moves."""
+        """Record the verdict; a keep is recorded first, then the branch moves. The baseline
+        also says when its repeats cannot measure the noise or the load."""
         assert verdict.status is not None
         raw = result.summary.get(sweep.config.metric)
         metric = verdict.metric
@@ -354,7 +358,9 @@ class Loop:
             summary=result.summary,
             log_tail=result.log_tail,
             run_ended_at=utcnow(),
-            warnings=tuple(contract_warnings(result.summary, sweep.budget_s)),
+            warnings=tuple(contract_warnings(result.summary, sweep.budget_s)) + (
+                baseline_warnings([sample(r) for r in mine], sweep.config.metric)
+                if exp.is_baseline else ()),
             crash_cause=verdict.crash_cause,
         )
         if not verdict.keep:

@@ -20,6 +20,7 @@ from datetime import datetime, tzinfo
 from typing import Any
 
 from agent.core.domain import (
+    CONTINUATION_PRIORITY,
     USED_STATUSES,
     Experiment,
     ExperimentStatus,
@@ -366,14 +367,17 @@ class SlotScheduler:
                 if self._stopping.is_set():
                     return None
                 usable = []
-                for sweep in self._open_sweeps():  # queued work of any sweep before proposing
+                # queued work of any sweep before proposing
+                for sweep, may_propose in self._open_sweeps():
                     loop = self._usable_loop(sweep, slot)  # before claiming anything
                     if loop is None:
                         continue
-                    exp = self._claim_queued(sweep)
+                    exp = (self._claim_queued(sweep) if may_propose
+                           else self._claim_continuation(sweep))
                     if exp is not None:
                         return self._claimed(slot, sweep, exp, loop)
-                    usable.append((sweep, loop))
+                    if may_propose:
+                        usable.append((sweep, loop))
                 chosen = self._choose_proposer([u for u in usable if u[0].id not in tried])
                 if chosen is None:
                     return None
@@ -408,7 +412,9 @@ class SlotScheduler:
             exp = self.store.claim(queued.id)
             return self._claimed(slot, current, exp, loop) if exp is not None else None
 
-    def _open_sweeps(self) -> list[Sweep]:
+    def _open_sweeps(self) -> list[tuple[Sweep, bool]]:
+        """The sweeps that may start an experiment now, each with whether it may ask for a
+        new proposal (False: at its max, it only finishes what it started)."""
         open_sweeps = []
         # Only running sweeps: a year of finished nights is not read on every pick.
         for sweep in self.store.list_sweeps([SweepStatus.RUNNING]):
@@ -416,10 +422,27 @@ class SlotScheduler:
                 continue
             verdict = self._gate(sweep)
             if verdict.kind is GateKind.FINISH:
-                self._finish_sweep(sweep, verdict.reason)
+                if verdict.at_max and self._continuations(sweep):
+                    open_sweeps.append((sweep, False))
+                else:
+                    self._finish_sweep(sweep, verdict.reason)
             elif verdict.kind is GateKind.START:
-                open_sweeps.append(sweep)
+                open_sweeps.append((sweep, True))
         return open_sweeps
+
+    def _continuations(self, sweep: Sweep) -> list[Experiment]:
+        """Queued experiments that continue one already counted (re-queued on a new head,
+        repairs), highest priority first: a sweep at its max still runs them."""
+        queued = self.store.list_experiments(sweep.id, [ExperimentStatus.QUEUED])
+        going_on = [e for e in queued if not e.is_baseline and e.priority >= CONTINUATION_PRIORITY]
+        return sorted(going_on, key=lambda e: (-e.priority, e.id))
+
+    def _claim_continuation(self, sweep: Sweep) -> Experiment | None:
+        for exp in self._continuations(sweep):
+            claimed = self.store.claim(exp.id)
+            if claimed is not None:
+                return claimed
+        return None
 
     def _choose_proposer(self, usable: list[tuple[Sweep, Any]]) -> tuple[Sweep, Any] | None:
         """The first open sweep with a proposer that nobody is asking right now (marked busy)."""

@@ -1,9 +1,10 @@
 """`overnight doctor`: run a target's unmodified HEAD at a short budget and check its contract.
 
-Runs the command twice with the same seed in a throw-away worktree (assets linked as for a
-sweep), outside any database (with --db its logs are kept in the database's work folder); the
-checks themselves are agent.rules.contract's pure functions, the knob checks
-agent.ops.doctor_knobs'.
+Runs the command twice, with seeds seed and seed + 1 as a sweep's baseline does, in a throw-away
+worktree (assets linked as for a sweep), outside any database (with --db its logs are kept in
+the database's work folder); the checks themselves are agent.rules.contract's and
+agent.rules.repeats' pure functions (is the seed used, where does the throughput come from), the
+knob checks agent.ops.doctor_knobs'.
 """
 
 from __future__ import annotations
@@ -21,14 +22,16 @@ from agent.core.config import TargetConfig, extra_args
 from agent.git.repo import GitRepo
 from agent.ops.doctor_knobs import ignored_missing, knob_checks, knob_states, printed_values
 from agent.ops.sweeps import asset_hashes, dirty_files, link_assets
+from agent.rules.conditions import Sample
 from agent.rules.contract import (
     Check,
     RunFacts,
     check_evaluation,
     check_noise,
     check_run,
-    check_steps,
 )
+from agent.rules.repeats import check_seed, check_speed
+from agent.rules.throughput import ProgressMeter, speed
 from runner.process import resolve_command, run_command
 from runner.result import Outcome, RunResult
 from runner.summary import parse_progress
@@ -53,21 +56,27 @@ def facts_of(result: RunResult, progress_points: int) -> RunFacts:
                     progress_points=progress_points, error=result.error)
 
 
-def _run_once(config: TargetConfig, worktree: Path, log: Path) -> tuple[RunResult, int]:
+def _run_once(config: TargetConfig, worktree: Path, log: Path, seed: int
+              ) -> tuple[RunResult, int, Sample | None]:
+    """One run: its result, how many progress lines parsed, and (with a metric) its sample."""
     pattern = re.compile(config.progress_regex) if config.progress_regex else None
-    points = 0
+    meter = ProgressMeter()
 
     def on_line(line: str) -> None:
-        nonlocal points
-        points += parse_progress(line, pattern) is not None
+        point = parse_progress(line, pattern)
+        if point is not None:
+            meter.add(point.step if point.step >= 0 else meter.lines + 1, point.elapsed_s,
+                      time.monotonic())
 
-    env = {"OVERNIGHT_BUDGET_S": f"{config.budget_s:g}", "OVERNIGHT_SEED": str(config.seed),
+    env = {"OVERNIGHT_BUDGET_S": f"{config.budget_s:g}", "OVERNIGHT_SEED": str(seed),
            "OVERNIGHT_EXPERIMENT_ID": "doctor"}
     argv = resolve_command(config.command) + extra_args(config, worktree)
     result = run_command(argv, cwd=worktree / config.workdir,
                          log_path=log, timeout_s=config.timeout_s, env=env, grace_s=2.0,
                          on_line=on_line)
-    return result, points
+    metric, found = _metric(result, config), speed(result.summary, meter)
+    got = None if metric is None else Sample(metric, found.value, seed=seed, source=found.source)
+    return result, meter.lines, got
 
 
 def target_files(repo: GitRepo, head: str, config: TargetConfig) -> dict[str, str]:
@@ -129,28 +138,33 @@ def diagnose(target: Path, config: TargetConfig, runs: int = 2,
         repo.add_worktree(worktree, head)
         try:
             link_assets(worktree, target, config)
-            first, points = _run_once(config, worktree, tmp / "run1.log")
+            first, points, one = _run_once(config, worktree, tmp / "run1.log", config.seed)
             results.append(first)
             checks += _first_run_checks(target, config, files, first, points, tmp / "run1.log")
             if runs > 1 and not any(c.status == "fail" for c in checks):
-                second, _ = _run_once(config, worktree, tmp / "run2.log")
+                second, _, two = _run_once(config, worktree, tmp / "run2.log", config.seed + 1)
                 results.append(second)
-                checks += _second_run_checks(config, first, second)
+                checks += _second_run_checks(config, second, [one, two])
+            elif one is not None:
+                checks.append(check_speed([one]))
         finally:
             repo.remove_worktree(worktree)
     logs = [tmp / f"run{i + 1}.log" for i in range(len(results))] if work_dir else []
     return Diagnosis(checks, results, logs)
 
 
-def _second_run_checks(config: TargetConfig, first: RunResult, second: RunResult) -> list[Check]:
-    metrics = [_metric(r, config) for r in (first, second)]
+def _second_run_checks(config: TargetConfig, second: RunResult,
+                       samples: list[Sample | None]) -> list[Check]:
+    """Seeds seed and seed + 1: is the seed used, the seed-to-seed noise, the load check."""
+    metrics = [s.metric if s is not None else None for s in samples]
+    pair = [s for s in samples if s is not None]
     if metrics[1] is None:
         why = "timed out" if second.outcome is Outcome.TIMED_OUT else (
             second.error or f"exit code {second.exit_code}")
         return [Check("noise", "warn", f"the second run printed no {config.metric} ({why}) "
                       "although the first did", "a run that fails only sometimes: read its log")]
-    return [*check_noise(config, metrics[0], metrics[1]),
-            *check_steps(first.summary, second.summary)]
+    return [check_seed(pair, config.metric), *check_noise(config, metrics[0], metrics[1]),
+            check_speed(pair)]
 
 
 def _metric(result: RunResult, config: TargetConfig) -> float | None:

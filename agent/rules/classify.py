@@ -25,7 +25,7 @@ from agent.rules.crash_causes import (
     Cause,
 )
 
-__all__ = ["CrashFacts", "Verdict", "classify", "is_device_failure"]
+__all__ = ["CrashFacts", "CrashVerdict", "classify", "is_device_failure"]
 
 TAIL_CHARS = 8000  # the tail searched for evidence (TAIL_LINES of long log lines)
 DETAIL_CHARS = 400  # the matched line quoted in the reason, at most
@@ -48,7 +48,7 @@ class CrashFacts:
 
 
 @dataclass(frozen=True)
-class Verdict:
+class CrashVerdict:
     kind: CrashKind
     reason: str
     cause: str = ""  # the fine cause, e.g. "CUDA out of memory"; the reason starts with it
@@ -62,21 +62,21 @@ _EXCEPTION_IN_LINE = re.compile(
 _RAISED = re.compile(r"raised:\s*$")
 
 
-def classify(facts: CrashFacts) -> Verdict:
+def classify(facts: CrashFacts) -> CrashVerdict:
     """Classify a failed run. Call only for runs that did not produce a usable metric."""
     if facts.timed_out:
-        return Verdict(CrashKind.TIMEOUT, "timeout: killed at the hard time limit", "timeout")
+        return CrashVerdict(CrashKind.TIMEOUT, "timeout: killed at the hard time limit", "timeout")
     if facts.fail_marker:
         why = "NaN/inf loss (the script printed FAIL)"
-        return Verdict(CrashKind.FUNDAMENTAL, why, "NaN/inf loss")
+        return CrashVerdict(CrashKind.FUNDAMENTAL, why, "NaN/inf loss")
     crash = _crash(facts)
     if facts.training_finished:  # whatever killed it, the trained model was saved first
         why = f"{crash.reason} (in the evaluation: training had finished and saved its checkpoint)"
-        return Verdict(CrashKind.EVALUATION, why, crash.cause)
+        return CrashVerdict(CrashKind.EVALUATION, why, crash.cause)
     return crash
 
 
-def _crash(facts: CrashFacts) -> Verdict:
+def _crash(facts: CrashFacts) -> CrashVerdict:
     """An exception, a signal or an exit code: its cause and kind."""
     if facts.signal is not None:
         return _killed(facts.signal)
@@ -125,13 +125,14 @@ def _tail_exception(tail: str) -> str | None:
     return None
 
 
-def _verdict(cause: Cause, detail: str | None, training_started: bool) -> Verdict:
+def _verdict(cause: Cause, detail: str | None, training_started: bool) -> CrashVerdict:
     name = cause.name
     if cause.before_training_only and training_started:
-        return Verdict(CrashKind.FUNDAMENTAL, _join(f"{name} after training started", detail), name)
+        why = _join(f"{name} after training started", detail)
+        return CrashVerdict(CrashKind.FUNDAMENTAL, why, name)
     if cause.before_training_only and cause.kind is CrashKind.TRIVIAL:
-        return Verdict(cause.kind, _join(f"{name} before training", detail), name)
-    return Verdict(cause.kind, _join(name, detail), name)
+        return CrashVerdict(cause.kind, _join(f"{name} before training", detail), name)
+    return CrashVerdict(cause.kind, _join(name, detail), name)
 
 
 def _join(head: str, detail: str | None) -> str:
@@ -141,21 +142,22 @@ def _join(head: str, detail: str | None) -> str:
     return f"{head}: {cut}"
 
 
-def _killed(signal: int) -> Verdict:
+def _killed(signal: int) -> CrashVerdict:
     name = SIGNALS.get(signal, f"signal {signal}")
-    return Verdict(CrashKind.FUNDAMENTAL, f"killed by {name}", f"killed by {name}")
+    return CrashVerdict(CrashKind.FUNDAMENTAL, f"killed by {name}", f"killed by {name}")
 
 
-def _fallback(facts: CrashFacts, error: str | None) -> Verdict:
+def _fallback(facts: CrashFacts, error: str | None) -> CrashVerdict:
     code = facts.exit_code
     if code is not None and code - 128 in SIGNALS:  # a shell reporting a death by signal
         name = SIGNALS[code - 128]
-        return Verdict(
+        return CrashVerdict(
             CrashKind.FUNDAMENTAL, f"killed by {name} (exit code {code})", f"killed by {name}"
         )
     if code == 0 and not facts.has_metric:
-        return Verdict(CrashKind.FUNDAMENTAL, "no metric in the summary block", "no metric")
-    return Verdict(CrashKind.FUNDAMENTAL, _join("crash", error or f"exit code {code}"), "crash")
+        return CrashVerdict(CrashKind.FUNDAMENTAL, "no metric in the summary block", "no metric")
+    why = _join("crash", error or f"exit code {code}")
+    return CrashVerdict(CrashKind.FUNDAMENTAL, why, "crash")
 
 
 # A crash that says the accelerator itself is broken or gone (not the change's fault).

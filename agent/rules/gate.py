@@ -25,6 +25,9 @@ class GateKind(str, enum.Enum):
 class Gate:
     kind: GateKind
     reason: str = ""
+    # FINISH because max_experiments is reached: no new proposal, but what the sweep already
+    # started (a change re-queued on a new head, a repair) may still run
+    at_max: bool = False
 
 
 @dataclass(frozen=True)
@@ -72,7 +75,8 @@ def gate(facts: SweepFacts, now: datetime, tz: tzinfo | None = None) -> Gate:
         return Gate(GateKind.FINISH, "reached the deadline")
     if (facts.max_experiments is not None and facts.used >= facts.max_experiments
             and facts.baseline_kept):  # the baseline never counts: it runs even at 0
-        return Gate(GateKind.FINISH, f"reached max_experiments={facts.max_experiments}")
+        return Gate(GateKind.FINISH, f"reached max_experiments={facts.max_experiments}",
+                    at_max=True)
     if not in_window(facts.window, now, tz):
         assert facts.window is not None
         return Gate(GateKind.WAIT, f"outside the window {facts.window['start']}-"

@@ -24,11 +24,24 @@ def sample_sd(values: Sequence[float]) -> float | None:
     return math.sqrt(sum((v - m) ** 2 for v in values) / (len(values) - 1))
 
 
+def informative(g: Sequence[float]) -> bool:
+    """Does this group of one commit's runs say anything about the noise? Two runs or more,
+    not all identical: identical repeats (a script that ignores OVERNIGHT_SEED, or one seed
+    run twice) are not evidence of zero noise."""
+    return len(g) >= 2 and any(v != g[0] for v in g)
+
+
+def identical(groups: Iterable[Sequence[float]]) -> bool:
+    """Some group of two runs or more whose metrics are all the same."""
+    return any(len(g) >= 2 and not informative(g) for g in groups)
+
+
 def squares(groups: Sequence[Sequence[float]]) -> tuple[float, int]:
-    """(Σ squared deviations from each group's mean, degrees of freedom) over the groups."""
+    """(Σ squared deviations from each group's mean, degrees of freedom) over the informative
+    groups."""
     ss, df = 0.0, 0
     for g in groups:
-        if len(g) >= 2:
+        if informative(g):
             m = sum(g) / len(g)
             ss += sum((v - m) ** 2 for v in g)
             df += len(g) - 1
@@ -40,11 +53,11 @@ def pooled_sigma(
 ) -> tuple[float | None, int]:
     """Pooled within-group standard deviation and its degrees of freedom.
 
-    Every group with at least two values contributes (n − 1) degrees of freedom; one run of a
-    commit says nothing about noise. `prior` is squares() of groups already summed elsewhere.
-    (None, 0) when nothing has two values.
+    Every informative group (two values or more, not all identical) contributes (n − 1)
+    degrees of freedom; one run of a commit says nothing about noise, nor do identical repeats.
+    `prior` is squares() of groups already summed elsewhere. (None, 0) when no group informs.
     """
-    return pooled_of(((group_squares(g), len(g) - 1) for g in groups if len(g) >= 2), prior)
+    return pooled_of(((group_squares(g), len(g) - 1) for g in groups if informative(g)), prior)
 
 
 def group_squares(g: Sequence[float]) -> float:
@@ -86,41 +99,28 @@ def ci95(values: Sequence[float], sigma: float | None = None) -> float | None:
     return 1.96 * s / math.sqrt(len(values))
 
 
-def _deviates(value: float, reference: float, tolerance: float) -> bool:
-    return reference > 0 and abs(value - reference) / reference > tolerance
+SPEED_Z = 4.0  # a throughput this many run-to-run σ off says the machine (or the change) moved
+SPEED_TOLERANCE = (0.05, 0.3)  # the measured tolerance's floor and cap
+SPEED_UNMEASURED = 0.1  # the tolerance before two runs of one commit ran back to back
+_MEDIAN_CHI2_1 = 0.454936  # the median of a χ² with one degree of freedom
 
 
-def suspect_flags(
-    throughputs: Sequence[float | None],
-    incumbent: Sequence[float | None],
-    tolerance: float,
-) -> list[bool]:
-    """Which runs measured the machine rather than the change.
-
-    A run is suspect when its throughput deviates by more than `tolerance` (a share) from the
-    incumbent's median *and* from the median of the same commit's other runs — so a change that
-    really alters throughput is believed once two of its runs agree, while one run that ran
-    unusually fast or slow is re-run. A run without a throughput is never suspect.
-    """
-    ref_values = [t for t in incumbent if t is not None]
-    ref = median(ref_values) if ref_values else None
-    flags = []
-    for i, value in enumerate(throughputs):
-        others = [t for j, t in enumerate(throughputs) if j != i and t is not None]
-        refs = [r for r in (ref, median(others) if others else None) if r is not None]
-        flags.append(
-            value is not None and bool(refs) and all(_deviates(value, r, tolerance) for r in refs)
-        )
-    return flags
+def speed_noise(rows: Sequence[tuple[str, str | None, float | None]]) -> float | None:
+    """The run-to-run σ of log throughput, from runs that ran back to back: (commit, device,
+    throughput) in start order, each adjacent pair of the same commit on the same device.
+    Robust (the median squared log ratio), so a pair that straddled a change of load barely
+    moves it. None under two such pairs."""
+    squares = [math.log(b[2] / a[2]) ** 2 for a, b in zip(rows, rows[1:], strict=False)
+               if a[0] == b[0] and a[1] == b[1] and a[2] and b[2] and a[2] > 0 and b[2] > 0]
+    if len(squares) < 2:
+        return None
+    return math.sqrt(median(squares) / _MEDIAN_CHI2_1 / 2.0)
 
 
-def throughput(summary: dict[str, float | str]) -> tuple[float | None, str | None]:
-    """Tokens/s (or steps/s) of one run from its summary block; (None, None) when unknown."""
-    seconds = summary.get("training_seconds")
-    if not isinstance(seconds, int | float) or not math.isfinite(seconds) or seconds <= 0:
-        return None, None
-    for key, scale, unit in (("total_tokens_M", 1e6, "tokens/s"), ("num_steps", 1.0, "steps/s")):
-        value = summary.get(key)
-        if isinstance(value, int | float) and math.isfinite(value) and value > 0:
-            return value * scale / seconds, unit
-    return None, None
+def speed_tolerance(noise: float | None) -> float:
+    """How far (a share) a run's throughput may be off before the keep rule asks whether the
+    machine moved: SPEED_Z run-to-run σ, within SPEED_TOLERANCE."""
+    if noise is None:
+        return SPEED_UNMEASURED
+    low, high = SPEED_TOLERANCE
+    return min(high, max(low, math.expm1(SPEED_Z * noise)))

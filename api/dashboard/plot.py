@@ -19,7 +19,7 @@ from markupsafe import Markup
 from agent.analysis.evidence import SweepEvidence
 from agent.core.domain import ExperimentStatus
 
-from .plot_data import Envelope, PlotFold, PlotPoint
+from .plot_data import RUNS, Envelope, PlotFold, PlotPoint
 from .plot_data import downsample as downsample
 from .plot_data import scored as is_scored
 
@@ -133,6 +133,7 @@ def draw_progress(fold: PlotFold, metric_name: str, baseline: float | None,
                    "each stretch's lowest and highest (band) and first crash</text>")
     scored = [p for p in points if is_scored(p)]
     if evidence is not None:
+        out.extend(_load_shifts(points, sx, y_top, evidence))
         out.extend(_best_band(kept, last_n, sx, sy, evidence, one_path=downsampled))
         out.extend(_run_dots(scored, sx, sy, lo, hi, evidence, min_runs=2 if downsampled else 1))
     out.extend(_best_line(kept, last_n, sx, sy))
@@ -212,6 +213,31 @@ def _best_band(kept, last_n, sx, sy, evidence: SweepEvidence, one_path: bool = F
         )
     if shapes:
         out.append(f'<path class="best-band" d="{"".join(shapes)}"/>')
+    return out
+
+
+def _load_shifts(points, sx, y_top: float, evidence: SweepEvidence) -> list[str]:  # type: ignore[no-untyped-def]
+    """A stripe along the top over each stretch of runs the keep rule compared beside the
+    incumbent in other machine conditions (a load shift), with what it did in its title."""
+    spans: list[list[PlotPoint]] = []
+    for p in points:
+        ev = evidence.experiments.get(p.exp.id) if p.exp.status in RUNS else None
+        if ev is None or not (ev.suspect or ev.pairs):
+            continue
+        if spans and spans[-1][-1].n == p.n - 1:
+            spans[-1].append(p)
+        else:
+            spans.append([p])
+    out = []
+    for span in spans:
+        a, b = span[0].n, span[-1].n
+        x = sx(a) - 3
+        width = max(6.0, sx(b) - sx(a) + 6)
+        what = f"run {a}" if a == b else f"runs {a}–{b}"
+        out.append(f'<rect class="load" x="{x:.1f}" y="{y_top - 9:.1f}" width="{width:.1f}" '
+                   f'height="5"><title>load shift: {what} measured while the machine ran '
+                   "otherwise; compared beside the incumbent in the same conditions</title>"
+                   "</rect>")
     return out
 
 

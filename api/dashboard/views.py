@@ -27,7 +27,7 @@ from agent.analysis.insights import Insights, sections
 from agent.analysis.projection import LLMView, memory_gb
 from agent.analysis.report import evidence_header, improvement
 from agent.core.diff import diff_stats, view_lines
-from agent.core.domain import Experiment, ExperimentStatus, Sweep, utcnow
+from agent.core.domain import Experiment, ExperimentStatus, Run, Sweep, utcnow
 from agent.ops.service import Service, read_log
 from db.reads import Reads
 from runner.summary import parse_progress
@@ -123,6 +123,18 @@ def _fold(reads: Reads, sweep: Sweep, history: SweepHistory) -> SweepFold:
         return last[1]  # type: ignore[no-any-return]
     made = advance(last[1] if last is not None else None, sweep, history)
     return FOLDS.put(reads, sweep.id, (history.version, fold_key(sweep)), made)
+
+
+def runs_with_pairs(reads: Reads, sweep: Sweep, e: Experiment,
+                    ev: ExperimentEvidence | None) -> list[Run]:
+    """The experiment's runs and the incumbent's runs started beside them, by id."""
+    own = reads.store.list_runs(experiment_id=e.id)
+    beside = {b for _, b in ev.pairs} if ev is not None else set()
+    if not beside:
+        return own
+    extra = reads.store.run_metrics(sweep.id, after_id=max(beside), ids=beside)
+    return sorted([*own, *(r for r in extra if r.id not in {x.id for x in own})],
+                  key=lambda r: r.id)
 
 
 def cached_evidence(reads: Reads, sweep: Sweep) -> SweepEvidence:
@@ -294,11 +306,12 @@ def experiment_page(reads: Reads, e: Experiment) -> dict[str, Any]:
         points = [(p.step, p.loss) for p in parsed if p is not None]
     prev, next_ = reads.adjacent_experiments(sweep.id, e.id)
     parent = reads.store.get_experiment(e.parent_id) if e.parent_id is not None else None
+    ev = cached_evidence(reads, sweep).experiments.get(e.id)
     return {
         "sweep": sweep,
         "exp": e,
-        "ev": cached_evidence(reads, sweep).experiments.get(e.id),
-        "runs": reads.store.list_runs(experiment_id=e.id),
+        "ev": ev,
+        "runs": runs_with_pairs(reads, sweep, e, ev),
         "warnings": e.meta.get("warnings", []),
         "lines": view_lines(e.diff),
         "stats": diff_stats(e.diff),

@@ -1,0 +1,64 @@
+"""What the keep rule sees of a sweep, read from the store, and its flags written back.
+
+The change's good runs and its incumbent's (the runs of the commit it was built on, those
+started beside it included) as agent.rules.blocking Samples; the other commits' non-suspect
+runs as σ̂'s prior; after the verdict, each run's status (ok or suspect) and the rule's note
+on how it was placed. Talks to the Store port only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from agent.core.domain import Experiment, Run, RunRole, RunStatus
+from agent.core.ports import Store
+from agent.rules.conditions import Sample
+from agent.rules.decide import Verdict
+from agent.rules.noise import speed_noise, squares
+
+GOOD = (RunStatus.OK, RunStatus.SUSPECT)
+
+
+def sample(r: Run) -> Sample:
+    assert r.metric is not None
+    return Sample(r.metric, r.throughput, r.id, r.seed, r.device, r.pair_run_id,
+                  r.throughput_source)
+
+
+@dataclass(frozen=True)
+class Seen:
+    mine: list[Run]  # the change's good runs, oldest first
+    best: list[Run]  # its incumbent's (none for a baseline)
+    others: tuple[float, int]  # squares() of the other commits' ok runs
+    speed_noise: float | None  # noise.speed_noise of the sweep's good runs
+
+
+def gather(store: Store, sweep_id: int, exp: Experiment, head: str, commit: str) -> Seen:
+    runs = [r for r in store.run_metrics(sweep_id) if r.metric is not None]
+    good = [r for r in runs if r.status in GOOD]
+    mine = [r for r in good if r.experiment_id == exp.id and r.role is not RunRole.INCUMBENT]
+    best = [] if exp.is_baseline else [r for r in good if r.commit == head]
+    groups: dict[str, list[float]] = {}
+    for r in runs:
+        if r.status is RunStatus.OK and r.commit not in (head, commit):
+            groups.setdefault(r.commit, []).append(r.metric)  # type: ignore[arg-type]
+    return Seen(mine, best, squares(list(groups.values())), sweep_speed_noise(good))
+
+
+def sweep_speed_noise(runs: Sequence[Run]) -> float | None:
+    """The run-to-run σ of log throughput of these runs (in start order)."""
+    return speed_noise([(r.commit, r.device, r.throughput) for r in runs])
+
+
+def write_flags(store: Store, mine: Sequence[Run], best: Sequence[Run], verdict: Verdict) -> None:
+    """Each run's status and note as the verdict placed it, where they changed."""
+    _write(store, zip(mine, verdict.suspect, verdict.notes, strict=False))
+    _write(store, zip(best, verdict.best_suspect, verdict.best_notes, strict=False))
+
+
+def _write(store: Store, rows: Iterable[tuple[Run, bool, str]]) -> None:
+    for run, suspect, note in rows:
+        want = RunStatus.SUSPECT if suspect else RunStatus.OK
+        if run.status is not want or (note or None) != run.note:
+            store.set_run_status(run.id, want, note)

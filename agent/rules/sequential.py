@@ -1,0 +1,213 @@
+"""The default keep rule, ``sequential``: blocked in time, decided as the runs come in.
+
+σ̂ is the pooled within-commit standard deviation of the sweep's repeated runs per machine
+condition (or `noise_sigma`), drift included (agent.rules.estimate); the change is compared
+with its incumbent in the same conditions (agent.rules.blocking): a run whose throughput
+departs from the incumbent's latest conditions gets the incumbent run beside it, with its
+seed, before anything is decided on it. z = gain / its standard error. After each run:
+discard when z < discard_z; from the second run on keep when z ≥ keep_z; discard after
+max_runs; otherwise run again. Nothing is kept before σ̂ has two degrees of freedom, nor
+before the incumbent has KEEP_INCUMBENT_RUNS runs in the conditions the keep rests on.
+
+Pure: the stdlib and agent.rules only.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+from agent.core.config import Direction
+from agent.core.domain import ExperimentStatus
+from agent.rules.blocking import Blocks, arrange
+from agent.rules.conditions import conditions, incumbent_notes, usual_keys
+from agent.rules.estimate import Noise, estimate, gain_only, noise, values
+from agent.rules.noise import identical, mean, p_better
+from agent.rules.verdict import Evidence, Rule, Verdict, again, stale, tolerance
+
+MIN_INCUMBENT_RUNS = 2  # a decision rests on at least this many incumbent runs per condition
+MIN_ELSEWHERE = 3  # ... in conditions other than the incumbent's usual ones (fresh references)
+KEEP_INCUMBENT_RUNS = 3  # and a keep on this many (the baseline's runs)
+MAX_SUSPECT_RERUNS = 1  # one extra baseline run when its runs' speeds swung (then: go on)
+FRESH_Z = 0.3  # a keep resting on runs in other machine conditions needs z this much higher
+CLEARLY_WORSE = 1.5  # this far under discard_z a thin reference is enough to discard
+MAX_UNUSABLE = 1  # a change's runs left out (the machine moved around them) beyond max_runs
+
+
+def baseline(ev: Evidence, rule: Rule) -> Verdict:
+    """The baseline's runs grouped by the machine's conditions; the first best is the mean of
+    its usual condition (the most runs), once that holds two runs or the runs are done."""
+    if not rule.sequential:
+        values = [r.metric for r in ev.runs]
+        n, want = len(values), 1 + rule.confirm_runs
+        if n < want:
+            return Verdict(None, seed=rule.seed + n, metric=mean(values), n=n,
+                           suspect=(False,) * n)
+        why = f"baseline: the mean of {n} run{'s' if n > 1 else ''}"
+        return Verdict(ExperimentStatus.KEPT, why, keep=True, metric=mean(values), n=n,
+                       suspect=(False,) * n)
+    keys = conditions(ev.runs, tolerance(ev, rule))
+    usual = usual_keys(keys)
+    flags = tuple(k != usual.get(k[0]) for k in keys)
+    clean = [r.metric for r, off in zip(ev.runs, flags, strict=True) if not off]
+    n, want = len(ev.runs), rule.baseline_runs
+    base = Verdict(None, metric=mean(clean), n=len(clean), suspect=flags,
+                   notes=tuple(incumbent_notes(ev.runs, keys)))
+    if n >= want and len(clean) >= min(2, want):
+        why = f"baseline: the mean of {len(clean)} run{'s' if len(clean) > 1 else ''}"
+        if len(clean) < n:
+            why += f" at its usual speed ({n - len(clean)} more at another: the machine)"
+        return replace(base, status=ExperimentStatus.KEPT, reason=why, keep=True)
+    if n >= want + MAX_SUSPECT_RERUNS:  # a busy machine: go on, but say so
+        values = [r.metric for r in ev.runs]
+        why = (
+            f"baseline: the mean of all {n} runs; their throughput swung by more "
+            f"than {tolerance(ev, rule):.0%} (is the machine busy?)"
+        )
+        return replace(base, status=ExperimentStatus.KEPT, reason=why, keep=True,
+                       metric=mean(values), n=n, suspect=(False,) * n)
+    return replace(base, seed=rule.seed + n)  # run k: seed + k
+
+
+def _noise(ev: Evidence, rule: Rule, blocks: Blocks) -> Noise:
+    """σ̂ from the runs back to back (and the sweep's other commits), and the drift the
+    incumbent's runs spread over the night show (agent.rules.estimate)."""
+    if rule.noise_sigma is not None:
+        return Noise(rule.noise_sigma, 1_000_000)
+    return noise(blocks.back_to_back, blocks.spread, prior=ev.others)
+
+
+def _z(gain: float, se: float) -> float:
+    """gain / its standard error; ±inf when that is 0, 0 at 0 (noise.z_score's convention)."""
+    if se > 0:
+        return gain / se
+    return 0.0 if gain == 0 else math.copysign(math.inf, gain)
+
+
+def _pending(ev: Evidence, rule: Rule, blocks: Blocks, base: Verdict) -> Verdict:
+    """The latest run has no incumbent run in its conditions: run the incumbent beside it
+    (same seed), or stop when the machine will not hold still."""
+    assert blocks.pending is not None
+    if ev.head_moved:
+        return stale(ev, base)
+    run = ev.runs[blocks.pending]
+    if _beside(ev) >= rule.max_runs or len(ev.runs) >= rule.max_runs + MAX_UNUSABLE:
+        why = "discarded: the machine's speed kept changing around its runs (is it busy?)"
+        return replace(base, status=ExperimentStatus.DISCARDED, reason=why)
+    seed = run.seed if run.seed is not None else rule.seed + blocks.pending
+    if seed in {b.seed for b in ev.best}:  # a seed run twice measures its luck twice
+        seed = fresh_seed(ev, rule)
+    why = blocks.notes[blocks.pending] or "no incumbent run in its conditions yet"
+    return replace(base, status=None, incumbent=True, pair_of=run.run_id or None, seed=seed,
+                   reason=why)
+
+
+def _beside_latest(ev: Evidence, rule: Rule, base: Verdict, why: str) -> Verdict:
+    """Run the incumbent once more beside the change's latest run, with a seed it has not
+    run (a seed run twice measures its luck twice)."""
+    last = ev.runs[-1]
+    seed = fresh_seed(ev, rule)
+    return replace(base, incumbent=True, pair_of=last.run_id or None, seed=seed, reason=why)
+
+
+def fresh_seed(ev: Evidence, rule: Rule) -> int:
+    """The smallest seed from `rule.seed` on that the incumbent has not run."""
+    used = {b.seed for b in ev.best}
+    seed = rule.seed
+    while seed in used:
+        seed += 1
+    return seed
+
+
+def _beside(ev: Evidence) -> int:
+    """How many incumbent runs were started beside this change's runs."""
+    mine = {r.run_id for r in ev.runs if r.run_id}
+    return sum(1 for b in ev.best if b.pair_of in mine)
+
+
+def sequential(ev: Evidence, rule: Rule) -> Verdict:
+    sign = 1.0 if rule.direction is Direction.MINIMIZE else -1.0
+    blocks = arrange(ev.runs, ev.best, tolerance(ev, rule))
+    base = Verdict(None, n=blocks.n, suspect=blocks.suspect, notes=blocks.notes,
+                   best_suspect=blocks.best_suspect, best_notes=blocks.best_notes)
+    if not ev.best:  # nothing to compare with (no baseline runs): cannot keep
+        why = "no incumbent runs to compare with"
+        return replace(base, status=ExperimentStatus.DISCARDED, reason=why)
+    if blocks.pending is not None:
+        return _pending(ev, rule, blocks, base)
+    n = _noise(ev, rule, blocks)
+    sigma, df = n.sigma, n.df
+    got = estimate(blocks.strata, n, sign)
+    plain = gain_only(blocks.strata, sign, n.beta)
+    if plain is None:  # its runs straddled changes of the machine: none is comparable yet
+        if len(ev.runs) >= rule.max_runs + MAX_UNUSABLE or ev.head_moved:
+            why = "discarded: the machine's speed kept changing around its runs (is it busy?)"
+            return replace(base, status=ExperimentStatus.DISCARDED, reason=why)
+        return again(ev, rule, base)
+    gain, se = got if got is not None else (plain, None)
+    usual = mean(list(blocks.usual)) or 0.0
+    runs_used = blocks.n
+    metric = usual - sign * gain  # the change's mean in the incumbent's usual conditions
+    z = p = None
+    if se is not None:
+        z, p = _z(gain - rule.min_delta, se), p_better(_z(gain, se))
+    base = replace(base, metric=metric, z=z, p_better=p, sigma=sigma)
+    text = _describe(metric, usual, runs_used, z, p, sigma) + _placed(blocks, n)
+    fewest = min(len(s.incumbent(sigma, n.beta)) for s in blocks.strata)
+    thin = any(len(s.incumbent(sigma, n.beta)) < (MIN_INCUMBENT_RUNS if s.usual else MIN_ELSEWHERE)
+               for s in blocks.strata)
+    clearly_worse = z is not None and z < rule.discard_z - CLEARLY_WORSE
+    if thin and not clearly_worse and _beside(ev) < rule.max_runs and not ev.head_moved:
+        return _beside_latest(ev, rule, base, f"{fewest} incumbent run(s) in these conditions "
+                              "are a weak reference: the incumbent runs again beside it")
+    if (z is not None and z < rule.discard_z) or (z is None and gain - rule.min_delta <= 0):
+        return replace(base, status=ExperimentStatus.DISCARDED, reason=f"not better: {text}")
+    other = any(blocks.suspect) and FRESH_Z  # compared in other machine conditions
+    if z is not None and df >= 2 and runs_used >= 2 and z >= rule.keep_z + other:
+        if ev.head_moved:
+            return stale(ev, base)
+        if blocks.unconfirmed and len(ev.runs) < rule.max_runs + MAX_UNUSABLE:
+            return again(ev, rule, base)  # its own speed, if its next run keeps it
+        if fewest < KEEP_INCUMBENT_RUNS and _beside(ev) < rule.max_runs:
+            why = (f"would be kept ({text}), but on {fewest} incumbent runs in these "
+                   "conditions: the incumbent runs again beside it first")
+            return _beside_latest(ev, rule, base, why)
+        return replace(base, status=ExperimentStatus.KEPT, reason=f"better: {text}", keep=True)
+    if runs_used >= rule.max_runs or len(ev.runs) >= rule.max_runs + MAX_UNUSABLE:
+        why = f"not clearly better after {runs_used} runs: {text}"
+        if df < 2:
+            why = f"not kept: the noise is not measured yet ({df} degree(s) of freedom"
+            if identical(values([*blocks.back_to_back, *blocks.spread])):
+                why += "; its repeats are identical: does the script ignore OVERNIGHT_SEED?"
+            why += f"); {text}"
+        return replace(base, status=ExperimentStatus.DISCARDED, reason=why)
+    return again(ev, rule, base)
+
+
+def _placed(blocks: Blocks, n: Noise) -> str:
+    """How the comparison was blocked, when it was more than the plain one."""
+    beside = sorted({i for s in blocks.strata for i in s.beside_ids})
+    shifted = sum(blocks.suspect)
+    if not beside and not shifted and n.drift is None:
+        return ""
+    parts = []
+    if beside:
+        parts.append("beside incumbent run" + ("s " if len(beside) > 1 else " ")
+                     + ", ".join(map(str, beside)))
+    if shifted:
+        parts.append(f"{shifted} run{'s' if shifted > 1 else ''} in other machine conditions"
+                     " compared in those conditions")
+    if n.drift is not None:
+        parts.append(f"the incumbent's runs spread over the night drift: σ {n.drift:.3g}")
+    return f"; same-conditions comparison ({'; '.join(parts)}), in the incumbent's usual terms"
+
+
+def _describe(
+    m: float, best: float, n: int, z: float | None, p: float | None, sigma: float | None
+) -> str:
+    text = f"mean {m:.6g} of {n} run{'s' if n > 1 else ''} vs best {best:.6g}"
+    if z is None or p is None or sigma is None:
+        return text + " (noise unknown)"
+    return f"{text}, σ̂ {sigma:.3g}, z {z:.2f}, P(better) {p:.2f}"
+
+

@@ -1,0 +1,108 @@
+"""A run's throughput from wherever the script shows it: the summary block, else its progress
+lines, else nothing (then the machine's load cannot be checked for this target).
+
+Pure: the stdlib only. The sources, first found wins:
+
+- ``summary: total_tokens_M`` (tokens/s) or ``summary: num_steps`` (steps/s), over the
+  summary's ``training_seconds``;
+- ``progress: elapsed``: steps per second between the first and last progress lines that
+  print an elapsed time (``step 120 | loss 3.41 | elapsed 31.2s``), which leaves start-up and
+  compilation out; one such line alone: its step / its elapsed;
+- ``progress: clock``: steps per second between the first and last progress lines by the
+  time each reached the service (lines without an elapsed time; a `progress_regex` without
+  a step group counts lines), when they span at least MIN_CLOCK_S (a burst of lines read in
+  one poll says nothing of the speed).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+MIN_CLOCK_S = 1.0  # lines that arrive within this (a burst, one poll) do not time the run
+SUMMARY_KEYS = (("total_tokens_M", 1e6, "tokens/s"), ("num_steps", 1.0, "steps/s"))
+NONE_HINT = (
+    "the machine's load cannot be checked: the summary has no num_steps or total_tokens_M "
+    "(with training_seconds) and no progress line shows a step with an elapsed time"
+)
+NONE_FIX = (
+    "print `num_steps: <steps>` in the summary block, or progress lines such as "
+    "`step 120 | loss 3.41 | elapsed 31.2s`"
+)
+
+
+@dataclass(frozen=True)
+class Speed:
+    value: float | None
+    unit: str | None = None
+    source: str | None = None  # None: unknown
+
+
+@dataclass(frozen=True)
+class Point:
+    step: int
+    elapsed_s: float | None
+    at: float  # the service's clock when the line arrived (monotonic seconds)
+
+
+@dataclass
+class ProgressMeter:
+    """The first and last progress points of one run (and the first and last that print an
+    elapsed time)."""
+
+    first: Point | None = None
+    last: Point | None = None
+    first_timed: Point | None = None
+    last_timed: Point | None = None
+    lines: int = 0
+
+    def add(self, step: int, elapsed_s: float | None, now: float) -> None:
+        point = Point(step, elapsed_s, now)
+        if self.first is None:
+            self.first = point
+        self.last = point
+        if elapsed_s is not None and math.isfinite(elapsed_s):
+            if self.first_timed is None:
+                self.first_timed = point
+            self.last_timed = point
+        self.lines += 1
+
+
+def _finite(value: object) -> float | None:
+    if isinstance(value, int | float) and math.isfinite(value):
+        return float(value)
+    return None
+
+
+def from_summary(summary: Mapping[str, float | str]) -> Speed:
+    seconds = _finite(summary.get("training_seconds"))
+    if seconds is None or seconds <= 0:
+        return Speed(None)
+    for key, scale, unit in SUMMARY_KEYS:
+        value = _finite(summary.get(key))
+        if value is not None and value > 0:
+            return Speed(value * scale / seconds, unit, f"summary: {key}")
+    return Speed(None)
+
+
+def from_progress(meter: ProgressMeter | None) -> Speed:
+    if meter is None or meter.last is None or meter.first is None:
+        return Speed(None)
+    a, b = meter.first_timed, meter.last_timed
+    if a is not None and b is not None and a.elapsed_s is not None and b.elapsed_s is not None:
+        span, steps = b.elapsed_s - a.elapsed_s, b.step - a.step
+        if span > 0 and steps > 0:
+            return Speed(steps / span, "steps/s", "progress: elapsed")
+        if b.elapsed_s > 0 and b.step > 0:
+            return Speed(b.step / b.elapsed_s, "steps/s", "progress: elapsed")
+    span, steps = meter.last.at - meter.first.at, meter.last.step - meter.first.step
+    if span >= MIN_CLOCK_S and steps > 0:
+        return Speed(steps / span, "steps/s", "progress: clock")
+    return Speed(None)
+
+
+def speed(summary: Mapping[str, float | str], meter: ProgressMeter | None = None) -> Speed:
+    """The run's throughput from the first source that has it (see the module docstring)."""
+    found = from_summary(summary)
+    return found if found.value is not None else from_progress(meter)

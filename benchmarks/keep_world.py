@@ -1,0 +1,223 @@
+"""The simulated night behind benchmarks/keep_rule.py: commits with a true effect, a machine whose
+load may change, and the loop's order of runs, all decided by the real agent.rules.decide.decide.
+
+A world is stationary (every run: truth + N(0, σ)) or shifting: the machine alternates quiet
+and busy phases of random length (busy 3–24 runs, i.e. several proposals; quiet spells twice
+as long on average, so a third of the night is busy, or half in the harsh variant); a busy
+phase of
+intensity k ~ U(2, 5) makes every run k·σ worse and its throughput k·`speed_per_sigma`
+slower (2–5σ and 10–25 % at the defaults). Throughput = the commit's speed × the machine's
+factor × e^N(0, tp_noise); 30 % of the changes that do something also change the speed
+(×U(0.7, 1.3)), as a change of model size does. The throughput reaches the rule from the
+summary block, from progress lines (steps per second of the last line: up to 2 s of a 300 s
+budget after it unseen, elapsed printed to 0.1 s) or not at all.
+
+The night is driven as agent.loop drives it: each experiment runs until decide() gives a
+verdict; "run the incumbent beside run r" runs the best commit with run r's seed; run
+statuses follow the verdict's suspect flags (the loop writes them to the store); σ̂'s prior is
+the other commits' non-suspect runs; every `incumbent_every` proposals the best is re-run
+(agent.engine.incumbent; the runs beside a change count), and the recorded best is the mean
+of its runs in its usual condition.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+from dataclasses import dataclass, field, replace
+
+from agent.core.domain import ExperimentStatus
+from agent.rules.conditions import Sample, conditions, usual_keys, usual_runs
+from agent.rules.decide import Evidence, Rule, decide, incumbent_due
+from agent.rules.noise import speed_noise, speed_tolerance, squares
+
+PROPOSALS = 100
+BUDGET_S, LINE_EVERY_S = 300.0, 2.0
+
+
+@dataclass(frozen=True)
+class World:
+    name: str
+    sigma: float = 1.0
+    shifting: bool = False
+    source: str | None = "summary"  # "summary", "progress" or None (no throughput at all)
+    tp_noise: float = 0.02  # run-to-run spread of the throughput (log scale)
+    speed_per_sigma: float = 0.05  # throughput lost per σ of a busy phase's metric shift
+    speed_changes: float = 0.3  # share of the changes with an effect that change the speed
+    busy_share: float = 1 / 3  # of the night's runs, on average
+
+
+@dataclass
+class Tally:
+    nulls: int = 0
+    null_keeps: int = 0
+    keeps: int = 0
+    false_keeps: int = 0
+    big: int = 0
+    big_keeps: int = 0
+    runs: int = 0
+    beside: int = 0  # incumbent runs started beside a change's run
+    proposals: int = 0
+    gains: list[float] = field(default_factory=list)
+    biases: list[float] = field(default_factory=list)
+
+
+class Machine:
+    """Quiet and busy phases of random length; `tick` is one run's conditions."""
+
+    def __init__(self, world: World, rng: random.Random) -> None:
+        self.world, self.rng = world, rng
+        self.busy = rng.random() < world.busy_share
+        self.left = self._length()
+        self.k = rng.uniform(2.0, 5.0)
+
+    def _length(self) -> int:
+        """A phase's length in runs: busy 3–24; quiet as long on average as busy_share says."""
+        longer = (1 - self.world.busy_share) / self.world.busy_share
+        return self.rng.randint(3, 24) if self.busy else round(self.rng.uniform(3, 24) * longer)
+
+    def tick(self) -> tuple[float, float]:
+        """(metric shift in σ, throughput factor) of the next run."""
+        if not self.world.shifting:
+            return 0.0, 1.0
+        if self.left <= 0:
+            self.busy, self.k = not self.busy, self.rng.uniform(2.0, 5.0)
+            self.left = self._length()
+        self.left -= 1
+        if not self.busy:
+            return 0.0, 1.0
+        return self.k, 1.0 - self.k * self.world.speed_per_sigma
+
+
+@dataclass
+class Commit:
+    truth: float
+    speed: float = 1.0
+    runs: list[Sample] = field(default_factory=list)
+    suspect: list[bool] = field(default_factory=list)  # per run: its status in the store
+
+
+class Night:
+    """One simulated sweep for one rule in one world."""
+
+    def __init__(self, rule: Rule, world: World, rng: random.Random) -> None:
+        self.rule, self.world, self.rng = rule, world, rng
+        self.machine = Machine(world, rng)
+        self.head = Commit(0.0)
+        self.others = (0.0, 0)  # squares() of retired commits' non-suspect runs
+        self.next_id, self.runs, self.beside, self.periodic = 1, 0, 0, 0
+        self.started: list[tuple[str, str | None, float | None]] = []  # commit, device, speed
+
+    def measure(self, c: Commit, seed: int, pair_of: int | None = None) -> Sample:
+        shift, factor = self.machine.tick()
+        metric = c.truth + shift * self.world.sigma + self.rng.gauss(0.0, self.world.sigma)
+        speed = c.speed * factor * self.rng.lognormvariate(0.0, self.world.tp_noise)
+        run = Sample(metric, self._seen(speed), self.next_id, seed, None, pair_of,
+                     self.world.source)
+        self.started.append((str(id(c)), None, run.throughput))
+        self.next_id += 1
+        self.runs += 1
+        return run
+
+    def _seen(self, speed: float) -> float | None:
+        """The throughput as the rule gets it (see the module docstring)."""
+        if self.world.source is None:
+            return None
+        if self.world.source == "summary":
+            return speed
+        lines = int(BUDGET_S / LINE_EVERY_S)  # steps per second of the last progress line
+        elapsed = round(lines * LINE_EVERY_S - self.rng.uniform(0.0, LINE_EVERY_S), 1)
+        return round(speed * elapsed) / elapsed
+
+    def settle(self, c: Commit, baseline: bool) -> bool:
+        """Run one commit until decide() gives a verdict; whether it was kept."""
+        rule = self.rule
+        c.runs.append(self.measure(c, rule.seed))
+        while True:
+            best = () if baseline else tuple(self.head.runs)
+            ev = Evidence(baseline, tuple(c.runs), best, self.others,
+                          speed_noise=speed_noise(self.started))
+            verdict = decide(ev, rule)
+            c.suspect = list(verdict.suspect)
+            if verdict.best_suspect and not baseline:
+                self.head.suspect = list(verdict.best_suspect)
+            if verdict.status is not None:
+                return verdict.status is ExperimentStatus.KEPT
+            seed = verdict.seed if verdict.seed is not None else rule.seed + len(c.runs)
+            if verdict.incumbent:
+                self.head.runs.append(self.measure(self.head, seed, verdict.pair_of))
+                self.head.suspect.append(False)
+                self.beside += 1
+            else:
+                c.runs.append(self.measure(c, seed))
+
+    def tolerance(self) -> float:
+        if self.rule.throughput_tolerance is not None:
+            return self.rule.throughput_tolerance
+        return speed_tolerance(speed_noise(self.started))
+
+    def remeasure(self) -> None:
+        """agent.incumbent: one more run of the best; off its usual condition it is suspect."""
+        h = self.head
+        h.runs.append(self.measure(h, self.rule.seed + len(h.runs)))
+        keys = conditions(h.runs, self.tolerance())
+        usual = usual_keys(keys)
+        h.suspect = [k != usual.get(k[0]) for k in keys]
+
+    def run(self, tally: Tally) -> None:
+        self.settle(self.head, baseline=True)
+        for k in range(PROPOSALS):
+            # every incumbent run counts, those beside a change too (agent.incumbent)
+            if incumbent_due(k, self.periodic + self.beside, self.rule):
+                self.remeasure()
+                self.periodic += 1
+            self.propose(tally)
+        sigma = self.world.sigma
+        tally.gains.append(-self.head.truth / sigma)
+        recorded = statistics.fmean(usual_runs(self.head.runs, self.tolerance()))
+        tally.biases.append((recorded - self.head.truth) / sigma)
+        tally.runs += self.runs
+        tally.beside += self.beside
+        tally.proposals += PROPOSALS
+
+    def propose(self, tally: Tally) -> None:
+        effect = _effect(self.rng)
+        speed = self.head.speed
+        if effect and self.rng.random() < self.world.speed_changes:
+            speed *= self.rng.uniform(0.7, 1.3)
+        change = Commit(self.head.truth + effect, speed)
+        kept = self.settle(change, baseline=False)
+        big = -effect >= 3 * self.world.sigma
+        tally.nulls += effect == 0
+        tally.big += big
+        if kept:
+            tally.keeps += 1
+            tally.null_keeps += effect == 0
+            tally.false_keeps += effect >= 0
+            tally.big_keeps += big
+            self.retire(self.head)
+            self.head = replace(change, runs=list(change.runs), suspect=list(change.suspect))
+        else:
+            self.retire(change)
+
+    def retire(self, c: Commit) -> None:
+        good = [r.metric for r, s in zip(c.runs, c.suspect, strict=False) if not s]
+        ss, df = squares([good])
+        self.others = (self.others[0] + ss, self.others[1] + df)
+
+
+def _effect(rng: random.Random) -> float:
+    """True change of the metric (minimised), in effect units: negative = better."""
+    u = rng.random()
+    if u < 0.7:
+        return 0.0
+    size = rng.uniform(0.5, 4.0)
+    return size if u < 0.9 else -size
+
+
+def simulate(rule: Rule, world: World, sweeps: int, seed: int) -> Tally:
+    rng = random.Random(seed)
+    tally = Tally()
+    for _ in range(sweeps):
+        Night(rule, world, rng).run(tally)
+    return tally

@@ -1,0 +1,67 @@
+"""A sweep through the real loop on a machine whose speed a test sets (tests/scripts/
+load_trainer.py): 12 null changes, the machine busy (60 % speed) for the baseline and then
+switching every five runs. Used by tests/test_load_blocking.py and the browser tests."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+from typing import Any
+
+from conftest import make_target
+from null_proposer import Ideas
+
+from agent.core.config import load_config
+from agent.core.domain import Experiment
+from agent.engine.loop import Loop, LoopSettings
+from agent.engine.scheduler import run_sweep
+from agent.executors.local import SubprocessRunner
+from agent.git.repo import GitRepo
+from agent.ops.sweeps import create_sweep
+from db.engine import open_database
+from db.store import SqlStore
+
+TRAINER = (Path(__file__).parent / "scripts" / "load_trainer.py").read_text()
+SPEEDS = (0.6, 1.0)  # busy, quiet
+EVERY = 5  # runs per spell
+
+
+class Machine:
+    """Switches the machine's speed every EVERY runs (each run announces itself first)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.runs = path, 0
+        path.write_text(str(SPEEDS[0]))
+
+    def __call__(self, kind: str, exp: Experiment, data: dict[str, Any]) -> None:
+        if kind in ("started", "confirming"):
+            self.path.write_text(str(SPEEDS[(self.runs // EVERY) % 2]))
+            self.runs += 1
+
+
+def load_night(root: Path, proposals: int = 12) -> tuple[SqlStore, int, Path]:
+    """The sweep "load" run to its end: (its store, sweep id, database file)."""
+    machine = root / "machine.txt"
+    toml = textwrap.dedent("""\
+        [target]
+        command   = "python train.py"
+        editable  = ["train.py"]
+        protected = ["prepare.py", "overnight.toml"]
+        metric    = "work"
+        direction = "maximize"
+        budget_s  = 0.05
+        timeout_s = 30
+        """)
+    train = TRAINER.replace('MACHINE = "machine.txt"', f"MACHINE = {str(machine)!r}")
+    target = make_target(root / "target", edits={"train.py": train, "overnight.toml": toml})
+    db = root / "overnight.db"
+    store = SqlStore(open_database(db))
+    sweep = create_sweep(store, GitRepo(target), target, name="load",
+                         config=load_config(target), max_experiments=proposals)
+    loop = Loop(store, GitRepo(target), SubprocessRunner(grace_s=0.5),
+                LoopSettings(root / "work", grace_s=0.5), proposer=Ideas(),
+                on_event=Machine(machine))
+    run_sweep(loop, sweep.name)
+    return store, sweep.id, db
+
+

@@ -1,0 +1,34 @@
+"""Fake trainer on a machine whose speed a test sets: the work done in the budget is the steps
+the machine's current speed allows (read from MACHINE, a file the test rewrites between runs),
+and the metric is that work plus seed noise (higher is better).
+
+Its knob IDEA changes nothing (every proposal is a null change): on a time budget a faster
+stretch of the machine trains more steps and looks better, which is all a change's runs then
+measure. Same output contract as a real trainer: progress lines with elapsed seconds, then the
+summary block with num_steps.
+"""
+
+import os
+import random
+import time
+
+IDEA = 0  # proposals change this; the work done does not depend on it
+MACHINE = "machine.txt"  # the test writes its own path here: the machine's speed factor
+STEPS = 1000  # steps per budget at speed 1
+NOISE = 0.01  # seed-to-seed spread of the metric, as a share of the work
+
+seed = int(os.environ.get("OVERNIGHT_SEED", "42"))
+budget = float(os.environ.get("OVERNIGHT_BUDGET_S", "0.05"))
+with open(MACHINE) as fh:
+    speed = float(fh.read())
+rng = random.Random(seed * 1_000_003 + IDEA)
+start = time.time()
+steps = int(STEPS * speed * (1 + rng.gauss(0.0, 0.002)))
+for k in (1, 2, 3, 4):
+    print(f"step {steps * k // 4} | loss {1000.0 / steps:.4f} | elapsed {budget * k / 4:.3f}s")
+time.sleep(budget)
+print("---")
+print(f"work:             {steps * (1 + rng.gauss(0.0, NOISE)):.2f}")
+print(f"training_seconds: {budget:.3f}")
+print(f"total_seconds:    {time.time() - start:.3f}")
+print(f"num_steps:        {steps}")

@@ -20,6 +20,7 @@ from agent.core.domain import Sweep
 from agent.core.ports import Proposer, Repo
 from agent.engine.recovery import DatabaseLock, RecoveryReport
 from agent.engine.scheduler import SchedulerSettings, SlotScheduler
+from agent.engine.writes import Writes
 from agent.ops.retention import RetentionPolicy
 from agent.ops.service import Service
 from api.admissions import AdmissionGate
@@ -38,6 +39,7 @@ class Runtime(Protocol):
     service: Service
     scheduler: SlotScheduler | None
     recovery: RecoveryReport | None
+    writes: Writes  # whether writes fail for lack of space (/health, the 503s)
 
     def repo_for(self, sweep: Sweep) -> Repo: ...
 

@@ -14,7 +14,14 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from agent.core.errors import AdmissionError, ConfigError, ConflictError, NotFoundError, StoreError
+from agent.core.errors import (
+    AdmissionError,
+    ConfigError,
+    ConflictError,
+    NotFoundError,
+    StoreError,
+    is_out_of_space,
+)
 from agent.git.repo import GitError
 
 logger = logging.getLogger(__name__)
@@ -46,10 +53,22 @@ _PLAIN_ERRORS: dict[type[Exception], tuple[int, str]] = {
 
 
 def _plain_handler(status: int, code: str) -> Any:
-    def handle(_r: Request, exc: Exception) -> JSONResponse:
+    def handle(request: Request, exc: Exception) -> JSONResponse:
+        if is_out_of_space(exc):  # git could not write: no fault of the request
+            return _no_space(request, exc)
         return _json(status, code, str(exc))
 
     return handle
+
+
+def _no_space(request: Request, exc: Exception) -> JSONResponse:
+    """503 for a write that failed for lack of space; /health says so too (the engine's
+    Writes state, which also probes for the space coming back)."""
+    services = getattr(request.app.state, "services", None)
+    if services is not None:
+        services.runtime.writes.failed(exc, f"{request.method} {request.url.path}")
+    return _json(503, "no_space", f"{exc}; nothing was changed: try again once space is freed "
+                 "(the service goes on by itself)")
 
 
 def install_error_handlers(app: FastAPI) -> None:
@@ -61,8 +80,10 @@ def install_error_handlers(app: FastAPI) -> None:
         app.add_exception_handler(exc_type, _plain_handler(status, code))
 
     @app.exception_handler(StoreError)
-    def _store(_r: Request, exc: StoreError) -> JSONResponse:
+    def _store(request: Request, exc: StoreError) -> JSONResponse:
         logger.error("store error: %s", exc)
+        if exc.out_of_space:
+            return _no_space(request, exc)
         return _json(503, "database", str(exc))
 
     @app.exception_handler(RequestValidationError)

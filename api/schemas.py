@@ -139,6 +139,9 @@ class HealthPublic(BaseModel):
     running: list[int]
     queue_depth: int
     retired_slots: dict[int, str] = {}  # slot -> why its device was taken out of service
+    # Writes fail for lack of space since then (db says why): the engine holds its work and
+    # goes on by itself once they succeed (None: they succeed).
+    writes_failing_since: datetime | None = None
     version: str = "0.1.0"
 
 

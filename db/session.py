@@ -11,9 +11,11 @@ from sqlalchemy import Engine, text
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from agent.core.errors import ConflictError, NotFoundError, StoreError
+from agent.core.errors import ConflictError, NotFoundError, StoreError, says_out_of_space
 from agent.engine.interrupts import shielded
 
+SQLITE_FULL = 13  # "database or disk is full"
+PG_DISK_FULL = "53100"  # SQLSTATE disk_full ("could not extend file ...: No space left")
 # The session `reading()` opened in this thread (or task), with the store it belongs to.
 _SHARED: ContextVar[tuple[StoreBase, Session] | None] = ContextVar("overnight_shared_session",
                                                                     default=None)
@@ -70,7 +72,17 @@ class StoreBase:
         with self.session("checking the database") as s:
             s.execute(text("SELECT 1"))
 
+    def check_writes(self) -> None:
+        """A write that changes nothing (the schema's version row set to itself): StoreError,
+        `out_of_space` when the database cannot write for lack of space. Both SQLite and
+        PostgreSQL write the row again, so it needs the space a small real write needs."""
+        with self.session("checking that the database can write") as s:
+            s.execute(text("UPDATE alembic_version SET version_num = version_num"))
+
 
 def _store_error(action: str, exc: SQLAlchemyError) -> StoreError:
-    return StoreError(f"database error while {action}: {exc.__class__.__name__}: "
-                      f"{getattr(exc, 'orig', exc)}")
+    orig = getattr(exc, "orig", None) or exc
+    full = (getattr(orig, "sqlite_errorcode", None) == SQLITE_FULL
+            or getattr(orig, "sqlstate", None) == PG_DISK_FULL or says_out_of_space(str(orig)))
+    return StoreError(f"database error while {action}: {exc.__class__.__name__}: {orig}",
+                      out_of_space=full)

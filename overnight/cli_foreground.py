@@ -219,7 +219,8 @@ def _drive(rt: Runtime, sweep: Sweep, target: Path, settings: SchedulerSettings,
             f(kind, exp, data)
 
     engine = SlotScheduler(rt.store, settings, rt.loop_factory(
-        settings, on_event=on_event if hear else None, proposer_kwargs=proposer_kwargs))
+        settings, on_event=on_event if hear else None, proposer_kwargs=proposer_kwargs),
+        writes=rt.writes)
     since = utcnow()
     try:
         if quiet or isinstance(view, LineLog):

@@ -27,6 +27,7 @@ from agent.engine.devices import slot_env
 from agent.engine.loop import Loop
 from agent.engine.recovery import DatabaseLock, InstanceLockError, RecoveryReport, recover
 from agent.engine.scheduler import SchedulerSettings, SlotScheduler
+from agent.engine.writes import Writes, check_folder
 from agent.executors.local import SubprocessRunner
 from agent.executors.ray import RayExecutor, RaySettings
 from agent.git.repo import GitError, GitRepo
@@ -73,6 +74,10 @@ class Runtime:
         self.store = SqlStore(self.engine)
         self.reads = Reads(self.store)  # the pages' and commands' reads (db.reads)
         self.service = Service(self.store, self.repo_for, stop_running=self.stop_running)
+        # Whether writes fail for lack of space, probed by a write to the database and one to
+        # the work dir (logs, worktrees): the engine's pause, and what /health reports.
+        self.writes = Writes(probes=(self.store.check_writes,
+                                     lambda: check_folder(self.work_dir)))
         self.lock: DatabaseLock | None = None
         self.recovery: RecoveryReport | None = None
         self.scheduler: SlotScheduler | None = None
@@ -144,7 +149,7 @@ class Runtime:
                                     on_event=on_event)
             proposer = self.make_proposer(sweep.proposer, sweep.seed, **(proposer_kwargs or {}))
             return Loop(self.store, self.repo_for(sweep), runner, loop_settings,
-                        proposer=proposer, on_event=on_event)
+                        proposer=proposer, on_event=on_event, writes=self.writes)
 
         return make
 
@@ -167,16 +172,25 @@ class Runtime:
 
     def start_engine(self, settings: SchedulerSettings, *, lock: DatabaseLock | None = None,
                      hint: str = "") -> SlotScheduler:
-        """Lock → recover → start the slot scheduler (slots=0: scheduled starts only)."""
+        """Lock → recover → start the slot scheduler (slots=0: scheduled starts only). When the
+        disk is full, recovery (which must write) and the start wait for space in the
+        background, so the API still answers meanwhile."""
         self.hold_lock(lock, hint)
-        self.recover()
         if self.notify is not None and self.notify.targets:
             from overnight.notifications import make_notifier
 
             self.notifier = make_notifier(self.store, self.notify)
         on_event = self.notifier.on_event if self.notifier is not None else None
         self.scheduler = SlotScheduler(self.store, settings,
-                                       self.loop_factory(settings, on_event=on_event))
+                                       self.loop_factory(settings, on_event=on_event),
+                                       writes=self.writes)
+        try:
+            self.recover()
+        except Exception as exc:
+            if not self.writes.failed(exc, "restart recovery"):
+                raise
+            self.scheduler.start_when_writable(self.recover)
+            return self.scheduler
         self.scheduler.start()
         return self.scheduler
 

@@ -2,8 +2,11 @@
 
 The target is the fake trainer with independent knobs K0..K{n-1}: metric = score(LR, WIDTH,
 USE_TRICK) - 0.001 * sum(K). Setting Ki to 1 is always an improvement, to -1 always worse, and
-diffs on different Ki never conflict, so many can be queued at once. Each run appends its
-OVERNIGHT_EXPERIMENT_ID and OVERNIGHT_SEED to $FAKE_RUN_LOG when it starts (to count run starts).
+diffs on different Ki never conflict, so many can be queued at once. HANG_S > 0 makes a run
+hang that long before its summary (a run for its time limit to end); PAD > 0 logs that many
+filler bytes after each progress line (a log that needs new space as it grows). Each run appends its
+OVERNIGHT_EXPERIMENT_ID, OVERNIGHT_SEED, pid and start time to $FAKE_RUN_LOG when it starts (to
+count run starts, and to watch how long each lived).
 """
 
 from __future__ import annotations
@@ -44,12 +47,16 @@ _RUN_LOG = os.environ.get("FAKE_RUN_LOG")
 if _RUN_LOG:
     with open(_RUN_LOG, "a") as fh:
         fh.write(os.environ.get("OVERNIGHT_EXPERIMENT_ID", "?") + " "
-                 + os.environ.get("OVERNIGHT_SEED", "?") + "\\n")
+                 + os.environ.get("OVERNIGHT_SEED", "?")
+                 + f" {{os.getpid()}} {{time.time():.3f}}\\n")
 
 LR = 0.01  # best at 0.04
 WIDTH = 64  # best at 256
 USE_TRICK = False  # True helps by 0.05
 SLEEP_S = {sleep}  # knobs: skip
+HANG_S = 0.0  # knobs: skip
+PAD = {pad}  # knobs: skip
+{hang_filler}
 {knobs}
 K_SUM = sum(v for k, v in dict(globals()).items() if re.fullmatch(r"K\\d+", k))
 
@@ -58,7 +65,10 @@ start = time.time()
 for step in range(1, 4):
     elapsed = time.time() - start
     print(f"step {{step}} | loss {{5.0 / step:.4f}} | elapsed {{elapsed:.2f}}s", flush=True)
+    if PAD:
+        print("#" * PAD, flush=True)
     time.sleep(min(SLEEP_S, budget) / 3)
+time.sleep(HANG_S)
 value = score(LR, WIDTH, USE_TRICK) - 0.001 * K_SUM
 print("---")
 print(f"val_bpb:          {{value:.6f}}")
@@ -68,18 +78,22 @@ print("num_steps:        3")
 '''
 
 
-def train_source(sleep_s: float = 0.0, n_knobs: int = N_KNOBS) -> str:
+def train_source(sleep_s: float = 0.0, n_knobs: int = N_KNOBS, pad: int = 0) -> str:
     knobs = []
     for i in range(n_knobs):
         knobs.append(f"K{i} = 0  # knobs: skip")
         knobs += [f"# filler {i}.{j}" for j in range(_FILLER)]
-    return TRAIN_TEMPLATE.format(sleep=float(sleep_s), knobs="\n".join(knobs))
+    hang_filler = "\n".join(f"# hang filler {j}" for j in range(_FILLER))
+    return TRAIN_TEMPLATE.format(sleep=float(sleep_s), knobs="\n".join(knobs),
+                                 hang_filler=hang_filler, pad=pad)
 
 
-def make_counting_target(dest: Path, sleep_s: float = 0.0, n_knobs: int = N_KNOBS) -> Path:
-    """A git target whose runs are counted and last about `sleep_s` (capped by the budget)."""
+def make_counting_target(dest: Path, sleep_s: float = 0.0, n_knobs: int = N_KNOBS,
+                         pad: int = 0) -> Path:
+    """A git target whose runs are counted and last about `sleep_s` (capped by the budget);
+    `pad`: bytes of filler the trainer logs after each progress line."""
     shutil.copytree(FAKE_TARGET, dest, ignore=shutil.ignore_patterns("__pycache__"))
-    (dest / "train.py").write_text(train_source(sleep_s, n_knobs))
+    (dest / "train.py").write_text(train_source(sleep_s, n_knobs, pad))
     (dest / ".gitignore").write_text("__pycache__/\n")
     toml = dest / "overnight.toml"  # a run sees FAKE_RUN_LOG only because the target asks
     toml.write_text(toml.read_text() + 'pass_env  = ["FAKE_RUN_LOG"]\n')
@@ -117,12 +131,13 @@ def read_run_log(path: Path) -> list[tuple[int, int]]:
     """(experiment id, seed) of every run start, in order."""
     if not path.is_file():
         return []
-    pairs = (line.split() for line in path.read_text().splitlines() if line.strip())
-    return [(int(e), int(s)) for e, s in pairs]
+    fields = (line.split() for line in path.read_text().splitlines() if line.strip())
+    return [(int(f[0]), int(f[1])) for f in fields]
 
 
-def run_records(db: Path | str) -> dict[int, int]:
-    """How many run records (started, not interrupted) each experiment has in the database."""
+def run_records(db: Path | str, interrupted: bool = False) -> dict[int, int]:
+    """How many run records each experiment has in the database: those that ended by
+    themselves, or (`interrupted`) those cut off too (their process may not have started)."""
     from agent.core.domain import RunStatus
     from db.engine import open_database
     from db.store import SqlStore
@@ -131,7 +146,7 @@ def run_records(db: Path | str) -> dict[int, int]:
     try:
         counts: dict[int, int] = {}
         for r in SqlStore(engine).list_runs():
-            if r.status is not RunStatus.INTERRUPTED:
+            if interrupted or r.status is not RunStatus.INTERRUPTED:
                 counts[r.experiment_id] = counts.get(r.experiment_id, 0) + 1
         return counts
     finally:
@@ -152,12 +167,17 @@ class ServerProcess:
         self.proc: subprocess.Popen[bytes] | None = None
         self.url = ""
 
-    def start(self, timeout_s: float = 30.0) -> ServerProcess:
+    def launch(self) -> int:
+        """Start the process without waiting for it; the log's size before it (its offset)."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         offset = self.log_path.stat().st_size if self.log_path.exists() else 0
         with open(self.log_path, "ab") as fh:
             self.proc = subprocess.Popen(self.argv, stdout=fh, stderr=subprocess.STDOUT,
                                          env=self.env, cwd=ROOT)
+        return offset
+
+    def start(self, timeout_s: float = 30.0) -> ServerProcess:
+        offset = self.launch()
 
         def started() -> str | None:
             assert self.proc is not None
@@ -180,7 +200,8 @@ class ServerProcess:
         return self
 
     def client(self, **kw: Any) -> httpx.Client:
-        return httpx.Client(base_url=self.url, headers=AUTH, timeout=30.0, **kw)
+        kw.setdefault("timeout", 30.0)
+        return httpx.Client(base_url=self.url, headers=AUTH, **kw)
 
     def tail(self, n: int = 3000) -> str:
         return self.log_path.read_text(errors="replace")[-n:] if self.log_path.exists() else ""
@@ -232,12 +253,15 @@ def given_up(exp: dict[str, Any]) -> bool:
 
 def check_invariants(exps: list[dict[str, Any]], runs: list[tuple[int, int]],
                      before: dict[int, Any], branch_head: str, best_commit: str | None,
-                     records: dict[int, int]) -> list[str]:
+                     records: dict[int, int], cut_off: dict[int, int] | None = None
+                     ) -> list[str]:
     """Everything a kill -9 must not break; returns the problems found (empty: all good).
 
     `runs` are the (experiment, seed) starts the trainer logged; `records` the run records per
     experiment in the database. No (experiment, seed) may run twice, and every finished
-    experiment ran exactly as often as it has (non-interrupted) run records.
+    experiment ran exactly as often as it has (non-interrupted) run records, or, given
+    `cut_off` (its records, interrupted ones included: an incumbent re-run of a best
+    experiment cut off by a kill belongs to it), at most that often.
     """
     problems = []
     pairs: dict[tuple[int, int], int] = {}
@@ -249,8 +273,12 @@ def check_invariants(exps: list[dict[str, Any]], runs: list[tuple[int, int]],
     problems += [f"experiment {i} ran seed {s} {n} times" for (i, s), n in pairs.items() if n > 1]
     for e in exps:
         n, want = counts.get(e["id"], 0), records.get(e["id"], 0)
-        if e["status"] in FINISHED_RUNS and (n < 1 or n != want):
-            problems.append(f"finished experiment {e['id']} ran {n} times, {want} run records")
+        most = want if cut_off is None else cut_off.get(e["id"], 0)
+        if given_up(e):  # a verdict row recovery wrote: it never ran itself
+            problems += given_up_problems(e, by_id, n + most, cut_off, records)
+        elif e["status"] in FINISHED_RUNS and (n < 1 or not want <= n <= most):
+            problems.append(f"finished experiment {e['id']} ran {n} times, {want} run records"
+                            + (f" ({most} with those cut off)" if most != want else ""))
         if e["status"] in ("queued", "running"):
             problems.append(f"experiment {e['id']} still {e['status']}")
         retry_of = (e.get("meta") or {}).get("retry_of")
@@ -267,6 +295,25 @@ def check_invariants(exps: list[dict[str, Any]], runs: list[tuple[int, int]],
                             f"{now and (now['status'], now['metric'])}")
     if best_commit and branch_head != best_commit:
         problems.append(f"branch at {branch_head[:7]} but the DB best is {best_commit[:7]}")
+    return problems
+
+
+def given_up_problems(e: dict[str, Any], by_id: dict[int, dict[str, Any]], own_runs: int,
+                      cut_off: dict[int, int] | None, records: dict[int, int]) -> list[str]:
+    """A change given up (`crashed`, "took the service down") ran nothing itself, and (given
+    `cut_off`) more than MAX_CRASH_RETRIES rows of its retry chain before it had a run cut off."""
+    from agent.engine.recovery import MAX_CRASH_RETRIES
+
+    problems = [f"given-up verdict {e['id']} ran itself"] if own_runs else []
+    if cut_off is None:
+        return problems
+    cut, hops = 0, 0
+    row = by_id.get((e.get("meta") or {}).get("retry_of"))
+    while row is not None and hops < 100:
+        cut += cut_off.get(row["id"], 0) > records.get(row["id"], 0)
+        row, hops = by_id.get((row.get("meta") or {}).get("retry_of")), hops + 1
+    if cut <= MAX_CRASH_RETRIES:
+        problems.append(f"experiment {e['id']} given up after {cut} cut-off runs of its chain")
     return problems
 
 
@@ -355,7 +402,7 @@ def kill9_scenario(tmp: Path, kills: int, experiments: int, sleep_s: float = 1.2
     head = branch_head(target, "overnight/k9")
     # results recorded before a kill must be unchanged at the end (not compared with themselves)
     problems = check_invariants(exps, runs, seen_finished, head, sweep["best_commit"],
-                                run_records(database))
+                                run_records(database), run_records(database, interrupted=True))
     statuses: dict[str, int] = {}
     for e in exps:
         statuses[e["status"]] = statuses.get(e["status"], 0) + 1

@@ -103,6 +103,17 @@ def test_year_of_nights_runs_small_and_prints_every_surface(tmp_path: Path) -> N
         assert what in out.stdout, what
 
 
+def test_the_chaos_plan_has_every_fault_and_only_those_asked_for() -> None:
+    bench = _load("chaos")
+    from chaos_fixtures import FAULTS
+
+    faults = bench.plan(0, 30)
+    assert len(faults) == 30 and set(faults) == set(FAULTS)
+    assert bench.plan(0, 30) == faults  # seeded
+    only = bench.plan(1, 5, ["disk_full", "freeze"])
+    assert len(only) == 5 and set(only) == {"disk_full", "freeze"}
+
+
 def _search() -> ModuleType:
     """benchmarks/search.py, registered (its dataclasses look their module up)."""
     spec = importlib.util.spec_from_file_location("bench_search", ROOT / "benchmarks" / "search.py")

@@ -141,9 +141,34 @@ def test_the_kill9_invariants_check_can_fail() -> None:
         exps, [*one, (3, 42)], {}, "abc", "abc", rec)
     assert "finished experiment 3 ran 2 times, 1 run records" in check_invariants(
         exps, [*one, (3, 43)], {}, "abc", "abc", rec)  # a run the database does not know
+    # an incumbent re-run of 3 cut off by a kill: a start the database knows as cut off
+    assert check_invariants(exps, [*one, (3, 43)], {}, "abc", "abc", rec, {1: 1, 3: 2}) == []
+    assert "finished experiment 3 ran 3 times, 1 run records (2 with those cut off)" in \
+        check_invariants(exps, [*one, (3, 43), (3, 44)], {}, "abc", "abc", rec, {1: 1, 3: 2})
     assert check_invariants(exps, one, {}, "abc", "def", rec) == [
         "branch at abc but the DB best is def"]
     lost = check_invariants(exps[:2], one[:2], {}, "abc", "abc", rec)
     assert lost == ["interrupted experiment 2 was not followed up"]
     gone = check_invariants(exps[:1], one[:1], {2: ("discarded", 1.4)}, "abc", "abc", rec)
     assert gone == ["finished result 2 changed: ('discarded', 1.4) -> None"]
+
+
+def test_a_given_up_change_is_judged_by_its_chain() -> None:
+    """A change recovery gave up ("took the service down") is a verdict row that never ran: fine
+    when more than MAX_CRASH_RETRIES rows before it had a run cut off, a problem otherwise or
+    when the verdict row itself ran."""
+    from agent.engine.recovery import GAVE_UP_CAUSE, MAX_CRASH_RETRIES
+
+    n = MAX_CRASH_RETRIES + 1
+    chain = [{"id": i, "status": "interrupted", "metric": None,
+              "meta": {"retry_of": i - 1} if i > 1 else {}} for i in range(1, n + 1)]
+    verdict = {"id": n + 1, "status": "crashed", "metric": None, "meta": {"retry_of": n},
+               "reason": f"{GAVE_UP_CAUSE}: its run was cut off each of the {n} times"}
+    exps = [*chain, verdict]
+    runs = [(i, 42) for i in range(1, n + 1)]
+    cut = {i: 1 for i in range(1, n + 1)}  # each row of the chain: one run record, cut off
+    assert check_invariants(exps, runs, {}, "abc", "abc", {}, cut) == []
+    assert check_invariants(exps, runs, {}, "abc", "abc", {}, {**cut, 1: 0}) == [
+        f"experiment {n + 1} given up after {n - 1} cut-off runs of its chain"]
+    assert check_invariants(exps, [*runs, (n + 1, 42)], {}, "abc", "abc", {}, cut) == [
+        f"given-up verdict {n + 1} ran itself"]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+
 
 class OvernightError(Exception):
     """Base class: a user-facing problem with a readable message (no traceback needed)."""
@@ -68,4 +70,38 @@ def interrupt_reason(exc: KeyboardInterrupt) -> str:
 
 
 class StoreError(OvernightError):
-    """The database failed; the message says what was being done."""
+    """The database failed; the message says what was being done. `out_of_space`: it could
+    not write for lack of space (its disk or quota is full), which waiting can cure."""
+
+    def __init__(self, message: str, *, out_of_space: bool = False) -> None:
+        super().__init__(message)
+        self.out_of_space = out_of_space
+
+
+class OutOfSpaceError(OvernightError):
+    """A run failed while the service's own writes failed for lack of space: the disk, not the
+    change, ended it (an interruption, re-run once space returns)."""
+
+
+NO_SPACE_PREFIX = "interrupted for lack of space: "
+# How a lack of space reads: errno 28/122, and the words SQLite, PostgreSQL, git and Python use.
+OUT_OF_SPACE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+OUT_OF_SPACE_WORDS = ("No space left on device", "Disk quota exceeded",
+                      "database or disk is full", "[Errno 28]")
+
+
+def says_out_of_space(text: str | None) -> bool:
+    """Does this message (an error, a log's tail) say a write failed for lack of space?"""
+    return text is not None and any(word in text for word in OUT_OF_SPACE_WORDS)
+
+
+def is_out_of_space(exc: BaseException) -> bool:
+    """A write failed for lack of space (the database's, a log's, git's): a pause to wait out,
+    never a verdict on the experiment or the request."""
+    if isinstance(exc, StoreError):
+        return exc.out_of_space
+    if isinstance(exc, OutOfSpaceError):
+        return True
+    if isinstance(exc, OSError) and exc.errno is not None:
+        return exc.errno in OUT_OF_SPACE_ERRNOS
+    return isinstance(exc, Exception) and says_out_of_space(str(exc))  # git's own words

@@ -11,6 +11,7 @@ The loss curve is downsampled to at most MAX_LOSS_POINTS (+ the last point) per 
 from __future__ import annotations
 
 import hashlib
+import logging
 import math
 import os
 import re
@@ -24,7 +25,7 @@ from typing import Any
 
 from agent.core.config import TargetConfig, extra_args
 from agent.core.domain import Experiment, Run, RunEnd, RunSpec, RunStatus, Sweep, utcnow
-from agent.core.errors import ConfigError, WorkerLostError
+from agent.core.errors import ConfigError, OutOfSpaceError, StoreError, WorkerLostError
 from agent.core.ports import Runner, Store
 from agent.core.private import DIR_MODE
 from agent.engine.salvage import (
@@ -48,6 +49,7 @@ MAX_LOSS_POINTS = 4000
 # Folders the service hands a run through its environment that stay writable in the sandbox.
 CACHE_ENV = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
 
+logger = logging.getLogger(__name__)
 EventFn = Callable[[str, Experiment, dict[str, Any]], None]
 
 
@@ -144,10 +146,15 @@ class LineSink(ProgressLines):
         """Write new points; after a thinning (or at the end, with the last point) rewrite."""
         self.last_flush = time.monotonic()
         points = self.curve.points(with_last=final)
-        if self.rewrite or (final and len(points) > len(self.curve.kept)):
-            self.store.replace_loss_points(self.exp.id, points)
-        elif len(points) > self.written:
-            self.store.add_loss_points(self.exp.id, points[self.written:])
+        try:
+            if self.rewrite or (final and len(points) > len(self.curve.kept)):
+                self.store.replace_loss_points(self.exp.id, points)
+            elif len(points) > self.written:
+                self.store.add_loss_points(self.exp.id, points[self.written:])
+        except StoreError as exc:
+            if final or not exc.out_of_space:
+                raise
+            return  # no space mid-run: the points wait for the next flush (the last is held)
         self.written, self.rewrite = len(self.curve.kept), False
 
 
@@ -190,9 +197,15 @@ class TrainingRuns:
             self.emit("confirming", exp, {"run": k + 1, "role": spec.role.value})
 
         def on_start(pid: int, pgid: int) -> None:
-            self.store.set_run_pgid(run.id, pgid)
-            if first:
-                self.store.mark_started(exp.id, pgid=pgid)
+            try:
+                self.store.set_run_pgid(run.id, pgid)
+                if first:
+                    self.store.mark_started(exp.id, pgid=pgid)
+            except StoreError as exc:
+                if not exc.out_of_space:
+                    raise
+                logger.warning("run %d: its process group %d is not recorded (no space); a "
+                               "restart still finds it by its run id", run.id, pgid)
 
         try:
             result = self.runner.run(
@@ -208,7 +221,7 @@ class TrainingRuns:
             )
             if salvageable(result, config, wt):
                 result = self.evaluate_again(exp, config, wt, result, env, on_start, stop)
-        except WorkerLostError:
+        except (WorkerLostError, OutOfSpaceError):  # no result: the machine or the disk went
             self.store.end_run(run.id, RunEnd(RunStatus.INTERRUPTED))
             raise
         finally:

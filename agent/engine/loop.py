@@ -30,10 +30,12 @@ from agent.core.domain import (
 )
 from agent.core.errors import (
     LOST_PREFIX,
+    NO_SPACE_PREFIX,
     AdmissionError,
     PatchError,
     WorkerLostError,
     interrupt_reason,
+    is_out_of_space,
 )
 from agent.core.ports import Proposer, Repo, Runner, Store
 from agent.engine.attempt import EventFn, LoopSettings, TrainingRuns
@@ -41,6 +43,7 @@ from agent.engine.gather import gather, sample, write_flags
 from agent.engine.incumbent import Incumbent, decision_lock
 from agent.engine.recovery import baseline_pause, requeue_once
 from agent.engine.salvage import training_finished
+from agent.engine.writes import Writes, held_runner, held_store
 from agent.git.repo import hash_worktree_files
 from agent.ops.admission import admit, queue, reject
 from agent.ops.sweeps import link_assets, proposal_context
@@ -80,11 +83,16 @@ class Loop:
         settings: LoopSettings,
         proposer: Proposer | None = None,
         on_event: EventFn | None = None,
+        writes: Writes | None = None,
     ) -> None:
+        # A lack of space is waited out, not judged (agent.engine.writes): the loop's store
+        # holds each call through it, and its runs never wait on the disk.
+        self.writes = writes or Writes()
+        store = held_store(store, self.writes)
         self.store, self.repo, self.runner = store, repo, runner
         self.settings, self.proposer = settings, proposer
         self.on_event = on_event
-        self.training = TrainingRuns(store, runner, settings, self.emit)
+        self.training = TrainingRuns(store, held_runner(runner, self.writes), settings, self.emit)
         self.incumbent = Incumbent(store, repo, settings, self.training)
         self._stops: dict[int, threading.Event] = {}
         self._lock = threading.Lock()
@@ -163,14 +171,17 @@ class Loop:
                     exp, Finish(ExperimentStatus.CANCELLED, reason="cancelled before it started")
                 )
             head, commit = prepared
+            added_worktree = True  # a half-made one (the disk filled) is removed too
             self.repo.add_worktree(wt, commit)
-            added_worktree = True
             link_assets(wt, Path(sweep.target_path), sweep.config)
             self.incumbent.remeasure(sweep, exp, head, stop)
             return self._settle(sweep, exp, head, commit, wt, stop)
         except WorkerLostError as exc:
-            return self._lost(exp, exc)
+            return self._lost(exp, f"{LOST_PREFIX}{exc}")
         except BaseException as exc:
+            if not self.writes.stopped and self.writes.failed(exc, f"experiment {exp.id}",
+                                                              probe=True):
+                return self._lost(exp, f"{NO_SPACE_PREFIX}{exc}")
             self._record_failure(exp, exc)
             raise
         finally:
@@ -357,7 +368,8 @@ class Loop:
         # The DB learns first: a kill before the branch moves is repaired from the DB on start.
         done = self._finish(exp, finish, keep_commit=commit)
         if not exp.is_baseline:
-            self.repo.advance_branch(sweep.branch, commit, head)
+            self.writes.hold(lambda: self.repo.advance_branch(sweep.branch, commit, head),
+                             "moving the branch")
         return done
 
     def _tampered(self, sweep: Sweep, config: TargetConfig, wt: Path) -> list[str]:
@@ -407,19 +419,19 @@ class Loop:
         self.emit("finished", done)
         return done
 
-    def _lost(self, exp: Experiment, exc: WorkerLostError) -> Experiment:
-        """A remote worker went away mid-run: no result, so the experiment is `interrupted` and
-        queued again exactly once (the store refuses a second retry row)."""
-        logger.warning("experiment %s: %s", exp.id, exc)
-        done = self._finish(exp, Finish(ExperimentStatus.INTERRUPTED,
-                                        reason=f"{LOST_PREFIX}{exc}"[:500]))
+    def _lost(self, exp: Experiment, why: str) -> Experiment:
+        """A remote worker went away mid-run, or the disk filled up under it: no result, so
+        the experiment is `interrupted` (once writes succeed) and queued again exactly once
+        (the store refuses a second retry row)."""
+        logger.warning("experiment %s: %s", exp.id, why)
+        done = self._finish(exp, Finish(ExperimentStatus.INTERRUPTED, reason=why[:500]))
         follow = requeue_once(self.store, done)  # its retry, or its verdict past the cap
         if follow is not None:
             self.emit("finished" if follow.status.is_finished() else "queued", follow)
-        why = baseline_pause(follow) if follow is not None else None
-        if why is not None:
+        pause = baseline_pause(follow) if follow is not None else None
+        if pause is not None:
             sweep = self.store.get_sweep_by_id(exp.sweep_id)
-            logger.error("sweep %s paused: %s", sweep.name, why)
+            logger.error("sweep %s paused: %s", sweep.name, pause)
             if sweep.status is SweepStatus.RUNNING:
                 self.store.set_sweep_status(sweep.name, SweepStatus.PAUSED)
         return done
@@ -436,5 +448,9 @@ class Loop:
                 else f"service error: {exc!r}"[:500]
             )
             self.store.finish(exp.id, Finish(ExperimentStatus.INTERRUPTED, reason=reason))
-        except Exception:
-            logger.exception("could not record the failure of experiment %s", exp.id)
+        except Exception as failed:
+            if not is_out_of_space(failed):
+                logger.exception("could not record the failure of experiment %s", exp.id)
+                return
+            logger.error("experiment %s: no space to record its end (%s); the next start's "
+                         "recovery re-queues it", exp.id, failed)

@@ -87,10 +87,11 @@ class InstanceLock:
                 f"another overnight process (serve, run or mcp --run; pid {holder}) is already "
                 f"using this database (lock {self.path}); queue work through it, stop it first, "
                 "or use another --db") from None
-        fh.seek(0)
-        fh.truncate()
-        fh.write(f"{os.getpid()}\n")
-        fh.flush()
+        try:  # who holds it, for a second process's message; a full disk leaves it unsaid
+            os.ftruncate(fh.fileno(), 0)
+            os.pwrite(fh.fileno(), f"{os.getpid()}\n".encode(), 0)
+        except OSError as exc:
+            logger.warning("cannot write the pid into %s: %s", self.path, exc)
         self._fh = fh
         return self
 

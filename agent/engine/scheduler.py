@@ -29,11 +29,12 @@ from agent.core.domain import (
     SweepStatus,
     utcnow,
 )
-from agent.core.errors import ConflictError, NotFoundError
+from agent.core.errors import ConflictError, NotFoundError, StoreError
 from agent.core.ports import Clock, Store
 from agent.engine.devices import slot_env
 from agent.engine.recovery import SHUTDOWN_REASON
 from agent.engine.timed_starts import TimedStarts
+from agent.engine.writes import Writes, unheld_store
 from agent.rules.classify import is_device_failure
 from agent.rules.gate import Gate, GateKind, SweepFacts, gate
 
@@ -97,9 +98,12 @@ class SlotScheduler:
     """N slots; each runs one experiment at a time, taking queued work first, then proposals."""
 
     def __init__(self, store: Store, settings: SchedulerSettings, loop_factory: LoopFactory,
-                 clock: Clock | None = None) -> None:
+                 clock: Clock | None = None, writes: Writes | None = None) -> None:
         self.store, self.settings, self.loop_factory = store, settings, loop_factory
         self.clock: Clock = clock or SystemClock()
+        # Whether writes fail for lack of space (shared with the loops): while they do, no
+        # slot starts anything, and none of it pauses a sweep (agent.engine.writes).
+        self.writes = writes or Writes()
         self._pick_lock = threading.Lock()
         self._state_lock = threading.Lock()
         self._loops: dict[tuple[int, int], Any] = {}
@@ -110,7 +114,7 @@ class SlotScheduler:
         self._stopping = threading.Event()
         self._wake = threading.Condition()
         self._threads: list[threading.Thread] = []
-        self.starts = TimedStarts(store, self.wake)
+        self.starts = TimedStarts(store, self.wake, hold=self.writes.hold)
         self._device_failures: dict[int, int] = {}  # slot -> device failures in a row
         self.retired: dict[int, str] = {}  # slot -> why it was taken out
 
@@ -124,6 +128,28 @@ class SlotScheduler:
             t.start()
             self._threads.append(t)
         logger.info("scheduler started: %d slot(s)", self.settings.slots)
+
+    def start_when_writable(self, prepare: Callable[[], object]) -> None:
+        """start(), once `prepare()` (restart recovery: it must write) has succeeded: tried
+        again each time writes succeed after failing for lack of space, in a thread of its own
+        (the API answers meanwhile)."""
+
+        def wait() -> None:
+            while not self._stopping.is_set():
+                self.writes.wait_writable(self._stopping, self.settings.poll_interval_s)
+                if self._stopping.is_set():
+                    return
+                try:
+                    prepare()
+                except Exception as exc:
+                    if self.writes.failed(exc, "restart recovery"):
+                        continue
+                    logger.exception("restart recovery failed; the engine does not start")
+                    return
+                self.start()
+                return
+
+        threading.Thread(target=wait, daemon=True, name="overnight-engine-start").start()
 
     def run_burst(self, only: Collection[str] | None = None) -> None:
         """Foreground mode: run the slots until nothing is left to start, then return.
@@ -159,6 +185,7 @@ class SlotScheduler:
         They are re-queued by restart recovery (a clean shutdown is not the proposal's fault).
         """
         self._stopping.set()
+        self.writes.stop()  # a write held through a full disk gives up: recovery takes over
         self.wake()
         if self._pick_lock.acquire(timeout=timeout_s):  # let a claim in progress register
             self._pick_lock.release()
@@ -170,6 +197,9 @@ class SlotScheduler:
                                                  reason=SHUTDOWN_REASON))
             except (ConflictError, NotFoundError):
                 continue  # it finished on its own meanwhile
+            except StoreError as exc:  # e.g. no space: the next start's recovery records it
+                logger.error("experiment %s: could not record its interruption (%s); the next "
+                             "start re-queues it", exp_id, exc)
             claim.stop.set()
         for t in self._threads:
             if t is not threading.current_thread():
@@ -189,18 +219,27 @@ class SlotScheduler:
 
     def _serve_slot(self, slot: int) -> None:
         while not self._stopping.is_set() and slot not in self.retired:
+            self.writes.wait_writable(self._stopping, self.settings.poll_interval_s)
             try:
                 if self.run_slot(slot):
                     continue
-            except Exception:  # a slot must outlive any one bad pick
-                logger.exception("slot %d: picking work failed", slot)
+            except Exception as exc:  # a slot must outlive any one bad pick
+                if not self.writes.failed(exc, f"slot {slot}"):
+                    logger.exception("slot %d: picking work failed", slot)
             with self._wake:
                 self._wake.wait(self.settings.poll_interval_s)
 
     def _burst_slot(self, slot: int) -> None:
         while not self._stopping.is_set() and slot not in self.retired:
-            if self.run_slot(slot):
-                continue
+            self.writes.wait_writable(self._stopping, self.settings.poll_interval_s)
+            try:
+                if self.run_slot(slot):
+                    continue
+            except Exception as exc:
+                if not self.writes.failed(exc, f"slot {slot}"):
+                    raise
+            if self.writes.failing is not None:
+                continue  # it stopped for the disk, not for want of work
             with self._state_lock:
                 idle = not self._running and not self._proposing
             if idle:
@@ -255,6 +294,8 @@ class SlotScheduler:
         """Run experiments back to back until there is nothing to start; how many ran."""
         done = 0
         while not self._stopping.is_set() and slot not in self.retired:
+            if self.writes.failing is not None:
+                break  # the slot's loop waits until writes succeed again
             picked = self.pick(slot)
             if picked is None:
                 break
@@ -273,8 +314,9 @@ class SlotScheduler:
             logger.info("experiment %s ended elsewhere: %s", exp.id, exc)
             return
         except Exception as exc:  # the loop recorded the row; do not burn the queue on it
-            logger.exception("slot %d: experiment %s failed unexpectedly", slot, exp.id)
-            self._pause(sweep, f"experiment {exp.id} failed unexpectedly: {exc}")
+            if not self.writes.failed(exc, f"experiment {exp.id}"):
+                logger.exception("slot %d: experiment %s failed unexpectedly", slot, exp.id)
+            self._pause(sweep, f"experiment {exp.id} failed unexpectedly: {exc}", exc)
             return
         finally:
             with self._state_lock:
@@ -349,8 +391,9 @@ class SlotScheduler:
         try:
             queued = loop.propose(sweep)
         except Exception as exc:  # nothing was queued or claimed
-            logger.exception("sweep %s: asking its proposer failed", sweep.name)
-            self._pause(sweep, f"asking its proposer failed: {exc}")
+            if not self.writes.failed(exc, f"sweep {sweep.name}'s proposer"):
+                logger.exception("sweep %s: asking its proposer failed", sweep.name)
+            self._pause(sweep, f"asking its proposer failed: {exc}", exc)
             return None
         finally:
             with self._state_lock:
@@ -451,11 +494,12 @@ class SlotScheduler:
         logger.info("sweep %s done: %s", sweep.name, reason)
         self.store.set_sweep_status(sweep.name, SweepStatus.DONE)
 
-    def _pause(self, sweep: Sweep, why: str) -> None:
+    def _pause(self, sweep: Sweep, why: str, exc: BaseException) -> None:
         """A sweep that cannot run (target gone, proposer unloadable) waits for its owner
-        instead of failing on every tick; resuming it tries again."""
-        if self._stopping.is_set():
-            return  # a shutdown's side effects are not the sweep's fault
+        instead of failing on every tick; resuming it tries again. A lack of space pauses
+        nothing in the database: the engine waits it out (self.writes) and goes on by itself."""
+        if self._stopping.is_set() or self.writes.failed(exc, f"sweep {sweep.name}", probe=True):
+            return  # a shutdown's side effects (or a full disk) are not the sweep's fault
         logger.error("sweep %s paused: %s; fix the problem, then resume the sweep", sweep.name,
                      why)
         try:
@@ -468,7 +512,7 @@ class SlotScheduler:
         try:
             return self._loop(sweep, slot)
         except Exception as exc:
-            self._pause(sweep, f"cannot set up its runs: {exc}")
+            self._pause(sweep, f"cannot set up its runs: {exc}", exc)
             return None
 
     def _loop(self, sweep: Sweep, slot: int) -> Any:
@@ -484,7 +528,8 @@ class SlotScheduler:
 
 def run_sweep(loop: Any, name: str, settings: SchedulerSettings | None = None) -> Sweep:
     """Run one sweep to its end in the foreground: the engine in burst mode with `loop`."""
-    engine = SlotScheduler(loop.store, settings or SchedulerSettings(), lambda _s, _n: loop)
+    engine = SlotScheduler(unheld_store(loop.store), settings or SchedulerSettings(),
+                           lambda _s, _n: loop, writes=loop.writes)
     engine.run_burst([name])
     done: Sweep = loop.store.get_sweep(name)
     return done

@@ -2,7 +2,8 @@
 
 APScheduler does only what it is for here: the start time is kept on the sweep row, so it
 survives restarts (every paused sweep with a `start_at` gets its job again when the service
-starts), and the job resumes the sweep and wakes the slots, then returns at once.
+starts), and the job resumes the sweep and wakes the slots, then returns at once (on a full
+disk, once the write succeeds: `hold`, the engine's Writes.hold).
 """
 
 from __future__ import annotations
@@ -10,18 +11,24 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from agent.core.domain import SweepStatus, utcnow
 from agent.core.errors import ConflictError, NotFoundError
 from agent.core.ports import Store
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+def _now(fn: Callable[[], T], _what: str = "") -> T:
+    return fn()
 
 
 class TimedStarts:
-    def __init__(self, store: Store, wake: Callable[[], None]) -> None:
-        self.store, self.wake = store, wake
+    def __init__(self, store: Store, wake: Callable[[], None],
+                 hold: Callable[[Callable[[], None], str], None] = _now) -> None:
+        self.store, self.wake, self.hold = store, wake, hold
         self._aps: Any = None
 
     def start(self) -> None:
@@ -52,8 +59,11 @@ class TimedStarts:
         self._add_job(sweep_name, when)
 
     def _add_job(self, sweep_name: str, when: datetime) -> None:
-        self._aps.add_job(self.start_now, "date", run_date=max(when, utcnow()),
+        self._aps.add_job(self._job, "date", run_date=max(when, utcnow()),
                           args=[sweep_name], id=f"start:{sweep_name}", replace_existing=True)
+
+    def _job(self, sweep_name: str) -> None:
+        self.hold(lambda: self.start_now(sweep_name), f"the timed start of {sweep_name}")
 
     def scheduled(self) -> dict[str, datetime]:
         return {s.name: s.start_at for s in self.store.list_sweeps([SweepStatus.PAUSED])

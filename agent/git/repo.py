@@ -24,7 +24,7 @@ from pathlib import Path
 import git
 
 from agent.core.diff import PathChange, parse_diff_tree
-from agent.core.errors import PatchError
+from agent.core.errors import PatchError, is_out_of_space
 from agent.git.filehash import MISSING, folder_digest, hash_paths
 from agent.git.files import IndexEntries, branch_commit, index_changes, is_object_id, read_index
 
@@ -200,6 +200,8 @@ class GitRepo:
             with self._scratch_index(base) as index:
                 self._apply_cached(index, diff, check_only=True)
         except GitError as exc:
+            if is_out_of_space(exc):
+                raise  # git could not write its objects: no answer about the diff
             return str(exc)
         return None
 
@@ -213,6 +215,8 @@ class GitRepo:
             try:
                 self._apply_cached(index, diff, check_only=False)
             except GitError as exc:
+                if is_out_of_space(exc):
+                    raise  # the disk, not the diff
                 raise PatchError(str(exc)) from None
             after = (read_index(Path(index).read_bytes(), len(base) // 2) if before is not None
                      else None)

@@ -18,23 +18,30 @@ router = APIRouter(tags=["service"], responses=COMMON)
 
 @router.get("/health", response_model=HealthPublic)
 def health(services: ServicesDep) -> HealthPublic:
-    """Scheduler alive, slots busy, queue depth, database reachable. Needs no token."""
+    """Scheduler alive, slots busy, queue depth, database reachable and writing. Needs no
+    token."""
     try:
         services.store.ping()
         db = "ok"
     except Exception as exc:  # the point of the route is to say so, not to fail
         db = f"error: {exc.__class__.__name__}"
+    writes = services.runtime.writes
+    writes.recheck()  # while failing, a probe when one is due: current even with no engine
+    failing = writes.failing
+    if db == "ok" and failing is not None:
+        db = f"writes fail for lack of space: {failing.reason}"
     sched = services.scheduler
     state = "disabled" if sched is None else ("running" if sched.alive else "stopped")
-    queued = services.store.count_experiments(statuses=[ExperimentStatus.QUEUED]) if db == "ok" \
-        else -1
+    queued = services.store.count_experiments(statuses=[ExperimentStatus.QUEUED]) \
+        if not db.startswith("error") else -1
     retired = dict(sched.retired) if sched else {}
     ok = db == "ok" and state != "stopped" and not retired
     return HealthPublic(status="ok" if ok else "degraded", db=db, scheduler=state,
                         slots=services.settings.slots if sched else 0,
                         busy=sched.busy() if sched else 0,
                         running=sched.running_ids() if sched else [], queue_depth=queued,
-                        retired_slots=retired)
+                        retired_slots=retired,
+                        writes_failing_since=failing.since if failing else None)
 
 
 @router.get("/metrics", response_class=PlainTextResponse,

@@ -245,7 +245,10 @@ def test_progress_plot_shows_every_run_and_the_best_with_its_band(tmp_path, brow
 
     fixture = Path(__file__).parent / "fixtures" / "fake_target"
     train = (fixture / "train.py").read_text().replace("NOISE = 0.0", "NOISE = 0.1")
-    target = make_git_target(tmp_path / "t", edits={"train.py": train})
+    # seed noise now: measured from the runs, not the fake target's stated print precision
+    toml = "".join(line for line in (fixture / "overnight.toml").read_text().splitlines(True)
+                   if not line.startswith("noise_sigma"))
+    target = make_git_target(tmp_path / "t", edits={"train.py": train, "overnight.toml": toml})
     db = tmp_path / "o.db"
     store = SqlStore(open_database(db))
     create_sweep(store, GitRepo(target), target, name="noisy", config=load_config(target))

@@ -8,8 +8,8 @@ Pure: the stdlib only. The sources, first found wins:
 - ``progress: elapsed``: steps per second between the first and last progress lines that
   print an elapsed time (``step 120 | loss 3.41 | elapsed 31.2s``), which leaves start-up and
   compilation out; one such line alone: its step / its elapsed; either only over at least
-  MIN_CLOCK_S of elapsed time (elapsed times printed to the hundredth over a few milliseconds
-  measure their own rounding: 0.00 s, then 0.01 s, is "200 steps/s");
+  MIN_ELAPSED_S of elapsed time (elapsed times printed to the hundredth over a few
+  milliseconds measure their own rounding: 0.00 s, then 0.01 s, is "200 steps/s");
 - ``progress: clock``: steps per second between the first and last progress lines by the
   time each reached the service (lines without an elapsed time; a `progress_regex` without
   a step group counts lines), when they span at least MIN_CLOCK_S (a burst of lines read in
@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 MIN_CLOCK_S = 1.0  # lines that arrive within this (a burst, one poll) do not time the run
+MIN_ELAPSED_S = 0.2  # printed elapsed times closer than this: a 0.01 s rounding is > 5 %
 SUMMARY_KEYS = (("total_tokens_M", 1e6, "tokens/s"), ("num_steps", 1.0, "steps/s"))
 NONE_HINT = (
     "the machine's load cannot be checked: the summary has no num_steps or total_tokens_M "
@@ -94,9 +95,9 @@ def from_progress(meter: ProgressMeter | None) -> Speed:
     a, b = meter.first_timed, meter.last_timed
     if a is not None and b is not None and a.elapsed_s is not None and b.elapsed_s is not None:
         span, steps = b.elapsed_s - a.elapsed_s, b.step - a.step
-        if span >= MIN_CLOCK_S and steps > 0:
+        if span >= MIN_ELAPSED_S and steps > 0:
             return Speed(steps / span, "steps/s", "progress: elapsed")
-        if b.elapsed_s >= MIN_CLOCK_S and b.step > 0:
+        if b.elapsed_s >= MIN_ELAPSED_S and b.step > 0:
             return Speed(b.step / b.elapsed_s, "steps/s", "progress: elapsed")
     span, steps = meter.last.at - meter.first.at, meter.last.step - meter.first.step
     if span >= MIN_CLOCK_S and steps > 0:

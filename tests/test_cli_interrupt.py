@@ -61,6 +61,7 @@ def _ended(proc: subprocess.Popen[str], after: str, timeout_s: float = 120) -> t
                     f"stderr with every thread's stack:\n{err[-12000:]}")
 
 
+@pytest.mark.timeout(900)  # a hang bound: a busy machine only makes it slower
 @pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_a_signal_mid_baseline_is_an_interruption_and_resume_reruns_the_baseline(
         tmp_path: Path, sig: signal.Signals, code: int) -> None:
@@ -70,15 +71,21 @@ def test_a_signal_mid_baseline_is_an_interruption_and_resume_reruns_the_baseline
             "--db", str(db)]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=_env())
+    # The baseline's log (experiment 1 of a new database), read before this test opens the
+    # database itself: the CLI creates and migrates it without a second process in the way.
+    log = Path(f"{db}.work") / "logs" / "night" / "1.log"
+
+    def baseline_training() -> bool:
+        if proc.poll() is not None:
+            out, err = proc.communicate()
+            pytest.fail(f"`overnight run` ended ({proc.returncode}) before its baseline trained:"
+                        f"\n{out[-2000:]}\n{err[-4000:]}")
+        return log.is_file() and "step 1" in log.read_text()
+
+    wait_for(baseline_training, 240, "the baseline to start training")  # a hang bound
     store = SqlStore(open_database(db))
-
-    def baseline_training() -> Experiment | None:
-        rows = _rows(store)
-        running = rows[0] if rows and rows[0].status is ExperimentStatus.RUNNING else None
-        log = Path(running.log_path) if running and running.log_path else None
-        return running if log and log.is_file() and "step 1" in log.read_text() else None
-
-    running = wait_for(baseline_training, 120, "the baseline to start training")
+    running = _rows(store)[0]
+    assert running.is_baseline and running.status is ExperimentStatus.RUNNING, running
     proc.send_signal(sig)
     out, err = _ended(proc, sig.name)
     assert proc.returncode == code, out + err

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from browser_helpers import ScriptedProposer, make_target
+from conftest import measured_noise_toml
 
 from agent.core.config import load_config
 from agent.core.domain import Experiment, ExperimentStatus, Run, RunRole, RunStatus
@@ -38,8 +39,7 @@ def noisy_night(root: Path, name: str = "night", experiments: int = 9) -> Night:
     train = target / "train.py"
     train.write_text(train.read_text().replace("NOISE = 0.0", "NOISE = 0.004"))
     toml = target / "overnight.toml"  # seed noise now: measured, not the stated print precision
-    toml.write_text("\n".join(line for line in toml.read_text().splitlines()
-                              if not line.startswith("noise_sigma")) + "\n")
+    toml.write_text(measured_noise_toml(toml.read_text()))
     import git
 
     from agent.git.repo import IDENTITY

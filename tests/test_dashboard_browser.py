@@ -231,6 +231,7 @@ def test_progress_plot_shows_every_run_and_the_best_with_its_band(tmp_path, brow
     """Seeded noise (σ̂ from three baseline runs): every run is a dot, the kept mean carries
     its 95 % band, and the header states σ̂ and how many keeps the noise supports."""
     from conftest import make_target as make_git_target
+    from conftest import measured_noise_toml
     from playwright.sync_api import expect
 
     from agent.core.config import load_config
@@ -246,8 +247,7 @@ def test_progress_plot_shows_every_run_and_the_best_with_its_band(tmp_path, brow
     fixture = Path(__file__).parent / "fixtures" / "fake_target"
     train = (fixture / "train.py").read_text().replace("NOISE = 0.0", "NOISE = 0.1")
     # seed noise now: measured from the runs, not the fake target's stated print precision
-    toml = "".join(line for line in (fixture / "overnight.toml").read_text().splitlines(True)
-                   if not line.startswith("noise_sigma"))
+    toml = measured_noise_toml((fixture / "overnight.toml").read_text())
     target = make_git_target(tmp_path / "t", edits={"train.py": train, "overnight.toml": toml})
     db = tmp_path / "o.db"
     store = SqlStore(open_database(db))

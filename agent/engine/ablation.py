@@ -28,7 +28,7 @@ from agent.core.domain import (
     utcnow,
 )
 from agent.core.ports import Repo, Runner, Store
-from agent.engine.attempt import EventFn, LoopSettings, TrainingRuns
+from agent.engine.attempt import EventFn, LoopSettings, TrainingRuns, emit_to
 from agent.git.repo import hash_worktree_files
 from agent.ops.sweeps import link_assets
 from agent.rules.classify import CrashFacts, classify
@@ -51,11 +51,7 @@ class AblationLoop:
         self._lock = threading.Lock()
 
     def emit(self, kind: str, exp: Experiment, data: dict[str, Any] | None = None) -> None:
-        if self.on_event is not None:
-            try:
-                self.on_event(kind, exp, data or {})
-            except Exception:  # a display problem must never stop the night
-                logger.exception("event handler failed for %s", kind)
+        emit_to(self.on_event, kind, exp, data)
 
     def propose(self, sweep: Sweep) -> Experiment | None:
         return None

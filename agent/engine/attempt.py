@@ -53,6 +53,16 @@ logger = logging.getLogger(__name__)
 EventFn = Callable[[str, Experiment, dict[str, Any]], None]
 
 
+def emit_to(on_event: EventFn | None, kind: str, exp: Experiment,
+            data: dict[str, Any] | None = None) -> None:
+    """Hand an event to the display; a display problem must never stop the night."""
+    if on_event is not None:
+        try:
+            on_event(kind, exp, data or {})
+        except Exception:
+            logger.exception("event handler failed for %s", kind)
+
+
 @dataclass
 class LoopSettings:
     work_dir: Path  # worktrees/ and logs/ live below it

@@ -38,7 +38,7 @@ from agent.core.errors import (
     is_out_of_space,
 )
 from agent.core.ports import Proposer, Repo, Runner, Store
-from agent.engine.attempt import EventFn, LoopSettings, TrainingRuns
+from agent.engine.attempt import EventFn, LoopSettings, TrainingRuns, emit_to
 from agent.engine.gather import gather, sample, write_flags
 from agent.engine.incumbent import Incumbent, decision_lock
 from agent.engine.recovery import baseline_pause, requeue_once
@@ -98,11 +98,7 @@ class Loop:
         self._lock = threading.Lock()
 
     def emit(self, kind: str, exp: Experiment, data: dict[str, Any] | None = None) -> None:
-        if self.on_event is not None:
-            try:
-                self.on_event(kind, exp, data or {})
-            except Exception:  # a display problem must never stop the night
-                logger.exception("event handler failed for %s", kind)
+        emit_to(self.on_event, kind, exp, data)
 
     # --- asking the proposer -------------------------------------------------------------
     def propose(self, sweep: Sweep) -> Experiment | None:

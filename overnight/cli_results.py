@@ -16,7 +16,7 @@ from rich.markup import escape
 
 from agent.analysis.projection import ExperimentView, LLMSpend
 from agent.analysis.report import improvement, results_tsv
-from agent.core.domain import RAN_STATUSES, Sweep
+from agent.core.domain import RAN_STATUSES, Run, Sweep
 from agent.core.domain import ExperimentStatus as S
 from agent.core.errors import NotFoundError
 from agent.core.ports import Store
@@ -45,12 +45,16 @@ def print_results(sweep: Sweep, store, fmt: str) -> None:  # type: ignore[no-unt
     from overnight.console import results_table
 
     exps = store.list_experiments(sweep.id)
-    ev = sweep_evidence(sweep, exps, store.list_runs(sweep_id=sweep.id))
+    runs = store.list_runs(sweep_id=sweep.id)
+    ev = sweep_evidence(sweep, exps, runs)
     if fmt in ("tsv", "tsv-full"):
         sys.stdout.write(results_tsv(sweep, exps, ev if fmt == "tsv-full" else None))
     elif fmt == "json":
-        rows = [{**ExperimentView.of(e, sweep.name, with_conversation=True).model_dump(
-                     mode="json"),
+        by_exp: dict[int, list[Run]] = {}
+        for r in runs:
+            by_exp.setdefault(r.experiment_id, []).append(r)
+        rows = [{**ExperimentView.of(e, sweep.name, with_conversation=True,
+                                     runs=by_exp.get(e.id, [])).model_dump(mode="json"),
                  **evidence_row(ev.experiments.get(e.id))} for e in exps]
         print(
             json.dumps(

@@ -6,14 +6,19 @@ change run to the end, and `prune = "off"` stops nothing."""
 from __future__ import annotations
 
 import difflib
+import json
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+from service_fixtures import ServerProcess
 
-from agent.core.domain import ExperimentStatus, Proposal, RunRole, RunStatus
+from agent.core.domain import ExperimentStatus, Proposal, RunEnd, RunRole, RunSpec, RunStatus
 from agent.engine.early_stop import RunCurve, loss_pairs, step_at
+from agent.engine.recovery import recover
 from agent.engine.scheduler import SchedulerSettings, SlotScheduler
 from agent.git.repo import init_repo
 from agent.ops.sweeps import create_sweep
@@ -63,13 +68,16 @@ def gone(pgid: int) -> bool:
     return False
 
 
-@pytest.mark.parametrize("slots", [1, 4])
-def test_a_clearly_losing_change_is_stopped_and_the_others_run_on(tmp_path: Path,
-                                                                  slots: int) -> None:
-    runtime, sweep, ids = night(tmp_path, "auto", slots, [LOSING, NULL, CROSSING])
+@pytest.fixture(scope="module", params=[1, 4], ids=["1 slot", "4 slots"])
+def auto_night(request, tmp_path_factory):  # type: ignore[no-untyped-def]
+    tmp = tmp_path_factory.mktemp(f"night{request.param}")
+    return (tmp, *night(tmp, "auto", request.param, [LOSING, NULL, CROSSING]))
+
+
+def test_a_clearly_losing_change_is_stopped_and_its_process_is_gone(auto_night) -> None:  # type: ignore[no-untyped-def]
+    _, runtime, sweep, ids = auto_night
     store = runtime.store
-    exps = {e.id: e for e in store.list_experiments(sweep.id)}
-    losing = exps[ids["A_SHIFT"]]
+    losing = store.get_experiment(ids["A_SHIFT"])
     assert losing.status is ExperimentStatus.DISCARDED and losing.crash_kind is None
     assert losing.reason is not None and losing.reason.startswith("stopped at ")
     assert "of the budget: loss" in losing.reason and "the incumbent's" in losing.reason
@@ -79,21 +87,60 @@ def test_a_clearly_losing_change_is_stopped_and_the_others_run_on(tmp_path: Path
     assert run.pgid is not None and gone(run.pgid)
     assert run.curve is not None and run.curve[-1][0] < 1.0  # it did not train to the end
     assert run.training_s is not None and run.training_s < sweep.config.budget_s
+
+
+def test_a_null_and_a_crossing_change_run_to_the_end(auto_night) -> None:  # type: ignore[no-untyped-def]
+    _, runtime, sweep, ids = auto_night
+    store = runtime.store
     for name in ("UNUSED", "WARMDOWN_FRAC"):
-        exp = exps[ids[name]]
+        exp = store.get_experiment(ids[name])
         assert exp.status in (ExperimentStatus.KEPT, ExperimentStatus.DISCARDED), exp
         assert not (exp.reason or "").startswith("stopped at ")
         runs = store.list_runs(experiment_id=exp.id)
         assert runs and all(r.status is not RunStatus.PRUNED for r in runs)
         assert all(r.curve is not None and r.curve[-1][0] > 0.9 for r in runs)
-    # The schedule change really was behind at the first check: only its category saved it.
-    base = [r.curve for r in store.list_runs(experiment_id=1) if r.curve]
+    # The schedule change really was behind at the first check: only its category saved it,
+    # and it ended better than every baseline run.
+    base = store.list_runs(experiment_id=1)
+    curves = [r.curve for r in base if r.curve]
     crossing = store.list_runs(experiment_id=ids["WARMDOWN_FRAC"])[0]
-    assert crossing.curve is not None and len(base) >= 2
-    blind = check(loss_pairs(crossing.curve), [loss_pairs(c) for c in base], 0)
+    assert crossing.curve is not None and len(curves) >= 2
+    blind = check(loss_pairs(crossing.curve), [loss_pairs(c) for c in curves], 0)
     assert blind.stop, blind
-    assert crossing.metric is not None and crossing.metric < min(
-        r.metric for r in store.list_runs(experiment_id=1) if r.metric is not None)
+    assert crossing.metric is not None
+    assert crossing.metric < min(r.metric for r in base if r.metric is not None)
+
+
+def test_each_run_is_listed_by_the_api_and_results_json(auto_night) -> None:  # type: ignore[no-untyped-def]
+    tmp, runtime, sweep, ids = auto_night
+    srv = ServerProcess(tmp / "o.db", log=tmp / "server.log", slots=0).start()
+    try:
+        with srv.client() as c:
+            r = c.get(f"/experiments/{ids['A_SHIFT']}")
+            assert r.status_code == 200, r.text
+            (run,) = r.json()["run_records"]
+            page = c.get("/experiments", params={"sweep": "n"}).json()
+            html = c.get(f"/ui/experiments/{ids['A_SHIFT']}").text
+            plain = c.get(f"/ui/experiments/{ids['UNUSED']}").text
+    finally:
+        srv.stop()
+    assert run["status"] == "pruned" and run["role"] == "screen" and run["seed"] == 42
+    assert run["stop_reason"] == r.json()["reason"] and run["metric"] is None
+    assert run["training_seconds"] > 0 and run["throughput"] > 0
+    assert all(e["run_records"] is None for e in page["data"])  # lists stay light
+    # The dashboard draws the change's curve over the incumbent's band, and where it stopped.
+    assert "Against the incumbent" in html and '<polygon class="band"' in html
+    assert '<g class="stopped">' in html and "stopped at " in html
+    assert '<polygon class="band"' in plain and '<g class="stopped">' not in plain
+    cli = str(Path(sys.executable).with_name("overnight"))
+    out = subprocess.run([cli, "results", "--sweep", "n", "--format", "json", "--db",
+                          str(tmp / "o.db")], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = {e["id"]: e for e in json.loads(out.stdout)["experiments"]}
+    assert [x["status"] for x in rows[ids["A_SHIFT"]]["run_records"]] == ["pruned"]
+    baseline = rows[1]["run_records"]
+    assert len(baseline) >= 2 and {x["role"] for x in baseline} == {"baseline"}
+    assert all(x["status"] == "ok" and x["metric"] is not None for x in baseline)
 
 
 def test_prune_off_never_stops_a_run(tmp_path: Path) -> None:
@@ -120,3 +167,95 @@ def test_a_run_curve_is_bounded_and_keeps_the_steps() -> None:
     assert step_at(points, 0.5) == pytest.approx(500, abs=60)
     assert step_at(points, 0.0) is None  # before its first point
     assert PrunePolicy().checks[0] > points[0][0]
+
+
+def test_a_restart_treats_a_pruned_run_as_finished(tmp_path: Path) -> None:
+    """The service died after a run was stopped early but before its experiment was recorded:
+    recovery records the change discarded with the stop's reason, and never runs it again."""
+    target = make_target(tmp_path / "target", "auto")
+    runtime = Runtime(tmp_path / "o.db")
+    store = runtime.store
+    sweep = create_sweep(store, runtime.repo_at(target), target, name="n", proposer="queue")
+    exp = store.add_experiment(sweep.id, Proposal("A_SHIFT", knob_diff(target, *LOSING[:2])))
+    assert store.claim(exp.id) is not None
+    run = store.start_run(RunSpec(sweep.id, exp.id, "c0ffee", 42, RunRole.SCREEN))
+    why = ("stopped at 30 % of the budget: loss 3.91 vs the incumbent's 3.60 ± 0.01 at the "
+           "same point")
+    store.end_run(run.id, RunEnd(RunStatus.PRUNED, note=why, training_s=0.4,
+                                 curve=((0.1, 4.5, 20.0), (0.3, 3.9, 70.0))))
+    def repo_of(s):  # type: ignore[no-untyped-def]
+        return runtime.repo_at(Path(s.target_path))
+
+    report = recover(store, repo_of, tmp_path / "o.db.work")
+    assert report.interrupted == [exp.id] and report.requeued == {}
+    follow = store.retry_of(exp.id)
+    assert follow is not None and follow.status is ExperimentStatus.DISCARDED
+    assert follow.reason == why
+    queued = store.list_experiments(sweep.id, [ExperimentStatus.QUEUED])
+    assert all(e.is_baseline for e in queued)  # only the baseline waits: no re-run of it
+    (again,) = store.list_runs(experiment_id=exp.id)
+    assert again.status is RunStatus.PRUNED
+    assert again.curve == ((0.1, 4.5, 20.0), (0.3, 3.9, 70.0))
+    again_report = recover(store, repo_of, tmp_path / "o.db.work")  # idempotent
+    assert again_report.requeued == {} and store.retry_of(exp.id) == follow
+
+
+def test_the_pruning_migration_keeps_old_runs_without_a_curve(tmp_path: Path) -> None:
+    from sqlalchemy import text
+    from test_store_contract import running, spec
+
+    from db.engine import make_engine, migrate
+    from db.store import SqlStore
+
+    engine = make_engine(tmp_path / "old.db")
+    try:
+        migrate(engine, "run_blocking")  # the revision before run_pruning
+        store = SqlStore(engine)
+        sweep = store.create_sweep(spec())
+        exp_id = running(store, sweep.id)
+        with store.session("an old release's run") as s:
+            s.execute(text(
+                "INSERT INTO runs (sweep_id, experiment_id, \"commit\", seed, role, status, "
+                "metric, summary, started_at) VALUES (:s, :e, 'c', 42, 'screen', 'ok', 1.5, "
+                "'{}', '2026-11-29 00:00:00')"), {"s": sweep.id, "e": exp_id})
+        migrate(engine)
+        (old,) = store.list_runs(experiment_id=exp_id)
+        assert old.curve is None and old.status is RunStatus.OK
+        new = store.start_run(RunSpec(sweep.id, exp_id, "c", 43, RunRole.CONFIRM))
+        store.end_run(new.id, RunEnd(RunStatus.PRUNED, note="stopped", curve=((0.3, 2.0, 9.0),)))
+        assert store.list_runs(experiment_id=exp_id)[1].curve == ((0.3, 2.0, 9.0),)
+        assert store.list_runs(experiment_id=exp_id)[1].note == "stopped"
+    finally:
+        engine.dispose()
+
+
+def test_doctor_says_whether_the_early_stop_can_work(tmp_path: Path) -> None:
+    from conftest import make_target as make_fake
+
+    from agent.core.config import load_config
+    from agent.ops.doctor import diagnose
+
+    curves = make_target(tmp_path / "curves", "auto")
+    (found,) = [c for c in diagnose(curves, load_config(curves), runs=1).checks
+                if c.name == "early stop"]
+    assert found.status == "ok" and 'prune = "auto": on' in found.detail
+    fake = make_fake(tmp_path / "fake")  # three progress lines: too few for the checks
+    (few,) = [c for c in diagnose(fake, load_config(fake), runs=1).checks
+              if c.name == "early stop"]
+    assert few.status == "info" and "3 progress lines" in few.detail
+
+
+def test_the_early_stop_fit_check_names_what_is_missing() -> None:
+    from agent.core.config import TargetConfig
+    from agent.rules.prune_fit import check_early_stop
+
+    auto = TargetConfig(command="python t.py", editable=("t.py",), metric="m", budget_s=10,
+                        prune="auto")
+    off = auto.model_copy(update={"prune": "off"})
+    assert check_early_stop(auto, 0, None).status == "warn"
+    assert check_early_stop(off, 0, None).status == "info"
+    assert "every 5%" in check_early_stop(auto, 5, 9.0).detail
+    assert "no elapsed time" in check_early_stop(auto, 100, None).detail
+    assert check_early_stop(auto, 100, 2.0).status == "warn"  # elapsed reaches 20 %
+    assert check_early_stop(off, 100, 9.9).status == "ok"
+    assert 'set prune = "auto"' in check_early_stop(off, 100, 9.9).detail

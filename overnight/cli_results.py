@@ -39,6 +39,17 @@ def closing_line(sweep: Sweep, exps: list) -> str:  # type: ignore[type-arg]
             + (f" ({rel:+.2%})" if rel is not None else ""))
 
 
+def runs_by_status(runs: list[Run]) -> dict[str, dict[str, float]]:
+    """How many runs ended in each status and the training seconds they spent (a pruned run's
+    up to its stop): where a night's GPU time went."""
+    out: dict[str, dict[str, float]] = {}
+    for r in runs:
+        row = out.setdefault(r.status.value, {"n": 0, "training_s": 0.0})
+        row["n"] += 1
+        row["training_s"] = round(row["training_s"] + (r.training_s or 0.0), 3)
+    return out
+
+
 def print_results(sweep: Sweep, store, fmt: str) -> None:  # type: ignore[no-untyped-def]
     from agent.analysis.evidence import sweep_evidence
     from agent.analysis.report import evidence_header, evidence_row, sweep_evidence_row
@@ -65,6 +76,7 @@ def print_results(sweep: Sweep, store, fmt: str) -> None:  # type: ignore[no-unt
                     "best": sweep.best_metric,
                     "best_commit": sweep.best_commit,
                     "evidence": sweep_evidence_row(ev),
+                    "runs_by_status": runs_by_status(runs),
                     "llm": LLMSpend.of(store.llm_usage(sweep.id)).model_dump(),
                     "experiments": rows,
                 },

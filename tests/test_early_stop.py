@@ -122,6 +122,7 @@ def test_each_run_is_listed_by_the_api_and_results_json(auto_night) -> None:  # 
             page = c.get("/experiments", params={"sweep": "n"}).json()
             html = c.get(f"/ui/experiments/{ids['A_SHIFT']}").text
             plain = c.get(f"/ui/experiments/{ids['UNUSED']}").text
+            assert c.get("/ui/sweeps/n").status_code == 200
     finally:
         srv.stop()
     assert run["status"] == "pruned" and run["role"] == "screen" and run["seed"] == 42
@@ -136,7 +137,13 @@ def test_each_run_is_listed_by_the_api_and_results_json(auto_night) -> None:  # 
     out = subprocess.run([cli, "results", "--sweep", "n", "--format", "json", "--db",
                           str(tmp / "o.db")], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
-    rows = {e["id"]: e for e in json.loads(out.stdout)["experiments"]}
+    night = json.loads(out.stdout)
+    rows = {e["id"]: e for e in night["experiments"]}
+    assert night["runs_by_status"]["pruned"]["n"] == 1
+    assert 0 < night["runs_by_status"]["pruned"]["training_s"] < sweep.config.budget_s
+    table = subprocess.run([cli, "results", "--sweep", "n", "--db", str(tmp / "o.db")],
+                           capture_output=True, text=True, timeout=120)
+    assert table.returncode == 0 and "A_SHIFT" in table.stdout, table.stderr[-2000:]
     assert [x["status"] for x in rows[ids["A_SHIFT"]]["run_records"]] == ["pruned"]
     baseline = rows[1]["run_records"]
     assert len(baseline) >= 2 and {x["role"] for x in baseline} == {"baseline"}

@@ -26,7 +26,9 @@ from runner.summary import ProgressPoint
 logger = logging.getLogger(__name__)
 CURVE_BINS = 200  # a run's recorded curve: the mean point of each 1/200 of the budget
 CHALLENGER_ROLES = (RunRole.SCREEN, RunRole.CONFIRM)
-REFERENCE_STATUSES = (RunStatus.OK, RunStatus.SUSPECT)
+# The incumbent's runs a challenger is judged against: those in its usual machine conditions
+# (a suspect run measured the machine; its curve would move the reference and the speed).
+REFERENCE_STATUSES = (RunStatus.OK,)
 
 
 class RunStop(threading.Event):

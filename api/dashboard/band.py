@@ -13,11 +13,12 @@ from collections.abc import Sequence
 from markupsafe import Markup, escape
 
 from agent.core.domain import CurvePoints, Experiment, ExperimentStatus, Run, RunStatus, Sweep
+from agent.engine.early_stop import REFERENCE_STATUSES
 from agent.rules.prune import PrunePolicy, loss_at
 from db.reads import Reads
 
 GRID = 60  # fractions of the budget the band is drawn at
-REFERENCE = (RunStatus.OK, RunStatus.SUSPECT)
+REFERENCE = REFERENCE_STATUSES
 FROM_F = 0.15  # the y axis fits the curves from this fraction of the budget on
 
 

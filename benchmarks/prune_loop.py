@@ -57,6 +57,7 @@ class Night:
     kept: frozenset[str]
     stopped: frozenset[str]
     statuses: dict[str, str]
+    by_kind: dict[str, float]  # training seconds of each kind of change's runs
 
 
 def changes(harmful: int, null: int) -> list[Change]:
@@ -109,13 +110,19 @@ def run_night(root: Path, mode: str, plan: list[Change], budget: float, slots: i
     last = {e.description: e.status.value for e in sorted(exps, key=lambda e: e.id)
             if not e.is_baseline}
     pruned_exps = {r.experiment_id for r in runs if r.status is RunStatus.PRUNED}
+    kind_of = {e.id: e.description.rsplit("(", 1)[-1].rstrip(")") if not e.is_baseline
+               else "baseline" for e in exps}
+    by_kind: dict[str, float] = {}
+    for r in runs:  # an incumbent re-run is recorded under the best's row: its own kind
+        kind = "incumbent" if r.role.value == "incumbent" else kind_of[r.experiment_id]
+        by_kind[kind] = by_kind.get(kind, 0.0) + (r.training_s or 0.0)
     return Night(
         mode=mode, wall_s=wall, training_s=sum(r.training_s or 0.0 for r in runs),
         runs=len(runs), pruned=sum(r.status is RunStatus.PRUNED for r in runs),
         kept=frozenset(e.description for e in exps
                        if e.status is ExperimentStatus.KEPT and not e.is_baseline),
         stopped=frozenset(label[i] for i in pruned_exps),
-        statuses=last)
+        statuses=last, by_kind=by_kind)
 
 
 def main() -> None:
@@ -136,6 +143,9 @@ def main() -> None:
     for n in nights:
         print(f"{n.mode:6} {n.runs:5d} {n.pruned:6d} {n.training_s:10.1f} {n.wall_s:7.1f}  "
               f"{', '.join(sorted(n.kept)) or '-'}")
+    kinds = sorted(set(off.by_kind) | set(auto.by_kind))
+    print("training s by kind (off -> auto): " + "; ".join(
+        f"{k} {off.by_kind.get(k, 0.0):.1f} -> {auto.by_kind.get(k, 0.0):.1f}" for k in kinds))
     saved = 1 - auto.training_s / off.training_s if off.training_s else 0.0
     winners = sorted(auto.stopped & off.kept)
     print(f"training seconds saved: {saved:.1%}; keeps the same: {auto.kept == off.kept}")

@@ -142,8 +142,9 @@ def test_each_run_is_listed_by_the_api_and_results_json(auto_night) -> None:  # 
     assert night["runs_by_status"]["pruned"]["n"] == 1
     assert 0 < night["runs_by_status"]["pruned"]["training_s"] < sweep.config.budget_s
     table = subprocess.run([cli, "results", "--sweep", "n", "--db", str(tmp / "o.db")],
-                           capture_output=True, text=True, timeout=120)
-    assert table.returncode == 0 and "A_SHIFT" in table.stdout, table.stderr[-2000:]
+                           capture_output=True, text=True, timeout=120,
+                           env={**os.environ, "COLUMNS": "200"})
+    assert table.returncode == 0 and "discarded" in table.stdout, table.stderr[-2000:]
     assert [x["status"] for x in rows[ids["A_SHIFT"]]["run_records"]] == ["pruned"]
     baseline = rows[1]["run_records"]
     assert len(baseline) >= 2 and {x["role"] for x in baseline} == {"baseline"}

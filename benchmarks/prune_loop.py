@@ -15,6 +15,13 @@ Both nights run through the real engine (git worktrees, subprocesses, SQLite, th
 its stop), the GPU-seconds of a real night; "wall s" the night's wall clock.
 
     .venv/bin/python benchmarks/prune_loop.py [--budget 2] [--slots 1] [--harmful 6] [--null 4]
+
+`--target gpt` runs the reference target (experiments/gpt, on this machine's device: CPU here)
+instead, with two baseline runs and two changes: LR = 3e-5 (harmful: a hundredth of the
+learning rate) and ROPE_BASE = 10001.0 (null); `--modes auto` runs only the night with the
+early stop (a harmful change's run then says what it saved against its budget).
+
+    .venv/bin/python benchmarks/prune_loop.py --target gpt --budget 60 --modes auto
 """
 
 from __future__ import annotations
@@ -35,6 +42,8 @@ from overnight.runtime import Runtime
 
 ROOT = Path(__file__).resolve().parent.parent
 CURVES = ROOT / "tests" / "fixtures" / "curve_target"
+GPT = ROOT / "experiments" / "gpt"
+GPT_PLAN = [("LR", "3e-5", "harmful"), ("ROPE_BASE", "10001.0", "null")]
 FILLER = "#\n" * 4  # hunks on different knobs never share context
 HARMFUL = (0.4, 0.2, 0.1, 0.3, 0.05, 0.15, 0.25, 0.08)
 GAINS = (-0.02, -0.04)
@@ -58,6 +67,7 @@ class Night:
     stopped: frozenset[str]
     statuses: dict[str, str]
     by_kind: dict[str, float]  # training seconds of each kind of change's runs
+    reasons: dict[str, str]  # a stopped change's reason
 
 
 def changes(harmful: int, null: int) -> list[Change]:
@@ -84,6 +94,17 @@ def make_target(dest: Path, n_shifts: int, budget: float, prune: str) -> Path:
     return dest
 
 
+def make_gpt(dest: Path, budget: float, prune: str) -> Path:
+    shutil.copytree(GPT, dest, ignore=shutil.ignore_patterns("__pycache__"))
+    toml = (dest / "overnight.toml").read_text()
+    toml = toml.replace("budget_s  = 300", f"budget_s  = {budget:g}")
+    toml = toml.replace("timeout_s = 900", f"timeout_s = {budget * 4 + 120:g}")
+    (dest / "overnight.toml").write_text(
+        toml + f'prune = "{prune}"\nbaseline_runs = 2\nincumbent_every = 0\n')
+    init_repo(dest)
+    return dest
+
+
 def knob_diff(target: Path, name: str, value: str) -> str:
     old = (target / "train.py").read_text().splitlines(True)
     new = [f"{name} = {value}" + line[line.index("  #"):] if line.startswith(f"{name} = ")
@@ -91,9 +112,11 @@ def knob_diff(target: Path, name: str, value: str) -> str:
     return "".join(difflib.unified_diff(old, new, "a/train.py", "b/train.py"))
 
 
-def run_night(root: Path, mode: str, plan: list[Change], budget: float, slots: int) -> Night:
+def run_night(root: Path, mode: str, plan: list[Change], budget: float, slots: int,
+              gpt: bool = False) -> Night:
     n_shifts = sum(c.name.startswith("SHIFT_") for c in plan)
-    target = make_target(root / f"target-{mode}", n_shifts, budget, mode)
+    target = (make_gpt(root / f"gpt-{mode}", budget, mode) if gpt
+              else make_target(root / f"target-{mode}", n_shifts, budget, mode))
     rt = Runtime(root / f"{mode}.db")
     sweep = create_sweep(rt.store, rt.repo_at(target), target, name=mode, proposer="queue")
     for c in plan:
@@ -122,7 +145,9 @@ def run_night(root: Path, mode: str, plan: list[Change], budget: float, slots: i
         kept=frozenset(e.description for e in exps
                        if e.status is ExperimentStatus.KEPT and not e.is_baseline),
         stopped=frozenset(label[i] for i in pruned_exps),
-        statuses=last, by_kind=by_kind)
+        statuses=last, by_kind=by_kind,
+        reasons={label[r.experiment_id]: f"{r.note} (trained {r.training_s or 0:.1f} s)"
+                 for r in runs if r.status is RunStatus.PRUNED})
 
 
 def main() -> None:
@@ -131,18 +156,27 @@ def main() -> None:
     ap.add_argument("--slots", type=int, default=1)
     ap.add_argument("--harmful", type=int, default=6)
     ap.add_argument("--null", type=int, default=4)
+    ap.add_argument("--target", choices=("curves", "gpt"), default="curves")
+    ap.add_argument("--modes", nargs="+", choices=("off", "auto"), default=["off", "auto"])
     args = ap.parse_args()
-    plan = changes(args.harmful, args.null)
+    gpt = args.target == "gpt"
+    plan = [Change(*c) for c in GPT_PLAN] if gpt else changes(args.harmful, args.null)
     with tempfile.TemporaryDirectory(prefix="prune-loop-") as tmp:
-        nights = [run_night(Path(tmp), mode, plan, args.budget, args.slots)
-                  for mode in ("off", "auto")]
-    off, auto = nights
-    print(f"{len(plan)} changes ({args.harmful} harmful, {args.null} null, {len(GAINS)} small "
-          f"gains, 1 crossing), budget {args.budget:g} s, {args.slots} slot(s)")
+        nights = [run_night(Path(tmp), mode, plan, args.budget, args.slots, gpt)
+                  for mode in args.modes]
+    print(f"{len(plan)} changes ({', '.join(f'{c.name} = {c.value} ({c.kind})' for c in plan)})"
+          if gpt else f"{len(plan)} changes ({args.harmful} harmful, {args.null} null, "
+          f"{len(GAINS)} small gains, 1 crossing)", f"budget {args.budget:g} s, "
+          f"{args.slots} slot(s)")
     print(f"{'prune':6} {'runs':>5} {'pruned':>6} {'training s':>10} {'wall s':>7}  kept")
     for n in nights:
         print(f"{n.mode:6} {n.runs:5d} {n.pruned:6d} {n.training_s:10.1f} {n.wall_s:7.1f}  "
               f"{', '.join(sorted(n.kept)) or '-'}")
+        for d, why in sorted(n.reasons.items()):
+            print(f"       {d}: {why}")
+    if len(nights) < 2:
+        return
+    off, auto = nights
     kinds = sorted(set(off.by_kind) | set(auto.by_kind))
     print("training s by kind (off -> auto): " + "; ".join(
         f"{k} {off.by_kind.get(k, 0.0):.1f} -> {auto.by_kind.get(k, 0.0):.1f}" for k in kinds))

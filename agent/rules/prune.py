@@ -33,7 +33,7 @@ Curve = Sequence[tuple[float, float]]
 @dataclass(frozen=True)
 class PrunePolicy:
     checks: tuple[float, ...] = (0.3, 0.5, 0.7)  # fractions of the budget where a run is judged
-    z: tuple[float, ...] = (5.0, 4.0, 3.5)  # margin in sds of (one run − incumbent mean): stricter early
+    z: tuple[float, ...] = (5.0, 4.0, 3.5)  # margin in sds of (run − incumbent mean): strict early
     window: float = 0.05  # the loss at f is the median of the curve's points in [f − window, f]
     min_curves: int = 2  # incumbent curves needed to calibrate a spread
     floor_rel: float = 0.01  # the margin is at least this share of the reference loss
@@ -79,7 +79,9 @@ class PruneCall:
 def _fmt(x: float | None) -> str:
     if x is None or not math.isfinite(x):
         return str(x)
-    return f"{x:.3g}" if abs(x) < 0.01 or abs(x) >= 1000 else f"{x:.2f}" if abs(x) >= 1 else f"{x:.3f}"
+    if abs(x) < 0.01 or abs(x) >= 1000:
+        return f"{x:.3g}"
+    return f"{x:.2f}" if abs(x) >= 1 else f"{x:.3f}"
 
 
 def loss_at(curve: Curve, fraction: float, window: float) -> float | None:

@@ -23,8 +23,8 @@ def check_early_stop(config: TargetConfig, lines: int, last_elapsed_s: float | N
     loss in one run, the last elapsed time printed on one (None: no line prints one)."""
     state = f'prune = "{config.prune}"'
     if lines == 0:
-        return Check(NAME, "warn" if config.prune == "auto" else "info", f"{state}, but it cannot work: no progress line with a loss",
-                     LINE_FIX)
+        return Check(NAME, "warn" if config.prune == "auto" else "info",
+                     f"{state}, but it cannot work: no progress line with a loss", LINE_FIX)
     needed = int(policy.checks[-1] / policy.window) + 1  # a line in each check's window
     if lines < needed:
         return Check(NAME, "warn" if config.prune == "auto" else "info",

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import logging
 import shutil
 import tempfile
 import time
@@ -158,7 +159,12 @@ def main() -> None:
     ap.add_argument("--null", type=int, default=4)
     ap.add_argument("--target", choices=("curves", "gpt"), default="curves")
     ap.add_argument("--modes", nargs="+", choices=("off", "auto"), default=["off", "auto"])
+    ap.add_argument("--checks", action="store_true",
+                    help="print every early-stop check (stopped or not, and why)")
     args = ap.parse_args()
+    if args.checks:
+        logging.basicConfig(format="  %(message)s")
+        logging.getLogger("agent.engine.early_stop").setLevel(logging.INFO)
     gpt = args.target == "gpt"
     plan = [Change(*c) for c in GPT_PLAN] if gpt else changes(args.harmful, args.null)
     with tempfile.TemporaryDirectory(prefix="prune-loop-") as tmp:

@@ -5,7 +5,9 @@ keep rules.
 Each run carries OVERNIGHT_RUN_ID = "<work-dir key>:<experiment id>:<k>" (the experiment
 executing it; k = 0 for its first run, then the run record's id), so recovery can find every
 process of an interrupted experiment.
-The loss curve is downsampled to at most MAX_LOSS_POINTS (+ the last point) per run.
+The loss curve is downsampled to at most MAX_LOSS_POINTS (+ the last point) per run; each
+run also records its curve by fraction of the budget (runs.curve), and a change's own run is
+stopped early when that curve is clearly behind the incumbent's (agent.engine.early_stop).
 """
 
 from __future__ import annotations
@@ -260,13 +262,18 @@ class TrainingRuns:
         finally:
             if sink is not None:
                 sink.flush(final=True)
+        ended = self.record_end(exp, run, result, config, lines, early)
+        return result, sink is None or sink.count > 0, ended
+
+    def record_end(self, exp: Experiment, run: Run, result: RunResult, config: TargetConfig,
+                   lines: ProgressLines, early: EarlyStop | None) -> Run:
+        """The run's end with its curve; `pruned` when its early stop ended it."""
         end = replace(run_end(result, config.metric, lines.meter),
                       curve=lines.curve.points() or None)
         if early is not None and early.call is not None and result.outcome is Outcome.STOPPED:
             end = pruned_end(end, early, config.budget_s)
             self.emit("pruned", exp, {"reason": end.note, "run": run.id})
-        ended = self.store.end_run(run.id, end)
-        return result, sink is None or sink.count > 0, ended
+        return self.store.end_run(run.id, end)
 
     def early_stop(self, sweep: Sweep, exp: Experiment, spec: RunSpec,
                    run_stop: threading.Event) -> EarlyStop | None:

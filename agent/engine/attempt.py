@@ -284,9 +284,13 @@ class TrainingRuns:
         base = self.store.get_experiment(exp.id).base_commit or sweep.best_commit
         if not judged(sweep, exp, spec, base):
             return None
-        ref = reference(exp, self.store.list_runs(sweep_id=sweep.id), spec.seed, base,
-                        sweep.config.budget_s)
-        return EarlyStop(ref, run_stop)
+        now = self.store.get_sweep(sweep.name)
+        # The best's runs (its own, its re-runs, those beside changes) are recorded under the
+        # experiment that made it: one experiment's runs, not the sweep's thousands.
+        runs = (self.store.list_runs(experiment_id=now.best_experiment_id)
+                if now.best_commit == base and now.best_experiment_id is not None
+                else self.store.list_runs(sweep_id=sweep.id))
+        return EarlyStop(reference(exp, runs, spec.seed, base, sweep.config.budget_s), run_stop)
 
     def evaluate_again(self, exp: Experiment, config: TargetConfig, wt: Path,
                        first: RunResult, env: dict[str, str],

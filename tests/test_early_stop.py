@@ -11,13 +11,14 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
 from service_fixtures import ServerProcess
 
 from agent.core.domain import ExperimentStatus, Proposal, RunEnd, RunRole, RunSpec, RunStatus
-from agent.engine.early_stop import RunCurve, loss_pairs, step_at
+from agent.engine.early_stop import EarlyStop, Reference, RunCurve, loss_pairs, step_at
 from agent.engine.recovery import recover
 from agent.engine.scheduler import SchedulerSettings, SlotScheduler
 from agent.git.repo import init_repo
@@ -29,6 +30,8 @@ CURVES = Path(__file__).parent / "fixtures" / "curve_target"
 LOSING = ("A_SHIFT", "0.3", "a worse loss everywhere")
 NULL = ("UNUSED", "1", "a knob that changes nothing")
 CROSSING = ("WARMDOWN_FRAC", "0.5", "warm-down: slower early, lower at the end")
+# Worse everywhere and half the speed: its curve measures the machine, so it is not judged.
+SLOW = ("A_SHIFT", "0.3", "a worse loss at half the speed", ("STEPS_PER_S", "100.0"))
 
 
 def make_target(dest: Path, prune: str) -> Path:
@@ -39,22 +42,24 @@ def make_target(dest: Path, prune: str) -> Path:
     return dest
 
 
-def knob_diff(target: Path, name: str, value: str) -> str:
+def knob_diff(target: Path, name: str, value: str, *more: tuple[str, str]) -> str:
     old = (target / "train.py").read_text().splitlines(True)
-    new = [f"{name} = {value}" + line[line.index("  #"):] if line.startswith(f"{name} = ")
-           else line for line in old]
+    new = old
+    for knob, v in ((name, value), *more):
+        new = [f"{knob} = {v}" + line[line.index("  #"):] if line.startswith(f"{knob} = ")
+               else line for line in new]
     assert new != old, name
     return "".join(difflib.unified_diff(old, new, "a/train.py", "b/train.py"))
 
 
-def night(tmp: Path, prune: str, slots: int, changes: list[tuple[str, str, str]]):  # type: ignore[no-untyped-def]
+def night(tmp: Path, prune: str, slots: int, changes: list[tuple]):  # type: ignore[no-untyped-def,type-arg]
     target = make_target(tmp / "target", prune)
     runtime = Runtime(tmp / "o.db")
     sweep = create_sweep(runtime.store, runtime.repo_at(target), target, name="n",
                          proposer="queue")
-    ids = {name: runtime.store.add_experiment(
-        sweep.id, Proposal(f"{name} = {value}: {what}", knob_diff(target, name, value))).id
-        for name, value, what in changes}
+    ids = {what: runtime.store.add_experiment(
+        sweep.id, Proposal(f"{name} = {value}: {what}", knob_diff(target, name, value, *more))).id
+        for name, value, what, *more in changes}
     settings = SchedulerSettings(slots=slots, grace_s=1.0, poll_interval_s=0.1)
     SlotScheduler(runtime.store, settings, runtime.loop_factory(settings)).run_burst(["n"])
     return runtime, sweep, ids
@@ -71,13 +76,13 @@ def gone(pgid: int) -> bool:
 @pytest.fixture(scope="module", params=[1, 4], ids=["1 slot", "4 slots"])
 def auto_night(request, tmp_path_factory):  # type: ignore[no-untyped-def]
     tmp = tmp_path_factory.mktemp(f"night{request.param}")
-    return (tmp, *night(tmp, "auto", request.param, [LOSING, NULL, CROSSING]))
+    return (tmp, *night(tmp, "auto", request.param, [LOSING, NULL, SLOW, CROSSING]))
 
 
 def test_a_clearly_losing_change_is_stopped_and_its_process_is_gone(auto_night) -> None:  # type: ignore[no-untyped-def]
     _, runtime, sweep, ids = auto_night
     store = runtime.store
-    losing = store.get_experiment(ids["A_SHIFT"])
+    losing = store.get_experiment(ids[LOSING[2]])
     assert losing.status is ExperimentStatus.DISCARDED and losing.crash_kind is None
     assert losing.reason is not None and losing.reason.startswith("stopped at ")
     assert "of the budget: loss" in losing.reason and "the incumbent's" in losing.reason
@@ -92,8 +97,8 @@ def test_a_clearly_losing_change_is_stopped_and_its_process_is_gone(auto_night) 
 def test_a_null_and_a_crossing_change_run_to_the_end(auto_night) -> None:  # type: ignore[no-untyped-def]
     _, runtime, sweep, ids = auto_night
     store = runtime.store
-    for name in ("UNUSED", "WARMDOWN_FRAC"):
-        exp = store.get_experiment(ids[name])
+    for what in (NULL[2], CROSSING[2]):
+        exp = store.get_experiment(ids[what])
         assert exp.status in (ExperimentStatus.KEPT, ExperimentStatus.DISCARDED), exp
         assert not (exp.reason or "").startswith("stopped at ")
         runs = store.list_runs(experiment_id=exp.id)
@@ -103,7 +108,7 @@ def test_a_null_and_a_crossing_change_run_to_the_end(auto_night) -> None:  # typ
     # and it ended better than every baseline run.
     base = store.list_runs(experiment_id=1)
     curves = [r.curve for r in base if r.curve]
-    crossing = store.list_runs(experiment_id=ids["WARMDOWN_FRAC"])[0]
+    crossing = store.list_runs(experiment_id=ids[CROSSING[2]])[0]
     assert crossing.curve is not None and len(curves) >= 2
     blind = check(loss_pairs(crossing.curve), [loss_pairs(c) for c in curves], 0)
     assert blind.stop, blind
@@ -111,17 +116,37 @@ def test_a_null_and_a_crossing_change_run_to_the_end(auto_night) -> None:  # typ
     assert crossing.metric < min(r.metric for r in base if r.metric is not None)
 
 
+def test_a_change_whose_speed_departs_is_not_judged(auto_night) -> None:  # type: ignore[no-untyped-def]
+    _, runtime, sweep, ids = auto_night
+    store = runtime.store
+    slow = store.get_experiment(ids[SLOW[2]])
+    assert slow.status is ExperimentStatus.DISCARDED
+    assert not (slow.reason or "").startswith("stopped at ")  # the keep rule discarded it
+    (run,) = store.list_runs(experiment_id=slow.id)
+    assert run.status is RunStatus.OK and run.curve is not None and run.curve[-1][0] > 0.9
+    base = [r.curve for r in store.list_runs(experiment_id=1) if r.curve]
+    ref = Reference(tuple(base), "hyperparameter", sweep.config.budget_s)
+    early = EarlyStop(ref, threading.Event())
+    at = min(run.curve, key=lambda p: abs(p[0] - 0.3))
+    ratio = early.speed_ratio(at[0], int(at[2]))
+    assert ratio is not None and ratio == pytest.approx(0.5, abs=0.1)
+    # As far behind as the losing change: only its speed kept it from being stopped.
+    assert check(loss_pairs(run.curve), [loss_pairs(c) for c in base], 0).stop
+    assert not check(loss_pairs(run.curve), [loss_pairs(c) for c in base], 0,
+                     speed_ratio=ratio).stop
+
+
 def test_each_run_is_listed_by_the_api_and_results_json(auto_night) -> None:  # type: ignore[no-untyped-def]
     tmp, runtime, sweep, ids = auto_night
     srv = ServerProcess(tmp / "o.db", log=tmp / "server.log", slots=0).start()
     try:
         with srv.client() as c:
-            r = c.get(f"/experiments/{ids['A_SHIFT']}")
+            r = c.get(f"/experiments/{ids[LOSING[2]]}")
             assert r.status_code == 200, r.text
             (run,) = r.json()["run_records"]
             page = c.get("/experiments", params={"sweep": "n"}).json()
-            html = c.get(f"/ui/experiments/{ids['A_SHIFT']}").text
-            plain = c.get(f"/ui/experiments/{ids['UNUSED']}").text
+            html = c.get(f"/ui/experiments/{ids[LOSING[2]]}").text
+            plain = c.get(f"/ui/experiments/{ids[NULL[2]]}").text
             assert c.get("/ui/sweeps/n").status_code == 200
     finally:
         srv.stop()
@@ -145,16 +170,18 @@ def test_each_run_is_listed_by_the_api_and_results_json(auto_night) -> None:  # 
                            capture_output=True, text=True, timeout=120,
                            env={**os.environ, "COLUMNS": "200"})
     assert table.returncode == 0 and "discarded" in table.stdout, table.stderr[-2000:]
-    assert [x["status"] for x in rows[ids["A_SHIFT"]]["run_records"]] == ["pruned"]
+    assert [x["status"] for x in rows[ids[LOSING[2]]]["run_records"]] == ["pruned"]
     baseline = rows[1]["run_records"]
-    assert len(baseline) >= 2 and {x["role"] for x in baseline} == {"baseline"}
+    # its own runs, and any incumbent run the keep rule ran beside a change (same commit)
+    assert sum(x["role"] == "baseline" for x in baseline) >= 2
+    assert {x["role"] for x in baseline} <= {"baseline", "incumbent"}
     assert all(x["status"] == "ok" and x["metric"] is not None for x in baseline)
 
 
 def test_prune_off_never_stops_a_run(tmp_path: Path) -> None:
     runtime, sweep, ids = night(tmp_path, "off", 1, [LOSING])
     store = runtime.store
-    losing = store.get_experiment(ids["A_SHIFT"])
+    losing = store.get_experiment(ids[LOSING[2]])
     assert losing.status is ExperimentStatus.DISCARDED
     assert not (losing.reason or "").startswith("stopped at ")
     runs = store.list_runs(sweep_id=sweep.id)

@@ -28,17 +28,32 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 Curve = Sequence[tuple[float, float]]
+# The keep rule's futility to run with early stopping (agent.rules.verdict.Rule.futility): the
+# discard bar rises to keep_z at max_runs. Run-level futility (``futile``) stays off by default:
+# on the fixed-budget night it cost more ≥ 3σ gains kept than the targets allow
+# (docs/keep-rule.md#early-stop-and-futility-on-a-fixed-budget).
+AUTO_FUTILITY = 1.0
 
 
 @dataclass(frozen=True)
 class PrunePolicy:
     checks: tuple[float, ...] = (0.3, 0.5, 0.7)  # fractions of the budget where a run is judged
-    z: tuple[float, ...] = (5.0, 4.0, 3.5)  # margin in sds of (run − incumbent mean): strict early
+    # margin in sds of (run − incumbent mean), strict early: at (5, 4, 3.5) a late-crossing
+    # winner outside the exempt categories was stopped 1.1 % of the time (benchmarks/keep_rule.py
+    # --night budget); clearly broken runs are stopped either way
+    z: tuple[float, ...] = (8.0, 6.0, 5.0)
     window: float = 0.05  # the loss at f is the median of the curve's points in [f − window, f]
-    min_curves: int = 2  # incumbent curves needed to calibrate a spread
+    min_curves: int = 3  # incumbent curves needed to calibrate a spread (2: one degree of
+    # freedom per check, a spread too often far too small)
     floor_rel: float = 0.01  # the margin is at least this share of the reference loss
     speed_tol: float = 0.15  # a run whose speed so far departs more than this is not judged
     exempt: frozenset[str] = field(default_factory=lambda: frozenset({"data/schedule"}))
+    # futility (``futile``): per check, a run whose loss is above the incumbent's mean by more
+    # than futile_z · spread · √(1 + 1/n) is unlikely to end significantly better (inf: not
+    # at that check; None: off)
+    futile_z: tuple[float, ...] | None = None
+    futile_runs: int = 1  # judged on a change's first this-many runs (later ones follow a
+    # promising first run: the keep rule's own discard decides them)
 
     def __post_init__(self) -> None:
         if not self.checks or len(self.z) != len(self.checks):
@@ -49,6 +64,14 @@ class PrunePolicy:
                              f"got {self.checks}")
         if any(not z > 0 for z in self.z) or not self.window > 0 or self.min_curves < 2:
             raise ValueError("prune policy: z and window must be positive and min_curves ≥ 2")
+        if self.futile_z is not None and len(self.futile_z) != len(self.checks):
+            raise ValueError(f"prune policy: {len(self.checks)} checks need as many futile_z "
+                             f"values, got {len(self.futile_z)}")
+        if self.futile_z is not None and any(math.isnan(z) for z in self.futile_z):
+            raise ValueError(f"prune policy: futile_z must be numbers (inf: not judged there), "
+                             f"got {self.futile_z}")
+        if self.futile_runs < 0:
+            raise ValueError(f"prune policy: futile_runs must be ≥ 0, got {self.futile_runs}")
 
 
 @dataclass(frozen=True)
@@ -62,6 +85,7 @@ class PruneCall:
     reference: float | None = None
     spread: float | None = None
     margin: float | None = None
+    futile: bool = False  # stopped by ``futile``: not ahead enough, rather than behind
 
     def reason(self) -> str:
         """For a person: ``stopped at 50 % of the budget: loss 3.41 vs the incumbent's 3.12 ±
@@ -71,9 +95,11 @@ class PruneCall:
             return f"not judged at {at}: {self.why}"
         spread = f" ± {_fmt(self.spread)}" if self.spread is not None else ""
         head = "stopped" if self.stop else "went on"
-        return (f"{head} at {at}: loss {_fmt(self.loss)} vs the incumbent's "
-                f"{_fmt(self.reference)}{spread} at the same point"
-                + ("" if self.stop else f" ({self.why})"))
+        text = (f"{head} at {at}: loss {_fmt(self.loss)} vs the incumbent's "
+                f"{_fmt(self.reference)}{spread} at the same point")
+        if self.futile:  # futility: "not better" with its evidence, never a crash
+            return f"not better: {text}, {self.why}"
+        return text + ("" if self.stop else f" ({self.why})")
 
 
 def _fmt(x: float | None) -> str:
@@ -118,6 +144,45 @@ def check(challenger: Curve, incumbents: Sequence[Curve], index: int,
           speed_ratio: float | None = None) -> PruneCall:
     """Judge the run at ``policy.checks[index]``: stop it when its loss there is above the
     incumbent curves' mean by more than the margin (see the module docstring)."""
+    got = _compare(challenger, incumbents, index, policy, category, speed_ratio)
+    if isinstance(got, PruneCall):
+        return got
+    fraction, loss, reference, spread, n = got
+    margin = max(policy.z[index] * spread * math.sqrt(1 + 1 / n),
+                 policy.floor_rel * abs(reference))
+    behind = loss - reference > margin
+    why = "behind by more than the margin" if behind else "within the margin"
+    return PruneCall(behind, fraction, why, loss, reference, spread, margin)
+
+
+def futile(challenger: Curve, incumbents: Sequence[Curve], index: int,
+           policy: PrunePolicy = PrunePolicy(), *, category: str | None = None,
+           speed_ratio: float | None = None) -> PruneCall:
+    """Futility at ``policy.checks[index]``: stop a run whose loss there is above the incumbent
+    curves' mean by more than ``futile_z[index] · spread · √(1 + 1/n)`` (no floor): not
+    clearly losing, but unlikely to end significantly better; the change is "not better",
+    never a crash. Never stops when ``futile_z`` is None, nor where ``check`` would not judge
+    (too few incumbent curves, no point in the window, an exempt category, a departed speed).
+    The call's ``futile`` is True when it stops."""
+    fraction = policy.checks[index]
+    if policy.futile_z is None:
+        return PruneCall(False, fraction, "futility is off")
+    got = _compare(challenger, incumbents, index, policy, category, speed_ratio)
+    if isinstance(got, PruneCall):
+        return got
+    fraction, loss, reference, spread, n = got
+    margin = policy.futile_z[index] * spread * math.sqrt(1 + 1 / n)
+    hopeless = loss - reference > margin
+    why = ("not ahead enough to end significantly better" if hopeless
+           else "ahead enough to go on")
+    return PruneCall(hopeless, fraction, why, loss, reference, spread, margin, futile=hopeless)
+
+
+def _compare(challenger: Curve, incumbents: Sequence[Curve], index: int, policy: PrunePolicy,
+             category: str | None, speed_ratio: float | None
+             ) -> PruneCall | tuple[float, float, float, float, int]:
+    """(fraction, loss, reference, spread, n) of a run that can be judged at the check, or
+    the call that says why it cannot."""
     fraction = policy.checks[index]
     if category is not None and category in policy.exempt:
         return PruneCall(False, fraction, f"{category} changes are not stopped early "
@@ -136,10 +201,4 @@ def check(challenger: Curve, incumbents: Sequence[Curve], index: int,
                for f in policy.checks[: index + 1]]
     pooled = _pooled_sd(columns)
     assert pooled is not None  # the last column has ≥ min_curves ≥ 2 values
-    spread = pooled[0]
-    reference = statistics.fmean(here)
-    margin = max(policy.z[index] * spread * math.sqrt(1 + 1 / len(here)),
-                 policy.floor_rel * abs(reference))
-    behind = loss - reference > margin
-    why = "behind by more than the margin" if behind else "within the margin"
-    return PruneCall(behind, fraction, why, loss, reference, spread, margin)
+    return fraction, loss, statistics.fmean(here), pooled[0], len(here)

@@ -114,3 +114,18 @@ def test_a_change_that_cannot_reach_the_keep_bar_stops_getting_runs() -> None:
     # a clearly better change is still kept, and the first run's bar is today's
     assert decide(_change([-2.5, -2.5]), futile_rule).status is ExperimentStatus.KEPT
     assert decide(_change([-0.9]), futile_rule).status is None  # z 0.78 ≥ 0.6
+
+
+def test_the_spread_is_an_upper_bound_that_tightens_with_more_curves() -> None:
+    loser = level(0.6)
+    plain = PrunePolicy(spread_upper=0.0)
+    few, many = INCUMBENTS[:3], [curve(seed=s) for s in range(12)]
+    for incumbents in (few, many):
+        bounded, raw = check(loser, incumbents, 0), check(loser, incumbents, 0, plain)
+        assert bounded.spread is not None and raw.spread is not None
+        assert bounded.spread > raw.spread
+    ratio_few = check(loser, few, 0).spread / check(loser, few, 0, plain).spread  # type: ignore[operator]
+    ratio_many = check(loser, many, 0).spread / check(loser, many, 0, plain).spread  # type: ignore[operator]
+    assert ratio_few > 3 > ratio_many > 1  # 2 vs 11 degrees of freedom at the first check
+    with pytest.raises(ValueError, match="prune policy: spread_upper"):
+        PrunePolicy(spread_upper=1.0)

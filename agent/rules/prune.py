@@ -32,22 +32,26 @@ Curve = Sequence[tuple[float, float]]
 # discard bar rises to keep_z at max_runs. Run-level futility (``futile``) stays off by default:
 # on the fixed-budget night it cost more ≥ 3σ gains kept than the targets allow
 # (docs/keep-rule.md#early-stop-and-futility-on-a-fixed-budget).
-AUTO_FUTILITY = 1.0
+AUTO_FUTILITY = 0.5
 
 
 @dataclass(frozen=True)
 class PrunePolicy:
     checks: tuple[float, ...] = (0.3, 0.5, 0.7)  # fractions of the budget where a run is judged
-    # margin in sds of (run − incumbent mean), strict early: at (5, 4, 3.5) a late-crossing
-    # winner outside the exempt categories was stopped 1.1 % of the time (benchmarks/keep_rule.py
-    # --night budget); clearly broken runs are stopped either way
-    z: tuple[float, ...] = (8.0, 6.0, 5.0)
+    # margin in sds of (run − incumbent mean), strict early
+    z: tuple[float, ...] = (5.0, 4.0, 3.5)
     window: float = 0.05  # the loss at f is the median of the curve's points in [f − window, f]
     min_curves: int = 3  # incumbent curves needed to calibrate a spread (2: one degree of
     # freedom per check, a spread too often far too small)
     floor_rel: float = 0.01  # the margin is at least this share of the reference loss
     speed_tol: float = 0.15  # a run whose speed so far departs more than this is not judged
     exempt: frozenset[str] = field(default_factory=lambda: frozenset({"data/schedule"}))
+    # the spread the margins use: the one-sided upper confidence bound of the incumbents' sd at
+    # this level, from its degrees of freedom (0: the estimate itself); a few curves often
+    # give a spread far too small, and a late-crossing winner is then stopped
+    # (benchmarks/keep_rule.py --night budget: at 0, z (5, 4, 3.5) stopped 1.1 % of the
+    # winners, late-crossing ones outside the exempt categories; at 0.95, 0.2 %)
+    spread_upper: float = 0.95
     # futility (``futile``): per check, a run whose loss is above the incumbent's mean by more
     # than futile_z · spread · √(1 + 1/n) is unlikely to end significantly better (inf: not
     # at that check; None: off)
@@ -70,6 +74,9 @@ class PrunePolicy:
         if self.futile_z is not None and any(math.isnan(z) for z in self.futile_z):
             raise ValueError(f"prune policy: futile_z must be numbers (inf: not judged there), "
                              f"got {self.futile_z}")
+        if not 0 <= self.spread_upper < 1:
+            raise ValueError(f"prune policy: spread_upper must be a level in [0, 1), got "
+                             f"{self.spread_upper}")
         if self.futile_runs < 0:
             raise ValueError(f"prune policy: futile_runs must be ≥ 0, got {self.futile_runs}")
 
@@ -201,4 +208,15 @@ def _compare(challenger: Curve, incumbents: Sequence[Curve], index: int, policy:
                for f in policy.checks[: index + 1]]
     pooled = _pooled_sd(columns)
     assert pooled is not None  # the last column has ≥ min_curves ≥ 2 values
-    return fraction, loss, statistics.fmean(here), pooled[0], len(here)
+    spread = pooled[0] * _upper(pooled[1], policy.spread_upper)
+    return fraction, loss, statistics.fmean(here), spread, len(here)
+
+
+def _upper(df: int, level: float) -> float:
+    """sd_upper / sd: the one-sided upper confidence bound of a standard deviation with `df`
+    degrees of freedom, √(df / χ²_{1 − level}(df)) (Wilson–Hilferty's χ² quantile); 1 at 0."""
+    if level <= 0:
+        return 1.0
+    z = statistics.NormalDist().inv_cdf(1 - level)
+    q = df * (1 - 2 / (9 * df) + z * math.sqrt(2 / (9 * df))) ** 3
+    return math.sqrt(df / max(q, 1e-9))

@@ -124,8 +124,11 @@ def test_the_spread_is_an_upper_bound_that_tightens_with_more_curves() -> None:
         bounded, raw = check(loser, incumbents, 0), check(loser, incumbents, 0, plain)
         assert bounded.spread is not None and raw.spread is not None
         assert bounded.spread > raw.spread
-    ratio_few = check(loser, few, 0).spread / check(loser, few, 0, plain).spread  # type: ignore[operator]
-    ratio_many = check(loser, many, 0).spread / check(loser, many, 0, plain).spread  # type: ignore[operator]
-    assert ratio_few > 3 > ratio_many > 1  # 2 vs 11 degrees of freedom at the first check
+    def ratio(incumbents: list[list[tuple[float, float]]]) -> float:
+        bounded, raw = check(loser, incumbents, 0).spread, check(loser, incumbents, 0, plain).spread
+        assert bounded is not None and raw is not None
+        return bounded / raw
+
+    assert ratio(few) > 3 > ratio(many) > 1  # 2 vs 11 degrees of freedom at the first check
     with pytest.raises(ValueError, match="prune policy: spread_upper"):
         PrunePolicy(spread_upper=1.0)

@@ -14,8 +14,11 @@ incumbent's mean by more than the margin. Guaranteed: ``check`` never stops a ru
 - or it is within the margin.
 
 The spread is the incumbent curves' standard deviation at the check's fraction, pooled with the
-earlier check fractions (more degrees of freedom than n − 1 at one point); the margin is
-``max(z · spread · √(1 + 1/n), floor_rel · |reference|)``: one run against the mean of n.
+earlier check fractions (more degrees of freedom than n − 1 at one point), taken at its
+one-sided upper confidence bound ``spread_upper`` (a few curves often show a spread far too
+small); the margin is ``max(z · spread · √(1 + 1/n), floor_rel · |reference|)``: one run
+against the mean of n. ``futile`` (off unless ``futile_z`` is set) stops a run that is merely
+not ahead enough, recorded as "not better".
 Not guaranteed: that a change stopped here would have lost at the end (curves that cross late
 exist; that is what ``z`` per check and ``exempt`` are for, calibrated by benchmarks/keep_rule.py).
 """

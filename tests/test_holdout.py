@@ -11,7 +11,6 @@ server is `overnight serve` on loopback with no slots (it only reads).
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest

@@ -63,7 +63,7 @@ def confirm_sweep(db, work_dir, name: str, at, seeds: int,  # type: ignore[no-un
     """Hold the lock, build the confirmation sweep of `name` at `at`, run it, print it."""
     from agent.core.errors import OvernightError
     from agent.engine.scheduler import SchedulerSettings
-    from agent.ops.confirm import prepare_confirm
+    from agent.ops.confirm import night_device, prepare_confirm
     from overnight.cli_foreground import drive_locked
     from overnight.cli_results import find_sweep
     from overnight.runtime import open_target
@@ -78,7 +78,8 @@ def confirm_sweep(db, work_dir, name: str, at, seeds: int,  # type: ignore[no-un
         conf = prepare_confirm(rt.store, repo, found, at, seeds)
         console.print(f"confirmation sweep [bold]{conf.name}[/bold]: the baseline and the best "
                       f"at {at.text()}, {seeds} seeds each ({2 * seeds} runs)")
-        settings = SchedulerSettings(slots=n_slots, devices=on, device=at.device)
+        device = at.device or night_device(rt.store, found)  # else where the night ran
+        settings = SchedulerSettings(slots=n_slots, devices=on, device=device)
         drive_locked(rt, conf, settings)
     except OvernightError as exc:
         fail(str(exc))

@@ -212,3 +212,15 @@ def test_nothing_kept_is_nothing_to_confirm(tmp_path):
     with pytest.raises(ConflictError, match="kept no change: there is no gain to confirm"):
         prepare_confirm(store, repo, store.get_sweep("night"), parse_at("budget=5"), 3)
     assert [s.name for s in store.list_sweeps()] == ["night"]
+
+
+def test_another_device_is_the_runs_device(good, tmp_path):
+    """`device=NAME` reaches each run as OVERNIGHT_DEVICE and is recorded on it; the fake
+    trainer ignores it, so the gain holds."""
+    _, db, store = good
+    proc = confirm(db, "device=cpu:7", tmp_path / "work")
+    assert proc.returncode == 0, proc.stderr
+    c = report_of(store, "night").confirmation
+    assert c is not None and c.at == "device=cpu:7" and c.verdict == HOLDS
+    runs = store.list_runs(sweep_id=store.get_sweep(c.sweep).id)
+    assert len(runs) == 6 and {r.device for r in runs} == {"cpu:7"}

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -110,6 +111,13 @@ def prepare_confirm(store: Store, repo: ChainRepo, sweep: Sweep, at: ConfirmAt,
     logger.info("confirmation sweep %s of %s at %s: 2 × %d runs", conf.name, sweep.name,
                 at.text(), seeds)
     return store.get_sweep(conf.name)
+
+
+def night_device(store: Store, sweep: Sweep) -> str | None:
+    """The device the night's runs recorded most (None: none recorded): a confirmation at a
+    larger budget or size runs where the night ran."""
+    devices = Counter(r.device for r in store.list_runs(sweep_id=sweep.id) if r.device)
+    return devices.most_common(1)[0][0] if devices else None
 
 
 def confirmations_of(store: Store, sweep: Sweep) -> list[Sweep]:

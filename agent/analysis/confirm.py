@@ -107,6 +107,9 @@ class Confirmation:
     verdict: str
     reason: str
     runs: int = 0  # runs the confirmation spent (failed ones included)
+    night_baseline: float | None = None  # the night's baseline mean, its gain and half-width
+    night_gain: float | None = None
+    night_gain_ci: float | None = None
 
 
 def confirm(sweep: str, at: str, direction: Direction, baseline: Sequence[float],
@@ -131,7 +134,8 @@ def confirm(sweep: str, at: str, direction: Direction, baseline: Sequence[float]
     verdict, reason = _verdict(rel, rel_ci, n_rel, n_rel_ci, len(baseline), len(best))
     spent = len(baseline) + len(best) if runs is None else runs
     return Confirmation(sweep, at, seeds, a, b, len(baseline), len(best), gain, gain_ci, rel,
-                        rel_ci, n_rel, n_rel_ci, sigma, verdict, reason, spent)
+                        rel_ci, n_rel, n_rel_ci, sigma, verdict, reason, spent, n_base,
+                        n_gain, n_ci)
 
 
 def _verdict(rel: float | None, ci: float | None, night: float | None,

@@ -50,15 +50,20 @@ def relative(v: float | None, ci: float | None) -> str:
     return f"{v:+.2%}" + (f" ± {ci:.2%}" if ci is not None else "")
 
 
+def _gain(v: float | None, ci: float | None) -> str:
+    return "–" if v is None else f"{v:+.6f}" + (f" ± {ci:.6f}" if ci is not None else "")
+
+
 def confirmation_markdown(c: Confirmation) -> str:
-    gain = "–" if c.gain is None else f"{c.gain:+.6f}" + (
-        f" ± {c.gain_ci:.6f}" if c.gain_ci is not None else "")
+    gain = _gain(c.gain, c.gain_ci)
     lines = [f"## Does the gain hold at scale? (`{c.at}`, sweep `{c.sweep}`, {c.seeds} seeds "
              f"each, {c.runs} runs)", "",
              f"**{VERDICT_WORDS.get(c.verdict, c.verdict)}**: {c.reason}.", "",
              "| setting | baseline | best | gain (± 95 %) | relative gain (± 95 %) |",
              "| --- | --- | --- | --- | --- |",
-             f"| the night | – | – | – | {relative(c.night_relative, c.night_relative_ci)} |",
+             f"| the night | {_num(c.night_baseline)} | – | "
+             f"{_gain(c.night_gain, c.night_gain_ci)} | "
+             f"{relative(c.night_relative, c.night_relative_ci)} |",
              f"| `{c.at}` | {_num(c.baseline)} (n={c.baseline_n}) | {_num(c.best)} "
              f"(n={c.best_n}) | {gain} | {relative(c.relative, c.relative_ci)} |", "",
              "Relative gains are against each setting's own baseline (a larger setting moves "

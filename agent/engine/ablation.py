@@ -133,8 +133,9 @@ class AblationLoop:
         assert result is not None
         m = mean(values)
         what = "the best (every kept change)" if exp.is_baseline else exp.description
+        kind = sweep.proposer.partition(":")[0]  # "ablation" or "confirm"
         finish = Finish(ExperimentStatus.KEPT if exp.is_baseline else ExperimentStatus.DISCARDED,
-                        reason=f"ablation: {what}: mean of {len(values)} runs", metric=m,
+                        reason=f"{kind}: {what}: mean of {len(values)} runs", metric=m,
                         best_before=None if exp.is_baseline else sweep.best_metric,
                         summary=result.summary, log_tail=result.log_tail, run_ended_at=utcnow())
         return self._finish(exp, finish, keep_commit=commit if exp.is_baseline else None)

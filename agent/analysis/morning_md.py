@@ -124,7 +124,9 @@ def attribution_markdown(a: Attribution) -> str:
     sigma = f"σ̂ {a.sigma:.6f} ({a.df} df)" if a.sigma is not None else "σ̂ not measured"
     lines.append(f"Measured again now: baseline {metric(a.baseline)} → best {metric(a.best)}, "
                  f"gain {pm(a.total, a.total_ci)}; {sigma}.")
-    lines += ["", "| # | change | gain on top of the others (± 95 %) | gain when kept | verdict |",
+    alone = len(a.changes) == 1  # one kept change: there are no others to be on top of
+    gain = "gain over the baseline" if alone else "gain on top of the others"
+    lines += ["", f"| # | change | {gain} (± 95 %) | gain when kept | verdict |",
               "| --- | --- | --- | --- | --- |"]
     for c in a.changes:
         verdict = c.verdict + (f" ({cell(c.note)})" if c.note else "")

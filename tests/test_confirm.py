@@ -100,6 +100,9 @@ def fast(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, SqlStore
 def test_a_gain_that_holds_at_a_larger_budget(good, tmp_path):
     target, db, store = good
     user_head = git.Repo(target).head.commit.hexsha
+    before = report_of(store, "night")
+    assert before.confirmation is None and any(  # nothing confirmed yet: the report says how
+        "`overnight confirm --sweep night --at budget=10`" in s for s in before.next_steps)
     proc = confirm(db, "budget=20", tmp_path / "work")
     assert proc.returncode == 0, proc.stderr
     assert "the gain holds" in proc.stdout
@@ -145,6 +148,11 @@ def test_a_gain_that_flips_at_a_larger_budget(fast, tmp_path):
     assert abs(c.gain - -0.05) <= c.gain_ci  # the truth at scale 20: 0.05 worse
     assert c.night_relative is not None and c.night_relative > 0  # it helped at night
     assert "the gain flips" in proc.stdout
+    # What to try next says so first, and that the holdout (which USE_FAST does not help)
+    # does not share the validation gain.
+    steps = report_of(store, "night").next_steps
+    assert steps[0].startswith("the gain flips at `budget=20`")
+    assert any(s.startswith("the holdout does not share the validation gain") for s in steps)
 
 
 def test_a_gain_that_flips_at_a_larger_size_knob(fast, tmp_path):

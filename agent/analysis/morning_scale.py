@@ -17,6 +17,28 @@ VERDICT_WORDS = {HOLDS: "the gain holds", SHRINKS: "the gain shrinks",
                  FLIPS: "the gain flips", "unclear": "unclear"}
 
 
+def scale_steps(sweep: str, kept: int, budget_s: float, c: Confirmation | None,
+                h: Holdout | None) -> tuple[list[str], list[str]]:
+    """What to try next from the confirmation and the holdout: (pressing, later)."""
+    first, later = [], []
+    if c is not None and c.verdict in (SHRINKS, FLIPS):
+        first.append(f"the gain {c.verdict} at `{c.at}` ({c.reason}): check it at the "
+                     "setting you will train at before merging")
+    elif c is None and kept:
+        later.append(f"check that the gain holds at a longer budget: `overnight confirm "
+                     f"--sweep {sweep} --at budget={budget_s * 10:g}` (2 × 3 runs)")
+    rows = {r.label: r for r in (h.rows if h is not None else ())}
+    a, b = rows.get("baseline"), rows.get("best")
+    if a and b and None not in (a.validation, b.validation, a.holdout, b.holdout):
+        assert a.validation is not None and b.validation is not None
+        assert a.holdout is not None and b.holdout is not None
+        val, hold = b.validation - a.validation, b.holdout - a.holdout
+        if val and (hold == 0 or (hold > 0) != (val > 0)):
+            first.append(f"the holdout does not share the validation gain ({val:+.6f} vs "
+                         f"{hold:+.6f}): the night fitted its validation slice")
+    return first, later
+
+
 def holdout_of(sweep: Sweep, baseline_commit: str | None, runs: Sequence[Run]) -> Holdout | None:
     """Validation vs holdout for the baseline and the best (None: the target names no
     holdout_metric). Sealed, with no numbers, while the sweep has not finished."""

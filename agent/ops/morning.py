@@ -29,7 +29,8 @@ from agent.analysis.evidence import sweep_evidence
 from agent.analysis.morning import build_report
 from agent.analysis.morning import headline_of as headline
 from agent.analysis.morning_model import Headline, Report
-from agent.analysis.morning_scale import holdout_of
+from agent.analysis.morning_next import MAX_STEPS
+from agent.analysis.morning_scale import holdout_of, scale_steps
 from agent.core.domain import (
     Experiment,
     ExperimentStatus,
@@ -58,9 +59,12 @@ def report_of(store: Store, name: str, now: datetime | None = None) -> Report:
     h = report.headline
     base = next((e.commit for e in exps if e.is_baseline and e.status is S.KEPT and e.commit),
                 None)
-    return replace(report, confirmation=confirmation_of(
-        store, sweep, (h.improvement, h.improvement_ci, h.baseline)),
-        holdout=holdout_of(sweep, base, runs))
+    confirmation = confirmation_of(store, sweep, (h.improvement, h.improvement_ci, h.baseline))
+    holdout = holdout_of(sweep, base, runs)
+    first, later = scale_steps(sweep.name, len(report.kept), sweep.budget_s, confirmation,
+                               holdout)
+    steps = [*first, *report.next_steps, *later][:MAX_STEPS]
+    return replace(report, confirmation=confirmation, holdout=holdout, next_steps=steps)
 
 
 def headline_of(store: Store, name: str) -> Headline:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -28,6 +28,11 @@ from overnight.cli_common import (
     runtime_for,
     slots_and_devices,
 )
+
+if TYPE_CHECKING:
+    from agent.analysis.confirm import ConfirmAt
+    from agent.core.domain import Sweep
+    from agent.core.ports import Store
 
 AT_HELP = ("the larger setting: budget=SECONDS, device=NAME (OVERNIGHT_DEVICE) or a size "
            "knob NAME=VALUE (the same one-line change to the baseline and to the best)")
@@ -58,8 +63,8 @@ def confirm(
     confirm_sweep(db, work_dir, sweep, setting, seeds, slots, devices)
 
 
-def confirm_sweep(db, work_dir, name: str, at, seeds: int,  # type: ignore[no-untyped-def]
-                  slots: int | None, devices: str | None) -> None:
+def confirm_sweep(db: str | None, work_dir: Path | None, name: str, at: ConfirmAt,
+                  seeds: int, slots: int | None, devices: str | None) -> None:
     """Hold the lock, build the confirmation sweep of `name` at `at`, run it, print it."""
     from agent.core.errors import OvernightError
     from agent.engine.scheduler import SchedulerSettings
@@ -88,7 +93,7 @@ def confirm_sweep(db, work_dir, name: str, at, seeds: int,  # type: ignore[no-un
     print_confirmation(rt.store, found.name)
 
 
-def print_confirmation(store, name: str) -> None:  # type: ignore[no-untyped-def]
+def print_confirmation(store: Store, name: str) -> None:
     from agent.analysis.morning_scale import confirmation_markdown
     from agent.ops.morning import report_of
 
@@ -100,7 +105,7 @@ def print_confirmation(store, name: str) -> None:  # type: ignore[no-untyped-def
     console.print(f"the full report: overnight report --sweep {name}")
 
 
-def has_gain(store, sweep) -> bool:  # type: ignore[no-untyped-def]
+def has_gain(store: Store, sweep: Sweep) -> bool:
     """Did the night keep a change (something to confirm)?"""
     from agent.core.errors import ConflictError
     from agent.ops.finalize import kept_chain
@@ -111,7 +116,7 @@ def has_gain(store, sweep) -> bool:  # type: ignore[no-untyped-def]
         return False
 
 
-def check_confirm_at(text: str | None, target: Path):  # type: ignore[no-untyped-def]
+def check_confirm_at(text: str | None, target: Path) -> ConfirmAt | None:
     """`run --confirm-at`, checked before the night starts: the setting parsed and a size
     knob found in the target's committed files (None without one). Exits on bad input."""
     if text is None:

@@ -226,6 +226,8 @@ class RunRow(Base):
     throughput_source: Mapped[str | None] = mapped_column(String(40))
     pair_run_id: Mapped[int | None] = mapped_column(BIG)
     note: Mapped[str | None] = mapped_column(String(500))
+    # The sealed holdout metric, never in the summary (migration holdout_confirm).
+    holdout: Mapped[float | None] = mapped_column(Float)
 
 
 class RunCountRow(Base):

@@ -113,6 +113,7 @@ def to_run(row: RunRow | Row[Any]) -> Run:
         throughput_source=row.throughput_source,
         pair_run_id=row.pair_run_id,
         note=row.note,
+        holdout=row.holdout,
     )
 
 

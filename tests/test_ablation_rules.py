@@ -23,6 +23,7 @@ from agent.analysis.ablation import (
     attribute,
     variant_keys,
 )
+from agent.analysis.morning_md import attribution_markdown
 from agent.core.config import Direction, TargetConfig
 from agent.core.domain import Experiment, ExperimentStatus, Sweep, SweepStatus
 from agent.ops.notify_watch import Watch
@@ -81,6 +82,8 @@ def test_one_kept_change_counts_the_baseline_once():
     assert a.changes[0].gain == pytest.approx(a.total)
     # There are no others to be on top of: the verdict says it was measured again.
     assert a.changes[0].verdict == "does not hold when measured again" and a.changes[0].flagged
+    md = attribution_markdown(a)
+    assert "gain over the baseline (± 95 %)" in md and "on top of the others" not in md
     # Without `samples` each key counts: the baseline's runs twice.
     assert attribute("x", Direction.MINIMIZE, [KeptChange(2, "d", 0.79)], variants).df == 6
 

@@ -13,6 +13,7 @@ import math
 from agent.analysis.ablation import Attribution
 from agent.analysis.evidence import SUPPORTED_P
 from agent.analysis.morning_model import Cost, CrashGroup, KeptChange, Report
+from agent.analysis.morning_scale import confirmation_markdown, holdout_markdown
 
 RUNS_STATUSES = ("kept", "discarded", "crashed", "timeout", "rejected", "cancelled",
                  "interrupted", "queued", "running")
@@ -72,6 +73,8 @@ def set_aside(n: int) -> str:
 
 def render_markdown(r: Report) -> str:
     parts = [_head(r), _kept(r), attribution_markdown(r.attribution) if r.attribution else "",
+             confirmation_markdown(r.confirmation) if r.confirmation else "",
+             holdout_markdown(r.holdout) if r.holdout else "",
              _learned(r), _crashes(r.crashes), _cost(r.cost), _next(r)]
     return "\n\n".join(p for p in parts if p).rstrip() + "\n"
 
@@ -121,7 +124,9 @@ def attribution_markdown(a: Attribution) -> str:
     sigma = f"σ̂ {a.sigma:.6f} ({a.df} df)" if a.sigma is not None else "σ̂ not measured"
     lines.append(f"Measured again now: baseline {metric(a.baseline)} → best {metric(a.best)}, "
                  f"gain {pm(a.total, a.total_ci)}; {sigma}.")
-    lines += ["", "| # | change | gain on top of the others (± 95 %) | gain when kept | verdict |",
+    alone = len(a.changes) == 1  # one kept change: there are no others to be on top of
+    gain = "gain over the baseline" if alone else "gain on top of the others"
+    lines += ["", f"| # | change | {gain} (± 95 %) | gain when kept | verdict |",
               "| --- | --- | --- | --- | --- |"]
     for c in a.changes:
         verdict = c.verdict + (f" ({cell(c.note)})" if c.note else "")

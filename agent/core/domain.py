@@ -300,6 +300,7 @@ class RunEnd:
     training_s: float | None = None
     total_s: float | None = None
     throughput_source: str | None = None  # agent.throughput: summary key, progress lines
+    holdout: float | None = None  # the sealed holdout metric (TargetConfig.holdout_metric)
 
 
 @dataclass(frozen=True)
@@ -327,6 +328,7 @@ class Run:
     throughput_source: str | None = None  # where the throughput came from; None: unknown
     pair_run_id: int | None = None  # an incumbent run: the change's run it ran beside
     note: str | None = None  # how the keep rule placed it (why it is suspect, its pair)
+    holdout: float | None = None  # the sealed holdout metric: for the report after the night
 
 
 @dataclass(frozen=True)

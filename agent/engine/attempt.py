@@ -36,6 +36,7 @@ from agent.engine.salvage import (
     merged,
     salvageable,
 )
+from agent.rules.holdout import redact, redact_bytes, seal_summary
 from agent.rules.throughput import ProgressMeter, speed
 from runner.process import resolve_command
 from runner.result import Outcome, RunResult
@@ -226,18 +227,20 @@ class TrainingRuns:
                 env=env,
                 pass_env=config.pass_env,
                 on_start=on_start,
-                on_line=lines,
+                on_line=sealed_lines(lines, config.holdout_metric),
                 stop_event=stop,
             )
             if salvageable(result, config, wt):
                 result = self.evaluate_again(exp, config, wt, result, env, on_start, stop)
+            result, holdout = seal_result(result, config.holdout_metric)
         except (WorkerLostError, OutOfSpaceError):  # no result: the machine or the disk went
             self.store.end_run(run.id, RunEnd(RunStatus.INTERRUPTED))
             raise
         finally:
             if sink is not None:
                 sink.flush(final=True)
-        ended = self.store.end_run(run.id, run_end(result, config.metric, lines.meter))
+        ended = self.store.end_run(run.id, replace(run_end(result, config.metric, lines.meter),
+                                                   holdout=holdout))
         return result, sink is None or sink.count > 0, ended
 
     def evaluate_again(self, exp: Experiment, config: TargetConfig, wt: Path,
@@ -323,6 +326,45 @@ def run_end(result: RunResult, metric_key: str, meter: ProgressMeter | None = No
         training_s=_seconds(result.summary.get("training_seconds")),
         total_s=_seconds(result.summary.get("total_seconds")),
     )
+
+
+def sealed_lines(on_line: Callable[[str], None], key: str | None) -> Callable[[str], None]:
+    """`on_line` that never hears the holdout's value (the live view, the dashboard)."""
+    if not key:
+        return on_line
+    return lambda line: on_line(redact(line, key))
+
+
+def seal_result(result: RunResult, key: str | None) -> tuple[RunResult, float | None]:
+    """The result without the holdout metric (summary, log tail and the log files on disk,
+    the evaluation's too) and the holdout's value, for the run record alone."""
+    if not key:
+        return result, None
+    summary, value = seal_summary(result.summary, key)
+    eval_log = result.log_path.with_name(result.log_path.stem + EVAL_LOG_SUFFIX)
+    for path in {result.log_path, eval_log}:
+        _redact_file(path, key)
+    return replace(result, summary=summary, log_tail=redact(result.log_tail, key),
+                   error=redact(result.error, key) if result.error else result.error), value
+
+
+def _redact_file(path: Path, key: str) -> None:
+    """Rewrite a log in place (its mode kept) with the holdout's lines sealed."""
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return
+    sealed = redact_bytes(data, key)
+    if sealed == data:
+        return
+    tmp = path.with_name(path.name + ".sealing")
+    try:
+        tmp.write_bytes(sealed)
+        os.chmod(tmp, path.stat().st_mode & 0o777)
+        os.replace(tmp, path)
+    except OSError:
+        logger.warning("could not seal the holdout lines of %s", path)
+        tmp.unlink(missing_ok=True)
 
 
 def _seconds(value: object) -> float | None:

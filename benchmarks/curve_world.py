@@ -38,8 +38,8 @@ from keep_world import Commit, Night, Tally, World, _effect
 
 from agent.rules.categories import Category
 from agent.rules.conditions import Sample
-from agent.rules.decide import Rule
-from agent.rules.prune import PrunePolicy, check, futile
+from agent.rules.decide import Rule, incumbent_due
+from agent.rules.prune import PrunePolicy, check, futile, loss_at
 
 SCHEDULE = Category.DATA_SCHEDULE.value
 OTHERS = tuple(c.value for c in Category if c is not Category.DATA_SCHEDULE)
@@ -227,8 +227,6 @@ class BudgetNight(Night):
     def _looked_behind(self, points: Sequence[tuple[float, float]],
                        incumbents: list[list[tuple[float, float]]]) -> None:
         """For a change that wins at the end: was its first run behind the incumbent's mean?"""
-        from agent.rules.prune import loss_at
-
         if self.change is None or self.change.effect >= 0 or len(incumbents) < 2:
             return
         for f in self.cw.grid:
@@ -262,8 +260,6 @@ class BudgetNight(Night):
         tally.finished_nights += 1
 
     def _due(self, k: int) -> bool:
-        from agent.rules.decide import incumbent_due
-
         return incumbent_due(k, self.periodic + self.beside, self.rule)
 
     def propose_at(self, tally: Tally, k: int) -> None:

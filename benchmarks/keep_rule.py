@@ -12,6 +12,13 @@ gain of the final best, and the bias of the recorded best (recorded − true, in
 
     .venv/bin/python benchmarks/keep_rule.py                 # 2,000 sweeps per row
     .venv/bin/python benchmarks/keep_rule.py --sweeps 200    # quicker
+    .venv/bin/python benchmarks/keep_rule.py --night budget  # a fixed-budget night on curves
+
+`--night budget` (benchmarks/curve_world.py): every rule gets the same GPU-seconds (100 full
+runs); a run stopped early (agent.rules.prune) costs the share it trained. Printed per rule at
+σ = 1: the true gain of the final best, FDR, null keeps, ≥ 3σ gains kept, the budget's share
+spent on harmful and null changes, winners stopped early, and, per check fraction, how often a
+change that wins at the end was behind the incumbent's mean there (its first run).
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from budget_report import report_budget  # noqa: E402
 from keep_world import PROPOSALS, Tally, World, simulate  # noqa: E402
 
 from agent.rules.decide import Rule  # noqa: E402
@@ -74,7 +82,11 @@ def main() -> int:
     ap.add_argument("--sigmas", default="0.5,1,2", help="stationary noise σ in effect units")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--only", default="", help="print only worlds whose name contains this")
+    ap.add_argument("--night", choices=("proposals", "budget"), default="proposals",
+                    help="100 proposals per night (default), or a fixed budget on curves")
     args = ap.parse_args()
+    if args.night == "budget":
+        return report_budget(args.sweeps, args.seed)
     t0 = time.perf_counter()
     print(f"{args.sweeps} sweeps × {PROPOSALS} proposals per rule and world (70 % null, 20 % "
           "harmful, 10 % helpful; effects U(0.5, 4) units)")

@@ -229,6 +229,8 @@ class RunRow(Base):
     # The run's loss by fraction of the budget, [[fraction, loss, step], ...] (a few hundred
     # points at most; migration run_pruning): the early-stop rule's incumbent curves.
     curve: Mapped[list[list[float]] | None] = mapped_column(JSON_TYPE)
+    # The sealed holdout metric, never in the summary (migration holdout_confirm).
+    holdout: Mapped[float | None] = mapped_column(Float)
 
 
 class RunCountRow(Base):

@@ -115,6 +115,7 @@ def to_run(row: RunRow | Row[Any]) -> Run:
         pair_run_id=row.pair_run_id,
         note=row.note,
         curve=curve_of(row.curve),
+        holdout=row.holdout,
     )
 
 

@@ -62,7 +62,7 @@ class RunQueries(StoreBase):
             row.status, row.metric, row.summary = end.status.value, end.metric, dict(end.summary)
             row.throughput, row.throughput_unit = end.throughput, end.throughput_unit
             row.training_s, row.total_s = end.training_s, end.total_s
-            row.throughput_source = end.throughput_source
+            row.throughput_source, row.holdout = end.throughput_source, end.holdout
             if end.note is not None:
                 row.note = end.note[:NOTE_CHARS] or None
             row.curve = [list(p) for p in end.curve] if end.curve else None

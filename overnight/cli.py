@@ -20,6 +20,7 @@ from db.reads import Reads
 from overnight import (  # noqa: F401  (they register their commands)
     cli_adopt,
     cli_agents,
+    cli_confirm,
     cli_doctor,
     cli_gc,
     cli_report,
@@ -106,10 +107,14 @@ def run(
         help="run the committed HEAD although the checkout has uncommitted changes")] = False,
     notify: NotifyOpt = None,
     notify_config: NotifyConfigOpt = None,
+    confirm_at: Annotated[str | None, typer.Option(
+        help="at the end of the night, " + cli_confirm.AT_HELP)] = None,
+    confirm_seeds: cli_confirm.SeedsOpt = cli_confirm.CONFIRM_SEEDS,
     db: DbOpt = None,
     work_dir: WorkDirOpt = None,
 ) -> None:
     """Run a sweep in the foreground: baseline, then one change at a time (one per slot)."""
+    at = cli_confirm.check_confirm_at(confirm_at, target)
     runs_on = executor_options(executor, ray_address, ray_gpus, ray_cpus, ray_resource)
     n_slots, found = executor_slots(slots, devices, runs_on)
     notifying = notifications.notify_config(notify, notify_config)
@@ -134,6 +139,12 @@ def run(
     # What the baseline got wrong first, so the night's honest statement stays the last line.
     cli_doctor.print_baseline_hints(runtime_for(db, work_dir).reads, done)
     print_summary(done, runtime_for(db, work_dir).store)
+    if at is not None:
+        if cli_confirm.has_gain(runtime_for(db, work_dir).store, done):
+            cli_confirm.confirm_sweep(db, work_dir, done.name, at, confirm_seeds, slots,
+                                      devices)
+        else:
+            console.print(f"--confirm-at {at.text()}: nothing was kept, nothing to confirm")
 
 
 @app.command()

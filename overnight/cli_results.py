@@ -78,6 +78,7 @@ def print_results(sweep: Sweep, store, fmt: str) -> None:  # type: ignore[no-unt
                     "evidence": sweep_evidence_row(ev),
                     "runs_by_status": runs_by_status(runs),
                     "llm": LLMSpend.of(store.llm_usage(sweep.id)).model_dump(),
+                    "confirmation": confirmation_json(store, sweep),
                     "experiments": rows,
                 },
                 indent=2,
@@ -99,6 +100,18 @@ def print_results(sweep: Sweep, store, fmt: str) -> None:  # type: ignore[no-unt
         console.print(f"[bold]{escape(ev.statement())}[/bold]")
     else:
         fail(f"--format must be tsv, tsv-full, table or json, got {fmt!r}")
+
+
+def confirmation_json(store, sweep: Sweep) -> dict | None:  # type: ignore[no-untyped-def,type-arg]
+    """The newest finished `overnight confirm` of the sweep, as JSON (None: none)."""
+    from dataclasses import asdict
+
+    from agent.ops.confirm import confirmation_of
+    from agent.ops.morning import headline_of
+
+    h = headline_of(store, sweep.name)
+    found = confirmation_of(store, sweep, (h.improvement, h.improvement_ci, h.baseline))
+    return asdict(found) if found is not None else None
 
 
 def print_summary(sweep: Sweep, store) -> None:  # type: ignore[no-untyped-def]

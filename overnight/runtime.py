@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agent.analysis.ablation import ablated_sweep
+from agent.analysis.confirm import confirmed_sweep
 from agent.core.domain import Sweep
 from agent.core.errors import OvernightError
 from agent.core.ports import Proposer, Runner
@@ -144,7 +145,8 @@ class Runtime:
                 runner = SubprocessRunner(settings.grace_s)
             loop_settings = LoopSettings(work_dir=self.work_dir, env=env, grace_s=settings.grace_s,
                                          device=settings.device)
-            if ablated_sweep(sweep.proposer) is not None:  # `overnight finalize --ablate`
+            if ablated_sweep(sweep.proposer) is not None or \
+                    confirmed_sweep(sweep.proposer) is not None:  # finalize --ablate, confirm
                 return AblationLoop(self.store, self.repo_for(sweep), runner, loop_settings,
                                     on_event=on_event)
             proposer = self.make_proposer(sweep.proposer, sweep.seed, **(proposer_kwargs or {}))

@@ -160,3 +160,23 @@ def test_search_simulation_of_the_coupled_family_gains_and_never_repeats() -> No
     assert a == search.simulate("coupled", "knobs", 3, 30)  # deterministic for a seed
     assert a.repeats == 0 and a.crash_repeats <= 1
     assert search.closed(a, 30) > 0.5  # a wide margin: the median is ~0.94
+
+
+def test_curve_world_shapes_and_a_fixed_budget_night(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))  # it imports keep_world
+    cw = importlib.import_module("curve_world")  # dataclasses need it in sys.modules
+    from agent.rules.decide import Rule
+    from agent.rules.prune import PrunePolicy
+
+    win = cw.Change(-2.0, "crossing", "data/schedule", hump=5.0, cross=0.6)
+    assert win.delta(0.3) == pytest.approx(5.0) and win.delta(0.6) == pytest.approx(0.0)
+    assert win.delta(1.0) == pytest.approx(-2.0)  # behind mid-run, ahead at the end
+    assert cw.Change(2.0, "late", "architecture").delta(0.5) == 1.0
+    world = cw.CurveWorld(budget=12.0)
+    policy = cw.Policy(PrunePolicy(futile_z=(1.0, 1.0, 1.0)), futility=True)
+    a = cw.simulate_budget(Rule(), world, policy, 3, seed=5)
+    b = cw.simulate_budget(Rule(), world, policy, 3, seed=5)
+    assert a.gains == b.gains and a.spent == b.spent and a.stopped == b.stopped
+    spent = sum(a.spent.values())  # each night ends once its budget is spent
+    assert 3 * 12.0 <= spent < 3 * 13.0
+    assert a.stopped["futile"] > 0 and a.finished_nights == 3

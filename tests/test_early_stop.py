@@ -244,7 +244,7 @@ def test_the_pruning_migration_keeps_old_runs_without_a_curve(tmp_path: Path) ->
 
     engine = make_engine(tmp_path / "old.db")
     try:
-        migrate(engine, "run_blocking")  # the revision before run_pruning
+        migrate(engine, "holdout_confirm")  # the revision before run_pruning
         store = SqlStore(engine)
         sweep = store.create_sweep(spec())
         exp_id = running(store, sweep.id)

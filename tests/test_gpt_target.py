@@ -20,7 +20,8 @@ from gpt_checks import check_learning
 
 TARGET = Path(__file__).resolve().parent.parent / "experiments" / "gpt"
 SUMMARY_KEYS = ["val_bpb", "training_seconds", "total_seconds", "peak_memory_mb", "mfu_percent",
-                "total_tokens_M", "num_steps", "num_params_M", "depth"]
+                "total_tokens_M", "num_steps", "num_params_M", "depth",
+                "holdout_bpb"]  # the last: prepare.py prints it at exit (the sealed holdout)
 PROGRESS = re.compile(r"^step \d+ \| loss \d+\.\d+ \| .* \| elapsed \d+\.\d+s$")
 
 
@@ -62,7 +63,8 @@ def test_overnight_toml_and_knobs():
     cfg = tomllib.loads((TARGET / "overnight.toml").read_text())["target"]
     assert cfg == {"command": "python train.py", "editable": ["train.py"],
                    "protected": ["prepare.py", "evaluate.py", "overnight.toml"],
-                   "metric": "val_bpb", "direction": "minimize", "budget_s": 300,
+                   "metric": "val_bpb", "holdout_metric": "holdout_bpb",
+                   "direction": "minimize", "budget_s": 300,
                    "timeout_s": 900, "eval_command": "python evaluate.py"}
     src = (TARGET / "train.py").read_text()
     section = src[src.index("# Hyper-parameters"):src.index("# Model")]
@@ -129,6 +131,10 @@ def test_uniform_model_scores_eight_bits(prepare):
     windows = prepare.eval_windows()
     assert len(windows) == prepare.EVAL_TOKENS // prepare.MAX_SEQ_LEN
     assert all(len(w) == prepare.MAX_SEQ_LEN + 1 for w in windows)
+    held = prepare.holdout_windows()  # the sealed holdout: the next windows, no shared bytes
+    assert len(held) == prepare.HOLDOUT_TOKENS // prepare.MAX_SEQ_LEN
+    assert {w.tobytes() for w in held}.isdisjoint(w.tobytes() for w in windows)
+    assert prepare._HOLDOUT == [pytest.approx(8.0, abs=1e-5)]  # scored with the metric
 
 
 def test_budget_lives_in_the_protected_harness(prepare, target, monkeypatch):

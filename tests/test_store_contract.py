@@ -535,3 +535,34 @@ def test_the_blocking_migration_keeps_old_runs_unknown(request, tmp_path, backen
         100.0, None, None, None)
     store.set_run_status(old.id, RunStatus.SUSPECT, "off the incumbent's speed")
     assert store.list_runs(sweep_id=sweep.id)[0].note == "off the incumbent's speed"
+
+
+@pytest.mark.parametrize("backend", ["sql", "postgres"])
+def test_the_holdout_migration_keeps_old_runs_unsealed(request, tmp_path, backend):
+    """holdout_confirm adds runs.holdout: runs already there read it as NULL; a run ended with
+    a holdout value keeps it, outside its summary."""
+    from sqlalchemy import text
+
+    from agent.core.domain import RunEnd, RunRole, RunSpec
+    from db.engine import make_engine, migrate
+
+    url = tmp_path / "old.db" if backend == "sql" else request.getfixturevalue("pg_url")
+    engine = make_engine(url)
+    request.addfinalizer(engine.dispose)
+    migrate(engine, "run_blocking")  # the revision before holdout_confirm
+    store = SqlStore(engine)
+    sweep = store.create_sweep(spec())
+    exp_id = running(store, sweep.id)
+    with store.session("an old release's run") as s:
+        s.execute(text(
+            "INSERT INTO runs (sweep_id, experiment_id, \"commit\", seed, role, status, metric, "
+            "summary, started_at) VALUES (:s, :e, 'c', 42, 'screen', 'ok', 1.5, '{}', "
+            "'2026-11-29 00:00:00')"), {"s": sweep.id, "e": exp_id})
+    migrate(engine)
+    (old,) = store.list_runs(sweep_id=sweep.id)
+    assert old.holdout is None
+    new = store.start_run(RunSpec(sweep.id, exp_id, "c", 43, RunRole.CONFIRM))
+    store.end_run(new.id, RunEnd(RunStatus.OK, metric=1.4, summary={"val_bpb": 1.4},
+                                 holdout=1.47))
+    got = store.list_runs(sweep_id=sweep.id)[-1]
+    assert (got.holdout, got.summary) == (1.47, {"val_bpb": 1.4})

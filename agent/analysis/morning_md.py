@@ -13,6 +13,7 @@ import math
 from agent.analysis.ablation import Attribution
 from agent.analysis.evidence import SUPPORTED_P
 from agent.analysis.morning_model import Cost, CrashGroup, KeptChange, Report
+from agent.analysis.morning_scale import confirmation_markdown, holdout_markdown
 
 RUNS_STATUSES = ("kept", "discarded", "crashed", "timeout", "rejected", "cancelled",
                  "interrupted", "queued", "running")
@@ -72,6 +73,8 @@ def set_aside(n: int) -> str:
 
 def render_markdown(r: Report) -> str:
     parts = [_head(r), _kept(r), attribution_markdown(r.attribution) if r.attribution else "",
+             confirmation_markdown(r.confirmation) if r.confirmation else "",
+             holdout_markdown(r.holdout) if r.holdout else "",
              _learned(r), _crashes(r.crashes), _cost(r.cost), _next(r)]
     return "\n\n".join(p for p in parts if p).rstrip() + "\n"
 

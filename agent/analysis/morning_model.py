@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from agent.analysis.ablation import Attribution
+from agent.analysis.confirm import Confirmation
 from agent.analysis.evidence import SweepEvidence
 from agent.core.domain import Experiment
 
@@ -92,6 +93,28 @@ class Cost:
 
 
 @dataclass(frozen=True)
+class HoldoutRow:
+    """One commit's validation metric and sealed holdout metric, means of its good runs."""
+
+    label: str  # "baseline" | "best"
+    commit: str
+    validation: float | None
+    validation_n: int
+    holdout: float | None
+    holdout_n: int
+
+
+@dataclass(frozen=True)
+class Holdout:
+    """Validation vs the sealed holdout (TargetConfig.holdout_metric), shown after the night."""
+
+    metric: str
+    holdout_metric: str
+    rows: tuple[HoldoutRow, ...]
+    sealed: bool = False  # the sweep still runs: the holdout stays unread
+
+
+@dataclass(frozen=True)
 class Report:
     sweep: str
     status: str
@@ -114,3 +137,5 @@ class Report:
     experiments: tuple[Experiment, ...] = field(default=(), repr=False)
     evidence: SweepEvidence | None = field(default=None, repr=False)
     ablation_cost: int = 0  # runs an ablation of this sweep would take (k seeds each)
+    confirmation: Confirmation | None = None  # `overnight confirm`: the gain at a larger setting
+    holdout: Holdout | None = None  # a target with a holdout_metric: validation vs holdout

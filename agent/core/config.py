@@ -120,6 +120,9 @@ class TargetConfig(BaseModel):
     eval_command: str | None = None
     # stop a change's run early when its loss curve is clearly behind the incumbent's
     prune: Literal["auto", "off"] = PRUNE_DEFAULT
+    # a summary-block key the protected harness prints that no proposer sees during the night
+    # (recorded per run, out of the summary and the logs; the report shows it after the night)
+    holdout_metric: str | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -209,6 +212,11 @@ class TargetConfig(BaseModel):
             raise ValueError(f"must be a summary-block key such as 'val_bpb', got {v!r}")
         return v
 
+    @field_validator("holdout_metric")
+    @classmethod
+    def _holdout_metric(cls, v: str | None) -> str | None:
+        return None if v is None else cls._metric(v)
+
     @model_validator(mode="after")
     def _consistent(self) -> TargetConfig:
         both = sorted(set(self.editable) & set(self.protected))
@@ -218,6 +226,8 @@ class TargetConfig(BaseModel):
         if clash:
             raise ValueError(f"assets: {', '.join(clash)} is also editable or protected; "
                              "assets are files outside git")
+        if self.holdout_metric is not None and self.holdout_metric == self.metric:
+            raise ValueError(f"holdout_metric: must differ from metric ({self.metric})")
         if self.args_file is not None and self.args_file not in self.editable:
             raise ValueError(f"args_file: {self.args_file} must also be listed in editable")
         if self.timeout_s <= self.budget_s:

@@ -309,6 +309,7 @@ class RunEnd:
     throughput_source: str | None = None  # agent.throughput: summary key, progress lines
     note: str | None = None  # a pruned run: why it was stopped (PruneCall.reason())
     curve: CurvePoints | None = None  # its loss by fraction of the budget (None: no lines)
+    holdout: float | None = None  # the sealed holdout metric (TargetConfig.holdout_metric)
 
 
 @dataclass(frozen=True)
@@ -337,6 +338,7 @@ class Run:
     pair_run_id: int | None = None  # an incumbent run: the change's run it ran beside
     note: str | None = None  # how the keep rule placed it (why it is suspect, its pair)
     curve: CurvePoints | None = None  # its loss by fraction of the budget (migration run_pruning)
+    holdout: float | None = None  # the sealed holdout metric: for the report after the night
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,7 @@
-"""The loop of an ablation sweep (`overnight finalize --ablate`): each variant's commit run k
-times, the same seeds for every variant, recorded as runs; no keep rule, nothing moves.
+"""The loop of an ablation sweep (`overnight finalize --ablate`) and of a confirmation sweep
+(`overnight confirm`, agent.ops.confirm: its one variant is the night's baseline): each
+variant's commit run k times, the same seeds for every variant, recorded as runs; no keep
+rule, nothing moves.
 
 The engine's slots run it like any sweep (the composition root hands the scheduler this loop
 for a sweep whose proposer is "ablation:<sweep>"): claim → worktree → k runs → record. Its
@@ -95,7 +97,7 @@ class AblationLoop:
     def _commit(self, sweep: Sweep, exp: Experiment) -> str | Experiment:
         """The variant's commit, its ref set and its start recorded; a rejected record if its
         commit is missing or its protected files differ from the sweep's."""
-        info = exp.meta.get("ablation")
+        info = exp.meta.get("ablation") or exp.meta.get("confirm")  # what it runs, either way
         commit = exp.base_commit if exp.is_baseline else (
             info.get("commit") if isinstance(info, dict) else None)
         if not commit or not self.repo.has_ref(str(commit)):
@@ -131,8 +133,9 @@ class AblationLoop:
         assert result is not None
         m = mean(values)
         what = "the best (every kept change)" if exp.is_baseline else exp.description
+        kind = sweep.proposer.partition(":")[0]  # "ablation" or "confirm"
         finish = Finish(ExperimentStatus.KEPT if exp.is_baseline else ExperimentStatus.DISCARDED,
-                        reason=f"ablation: {what}: mean of {len(values)} runs", metric=m,
+                        reason=f"{kind}: {what}: mean of {len(values)} runs", metric=m,
                         best_before=None if exp.is_baseline else sweep.best_metric,
                         summary=result.summary, log_tail=result.log_tail, run_ended_at=utcnow())
         return self._finish(exp, finish, keep_commit=commit if exp.is_baseline else None)

@@ -39,6 +39,7 @@ from agent.engine.salvage import (
     merged,
     salvageable,
 )
+from agent.rules.holdout import redact, redact_bytes, seal_summary
 from agent.rules.throughput import ProgressMeter, speed
 from runner.process import resolve_command
 from runner.result import Outcome, RunResult
@@ -251,25 +252,28 @@ class TrainingRuns:
                 env=env,
                 pass_env=config.pass_env,
                 on_start=on_start,
-                on_line=lines,
+                on_line=sealed_lines(lines, config.holdout_metric),
                 stop_event=run_stop,
             )
             if salvageable(result, config, wt):
                 result = self.evaluate_again(exp, config, wt, result, env, on_start, stop)
+            result, holdout = seal_result(result, config.holdout_metric)
         except (WorkerLostError, OutOfSpaceError):  # no result: the machine or the disk went
             self.store.end_run(run.id, RunEnd(RunStatus.INTERRUPTED))
             raise
         finally:
             if sink is not None:
                 sink.flush(final=True)
-        ended = self.record_end(exp, run, result, config, lines, early)
+        ended = self.record_end(exp, run, result, config, lines, early, holdout)
         return result, sink is None or sink.count > 0, ended
 
     def record_end(self, exp: Experiment, run: Run, result: RunResult, config: TargetConfig,
-                   lines: ProgressLines, early: EarlyStop | None) -> Run:
-        """The run's end with its curve; `pruned` when its early stop ended it."""
+                   lines: ProgressLines, early: EarlyStop | None,
+                   holdout: float | None = None) -> Run:
+        """The run's end with its curve (and sealed holdout); `pruned` when its early stop
+        ended it."""
         end = replace(run_end(result, config.metric, lines.meter),
-                      curve=lines.curve.points() or None)
+                      curve=lines.curve.points() or None, holdout=holdout)
         if early is not None and early.call is not None and result.outcome is Outcome.STOPPED:
             end = pruned_end(end, early, config.budget_s)
             self.emit("pruned", exp, {"reason": end.note, "run": run.id})
@@ -383,6 +387,45 @@ def pruned_end(end: RunEnd, early: EarlyStop, budget_s: float) -> RunEnd:
     assert early.call is not None
     return replace(end, status=RunStatus.PRUNED, metric=None, note=early.call.reason(),
                    training_s=end.training_s or round(early.curve.last_fraction * budget_s, 3))
+
+
+def sealed_lines(on_line: Callable[[str], None], key: str | None) -> Callable[[str], None]:
+    """`on_line` that never hears the holdout's value (the live view, the dashboard)."""
+    if not key:
+        return on_line
+    return lambda line: on_line(redact(line, key))
+
+
+def seal_result(result: RunResult, key: str | None) -> tuple[RunResult, float | None]:
+    """The result without the holdout metric (summary, log tail and the log files on disk,
+    the evaluation's too) and the holdout's value, for the run record alone."""
+    if not key:
+        return result, None
+    summary, value = seal_summary(result.summary, key)
+    eval_log = result.log_path.with_name(result.log_path.stem + EVAL_LOG_SUFFIX)
+    for path in {result.log_path, eval_log}:
+        _redact_file(path, key)
+    return replace(result, summary=summary, log_tail=redact(result.log_tail, key),
+                   error=redact(result.error, key) if result.error else result.error), value
+
+
+def _redact_file(path: Path, key: str) -> None:
+    """Rewrite a log in place (its mode kept) with the holdout's lines sealed."""
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return
+    sealed = redact_bytes(data, key)
+    if sealed == data:
+        return
+    tmp = path.with_name(path.name + ".sealing")
+    try:
+        tmp.write_bytes(sealed)
+        os.chmod(tmp, path.stat().st_mode & 0o777)
+        os.replace(tmp, path)
+    except OSError:
+        logger.warning("could not seal the holdout lines of %s", path)
+        tmp.unlink(missing_ok=True)
 
 
 def _seconds(value: object) -> float | None:

@@ -1,5 +1,7 @@
 """The morning report of a sweep, read from the store: its records, its LLM spend and, when
-`overnight finalize --ablate` measured it, the attribution of its gain to each kept change.
+`overnight finalize --ablate` measured it, the attribution of its gain to each kept change;
+when `overnight confirm` re-ran it at a larger setting, whether the gain holds; after the
+night, validation vs the sealed holdout metric.
 
 For `overnight report`, the dashboard's report page, MCP's `get_report` and the notifications'
 headline alike. Store port only.
@@ -8,6 +10,7 @@ headline alike. Store port only.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import datetime
 
 from agent.analysis.ablation import (
@@ -26,6 +29,8 @@ from agent.analysis.evidence import sweep_evidence
 from agent.analysis.morning import build_report
 from agent.analysis.morning import headline_of as headline
 from agent.analysis.morning_model import Headline, Report
+from agent.analysis.morning_next import MAX_STEPS
+from agent.analysis.morning_scale import holdout_of, scale_steps
 from agent.core.domain import (
     Experiment,
     ExperimentStatus,
@@ -37,6 +42,7 @@ from agent.core.domain import (
     utcnow,
 )
 from agent.core.ports import Store
+from agent.ops.confirm import confirmation_of
 
 S = ExperimentStatus
 
@@ -48,8 +54,17 @@ def report_of(store: Store, name: str, now: datetime | None = None) -> Report:
     runs = store.list_runs(sweep_id=sweep.id)
     ablation = latest_ablation(store, sweep)
     attribution = attribution_of(store, sweep, exps, runs, ablation) if ablation else None
-    return build_report(sweep, exps, runs, store.llm_usage(sweep.id), now or utcnow(),
-                        attribution, DEFAULT_SEEDS)
+    report = build_report(sweep, exps, runs, store.llm_usage(sweep.id), now or utcnow(),
+                          attribution, DEFAULT_SEEDS)
+    h = report.headline
+    base = next((e.commit for e in exps if e.is_baseline and e.status is S.KEPT and e.commit),
+                None)
+    confirmation = confirmation_of(store, sweep, (h.improvement, h.improvement_ci, h.baseline))
+    holdout = holdout_of(sweep, base, runs)
+    first, later = scale_steps(sweep.name, len(report.kept), sweep.budget_s, confirmation,
+                               holdout)
+    steps = [*first, *report.next_steps, *later][:MAX_STEPS]
+    return replace(report, confirmation=confirmation, holdout=holdout, next_steps=steps)
 
 
 def headline_of(store: Store, name: str) -> Headline:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agent.analysis.ablation import ablated_sweep
+from agent.analysis.confirm import confirmed_sweep
 from agent.analysis.trials import PLATEAU_AFTER
 from agent.core.domain import Experiment, ExperimentStatus, Sweep, SweepStatus
 
@@ -65,7 +66,8 @@ class Watch:
 
     def finished(self, sweep: Sweep, e: Experiment) -> list[Notice]:
         state = self.sweeps.setdefault(sweep.name, _State(status=sweep.status))
-        if ablated_sweep(sweep.proposer) is not None:
+        if ablated_sweep(sweep.proposer) is not None or \
+                confirmed_sweep(sweep.proposer) is not None:
             return []  # an ablation measures, keeps nothing: only its end is news
         before_streak, before_stall = len(state.streak), state.stall
         if not self._count(state, e):

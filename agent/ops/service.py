@@ -28,6 +28,7 @@ from agent.core.errors import ConflictError
 from agent.core.ports import Repo, Store
 from agent.ops.admission import place, queue, screen
 from agent.ops.retention import pruned_log_note
+from agent.rules.holdout import redact
 from runner.logtail import read_log_end
 
 logger = logging.getLogger(__name__)
@@ -52,14 +53,20 @@ class Usage:
         return max(self.max_experiments - self.used - self.queued, 0)
 
 
+def holdout_key(store: Store, exp: Experiment) -> str | None:
+    """The sealed holdout metric of the experiment's sweep (None: its target names none)."""
+    return store.get_sweep_by_id(exp.sweep_id).config.holdout_metric
+
+
 def read_log(exp: Experiment, tail_lines: int | None = None,
-             max_bytes: int = LOG_READ_LIMIT) -> str:
+             max_bytes: int = LOG_READ_LIMIT, sealed: str | None = None) -> str:
     """The run's log (its last `max_bytes`), else the tail stored at finish (after a line
     saying so once `overnight gc` pruned the log); with `tail_lines`, only that many last
-    lines (falling back to the reason when there is no log)."""
+    lines (falling back to the reason when there is no log). `sealed`: the holdout metric,
+    whose value never shows (a run still writing its log has not been sealed yet)."""
     text = ""
     if exp.log_path and Path(exp.log_path).is_file():
-        text = read_log_end(Path(exp.log_path), max_bytes)
+        text = redact(read_log_end(Path(exp.log_path), max_bytes), sealed)
     note = pruned_log_note(exp) if not text else None
     text = text or exp.log_tail or ""
     if note and tail_lines is None:

@@ -14,8 +14,11 @@ incumbent's mean by more than the margin. Guaranteed: ``check`` never stops a ru
 - or it is within the margin.
 
 The spread is the incumbent curves' standard deviation at the check's fraction, pooled with the
-earlier check fractions (more degrees of freedom than n − 1 at one point); the margin is
-``max(z · spread · √(1 + 1/n), floor_rel · |reference|)``: one run against the mean of n.
+earlier check fractions (more degrees of freedom than n − 1 at one point), taken at its
+one-sided upper confidence bound ``spread_upper`` (a few curves often show a spread far too
+small); the margin is ``max(z · spread · √(1 + 1/n), floor_rel · |reference|)``: one run
+against the mean of n. ``futile`` (off unless ``futile_z`` is set) stops a run that is merely
+not ahead enough, recorded as "not better".
 Not guaranteed: that a change stopped here would have lost at the end (curves that cross late
 exist; that is what ``z`` per check and ``exempt`` are for, calibrated by benchmarks/keep_rule.py).
 """
@@ -28,17 +31,36 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 Curve = Sequence[tuple[float, float]]
+# The keep rule's futility to run with early stopping (agent.rules.verdict.Rule.futility): the
+# discard bar rises to keep_z at max_runs. Run-level futility (``futile``) stays off by default:
+# on the fixed-budget night it cost more ≥ 3σ gains kept than the targets allow
+# (docs/keep-rule.md#early-stop-and-futility-on-a-fixed-budget).
+AUTO_FUTILITY = 0.5
 
 
 @dataclass(frozen=True)
 class PrunePolicy:
     checks: tuple[float, ...] = (0.3, 0.5, 0.7)  # fractions of the budget where a run is judged
-    z: tuple[float, ...] = (5.0, 4.0, 3.5)  # margin in sds of (run − incumbent mean): strict early
+    # margin in sds of (run − incumbent mean), strict early
+    z: tuple[float, ...] = (5.0, 4.0, 3.5)
     window: float = 0.05  # the loss at f is the median of the curve's points in [f − window, f]
-    min_curves: int = 2  # incumbent curves needed to calibrate a spread
+    min_curves: int = 3  # incumbent curves needed to calibrate a spread (2: one degree of
+    # freedom per check, a spread too often far too small)
     floor_rel: float = 0.01  # the margin is at least this share of the reference loss
     speed_tol: float = 0.15  # a run whose speed so far departs more than this is not judged
     exempt: frozenset[str] = field(default_factory=lambda: frozenset({"data/schedule"}))
+    # the spread the margins use: the one-sided upper confidence bound of the incumbents' sd at
+    # this level, from its degrees of freedom (0: the estimate itself); a few curves often
+    # give a spread far too small, and a late-crossing winner is then stopped
+    # (benchmarks/keep_rule.py --night budget: at 0, z (5, 4, 3.5) stopped 1.1 % of the
+    # winners, late-crossing ones outside the exempt categories; at 0.95, 0.2 %)
+    spread_upper: float = 0.95
+    # futility (``futile``): per check, a run whose loss is above the incumbent's mean by more
+    # than futile_z · spread · √(1 + 1/n) is unlikely to end significantly better (inf: not
+    # at that check; None: off)
+    futile_z: tuple[float, ...] | None = None
+    futile_runs: int = 1  # judged on a change's first this-many runs (later ones follow a
+    # promising first run: the keep rule's own discard decides them)
 
     def __post_init__(self) -> None:
         if not self.checks or len(self.z) != len(self.checks):
@@ -49,6 +71,17 @@ class PrunePolicy:
                              f"got {self.checks}")
         if any(not z > 0 for z in self.z) or not self.window > 0 or self.min_curves < 2:
             raise ValueError("prune policy: z and window must be positive and min_curves ≥ 2")
+        if self.futile_z is not None and len(self.futile_z) != len(self.checks):
+            raise ValueError(f"prune policy: {len(self.checks)} checks need as many futile_z "
+                             f"values, got {len(self.futile_z)}")
+        if self.futile_z is not None and any(math.isnan(z) for z in self.futile_z):
+            raise ValueError(f"prune policy: futile_z must be numbers (inf: not judged there), "
+                             f"got {self.futile_z}")
+        if not 0 <= self.spread_upper < 1:
+            raise ValueError(f"prune policy: spread_upper must be a level in [0, 1), got "
+                             f"{self.spread_upper}")
+        if self.futile_runs < 0:
+            raise ValueError(f"prune policy: futile_runs must be ≥ 0, got {self.futile_runs}")
 
 
 @dataclass(frozen=True)
@@ -62,6 +95,7 @@ class PruneCall:
     reference: float | None = None
     spread: float | None = None
     margin: float | None = None
+    futile: bool = False  # stopped by ``futile``: not ahead enough, rather than behind
 
     def reason(self) -> str:
         """For a person: ``stopped at 50 % of the budget: loss 3.41 vs the incumbent's 3.12 ±
@@ -71,9 +105,11 @@ class PruneCall:
             return f"not judged at {at}: {self.why}"
         spread = f" ± {_fmt(self.spread)}" if self.spread is not None else ""
         head = "stopped" if self.stop else "went on"
-        return (f"{head} at {at}: loss {_fmt(self.loss)} vs the incumbent's "
-                f"{_fmt(self.reference)}{spread} at the same point"
-                + ("" if self.stop else f" ({self.why})"))
+        text = (f"{head} at {at}: loss {_fmt(self.loss)} vs the incumbent's "
+                f"{_fmt(self.reference)}{spread} at the same point")
+        if self.futile:  # futility: "not better" with its evidence, never a crash
+            return f"not better: {text}, {self.why}"
+        return text + ("" if self.stop else f" ({self.why})")
 
 
 def _fmt(x: float | None) -> str:
@@ -118,6 +154,45 @@ def check(challenger: Curve, incumbents: Sequence[Curve], index: int,
           speed_ratio: float | None = None) -> PruneCall:
     """Judge the run at ``policy.checks[index]``: stop it when its loss there is above the
     incumbent curves' mean by more than the margin (see the module docstring)."""
+    got = _compare(challenger, incumbents, index, policy, category, speed_ratio)
+    if isinstance(got, PruneCall):
+        return got
+    fraction, loss, reference, spread, n = got
+    margin = max(policy.z[index] * spread * math.sqrt(1 + 1 / n),
+                 policy.floor_rel * abs(reference))
+    behind = loss - reference > margin
+    why = "behind by more than the margin" if behind else "within the margin"
+    return PruneCall(behind, fraction, why, loss, reference, spread, margin)
+
+
+def futile(challenger: Curve, incumbents: Sequence[Curve], index: int,
+           policy: PrunePolicy = PrunePolicy(), *, category: str | None = None,
+           speed_ratio: float | None = None) -> PruneCall:
+    """Futility at ``policy.checks[index]``: stop a run whose loss there is above the incumbent
+    curves' mean by more than ``futile_z[index] · spread · √(1 + 1/n)`` (no floor): not
+    clearly losing, but unlikely to end significantly better; the change is "not better",
+    never a crash. Never stops when ``futile_z`` is None, nor where ``check`` would not judge
+    (too few incumbent curves, no point in the window, an exempt category, a departed speed).
+    The call's ``futile`` is True when it stops."""
+    fraction = policy.checks[index]
+    if policy.futile_z is None:
+        return PruneCall(False, fraction, "futility is off")
+    got = _compare(challenger, incumbents, index, policy, category, speed_ratio)
+    if isinstance(got, PruneCall):
+        return got
+    fraction, loss, reference, spread, n = got
+    margin = policy.futile_z[index] * spread * math.sqrt(1 + 1 / n)
+    hopeless = loss - reference > margin
+    why = ("not ahead enough to end significantly better" if hopeless
+           else "ahead enough to go on")
+    return PruneCall(hopeless, fraction, why, loss, reference, spread, margin, futile=hopeless)
+
+
+def _compare(challenger: Curve, incumbents: Sequence[Curve], index: int, policy: PrunePolicy,
+             category: str | None, speed_ratio: float | None
+             ) -> PruneCall | tuple[float, float, float, float, int]:
+    """(fraction, loss, reference, spread, n) of a run that can be judged at the check, or
+    the call that says why it cannot."""
     fraction = policy.checks[index]
     if category is not None and category in policy.exempt:
         return PruneCall(False, fraction, f"{category} changes are not stopped early "
@@ -136,10 +211,15 @@ def check(challenger: Curve, incumbents: Sequence[Curve], index: int,
                for f in policy.checks[: index + 1]]
     pooled = _pooled_sd(columns)
     assert pooled is not None  # the last column has ≥ min_curves ≥ 2 values
-    spread = pooled[0]
-    reference = statistics.fmean(here)
-    margin = max(policy.z[index] * spread * math.sqrt(1 + 1 / len(here)),
-                 policy.floor_rel * abs(reference))
-    behind = loss - reference > margin
-    why = "behind by more than the margin" if behind else "within the margin"
-    return PruneCall(behind, fraction, why, loss, reference, spread, margin)
+    spread = pooled[0] * _upper(pooled[1], policy.spread_upper)
+    return fraction, loss, statistics.fmean(here), spread, len(here)
+
+
+def _upper(df: int, level: float) -> float:
+    """sd_upper / sd: the one-sided upper confidence bound of a standard deviation with `df`
+    degrees of freedom, √(df / χ²_{1 − level}(df)) (Wilson–Hilferty's χ² quantile); 1 at 0."""
+    if level <= 0:
+        return 1.0
+    z = statistics.NormalDist().inv_cdf(1 - level)
+    q = df * (1 - 2 / (9 * df) + z * math.sqrt(2 / (9 * df))) ** 3
+    return math.sqrt(df / max(q, 1e-9))

@@ -160,7 +160,8 @@ def sequential(ev: Evidence, rule: Rule) -> Verdict:
     if thin and not clearly_worse and _beside(ev) < rule.max_runs and not ev.head_moved:
         return _beside_latest(ev, rule, base, f"{fewest} incumbent run(s) in these conditions "
                               "are a weak reference: the incumbent runs again beside it")
-    if (z is not None and z < rule.discard_z) or (z is None and gain - rule.min_delta <= 0):
+    if (z is not None and z < discard_bar(rule, runs_used)) or (
+            z is None and gain - rule.min_delta <= 0):
         return replace(base, status=ExperimentStatus.DISCARDED, reason=f"not better: {text}")
     other = any(blocks.suspect) and FRESH_Z  # compared in other machine conditions
     if z is not None and df >= 2 and runs_used >= 2 and z >= rule.keep_z + other:
@@ -182,6 +183,16 @@ def sequential(ev: Evidence, rule: Rule) -> Verdict:
             why += f"); {text}"
         return replace(base, status=ExperimentStatus.DISCARDED, reason=why)
     return again(ev, rule, base)
+
+
+def discard_bar(rule: Rule, runs: int) -> float:
+    """The z under which a change is discarded after `runs` runs: discard_z, rising towards
+    keep_z at max_runs by `rule.futility` (futility: the runs left could not plausibly lift
+    a change this far behind the keep bar over it)."""
+    if rule.futility <= 0 or rule.max_runs <= 1 or runs <= 1:
+        return rule.discard_z
+    share = min(runs - 1, rule.max_runs - 1) / (rule.max_runs - 1)
+    return rule.discard_z + rule.futility * share * (rule.keep_z - rule.discard_z)
 
 
 def _placed(blocks: Blocks, n: Noise) -> str:

@@ -16,6 +16,7 @@ from markupsafe import Markup
 
 from agent.analysis.morning_md import counts_line, hours, metric, pm, set_aside, signed, span
 from agent.analysis.morning_model import Report
+from agent.analysis.morning_scale import VERDICT_WORDS, relative
 
 from .plot import draw_progress
 from .plot_data import PlotFold
@@ -29,7 +30,8 @@ def _env() -> Environment:
                       autoescape=select_autoescape(["html"]), trim_blocks=True,
                       lstrip_blocks=True)
     env.filters.update(metric=metric, signed=signed, hours=hours, code=code_spans)
-    env.globals.update(pm=pm, counts_line=counts_line, span=span, set_aside=set_aside)
+    env.globals.update(pm=pm, counts_line=counts_line, span=span, set_aside=set_aside,
+                       rel=relative, verdict_words=VERDICT_WORDS)
     return env
 
 

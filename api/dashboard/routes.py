@@ -26,7 +26,7 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from agent.core.domain import utcnow
 from agent.core.errors import NotFoundError
-from agent.ops.service import read_log
+from agent.ops.service import holdout_key, read_log
 from api.deps import TOKEN_COOKIE, ServicesDep, safe_next, token_matches
 from api.docs import MAX_ID, ExperimentId
 
@@ -230,8 +230,11 @@ def experiment_tail(reads: Reads, _: ReadAuth, exp_id: ExperimentId) -> JSONResp
 def experiment_log(reads: Reads, exp_id: ExperimentId) -> Response:
     e = _experiment(reads, exp_id)
     headers = {"Content-Disposition": f'attachment; filename="experiment-{e.id}.log"'}
-    if e.log_path and Path(e.log_path).is_file():
+    sealed = holdout_key(reads.store, e)
+    if e.log_path and Path(e.log_path).is_file() and not sealed:
         return FileResponse(e.log_path, media_type="text/plain; charset=utf-8", headers=headers)
+    if sealed and e.log_path and Path(e.log_path).is_file():  # the holdout's line sealed
+        return PlainTextResponse(read_log(e, sealed=sealed), headers=headers)
     if e.log_tail:  # the tail stored at finish (after a line saying so once gc pruned the log)
         return PlainTextResponse(read_log(e), headers=headers)
     raise HTTPException(404, "this experiment has no log")

@@ -257,9 +257,10 @@ def best_file(service: Service, sweep: Sweep, path: str) -> str | None:
 
 
 # --- live run ------------------------------------------------------------------------------
-def log_text(e: Experiment) -> str:
-    """The log file's end if it is readable, else the tail recorded at finish."""
-    return read_log(e, max_bytes=TAIL_BYTES)
+def log_text(e: Experiment, sealed: str | None = None) -> str:
+    """The log file's end if it is readable, else the tail recorded at finish (the holdout
+    metric `sealed`)."""
+    return read_log(e, max_bytes=TAIL_BYTES, sealed=sealed)
 
 
 def tail(text: str, n: int = TAIL_LINES) -> str:
@@ -268,7 +269,7 @@ def tail(text: str, n: int = TAIL_LINES) -> str:
 
 def live_run(reads: Reads, sweep: Sweep, e: Experiment, with_points: bool = True) -> dict[str, Any]:
     """A running (or just finished) experiment as JSON-ready data for the live panel."""
-    text = log_text(e)
+    text = log_text(e, sweep.config.holdout_metric)
     progress = list(reads.loss_points(e.id)) if with_points else []
     if not progress:  # loss points reach the DB every few seconds; the log is fresher
         progress = [p for p in map(parse_progress, text.splitlines()) if p is not None]
@@ -301,7 +302,7 @@ def experiment_page(reads: Reads, e: Experiment) -> dict[str, Any]:
     its evidence from the sweep's cached evidence (a page view reads no other experiment)."""
     sweep = reads.store.get_sweep_by_id(e.sweep_id)
     points = [(p.step, p.loss) for p in reads.loss_points(e.id)]
-    text = log_text(e)
+    text = log_text(e, sweep.config.holdout_metric)
     if not points:
         parsed = (parse_progress(line) for line in text.splitlines())
         points = [(p.step, p.loss) for p in parsed if p is not None]

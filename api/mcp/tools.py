@@ -23,7 +23,7 @@ from agent.analysis.report import evidence_header, fmt_metric
 from agent.core.domain import ExperimentStatus, Proposal, as_utc
 from agent.core.errors import AdmissionError
 from agent.core.ports import Store
-from agent.ops.service import Service, read_log
+from agent.ops.service import Service, holdout_key, read_log
 from agent.ops.sweeps import read_program
 
 logger = logging.getLogger(__name__)
@@ -215,7 +215,7 @@ class AgentTools:
     def get_log(self, id: IdArg,
                 tail: Annotated[int, Field(ge=1, le=2000, description="lines")] = 100) -> LogTail:
         exp = self.store.get_experiment(id)
-        text = read_log(exp, tail_lines=tail)
+        text = read_log(exp, tail_lines=tail, sealed=holdout_key(self.store, exp))
         return LogTail(id=exp.id, status=exp.status.value, lines=len(text.splitlines()),
                        text=text)
 

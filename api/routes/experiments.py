@@ -13,7 +13,8 @@ from fastapi import APIRouter, Query, Response, status
 from fastapi.responses import PlainTextResponse, StreamingResponse
 
 from agent.core.domain import CrashKind, Experiment, ExperimentStatus, Proposal
-from agent.ops.service import read_log
+from agent.ops.service import holdout_key, read_log
+from agent.rules.holdout import redact
 from api.deps import ReadAuth, Services, ServicesDep, WriteAuth
 from api.docs import (
     COMMON,
@@ -132,16 +133,18 @@ async def follow_log(services: Services, experiment_id: int) -> AsyncIterator[st
     (the write fails) and closed.
     """
     exp = await anyio.to_thread.run_sync(services.store.get_experiment, experiment_id)
+    sealed = await anyio.to_thread.run_sync(holdout_key, services.store, exp)
     services.followers += 1
     try:
         yield _sse("status", json.dumps({"id": exp.id, "status": exp.status.value}))
-        async for event in _follow(services, exp):
+        async for event in _follow(services, exp, sealed):
             yield event
     finally:
         services.followers -= 1
 
 
-async def _follow(services: Services, exp: Experiment) -> AsyncIterator[str]:
+async def _follow(services: Services, exp: Experiment, sealed: str | None = None
+                  ) -> AsyncIterator[str]:
     offset, partial = 0, b""
     heartbeat_s = services.settings.sse_heartbeat_s
     started = last_status = last_sent = time.monotonic()
@@ -151,7 +154,7 @@ async def _follow(services: Services, exp: Experiment) -> AsyncIterator[str]:
         lines = (partial + chunk).split(b"\n")
         partial = lines.pop()
         for line in lines:
-            yield _sse(None, line.decode("utf-8", "replace").rstrip("\r"))
+            yield _sse(None, redact(line.decode("utf-8", "replace").rstrip("\r"), sealed))
         if lines:
             last_sent = time.monotonic()
         if len(chunk) == FOLLOW_CHUNK:
@@ -159,7 +162,7 @@ async def _follow(services: Services, exp: Experiment) -> AsyncIterator[str]:
             continue
         if exp.status.is_finished():
             if partial:
-                yield _sse(None, partial.decode("utf-8", "replace"))
+                yield _sse(None, redact(partial.decode("utf-8", "replace"), sealed))
             yield _sse("end", json.dumps({"id": exp.id, "status": exp.status.value,
                                           "metric": exp.metric}))
             return
@@ -201,6 +204,6 @@ def get_log(experiment_id: ExperimentId, services: ServicesDep, _auth: ReadAuth,
     """The run's log; with `?follow=1` a text/event-stream of its lines until it finishes."""
     exp = services.store.get_experiment(experiment_id)
     if not follow:
-        return PlainTextResponse(read_log(exp))
+        return PlainTextResponse(read_log(exp, sealed=holdout_key(services.store, exp)))
     return StreamingResponse(follow_log(services, experiment_id), media_type="text/event-stream",
                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})

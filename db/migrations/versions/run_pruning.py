@@ -8,14 +8,14 @@ A pruned run is the new run status `pruned` (a string column: no schema change; 
 counts it like the others). Dialect-neutral: Alembic ops only.
 
 Revision ID: run_pruning
-Revises: run_blocking
+Revises: holdout_confirm
 """
 
 import sqlalchemy as sa
 from alembic import op
 
 revision = "run_pruning"
-down_revision = "run_blocking"
+down_revision = "holdout_confirm"
 branch_labels = None
 depends_on = None
 

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import difflib
 import json
+import math
 import os
+import random
 import shutil
 import subprocess
 import sys
@@ -25,6 +27,7 @@ from agent.git.repo import init_repo
 from agent.ops.sweeps import create_sweep
 from agent.rules.prune import PrunePolicy, check
 from overnight.runtime import Runtime
+from runner.summary import ProgressPoint
 
 CURVES = Path(__file__).parent / "fixtures" / "curve_target"
 LOSING = ("A_SHIFT", "0.3", "a worse loss everywhere")
@@ -294,3 +297,36 @@ def test_the_early_stop_fit_check_names_what_is_missing() -> None:
     assert check_early_stop(auto, 100, 2.0).status == "warn"  # elapsed reaches 20 %
     assert check_early_stop(off, 100, 9.9).status == "ok"
     assert 'set prune = "auto"' in check_early_stop(off, 100, 9.9).detail
+
+
+def _curve(shift: float, seed: int) -> tuple[tuple[float, float, float], ...]:
+    rng = random.Random(seed)
+    off = rng.gauss(0, 0.01)
+    return tuple((f / 100, 3 + 2 * math.exp(-f / 25) + shift + off, float(f * 10))
+                 for f in range(1, 101))
+
+
+def _fed(early: EarlyStop, shift: float) -> EarlyStop:
+    for f, loss, step in _curve(shift, 99):
+        early.add(f, ProgressPoint(int(step), loss, None))
+        if early.stop.is_set():
+            break
+    return early
+
+
+def test_futility_is_asked_on_a_change_first_run_when_the_policy_sets_it() -> None:
+    """A run a little behind (inside the stop's margin, outside futility's) is stopped as "not
+    better" on the change's first run only, and only when the policy turns futility on."""
+    base = tuple(_curve(0.0, s) for s in range(4))
+    on = PrunePolicy(futile_z=(1.0, 1.0, 1.0))
+    hopeless = _fed(EarlyStop(Reference(base, "hyperparameter", 10.0, on), threading.Event()),
+                    0.06)
+    assert hopeless.call is not None and hopeless.call.futile and hopeless.stop.is_set()
+    assert hopeless.call.reason().startswith("not better: stopped at 30 % of the budget")
+    later = _fed(EarlyStop(Reference(base, "hyperparameter", 10.0, on, run_index=1),
+                           threading.Event()), 0.06)
+    assert later.call is None and len(later.calls) == 3  # judged, never stopped
+    off = _fed(EarlyStop(Reference(base, "hyperparameter", 10.0), threading.Event()), 0.06)
+    assert off.call is None and not off.stop.is_set()
+    behind = _fed(EarlyStop(Reference(base, "hyperparameter", 10.0), threading.Event()), 0.5)
+    assert behind.call is not None and not behind.call.futile  # clearly behind: the stop

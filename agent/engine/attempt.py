@@ -294,7 +294,9 @@ class TrainingRuns:
         runs = (self.store.list_runs(experiment_id=now.best_experiment_id)
                 if now.best_commit == base and now.best_experiment_id is not None
                 else self.store.list_runs(sweep_id=sweep.id))
-        return EarlyStop(reference(exp, runs, spec.seed, base, sweep.config.budget_s), run_stop)
+        k = sum(r.experiment_id == exp.id for r in self.store.list_runs(experiment_id=exp.id))
+        return EarlyStop(reference(exp, runs, spec.seed, base, sweep.config.budget_s, k),
+                         run_stop)
 
     def evaluate_again(self, exp: Experiment, config: TargetConfig, wt: Path,
                        first: RunResult, env: dict[str, str],

@@ -5,8 +5,10 @@ Used by agent.engine.attempt. Not retention (db/pruning.py, `pruned_at`: old log
 this stops a live run. Guaranteed: only a change's own runs (screen, confirm) of a target with
 `prune = "auto"` are judged, never the baseline's, the incumbent's or an evaluation re-run; the
 incumbent's curves are read once, before the run starts, so the line callback never waits on
-the store; a stop sets the run's own stop event (the runner then ends its process tree) and
-leaves the experiment's stop event alone (a stop asked by a person stays a cancel).
+the store; futility (agent.rules.prune.futile: off unless the policy sets `futile_z`) is asked
+on a change's first runs where `check` lets the run go on; a stop sets the run's own stop
+event (the runner then ends its process tree) and leaves the experiment's stop event alone (a
+stop asked by a person stays a cancel).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from dataclasses import dataclass, field
 
 from agent.core.domain import CurvePoints, Experiment, Run, RunRole, RunSpec, RunStatus, Sweep
 from agent.rules.categories import category_of
-from agent.rules.prune import PruneCall, PrunePolicy, check, next_check
+from agent.rules.prune import PruneCall, PrunePolicy, check, futile, next_check
 from runner.summary import ProgressPoint
 
 logger = logging.getLogger(__name__)
@@ -92,6 +94,7 @@ class Reference:
     category: str | None
     budget_s: float
     policy: PrunePolicy = field(default_factory=PrunePolicy)
+    run_index: int = 0  # how many runs of the change came before this one (futility: the first)
 
 
 def judged(sweep: Sweep, exp: Experiment, spec: RunSpec, incumbent_commit: str | None) -> bool:
@@ -103,12 +106,13 @@ def judged(sweep: Sweep, exp: Experiment, spec: RunSpec, incumbent_commit: str |
 
 
 def reference(exp: Experiment, runs: Sequence[Run], seed: int, incumbent_commit: str | None,
-              budget_s: float) -> Reference:
+              budget_s: float, run_index: int = 0) -> Reference:
     """The incumbent's completed runs' curves (same seed first) and the change's category."""
     mine = [r for r in runs if r.commit == incumbent_commit and r.status in REFERENCE_STATUSES
             and r.curve]
     mine.sort(key=lambda r: (r.seed != seed, r.id))
-    return Reference(tuple(r.curve for r in mine if r.curve), category_of(exp).value, budget_s)
+    return Reference(tuple(r.curve for r in mine if r.curve), category_of(exp).value, budget_s,
+                     run_index=run_index)
 
 
 class EarlyStop:
@@ -131,9 +135,13 @@ class EarlyStop:
         if index is None:
             return
         self.judged = index + 1
-        call = check(loss_pairs(self.curve.points()), [loss_pairs(c) for c in self.ref.curves],
-                     index, self.ref.policy, category=self.ref.category,
-                     speed_ratio=self.speed_ratio(fraction, point.step))
+        mine, theirs = loss_pairs(self.curve.points()), [loss_pairs(c) for c in self.ref.curves]
+        cat, ratio = self.ref.category, self.speed_ratio(fraction, point.step)
+        call = check(mine, theirs, index, self.ref.policy, category=cat, speed_ratio=ratio)
+        if not call.stop and self.ref.run_index < self.ref.policy.futile_runs:
+            hopeless = futile(mine, theirs, index, self.ref.policy, category=cat,
+                              speed_ratio=ratio)
+            call = hopeless if hopeless.stop else call
         self.calls.append(call)
         logger.info("early-stop check %d: %s", index, call.reason())
         if call.stop:

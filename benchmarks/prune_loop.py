@@ -90,7 +90,7 @@ def make_target(dest: Path, n_shifts: int, budget: float, prune: str) -> Path:
     toml = (dest / "overnight.toml").read_text()
     toml = toml.replace('prune    = "auto"', f'prune    = "{prune}"')
     toml = toml.replace("budget_s = 1.2", f"budget_s = {budget:g}")
-    (dest / "overnight.toml").write_text(toml + "incumbent_every = 0\n")
+    (dest / "overnight.toml").write_text(toml)
     init_repo(dest)
     return dest
 

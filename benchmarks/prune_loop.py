@@ -17,7 +17,7 @@ its stop), the GPU-seconds of a real night; "wall s" the night's wall clock.
     .venv/bin/python benchmarks/prune_loop.py [--budget 2] [--slots 1] [--harmful 6] [--null 4]
 
 `--target gpt` runs the reference target (experiments/gpt, on this machine's device: CPU here)
-instead, with two baseline runs and two changes: LR = 3e-5 (harmful: a hundredth of the
+instead, with its baseline runs (3) and two changes: LR = 3e-5 (harmful: a hundredth of the
 learning rate) and ROPE_BASE = 10001.0 (null); `--modes auto` runs only the night with the
 early stop (a harmful change's run then says what it saved against its budget).
 
@@ -101,7 +101,7 @@ def make_gpt(dest: Path, budget: float, prune: str) -> Path:
     toml = toml.replace("budget_s  = 300", f"budget_s  = {budget:g}")
     toml = toml.replace("timeout_s = 900", f"timeout_s = {budget * 4 + 120:g}")
     (dest / "overnight.toml").write_text(
-        toml + f'prune = "{prune}"\nbaseline_runs = 2\nincumbent_every = 0\n')
+        toml + f'prune = "{prune}"\nincumbent_every = 0\n')
     init_repo(dest)
     return dest
 

@@ -330,3 +330,13 @@ def test_futility_is_asked_on_a_change_first_run_when_the_policy_sets_it() -> No
     assert off.call is None and not off.stop.is_set()
     behind = _fed(EarlyStop(Reference(base, "hyperparameter", 10.0), threading.Event()), 0.5)
     assert behind.call is not None and not behind.call.futile  # clearly behind: the stop
+
+
+def test_prune_auto_runs_the_keep_rule_with_its_futility() -> None:
+    from agent.core.config import TargetConfig
+    from agent.rules.prune import AUTO_FUTILITY
+    from agent.rules.verdict import Rule
+
+    off = TargetConfig(command="python t.py", editable=("t.py",), metric="m", prune="off")
+    assert Rule.of(off).futility == 0.0
+    assert Rule.of(off.model_copy(update={"prune": "auto"})).futility == AUTO_FUTILITY > 0

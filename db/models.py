@@ -226,6 +226,9 @@ class RunRow(Base):
     throughput_source: Mapped[str | None] = mapped_column(String(40))
     pair_run_id: Mapped[int | None] = mapped_column(BIG)
     note: Mapped[str | None] = mapped_column(String(500))
+    # The run's loss by fraction of the budget, [[fraction, loss, step], ...] (a few hundred
+    # points at most; migration run_pruning): the early-stop rule's incumbent curves.
+    curve: Mapped[list[list[float]] | None] = mapped_column(JSON_TYPE)
     # The sealed holdout metric, never in the summary (migration holdout_confirm).
     holdout: Mapped[float | None] = mapped_column(Float)
 

@@ -14,6 +14,7 @@ from sqlalchemy import Row
 from agent.core.config import TargetConfig
 from agent.core.domain import (
     CrashKind,
+    CurvePoints,
     Experiment,
     ExperimentStatus,
     Run,
@@ -113,8 +114,20 @@ def to_run(row: RunRow | Row[Any]) -> Run:
         throughput_source=row.throughput_source,
         pair_run_id=row.pair_run_id,
         note=row.note,
+        curve=curve_of(row.curve),
         holdout=row.holdout,
     )
+
+
+def curve_of(raw: Any) -> CurvePoints | None:
+    """A run's stored curve as (fraction, loss, step) points; None when it has none (or it is
+    not a list of three numbers each)."""
+    if not isinstance(raw, list) or not raw:
+        return None
+    try:
+        return tuple((float(f), float(loss), float(step)) for f, loss, step in raw)
+    except (TypeError, ValueError):
+        return None
 
 
 def loss_rows(experiment_id: int, points: Sequence[ProgressPoint]) -> list[dict[str, Any]]:

@@ -63,6 +63,9 @@ class RunQueries(StoreBase):
             row.throughput, row.throughput_unit = end.throughput, end.throughput_unit
             row.training_s, row.total_s = end.training_s, end.total_s
             row.throughput_source, row.holdout = end.throughput_source, end.holdout
+            if end.note is not None:
+                row.note = end.note[:NOTE_CHARS] or None
+            row.curve = [list(p) for p in end.curve] if end.curve else None
             row.ended_at = utcnow()
             return to_run(row)
 

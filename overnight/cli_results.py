@@ -16,7 +16,7 @@ from rich.markup import escape
 
 from agent.analysis.projection import ExperimentView, LLMSpend
 from agent.analysis.report import improvement, results_tsv
-from agent.core.domain import RAN_STATUSES, Sweep
+from agent.core.domain import RAN_STATUSES, Run, Sweep
 from agent.core.domain import ExperimentStatus as S
 from agent.core.errors import NotFoundError
 from agent.core.ports import Store
@@ -39,18 +39,33 @@ def closing_line(sweep: Sweep, exps: list) -> str:  # type: ignore[type-arg]
             + (f" ({rel:+.2%})" if rel is not None else ""))
 
 
+def runs_by_status(runs: list[Run]) -> dict[str, dict[str, float]]:
+    """How many runs ended in each status and the training seconds they spent (a pruned run's
+    up to its stop): where a night's GPU time went."""
+    out: dict[str, dict[str, float]] = {}
+    for r in runs:
+        row = out.setdefault(r.status.value, {"n": 0, "training_s": 0.0})
+        row["n"] += 1
+        row["training_s"] = round(row["training_s"] + (r.training_s or 0.0), 3)
+    return out
+
+
 def print_results(sweep: Sweep, store, fmt: str) -> None:  # type: ignore[no-untyped-def]
     from agent.analysis.evidence import sweep_evidence
     from agent.analysis.report import evidence_header, evidence_row, sweep_evidence_row
     from overnight.console import results_table
 
     exps = store.list_experiments(sweep.id)
-    ev = sweep_evidence(sweep, exps, store.list_runs(sweep_id=sweep.id))
+    runs = store.list_runs(sweep_id=sweep.id)
+    ev = sweep_evidence(sweep, exps, runs)
     if fmt in ("tsv", "tsv-full"):
         sys.stdout.write(results_tsv(sweep, exps, ev if fmt == "tsv-full" else None))
     elif fmt == "json":
-        rows = [{**ExperimentView.of(e, sweep.name, with_conversation=True).model_dump(
-                     mode="json"),
+        by_exp: dict[int, list[Run]] = {}
+        for r in runs:
+            by_exp.setdefault(r.experiment_id, []).append(r)
+        rows = [{**ExperimentView.of(e, sweep.name, with_conversation=True,
+                                     runs=by_exp.get(e.id, [])).model_dump(mode="json"),
                  **evidence_row(ev.experiments.get(e.id))} for e in exps]
         print(
             json.dumps(
@@ -61,6 +76,7 @@ def print_results(sweep: Sweep, store, fmt: str) -> None:  # type: ignore[no-unt
                     "best": sweep.best_metric,
                     "best_commit": sweep.best_commit,
                     "evidence": sweep_evidence_row(ev),
+                    "runs_by_status": runs_by_status(runs),
                     "llm": LLMSpend.of(store.llm_usage(sweep.id)).model_dump(),
                     "confirmation": confirmation_json(store, sweep),
                     "experiments": rows,

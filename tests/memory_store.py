@@ -367,7 +367,9 @@ class MemoryStore:
                 throughput=end.throughput, throughput_unit=end.throughput_unit,
                 training_s=end.training_s, total_s=end.total_s,
                 throughput_source=end.throughput_source, holdout=end.holdout,
-                ended_at=utcnow())
+                ended_at=utcnow(),
+                note=run.note if end.note is None else end.note[:500] or None,
+                curve=end.curve or None)
             self._runs[run_id] = run
             return run
 

@@ -42,10 +42,16 @@ def test_rest_mcp_and_the_json_results_show_one_projection(tmp_path: Path, targe
     assert len(rows) == 3 and rows.keys() == listed.keys() == rest.keys()
     for exp_id, mcp in listed.items():
         assert FIELDS <= set(mcp) and FIELDS <= set(rest[exp_id]) and FIELDS <= set(rows[exp_id])
-        for field in FIELDS - {"diff"}:
+        for field in FIELDS - {"diff", "run_records"}:
             assert mcp[field] == rest[exp_id][field] == rows[exp_id][field], (exp_id, field)
         assert mcp["diff"] is None and rest[exp_id]["diff"] is None
         assert one[exp_id]["diff"] is not None  # the one experiment asked for carries its diff
+        # ... and its runs, as results json lists them; lists stay light
+        assert mcp["run_records"] is None and rest[exp_id]["run_records"] is None
+        assert one[exp_id]["run_records"] == rows[exp_id]["run_records"]
+        assert rows[exp_id]["run_records"], exp_id
     result = tools.experiment_result(max(listed)).model_dump(mode="json")
-    assert {f: result[f] for f in FIELDS} == {**listed[max(listed)]}
+    no_runs = FIELDS - {"run_records"}
+    assert {f: result[f] for f in no_runs} == {f: listed[max(listed)][f] for f in no_runs}
+    assert result["run_records"] == rows[max(listed)]["run_records"]
     assert result["finished"] is True and "waited_s" in result

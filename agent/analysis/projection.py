@@ -10,12 +10,13 @@ it (LLMView: the conversation, errors, tokens), `LLMSpend` a sweep's total.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel, Field
 
-from agent.core.domain import Experiment
+from agent.core.domain import Experiment, Run, RunStatus
 
 
 def memory_gb(exp: Experiment) -> float:
@@ -96,6 +97,30 @@ def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 9)
 
 
+class RunView(BaseModel):
+    """One run of an experiment (its own, or the incumbent's recorded under it)."""
+
+    id: int
+    role: str = Field(description="baseline | screen | confirm | incumbent")
+    seed: int
+    status: str = Field(description="running | ok | suspect | failed | timeout | cancelled | "
+                        "interrupted | pruned (stopped early: behind the incumbent)")
+    metric: float | None
+    training_seconds: float | None
+    throughput: float | None
+    throughput_unit: str | None
+    stop_reason: str | None = Field(description="a pruned run: why it was stopped early")
+    note: str | None = Field(description="how the keep rule placed it (why it is suspect)")
+
+    @classmethod
+    def of(cls, r: Run) -> RunView:
+        pruned = r.status is RunStatus.PRUNED
+        return cls(id=r.id, role=r.role.value, seed=r.seed, status=r.status.value,
+                   metric=r.metric, training_seconds=r.training_s, throughput=r.throughput,
+                   throughput_unit=r.throughput_unit, stop_reason=r.note if pruned else None,
+                   note=None if pruned else r.note)
+
+
 class ExperimentView(BaseModel):
     id: int
     sweep: str
@@ -127,12 +152,15 @@ class ExperimentView(BaseModel):
     started_at: datetime | None
     finished_at: datetime | None
     log_path: str | None
+    run_records: list[RunView] | None = Field(None, description="each run recorded under it, "
+                                              "oldest first (one experiment, and results json)")
 
     @classmethod
     def fields_of(cls, e: Experiment, sweep_name: str, with_diff: bool = False,
-                  with_conversation: bool | None = None) -> dict[str, Any]:
+                  with_conversation: bool | None = None,
+                  runs: Sequence[Run] | None = None) -> dict[str, Any]:
         """The projection's values, for models that extend it. The diff and a language model's
-        conversation come with one experiment (with_diff), not in lists."""
+        conversation come with one experiment (with_diff), not in lists; its runs when given."""
         talk = with_diff if with_conversation is None else with_conversation
         seconds = e.summary.get("training_seconds")
         return dict(
@@ -148,9 +176,11 @@ class ExperimentView(BaseModel):
             meta={k: v for k, v in e.meta.items() if k != CONVERSATION_KEY},
             created_at=e.created_at, started_at=e.started_at, finished_at=e.finished_at,
             log_path=e.log_path,
+            run_records=None if runs is None else [RunView.of(r) for r in runs],
         )
 
     @classmethod
     def of(cls, e: Experiment, sweep_name: str, with_diff: bool = False,
-           with_conversation: bool | None = None) -> ExperimentView:
-        return cls(**cls.fields_of(e, sweep_name, with_diff, with_conversation))
+           with_conversation: bool | None = None,
+           runs: Sequence[Run] | None = None) -> ExperimentView:
+        return cls(**cls.fields_of(e, sweep_name, with_diff, with_conversation, runs))

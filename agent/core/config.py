@@ -30,6 +30,10 @@ from agent.core.errors import ConfigError
 
 CONFIG_FILE = "overnight.toml"
 MAX_CONFIRM_RUNS = 10
+# Early stop of clearly losing runs (agent.rules.prune): "auto" judges a change's runs against
+# the incumbent's curves at the policy's checks, "off" never stops one. The default is one
+# constant so a measurement can flip it in one place.
+PRUNE_DEFAULT: Literal["auto", "off"] = "off"
 # The kinds of change a proposal can be (agent.rules.categories.Category has the same values).
 CATEGORY_NAMES = ("hyperparameter", "architecture", "optimizer", "data/schedule",
                   "simplification")
@@ -114,6 +118,8 @@ class TargetConfig(BaseModel):
     # how to evaluate a finished training again from the checkpoint the script wrote to
     # $OVERNIGHT_CHECKPOINT_DIR (run once, in the same worktree, when its evaluation crashed)
     eval_command: str | None = None
+    # stop a change's run early when its loss curve is clearly behind the incumbent's
+    prune: Literal["auto", "off"] = PRUNE_DEFAULT
     # a summary-block key the protected harness prints that no proposer sees during the night
     # (recorded per run, out of the summary and the logs; the report shows it after the night)
     holdout_metric: str | None = None

@@ -272,6 +272,13 @@ class RunStatus(str, enum.Enum):
     TIMEOUT = "timeout"
     CANCELLED = "cancelled"
     INTERRUPTED = "interrupted"  # the service died while it ran
+    # stopped early: its loss curve was clearly behind the incumbent's (agent.rules.prune);
+    # finished, not a crash (not `pruned_at`, which is retention's removal of old logs)
+    PRUNED = "pruned"
+
+
+# A run's loss curve as recorded: (fraction of the training budget, loss, step) points.
+CurvePoints = tuple[tuple[float, float, float], ...]
 
 
 @dataclass(frozen=True)
@@ -300,6 +307,8 @@ class RunEnd:
     training_s: float | None = None
     total_s: float | None = None
     throughput_source: str | None = None  # agent.throughput: summary key, progress lines
+    note: str | None = None  # a pruned run: why it was stopped (PruneCall.reason())
+    curve: CurvePoints | None = None  # its loss by fraction of the budget (None: no lines)
     holdout: float | None = None  # the sealed holdout metric (TargetConfig.holdout_metric)
 
 
@@ -328,6 +337,7 @@ class Run:
     throughput_source: str | None = None  # where the throughput came from; None: unknown
     pair_run_id: int | None = None  # an incumbent run: the change's run it ran beside
     note: str | None = None  # how the keep rule placed it (why it is suspect, its pair)
+    curve: CurvePoints | None = None  # its loss by fraction of the budget (migration run_pruning)
     holdout: float | None = None  # the sealed holdout metric: for the report after the night
 
 

@@ -5,7 +5,9 @@ keep rules.
 Each run carries OVERNIGHT_RUN_ID = "<work-dir key>:<experiment id>:<k>" (the experiment
 executing it; k = 0 for its first run, then the run record's id), so recovery can find every
 process of an interrupted experiment.
-The loss curve is downsampled to at most MAX_LOSS_POINTS (+ the last point) per run.
+The loss curve is downsampled to at most MAX_LOSS_POINTS (+ the last point) per run; each
+run also records its curve by fraction of the budget (runs.curve), and a change's own run is
+stopped early when that curve is clearly behind the incumbent's (agent.engine.early_stop).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from agent.core.domain import Experiment, Run, RunEnd, RunSpec, RunStatus, Sweep
 from agent.core.errors import ConfigError, OutOfSpaceError, StoreError, WorkerLostError
 from agent.core.ports import Runner, Store
 from agent.core.private import DIR_MODE
+from agent.engine.early_stop import EarlyStop, RunCurve, RunStop, judged, reference
 from agent.engine.salvage import (
     CHECKPOINT_ENV,
     EVAL_LOG_SUFFIX,
@@ -110,12 +113,19 @@ class LossCurve:
 
 class ProgressLines:
     """Reads a run's progress lines into its ProgressMeter (its throughput when the summary
-    block has none): every run has one; the experiment's first run's keeps the loss curve."""
+    block has none) and its curve by fraction of the budget (elapsed / budget from the line,
+    else the service's clock since the run started): every run has one; the experiment's
+    first run's also keeps the step-wise loss curve. A challenger run's early stop
+    (agent.engine.early_stop) is fed each point."""
 
-    def __init__(self, pattern: re.Pattern[str] | None = None) -> None:
+    def __init__(self, pattern: re.Pattern[str] | None = None, budget_s: float | None = None,
+                 early: EarlyStop | None = None) -> None:
         self.pattern = pattern
         self.count = 0
         self.meter = ProgressMeter()
+        self.budget_s, self.early = budget_s, early
+        self.curve = early.curve if early is not None else RunCurve()
+        self.started = time.monotonic()
 
     def point(self, line: str) -> ProgressPoint | None:
         point = parse_progress(line, self.pattern)
@@ -123,8 +133,20 @@ class ProgressLines:
             point = replace(point, step=self.count + 1)
         if point is not None:
             self.count += 1
-            self.meter.add(point.step, point.elapsed_s, time.monotonic())
+            now = time.monotonic()
+            self.meter.add(point.step, point.elapsed_s, now)
+            self._along(point, now)
         return point
+
+    def _along(self, point: ProgressPoint, now: float) -> None:
+        if not self.budget_s:
+            return
+        seconds = point.elapsed_s if point.elapsed_s is not None else now - self.started
+        fraction = seconds / self.budget_s
+        if self.early is not None:
+            self.early.add(fraction, point)  # adds the point to self.curve too
+        else:
+            self.curve.add(fraction, point.loss, float(point.step))
 
     def __call__(self, line: str) -> None:
         self.point(line)
@@ -135,11 +157,12 @@ class LineSink(ProgressLines):
     seconds (appending, or rewriting it after a thinning)."""
 
     def __init__(self, store: Store, exp: Experiment, emit: EventFn,
-                 pattern: re.Pattern[str] | None = None) -> None:
-        super().__init__(pattern)
+                 pattern: re.Pattern[str] | None = None, budget_s: float | None = None,
+                 early: EarlyStop | None = None) -> None:
+        super().__init__(pattern, budget_s, early)
         self.store, self.exp, self.emit = store, exp, emit
-        self.curve = LossCurve()
-        self.written = 0  # how many of curve.kept the store holds
+        self.steps = LossCurve()
+        self.written = 0  # how many of steps.kept the store holds
         self.rewrite = False
         self.last_flush = time.monotonic()
 
@@ -148,7 +171,7 @@ class LineSink(ProgressLines):
         self.emit("line", self.exp, {"line": line, "point": point})
         if point is None:
             return
-        if self.curve.add(point):
+        if self.steps.add(point):
             self.rewrite = True
         if time.monotonic() - self.last_flush > FLUSH_EVERY_S:
             self.flush()
@@ -156,9 +179,9 @@ class LineSink(ProgressLines):
     def flush(self, final: bool = False) -> None:
         """Write new points; after a thinning (or at the end, with the last point) rewrite."""
         self.last_flush = time.monotonic()
-        points = self.curve.points(with_last=final)
+        points = self.steps.points(with_last=final)
         try:
-            if self.rewrite or (final and len(points) > len(self.curve.kept)):
+            if self.rewrite or (final and len(points) > len(self.steps.kept)):
                 self.store.replace_loss_points(self.exp.id, points)
             elif len(points) > self.written:
                 self.store.add_loss_points(self.exp.id, points[self.written:])
@@ -166,7 +189,7 @@ class LineSink(ProgressLines):
             if final or not exc.out_of_space:
                 raise
             return  # no space mid-run: the points wait for the next flush (the last is held)
-        self.written, self.rewrite = len(self.curve.kept), False
+        self.written, self.rewrite = len(self.steps.kept), False
 
 
 class TrainingRuns:
@@ -198,11 +221,13 @@ class TrainingRuns:
         env["OVERNIGHT_EXPERIMENT_ID"] = str(spec.experiment_id)
         env[CHECKPOINT_ENV] = str(fresh_checkpoint_dir(wt))
         pattern = re.compile(config.progress_regex) if config.progress_regex else None
+        run_stop = RunStop(stop)  # its own: an early stop is not the experiment's cancel
+        early = self.early_stop(sweep, exp, spec, run_stop)
         sink: LineSink | None = None
-        lines = ProgressLines(pattern)
+        lines = ProgressLines(pattern, config.budget_s, early)
         if first:
             self.store.mark_started(exp.id, log_path=str(log_path), run_started_at=utcnow())
-            sink = lines = LineSink(self.store, exp, self.emit, pattern)
+            sink = lines = LineSink(self.store, exp, self.emit, pattern, config.budget_s, early)
             self.emit("started", self.store.get_experiment(exp.id), {"budget_s": config.budget_s})
         else:
             self.emit("confirming", exp, {"run": k + 1, "role": spec.role.value})
@@ -228,7 +253,7 @@ class TrainingRuns:
                 pass_env=config.pass_env,
                 on_start=on_start,
                 on_line=sealed_lines(lines, config.holdout_metric),
-                stop_event=stop,
+                stop_event=run_stop,
             )
             if salvageable(result, config, wt):
                 result = self.evaluate_again(exp, config, wt, result, env, on_start, stop)
@@ -239,9 +264,39 @@ class TrainingRuns:
         finally:
             if sink is not None:
                 sink.flush(final=True)
-        ended = self.store.end_run(run.id, replace(run_end(result, config.metric, lines.meter),
-                                                   holdout=holdout))
+        ended = self.record_end(exp, run, result, config, lines, early, holdout)
         return result, sink is None or sink.count > 0, ended
+
+    def record_end(self, exp: Experiment, run: Run, result: RunResult, config: TargetConfig,
+                   lines: ProgressLines, early: EarlyStop | None,
+                   holdout: float | None = None) -> Run:
+        """The run's end with its curve (and sealed holdout); `pruned` when its early stop
+        ended it."""
+        end = replace(run_end(result, config.metric, lines.meter),
+                      curve=lines.curve.points() or None, holdout=holdout)
+        if early is not None and early.call is not None and result.outcome is Outcome.STOPPED:
+            end = pruned_end(end, early, config.budget_s)
+            self.emit("pruned", exp, {"reason": end.note, "run": run.id})
+        return self.store.end_run(run.id, end)
+
+    def early_stop(self, sweep: Sweep, exp: Experiment, spec: RunSpec,
+                   run_stop: threading.Event) -> EarlyStop | None:
+        """The early stop of a change's own run, with the incumbent's curves read now (the
+        commit the change was built on); None for any other run or with `prune = "off"`."""
+        if sweep.config.prune != "auto" or exp.is_baseline:
+            return None
+        base = self.store.get_experiment(exp.id).base_commit or sweep.best_commit
+        if not judged(sweep, exp, spec, base):
+            return None
+        now = self.store.get_sweep(sweep.name)
+        # The best's runs (its own, its re-runs, those beside changes) are recorded under the
+        # experiment that made it: one experiment's runs, not the sweep's thousands.
+        runs = (self.store.list_runs(experiment_id=now.best_experiment_id)
+                if now.best_commit == base and now.best_experiment_id is not None
+                else self.store.list_runs(sweep_id=sweep.id))
+        k = sum(r.experiment_id == exp.id for r in self.store.list_runs(experiment_id=exp.id))
+        return EarlyStop(reference(exp, runs, spec.seed, base, sweep.config.budget_s, k),
+                         run_stop)
 
     def evaluate_again(self, exp: Experiment, config: TargetConfig, wt: Path,
                        first: RunResult, env: dict[str, str],
@@ -326,6 +381,14 @@ def run_end(result: RunResult, metric_key: str, meter: ProgressMeter | None = No
         training_s=_seconds(result.summary.get("training_seconds")),
         total_s=_seconds(result.summary.get("total_seconds")),
     )
+
+
+def pruned_end(end: RunEnd, early: EarlyStop, budget_s: float) -> RunEnd:
+    """A run the early stop ended: `pruned`, no metric, why in its note, the training seconds
+    it had when stopped."""
+    assert early.call is not None
+    return replace(end, status=RunStatus.PRUNED, metric=None, note=early.call.reason(),
+                   training_s=end.training_s or round(early.curve.last_fraction * budget_s, 3))
 
 
 def sealed_lines(on_line: Callable[[str], None], key: str | None) -> Callable[[str], None]:

@@ -242,6 +242,8 @@ class Loop:
             else:
                 spec = RunSpec(sweep.id, exp.id, commit, seed, role)
                 result, started, run = self.training.run(sweep, exp, wt, stop, spec)
+                if run.status is RunStatus.PRUNED:  # clearly behind: no more runs of it
+                    return self._pruned(sweep, exp, run, result)
                 failed = self._failure(sweep, config, wt, result, started, run)
             # Slots of one process each have their own Loop: decisions on a sweep take turns
             # so that reading the best, recording a keep and moving the branch are one step.
@@ -265,6 +267,17 @@ class Loop:
         if verdict.requeue:
             self._requeue(sweep, exp, now_head)
         return done
+
+    def _pruned(self, sweep: Sweep, exp: Experiment, run: Run, result: RunResult) -> Experiment:
+        """A run of the change was stopped early (agent.engine.early_stop): the change is
+        discarded, not crashed, with the check's reason; the metric of its runs so far, if any."""
+        done = [r.metric for r in self.store.list_runs(experiment_id=exp.id)
+                if r.status is RunStatus.OK and r.metric is not None]
+        best = self.store.get_sweep(sweep.name).best_metric
+        return self._finish(exp, Finish(
+            ExperimentStatus.DISCARDED, reason=run.note or "stopped early: behind the incumbent",
+            metric=sum(done) / len(done) if done else None, best_before=best,
+            summary=result.summary, log_tail=result.log_tail, run_ended_at=utcnow()))
 
     def _failure(
         self,

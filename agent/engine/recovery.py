@@ -184,7 +184,7 @@ def requeue_interrupted(store: Store, report: RecoveryReport) -> None:
         follow = requeue_once(store, exp)
         if follow is None:
             continue
-        if follow.status is ExperimentStatus.CRASHED:
+        if follow.status.is_finished():  # its verdict: given up, or stopped early before
             report.not_requeued.append(exp.id)
             continue
         report.requeued[exp.id] = follow.id
@@ -220,6 +220,10 @@ def requeue_once(store: Store, exp: Experiment) -> Experiment | None:
     Returns None when the experiment already has its follow-up (the store refuses a second:
     ConflictError), so two callers can never queue it twice.
     """
+    pruned = next((r for r in store.list_runs(experiment_id=exp.id)
+                   if r.status is RunStatus.PRUNED), None)
+    if pruned is not None and not exp.is_baseline:  # it ended before the service did
+        return _pruned_follow_up(store, exp, pruned)
     stopped_on_purpose = exp.reason == SHUTDOWN_REASON or (exp.reason or "").startswith(
         INTERRUPT_PREFIX)
     counts = not stopped_on_purpose and ran_when_interrupted(store, exp)
@@ -242,6 +246,23 @@ def requeue_once(store: Store, exp: Experiment) -> Experiment | None:
                      "its worker died; recorded as crashed (%d)", exp.id, crashes, follow.id)
     else:
         logger.warning("re-queued interrupted experiment %d as %d", exp.id, follow.id)
+    return follow
+
+
+def _pruned_follow_up(store: Store, exp: Experiment, run: Run) -> Experiment | None:
+    """An experiment whose run had been stopped early (a finished run) when the service went:
+    its follow-up is its verdict, `discarded` with the stop's reason, never another run."""
+    proposal = Proposal(exp.description, exp.diff, exp.proposer, parent_id=exp.id,
+                        meta={**exp.meta, "retry_of": exp.id})
+    try:
+        follow = store.add_experiment(
+            exp.sweep_id, proposal, attempt=exp.attempt, priority=exp.priority,
+            base_commit=exp.base_commit, retry_of=exp.id, status=ExperimentStatus.DISCARDED,
+            reason=run.note or "stopped early: behind the incumbent")
+    except ConflictError:
+        return None
+    logger.warning("experiment %d: its run %d had been stopped early; recorded as discarded "
+                   "(%d)", exp.id, run.id, follow.id)
     return follow
 
 

@@ -30,6 +30,7 @@ from agent.rules.contract import (
     check_noise,
     check_run,
 )
+from agent.rules.prune_fit import check_early_stop
 from agent.rules.repeats import check_seed, check_speed
 from agent.rules.throughput import ProgressMeter, speed
 from runner.process import resolve_command, run_command
@@ -57,8 +58,8 @@ def facts_of(result: RunResult, progress_points: int) -> RunFacts:
 
 
 def _run_once(config: TargetConfig, worktree: Path, log: Path, seed: int
-              ) -> tuple[RunResult, int, Sample | None]:
-    """One run: its result, how many progress lines parsed, and (with a metric) its sample."""
+              ) -> tuple[RunResult, ProgressMeter, Sample | None]:
+    """One run: its result, its progress lines' meter, and (with a metric) its sample."""
     pattern = re.compile(config.progress_regex) if config.progress_regex else None
     meter = ProgressMeter()
 
@@ -76,7 +77,7 @@ def _run_once(config: TargetConfig, worktree: Path, log: Path, seed: int
                          on_line=on_line)
     metric, found = _metric(result, config), speed(result.summary, meter)
     got = None if metric is None else Sample(metric, found.value, seed=seed, source=found.source)
-    return result, meter.lines, got
+    return result, meter, got
 
 
 def target_files(repo: GitRepo, head: str, config: TargetConfig) -> dict[str, str]:
@@ -138,9 +139,13 @@ def diagnose(target: Path, config: TargetConfig, runs: int = 2,
         repo.add_worktree(worktree, head)
         try:
             link_assets(worktree, target, config)
-            first, points, one = _run_once(config, worktree, tmp / "run1.log", config.seed)
+            first, meter, one = _run_once(config, worktree, tmp / "run1.log", config.seed)
             results.append(first)
-            checks += _first_run_checks(target, config, files, first, points, tmp / "run1.log")
+            checks += _first_run_checks(target, config, files, first, meter.lines,
+                                        tmp / "run1.log")
+            timed = meter.last_timed
+            checks.append(check_early_stop(config, meter.lines,
+                                           timed.elapsed_s if timed is not None else None))
             if runs > 1 and not any(c.status == "fail" for c in checks):
                 second, _, two = _run_once(config, worktree, tmp / "run2.log", config.seed + 1)
                 results.append(second)

@@ -13,6 +13,7 @@ from agent.core.domain import CrashKind, ExperimentStatus
 from agent.rules.classify import CrashFacts
 from agent.rules.conditions import Sample
 from agent.rules.noise import speed_tolerance
+from agent.rules.prune import AUTO_FUTILITY
 
 SEQUENTIAL, STRICT = "sequential", "strict"
 
@@ -53,6 +54,8 @@ class Rule:
             incumbent_every=config.incumbent_every,
             throughput_tolerance=config.throughput_tolerance,
             confirm_runs=config.confirm_runs,
+            # the keep rule's futility runs with the early stop (agent.rules.prune)
+            futility=AUTO_FUTILITY if config.prune == "auto" else 0.0,
         )
 
     @property

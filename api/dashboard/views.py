@@ -27,11 +27,12 @@ from agent.analysis.insights import Insights, sections
 from agent.analysis.projection import LLMView, memory_gb
 from agent.analysis.report import evidence_header, improvement
 from agent.core.diff import diff_stats, view_lines
-from agent.core.domain import Experiment, ExperimentStatus, Run, Sweep, utcnow
+from agent.core.domain import Experiment, ExperimentStatus, Run, RunRole, Sweep, utcnow
 from agent.ops.service import Service, read_log
 from db.reads import Reads
 from runner.summary import parse_progress
 
+from .band import band_svg, incumbent_runs
 from .cache import SweepCache
 from .fold import SweepFold, advance, fold_key
 from .history import HistoryCache, SweepHistory
@@ -308,16 +309,20 @@ def experiment_page(reads: Reads, e: Experiment) -> dict[str, Any]:
     prev, next_ = reads.adjacent_experiments(sweep.id, e.id)
     parent = reads.store.get_experiment(e.parent_id) if e.parent_id is not None else None
     ev = cached_evidence(reads, sweep).experiments.get(e.id)
+    own = runs_with_pairs(reads, sweep, e, ev)
     return {
         "sweep": sweep,
         "exp": e,
         "ev": ev,
-        "runs": runs_with_pairs(reads, sweep, e, ev),
+        "runs": own,
         "warnings": e.meta.get("warnings", []),
         "lines": view_lines(e.diff),
         "stats": diff_stats(e.diff),
         "summary": sorted(e.summary.items()),
         "loss": loss_svg(points, width=640, height=200),
+        "against": band_svg([r for r in own if r.experiment_id == e.id
+                             and r.role is not RunRole.INCUMBENT],
+                            incumbent_runs(reads, sweep, e)),
         "log": tail(text, 200),
         "has_log_file": bool(e.log_path and Path(e.log_path).is_file()),
         "parent": parent if parent is not None and parent.sweep_id == sweep.id else None,

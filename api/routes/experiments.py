@@ -93,7 +93,8 @@ def get_experiment(experiment_id: ExperimentId, services: ServicesDep,
     with services.store.reading():
         exp = services.store.get_experiment(experiment_id)
         sweep = services.store.get_sweep_by_id(exp.sweep_id)
-    return ExperimentPublic.of(exp, sweep.name, with_diff=True)
+        runs = services.store.list_runs(experiment_id=experiment_id)
+    return ExperimentPublic.of(exp, sweep.name, with_diff=True, runs=runs)
 
 
 @router.get("/{experiment_id}/diff", response_class=PlainTextResponse,

@@ -1,0 +1,158 @@
+"""Early stop of a clearly losing run while it trains: its loss curve by fraction of the budget
+against the incumbent's runs' curves, judged by agent.rules.prune at the policy's checks.
+
+Used by agent.engine.attempt. Not retention (db/pruning.py, `pruned_at`: old logs removed);
+this stops a live run. Guaranteed: only a change's own runs (screen, confirm) of a target with
+`prune = "auto"` are judged, never the baseline's, the incumbent's or an evaluation re-run; the
+incumbent's curves are read once, before the run starts, so the line callback never waits on
+the store; futility (agent.rules.prune.futile: off unless the policy sets `futile_z`) is asked
+on a change's first runs where `check` lets the run go on; a stop sets the run's own stop
+event (the runner then ends its process tree) and leaves the experiment's stop event alone (a
+stop asked by a person stays a cancel).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import statistics
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from agent.core.domain import CurvePoints, Experiment, Run, RunRole, RunSpec, RunStatus, Sweep
+from agent.rules.categories import category_of
+from agent.rules.prune import PruneCall, PrunePolicy, check, futile, next_check
+from runner.summary import ProgressPoint
+
+logger = logging.getLogger(__name__)
+CURVE_BINS = 200  # a run's recorded curve: the mean point of each 1/200 of the budget
+CHALLENGER_ROLES = (RunRole.SCREEN, RunRole.CONFIRM)
+# The incumbent's runs a challenger is judged against: those in its usual machine conditions
+# (a suspect run measured the machine; its curve would move the reference and the speed).
+REFERENCE_STATUSES = (RunStatus.OK,)
+
+
+class RunStop(threading.Event):
+    """A run's own stop, also set while the experiment's is: the runner polls `is_set`."""
+
+    def __init__(self, outer: threading.Event) -> None:
+        super().__init__()
+        self.outer = outer
+
+    def is_set(self) -> bool:
+        return super().is_set() or self.outer.is_set()
+
+
+class RunCurve:
+    """A run's loss by fraction of the budget, as the mean (fraction, loss, step) of each of
+    CURVE_BINS equal bins (points past the budget go to the last): bounded, whatever the
+    number of progress lines."""
+
+    def __init__(self, bins: int = CURVE_BINS) -> None:
+        self.bins = bins
+        self.sums: dict[int, list[float]] = {}  # bin -> [n, Σ fraction, Σ loss, Σ step]
+
+    def add(self, fraction: float, loss: float, step: float) -> None:
+        if not (math.isfinite(fraction) and math.isfinite(loss)) or fraction < 0:
+            return
+        b = min(int(fraction * self.bins), self.bins - 1)
+        acc = self.sums.setdefault(b, [0.0, 0.0, 0.0, 0.0])
+        for i, v in enumerate((1.0, fraction, loss, step)):
+            acc[i] += v
+
+    def points(self) -> CurvePoints:
+        return tuple((acc[1] / acc[0], acc[2] / acc[0], acc[3] / acc[0])
+                     for _, acc in sorted(self.sums.items()))
+
+    @property
+    def last_fraction(self) -> float:
+        return max((acc[1] / acc[0] for acc in self.sums.values()), default=0.0)
+
+
+def loss_pairs(points: CurvePoints) -> list[tuple[float, float]]:
+    """The rule's curve: (fraction, loss) of each recorded point."""
+    return [(f, loss) for f, loss, _ in points]
+
+
+def step_at(points: CurvePoints, fraction: float) -> float | None:
+    """The step a curve had reached at `fraction` (linear between its points; None before its
+    first point or past its last)."""
+    before = [p for p in points if p[0] <= fraction]
+    after = [p for p in points if p[0] >= fraction]
+    if not before or not after:
+        return None
+    (f0, _, s0), (f1, _, s1) = before[-1], after[0]
+    return s0 if f1 == f0 else s0 + (s1 - s0) * (fraction - f0) / (f1 - f0)
+
+
+@dataclass(frozen=True)
+class Reference:
+    """What a challenger run is judged against, read before it starts."""
+
+    curves: tuple[CurvePoints, ...]  # the incumbent's runs', same seed first
+    category: str | None
+    budget_s: float
+    policy: PrunePolicy = field(default_factory=PrunePolicy)
+    run_index: int = 0  # how many runs of the change came before this one (futility: the first)
+
+
+def judged(sweep: Sweep, exp: Experiment, spec: RunSpec, incumbent_commit: str | None) -> bool:
+    """Whether this run may be stopped early: a change's own run (not the commit it was built
+    on), on a target that asks."""
+    return (sweep.config.prune == "auto" and not exp.is_baseline
+            and spec.experiment_id == exp.id and spec.role in CHALLENGER_ROLES
+            and incumbent_commit is not None and spec.commit != incumbent_commit)
+
+
+def reference(exp: Experiment, runs: Sequence[Run], seed: int, incumbent_commit: str | None,
+              budget_s: float, run_index: int = 0) -> Reference:
+    """The incumbent's completed runs' curves (same seed first) and the change's category."""
+    mine = [r for r in runs if r.commit == incumbent_commit and r.status in REFERENCE_STATUSES
+            and r.curve]
+    mine.sort(key=lambda r: (r.seed != seed, r.id))
+    return Reference(tuple(r.curve for r in mine if r.curve), category_of(exp).value, budget_s,
+                     run_index=run_index)
+
+
+class EarlyStop:
+    """Fed each progress point of a challenger run; sets `stop` when a check says it is behind.
+
+    Keeps the run's curve; `call` is the check that stopped it (None while it runs on)."""
+
+    def __init__(self, ref: Reference, stop: threading.Event) -> None:
+        self.ref, self.stop = ref, stop
+        self.curve = RunCurve()
+        self.judged = 0
+        self.call: PruneCall | None = None
+        self.calls: list[PruneCall] = []
+
+    def add(self, fraction: float, point: ProgressPoint) -> None:
+        self.curve.add(fraction, point.loss, float(point.step))
+        if self.call is not None:
+            return
+        index = next_check(fraction, self.judged, self.ref.policy)
+        if index is None:
+            return
+        self.judged = index + 1
+        mine, theirs = loss_pairs(self.curve.points()), [loss_pairs(c) for c in self.ref.curves]
+        cat, ratio = self.ref.category, self.speed_ratio(fraction, point.step)
+        call = check(mine, theirs, index, self.ref.policy, category=cat, speed_ratio=ratio)
+        if not call.stop and self.ref.run_index < self.ref.policy.futile_runs:
+            hopeless = futile(mine, theirs, index, self.ref.policy, category=cat,
+                              speed_ratio=ratio)
+            call = hopeless if hopeless.stop else call
+        self.calls.append(call)
+        logger.info("early-stop check %d: %s", index, call.reason())
+        if call.stop:
+            self.call = call
+            self.stop.set()
+
+    def speed_ratio(self, fraction: float, step: int) -> float | None:
+        """Steps done by `fraction` against the incumbent's runs' mean at that fraction (equal
+        time, so a ratio of steps per second); None when none of them reaches it."""
+        theirs = [s for c in self.ref.curves if (s := step_at(c, fraction)) is not None]
+        if not theirs or step <= 0:
+            return None
+        mean = statistics.fmean(theirs)
+        return step / mean if mean > 0 else None

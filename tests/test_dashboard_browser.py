@@ -91,7 +91,9 @@ def test_overview_sweep_and_experiment_pages(filled: Filled, browser) -> None:
         expect(page.locator(".diff tr.d-add")).not_to_have_count(0)
         expect(page.locator(".diff tr.d-del")).not_to_have_count(0)
         expect(page.locator("#ref")).to_have_text(f"refs/overnight/night/{exp_id}")
-        expect(page.locator("svg.loss")).to_be_visible()
+        expect(page.locator("svg.loss:not(.band)")).to_be_visible()  # its loss by step
+        # ... and its curve over the incumbent's band (the early stop's picture)
+        expect(page.locator("svg.loss.band")).to_be_visible()
         _shot(page, "experiment")
 
         # A table row: the crashed experiment shows its crash class and the log tail.

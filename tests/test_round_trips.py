@@ -106,8 +106,10 @@ def test_reading_an_experiment_is_one_transaction(served) -> None:  # type: igno
     exp = _post(c, target, 0).json()
     with trips.watch():
         r = c.get(f"/experiments/{exp['id']}")
-    assert r.status_code == 200 and r.json()["diff"]
-    assert trips.statements == ["SELECT", "SELECT"], trips.statements
+    assert r.status_code == 200 and r.json()["diff"] and r.json()["run_records"] is not None
+    # The experiment, its sweep's name and its runs (one statement each, never one per run): on
+    # one connection, in one transaction.
+    assert trips.statements == ["SELECT", "SELECT", "SELECT"], trips.statements
     assert trips.seen == {"checkout": 1, "begin": 1, "commit": 1}, trips.seen
 
 

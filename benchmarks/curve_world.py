@@ -155,14 +155,14 @@ class BudgetNight(Night):
         super().__init__(rule, World(world.name, sigma=world.sigma, source=None),
                          random.Random(key))
         self.key = key * 1_000_000
-        self.serial: dict[int, int] = {id(self.head): 0}
+        self.serial: dict[int, int] = {self.head.key: 0}
         self.cw, self.policy = world, policy
         self.window = policy.prune.window if policy.prune else 0.05
         self.grid = world.fractions(self.window)
         self.base = [self._level(f) for f in self.grid]
         self.spent, self.kind = 0.0, "incumbent"
-        self.curves: dict[int, list[list[tuple[float, float]]]] = {}  # id(commit): its curves
-        self.means: dict[int, list[float]] = {id(self.head): self.base}
+        self.curves: dict[int, list[list[tuple[float, float]]]] = {}  # commit key: its curves
+        self.means: dict[int, list[float]] = {self.head.key: self.base}
         self.change: Change | None = None
 
     def _level(self, f: float) -> float:
@@ -172,10 +172,10 @@ class BudgetNight(Night):
     def curve(self, c: Commit) -> tuple[list[tuple[float, float]], float]:
         """One run's logged curve and its final metric's noise e(1)."""
         w = self.cw
-        rng = random.Random(self.key + self.serial[id(c)] * 64 + len(c.runs))
+        rng = random.Random(self.key + self.serial[c.key] * 64 + len(c.runs))
         z, o, prev = rng.gauss(0, 1), rng.gauss(0, 1), 0.0
         norm = 1 + w.early_spread * math.exp(-1 / w.tau)
-        mean, points, e = self.means[id(c)], [], 0.0
+        mean, points, e = self.means[c.key], [], 0.0
         for f, m in zip(self.grid, mean, strict=True):
             a = math.exp(-(f - prev) / w.ou_length)
             o, prev = a * o + math.sqrt(1 - a * a) * rng.gauss(0, 1), f
@@ -198,14 +198,14 @@ class BudgetNight(Night):
         self.tally_spent[self.kind if c is not self.head else "incumbent"] += cost
         if cost < 1.0:
             raise _Stopped
-        self.curves.setdefault(id(c), []).append(points)
+        self.curves.setdefault(c.key, []).append(points)
         return run
 
     def _judge(self, c: Commit, points: list[tuple[float, float]], k: int) -> float:
         """The share of the budget this change's run trains before it is stopped (1: never)."""
         pol, change = self.policy.prune, self.change
         assert change is not None
-        incumbents = self.curves.get(id(self.head), [])
+        incumbents = self.curves.get(self.head.key, [])
         if k == 0:
             self._looked_behind(points, incumbents)
         if pol is None:
@@ -267,9 +267,9 @@ class BudgetNight(Night):
         change = draw_change(self.cw, random.Random(self.key + 999_999 - k))
         effect = change.effect
         c = Commit(self.head.truth + effect, self.head.speed * change.speed)
-        self.serial[id(c)] = k + 1
-        parent = self.means[id(self.head)]
-        self.means[id(c)] = [m + change.delta(f) for f, m in zip(self.grid, parent, strict=True)]
+        self.serial[c.key] = k + 1
+        parent = self.means[self.head.key]
+        self.means[c.key] = [m + change.delta(f) for f, m in zip(self.grid, parent, strict=True)]
         self.change, self.stopped = change, ""
         self.kind = "null" if effect == 0 else "harmful" if effect > 0 else "helpful"
         big = -effect >= 3 * self.cw.sigma
@@ -284,23 +284,18 @@ class BudgetNight(Night):
             tally.big_stopped += big
         finally:
             self.kind = "incumbent"
-        tally.nulls += effect == 0
-        tally.big += big
+        tally.count(effect, big, kept)
         tally.helpful += effect < 0
         if kept:
-            tally.keeps += 1
-            tally.null_keeps += effect == 0
-            tally.false_keeps += effect >= 0
-            tally.big_keeps += big
             self.retire(self.head)
-            old = id(self.head)
+            old = self.head.key
             self.head = c
             for d in (self.means, self.curves, self.serial):
                 d.pop(old, None)
         else:
             self.retire(c)
             for d in (self.means, self.curves, self.serial):
-                d.pop(id(c), None)
+                d.pop(c.key, None)
 
 
 class _Spent(Exception):

@@ -22,6 +22,7 @@ of its runs in its usual condition.
 
 from __future__ import annotations
 
+import itertools
 import random
 import statistics
 from dataclasses import dataclass, field, replace
@@ -61,6 +62,16 @@ class Tally:
     gains: list[float] = field(default_factory=list)
     biases: list[float] = field(default_factory=list)
 
+    def count(self, effect: float, big: bool, kept: bool) -> None:
+        """One decided proposal: its kind, and whether (and how wrongly) it was kept."""
+        self.nulls += effect == 0
+        self.big += big
+        if kept:
+            self.keeps += 1
+            self.null_keeps += effect == 0
+            self.false_keeps += effect >= 0
+            self.big_keeps += big
+
 
 class Machine:
     """Quiet and busy phases of random length; `tick` is one run's conditions."""
@@ -95,6 +106,9 @@ class Commit:
     speed: float = 1.0
     runs: list[Sample] = field(default_factory=list)
     suspect: list[bool] = field(default_factory=list)  # per run: its status in the store
+    # who it is: id() is reused once a retired commit is freed (two commits then one, and the
+    # night's numbers vary with the allocator); replace() keeps it (the same commit)
+    key: int = field(default_factory=itertools.count().__next__)
 
 
 class Night:
@@ -114,7 +128,7 @@ class Night:
         speed = c.speed * factor * self.rng.lognormvariate(0.0, self.world.tp_noise)
         run = Sample(metric, self._seen(speed), self.next_id, seed, None, pair_of,
                      self.world.source)
-        self.started.append((str(id(c)), None, run.throughput))
+        self.started.append((str(c.key), None, run.throughput))
         self.next_id += 1
         self.runs += 1
         return run
@@ -187,14 +201,8 @@ class Night:
             speed *= self.rng.uniform(0.7, 1.3)
         change = Commit(self.head.truth + effect, speed)
         kept = self.settle(change, baseline=False)
-        big = -effect >= 3 * self.world.sigma
-        tally.nulls += effect == 0
-        tally.big += big
+        tally.count(effect, -effect >= 3 * self.world.sigma, kept)
         if kept:
-            tally.keeps += 1
-            tally.null_keeps += effect == 0
-            tally.false_keeps += effect >= 0
-            tally.big_keeps += big
             self.retire(self.head)
             self.head = replace(change, runs=list(change.runs), suspect=list(change.suspect))
         else:

@@ -5,23 +5,14 @@
 from __future__ import annotations
 
 import math
-import random
 
 import pytest
+from test_prune_rule import curve
 
 from agent.core.domain import ExperimentStatus
 from agent.rules.decide import Evidence, Rule, Sample, decide
 from agent.rules.prune import PrunePolicy, check, futile
 from agent.rules.sequential import discard_bar
-
-
-def curve(offset: float = 0.0, seed: int = 0, noise: float = 0.01,
-          n: int = 50) -> list[tuple[float, float]]:
-    rng = random.Random(seed)
-    shift = rng.gauss(0, 0.05)  # a seed's own level, along the whole curve
-    return [(i / n, 2.0 + 3.0 * math.exp(-5 * i / n) + shift + offset + rng.gauss(0, noise))
-            for i in range(1, n + 1)]
-
 
 INCUMBENTS = [curve(seed=s) for s in range(4)]
 FUTILE = PrunePolicy(futile_z=(math.inf, 1.0, 0.5))

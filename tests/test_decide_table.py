@@ -167,6 +167,32 @@ def test_a_run_whose_speed_moved_from_the_run_before_is_not_decided_on():
     assert v.status is S.DISCARDED and "kept changing" in v.reason
 
 
+def test_a_run_back_at_the_incumbents_latest_speed_is_compared_there():
+    """Its first run met a busy machine (the incumbent beside it as slow), the machine was
+    quiet again for the incumbent's next runs: its second run, off its first one's speed but
+    at the incumbent's latest, is placed there, not sent for yet another incumbent run."""
+    best = INC + (run(1.3, 81.0, 11, pair_of=10), run(1.0, 100.0, 12, seed=43, pair_of=10),
+                  run(1.05, 99.0, 13, seed=44, pair_of=10))
+    v = decide(ev([run(1.1, 80.0, 10), run(0.9, 100.0, 14, seed=43)], best=best), SEQ)
+    assert "the machine moved; back at the usual speed" in v.notes[1]
+    # compared in both conditions: what it waits for is a second incumbent run in the busy one
+    assert v.suspect == (True, False) and v.incumbent and "weak reference" in v.reason
+    was = decide(ev([run(1.1, 80.0, 10), run(0.9, 100.0, 14, seed=43)], best=best[:4]), SEQ)
+    # with the incumbent's latest run still busy it has no comparison: the incumbent runs
+    assert was.pair_of == 14 and "the machine moved; the incumbent runs beside it" in was.reason
+
+
+def test_a_speed_confirmed_as_the_changes_own_needs_no_second_confirmation():
+    """Its runs beside the incumbent at the incumbent's usual speed, its own speed confirmed
+    by its second run: a third run at that speed is the change's own at once (no wait)."""
+    best = INC + (run(1.05, 101.0, 11, pair_of=10), run(1.0, 100.0, 13, seed=43, pair_of=12),
+                  run(1.02, 99.0, 15, seed=44, pair_of=14))
+    runs = [run(0.8, 60.0, 10), run(0.82, 61.0, 12, seed=43), run(0.79, 60.5, 14, seed=44)]
+    v = decide(ev(runs, best=best), SEQ)
+    assert "whose speed was confirmed" in v.notes[1] and "whose speed was confirmed" in v.notes[2]
+    assert v.status is S.KEPT and v.suspect == (False, False, False)
+
+
 def test_a_keep_rests_on_three_incumbent_runs_in_its_conditions():
     best = (Sample(1.0, run_id=1, seed=42), Sample(1.1, run_id=2, seed=43))
     v = decide(ev([Sample(0.5, run_id=3), Sample(0.52, run_id=4, seed=43)], best=best),

@@ -9,10 +9,12 @@ run of a change is placed in one condition:
 - beside an incumbent run started for it (same seed, same device, right after): that run's
   condition when their speeds agree; when they do not and the incumbent kept its usual speed,
   the changed speed is the change's own once its next run keeps it (till then it counts for a
-  discard, not for a keep); when the incumbent's speed moved too, the change's own speed there
-  only if its next pair shows the same ratio of speeds, else the machine moved between them;
+  discard, not for a keep), or at once when an earlier run confirmed that speed as its own;
+  when the incumbent's speed moved too, the change's own speed there only if its next pair
+  shows the same ratio of speeds, else the machine moved between them;
 - else, with the change's previous run when their speeds agree within its condition's width;
-- else (its first run) with the incumbent's latest condition on the device when its speed
+- else (its first run, or a later one whose speed left its previous run's while no speed of
+  its own is confirmed) with the incumbent's latest condition on the device when its speed
   fits there;
 - else it has no comparison yet: the incumbent runs next, beside it (`pending`).
 
@@ -106,11 +108,26 @@ class _Placer:
             b = self.best[beside[0]]
             key, note, new = _beside(c, b, self.keys[beside[0]], self.levels,
                                      self.usual.get(c.device), self.tol)
+            again = self._own_speed(c, key) if new is not None and key is not None else None
+            if again is not None:  # at a speed already confirmed as its own: no wait
+                self._put(key, True, f"{note}; as its run {self.runs[again].run_id}, whose "
+                          "speed was confirmed: the change's own")
+                return
             if new is not None:
                 self.held = _Held(j, new, None if key is not None else _ratio_of(c, b))
             self._put(key, False, note)
             return
         self._unpaired(j, c)
+
+    def _own_speed(self, c: Sample, key: Key) -> int | None:
+        """An earlier run of the change placed in `key` at its own (confirmed) speed that
+        `c`'s speed agrees with, if any."""
+        width = min(self.widths.get(key, self.tol), self.tol * CONFIRM_SHARE)
+        for i in range(len(self.placed) - 1, -1, -1):
+            if self.own[i] and self.placed[i] == key and agrees(
+                    c.throughput, self.runs[i].throughput, width):
+                return i
+        return None
 
     def _credit(self, held: _Held, c: Sample) -> None:
         """A run beside the incumbent at its usual speed: its own speed if `c` keeps it."""
@@ -150,9 +167,16 @@ class _Placer:
         elif j == 0:
             self._first(c)
         else:
-            self._put(None, False, f"{speed_text(c.throughput, c.source)} vs "
-                      f"{speed_text(self.runs[j - 1].throughput)} for its run before (beyond "
-                      f"±{self.tol:.0%}): the machine moved; the incumbent runs beside it")
+            moved = (f"{speed_text(c.throughput, c.source)} vs "
+                     f"{speed_text(self.runs[j - 1].throughput)} for its run before (beyond "
+                     f"±{self.tol:.0%}): the machine moved")
+            if not any(self.own):  # no speed of its own yet: placed as a first run would be
+                self._first(c)
+                if self.placed[-1] is not None:
+                    self.notes[-1] = f"{moved}; {self.notes[-1] or 'back at the usual speed'}"
+                    return
+                self.placed.pop(), self.own.pop(), self.notes.pop()
+            self._put(None, False, f"{moved}; the incumbent runs beside it")
 
     def _first(self, c: Sample) -> None:
         prev = latest_before(c, self.best, any_device=c.throughput is None)

@@ -9,6 +9,8 @@ with an elapsed training time on the lines (else the service's clock, start-up i
 
 from __future__ import annotations
 
+from typing import Literal
+
 from agent.core.config import TargetConfig
 from agent.rules.contract import Check
 from agent.rules.prune import PrunePolicy
@@ -25,7 +27,7 @@ def check_early_stop(config: TargetConfig, lines: int, last_elapsed_s: float | N
     (the night runs as well without it, only without its savings)."""
     chosen = "prune" in config.model_fields_set
     state = f'prune = "{config.prune}"' + ("" if chosen else " (the default)")
-    short = "warn" if config.prune == "auto" and chosen else "info"
+    short: Literal["warn", "info"] = "warn" if config.prune == "auto" and chosen else "info"
     if lines == 0:
         return Check(NAME, short,
                      f"{state}, but it cannot work: no progress line with a loss", LINE_FIX)

@@ -120,6 +120,10 @@ class TargetConfig(BaseModel):
     eval_command: str | None = None
     # stop a change's run early when its loss curve is clearly behind the incumbent's
     prune: Literal["auto", "off"] = PRUNE_DEFAULT
+    # the keep rule's futility: its discard bar rises from discard_z after a change's first run
+    # towards keep_z at max_runs by this share (0: flat). Off by default: on a machine whose
+    # load shifts it cost ≥ 3σ gains (docs/keep-rule.md)
+    futility: float = Field(0.0, ge=0, le=1)
     # a summary-block key the protected harness prints that no proposer sees during the night
     # (recorded per run, out of the summary and the logs; the report shows it after the night)
     holdout_metric: str | None = None

@@ -13,7 +13,6 @@ from agent.core.domain import CrashKind, ExperimentStatus
 from agent.rules.classify import CrashFacts
 from agent.rules.conditions import Sample
 from agent.rules.noise import speed_tolerance
-from agent.rules.prune import AUTO_FUTILITY
 
 SEQUENTIAL, STRICT = "sequential", "strict"
 
@@ -54,8 +53,7 @@ class Rule:
             incumbent_every=config.incumbent_every,
             throughput_tolerance=config.throughput_tolerance,
             confirm_runs=config.confirm_runs,
-            # the keep rule's futility runs with the early stop (agent.rules.prune)
-            futility=AUTO_FUTILITY if config.prune == "auto" else 0.0,
+            futility=config.futility,
         )
 
     @property

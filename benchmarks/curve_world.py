@@ -25,6 +25,7 @@ The night is keep_world's (the real agent.rules.decide.decide drives every verdi
 budget: it ends when the GPU-seconds are spent (an undecided experiment is not kept); a change's
 run may be stopped at agent.rules.prune's checks (`check`: clearly behind; `futile`: not ahead
 enough to be kept), which discards the change; incumbent and baseline runs are never stopped.
+As in the engine, the spread pools the earlier incumbents' curves (PrunePolicy.pool_earlier).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from agent.rules.conditions import Sample
 from agent.rules.decide import Rule, incumbent_due
 from agent.rules.prune import PrunePolicy, check, futile, loss_at
 
+MAX_PAST = 8  # earlier incumbents' curves kept (a policy pools at most its pool_earlier)
 SCHEDULE = Category.DATA_SCHEDULE.value
 OTHERS = tuple(c.value for c in Category if c is not Category.DATA_SCHEDULE)
 
@@ -162,6 +164,7 @@ class BudgetNight(Night):
         self.base = [self._level(f) for f in self.grid]
         self.spent, self.kind = 0.0, "incumbent"
         self.curves: dict[int, list[list[tuple[float, float]]]] = {}  # commit key: its curves
+        self.past: list[list[list[tuple[float, float]]]] = []  # earlier incumbents', newest first
         self.means: dict[int, list[float]] = {self.head.key: self.base}
         self.change: Change | None = None
 
@@ -212,13 +215,14 @@ class BudgetNight(Night):
             return 1.0
         ratio = c.speed / self.head.speed * math.exp(self.rng.gauss(0, self.cw.tp_noise))
         for i, f in enumerate(pol.checks):
-            call = check(points, incumbents, i, pol, category=change.category, speed_ratio=ratio)
+            call = check(points, incumbents, i, pol, category=change.category, speed_ratio=ratio,
+                         earlier=self.past)
             if call.stop:
                 self.stopped = "check"
                 return f
             if self.policy.futility and k < pol.futile_runs:
                 call = futile(points, incumbents, i, pol, category=change.category,
-                              speed_ratio=ratio)
+                              speed_ratio=ratio, earlier=self.past)
                 if call.stop:
                     self.stopped = "futile"
                     return f
@@ -289,6 +293,7 @@ class BudgetNight(Night):
         if kept:
             self.retire(self.head)
             old = self.head.key
+            self.past = [self.curves.get(old, []), *self.past][:MAX_PAST]
             self.head = c
             for d in (self.means, self.curves, self.serial):
                 d.pop(old, None)

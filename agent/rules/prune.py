@@ -6,7 +6,9 @@ order (lower loss is better: it is the training loss, whatever the metric's dire
 check fraction a run is judged once; it is stopped only when its loss there is above the
 incumbent's mean by more than the margin. Guaranteed: ``check`` never stops a run when
 
-- fewer than ``min_curves`` incumbent curves reach the fraction (no spread to calibrate from),
+- fewer than 2 of the incumbent's curves reach the fraction (no reference level), or their
+  spread has fewer than ``min_curves`` − 1 degrees of freedom there (what ``min_curves``
+  curves of one commit give; no spread to calibrate from),
 - the run has no point in the window ending at the fraction,
 - the change's category is exempt (its curves are known to cross: schedule knobs),
 - its speed so far departs from the incumbent's by more than ``speed_tol`` (then the curve
@@ -14,10 +16,14 @@ incumbent's mean by more than the margin. Guaranteed: ``check`` never stops a ru
 - or it is within the margin.
 
 The spread is the incumbent curves' standard deviation at the check's fraction, pooled with the
-earlier check fractions (more degrees of freedom than n − 1 at one point), taken at its
+earlier check fractions (more degrees of freedom than n − 1 at one point) and with the curves of
+the sweep's earlier incumbents (``earlier``: up to ``pool_earlier`` of them, each commit's curves
+centred on their own mean at each fraction: seed noise is the script's, not the commit's; so
+the new incumbent right after a keep, with its 2 runs, is judged against), taken at its
 one-sided upper confidence bound ``spread_upper`` (a few curves often show a spread far too
 small); the margin is ``max(z · spread · √(1 + 1/n), floor_rel · |reference|)``: one run
-against the mean of n. ``futile`` (off unless ``futile_z`` is set) stops a run that is merely
+against the mean of the current incumbent's n curves (the reference level is theirs alone).
+``futile`` (off unless ``futile_z`` is set) stops a run that is merely
 not ahead enough, recorded as "not better".
 Not guaranteed: that a change stopped here would have lost at the end (curves that cross late
 exist; that is what ``z`` per check and ``exempt`` are for, calibrated by benchmarks/keep_rule.py).
@@ -61,6 +67,9 @@ class PrunePolicy:
     futile_z: tuple[float, ...] | None = None
     futile_runs: int = 1  # judged on a change's first this-many runs (later ones follow a
     # promising first run: the keep rule's own discard decides them)
+    # the earlier incumbents of the sweep (most recent first) whose curves pool into the spread
+    # (0: the current incumbent's alone; then a new incumbent with 2 runs is never judged)
+    pool_earlier: int = 3
 
     def __post_init__(self) -> None:
         if not self.checks or len(self.z) != len(self.checks):
@@ -82,6 +91,8 @@ class PrunePolicy:
                              f"{self.spread_upper}")
         if self.futile_runs < 0:
             raise ValueError(f"prune policy: futile_runs must be ≥ 0, got {self.futile_runs}")
+        if self.pool_earlier < 0:
+            raise ValueError(f"prune policy: pool_earlier must be ≥ 0, got {self.pool_earlier}")
 
 
 @dataclass(frozen=True)
@@ -151,10 +162,12 @@ def _pooled_sd(columns: Sequence[Sequence[float]]) -> tuple[float, int] | None:
 
 def check(challenger: Curve, incumbents: Sequence[Curve], index: int,
           policy: PrunePolicy = PrunePolicy(), *, category: str | None = None,
-          speed_ratio: float | None = None) -> PruneCall:
+          speed_ratio: float | None = None, earlier: Sequence[Sequence[Curve]] = ()
+          ) -> PruneCall:
     """Judge the run at ``policy.checks[index]``: stop it when its loss there is above the
-    incumbent curves' mean by more than the margin (see the module docstring)."""
-    got = _compare(challenger, incumbents, index, policy, category, speed_ratio)
+    incumbent curves' mean by more than the margin (see the module docstring); ``earlier``:
+    the curves of the sweep's earlier incumbents, one group per commit, most recent first."""
+    got = _compare(challenger, incumbents, index, policy, category, speed_ratio, earlier)
     if isinstance(got, PruneCall):
         return got
     fraction, loss, reference, spread, n = got
@@ -167,7 +180,8 @@ def check(challenger: Curve, incumbents: Sequence[Curve], index: int,
 
 def futile(challenger: Curve, incumbents: Sequence[Curve], index: int,
            policy: PrunePolicy = PrunePolicy(), *, category: str | None = None,
-           speed_ratio: float | None = None) -> PruneCall:
+           speed_ratio: float | None = None, earlier: Sequence[Sequence[Curve]] = ()
+           ) -> PruneCall:
     """Futility at ``policy.checks[index]``: stop a run whose loss there is above the incumbent
     curves' mean by more than ``futile_z[index] · spread · √(1 + 1/n)`` (no floor): not
     clearly losing, but unlikely to end significantly better; the change is "not better",
@@ -177,7 +191,7 @@ def futile(challenger: Curve, incumbents: Sequence[Curve], index: int,
     fraction = policy.checks[index]
     if policy.futile_z is None:
         return PruneCall(False, fraction, "futility is off")
-    got = _compare(challenger, incumbents, index, policy, category, speed_ratio)
+    got = _compare(challenger, incumbents, index, policy, category, speed_ratio, earlier)
     if isinstance(got, PruneCall):
         return got
     fraction, loss, reference, spread, n = got
@@ -189,7 +203,8 @@ def futile(challenger: Curve, incumbents: Sequence[Curve], index: int,
 
 
 def _compare(challenger: Curve, incumbents: Sequence[Curve], index: int, policy: PrunePolicy,
-             category: str | None, speed_ratio: float | None
+             category: str | None, speed_ratio: float | None,
+             earlier: Sequence[Sequence[Curve]] = ()
              ) -> PruneCall | tuple[float, float, float, float, int]:
     """(fraction, loss, reference, spread, n) of a run that can be judged at the check, or
     the call that says why it cannot."""
@@ -203,16 +218,29 @@ def _compare(challenger: Curve, incumbents: Sequence[Curve], index: int, policy:
     loss = loss_at(challenger, fraction, policy.window)
     if loss is None:
         return PruneCall(False, fraction, "no progress line near this point")
-    here = [v for c in incumbents if (v := loss_at(c, fraction, policy.window)) is not None]
-    if len(here) < policy.min_curves:
-        return PruneCall(False, fraction, f"{len(here)} incumbent curve(s) reach this point; "
-                                          f"{policy.min_curves} are needed to calibrate")
-    columns = [[v for c in incumbents if (v := loss_at(c, f, policy.window)) is not None]
-               for f in policy.checks[: index + 1]]
+    here = _column(incumbents, fraction, policy.window)
+    groups = [incumbents, *earlier[: policy.pool_earlier]]
+    df = sum(max(len(_column(g, fraction, policy.window)) - 1, 0) for g in groups)
+    if len(here) < 2 or df < policy.min_curves - 1:
+        return PruneCall(False, fraction, _too_few(len(here), df, len(groups) > 1, policy))
+    columns = [_column(g, f, policy.window) for f in policy.checks[: index + 1] for g in groups]
     pooled = _pooled_sd(columns)
-    assert pooled is not None  # the last column has ≥ min_curves ≥ 2 values
+    assert pooled is not None  # df ≥ min_curves − 1 ≥ 1
     spread = pooled[0] * _upper(pooled[1], policy.spread_upper)
     return fraction, loss, statistics.fmean(here), spread, len(here)
+
+
+def _too_few(n: int, df: int, pooled: bool, policy: PrunePolicy) -> str:
+    if not pooled:
+        return (f"{n} incumbent curve(s) reach this point; {policy.min_curves} are needed to "
+                "calibrate")
+    return (f"{n} incumbent curve(s) reach this point, {df} degree(s) of freedom with the "
+            f"earlier incumbents'; 2 curves and {policy.min_curves - 1} are needed to calibrate")
+
+
+def _column(curves: Sequence[Curve], fraction: float, window: float) -> list[float]:
+    """The curves' losses at `fraction` (those that reach it)."""
+    return [v for c in curves if (v := loss_at(c, fraction, window)) is not None]
 
 
 def _upper(df: int, level: float) -> float:

@@ -32,6 +32,7 @@ exist; that is what ``z`` per check and ``exempt`` are for, calibrated by benchm
 from __future__ import annotations
 
 import math
+import re
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -121,6 +122,16 @@ class PruneCall:
         if self.futile:  # futility: "not better" with its evidence, never a crash
             return f"not better: {text}, {self.why}"
         return text + ("" if self.stop else f" ({self.why})")
+
+
+def reason_fraction(text: str | None) -> float | None:
+    """The check's fraction a ``PruneCall.reason()`` names ("stopped at 50 % of the budget: …"
+    → 0.5); None for any other text."""
+    m = _REASON.match(text or "")
+    return int(m.group(1)) / 100 if m else None
+
+
+_REASON = re.compile(r"(?:not better: )?(?:stopped|went on) at (\d+) % of the budget")
 
 
 def _fmt(x: float | None) -> str:

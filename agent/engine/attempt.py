@@ -47,7 +47,6 @@ from agent.engine.salvage import (
     salvageable,
 )
 from agent.rules.holdout import redact, redact_bytes, seal_summary
-from agent.rules.prune import PrunePolicy
 from agent.rules.throughput import ProgressMeter, speed
 from runner.process import resolve_command
 from runner.result import Outcome, RunResult
@@ -303,7 +302,7 @@ class TrainingRuns:
                 if now.best_commit == base and now.best_experiment_id is not None
                 else self.store.list_runs(sweep_id=sweep.id))
         k = sum(r.experiment_id == exp.id for r in self.store.list_runs(experiment_id=exp.id))
-        policy = PrunePolicy()
+        policy = sweep.config.prune_policy.policy()
         earlier = earlier_curves(self.store, sweep.id, base, policy.pool_earlier)
         return EarlyStop(reference(exp, runs, spec.seed, base, sweep.config.budget_s, k,
                                    policy=policy, earlier=earlier), run_stop)

@@ -133,7 +133,7 @@ def reference(exp: Experiment, runs: Sequence[Run], seed: int, incumbent_commit:
                      earlier=tuple(tuple(g) for g in earlier if g))
 
 
-def earlier_curves(store: Store, sweep_id: int, incumbent_commit: str,
+def earlier_curves(store: Store, sweep_id: int, incumbent_commit: str | None,
                    limit: int) -> list[tuple[CurvePoints, ...]]:
     """The completed runs' curves of the sweep's latest `limit` kept commits other than the
     incumbent's, one group per commit, newest first (each read from the experiment that kept

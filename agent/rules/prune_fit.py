@@ -18,9 +18,11 @@ LINE_FIX = "print progress lines such as `step 120 | loss 3.41 | elapsed 31.2s` 
 
 
 def check_early_stop(config: TargetConfig, lines: int, last_elapsed_s: float | None,
-                     policy: PrunePolicy = PrunePolicy()) -> Check:
+                     policy: PrunePolicy | None = None) -> Check:
     """Whether `prune = "auto"` can judge this target's runs: `lines` progress lines with a
-    loss in one run, the last elapsed time printed on one (None: no line prints one)."""
+    loss in one run, the last elapsed time printed on one (None: no line prints one); the
+    policy is the target's [prune] table's unless given."""
+    policy = policy or config.prune_policy.policy()
     state = f'prune = "{config.prune}"'
     if lines == 0:
         return Check(NAME, "warn" if config.prune == "auto" else "info",

@@ -8,7 +8,7 @@ import math
 import pytest
 from test_prune_rule import INCUMBENTS, curve
 
-from agent.rules.prune import PrunePolicy, check, futile, loss_at
+from agent.rules.prune import PrunePolicy, check, futile, late_crossing, loss_at
 
 NEW = [curve(offset=-0.3, seed=s) for s in (11, 12)]  # the kept change's 2 runs, 0.3 better
 EARLIER = [INCUMBENTS]  # the incumbent before it: 3 curves at its own level
@@ -66,3 +66,18 @@ def test_futility_pools_the_same_spread() -> None:
 def test_a_negative_pool_earlier_is_refused_by_name() -> None:
     with pytest.raises(ValueError, match="pool_earlier"):
         PrunePolicy(pool_earlier=-1)
+
+
+def test_late_crossing_names_the_check_a_completed_winner_looked_behind_at() -> None:
+    # behind by 2.0 until 40 % of the budget, then ahead: a schedule knob's shape
+    crossing = [(f, v + (2.0 if f <= 0.4 else -0.2)) for f, v in curve(seed=7)]
+    policy = PrunePolicy()
+    call = late_crossing(crossing, INCUMBENTS, policy, ended_better=True)
+    assert call is not None and call.stop and call.fraction == 0.3
+    # judged as if not exempt: its category's exemption is what it would learn
+    assert not check(crossing, INCUMBENTS, 0, policy, category="data/schedule").stop
+    assert late_crossing(crossing, INCUMBENTS, policy, ended_better=False) is None
+    level = curve(offset=-0.2, seed=7)  # ahead all along: nothing crossed
+    assert late_crossing(level, INCUMBENTS, policy, ended_better=True) is None
+    assert late_crossing(crossing, NEW, policy, ended_better=True) is None  # 2 curves alone
+    assert late_crossing(crossing, NEW, policy, ended_better=True, earlier=EARLIER) is not None

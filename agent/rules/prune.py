@@ -39,8 +39,8 @@ from dataclasses import dataclass
 
 from agent.core.prune_policy import PrunePolicy
 
-__all__ = ["AUTO_FUTILITY", "PruneCall", "PrunePolicy", "check", "futile", "loss_at",
-           "next_check", "reason_fraction"]
+__all__ = ["AUTO_FUTILITY", "PruneCall", "PrunePolicy", "check", "futile", "late_crossing",
+           "loss_at", "next_check", "reason_fraction"]
 Curve = Sequence[tuple[float, float]]
 # The keep rule's futility to run with early stopping (agent.rules.verdict.Rule.futility): the
 # discard bar rises to keep_z at max_runs. Run-level futility (``futile``) stays off by default:
@@ -164,6 +164,22 @@ def futile(challenger: Curve, incumbents: Sequence[Curve], index: int,
     why = ("not ahead enough to end significantly better" if hopeless
            else "ahead enough to go on")
     return PruneCall(hopeless, fraction, why, loss, reference, spread, margin, futile=hopeless)
+
+
+def late_crossing(challenger: Curve, incumbents: Sequence[Curve], policy: PrunePolicy,
+                  *, ended_better: bool, earlier: Sequence[Sequence[Curve]] = ()
+                  ) -> PruneCall | None:
+    """For a run that trained to the end: the first check at which it was behind by more than
+    the margin (judged as if its category were not exempt and its speed had not departed),
+    when it nonetheless ended better than the incumbent; None otherwise. A category whose
+    changes show one crosses late: a night can exempt it from then on (learned, not declared)."""
+    if not ended_better:
+        return None
+    for index in range(len(policy.checks)):
+        call = check(challenger, incumbents, index, policy, earlier=earlier)
+        if call.stop:
+            return call
+    return None
 
 
 def _compare(challenger: Curve, incumbents: Sequence[Curve], index: int, policy: PrunePolicy,

@@ -173,7 +173,7 @@ def demo(
         device="cpu",
         timeout=max(budget * 4, budget + 120),
     )
-    print_results(done, store, "table")
+    print_results(done, store, "table", statement=False)
     console.print("\n[bold]results.tsv[/bold]")
     print_results(done, store, "tsv")
     console.print(f"\n[bold]git log {done.branch}[/bold] (baseline + kept only)")

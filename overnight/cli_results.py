@@ -50,7 +50,10 @@ def runs_by_status(runs: list[Run]) -> dict[str, dict[str, float]]:
     return out
 
 
-def print_results(sweep: Sweep, store, fmt: str) -> None:  # type: ignore[no-untyped-def]
+def print_results(sweep: Sweep, store, fmt: str,  # type: ignore[no-untyped-def]
+                  statement: bool = True) -> None:
+    """The sweep's results in `fmt`; a table ends with the evidence's statement unless
+    `statement` is False (the demo prints it as its last line)."""
     from agent.analysis.evidence import sweep_evidence
     from agent.analysis.report import evidence_header, evidence_row, sweep_evidence_row
     from overnight.console import results_table
@@ -97,7 +100,8 @@ def print_results(sweep: Sweep, store, fmt: str) -> None:  # type: ignore[no-unt
                 f" … ({len(ids)})" if len(ids) > 5 else ""
             )
             console.print(f"[yellow]warning[/yellow] {which}: {escape(warning)}")
-        console.print(f"[bold]{escape(ev.statement())}[/bold]")
+        if statement:
+            console.print(f"[bold]{escape(ev.statement())}[/bold]")
     else:
         fail(f"--format must be tsv, tsv-full, table or json, got {fmt!r}")
 

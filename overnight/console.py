@@ -41,14 +41,15 @@ def results_table(
     for col in cols:
         table.add_column(col, overflow="fold")
     for exp in experiments:
-        stats = _stats(evidence.experiments.get(exp.id)) if evidence is not None else []
+        ev = evidence.experiments.get(exp.id) if evidence is not None else None
+        stats = _stats(ev) if evidence is not None else []
         status = exp.status.value + (f" ({exp.crash_kind.value})" if exp.crash_kind else "")
         secs = exp.summary.get("training_seconds")
         table.add_row(
             str(exp.id),
             (exp.commit or "")[:7],
             Text(status, style=STYLE.get(exp.status, "")),
-            fmt_metric(exp.metric),
+            fmt_metric(ev.commit_mean if ev is not None and ev.reruns else exp.metric),
             *stats,
             fmt_delta(exp.delta),
             f"{memory_gb(exp):.1f}",
@@ -60,13 +61,19 @@ def results_table(
 
 def _stats(ev: ExperimentEvidence | None) -> list[str]:
     """CI, n and P(better); runs measured in other machine conditions (compared beside the
-    incumbent there) are counted as "+k elsewhere"."""
-    elsewhere = f"+{len(ev.suspect)} elsewhere" if ev is not None and ev.suspect else ""
+    incumbent there) are counted as "+k elsewhere", a kept commit's re-runs as the incumbent
+    as "+k re-run" (then the metric shown is the mean of all its runs, the one the later
+    changes were compared with)."""
+    extra = []
+    if ev is not None and ev.reruns:
+        extra.append(f"+{ev.reruns} re-run")
+    if ev is not None and ev.suspect:
+        extra.append(f"+{len(ev.suspect)} elsewhere")
     if ev is None or not ev.n:
-        return ["", elsewhere, ""]
+        return ["", " ".join(extra), ""]
     ci = f"± {ev.ci:.4f}" if ev.ci is not None else ""
     p = f"{ev.p_better:.2f}" if ev.p_better is not None else ""
-    return [ci, f"{ev.n} {elsewhere}".strip(), p]
+    return [ci, " ".join([str(ev.n), *extra]), p]
 
 
 def describe(exp: Experiment) -> str:

@@ -292,6 +292,10 @@ def test_the_early_stop_fit_check_names_what_is_missing() -> None:
     off = auto.model_copy(update={"prune": "off"})
     assert check_early_stop(auto, 0, None).status == "warn"
     assert check_early_stop(off, 0, None).status == "info"
+    # the default, not asked for: what the target lacks is a note, not a warning
+    default = TargetConfig(command="python t.py", editable=("t.py",), metric="m", budget_s=10)
+    assert default.prune == "auto" and check_early_stop(default, 0, None).status == "info"
+    assert '(the default)' in check_early_stop(default, 0, None).detail
     assert "every 5%" in check_early_stop(auto, 5, 9.0).detail
     assert "no elapsed time" in check_early_stop(auto, 100, None).detail
     assert check_early_stop(auto, 100, 2.0).status == "warn"  # elapsed reaches 20 %

@@ -18,8 +18,9 @@ from pathlib import Path
 import pytest
 import real_llm
 
-from agent.core.domain import RAN_STATUSES
+from agent.core.domain import RAN_STATUSES, CrashKind
 from agent.core.domain import ExperimentStatus as S
+from agent.engine.attempt import MAX_REPAIRS
 from agent.git.repo import init_repo
 from db.engine import open_database
 from db.store import SqlStore
@@ -74,7 +75,15 @@ def test_a_short_sweep_against_a_real_model(smollm: str, tmp_path: Path) -> None
     used = [e for e in llm if e.status is not S.QUEUED]
     capped = "LLM token cap reached" in (llm[-1].reason or "")
     assert len(used) >= EXPERIMENTS or capped, [(e.status, e.reason) for e in llm]
-    assert len([e for e in llm if e.status in RAN_STATUSES]) <= EXPERIMENTS
+    # The cap counts proposals; a repair of a trivial crash continues its proposal (parent_id)
+    # and runs even once the cap is reached, at most MAX_REPAIRS deep.
+    ran = [e for e in llm if e.status in RAN_STATUSES]
+    assert len([e for e in ran if e.parent_id is None]) <= EXPERIMENTS, ran
+    repairs = [e for e in ran if e.parent_id is not None]
+    assert all(0 < e.attempt <= MAX_REPAIRS for e in repairs), repairs
+    by_id = {e.id: e for e in llm}
+    assert all(by_id[e.parent_id].crash_kind is CrashKind.TRIVIAL for e in repairs
+               if e.parent_id is not None), repairs
 
     # Every row's reason is what happened.
     for e in llm:

@@ -10,6 +10,7 @@ from service_fixtures import knob_diff, make_counting_target
 
 from agent.core.domain import ExperimentStatus, Finish, Proposal, SweepStatus
 from agent.core.errors import ConfigError
+from agent.engine.claims import claim_queued
 from agent.engine.devices import detect_devices, parse_devices, slot_env
 from agent.engine.scheduler import SchedulerSettings, SlotScheduler
 from agent.git.repo import GitRepo, init_repo
@@ -272,10 +273,10 @@ def test_a_stale_sweep_read_never_stops_a_sweep_whose_baseline_just_ended(setup)
     queued = store.add_experiment(sweep.id, Proposal("K0", knob_diff(target, 0, 1)))
     stale = store.get_sweep("race")  # read before the baseline is claimed
     store.claim(1)  # another slot took the baseline
-    assert sched._claim_queued(stale) is None
+    assert claim_queued(store, stale) is None
     assert store.get_sweep("race").status is SweepStatus.RUNNING
     store.finish(1, Finish(ExperimentStatus.KEPT, metric=1.0), keep_commit=repo.head(stale.branch))
-    claimed = sched._claim_queued(stale)  # the baseline was kept meanwhile
+    claimed = claim_queued(store, stale)  # the baseline was kept meanwhile
     assert claimed is not None and claimed.id == queued.id
     assert store.get_sweep("race").status is SweepStatus.RUNNING
 

@@ -236,3 +236,28 @@ def test_an_ordered_list_takes_values_in_any_order() -> None:
         copy.add(2.0)
         assert values.values() == sorted(values.values()) and 2.0 not in values.values()
         assert copy.values()[-1] == 2.0 and len(copy) == len(values) + 1
+
+
+def test_a_kept_commit_re_run_as_the_incumbent_shows_all_its_runs(sweep: Sweep) -> None:
+    """The baseline re-run beside a change: its row says "+1 re-run" and shows the mean of all
+    its runs, the value the recorded best and the later changes' deltas are measured with."""
+    from rich.console import Console
+
+    from overnight.console import results_table
+
+    base = sweep.store.list_experiments(sweep.sid)[0]
+    sweep.run(base.id, base.commit or "", 1.2, RunRole.INCUMBENT)
+    eid = sweep.start()
+    sweep.finish(eid, S.DISCARDED, 1.05)
+    sweep.step()  # the fold, moved on by the re-run, equals the whole-sweep evidence
+    s = sweep.store.get_sweep_by_id(sweep.sid)
+    ev = sweep_evidence(s, sweep.store.list_experiments(sweep.sid),
+                        sweep.store.list_runs(sweep_id=sweep.sid))
+    mine = ev.experiments[base.id]
+    assert (mine.n, mine.reruns) == (2, 1) and mine.commit_mean == pytest.approx(3.2 / 3)
+    assert ev.experiments[eid].reruns == 0 and ev.experiments[eid].commit_mean is None
+    out = Console(width=250, record=True)
+    out.print(results_table(s, sweep.store.list_experiments(sweep.sid), evidence=ev))
+    row = next(line for line in out.export_text().splitlines() if "baseline" in line or
+               f"│ {base.id} " in line)
+    assert "1.066667" in row and "2 +1 re-run" in row, row

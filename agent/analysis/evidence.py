@@ -41,6 +41,10 @@ class ExperimentEvidence:
     runs: tuple[float, ...]
     pairs: tuple[tuple[int, int], ...] = ()  # (its run, the incumbent run beside it)
     suspect: tuple[tuple[int, str], ...] = ()  # (its run off the usual conditions, the note)
+    # the commit it made, re-run as the incumbent: those OK runs, and the mean of all its OK
+    # runs (what the recorded best and the later changes' deltas are measured against)
+    reruns: int = 0
+    commit_mean: float | None = None
 
 
 @dataclass(frozen=True)
@@ -97,6 +101,7 @@ class EvidenceFold:
         self.pos: dict[str, int] = {}  # each commit's place in by_commit
         self.multi: dict[str, tuple[int, float]] = {}  # commits with 2+ runs: (n, squares)
         self.baseline: tuple[int, str] | None = None  # the first baseline: id, commit
+        self.commit_of: dict[int, str] = {}  # kept experiments and baselines → their commit
         self.kept: list[int] = []  # kept changes (not the baseline)
         self.run_exp: dict[int, int] = {}  # a change's run → its experiment
         self.marked: dict[int, list[Run]] = {}  # per experiment: runs paired or with a note
@@ -114,6 +119,7 @@ class EvidenceFold:
         out.based_on = dict(self.based_on)  # lists replaced before adding (agent.analysis.folds)
         out.pos, out.multi = dict(self.pos), dict(self.multi)
         out.baseline, out.kept, out.changed = self.baseline, list(self.kept), set(self.changed)
+        out.commit_of = dict(self.commit_of)
         out.run_exp, out.marked = dict(self.run_exp), dict(self.marked)
         out.speeds, out.suspects = self.speeds, self.suspects
         out.last = self.last
@@ -135,7 +141,7 @@ class EvidenceFold:
         self.changed.update(self.based_on.get(r.commit, ()))
         if r.role is not RunRole.INCUMBENT:
             appended(self.by_exp, self.owned, "exp", r.experiment_id, r.metric)
-            self.changed.add(r.experiment_id)
+        self.changed.add(r.experiment_id)  # an incumbent re-run: the experiment that made it
 
     def _mark(self, r: Run) -> None:
         """Keep the runs the keep rule placed with a note or a pair, per change."""
@@ -156,6 +162,8 @@ class EvidenceFold:
             self.baseline = (e.id, e.commit or "")
         if e.status is ExperimentStatus.KEPT and not e.is_baseline:
             self.kept.append(e.id)
+        if e.commit and (e.is_baseline or e.status is ExperimentStatus.KEPT):
+            self.commit_of[e.id] = e.commit
         self.changed.add(e.id)
 
     def evidence(self, open_experiments: list[Experiment], sweep: Sweep | None = None
@@ -176,7 +184,8 @@ class EvidenceFold:
         with self._lock:  # what was worked out, and what changed since, read as one
             per = PerExperiment(bases, self.by_exp, self.by_commit, sigma,
                                 1.0 if sweep.direction is Direction.MINIMIZE else -1.0,
-                                self._carried(sigma, open_experiments), self.marked)
+                                self._carried(sigma, open_experiments), self.marked,
+                                self.commit_of)
             self.last, self.changed = per, set()
         ev = _sweep_evidence(sweep, per, baseline, self.by_commit, self.kept, df)
         seen, fast = self.speeds
@@ -236,9 +245,11 @@ class PerExperiment(Mapping[int, ExperimentEvidence]):
     def __init__(self, bases: dict[int, str | None], by_exp: Mapping[int, list[float]],
                  by_commit: Mapping[str, list[float]], sigma: float | None, sign: float,
                  done: dict[int, ExperimentEvidence] | None = None,
-                 marked: Mapping[int, list[Run]] | None = None) -> None:
+                 marked: Mapping[int, list[Run]] | None = None,
+                 commit_of: Mapping[int, str] | None = None) -> None:
         self._bases, self._by_exp, self._by_commit = bases, by_exp, by_commit
         self._marked = marked or {}
+        self._commit_of = commit_of or {}
         self.sigma, self.sign = sigma, sign
         self.done: dict[int, ExperimentEvidence] = done or {}
 
@@ -246,10 +257,13 @@ class PerExperiment(Mapping[int, ExperimentEvidence]):
         hit = self.done.get(key)
         if hit is None:
             base = self._bases[key]
-            hit = self.done[key] = _one(
-                self._by_exp.get(key, []),
-                self._by_commit.get(base, []) if base is not None else [], self.sigma,
-                self.sign, self._marked.get(key, []))
+            own = self._by_exp.get(key, [])
+            hit = _one(own, self._by_commit.get(base, []) if base is not None else [],
+                       self.sigma, self.sign, self._marked.get(key, []))
+            whole = self._by_commit.get(self._commit_of.get(key, ""), [])
+            if len(whole) > len(own):
+                hit = replace(hit, reruns=len(whole) - len(own), commit_mean=mean(whole))
+            self.done[key] = hit
         return hit
 
     def __iter__(self) -> Iterator[int]:

@@ -91,7 +91,7 @@ def evidence_header(ev: SweepEvidence, metric: str) -> str:
     parts = [f"σ̂ {ev.sigma:.3g} ({ev.df} df)" if ev.sigma is not None else "σ̂ not measured"]
     if ev.detectable is not None:
         parts.append(f"smallest detectable effect {ev.detectable:.3g}")
-    if ev.improvement is not None:
+    if ev.improvement is not None and ev.kept:
         ci = f" ± {ev.improvement_ci:.3g}" if ev.improvement_ci is not None else ""
         parts.append(f"improvement {ev.improvement:+.4g}{ci} {metric}")
     return "; ".join(parts)

@@ -35,7 +35,7 @@ MAX_CONFIRM_RUNS = 10
 # Early stop of clearly losing runs (agent.rules.prune): "auto" judges a change's runs against
 # the incumbent's curves at the policy's checks, "off" never stops one. The default is one
 # constant so a measurement can flip it in one place.
-PRUNE_DEFAULT: Literal["auto", "off"] = "off"
+PRUNE_DEFAULT: Literal["auto", "off"] = "auto"
 # The kinds of change a proposal can be (agent.rules.categories.Category has the same values).
 CATEGORY_NAMES = ("hyperparameter", "architecture", "optimizer", "data/schedule",
                   "simplification")
@@ -308,10 +308,11 @@ class TargetConfig(BaseModel):
         return parse_config(data, source="config")
 
     def with_budget(self, budget_s: float | None, timeout_s: float | None = None) -> TargetConfig:
-        """Override the budget; the hard timeout keeps its ratio unless given (never below 2x)."""
+        """Override the budget; the hard timeout keeps its ratio unless given (never below 2x).
+        The keys the target did not set stay unset (defaults, as `doctor` tells them apart)."""
         if budget_s is None and timeout_s is None:
             return self
-        data = self.to_dict()
+        data = self.model_dump(mode="json", exclude_unset=True)
         if budget_s is not None:
             data["budget_s"] = budget_s
             if timeout_s is None:

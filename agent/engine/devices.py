@@ -5,12 +5,15 @@ No torch: the service finds GPUs through CUDA_VISIBLE_DEVICES, `nvidia-smi` or t
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
 
 from agent.core.errors import ConfigError
+
+logger = logging.getLogger(__name__)
 
 
 def slot_env(slot: int, devices: Sequence[str]) -> dict[str, str]:
@@ -44,3 +47,32 @@ def detect_devices(environ: Mapping[str, str] | None = None) -> tuple[str, ...]:
         return tuple(str(i) for i in range(len(os.listdir("/proc/driver/nvidia/gpus"))))
     except OSError:
         return ()
+
+
+# A slot whose runs crash on device errors this many times in a row is taken out of service.
+MAX_DEVICE_FAILURES = 3
+
+
+class DeviceWatch:
+    """Counts each slot's device failures in a row; `retired`: slot → why it was taken out."""
+
+    def __init__(self, devices: Sequence[str]) -> None:
+        self.devices = devices
+        self.failures: dict[int, int] = {}
+        self.retired: dict[int, str] = {}
+
+    def ran(self, slot: int, failed_on_device: bool, reason: str | None) -> None:
+        """After each run of `slot`: a device failure counts, anything else resets the count;
+        the MAX_DEVICE_FAILURES-th in a row takes the slot out."""
+        if not failed_on_device:
+            self.failures[slot] = 0
+            return
+        n = self.failures[slot] = self.failures.get(slot, 0) + 1
+        if n >= MAX_DEVICE_FAILURES:
+            device = (f"GPU {slot_env(slot, self.devices)['CUDA_VISIBLE_DEVICES']}"
+                      if self.devices else "its device")
+            why = (f"slot {slot} ({device}) taken out after {n} device failures in a row; "
+                   f"last: {(reason or '').splitlines()[0][:200] if reason else ''}")
+            self.retired[slot] = why
+            logger.error("%s. The other slots go on; check the device and restart to use it "
+                         "again.", why)

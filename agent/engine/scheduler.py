@@ -20,8 +20,6 @@ from datetime import datetime, tzinfo
 from typing import Any
 
 from agent.core.domain import (
-    CONTINUATION_PRIORITY,
-    USED_STATUSES,
     Experiment,
     ExperimentStatus,
     Finish,
@@ -31,7 +29,14 @@ from agent.core.domain import (
 )
 from agent.core.errors import ConflictError, NotFoundError, StoreError
 from agent.core.ports import Clock, Store
-from agent.engine.devices import slot_env
+from agent.engine.claims import (
+    claim_continuation,
+    claim_queued,
+    continuations,
+    finish_sweep,
+    sweep_facts,
+)
+from agent.engine.devices import DeviceWatch
 from agent.engine.recovery import SHUTDOWN_REASON
 from agent.engine.timed_starts import TimedStarts
 from agent.engine.writes import Writes, unheld_store
@@ -44,21 +49,6 @@ logger = logging.getLogger(__name__)
 class SystemClock:
     def now(self) -> datetime:
         return utcnow()
-
-
-# A slot whose runs crash on device errors this many times in a row is taken out of service.
-MAX_DEVICE_FAILURES = 3
-
-
-def sweep_facts(store: Store, sweep: Sweep) -> SweepFacts:
-    """What gate() needs, read from the store (the one definition of "used")."""
-    count = store.count_experiments
-    return SweepFacts(
-        status=sweep.status, max_experiments=sweep.max_experiments, deadline=sweep.deadline,
-        window=sweep.window, used=count(sweep.id, USED_STATUSES, is_baseline=False),
-        running=count(sweep.id, [ExperimentStatus.RUNNING]),
-        baseline_kept=sweep.baseline_metric is not None,
-    )
 
 
 @dataclass
@@ -115,8 +105,8 @@ class SlotScheduler:
         self._wake = threading.Condition()
         self._threads: list[threading.Thread] = []
         self.starts = TimedStarts(store, self.wake, hold=self.writes.hold)
-        self._device_failures: dict[int, int] = {}  # slot -> device failures in a row
-        self.retired: dict[int, str] = {}  # slot -> why it was taken out
+        self.devices = DeviceWatch(settings.devices)
+        self.retired = self.devices.retired  # slot -> why it was taken out
 
     # --- lifecycle ------------------------------------------------------------------------
     def start(self) -> None:
@@ -323,30 +313,15 @@ class SlotScheduler:
                 self._running.pop(exp.id, None)
                 self._cancel_requests.discard(exp.id)
             self.wake()  # a finished run may open the gate for others (the baseline)
-        self._watch_device(slot, result)
+        crashed = result.status in (ExperimentStatus.CRASHED, ExperimentStatus.TIMEOUT)
+        self.devices.ran(slot, crashed and is_device_failure(result.reason, result.log_tail),
+                         result.reason)
         # An interrupted baseline (its worker was lost) is queued again: the sweep goes on.
         if result.is_baseline and result.status not in (ExperimentStatus.KEPT,
                                                         ExperimentStatus.INTERRUPTED):
             logger.error("baseline of %s failed (%s); stopping the sweep", sweep.name,
                          result.reason)
             self.store.set_sweep_status(sweep.name, SweepStatus.STOPPED)
-
-    def _watch_device(self, slot: int, result: Experiment) -> None:
-        """Take a slot out when its device fails MAX_DEVICE_FAILURES runs in a row."""
-        crashed = result.status in (ExperimentStatus.CRASHED, ExperimentStatus.TIMEOUT)
-        if not (crashed and is_device_failure(result.reason, result.log_tail)):
-            self._device_failures[slot] = 0
-            return
-        n = self._device_failures[slot] = self._device_failures.get(slot, 0) + 1
-        if n >= MAX_DEVICE_FAILURES:
-            devices = self.settings.devices
-            device = f"GPU {slot_env(slot, devices)['CUDA_VISIBLE_DEVICES']}" if devices else (
-                "its device")
-            why = (f"slot {slot} ({device}) taken out after {n} device failures in a row; "
-                   f"last: {(result.reason or '').splitlines()[0][:200]}")
-            self.retired[slot] = why
-            logger.error("%s. The other slots go on; check the device and restart to use it "
-                         "again.", why)
 
     def facts(self, sweep: Sweep) -> SweepFacts:
         return sweep_facts(self.store, sweep)
@@ -372,8 +347,8 @@ class SlotScheduler:
                     loop = self._usable_loop(sweep, slot)  # before claiming anything
                     if loop is None:
                         continue
-                    exp = (self._claim_queued(sweep) if may_propose
-                           else self._claim_continuation(sweep))
+                    exp = (claim_queued(self.store, sweep) if may_propose
+                           else claim_continuation(self.store, sweep))
                     if exp is not None:
                         return self._claimed(slot, sweep, exp, loop)
                     if may_propose:
@@ -402,7 +377,7 @@ class SlotScheduler:
             if queued is None:
                 if not self.store.count_experiments(
                         sweep.id, [ExperimentStatus.RUNNING, ExperimentStatus.QUEUED]):
-                    self._finish_sweep(sweep, "no more proposals")
+                    finish_sweep(self.store, sweep, "no more proposals")
                 return None
             if self._stopping.is_set():  # shut down while proposing: it stays queued
                 return None
@@ -422,27 +397,13 @@ class SlotScheduler:
                 continue
             verdict = self._gate(sweep)
             if verdict.kind is GateKind.FINISH:
-                if verdict.at_max and self._continuations(sweep):
+                if verdict.at_max and continuations(self.store, sweep):
                     open_sweeps.append((sweep, False))
                 else:
-                    self._finish_sweep(sweep, verdict.reason)
+                    finish_sweep(self.store, sweep, verdict.reason)
             elif verdict.kind is GateKind.START:
                 open_sweeps.append((sweep, True))
         return open_sweeps
-
-    def _continuations(self, sweep: Sweep) -> list[Experiment]:
-        """Queued experiments that continue one already counted (re-queued on a new head,
-        repairs), highest priority first: a sweep at its max still runs them."""
-        queued = self.store.list_experiments(sweep.id, [ExperimentStatus.QUEUED])
-        going_on = [e for e in queued if not e.is_baseline and e.priority >= CONTINUATION_PRIORITY]
-        return sorted(going_on, key=lambda e: (-e.priority, e.id))
-
-    def _claim_continuation(self, sweep: Sweep) -> Experiment | None:
-        for exp in self._continuations(sweep):
-            claimed = self.store.claim(exp.id)
-            if claimed is not None:
-                return claimed
-        return None
 
     def _choose_proposer(self, usable: list[tuple[Sweep, Any]]) -> tuple[Sweep, Any] | None:
         """The first open sweep with a proposer that nobody is asking right now (marked busy)."""
@@ -459,24 +420,6 @@ class SlotScheduler:
             return sweep, loop
         return None
 
-    def _claim_queued(self, sweep: Sweep) -> Experiment | None:
-        """Priority then FIFO; but until the baseline is kept, only the baseline may run."""
-        if sweep.baseline_metric is not None:
-            return self.store.claim_next(sweep.id)
-        queued = self.store.list_experiments(sweep.id, [ExperimentStatus.QUEUED])
-        base = next((e for e in queued if e.is_baseline), None)
-        if base is None and self.store.get_sweep(sweep.name).baseline_metric is not None:
-            return self.store.claim_next(sweep.id)  # `sweep` was read before the baseline ended
-        if base is None and self.store.count_experiments(
-                sweep.id, [ExperimentStatus.RUNNING], is_baseline=True):
-            return None  # another slot claimed it after `sweep` was read
-        if base is None:  # nothing of the sweep runs and no baseline is left: it is lost
-            logger.error("sweep %s has no baseline to run (cancelled or given up); stopping it",
-                         sweep.name)
-            self.store.set_sweep_status(sweep.name, SweepStatus.STOPPED)
-            return None
-        return self.store.claim(base.id)
-
     def _claimed(self, slot: int, sweep: Sweep, exp: Experiment,
                  loop: Any) -> tuple[Sweep, Experiment, Any]:
         claim = _Claim(slot, loop)
@@ -487,12 +430,6 @@ class SlotScheduler:
             self._running[exp.id] = claim
         logger.info("slot %d: experiment %s of %s", slot, exp.id, sweep.name)
         return sweep, exp, loop
-
-    def _finish_sweep(self, sweep: Sweep, reason: str) -> None:
-        if self.store.count_experiments(sweep.id, [ExperimentStatus.RUNNING]):
-            return  # the in-flight run finishes first (it may still be kept)
-        logger.info("sweep %s done: %s", sweep.name, reason)
-        self.store.set_sweep_status(sweep.name, SweepStatus.DONE)
 
     def _pause(self, sweep: Sweep, why: str, exc: BaseException) -> None:
         """A sweep that cannot run (target gone, proposer unloadable) waits for its owner

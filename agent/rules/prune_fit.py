@@ -9,6 +9,8 @@ with an elapsed training time on the lines (else the service's clock, start-up i
 
 from __future__ import annotations
 
+from typing import Literal
+
 from agent.core.config import TargetConfig
 from agent.rules.contract import Check
 from agent.rules.prune import PrunePolicy
@@ -21,15 +23,19 @@ def check_early_stop(config: TargetConfig, lines: int, last_elapsed_s: float | N
                      policy: PrunePolicy | None = None) -> Check:
     """Whether `prune = "auto"` can judge this target's runs: `lines` progress lines with a
     loss in one run, the last elapsed time printed on one (None: no line prints one); the
-    policy is the target's [prune] table's unless given."""
+    policy is the target's [prune] table's unless given. What it lacks is a warning when the
+    target asks for the early stop, a note when it is the default (the night runs as well
+    without it, only without its savings)."""
     policy = policy or config.prune_policy.policy()
-    state = f'prune = "{config.prune}"'
+    chosen = "prune" in config.model_fields_set
+    state = f'prune = "{config.prune}"' + ("" if chosen else " (the default)")
+    short: Literal["warn", "info"] = "warn" if config.prune == "auto" and chosen else "info"
     if lines == 0:
-        return Check(NAME, "warn" if config.prune == "auto" else "info",
+        return Check(NAME, short,
                      f"{state}, but it cannot work: no progress line with a loss", LINE_FIX)
     needed = int(policy.checks[-1] / policy.window) + 1  # a line in each check's window
     if lines < needed:
-        return Check(NAME, "warn" if config.prune == "auto" else "info",
+        return Check(NAME, short,
                      f"{state}: {lines} progress lines per run; the checks at "
                      f"{', '.join(f'{f:.0%}' for f in policy.checks)} of the budget need a line "
                      f"at least every {policy.window:.0%} of it (≥ {needed})",
@@ -40,7 +46,7 @@ def check_early_stop(config: TargetConfig, lines: int, last_elapsed_s: float | N
                      "add `elapsed <seconds>s` (training time) to the progress lines")
     reach = last_elapsed_s / config.budget_s
     if reach < policy.checks[0]:
-        return Check(NAME, "warn" if config.prune == "auto" else "info",
+        return Check(NAME, short,
                      f"{state}: the progress lines' elapsed time reaches only {reach:.0%} of the "
                      f"budget, before the first check at {policy.checks[0]:.0%}",
                      "print elapsed as training seconds since training started")

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from browser_helpers import CHROMIUM_ARGS, make_app, require_chromium, serve
+from browser_helpers import CHROMIUM_ARGS, SCREENSHOTS, make_app, require_chromium, serve
 from test_early_stop import night
 
 from agent.core.domain import RunStatus
@@ -45,6 +45,8 @@ def test_the_marker_sits_on_the_check_that_stopped_the_run(tmp_path: Path) -> No
                 "el => el.points.getItem(el.points.numberOfItems - 1).x")
             box = mark.bounding_box()
             frame = svg.bounding_box()
+            SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+            svg.screenshot(path=str(SCREENSHOTS / "experiment-pruned-band.png"))
         finally:
             b.close()
     checks = PrunePolicy().checks

@@ -26,6 +26,9 @@ budget: it ends when the GPU-seconds are spent (an undecided experiment is not k
 run may be stopped at agent.rules.prune's checks (`check`: clearly behind; `futile`: not ahead
 enough to be kept), which discards the change; incumbent and baseline runs are never stopped.
 As in the engine, the spread pools the earlier incumbents' curves (PrunePolicy.pool_earlier).
+With `Policy.learn` (the simulation only; the engine does not learn yet) a category is exempted
+for the rest of the night once a change of it crossed late on a completed run
+(agent.rules.prune.late_crossing).
 """
 
 from __future__ import annotations

@@ -9,9 +9,8 @@ the store; the spread also pools the curves of the sweep's earlier incumbents (t
 `pool_earlier` latest kept commits before the current one: `earlier_curves`), so a new
 incumbent with its 2 runs judges its first challengers; futility (agent.rules.prune.futile:
 off unless the policy sets `futile_z`) is asked on a change's first runs where `check` lets
-the run go on; a stop sets the run's own stop
-event (the runner then ends its process tree) and leaves the experiment's stop event alone (a
-stop asked by a person stays a cancel).
+the run go on; a stop sets the run's own stop event (the runner then ends its process tree)
+and leaves the experiment's stop event alone (a stop asked by a person stays a cancel).
 """
 
 from __future__ import annotations
@@ -145,7 +144,9 @@ def earlier_curves(store: Store, sweep_id: int, incumbent_commit: str | None,
     groups: list[tuple[CurvePoints, ...]] = []
     seen = {incumbent_commit}
     for e in kept:
-        if e.commit is None or e.commit in seen or len(groups) >= limit:
+        if len(groups) >= limit:
+            break
+        if e.commit is None or e.commit in seen:
             continue
         seen.add(e.commit)
         curves = tuple(r.curve for r in store.list_runs(experiment_id=e.id)

@@ -56,11 +56,11 @@ def _full_cells(ev: ExperimentEvidence | None) -> list[str]:
 
 
 def evidence_row(ev: ExperimentEvidence | None) -> dict[str, Any]:
-    """n, mean, sd, 95 % CI half-width, P(better), the runs, the incumbent runs each ran beside
-    and why a run was suspect, JSON-ready."""
+    """n, mean, sd, 95 % CI half-width, P(better), the runs, the incumbent runs each ran beside,
+    why a run was suspect, and a kept commit's re-runs as the incumbent, JSON-ready."""
     if ev is None:
         return {"n": 0, "mean": None, "sd": None, "ci95": None, "p_better": None, "runs": [],
-                "pairs": [], "suspect": []}
+                "pairs": [], "suspect": [], "reruns": 0, "commit_mean": None}
     return {
         "n": ev.n,
         "mean": ev.mean,
@@ -70,6 +70,8 @@ def evidence_row(ev: ExperimentEvidence | None) -> dict[str, Any]:
         "runs": list(ev.runs),
         "pairs": [{"run": c, "incumbent_run": b} for c, b in ev.pairs],
         "suspect": [{"run": r, "why": why} for r, why in ev.suspect],
+        "reruns": ev.reruns,  # the commit's runs as the incumbent, and the mean of all its runs
+        "commit_mean": ev.commit_mean,
     }
 
 

@@ -25,6 +25,10 @@ The night is keep_world's (the real agent.rules.decide.decide drives every verdi
 budget: it ends when the GPU-seconds are spent (an undecided experiment is not kept); a change's
 run may be stopped at agent.rules.prune's checks (`check`: clearly behind; `futile`: not ahead
 enough to be kept), which discards the change; incumbent and baseline runs are never stopped.
+As in the engine, the spread pools the earlier incumbents' curves (PrunePolicy.pool_earlier).
+With `Policy.learn` (the simulation only; the engine does not learn yet) a category is exempted
+for the rest of the night once a change of it crossed late on a completed run
+(agent.rules.prune.late_crossing).
 """
 
 from __future__ import annotations
@@ -32,15 +36,16 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from keep_world import Commit, Night, Tally, World, _effect
 
 from agent.rules.categories import Category
 from agent.rules.conditions import Sample
 from agent.rules.decide import Rule, incumbent_due
-from agent.rules.prune import PrunePolicy, check, futile, loss_at
+from agent.rules.prune import PrunePolicy, check, futile, late_crossing, loss_at
 
+MAX_PAST = 8  # earlier incumbents' curves kept (a policy pools at most its pool_earlier)
 SCHEDULE = Category.DATA_SCHEDULE.value
 OTHERS = tuple(c.value for c in Category if c is not Category.DATA_SCHEDULE)
 
@@ -136,6 +141,7 @@ class CurveTally(Tally):
     behind: dict[tuple[str, float], list[int]] = field(default_factory=dict)
     finished_nights: int = 0
     stops: dict[str, int] = field(default_factory=dict)  # "helpful crossing": stopped changes
+    learned: dict[str, int] = field(default_factory=dict)  # category: nights it was exempted
 
 
 @dataclass
@@ -144,6 +150,10 @@ class Policy:
 
     prune: PrunePolicy | None = None
     futility: bool = False
+    # exempt a category for the rest of the night once one of its changes' completed runs
+    # crossed late (agent.rules.prune.late_crossing: behind by more than the margin at a check,
+    # better than the incumbent at the end)
+    learn: bool = False
 
 
 class BudgetNight(Night):
@@ -162,6 +172,9 @@ class BudgetNight(Night):
         self.base = [self._level(f) for f in self.grid]
         self.spent, self.kind = 0.0, "incumbent"
         self.curves: dict[int, list[list[tuple[float, float]]]] = {}  # commit key: its curves
+        self.past: list[list[list[tuple[float, float]]]] = []  # earlier incumbents', newest first
+        self.learned: set[str] = set()  # categories seen crossing late this night
+        self._last_e = 0.0  # the last run's final-metric noise
         self.means: dict[int, list[float]] = {self.head.key: self.base}
         self.change: Change | None = None
 
@@ -188,6 +201,7 @@ class BudgetNight(Night):
         if self.spent >= self.cw.budget:
             raise _Spent
         points, e = self.curve(c)
+        self._last_e = e
         run = Sample(c.truth + e, None, self.next_id, seed, None, pair_of, None)
         self.next_id += 1
         self.runs += 1
@@ -211,18 +225,36 @@ class BudgetNight(Night):
         if pol is None:
             return 1.0
         ratio = c.speed / self.head.speed * math.exp(self.rng.gauss(0, self.cw.tp_noise))
+        if self.learned:
+            pol = replace(pol, exempt=pol.exempt | self.learned)
         for i, f in enumerate(pol.checks):
-            call = check(points, incumbents, i, pol, category=change.category, speed_ratio=ratio)
+            call = check(points, incumbents, i, pol, category=change.category, speed_ratio=ratio,
+                         earlier=self.past)
             if call.stop:
                 self.stopped = "check"
                 return f
             if self.policy.futility and k < pol.futile_runs:
                 call = futile(points, incumbents, i, pol, category=change.category,
-                              speed_ratio=ratio)
+                              speed_ratio=ratio, earlier=self.past)
                 if call.stop:
                     self.stopped = "futile"
                     return f
+        if self.policy.learn:
+            self._learn(c, points, incumbents, change.category)
         return 1.0
+
+    def _learn(self, c: Commit, points: list[tuple[float, float]],
+               incumbents: list[list[tuple[float, float]]], category: str) -> None:
+        """A completed run that looked behind mid-run and ended better: its category crosses."""
+        if category in self.learned or not self.head.runs:
+            return
+        mine = c.truth + self._last_e
+        theirs = sum(r.metric for r in self.head.runs) / len(self.head.runs)
+        assert self.policy.prune is not None
+        if late_crossing(points, incumbents, self.policy.prune, ended_better=mine < theirs,
+                         earlier=self.past) is not None:
+            self.learned.add(category)
+            self.tally.learned[category] = self.tally.learned.get(category, 0) + 1
 
     def _looked_behind(self, points: Sequence[tuple[float, float]],
                        incumbents: list[list[tuple[float, float]]]) -> None:
@@ -289,6 +321,7 @@ class BudgetNight(Night):
         if kept:
             self.retire(self.head)
             old = self.head.key
+            self.past = [self.curves.get(old, []), *self.past][:MAX_PAST]
             self.head = c
             for d in (self.means, self.curves, self.serial):
                 d.pop(old, None)

@@ -22,6 +22,9 @@ learning rate) and ROPE_BASE = 10001.0 (null); `--modes auto` runs only the nigh
 early stop (a harmful change's run then says what it saved against its budget).
 
     .venv/bin/python benchmarks/prune_loop.py --target gpt --budget 60 --modes auto
+
+`--prune-table` appends a [prune] table to the target's overnight.toml (docs/target.md), e.g.
+`--prune-table "pool_earlier = 0"`: the early stop before the spread pooled earlier incumbents.
 """
 
 from __future__ import annotations
@@ -81,7 +84,7 @@ def changes(harmful: int, null: int) -> list[Change]:
     return order  # interleaved, so kinds alternate through the night
 
 
-def make_target(dest: Path, n_shifts: int, budget: float, prune: str) -> Path:
+def make_target(dest: Path, n_shifts: int, budget: float, prune: str, table: str = "") -> Path:
     shutil.copytree(CURVES, dest, ignore=shutil.ignore_patterns("__pycache__"))
     train = (dest / "train.py").read_text()
     knobs = "".join(f"SHIFT_{i} = 0.0  # knobs: shift\n{FILLER}" for i in range(n_shifts))
@@ -90,18 +93,19 @@ def make_target(dest: Path, n_shifts: int, budget: float, prune: str) -> Path:
     toml = (dest / "overnight.toml").read_text()
     toml = toml.replace('prune    = "auto"', f'prune    = "{prune}"')
     toml = toml.replace("budget_s = 1.2", f"budget_s = {budget:g}")
-    (dest / "overnight.toml").write_text(toml)
+    (dest / "overnight.toml").write_text(toml + (f"\n[prune]\n{table}\n" if table else ""))
     init_repo(dest)
     return dest
 
 
-def make_gpt(dest: Path, budget: float, prune: str) -> Path:
+def make_gpt(dest: Path, budget: float, prune: str, table: str = "") -> Path:
     shutil.copytree(GPT, dest, ignore=shutil.ignore_patterns("__pycache__"))
     toml = (dest / "overnight.toml").read_text()
     toml = toml.replace("budget_s  = 300", f"budget_s  = {budget:g}")
     toml = toml.replace("timeout_s = 900", f"timeout_s = {budget * 4 + 120:g}")
     (dest / "overnight.toml").write_text(
-        toml + f'prune = "{prune}"\nincumbent_every = 0\n')
+        toml + f'prune = "{prune}"\nincumbent_every = 0\n'
+        + (f"\n[prune]\n{table}\n" if table else ""))
     init_repo(dest)
     return dest
 
@@ -114,10 +118,10 @@ def knob_diff(target: Path, name: str, value: str) -> str:
 
 
 def run_night(root: Path, mode: str, plan: list[Change], budget: float, slots: int,
-              gpt: bool = False) -> Night:
+              gpt: bool = False, table: str = "") -> Night:
     n_shifts = sum(c.name.startswith("SHIFT_") for c in plan)
-    target = (make_gpt(root / f"gpt-{mode}", budget, mode) if gpt
-              else make_target(root / f"target-{mode}", n_shifts, budget, mode))
+    target = (make_gpt(root / f"gpt-{mode}", budget, mode, table) if gpt
+              else make_target(root / f"target-{mode}", n_shifts, budget, mode, table))
     rt = Runtime(root / f"{mode}.db")
     sweep = create_sweep(rt.store, rt.repo_at(target), target, name=mode, proposer="queue")
     for c in plan:
@@ -159,6 +163,8 @@ def main() -> None:
     ap.add_argument("--null", type=int, default=4)
     ap.add_argument("--target", choices=("curves", "gpt"), default="curves")
     ap.add_argument("--modes", nargs="+", choices=("off", "auto"), default=["off", "auto"])
+    ap.add_argument("--prune-table", default="",
+                    help='a [prune] table\'s body for the target, e.g. "pool_earlier = 0"')
     ap.add_argument("--checks", action="store_true",
                     help="print every early-stop check (stopped or not, and why)")
     args = ap.parse_args()
@@ -168,7 +174,8 @@ def main() -> None:
     gpt = args.target == "gpt"
     plan = [Change(*c) for c in GPT_PLAN] if gpt else changes(args.harmful, args.null)
     with tempfile.TemporaryDirectory(prefix="prune-loop-") as tmp:
-        nights = [run_night(Path(tmp), mode, plan, args.budget, args.slots, gpt)
+        nights = [run_night(Path(tmp), mode, plan, args.budget, args.slots, gpt,
+                            args.prune_table.replace("\\n", "\n"))
                   for mode in args.modes]
     print(f"{len(plan)} changes ({', '.join(f'{c.name} = {c.value} ({c.kind})' for c in plan)})"
           if gpt else f"{len(plan)} changes ({args.harmful} harmful, {args.null} null, "

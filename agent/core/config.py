@@ -1,7 +1,8 @@
 """Load and validate a target's overnight.toml into a frozen TargetConfig.
 
-Pure: the stdlib, pydantic and agent.core.errors only. Every mistake raises ConfigError naming
-the key.
+Pure: the stdlib, pydantic and agent.core (errors, prune_policy) only. Every mistake raises
+ConfigError naming the key. Besides [target], an optional [prune] table sets the early stop's
+policy (PruneTable: agent.core.prune_policy.PrunePolicy's knobs, validated by it).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from pydantic import (
 )
 
 from agent.core.errors import ConfigError
+from agent.core.prune_policy import PrunePolicy
 
 CONFIG_FILE = "overnight.toml"
 MAX_CONFIRM_RUNS = 10
@@ -74,6 +76,62 @@ def _relpath(value: str) -> str:
     if not value.strip() or p.is_absolute() or ".." in p.parts:
         raise ValueError(f"{value!r} must be a non-empty path inside the repository")
     return str(p)
+
+
+class PruneTable(BaseModel):
+    """A target's [prune] table: the early stop's policy where it departs from the default
+    (a key left out keeps PrunePolicy's default)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    checks: tuple[float, ...] | None = None
+    z: tuple[float, ...] | None = None
+    min_curves: StrictInt | None = None
+    floor_rel: float | None = None
+    speed_tol: float | None = None
+    exempt: tuple[str, ...] | None = None  # categories never stopped early
+    window: float | None = None
+    pool_earlier: StrictInt | None = None
+
+    @field_validator("checks", "z", mode="before")
+    @classmethod
+    def _numbers(cls, v: Any) -> Any:
+        if v is not None and (not isinstance(v, list | tuple) or any(
+                isinstance(x, bool) or not isinstance(x, int | float) for x in v)):
+            raise ValueError(f"must be a list of numbers such as [0.3, 0.5, 0.7], got {v!r}")
+        return v
+
+    @field_validator("floor_rel", "speed_tol", "window", mode="before")
+    @classmethod
+    def _number(cls, v: Any) -> Any:
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int | float)):
+            raise ValueError(f"must be a number, got {v!r}")
+        return v
+
+    @field_validator("exempt", mode="before")
+    @classmethod
+    def _exempt(cls, v: Any) -> Any:
+        if v is None:
+            return v
+        if not isinstance(v, list | tuple) or any(x not in CATEGORY_NAMES for x in v):
+            raise ValueError(f"must be a list of categories ({', '.join(CATEGORY_NAMES)}), "
+                             f"got {v!r}")
+        return tuple(sorted(set(v)))
+
+    @model_validator(mode="after")
+    def _valid(self) -> PruneTable:
+        try:
+            self.policy()
+        except ValueError as exc:  # PrunePolicy's own check names the keys
+            raise ValueError(str(exc).removeprefix("prune policy: ")) from None
+        return self
+
+    def policy(self) -> PrunePolicy:
+        """The PrunePolicy this table asks for (PrunePolicy's defaults for keys left out)."""
+        given = {k: v for k, v in self.model_dump().items() if v is not None}
+        if "exempt" in given:
+            given["exempt"] = frozenset(given["exempt"])
+        return PrunePolicy(**given)
 
 
 class TargetConfig(BaseModel):
@@ -124,6 +182,8 @@ class TargetConfig(BaseModel):
     # towards keep_z at max_runs by this share (0: flat). Off by default: on a machine whose
     # load shifts it cost ≥ 3σ gains (docs/keep-rule.md)
     futility: float = Field(0.0, ge=0, le=1)
+    # its policy: the [prune] table of overnight.toml (not a key of [target])
+    prune_policy: PruneTable = Field(default_factory=PruneTable)
     # a summary-block key the protected harness prints that no proposer sees during the night
     # (recorded per run, out of the summary and the logs; the report shows it after the night)
     holdout_metric: str | None = None
@@ -272,6 +332,7 @@ def validation_message(exc: ValidationError, source: str = "") -> str:
     problems = []
     for e in exc.errors():
         key = ".".join(str(part) for part in e["loc"] if not isinstance(part, int))
+        key = re.sub(r"^prune_policy\.?", "[prune] ", key).strip()  # its own table
         msg = e["msg"].removeprefix("Value error, ")
         if e["type"] in ("greater_than", "greater_than_equal", "less_than_equal"):
             msg = f"{msg}, got {e.get('input')!r}"
@@ -304,12 +365,20 @@ def load_config(target: Path) -> TargetConfig:
         raise ConfigError(f"{path}: invalid TOML: {exc}") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: cannot read it: {exc}") from None
-    extra = sorted(set(raw) - {"target"})
+    extra = sorted(set(raw) - {"target", "prune"})
     if extra:
-        raise ConfigError(f"{path}: unknown table(s) {', '.join(extra)}; expected only [target]")
+        raise ConfigError(f"{path}: unknown table(s) {', '.join(extra)}; expected [target] "
+                          "and optionally [prune]")
     table = raw.get("target")
     if not isinstance(table, dict):
         raise ConfigError(f"{path}: missing [target] table")
+    if "prune_policy" in table:
+        raise ConfigError(f"{path}: prune_policy is set as a [prune] table, not a key of "
+                          "[target]")
+    if "prune" in raw:
+        if not isinstance(raw["prune"], dict):
+            raise ConfigError(f"{path}: prune must be a [prune] table")
+        table = {**table, "prune_policy": raw["prune"]}
     return parse_config(table, source=str(path))
 
 

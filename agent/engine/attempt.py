@@ -30,7 +30,14 @@ from agent.core.domain import Experiment, Run, RunEnd, RunSpec, RunStatus, Sweep
 from agent.core.errors import ConfigError, OutOfSpaceError, StoreError, WorkerLostError
 from agent.core.ports import Runner, Store
 from agent.core.private import DIR_MODE
-from agent.engine.early_stop import EarlyStop, RunCurve, RunStop, judged, reference
+from agent.engine.early_stop import (
+    EarlyStop,
+    RunCurve,
+    RunStop,
+    earlier_curves,
+    judged,
+    reference,
+)
 from agent.engine.salvage import (
     CHECKPOINT_ENV,
     EVAL_LOG_SUFFIX,
@@ -295,8 +302,10 @@ class TrainingRuns:
                 if now.best_commit == base and now.best_experiment_id is not None
                 else self.store.list_runs(sweep_id=sweep.id))
         k = sum(r.experiment_id == exp.id for r in self.store.list_runs(experiment_id=exp.id))
-        return EarlyStop(reference(exp, runs, spec.seed, base, sweep.config.budget_s, k),
-                         run_stop)
+        policy = sweep.config.prune_policy.policy()
+        earlier = earlier_curves(self.store, sweep.id, base, policy.pool_earlier)
+        return EarlyStop(reference(exp, runs, spec.seed, base, sweep.config.budget_s, k,
+                                   policy=policy, earlier=earlier), run_stop)
 
     def evaluate_again(self, exp: Experiment, config: TargetConfig, wt: Path,
                        first: RunResult, env: dict[str, str],

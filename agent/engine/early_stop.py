@@ -5,10 +5,12 @@ Used by agent.engine.attempt. Not retention (db/pruning.py, `pruned_at`: old log
 this stops a live run. Guaranteed: only a change's own runs (screen, confirm) of a target with
 `prune = "auto"` are judged, never the baseline's, the incumbent's or an evaluation re-run; the
 incumbent's curves are read once, before the run starts, so the line callback never waits on
-the store; futility (agent.rules.prune.futile: off unless the policy sets `futile_z`) is asked
-on a change's first runs where `check` lets the run go on; a stop sets the run's own stop
-event (the runner then ends its process tree) and leaves the experiment's stop event alone (a
-stop asked by a person stays a cancel).
+the store; the spread also pools the curves of the sweep's earlier incumbents (the policy's
+`pool_earlier` latest kept commits before the current one: `earlier_curves`), so a new
+incumbent with its 2 runs judges its first challengers; futility (agent.rules.prune.futile:
+off unless the policy sets `futile_z`) is asked on a change's first runs where `check` lets
+the run go on; a stop sets the run's own stop event (the runner then ends its process tree)
+and leaves the experiment's stop event alone (a stop asked by a person stays a cancel).
 """
 
 from __future__ import annotations
@@ -20,7 +22,17 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from agent.core.domain import CurvePoints, Experiment, Run, RunRole, RunSpec, RunStatus, Sweep
+from agent.core.domain import (
+    CurvePoints,
+    Experiment,
+    ExperimentStatus,
+    Run,
+    RunRole,
+    RunSpec,
+    RunStatus,
+    Sweep,
+)
+from agent.core.ports import Store
 from agent.rules.categories import category_of
 from agent.rules.prune import PruneCall, PrunePolicy, check, futile, next_check
 from runner.summary import ProgressPoint
@@ -95,6 +107,8 @@ class Reference:
     budget_s: float
     policy: PrunePolicy = field(default_factory=PrunePolicy)
     run_index: int = 0  # how many runs of the change came before this one (futility: the first)
+    # the earlier incumbents' curves, one group per commit, newest first (the spread pools them)
+    earlier: tuple[tuple[CurvePoints, ...], ...] = ()
 
 
 def judged(sweep: Sweep, exp: Experiment, spec: RunSpec, incumbent_commit: str | None) -> bool:
@@ -106,13 +120,40 @@ def judged(sweep: Sweep, exp: Experiment, spec: RunSpec, incumbent_commit: str |
 
 
 def reference(exp: Experiment, runs: Sequence[Run], seed: int, incumbent_commit: str | None,
-              budget_s: float, run_index: int = 0) -> Reference:
-    """The incumbent's completed runs' curves (same seed first) and the change's category."""
+              budget_s: float, run_index: int = 0, *, policy: PrunePolicy | None = None,
+              earlier: Sequence[Sequence[CurvePoints]] = ()) -> Reference:
+    """The incumbent's completed runs' curves (same seed first), the change's category, and
+    the earlier incumbents' curves (`earlier_curves`) for the spread."""
     mine = [r for r in runs if r.commit == incumbent_commit and r.status in REFERENCE_STATUSES
             and r.curve]
     mine.sort(key=lambda r: (r.seed != seed, r.id))
     return Reference(tuple(r.curve for r in mine if r.curve), category_of(exp).value, budget_s,
-                     run_index=run_index)
+                     policy=policy or PrunePolicy(), run_index=run_index,
+                     earlier=tuple(tuple(g) for g in earlier if g))
+
+
+def earlier_curves(store: Store, sweep_id: int, incumbent_commit: str | None,
+                   limit: int) -> list[tuple[CurvePoints, ...]]:
+    """The completed runs' curves of the sweep's latest `limit` kept commits other than the
+    incumbent's, one group per commit, newest first (each read from the experiment that kept
+    it: a few experiments' runs, not the sweep's)."""
+    if limit <= 0:
+        return []
+    kept = store.list_experiments(sweep_id=sweep_id, statuses=[ExperimentStatus.KEPT],
+                                  limit=2 * limit + 2, newest_first=True)
+    groups: list[tuple[CurvePoints, ...]] = []
+    seen = {incumbent_commit}
+    for e in kept:
+        if len(groups) >= limit:
+            break
+        if e.commit is None or e.commit in seen:
+            continue
+        seen.add(e.commit)
+        curves = tuple(r.curve for r in store.list_runs(experiment_id=e.id)
+                       if r.commit == e.commit and r.status in REFERENCE_STATUSES and r.curve)
+        if curves:
+            groups.append(curves)
+    return groups
 
 
 class EarlyStop:
@@ -126,6 +167,7 @@ class EarlyStop:
         self.judged = 0
         self.call: PruneCall | None = None
         self.calls: list[PruneCall] = []
+        self.earlier = [[loss_pairs(c) for c in g] for g in ref.earlier]
 
     def add(self, fraction: float, point: ProgressPoint) -> None:
         self.curve.add(fraction, point.loss, float(point.step))
@@ -137,10 +179,11 @@ class EarlyStop:
         self.judged = index + 1
         mine, theirs = loss_pairs(self.curve.points()), [loss_pairs(c) for c in self.ref.curves]
         cat, ratio = self.ref.category, self.speed_ratio(fraction, point.step)
-        call = check(mine, theirs, index, self.ref.policy, category=cat, speed_ratio=ratio)
+        call = check(mine, theirs, index, self.ref.policy, category=cat, speed_ratio=ratio,
+                     earlier=self.earlier)
         if not call.stop and self.ref.run_index < self.ref.policy.futile_runs:
             hopeless = futile(mine, theirs, index, self.ref.policy, category=cat,
-                              speed_ratio=ratio)
+                              speed_ratio=ratio, earlier=self.earlier)
             call = hopeless if hopeless.stop else call
         self.calls.append(call)
         logger.info("early-stop check %d: %s", index, call.reason())

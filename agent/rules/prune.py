@@ -6,7 +6,9 @@ order (lower loss is better: it is the training loss, whatever the metric's dire
 check fraction a run is judged once; it is stopped only when its loss there is above the
 incumbent's mean by more than the margin. Guaranteed: ``check`` never stops a run when
 
-- fewer than ``min_curves`` incumbent curves reach the fraction (no spread to calibrate from),
+- fewer than 2 of the incumbent's curves reach the fraction (no reference level), or their
+  spread has fewer than ``min_curves`` − 1 degrees of freedom there (what ``min_curves``
+  curves of one commit give; no spread to calibrate from),
 - the run has no point in the window ending at the fraction,
 - the change's category is exempt (its curves are known to cross: schedule knobs),
 - its speed so far departs from the incumbent's by more than ``speed_tol`` (then the curve
@@ -14,10 +16,14 @@ incumbent's mean by more than the margin. Guaranteed: ``check`` never stops a ru
 - or it is within the margin.
 
 The spread is the incumbent curves' standard deviation at the check's fraction, pooled with the
-earlier check fractions (more degrees of freedom than n − 1 at one point), taken at its
+earlier check fractions (more degrees of freedom than n − 1 at one point) and with the curves of
+the sweep's earlier incumbents (``earlier``: up to ``pool_earlier`` of them, each commit's curves
+centred on their own mean at each fraction: seed noise is the script's, not the commit's; so
+the new incumbent right after a keep, with its 2 runs, is judged against), taken at its
 one-sided upper confidence bound ``spread_upper`` (a few curves often show a spread far too
 small); the margin is ``max(z · spread · √(1 + 1/n), floor_rel · |reference|)``: one run
-against the mean of n. ``futile`` (off unless ``futile_z`` is set) stops a run that is merely
+against the mean of the current incumbent's n curves (the reference level is theirs alone).
+``futile`` (off unless ``futile_z`` is set) stops a run that is merely
 not ahead enough, recorded as "not better".
 Not guaranteed: that a change stopped here would have lost at the end (curves that cross late
 exist; that is what ``z`` per check and ``exempt`` are for, calibrated by benchmarks/keep_rule.py).
@@ -26,10 +32,15 @@ exist; that is what ``z`` per check and ``exempt`` are for, calibrated by benchm
 from __future__ import annotations
 
 import math
+import re
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
+from agent.core.prune_policy import PrunePolicy
+
+__all__ = ["AUTO_FUTILITY", "PruneCall", "PrunePolicy", "check", "futile", "late_crossing",
+           "loss_at", "next_check", "reason_fraction"]
 Curve = Sequence[tuple[float, float]]
 # The keep rule's futility measured with early stopping on the fixed-budget night
 # (agent.rules.verdict.Rule.futility; a target's `futility` key): the discard bar rises to
@@ -38,52 +49,6 @@ Curve = Sequence[tuple[float, float]]
 # night it cost more ≥ 3σ gains kept than the targets allow
 # (docs/keep-rule.md#early-stop-and-futility-on-a-fixed-budget).
 AUTO_FUTILITY = 0.5
-
-
-@dataclass(frozen=True)
-class PrunePolicy:
-    checks: tuple[float, ...] = (0.3, 0.5, 0.7)  # fractions of the budget where a run is judged
-    # margin in sds of (run − incumbent mean), strict early
-    z: tuple[float, ...] = (5.0, 4.0, 3.5)
-    window: float = 0.05  # the loss at f is the median of the curve's points in [f − window, f]
-    min_curves: int = 3  # incumbent curves needed to calibrate a spread (2: one degree of
-    # freedom per check, a spread too often far too small)
-    floor_rel: float = 0.01  # the margin is at least this share of the reference loss
-    speed_tol: float = 0.15  # a run whose speed so far departs more than this is not judged
-    exempt: frozenset[str] = field(default_factory=lambda: frozenset({"data/schedule"}))
-    # the spread the margins use: the one-sided upper confidence bound of the incumbents' sd at
-    # this level, from its degrees of freedom (0: the estimate itself); a few curves often
-    # give a spread far too small, and a late-crossing winner is then stopped
-    # (benchmarks/keep_rule.py --night budget: at 0, z (5, 4, 3.5) stopped 1.1 % of the
-    # winners, late-crossing ones outside the exempt categories; at 0.95, 0.2 %)
-    spread_upper: float = 0.95
-    # futility (``futile``): per check, a run whose loss is above the incumbent's mean by more
-    # than futile_z · spread · √(1 + 1/n) is unlikely to end significantly better (inf: not
-    # at that check; None: off)
-    futile_z: tuple[float, ...] | None = None
-    futile_runs: int = 1  # judged on a change's first this-many runs (later ones follow a
-    # promising first run: the keep rule's own discard decides them)
-
-    def __post_init__(self) -> None:
-        if not self.checks or len(self.z) != len(self.checks):
-            raise ValueError(f"prune policy: {len(self.checks)} checks need as many z values, "
-                             f"got {len(self.z)}")
-        if any(not 0 < f < 1 for f in self.checks) or list(self.checks) != sorted(self.checks):
-            raise ValueError(f"prune policy: checks must be increasing fractions in (0, 1), "
-                             f"got {self.checks}")
-        if any(not z > 0 for z in self.z) or not self.window > 0 or self.min_curves < 2:
-            raise ValueError("prune policy: z and window must be positive and min_curves ≥ 2")
-        if self.futile_z is not None and len(self.futile_z) != len(self.checks):
-            raise ValueError(f"prune policy: {len(self.checks)} checks need as many futile_z "
-                             f"values, got {len(self.futile_z)}")
-        if self.futile_z is not None and any(math.isnan(z) for z in self.futile_z):
-            raise ValueError(f"prune policy: futile_z must be numbers (inf: not judged there), "
-                             f"got {self.futile_z}")
-        if not 0 <= self.spread_upper < 1:
-            raise ValueError(f"prune policy: spread_upper must be a level in [0, 1), got "
-                             f"{self.spread_upper}")
-        if self.futile_runs < 0:
-            raise ValueError(f"prune policy: futile_runs must be ≥ 0, got {self.futile_runs}")
 
 
 @dataclass(frozen=True)
@@ -112,6 +77,16 @@ class PruneCall:
         if self.futile:  # futility: "not better" with its evidence, never a crash
             return f"not better: {text}, {self.why}"
         return text + ("" if self.stop else f" ({self.why})")
+
+
+def reason_fraction(text: str | None) -> float | None:
+    """The check's fraction a ``PruneCall.reason()`` names ("stopped at 50 % of the budget: …"
+    → 0.5); None for any other text."""
+    m = _REASON.match(text or "")
+    return int(m.group(1)) / 100 if m else None
+
+
+_REASON = re.compile(r"(?:not better: )?(?:stopped|went on) at (\d+) % of the budget")
 
 
 def _fmt(x: float | None) -> str:
@@ -153,10 +128,12 @@ def _pooled_sd(columns: Sequence[Sequence[float]]) -> tuple[float, int] | None:
 
 def check(challenger: Curve, incumbents: Sequence[Curve], index: int,
           policy: PrunePolicy = PrunePolicy(), *, category: str | None = None,
-          speed_ratio: float | None = None) -> PruneCall:
+          speed_ratio: float | None = None, earlier: Sequence[Sequence[Curve]] = ()
+          ) -> PruneCall:
     """Judge the run at ``policy.checks[index]``: stop it when its loss there is above the
-    incumbent curves' mean by more than the margin (see the module docstring)."""
-    got = _compare(challenger, incumbents, index, policy, category, speed_ratio)
+    incumbent curves' mean by more than the margin (see the module docstring); ``earlier``:
+    the curves of the sweep's earlier incumbents, one group per commit, most recent first."""
+    got = _compare(challenger, incumbents, index, policy, category, speed_ratio, earlier)
     if isinstance(got, PruneCall):
         return got
     fraction, loss, reference, spread, n = got
@@ -169,7 +146,8 @@ def check(challenger: Curve, incumbents: Sequence[Curve], index: int,
 
 def futile(challenger: Curve, incumbents: Sequence[Curve], index: int,
            policy: PrunePolicy = PrunePolicy(), *, category: str | None = None,
-           speed_ratio: float | None = None) -> PruneCall:
+           speed_ratio: float | None = None, earlier: Sequence[Sequence[Curve]] = ()
+           ) -> PruneCall:
     """Futility at ``policy.checks[index]``: stop a run whose loss there is above the incumbent
     curves' mean by more than ``futile_z[index] · spread · √(1 + 1/n)`` (no floor): not
     clearly losing, but unlikely to end significantly better; the change is "not better",
@@ -179,7 +157,7 @@ def futile(challenger: Curve, incumbents: Sequence[Curve], index: int,
     fraction = policy.checks[index]
     if policy.futile_z is None:
         return PruneCall(False, fraction, "futility is off")
-    got = _compare(challenger, incumbents, index, policy, category, speed_ratio)
+    got = _compare(challenger, incumbents, index, policy, category, speed_ratio, earlier)
     if isinstance(got, PruneCall):
         return got
     fraction, loss, reference, spread, n = got
@@ -190,8 +168,25 @@ def futile(challenger: Curve, incumbents: Sequence[Curve], index: int,
     return PruneCall(hopeless, fraction, why, loss, reference, spread, margin, futile=hopeless)
 
 
+def late_crossing(challenger: Curve, incumbents: Sequence[Curve], policy: PrunePolicy,
+                  *, ended_better: bool, earlier: Sequence[Sequence[Curve]] = ()
+                  ) -> PruneCall | None:
+    """For a run that trained to the end: the first check at which it was behind by more than
+    the margin (judged as if its category were not exempt and its speed had not departed),
+    when it nonetheless ended better than the incumbent; None otherwise. A category whose
+    changes show one crosses late: a night can exempt it from then on (learned, not declared)."""
+    if not ended_better:
+        return None
+    for index in range(len(policy.checks)):
+        call = check(challenger, incumbents, index, policy, earlier=earlier)
+        if call.stop:
+            return call
+    return None
+
+
 def _compare(challenger: Curve, incumbents: Sequence[Curve], index: int, policy: PrunePolicy,
-             category: str | None, speed_ratio: float | None
+             category: str | None, speed_ratio: float | None,
+             earlier: Sequence[Sequence[Curve]] = ()
              ) -> PruneCall | tuple[float, float, float, float, int]:
     """(fraction, loss, reference, spread, n) of a run that can be judged at the check, or
     the call that says why it cannot."""
@@ -205,16 +200,29 @@ def _compare(challenger: Curve, incumbents: Sequence[Curve], index: int, policy:
     loss = loss_at(challenger, fraction, policy.window)
     if loss is None:
         return PruneCall(False, fraction, "no progress line near this point")
-    here = [v for c in incumbents if (v := loss_at(c, fraction, policy.window)) is not None]
-    if len(here) < policy.min_curves:
-        return PruneCall(False, fraction, f"{len(here)} incumbent curve(s) reach this point; "
-                                          f"{policy.min_curves} are needed to calibrate")
-    columns = [[v for c in incumbents if (v := loss_at(c, f, policy.window)) is not None]
-               for f in policy.checks[: index + 1]]
+    here = _column(incumbents, fraction, policy.window)
+    groups = [incumbents, *earlier[: policy.pool_earlier]]
+    df = sum(max(len(_column(g, fraction, policy.window)) - 1, 0) for g in groups)
+    if len(here) < 2 or df < policy.min_curves - 1:
+        return PruneCall(False, fraction, _too_few(len(here), df, len(groups) > 1, policy))
+    columns = [_column(g, f, policy.window) for f in policy.checks[: index + 1] for g in groups]
     pooled = _pooled_sd(columns)
-    assert pooled is not None  # the last column has ≥ min_curves ≥ 2 values
+    assert pooled is not None  # df ≥ min_curves − 1 ≥ 1
     spread = pooled[0] * _upper(pooled[1], policy.spread_upper)
     return fraction, loss, statistics.fmean(here), spread, len(here)
+
+
+def _too_few(n: int, df: int, pooled: bool, policy: PrunePolicy) -> str:
+    if not pooled:
+        return (f"{n} incumbent curve(s) reach this point; {policy.min_curves} are needed to "
+                "calibrate")
+    return (f"{n} incumbent curve(s) reach this point, {df} degree(s) of freedom with the "
+            f"earlier incumbents'; 2 curves and {policy.min_curves - 1} are needed to calibrate")
+
+
+def _column(curves: Sequence[Curve], fraction: float, window: float) -> list[float]:
+    """The curves' losses at `fraction` (those that reach it)."""
+    return [v for c in curves if (v := loss_at(c, fraction, window)) is not None]
 
 
 def _upper(df: int, level: float) -> float:

@@ -20,11 +20,13 @@ LINE_FIX = "print progress lines such as `step 120 | loss 3.41 | elapsed 31.2s` 
 
 
 def check_early_stop(config: TargetConfig, lines: int, last_elapsed_s: float | None,
-                     policy: PrunePolicy = PrunePolicy()) -> Check:
+                     policy: PrunePolicy | None = None) -> Check:
     """Whether `prune = "auto"` can judge this target's runs: `lines` progress lines with a
-    loss in one run, the last elapsed time printed on one (None: no line prints one). What it
-    lacks is a warning when the target asks for the early stop, a note when it is the default
-    (the night runs as well without it, only without its savings)."""
+    loss in one run, the last elapsed time printed on one (None: no line prints one); the
+    policy is the target's [prune] table's unless given. What it lacks is a warning when the
+    target asks for the early stop, a note when it is the default (the night runs as well
+    without it, only without its savings)."""
+    policy = policy or config.prune_policy.policy()
     chosen = "prune" in config.model_fields_set
     state = f'prune = "{config.prune}"' + ("" if chosen else " (the default)")
     short: Literal["warn", "info"] = "warn" if config.prune == "auto" and chosen else "info"

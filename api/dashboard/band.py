@@ -1,5 +1,8 @@
 """The experiment page's curve against the incumbent: a change's loss by fraction of the budget
-over the band (min–max) of the runs of the commit it was built on, and where it was stopped.
+over the band (min–max) of the runs of the commit it was built on, each early-stop check its
+runs passed (a dot at the loss the rule read there), and the check that stopped a run (the
+fraction its stop reason names, the loss at that check: where the rule judged, not where the
+run's process ended).
 
 Reads the runs' recorded curves (runs.curve) through the store: the experiment's own runs and
 those of the kept experiment (or baseline) that made its base commit; draws inline SVG.
@@ -8,13 +11,13 @@ those of the kept experiment (or baseline) that made its base commit; draws inli
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from markupsafe import Markup, escape
 
 from agent.core.domain import CurvePoints, Experiment, ExperimentStatus, Run, RunStatus, Sweep
 from agent.engine.early_stop import REFERENCE_STATUSES
-from agent.rules.prune import PrunePolicy, loss_at
+from agent.rules.prune import PrunePolicy, loss_at, reason_fraction
 from db.reads import Reads
 
 GRID = 60  # fractions of the budget the band is drawn at
@@ -48,10 +51,12 @@ def band(curves: Sequence[CurvePoints], window: float) -> list[tuple[float, floa
 
 
 def band_svg(mine: Sequence[Run], theirs: Sequence[Run], width: int = 640,
-             height: int = 220) -> Markup | None:
-    """The change's runs' curves over the incumbent's band; a marker where a run was stopped
-    early. None when there is nothing to compare (no curve, or fewer than two incumbent runs)."""
-    policy = PrunePolicy()
+             height: int = 220, *, policy: PrunePolicy | None = None,
+             judged: bool = True) -> Markup | None:
+    """The change's runs' curves over the incumbent's band, a dot at each check a run passed
+    (when its runs were `judged`: `prune = "auto"`) and a marker at the check that stopped
+    one. None when there is nothing to compare (no curve, or fewer than two incumbent runs)."""
+    policy = policy or PrunePolicy()
     zone = band([r.curve for r in theirs if r.curve], policy.window)
     lines = [r for r in mine if r.curve]
     if not zone or not lines:
@@ -90,14 +95,41 @@ def band_svg(mine: Sequence[Run], theirs: Sequence[Run], width: int = 640,
                        if math.isfinite(p[1]))
         parts.append(f'<polyline class="curve" points="{pts}"><title>run {r.id} '
                      f'({r.role.value}, seed {r.seed})</title></polyline>')
-        if r.status is RunStatus.PRUNED and r.curve:
-            f, v = r.curve[-1][0], r.curve[-1][1]
-            parts.append(f'<g class="stopped"><line x1="{sx(f):.1f}" x2="{sx(f):.1f}" '
-                         f'y1="{mt}" y2="{height - mb}"/><circle cx="{sx(f):.1f}" '
-                         f'cy="{sy(v):.1f}" r="4"/><title>{escape(r.note or "stopped")}'
-                         '</title></g>')
+        parts += _checks(r, policy, judged, sx, sy, (mt, height - mb))
     parts.append("</svg>")
     return Markup("".join(parts))
+
+
+def _checks(r: Run, policy: PrunePolicy, judged: bool, sx: Callable[[float], float],
+            sy: Callable[[float], float], ys: tuple[float, float]) -> list[str]:
+    """The run's check dots and, for a pruned run, the marker of the check that stopped it
+    (at its curve's end when its note names no check: a run recorded before notes did)."""
+    curve = [(p[0], p[1]) for p in r.curve or ()]
+    named = reason_fraction(r.note) if r.status is RunStatus.PRUNED else None
+    stop = None if named is None else _snap(named, policy.checks)
+    last = curve[-1][0] if curve else 0.0
+    out = []
+    for f in policy.checks if judged else ():
+        v = loss_at(curve, f, policy.window)
+        if v is None or f > (stop if stop is not None else last) + 1e-9 or f == stop:
+            continue
+        out.append(f'<circle class="check" data-fraction="{f:g}" data-loss="{v:.6g}" '
+                   f'cx="{sx(f):.1f}" cy="{sy(v):.1f}" r="2.5"><title>run {r.id}: checked at '
+                   f'{round(f * 100)} % of the budget, loss {v:.4g}; went on</title></circle>')
+    if r.status is RunStatus.PRUNED and curve:
+        v = loss_at(curve, stop, policy.window) if stop is not None else None
+        f, v = (stop, v) if stop is not None and v is not None else curve[-1]
+        out.append(f'<g class="stopped"><line x1="{sx(f):.1f}" x2="{sx(f):.1f}" y1="{ys[0]}" '
+                   f'y2="{ys[1]}"/><circle data-fraction="{f:g}" data-loss="{v:.6g}" '
+                   f'cx="{sx(f):.1f}" cy="{sy(v):.1f}" r="4"/><title>'
+                   f'{escape(r.note or "stopped")}</title></g>')
+    return out
+
+
+def _snap(named: float, checks: Sequence[float]) -> float:
+    """The policy's own check fraction a reason's rounded per cent names (else that per cent)."""
+    near = min(checks, key=lambda f: abs(f - named))
+    return near if abs(near - named) < 0.006 else named
 
 
 def _range(zone: Sequence[tuple[float, float, float]], lines: Sequence[Run]

@@ -322,7 +322,9 @@ def experiment_page(reads: Reads, e: Experiment) -> dict[str, Any]:
         "loss": loss_svg(points, width=640, height=200),
         "against": band_svg([r for r in own if r.experiment_id == e.id
                              and r.role is not RunRole.INCUMBENT],
-                            incumbent_runs(reads, sweep, e)),
+                            incumbent_runs(reads, sweep, e),
+                            policy=sweep.config.prune_policy.policy(),
+                            judged=sweep.config.prune == "auto"),
         "log": tail(text, 200),
         "has_log_file": bool(e.log_path and Path(e.log_path).is_file()),
         "parent": parent if parent is not None and parent.sweep_id == sweep.id else None,

@@ -1,0 +1,95 @@
+"""api.dashboard.band: the stop marker sits at the check that stopped the run (the fraction its
+reason names, the loss the rule read there), and each check a judged run passed has its dot."""
+
+from __future__ import annotations
+
+import math
+import re
+
+from agent.core.domain import Run, RunRole, RunStatus
+from agent.rules.prune import PruneCall, PrunePolicy, check, loss_at, reason_fraction
+from api.dashboard.band import band_svg
+
+
+def curve(offset: float, seed: int, until: float = 1.0) -> tuple[tuple[float, float, float], ...]:
+    out = []
+    for i in range(1, 201):
+        f = i / 200
+        if f > until + 1e-9:
+            break
+        wiggle = 0.01 * math.sin(7 * f + seed)
+        out.append((f, 2.0 + 3.0 * math.exp(-5 * f) + offset + wiggle + 0.01 * seed, i * 10.0))
+    return tuple(out)
+
+
+def run(rid: int, points, status: RunStatus = RunStatus.OK, note: str | None = None,
+        role: RunRole = RunRole.SCREEN) -> Run:  # type: ignore[no-untyped-def]
+    return Run(rid, 1, 2, "c", 42, role, status, curve=points, note=note)
+
+
+THEIRS = [run(i, curve(0.0, i), role=RunRole.BASELINE) for i in range(3)]
+
+
+def attrs(svg: str, cls: str) -> list[dict[str, float]]:
+    """The numeric attributes of each circle of `cls` ("check", or the stopped group's)."""
+    if cls == "stopped":
+        found = re.findall(r'<g class="stopped">.*?<circle ([^>]*)/>', svg)
+    else:
+        found = re.findall(rf'<circle class="{cls}" ([^>]*)>', svg)
+    return [{k: float(v) for k, v in re.findall(r'([\w-]+)="([-\d.e]+)"', a)} for a in found]
+
+
+def grid_x(svg: str) -> list[float]:
+    return [float(x) for x in re.findall(r'<line class="grid" x1="([\d.]+)"', svg)]
+
+
+def test_the_stop_marker_is_at_the_check_that_stopped_the_run_not_its_end() -> None:
+    # stopped at 50 %, its process ended a little later (points up to 58 %)
+    loser = curve(1.0, 7, until=0.58)
+    call = check([(f, v) for f, v, _ in loser], [[(f, v) for f, v, _ in c.curve or ()]
+                                                  for c in THEIRS], 1)
+    assert call.stop
+    svg = str(band_svg([run(9, loser, RunStatus.PRUNED, call.reason())], THEIRS))
+    (mark,) = attrs(svg, "stopped")
+    assert mark["data-fraction"] == 0.5
+    assert mark["data-loss"] == float(f"{call.loss:.6g}")
+    xs = grid_x(svg)
+    assert mark["cx"] == xs[1]  # on the 50 % check's line, left of the curve's end
+    (dot,) = attrs(svg, "check")  # the 30 % check it passed
+    assert dot["data-fraction"] == 0.3 and dot["cx"] == xs[0]
+    v = loss_at([(f, x) for f, x, _ in loser], 0.3, 0.05)
+    assert v is not None and dot["data-loss"] == float(f"{v:.6g}")
+    assert "stopped at 50 % of the budget" in svg
+
+
+def test_a_run_that_went_on_has_a_dot_at_each_check_and_no_marker() -> None:
+    svg = str(band_svg([run(9, curve(0.0, 5))], THEIRS))
+    assert [d["data-fraction"] for d in attrs(svg, "check")] == [0.3, 0.5, 0.7]
+    assert '<g class="stopped">' not in svg
+    off = str(band_svg([run(9, curve(0.0, 5))], THEIRS, judged=False))
+    assert attrs(off, "check") == []  # prune = "off": nothing was checked
+
+
+def test_the_checks_drawn_are_the_target_policy() -> None:
+    policy = PrunePolicy(checks=(0.25, 0.6), z=(5.0, 4.0))
+    loser = curve(1.0, 7, until=0.62)
+    call = PruneCall(True, 0.6, "behind by more than the margin", 4.0, 3.0, 0.1, 0.4)
+    svg = str(band_svg([run(9, loser, RunStatus.PRUNED, call.reason())], THEIRS, policy=policy))
+    (mark,) = attrs(svg, "stopped")
+    assert mark["data-fraction"] == 0.6 and mark["cx"] == grid_x(svg)[1]
+    assert [d["data-fraction"] for d in attrs(svg, "check")] == [0.25]
+
+
+def test_a_pruned_run_whose_note_names_no_check_is_marked_at_its_end() -> None:
+    loser = curve(1.0, 7, until=0.42)
+    svg = str(band_svg([run(9, loser, RunStatus.PRUNED, "stopped")], THEIRS))
+    (mark,) = attrs(svg, "stopped")
+    assert mark["data-fraction"] == loser[-1][0]
+
+
+def test_reason_fraction_reads_every_reason_it_writes() -> None:
+    for stop, futile in ((True, False), (False, False), (True, True)):
+        call = PruneCall(stop, 0.7, "x", 3.5, 3.1, 0.05, 0.2, futile=futile)
+        assert reason_fraction(call.reason()) == 0.7
+    assert reason_fraction(PruneCall(False, 0.3, "no progress line").reason()) is None
+    assert reason_fraction(None) is None and reason_fraction("a crash") is None

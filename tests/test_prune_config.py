@@ -1,0 +1,134 @@
+"""A target's [prune] table: the early stop's policy per target, validated by PrunePolicy, each
+bad value refused with the key and the problem (and no sweep made); the engine, the doctor's
+check and the dashboard use the target's policy."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+from test_early_stop import knob_diff, make_target
+
+from agent.core.config import PruneTable, load_config, parse_config
+from agent.core.domain import Proposal
+from agent.core.errors import ConfigError
+from agent.core.prune_policy import PrunePolicy
+from agent.engine.scheduler import SchedulerSettings, SlotScheduler
+from agent.ops.sweeps import create_sweep
+from agent.rules.prune_fit import check_early_stop
+from overnight.runtime import Runtime
+
+# far behind at every check, whatever the timing of its lines (A_SHIFT 0.3 sits near the
+# margin of a single 50 % check on 3 curves)
+LOSING = ("A_SHIFT", "1.0", "a much worse loss everywhere")
+
+TARGET = ('[target]\ncommand = "python x.py"\neditable = ["x.py"]\nmetric = "m"\n'
+          'budget_s = 10\nprune = "auto"\n')
+
+
+def write(tmp: Path, prune: str | None) -> Path:
+    (tmp / "overnight.toml").write_text(TARGET + ("" if prune is None else f"\n[prune]\n{prune}\n"))
+    return tmp
+
+
+def test_a_prune_table_sets_the_policy_and_round_trips(tmp_path: Path) -> None:
+    cfg = load_config(write(tmp_path, 'checks = [0.25, 0.6]\nz = [6, 4.5]\nmin_curves = 4\n'
+                                      'floor_rel = 0.02\nspeed_tol = 0.1\n'
+                                      'exempt = ["data/schedule", "optimizer"]\n'
+                                      'pool_earlier = 0'))
+    policy = cfg.prune_policy.policy()
+    assert policy == PrunePolicy(checks=(0.25, 0.6), z=(6.0, 4.5), min_curves=4, floor_rel=0.02,
+                                 speed_tol=0.1, exempt=frozenset({"data/schedule", "optimizer"}),
+                                 pool_earlier=0)
+    assert parse_config(cfg.to_dict()) == cfg and hash(cfg)
+    assert load_config(write(tmp_path, None)).prune_policy.policy() == PrunePolicy()
+    assert load_config(write(tmp_path, "")).prune_policy == PruneTable()
+    # a key left out keeps the default
+    assert load_config(write(tmp_path, "min_curves = 5")).prune_policy.policy() == \
+        PrunePolicy(min_curves=5)
+
+
+@pytest.mark.parametrize("body, says", [
+    ("checks = [0.3, 0.5]", "[prune]: 2 checks need as many z values, got 3"),
+    ("checks = [0.5, 0.3]\nz = [4, 4]", "checks must be increasing fractions in (0, 1)"),
+    ("checks = [0.3, 1.0, 0.7]", "checks must be increasing fractions"),
+    ('z = [5, "4", 3]', "[prune] z: must be a list of numbers"),
+    ("z = [5, 0, 3]", "z must be positive numbers"),
+    ("min_curves = 1", "min_curves must be ≥ 2, got 1"),
+    ("min_curves = 2.5", "[prune] min_curves"),
+    ("floor_rel = -0.1", "floor_rel must be ≥ 0"),
+    ("speed_tol = 0", "speed_tol > 0"),
+    ('speed_tol = "a lot"', "[prune] speed_tol: must be a number"),
+    ("window = 0", "window must be positive"),
+    ('exempt = ["schedule"]', "[prune] exempt: must be a list of categories"),
+    ("pool_earlier = -1", "pool_earlier must be ≥ 0, got -1"),
+    ("speed = 0.2", "[prune] speed: Extra inputs are not permitted"),
+])
+def test_a_bad_prune_value_names_the_key_and_changes_nothing(tmp_path: Path, body: str,
+                                                             says: str) -> None:
+    target = make_target(tmp_path / "target", "auto")
+    toml = target / "overnight.toml"
+    toml.write_text(toml.read_text() + f"\n[prune]\n{body}\n")
+    runtime = Runtime(tmp_path / "o.db")
+    with pytest.raises(ConfigError) as err:
+        create_sweep(runtime.store, runtime.repo_at(target), target, name="n",
+                     proposer="queue", allow_dirty=True)
+    assert says in str(err.value)
+    assert runtime.store.list_sweeps() == []  # nothing made
+
+
+def test_the_table_is_its_own_not_a_key_of_target(tmp_path: Path) -> None:
+    (tmp_path / "overnight.toml").write_text(TARGET + "prune_policy = {}\n")
+    with pytest.raises(ConfigError, match="prune_policy is set as a \\[prune\\] table"):
+        load_config(tmp_path)
+    (tmp_path / "overnight.toml").write_text("prune = 3\n" + TARGET)
+    with pytest.raises(ConfigError, match="prune must be a \\[prune\\] table"):
+        load_config(tmp_path)
+    (tmp_path / "overnight.toml").write_text(TARGET + "\n[pruning]\nz = [1, 1, 1]\n")
+    with pytest.raises(ConfigError, match="unknown table\\(s\\) pruning"):
+        load_config(tmp_path)
+
+
+def test_the_doctor_check_reads_the_target_policy(tmp_path: Path) -> None:
+    cfg = load_config(write(tmp_path, "checks = [0.2, 0.9]\nz = [5, 3]"))
+    got = check_early_stop(cfg, 10, 9.5)  # a line every 10 % of the budget: too few for 90 %
+    assert got.status == "warn" and "the checks at 20%, 90% of the budget" in got.detail
+    assert check_early_stop(cfg, 19, 9.5).status == "ok"
+    assert check_early_stop(load_config(write(tmp_path, None)), 15, 9.5).status == "ok"
+
+
+def test_the_engine_stops_at_the_target_checks(tmp_path: Path) -> None:
+    target = make_target(tmp_path / "target", "auto")
+    toml = target / "overnight.toml"
+    toml.write_text(toml.read_text() + "\n[prune]\nchecks = [0.5]\nz = [4]\n")
+    subprocess.run(["git", "commit", "-qam", "prune table"], cwd=target, check=True)
+    runtime = Runtime(tmp_path / "o.db")
+    sweep = create_sweep(runtime.store, runtime.repo_at(target), target, name="n",
+                         proposer="queue")
+    assert sweep.config.prune_policy.policy().checks == (0.5,)
+    name, value, what = LOSING
+    losing_id = runtime.store.add_experiment(
+        sweep.id, Proposal(f"{name} = {value}: {what}", knob_diff(target, name, value))).id
+    settings = SchedulerSettings(slots=1, grace_s=1.0, poll_interval_s=0.1)
+    SlotScheduler(runtime.store, settings, runtime.loop_factory(settings)).run_burst(["n"])
+    losing = runtime.store.get_experiment(losing_id)
+    assert losing.reason is not None and losing.reason.startswith("stopped at 50 % "), losing
+
+
+def test_the_prune_table_is_documented_with_the_policy_defaults() -> None:
+    import tomllib
+
+    import docs_check as dc
+
+    rows = dc.table(dc.ROOT / "docs" / "target.md", "`[prune]` key")
+    keys = [dc.code_of(r[0]) for r in rows]
+    assert sorted(k for k in keys if k) == sorted(PruneTable.model_fields)
+    default = PrunePolicy()
+    for key, row in zip(keys, rows, strict=True):
+        literal = dc.code_of(row[1])
+        assert key is not None and literal is not None, row
+        value = tomllib.loads(f"v = {literal}")["v"]
+        want = getattr(default, key)
+        assert (sorted(want) if key == "exempt" else list(want) if isinstance(want, tuple)
+                else want) == value, key

@@ -30,13 +30,15 @@ from overnight.runtime import Runtime
 from runner.summary import ProgressPoint
 
 CURVES = Path(__file__).parent / "fixtures" / "curve_target"
-LOSING = ("A_SHIFT", "0.3", "a worse loss everywhere")
+# Far past any margin: under load the line timings spread the incumbent's curves on the steep
+# early part (margins of 0.29–0.37 at load 7, where 0.3 sat at the margin)
+LOSING = ("A_SHIFT", "1.0", "a worse loss everywhere")
 NULL = ("UNUSED", "1", "a knob that changes nothing")
 # +0.68 at 30 % of the budget, −0.1 at the end: behind the first check's margin by far even when
 # load spreads the incumbent's curves (at 0.5 its +0.34 sat at the margin: 0.37 at load 7)
 CROSSING = ("WARMDOWN_FRAC", "1.0", "warm-down: slower early, lower at the end")
 # Worse everywhere and half the speed: its curve measures the machine, so it is not judged.
-SLOW = ("A_SHIFT", "0.3", "a worse loss at half the speed", ("STEPS_PER_S", "100.0"))
+SLOW = ("A_SHIFT", "1.0", "a worse loss at half the speed", ("STEPS_PER_S", "100.0"))
 
 
 def make_target(dest: Path, prune: str) -> Path:

@@ -278,7 +278,13 @@ def test_overnight_run_executor_ray_through_the_console_script(cluster, tmp_path
     runtime = Runtime(db)
     try:
         exps = runtime.store.list_experiments()
-        assert len(exps) == 3 and exps[0].status is ExperimentStatus.KEPT, exps
+        # baseline + 2 proposals; the cluster's slots run the two side by side, so one whose
+        # branch moved while it ran goes on as a continuation (on a busy machine, often)
+        seen = [(e.id, e.status.value, e.description, e.reason, e.parent_id) for e in exps]
+        first = [e for e in exps if e.parent_id is None]
+        assert len(first) == 3 and exps[0].status is ExperimentStatus.KEPT, seen
+        moved = {e.id for e in exps if "re-queued on the new head" in (e.reason or "")}
+        assert all(e.parent_id in moved for e in exps if e.parent_id is not None), seen
         assert all(e.status.is_finished() and e.status is not ExperimentStatus.INTERRUPTED
                    for e in exps)
         assert "data hello" in Path(exps[0].log_path or "").read_text()

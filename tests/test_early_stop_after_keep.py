@@ -5,9 +5,10 @@ level."""
 
 from __future__ import annotations
 
-import difflib
 import shutil
 from pathlib import Path
+
+from test_early_stop import knob_diff
 
 from agent.core.domain import ExperimentStatus, Proposal, RunStatus
 from agent.engine.early_stop import earlier_curves, loss_pairs
@@ -31,13 +32,6 @@ def make_target(dest: Path) -> Path:
     (dest / "train.py").write_text(train.replace("SEED_NOISE = ", knobs + "SEED_NOISE = ", 1))
     init_repo(dest)
     return dest
-
-
-def knob_diff(target: Path, name: str, value: str) -> str:
-    old = (target / "train.py").read_text().splitlines(True)
-    new = [f"{name} = {value}" + line[line.index("  #"):] if line.startswith(f"{name} = ")
-           else line for line in old]
-    return "".join(difflib.unified_diff(old, new, "a/train.py", "b/train.py"))
 
 
 def test_the_first_challenger_after_a_keep_is_judged(tmp_path: Path) -> None:

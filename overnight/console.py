@@ -76,10 +76,16 @@ def _stats(ev: ExperimentEvidence | None) -> list[str]:
     return [ci, " ".join([str(ev.n), *extra]), p]
 
 
+# a discard's ordinary reasons: the comparison itself, in the table's columns already
+_PLAIN_DISCARD = ("not better", "not clearly better")
+
+
 def describe(exp: Experiment) -> str:
-    """The description, with the reason of a run that was not simply kept or discarded."""
-    shown = exp.reason and exp.status not in (ExperimentStatus.KEPT, ExperimentStatus.DISCARDED)
-    return exp.description + (f"  [{exp.reason}]" if shown else "")
+    """The description, with the reason of an experiment that was not simply kept or judged
+    not better (a crash, a failed or stopped run, a machine that would not hold still)."""
+    plain = exp.status is ExperimentStatus.KEPT or (
+        exp.status is ExperimentStatus.DISCARDED and (exp.reason or "").startswith(_PLAIN_DISCARD))
+    return exp.description + (f"  [{exp.reason}]" if exp.reason and not plain else "")
 
 
 class LineLog:

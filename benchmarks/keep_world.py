@@ -182,7 +182,7 @@ class Night:
         self.settle(self.head, baseline=True)
         for k in range(PROPOSALS):
             # every incumbent run counts, those beside a change too (agent.incumbent)
-            if incumbent_due(k, self.periodic + self.beside, self.rule):
+            if incumbent_due(k, self.periodic + self.beside, self.rule, len(self.head.runs)):
                 self.remeasure()
                 self.periodic += 1
             self.propose(tally)

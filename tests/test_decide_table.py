@@ -147,6 +147,27 @@ def test_a_run_off_the_incumbents_speed_gets_the_incumbent_beside_it():
     assert "beside incumbent runs 11, 12, 13" in v.reason and "the machine" in v.notes[0]
 
 
+def test_a_faster_run_that_is_worse_is_discarded_without_an_incumbent_run():
+    """On a time budget a faster machine trains more steps, never fewer: a first run 40 %
+    faster than the incumbent's latest runs and worse than them is worse still beside it."""
+    v = decide(ev([run(1.2, 140.0, 10)], best=INC), SEQ)
+    assert v.status is S.DISCARDED and not v.incumbent and not v.requeue
+    assert v.reason.startswith("not better") and "a faster machine does not make a run worse" \
+        in v.reason and "+40%" in v.reason
+    assert v.z == pytest.approx(-0.2 / (0.1 * math.sqrt(1 + 1 / 3))) and v.metric == 1.2
+    assert decide(ev([run(1.2, 140.0, 10)], best=INC, head_moved=True), SEQ).requeue is False
+    # slower and worse: the machine or the change? the incumbent runs beside it, as before
+    slow = decide(ev([run(1.2, 60.0, 10)], best=INC), SEQ)
+    assert slow.incumbent and slow.status is None
+    # faster and no worse (z 0 at the incumbent's mean): compared beside the incumbent
+    level = decide(ev([run(1.0, 140.0, 10)], best=INC), SEQ)
+    assert level.incumbent and level.status is None
+    # maximize: a lower metric is the worse one
+    up = decide(ev([run(0.8, 140.0, 10)], best=INC), MAX)
+    assert up.status is S.DISCARDED and "faster machine" in up.reason
+    assert decide(ev([run(1.2, 140.0, 10)], best=INC), MAX).incumbent
+
+
 def test_a_changed_speed_counts_as_the_changes_own_when_the_incumbent_kept_its_speed():
     best = INC + (run(1.05, 101.0, 11, pair_of=10),)
     v = decide(ev([run(0.8, 60.0, 10)], best=best), SEQ)
@@ -252,6 +273,17 @@ def test_incumbent_rerun_cadence():
     assert [incumbent_due(k, 0, SEQ) for k in (0, 7, 8)] == [False, False, True]
     assert not incumbent_due(8, 1, SEQ) and incumbent_due(16, 1, SEQ)
     assert not incumbent_due(100, 0, STRICT) and not incumbent_due(100, 0, Rule(incumbent_every=0))
+
+
+def test_a_change_kept_on_its_own_two_runs_gets_a_fresh_incumbent_run_next():
+    """Its 2 runs are the ones that won it the keep (the winner's curse): before the next
+    proposal the new incumbent runs once more, whatever the periodic schedule says."""
+    assert incumbent_due(1, 0, SEQ, best_runs=2) and incumbent_due(1, 5, SEQ, best_runs=1)
+    assert not incumbent_due(1, 0, SEQ, best_runs=3)  # the fresh run done (or the baseline's 3)
+    assert not incumbent_due(1, 0, SEQ, best_runs=0)  # no runs: nothing to re-run
+    assert incumbent_due(8, 0, SEQ, best_runs=5)  # the periodic one still comes
+    assert not incumbent_due(1, 0, STRICT, best_runs=2)
+    assert not incumbent_due(1, 0, Rule(incumbent_every=0), best_runs=2)
 
 
 def test_contract_warnings():

@@ -77,13 +77,14 @@ def test_a_bad_futility_policy_is_refused_by_name(kwargs: dict[str, object]) -> 
 
 
 def test_the_discard_bar_rises_to_the_keep_bar_with_futility() -> None:
-    flat, rising = Rule(), Rule(futility=1.0)
+    flat, rising = Rule(futility=0.0), Rule(futility=1.0)
     assert [discard_bar(flat, k) for k in range(1, 6)] == [0.6] * 5
     bars = [discard_bar(rising, k) for k in range(1, 6)]
     assert bars[0] == 0.6 and bars[3] == pytest.approx(1.75) and bars[4] == bars[3]
     assert bars == sorted(bars)
     half = Rule(futility=0.5)
     assert discard_bar(half, 4) == pytest.approx(0.6 + 0.5 * 1.15)
+    assert Rule().futility == 0.5  # the default: half-way (docs/keep-rule.md)
 
 
 BEST = tuple(Sample(m, run_id=i + 1, seed=42 + i) for i, m in enumerate((0.1, -0.1, 0.0)))
@@ -97,7 +98,7 @@ def _change(metrics: list[float]) -> Evidence:
 def test_a_change_that_cannot_reach_the_keep_bar_stops_getting_runs() -> None:
     # σ = 1: three runs 0.9 below the incumbent's mean of three, z = 0.9 / √(2/3) = 1.10
     ev = _change([-0.9, -0.9, -0.9])
-    today = decide(ev, Rule(noise_sigma=1.0))
+    today = decide(ev, Rule(noise_sigma=1.0, futility=0.0))
     assert today.status is None and today.z == pytest.approx(1.10, abs=0.01)  # a fourth run
     futile_rule = Rule(noise_sigma=1.0, futility=1.0)  # bar after 3 runs: 1.37
     verdict = decide(ev, futile_rule)

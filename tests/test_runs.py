@@ -117,6 +117,49 @@ def test_slots_finishing_together_re_run_the_incumbent_once(tmp_path, store, mak
     assert roles.count(RunRole.INCUMBENT) == 1
 
 
+class _GoodThenNull(Ideas):
+    """First a change 10σ better (GOOD = 1), then null ones."""
+
+    def propose(self, ctx):
+        if self.k == 0:
+            self.k += 1
+            text = ctx.files["train.py"]
+            return Proposal("good", make_diff("train.py", text, text.replace(
+                "GOOD = 0", "GOOD = 1", 1)), self.name)
+        return super().propose(ctx)
+
+
+def test_a_change_kept_on_its_two_runs_is_run_again_before_the_next_change(
+        tmp_path, store, make_loop):
+    """The runs that won a keep are its luck as much as its merit (the winner's curse): the
+    new incumbent runs once more, before the next change's first run, and the recorded best is
+    the mean of its three runs."""
+    steady = NOISY.replace('{trained:.3f}")', '{budget:.3f}")', 1)  # one speed: no runs beside
+    good = steady.replace("IDEA = 0", "IDEA = 0\nGOOD = 0", 1).replace(
+        "{1.0 + rng.gauss", "{1.0 - 0.5 * GOOD + rng.gauss", 1)
+    assert good.count("GOOD") == 2
+    target = noisy_target(tmp_path / "noisy", train=good)
+    sweep = create_sweep(store, GitRepo(target), target, name="fresh",
+                         config=load_config(target), max_experiments=3)
+    run_sweep(make_loop(target, _GoodThenNull()), sweep.name)
+    exps = store.list_experiments(sweep.id)
+    kept = exps[1]
+    assert kept.status is ExperimentStatus.KEPT and kept.description == "good", kept.reason
+    runs = store.list_runs(sweep_id=sweep.id)
+    own = [r for r in runs if r.experiment_id == kept.id and r.role is not RunRole.INCUMBENT]
+    assert len(own) == 2  # kept on its own two runs
+    after = [r for r in runs if r.id > own[-1].id]
+    # the next thing run is the kept commit, as an incumbent re-run (beside no change)
+    assert after[0].role is RunRole.INCUMBENT and after[0].commit == kept.commit
+    assert after[0].pair_run_id is None and after[0].seed not in {r.seed for r in own}
+    assert after[1].experiment_id == exps[2].id
+    fresh = [r for r in runs if r.role is RunRole.INCUMBENT and r.pair_run_id is None]
+    assert fresh == [after[0]]  # once: three runs are enough until the periodic schedule
+    best = store.get_sweep("fresh")
+    mine = [r.metric for r in runs if r.commit == kept.commit and r.status is RunStatus.OK]
+    assert len(mine) == 3 and abs(best.best_metric - sum(mine) / 3) < 1e-9
+
+
 def test_migration_from_0001_keeps_data_and_backfills_runs(tmp_path):
     db = tmp_path / "old.db"
     engine = make_engine(db)

@@ -179,9 +179,9 @@ class TargetConfig(BaseModel):
     # stop a change's run early when its loss curve is clearly behind the incumbent's
     prune: Literal["auto", "off"] = PRUNE_DEFAULT
     # the keep rule's futility: its discard bar rises from discard_z after a change's first run
-    # towards keep_z at max_runs by this share (0: flat). Off by default: on a machine whose
-    # load shifts it cost ≥ 3σ gains (docs/keep-rule.md)
-    futility: float = Field(0.0, ge=0, le=1)
+    # towards keep_z at max_runs by this share (0: flat). Half-way by default since the
+    # incumbent runs again after a keep on 2 runs (docs/keep-rule.md)
+    futility: float = Field(0.5, ge=0, le=1)
     # its policy: the [prune] table of overnight.toml (not a key of [target])
     prune_policy: PruneTable = Field(default_factory=PruneTable)
     # a summary-block key the protected harness prints that no proposer sees during the night

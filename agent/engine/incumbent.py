@@ -1,13 +1,15 @@
 """The best commit measured again now and then, beside a change when the keep rule asks, and the
 lock a sweep's decisions take turns on.
 
-A keep is decided on few runs, so the recorded best is noisy; once every `incumbent_every`
-decided proposals (its runs beside changes count) a slot runs the best commit again before its
-own change, and the best becomes the mean of its runs in its usual machine conditions (a re-run
-whose throughput says the machine was in another condition is marked suspect and left out of
-that mean; agent.rules.blocking). When the keep rule asks for it, the commit a change was built
-on runs beside the change's latest run, with the seed the rule names, in the same slot (same
-device): the same-window pair. Slots of one process each have their own Loop; the per-sweep
+A keep is decided on few runs, so the recorded best is noisy, and a change kept on its own 2
+runs is measured by the runs that won it the keep (the winner's curse): a slot runs the best
+commit again before its own change while the best has fewer than 3 runs, and once every
+`incumbent_every` decided proposals (its runs beside changes count). The best becomes the
+mean of its runs in its usual machine conditions (a re-run whose throughput says the machine
+was in another condition is marked suspect and left out of that mean; agent.rules.blocking).
+When the keep rule asks for it, the commit a change was built on runs beside the change's
+latest run, with the seed the rule names, in the same slot (same device): the same-window
+pair. Slots of one process each have their own Loop; the per-sweep
 claim here makes slots finishing together run one re-run between them, and the decision lock
 makes reading the best, recording a keep (or a new mean) and moving the branch one step.
 """
@@ -47,13 +49,16 @@ _INCUMBENT_GUARD = threading.Lock()
 
 
 @contextmanager
-def _incumbent_claim(sweep: Sweep, decided: int, recorded: int, rule: Rule) -> Iterator[bool]:
+def _incumbent_claim(sweep: Sweep, decided: int, recorded: int, rule: Rule,
+                     best_runs: int) -> Iterator[bool]:
     """Whether this slot re-runs the incumbent now (held for the re-run's length): due counting
-    the re-runs recorded and those other slots have claimed. While a claimed re-run is also
-    recorded it counts twice, which can only put the next re-run off, never double one."""
+    the re-runs recorded and those other slots have claimed (as runs of the best too). While a
+    claimed re-run is also recorded it counts twice, which can only put the next re-run off,
+    never double one."""
     key = (sweep.target_path, sweep.branch)
     with _INCUMBENT_GUARD:
-        mine = incumbent_due(decided, recorded + _INCUMBENT_CLAIMS[key], rule)
+        claimed = _INCUMBENT_CLAIMS[key]
+        mine = incumbent_due(decided, recorded + claimed, rule, best_runs + claimed)
         if mine:
             _INCUMBENT_CLAIMS[key] += 1
     try:
@@ -72,8 +77,10 @@ class Incumbent:
         self.store, self.repo, self.settings, self.training = store, repo, settings, training
 
     def remeasure(self, sweep: Sweep, exp: Experiment, head: str, stop: threading.Event) -> None:
-        """Once every `incumbent_every` proposals, run the best commit again before a change, so
-        the recorded best (the mean of all its runs) converges to its true value."""
+        """Run the best commit again before a change when agent.rules.decide.incumbent_due
+        says so: right after a keep on its own 2 runs (the runs that won it the keep are no
+        fair reference), and once every `incumbent_every` proposals, so the recorded best (the
+        mean of all its runs) converges to its true value."""
         current = self.store.get_sweep(sweep.name)
         rule = Rule.of(current.config)
         if exp.is_baseline or current.best_commit != head or current.best_experiment_id is None:
@@ -83,10 +90,10 @@ class Incumbent:
             sweep.id, [ExperimentStatus.KEPT, ExperimentStatus.DISCARDED], is_baseline=False
         )
         done = sum(r.role is RunRole.INCUMBENT for r in runs)
-        with _incumbent_claim(sweep, decided, done, rule) as due:
+        mine = [r for r in runs if r.commit == head]
+        with _incumbent_claim(sweep, decided, done, rule, len(mine)) as due:
             if not due:
                 return
-            mine = [r for r in runs if r.commit == head]
             seed = rule.seed + len(mine)
             while seed in {r.seed for r in mine}:  # a seed it ran: its luck measured twice
                 seed += 1

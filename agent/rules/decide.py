@@ -25,7 +25,7 @@ from agent.core.domain import CrashKind, ExperimentStatus
 from agent.rules.classify import classify
 from agent.rules.conditions import Sample
 from agent.rules.noise import mean
-from agent.rules.sequential import baseline, sequential
+from agent.rules.sequential import KEEP_INCUMBENT_RUNS, baseline, sequential
 from agent.rules.verdict import (
     NOT_BETTER,
     SEQUENTIAL,
@@ -135,10 +135,18 @@ def _strict(ev: Evidence, rule: Rule, base: Verdict) -> Verdict:
     return replace(base, status=ExperimentStatus.KEPT, reason=f"better (strict): {text}", keep=True)
 
 
-def incumbent_due(decided: int, incumbent_runs: int, rule: Rule) -> bool:
-    """Re-run the incumbent once every `incumbent_every` decided proposals (sequential only)."""
+def incumbent_due(decided: int, incumbent_runs: int, rule: Rule,
+                  best_runs: int | None = None) -> bool:
+    """Whether the incumbent runs again before the next proposal (sequential only; never with
+    `incumbent_every` 0): while it has fewer runs than a keep rests on (KEEP_INCUMBENT_RUNS,
+    `best_runs` of it started) — a change kept on its own 2 runs, which are the runs that won
+    it the keep: the next changes would be judged against their luck (the winner's curse) —
+    and once every `incumbent_every` decided proposals (`incumbent_runs`: its re-runs so far,
+    those beside changes included)."""
     if not rule.sequential or rule.incumbent_every <= 0:
         return False
+    if best_runs is not None and 0 < best_runs < KEEP_INCUMBENT_RUNS:
+        return True
     return decided // rule.incumbent_every > incumbent_runs
 
 

@@ -43,10 +43,9 @@ __all__ = ["AUTO_FUTILITY", "PruneCall", "PrunePolicy", "check", "futile", "late
            "loss_at", "next_check", "reason_fraction"]
 Curve = Sequence[tuple[float, float]]
 # The keep rule's futility measured with early stopping on the fixed-budget night
-# (agent.rules.verdict.Rule.futility; a target's `futility` key): the discard bar rises to
-# keep_z at max_runs. Not the default: on a machine whose load shifts it cost ≥ 3σ gains kept
-# (docs/keep-rule.md). Run-level futility (``futile``) stays off too: on the fixed-budget
-# night it cost more ≥ 3σ gains kept than the targets allow
+# (agent.rules.verdict.Rule.futility, whose default it is; a target's `futility` key): the
+# discard bar rises half-way to keep_z at max_runs. Run-level futility (``futile``) stays
+# off: on the fixed-budget night it cost more ≥ 3σ gains kept than the targets allow
 # (docs/keep-rule.md#early-stop-and-futility-on-a-fixed-budget).
 AUTO_FUTILITY = 0.5
 

@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from statistics import median
 
 from agent.core.config import Direction
 from agent.core.domain import ExperimentStatus
 from agent.rules.blocking import Blocks, arrange
-from agent.rules.conditions import conditions, incumbent_notes, usual_keys
+from agent.rules.conditions import conditions, incumbent_notes, latest_before, usual_keys
 from agent.rules.estimate import Noise, estimate, gain_only, noise, values
 from agent.rules.noise import identical, mean, p_better
 from agent.rules.verdict import (
@@ -38,7 +39,7 @@ MIN_INCUMBENT_RUNS = 2  # a decision rests on at least this many incumbent runs 
 MIN_ELSEWHERE = 3  # ... in conditions other than the incumbent's usual ones (fresh references)
 KEEP_INCUMBENT_RUNS = 3  # and a keep on this many (the baseline's runs)
 MAX_SUSPECT_RERUNS = 1  # one extra baseline run when its runs' speeds swung (then: go on)
-FRESH_Z = 0.3  # a keep resting on runs in other machine conditions needs z this much higher
+FRESH_Z = 0.45  # a keep resting on runs in other machine conditions needs z this much higher
 CLEARLY_WORSE = 1.5  # this far under discard_z a thin reference is enough to discard
 MAX_UNUSABLE = 1  # a change's runs left out (the machine moved around them) beyond max_runs
 
@@ -95,8 +96,12 @@ def _z(gain: float, se: float) -> float:
 
 def _pending(ev: Evidence, rule: Rule, blocks: Blocks, base: Verdict) -> Verdict:
     """The latest run has no incumbent run in its conditions: run the incumbent beside it
-    (same seed), or stop when the machine will not hold still."""
+    (same seed), unless it is worse though faster; or stop when the machine will not hold
+    still."""
     assert blocks.pending is not None
+    worse = _worse_though_faster(ev, rule, blocks, base)
+    if worse is not None:
+        return worse
     if ev.head_moved:
         return stale(ev, base)
     run = ev.runs[blocks.pending]
@@ -109,6 +114,40 @@ def _pending(ev: Evidence, rule: Rule, blocks: Blocks, base: Verdict) -> Verdict
     why = blocks.notes[blocks.pending] or "no incumbent run in its conditions yet"
     return replace(base, status=None, incumbent=True, pair_of=run.run_id or None, seed=seed,
                    reason=why)
+
+
+def _worse_though_faster(ev: Evidence, rule: Rule, blocks: Blocks, base: Verdict
+                         ) -> Verdict | None:
+    """A first run faster than the incumbent's latest conditions yet worse than the incumbent
+    there: discarded without an incumbent run beside it. On a time budget a faster machine
+    trains more steps, never fewer, so that run could only have done better (None: not so,
+    the incumbent runs beside it as usual)."""
+    run = ev.runs[0] if len(ev.runs) == 1 else None
+    speed = run.throughput if run is not None else None
+    if blocks.pending != 0 or run is None or speed is None:
+        return None
+    at = latest_before(run, ev.best)
+    if at is None:
+        return None
+    keys = conditions(ev.best, tolerance(ev, rule))
+    ref = [b for b, k in zip(ev.best, keys, strict=True) if k == keys[at]]
+    speeds = [b.throughput for b in ref if b.throughput is not None]
+    level = median(speeds) if speeds else None
+    sigma = _noise(ev, rule, blocks).sigma
+    if not level or speed <= level or sigma is None:
+        return None
+    sign = 1.0 if rule.direction is Direction.MINIMIZE else -1.0
+    best = mean([b.metric for b in ref]) or 0.0
+    gain, se = sign * (best - run.metric), sigma * math.sqrt(1 + 1 / len(ref))
+    z = _z(gain - rule.min_delta, se)
+    if z >= min(rule.discard_z, 0.0):
+        return None
+    p = p_better(_z(gain, se))
+    text = _describe(run.metric, best, 1, z, p, sigma)
+    why = (f"{NOT_BETTER}: {text}, at {speed / level - 1:+.0%} the speed of the "
+           "incumbent's latest runs: a faster machine does not make a run worse")
+    return replace(base, status=ExperimentStatus.DISCARDED, reason=why, metric=run.metric,
+                   z=z, p_better=p, sigma=sigma)
 
 
 def _beside_latest(ev: Evidence, rule: Rule, base: Verdict, why: str) -> Verdict:

@@ -43,9 +43,10 @@ class Rule:
     throughput_tolerance: float | None = None  # None: SPEED_Z measured run-to-run σ
     confirm_runs: int = 0  # strict only: extra runs of a would-be keep and of the baseline
     # futility (sequential): the discard bar rises from discard_z after the first run towards
-    # keep_z at max_runs by this share (0: flat, today's rule), so a change whose repeats
-    # cannot plausibly reach the keep bar stops getting runs (agent.rules.sequential)
-    futility: float = 0.0
+    # keep_z at max_runs by this share (0: flat), so a change whose repeats cannot plausibly
+    # reach the keep bar stops getting runs (agent.rules.sequential); the runs it saves pay
+    # for the incumbent's fresh run after a keep (agent.rules.decide.incumbent_due)
+    futility: float = 0.5
 
     @classmethod
     def of(cls, config: TargetConfig) -> Rule:

@@ -13,6 +13,13 @@ gain of the final best, and the bias of the recorded best (recorded − true, in
     .venv/bin/python benchmarks/keep_rule.py                 # 2,000 sweeps per row
     .venv/bin/python benchmarks/keep_rule.py --sweeps 200    # quicker
     .venv/bin/python benchmarks/keep_rule.py --night budget  # a fixed-budget night on curves
+    .venv/bin/python benchmarks/keep_rule.py --ablate        # the default, a part off at a time
+
+`--ablate`: the default rule and the same rule with one of its parts off at a time (the
+incumbent's run after a keep on 2 runs, the discard of a faster run that is worse, futility,
+the higher bar for keeps in other machine conditions), and with all of them off (the rule
+before issue 27's last step), on paired nights (keep_world.simulate's `paired`), in the worlds
+with targets.
 
 `--night budget` (benchmarks/curve_world.py): every rule gets the same GPU-seconds (100 full
 runs); a run stopped early (agent.rules.prune) costs the share it trained. Printed per rule at
@@ -46,6 +53,19 @@ def rules(sigma: float) -> dict[str, Rule]:
         "strict": Rule(decision="strict"),
         "min_delta 1σ": Rule(decision="strict", min_delta=sigma),
         "sequential": Rule(),
+    }
+
+
+def ablations() -> dict[str, Rule]:
+    """The default rule, each of its parts off in turn, and all of them off."""
+    return {
+        "default": Rule(),
+        "no run after a keep": Rule(rerun_after_keep=False),
+        "no faster-worse": Rule(faster_worse=False),
+        "futility 0": Rule(futility=0.0),
+        "fresh_z 0.3": Rule(fresh_z=0.3),
+        "all four off": Rule(rerun_after_keep=False, faster_worse=False, futility=0.0,
+                             fresh_z=0.3),
     }
 
 
@@ -84,9 +104,13 @@ def main() -> int:
     ap.add_argument("--only", default="", help="print only worlds whose name contains this")
     ap.add_argument("--night", choices=("proposals", "budget"), default="proposals",
                     help="100 proposals per night (default), or a fixed budget on curves")
+    ap.add_argument("--ablate", action="store_true",
+                    help="the default with each of its parts off, on paired nights")
     args = ap.parse_args()
     if args.night == "budget":
         return report_budget(args.sweeps, args.seed)
+    if args.ablate:
+        return ablate(args.sweeps, args.seed, args.only)
     t0 = time.perf_counter()
     print(f"{args.sweeps} sweeps × {PROPOSALS} proposals per rule and world (70 % null, 20 % "
           "harmful, 10 % helpful; effects U(0.5, 4) units)")
@@ -110,6 +134,25 @@ def main() -> int:
         print("the default rule misses its targets: " + "; ".join(failures))
         return 1
     print("the default rule meets its targets in every world that has them")
+    return 0
+
+
+def ablate(sweeps: int, seed: int, only: str) -> int:
+    t0 = time.perf_counter()
+    print(f"{sweeps} paired nights × {PROPOSALS} proposals per rule and world (≥3σ kept: "
+          "the share and the count)")
+    print(f"{'world':<30}{'rule':<22}{'null keeps':>11}{'FDR':>7}{'≥3σ kept':>16}"
+          f"{'runs/prop':>10}{'(beside)':>9}{'true gain':>10}")
+    for world, targets in worlds([1.0]):
+        if targets is None or only not in world.name:
+            continue
+        for name, rule in ablations().items():
+            t = simulate(rule, world, sweeps, seed, paired=True)
+            r = row(t)
+            big = f"{r['big_kept']:.1%} ({t.big_keeps})"
+            print(f"{world.name:<30}{name:<22}{r['null_keep']:>11.1%}{r['fdr']:>7.1%}{big:>16}"
+                  f"{r['runs']:>10.3f}{r['beside']:>9.3f}{r['gain']:>10.2f}", flush=True)
+    print(f"({time.perf_counter() - t0:.0f} s)")
     return 0
 
 

@@ -114,9 +114,14 @@ class Commit:
 class Night:
     """One simulated sweep for one rule in one world."""
 
-    def __init__(self, rule: Rule, world: World, rng: random.Random) -> None:
+    def __init__(self, rule: Rule, world: World, rng: random.Random,
+                 effects: random.Random | None = None, machine: random.Random | None = None
+                 ) -> None:
+        # one stream for all by default; paired (simulate's `paired`): the changes' effects
+        # and the machine's phases from streams of their own, so rules meet the same night
         self.rule, self.world, self.rng = rule, world, rng
-        self.machine = Machine(world, rng)
+        self.effects = effects or rng
+        self.machine = Machine(world, machine or rng)
         self.head = Commit(0.0)
         self.others = (0.0, 0)  # squares() of retired commits' non-suspect runs
         self.next_id, self.runs, self.beside, self.periodic = 1, 0, 0, 0
@@ -195,10 +200,10 @@ class Night:
         tally.proposals += PROPOSALS
 
     def propose(self, tally: Tally) -> None:
-        effect = _effect(self.rng)
+        effect = _effect(self.effects)
         speed = self.head.speed
-        if effect and self.rng.random() < self.world.speed_changes:
-            speed *= self.rng.uniform(0.7, 1.3)
+        if effect and self.effects.random() < self.world.speed_changes:
+            speed *= self.effects.uniform(0.7, 1.3)
         change = Commit(self.head.truth + effect, speed)
         kept = self.settle(change, baseline=False)
         tally.count(effect, -effect >= 3 * self.world.sigma, kept)
@@ -223,9 +228,18 @@ def _effect(rng: random.Random) -> float:
     return size if u < 0.9 else -size
 
 
-def simulate(rule: Rule, world: World, sweeps: int, seed: int) -> Tally:
-    rng = random.Random(seed)
+def simulate(rule: Rule, world: World, sweeps: int, seed: int, paired: bool = False) -> Tally:
+    """`sweeps` nights from one seeded stream; `paired`: night i's effects, machine phases and
+    run noise each from its own stream seeded by (seed, i), so two rules meet the same changes
+    in the same order (a rule that spends other runs still meets the machine's phases at other
+    runs: the pairing is of the changes, not of every draw)."""
     tally = Tally()
-    for _ in range(sweeps):
-        Night(rule, world, rng).run(tally)
+    if not paired:
+        rng = random.Random(seed)
+        for _ in range(sweeps):
+            Night(rule, world, rng).run(tally)
+        return tally
+    for i in range(sweeps):
+        streams = (random.Random(f"{seed}-{i}-{part}") for part in ("noise", "effect", "machine"))
+        Night(rule, world, *streams).run(tally)
     return tally

@@ -158,7 +158,8 @@ class TargetConfig(BaseModel):
     discard_z: float = Field(0.6, gt=0)
     max_runs: StrictInt = Field(4, ge=2, le=20)
     baseline_runs: StrictInt = Field(3, ge=1, le=20)
-    incumbent_every: StrictInt = Field(8, ge=0, le=10_000)  # re-run the best every N (0: never)
+    # re-run the best every N proposals, and once right after a keep on 2 runs (0: never)
+    incumbent_every: StrictInt = Field(8, ge=0, le=10_000)
     # share a run's throughput may be off its condition's; None: measured (agent.rules.noise)
     throughput_tolerance: float | None = Field(None, gt=0, le=10)
     pass_env: tuple[EnvName, ...] = ()  # service variables a run gets beyond the allow-list

@@ -145,7 +145,7 @@ def incumbent_due(decided: int, incumbent_runs: int, rule: Rule,
     those beside changes included)."""
     if not rule.sequential or rule.incumbent_every <= 0:
         return False
-    if best_runs is not None and 0 < best_runs < KEEP_INCUMBENT_RUNS:
+    if rule.rerun_after_keep and best_runs is not None and 0 < best_runs < KEEP_INCUMBENT_RUNS:
         return True
     return decided // rule.incumbent_every > incumbent_runs
 

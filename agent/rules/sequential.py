@@ -39,7 +39,6 @@ MIN_INCUMBENT_RUNS = 2  # a decision rests on at least this many incumbent runs 
 MIN_ELSEWHERE = 3  # ... in conditions other than the incumbent's usual ones (fresh references)
 KEEP_INCUMBENT_RUNS = 3  # and a keep on this many (the baseline's runs)
 MAX_SUSPECT_RERUNS = 1  # one extra baseline run when its runs' speeds swung (then: go on)
-FRESH_Z = 0.45  # a keep resting on runs in other machine conditions needs z this much higher
 CLEARLY_WORSE = 1.5  # this far under discard_z a thin reference is enough to discard
 MAX_UNUSABLE = 1  # a change's runs left out (the machine moved around them) beyond max_runs
 
@@ -122,6 +121,8 @@ def _worse_though_faster(ev: Evidence, rule: Rule, blocks: Blocks, base: Verdict
     there: discarded without an incumbent run beside it. On a time budget a faster machine
     trains more steps, never fewer, so that run could only have done better (None: not so,
     the incumbent runs beside it as usual)."""
+    if not rule.faster_worse:
+        return None
     run = ev.runs[0] if len(ev.runs) == 1 else None
     speed = run.throughput if run is not None else None
     if blocks.pending != 0 or run is None or speed is None:
@@ -211,7 +212,7 @@ def sequential(ev: Evidence, rule: Rule) -> Verdict:
     if (z is not None and z < discard_bar(rule, runs_used)) or (
             z is None and gain - rule.min_delta <= 0):
         return replace(base, status=ExperimentStatus.DISCARDED, reason=f"{NOT_BETTER}: {text}")
-    other = any(blocks.suspect) and FRESH_Z  # compared in other machine conditions
+    other = any(blocks.suspect) and rule.fresh_z  # compared in other machine conditions
     if z is not None and df >= 2 and runs_used >= 2 and z >= rule.keep_z + other:
         if ev.head_moved:
             return stale(ev, base)

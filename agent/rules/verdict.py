@@ -47,6 +47,15 @@ class Rule:
     # reach the keep bar stops getting runs (agent.rules.sequential); the runs it saves pay
     # for the incumbent's fresh run after a keep (agent.rules.decide.incumbent_due)
     futility: float = 0.5
+    # not target keys: the parts of the rule benchmarks/keep_rule.py --ablate turns off one by
+    # one (docs/keep-rule.md). A keep resting on runs in other machine conditions needs z this
+    # much above keep_z (fresh references there carry no winner's curse, so repeated looks
+    # cost more); the incumbent runs again after a keep on its own 2 runs
+    # (agent.rules.decide.incumbent_due); a first run faster than the incumbent's latest runs
+    # and worse than them is discarded without a run beside it (agent.rules.sequential)
+    fresh_z: float = 0.45
+    rerun_after_keep: bool = True
+    faster_worse: bool = True
 
     @classmethod
     def of(cls, config: TargetConfig) -> Rule:

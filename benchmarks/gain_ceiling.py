@@ -50,6 +50,7 @@ from budget_report import TARGETS  # noqa: E402
 from curve_world import CurveWorld, Policy, simulate_budget  # noqa: E402
 
 from agent.rules.decide import Rule  # noqa: E402
+from agent.rules.sequential import discard_bar  # noqa: E402
 
 MAX_RUNS = 3
 STEP = 0.25
@@ -183,8 +184,9 @@ def main() -> int:
     inf = math.inf
     _print("strict (one run, keep when better)", judge(mix, (inf, inf), (0.0, inf, inf)), 1.0,
            STRICT, measured)
+    today = (discard_bar(HONEST, 1), discard_bar(HONEST, 2))  # futility raises the second
     _print("today's sequential bars (no incumbent runs)",
-           judge(mix, (0.6, 0.6), (inf, 1.75, 1.75)), 1.0, HONEST, measured)
+           judge(mix, today, (inf, HONEST.keep_z, HONEST.keep_z)), 1.0, HONEST, measured)
     found = False
     tallies = [judge(mix, a, k) for a, k in rules]
     for cost, label in ((1.0, ""), (0.3, ", harmful stopped at 30 % (oracle)"),

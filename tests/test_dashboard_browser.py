@@ -237,7 +237,7 @@ def test_progress_plot_shows_every_run_and_the_best_with_its_band(tmp_path, brow
     from playwright.sync_api import expect
 
     from agent.core.config import load_config
-    from agent.core.domain import RunStatus
+    from agent.core.domain import RunRole, RunStatus
     from agent.engine.loop import Loop, LoopSettings
     from agent.engine.scheduler import run_sweep
     from agent.executors.local import SubprocessRunner
@@ -266,7 +266,11 @@ def test_progress_plot_shows_every_run_and_the_best_with_its_band(tmp_path, brow
         page = browser.new_page(viewport={"width": 1280, "height": 900})
         page.goto(base + "/ui/sweeps/noisy")
         plot = page.locator("svg.progress")
-        expect(plot.locator("circle.run")).to_have_count(len(runs))
+        # a dot per run of each experiment; the incumbent's re-runs (one right after this keep
+        # on 2 runs) count in its mean and band, not as dots of their own
+        own = [r for r in runs if r.role is not RunRole.INCUMBENT]
+        assert len(own) < len(runs)
+        expect(plot.locator("circle.run")).to_have_count(len(own))
         expect(plot.locator(f"circle.run[data-id='{kept.id}']")).to_have_count(2)
         band = plot.locator(f"rect.best-band[data-id='{kept.id}']")
         expect(band).to_have_count(1)
@@ -278,7 +282,9 @@ def test_progress_plot_shows_every_run_and_the_best_with_its_band(tmp_path, brow
         _shot(page, "sweep-evidence")
 
         page.goto(base + f"/ui/experiments/{kept.id}")
-        expect(page.locator("#runs tbody tr")).to_have_count(2)
+        # its 2 runs, and the incumbent's re-run right after its keep (on those 2 runs)
+        expect(page.locator("#runs tbody tr")).to_have_count(3)
+        expect(page.locator("#runs tbody tr", has_text="incumbent")).to_have_count(1)
         expect(page.locator(".facts")).to_contain_text("mean of 2 runs")
         page.close()
 

@@ -155,6 +155,13 @@ def test_a_faster_run_that_is_worse_is_discarded_without_an_incumbent_run():
     assert v.reason.startswith("not better") and "a faster machine does not make a run worse" \
         in v.reason and "+40%" in v.reason
     assert v.z == pytest.approx(-0.2 / (0.1 * math.sqrt(1 + 1 / 3))) and v.metric == 1.2
+    assert v.suspect == (True,) and "in the incumbent's usual terms" in v.reason
+    # compared with a busier condition than the usual one: its metric in the usual terms
+    busy = INC + tuple(Sample(m, 70.0, run_id=4 + i, seed=10 + i, pair_of=3)
+                       for i, m in enumerate((2.0, 2.1)))
+    w = decide(ev([run(2.3, 100.0, 10)], best=busy), SEQ)
+    assert w.status is S.DISCARDED and "+43%" in w.reason
+    assert w.metric == pytest.approx(1.0 + 0.25)  # 0.25 worse than the busy runs, from 1.0
     assert decide(ev([run(1.2, 140.0, 10)], best=INC, head_moved=True), SEQ).requeue is False
     # slower and worse: the machine or the change? the incumbent runs beside it, as before
     slow = decide(ev([run(1.2, 60.0, 10)], best=INC), SEQ)

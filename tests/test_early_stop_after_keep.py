@@ -1,7 +1,10 @@
 """The early stop right after a keep, in the real engine: the new incumbent has its 2 runs (fewer
 than min_curves), and its first challenger is judged on the spread pooled with the earlier
 incumbent's curves (agent.engine.early_stop.earlier_curves), against the new incumbent's own
-level."""
+level. By default a change kept on 2 runs runs once more before the next proposal
+(agent.rules.decide.incumbent_due); the target here turns re-runs off (`incumbent_every = 0`)
+so its first challenger meets it with its 2 runs, as it does when that run fails or a target
+turns re-runs off."""
 
 from __future__ import annotations
 
@@ -26,6 +29,8 @@ LOSING = ("SHIFT_LOSE", "0.6", "a worse loss everywhere")
 
 def make_target(dest: Path) -> Path:
     shutil.copytree(CURVES, dest, ignore=shutil.ignore_patterns("__pycache__"))
+    toml = dest / "overnight.toml"
+    toml.write_text(toml.read_text() + "incumbent_every = 0  # no incumbent re-runs\n")
     train = (dest / "train.py").read_text()
     knobs = "".join(f"{k} = 0.0  # knobs: shift\n" + "#\n" * 4
                     for k in (FIRST[0], GAIN[0], LOSING[0]))

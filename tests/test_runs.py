@@ -19,7 +19,7 @@ from null_proposer import Ideas
 from service_fixtures import wait_for
 
 from agent.core.config import load_config
-from agent.core.domain import ExperimentStatus, Proposal, RunRole, RunStatus
+from agent.core.domain import ExperimentStatus, Proposal, RunRole, RunSpec, RunStatus
 from agent.engine.recovery import recover
 from agent.engine.scheduler import run_sweep
 from agent.git.repo import GitRepo
@@ -158,6 +158,26 @@ def test_a_change_kept_on_its_two_runs_is_run_again_before_the_next_change(
     best = store.get_sweep("fresh")
     mine = [r.metric for r in runs if r.commit == kept.commit and r.status is RunStatus.OK]
     assert len(mine) == 3 and abs(best.best_metric - sum(mine) / 3) < 1e-9
+
+
+def test_an_incumbent_run_never_repeats_a_seed_the_commit_started(tmp_path, store, make_loop):
+    """The keep rule sees only the incumbent's good runs; a run of it cut off by a kill (left
+    interrupted, no metric) still used its seed: the run beside a change takes the next one,
+    so nothing runs twice after a restart."""
+    target = noisy_target(tmp_path / "noisy")
+    sweep = create_sweep(store, GitRepo(target), target, name="seeds",
+                         config=load_config(target), max_experiments=0)
+    loop = make_loop(target, Ideas())
+    run_sweep(loop, sweep.name)  # the baseline: seeds 42, 43, 44
+    sweep = store.get_sweep("seeds")
+    (base,) = store.list_experiments(sweep.id)
+    cut = store.start_run(RunSpec(sweep.id, base.id, sweep.best_commit, 45, RunRole.INCUMBENT))
+    assert [r.id for r in store.interrupt_running_runs()] == [cut.id]
+    change = store.add_experiment(sweep.id, Proposal("a change", ""))
+    run = loop.incumbent.beside(sweep, change, sweep.best_commit, threading.Event(), 45, None)
+    assert run.status is RunStatus.OK and run.seed == 46
+    seeds = [r.seed for r in store.list_runs(experiment_id=base.id)]
+    assert sorted(seeds) == [42, 43, 44, 45, 46] and len(set(seeds)) == len(seeds)
 
 
 def test_migration_from_0001_keeps_data_and_backfills_runs(tmp_path):

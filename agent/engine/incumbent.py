@@ -136,9 +136,14 @@ class Incumbent:
     def beside(self, sweep: Sweep, exp: Experiment, head: str, stop: threading.Event,
                seed: int, pair_of: int | None) -> Run:
         """Run the commit `exp` was built on beside its run `pair_of`, with `seed` (the keep
-        rule's same-window pair), recorded under the experiment that made that commit."""
-        spec = RunSpec(sweep.id, self._experiment_of(sweep, head), head, seed, RunRole.INCUMBENT,
-                       pair_run_id=pair_of)
+        rule's same-window pair), recorded under the experiment that made that commit. The
+        rule sees only the commit's good runs: a seed one of its runs started with and never
+        finished (a kill, a crash) is not run again; the next free one is."""
+        owner = self._experiment_of(sweep, head)
+        started = {r.seed for r in self.store.list_runs(experiment_id=owner) if r.commit == head}
+        while seed in started:
+            seed += 1
+        spec = RunSpec(sweep.id, owner, head, seed, RunRole.INCUMBENT, pair_run_id=pair_of)
         return self._run(sweep, exp, head, stop, spec)
 
     def _experiment_of(self, sweep: Sweep, commit: str) -> int:

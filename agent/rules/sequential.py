@@ -144,10 +144,13 @@ def _worse_though_faster(ev: Evidence, rule: Rule, blocks: Blocks, base: Verdict
     if z >= min(rule.discard_z, 0.0):
         return None
     p = p_better(_z(gain, se))
-    text = _describe(run.metric, best, 1, z, p, sigma)
-    why = (f"{NOT_BETTER}: {text}, at {speed / level - 1:+.0%} the speed of the "
-           "incumbent's latest runs: a faster machine does not make a run worse")
-    return replace(base, status=ExperimentStatus.DISCARDED, reason=why, metric=run.metric,
+    usual = mean(list(blocks.usual)) or best
+    metric = usual - sign * gain  # its run in the incumbent's usual terms (as placed runs are)
+    text = _describe(metric, usual, 1, z, p, sigma)
+    why = (f"{NOT_BETTER}: {text}; run at {speed / level - 1:+.0%} the speed of the incumbent's "
+           f"latest runs and worse than their {best:.6g}: a faster machine does not make a run "
+           "worse; in the incumbent's usual terms")
+    return replace(base, status=ExperimentStatus.DISCARDED, reason=why, metric=metric,
                    z=z, p_better=p, sigma=sigma)
 
 

@@ -156,6 +156,7 @@ def test_a_faster_run_that_is_worse_is_discarded_without_an_incumbent_run():
         in v.reason and "+40%" in v.reason
     assert v.z == pytest.approx(-0.2 / (0.1 * math.sqrt(1 + 1 / 3))) and v.metric == 1.2
     assert v.suspect == (True,) and "in the incumbent's usual terms" in v.reason
+    assert "+40%" in v.notes[0] and "without an incumbent run beside it" in v.notes[0]
     # compared with a busier condition than the usual one: its metric in the usual terms
     busy = INC + tuple(Sample(m, 70.0, run_id=4 + i, seed=10 + i, pair_of=3)
                        for i, m in enumerate((2.0, 2.1)))

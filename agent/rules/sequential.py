@@ -21,7 +21,14 @@ from statistics import median
 from agent.core.config import Direction
 from agent.core.domain import ExperimentStatus
 from agent.rules.blocking import Blocks, arrange
-from agent.rules.conditions import conditions, incumbent_notes, latest_before, usual_keys
+from agent.rules.conditions import (
+    conditions,
+    incumbent_notes,
+    latest_before,
+    off,
+    speed_text,
+    usual_keys,
+)
 from agent.rules.estimate import Noise, estimate, gain_only, noise, values
 from agent.rules.noise import identical, mean, p_better
 from agent.rules.verdict import (
@@ -134,12 +141,14 @@ def _worse_though_faster(ev: Evidence, rule: Rule, blocks: Blocks, base: Verdict
     ref = [b for b, k in zip(ev.best, keys, strict=True) if k == keys[at]]
     speeds = [b.throughput for b in ref if b.throughput is not None]
     level = median(speeds) if speeds else None
-    sigma = _noise(ev, rule, blocks).sigma
+    n = _noise(ev, rule, blocks)
+    sigma = n.sigma
     if not level or speed <= level or sigma is None:
         return None
     sign = 1.0 if rule.direction is Direction.MINIMIZE else -1.0
     best = mean([b.metric for b in ref]) or 0.0
-    gain, se = sign * (best - run.metric), sigma * math.sqrt(1 + 1 / len(ref))
+    spread = n.drift if n.drift is not None else sigma  # older runs: their drift too
+    gain, se = sign * (best - run.metric), spread * math.sqrt(1 + 1 / len(ref))
     z = _z(gain - rule.min_delta, se)
     if z >= min(rule.discard_z, 0.0):
         return None
@@ -150,8 +159,10 @@ def _worse_though_faster(ev: Evidence, rule: Rule, blocks: Blocks, base: Verdict
     why = (f"{NOT_BETTER}: {text}; run at {speed / level - 1:+.0%} the speed of the incumbent's "
            f"latest runs and worse than their {best:.6g}: a faster machine does not make a run "
            "worse; in the incumbent's usual terms")
+    note = (f"{speed_text(speed, run.source)}{off(speed, level)}: faster than the incumbent's "
+            "latest runs and worse than them: discarded without an incumbent run beside it")
     return replace(base, status=ExperimentStatus.DISCARDED, reason=why, metric=metric,
-                   z=z, p_better=p, sigma=sigma)
+                   z=z, p_better=p, sigma=sigma, notes=(note,))
 
 
 def _beside_latest(ev: Evidence, rule: Rule, base: Verdict, why: str) -> Verdict:

@@ -22,6 +22,7 @@ from agent.core.config import Direction
 from agent.core.domain import ExperimentStatus
 from agent.rules.blocking import Blocks, arrange
 from agent.rules.conditions import (
+    Sample,
     conditions,
     incumbent_notes,
     latest_before,
@@ -128,41 +129,48 @@ def _worse_though_faster(ev: Evidence, rule: Rule, blocks: Blocks, base: Verdict
     there: discarded without an incumbent run beside it. On a time budget a faster machine
     trains more steps, never fewer, so that run could only have done better (None: not so,
     the incumbent runs beside it as usual)."""
-    if not rule.faster_worse:
+    found = _faster_than_latest(ev, rule, blocks) if rule.faster_worse else None
+    n = _noise(ev, rule, blocks) if found is not None else None
+    if found is None or n is None or n.sigma is None:
         return None
-    run = ev.runs[0] if len(ev.runs) == 1 else None
-    speed = run.throughput if run is not None else None
-    if blocks.pending != 0 or run is None or speed is None:
-        return None
-    at = latest_before(run, ev.best)
-    if at is None:
-        return None
-    keys = conditions(ev.best, tolerance(ev, rule))
-    ref = [b for b, k in zip(ev.best, keys, strict=True) if k == keys[at]]
-    speeds = [b.throughput for b in ref if b.throughput is not None]
-    level = median(speeds) if speeds else None
-    n = _noise(ev, rule, blocks)
-    sigma = n.sigma
-    if not level or speed <= level or sigma is None:
-        return None
+    run, ref, level = found
     sign = 1.0 if rule.direction is Direction.MINIMIZE else -1.0
-    best = mean([b.metric for b in ref]) or 0.0
-    spread = n.drift if n.drift is not None else sigma  # older runs: their drift too
+    best = sum(ref) / len(ref)
+    spread = n.drift if n.drift is not None else n.sigma  # older runs: their drift too
     gain, se = sign * (best - run.metric), spread * math.sqrt(1 + 1 / len(ref))
     z = _z(gain - rule.min_delta, se)
     if z >= min(rule.discard_z, 0.0):
         return None
     p = p_better(_z(gain, se))
-    usual = mean(list(blocks.usual)) or best
+    usual = mean(list(blocks.usual))
+    usual = best if usual is None else usual
     metric = usual - sign * gain  # its run in the incumbent's usual terms (as placed runs are)
-    text = _describe(metric, usual, 1, z, p, sigma)
-    why = (f"{NOT_BETTER}: {text}; run at {speed / level - 1:+.0%} the speed of the incumbent's "
-           f"latest runs and worse than their {best:.6g}: a faster machine does not make a run "
-           "worse; in the incumbent's usual terms")
-    note = (f"{speed_text(speed, run.source)}{off(speed, level)}: faster than the incumbent's "
-            "latest runs and worse than them: discarded without an incumbent run beside it")
+    speed = f"{run.throughput / level - 1:+.0%}" if run.throughput else "?"
+    why = (f"{NOT_BETTER}: {_describe(metric, usual, 1, z, p, n.sigma)}; run at {speed} the "
+           f"speed of the incumbent's latest runs and worse than their {best:.6g}: a faster "
+           "machine does not make a run worse; in the incumbent's usual terms")
+    note = (f"{speed_text(run.throughput, run.source)}{off(run.throughput, level)}: faster than "
+            "the incumbent's latest runs and worse than them: discarded without an incumbent "
+            "run beside it")
     return replace(base, status=ExperimentStatus.DISCARDED, reason=why, metric=metric,
-                   z=z, p_better=p, sigma=sigma, notes=(note,))
+                   z=z, p_better=p, sigma=n.sigma, notes=(note,))
+
+
+def _faster_than_latest(ev: Evidence, rule: Rule, blocks: Blocks
+                        ) -> tuple[Sample, list[float], float] | None:
+    """The change's only run, the metrics of the incumbent's runs in its latest conditions
+    and their speed, when that run is waiting for an incumbent run and ran faster than them."""
+    run = ev.runs[0] if len(ev.runs) == 1 and blocks.pending == 0 else None
+    at = latest_before(run, ev.best) if run is not None else None
+    if run is None or at is None or run.throughput is None:
+        return None
+    keys = conditions(ev.best, tolerance(ev, rule))
+    ref = [b for b, k in zip(ev.best, keys, strict=True) if k == keys[at]]
+    speeds = [b.throughput for b in ref if b.throughput is not None]
+    level = median(speeds) if speeds else None
+    if not level or run.throughput <= level:
+        return None
+    return run, [b.metric for b in ref], level
 
 
 def _beside_latest(ev: Evidence, rule: Rule, base: Verdict, why: str) -> Verdict:

@@ -194,6 +194,7 @@ def test_a_run_whose_speed_moved_from_the_run_before_is_not_decided_on():
     swings = [run(0.5, t, 10 + i, seed=42 + i) for i, t in enumerate((150, 60, 200, 30, 250))]
     v = decide(ev(swings, best=INC), SEQ)
     assert v.status is S.DISCARDED and "kept changing" in v.reason
+    assert v.metric == pytest.approx(0.5)  # no comparison: the plain mean of its runs
 
 
 def test_a_run_back_at_the_incumbents_latest_speed_is_compared_there():
@@ -220,6 +221,26 @@ def test_a_speed_confirmed_as_the_changes_own_needs_no_second_confirmation():
     v = decide(ev(runs, best=best), SEQ)
     assert "whose speed was confirmed" in v.notes[1] and "whose speed was confirmed" in v.notes[2]
     assert v.status is S.KEPT and v.suspect == (False, False, False)
+
+
+def test_a_gain_taken_at_the_incumbents_speed_says_so():
+    """Within one condition the metric clearly follows the speed (a time budget): the gain is
+    taken at the incumbent's speed, so the recorded metric is not its runs' mean, and the
+    reason says that it is in the incumbent's terms and why."""
+    wide = Rule(throughput_tolerance=0.5)
+
+    def at(speed, off, run_id, seed=42):  # metric = 1 − 0.5·ln(speed/100), + off
+        return run(1.0 - 0.5 * math.log(speed / 100.0) + off, speed, run_id, seed)
+
+    best = (at(100.0, 0.0, 1, 7), at(110.0, 0.001, 2, 8), at(90.0, -0.001, 3, 9))
+    v = decide(ev([at(120.0, -0.3, 10), at(125.0, -0.299, 11, 43)], best=best), wide)
+    raw = (at(120.0, -0.3, 10).metric + at(125.0, -0.299, 11).metric) / 2
+    assert v.status is S.KEPT and abs(v.metric - raw) > 0.05
+    assert v.metric == pytest.approx(1.0 - 0.2995, abs=2e-3)
+    assert "the metric follows the machine's speed" in v.reason
+    assert "in the incumbent's usual terms" in v.reason
+    plain = decide(ev([0.8, 0.82]), SEQ)  # no speeds: no slope, nothing said
+    assert "speed" not in plain.reason
 
 
 def test_a_keep_rests_on_three_incumbent_runs_in_its_conditions():

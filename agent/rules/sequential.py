@@ -110,11 +110,12 @@ def _pending(ev: Evidence, rule: Rule, blocks: Blocks, base: Verdict) -> Verdict
     if worse is not None:
         return worse
     if ev.head_moved:
-        return stale(ev, base)
+        return stale(ev, replace(base, metric=_mean_left(ev, base)))
     run = ev.runs[blocks.pending]
     if _beside(ev) >= rule.max_runs or len(ev.runs) >= rule.max_runs + MAX_UNUSABLE:
         why = "discarded: the machine's speed kept changing around its runs (is it busy?)"
-        return replace(base, status=ExperimentStatus.DISCARDED, reason=why)
+        return replace(base, status=ExperimentStatus.DISCARDED, reason=why,
+                       metric=_mean_left(ev, base))
     seed = run.seed if run.seed is not None else rule.seed + blocks.pending
     if seed in {b.seed for b in ev.best}:  # a seed run twice measures its luck twice
         seed = fresh_seed(ev, rule)
@@ -173,6 +174,12 @@ def _faster_than_latest(ev: Evidence, rule: Rule, blocks: Blocks
     return run, [b.metric for b in ref], level
 
 
+def _mean_left(ev: Evidence, base: Verdict) -> float | None:
+    """With no comparison to state: the plain mean of its runs left OK (else of all)."""
+    left = [r.metric for r, off in zip(ev.runs, base.suspect, strict=False) if not off]
+    return mean(left or [r.metric for r in ev.runs])
+
+
 def _beside_latest(ev: Evidence, rule: Rule, base: Verdict, why: str) -> Verdict:
     """Run the incumbent once more beside the change's latest run, with a seed it has not
     run (a seed run twice measures its luck twice)."""
@@ -211,6 +218,7 @@ def sequential(ev: Evidence, rule: Rule) -> Verdict:
     got = estimate(blocks.strata, n, sign)
     plain = gain_only(blocks.strata, sign, n.beta)
     if plain is None:  # its runs straddled changes of the machine: none is comparable yet
+        base = replace(base, metric=_mean_left(ev, base))
         if len(ev.runs) >= rule.max_runs + MAX_UNUSABLE or ev.head_moved:
             why = "discarded: the machine's speed kept changing around its runs (is it busy?)"
             return replace(base, status=ExperimentStatus.DISCARDED, reason=why)
@@ -270,7 +278,8 @@ def _placed(blocks: Blocks, n: Noise) -> str:
     """How the comparison was blocked, when it was more than the plain one."""
     beside = sorted({i for s in blocks.strata for i in s.beside_ids})
     shifted = sum(blocks.suspect)
-    if not beside and not shifted and n.drift is None:
+    slope = n.beta and any(not s.credited for s in blocks.strata)
+    if not beside and not shifted and n.drift is None and not slope:
         return ""
     parts = []
     if beside:
@@ -281,6 +290,9 @@ def _placed(blocks: Blocks, n: Noise) -> str:
                      " compared in those conditions")
     if n.drift is not None:
         parts.append(f"the incumbent's runs spread over the night drift: σ {n.drift:.3g}")
+    if slope:
+        parts.append(f"at the incumbent's speed: the metric follows the machine's speed (slope "
+                     f"{n.beta:.3g} per log throughput)")
     return f"; same-conditions comparison ({'; '.join(parts)}), in the incumbent's usual terms"
 
 

@@ -69,11 +69,15 @@ def test_null_sweep_keeps_at_most_one_change(tmp_path, store, make_loop):
     for e in (c for c in changes if "in the incumbent's usual terms" not in (c.reason or "")):
         good = [r.metric for r in runs if r.experiment_id == e.id and r.status is RunStatus.OK
                 and r.role is not RunRole.INCUMBENT]
-        assert abs(e.metric - sum(good) / len(good)) < 1e-9
+        assert abs(e.metric - sum(good) / len(good)) < 1e-9, (e.metric, good, e.reason)
     # the sweep's best is the mean of every good run of the kept commit, incumbent runs too
     best = store.get_sweep("null")
     mine = [r.metric for r in runs if r.commit == best.best_commit and r.status is RunStatus.OK]
-    assert abs(best.best_metric - sum(mine) / len(mine)) < 1e-9
+    if mine:
+        assert abs(best.best_metric - sum(mine) / len(mine)) < 1e-9, (best.best_metric, mine)
+    else:  # kept on runs all in other machine conditions: the mean of its usual condition's
+        every = [r.metric for r in runs if r.commit == best.best_commit]
+        assert min(every) <= best.best_metric <= max(every), (best.best_metric, every)
 
 
 def test_slots_finishing_together_re_run_the_incumbent_once(tmp_path, store, make_loop):

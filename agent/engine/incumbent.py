@@ -105,10 +105,11 @@ class Incumbent:
             self.record_best(sweep, head)
 
     def record_best(self, sweep: Sweep, head: str) -> None:
-        """The recorded best: the mean of the best commit's OK runs. Its own runs keep the
-        statuses its verdict gave them (a finished record is never edited); each re-run of it
-        (role incumbent) is OK in the conditions of those runs, else suspect. Call under the
-        decision lock."""
+        """The recorded best: the mean of the best commit's OK runs (with none, of its runs in
+        its usual condition, suspect as they are). Its own runs keep the statuses its verdict
+        gave them (a finished record is never edited); each re-run of it (role incumbent) is
+        OK in its usual condition (the most runs), else suspect, as the keep rule flags them
+        (agent.rules.blocking). Call under the decision lock."""
         current = self.store.get_sweep(sweep.name)
         if current.best_commit != head or current.best_experiment_id is None:
             return
@@ -118,9 +119,7 @@ class Incumbent:
         tol = rule.throughput_tolerance or speed_tolerance(
             sweep_speed_noise([r for r in runs if r.status in GOOD]))
         keys = conditions([sample(r) for r in good], tol)
-        own = {k for r, k in zip(good, keys, strict=True)
-               if r.role is not RunRole.INCUMBENT and r.status is RunStatus.OK}
-        home = own or set(usual_keys(keys).values())  # no own OK run: the most runs'
+        home = set(usual_keys(keys).values())
         for r, k in zip(good, keys, strict=True):
             if r.role is not RunRole.INCUMBENT:
                 continue
@@ -129,6 +128,8 @@ class Incumbent:
                 self.store.set_run_status(r.id, want)
         best = mean([r.metric or 0.0 for r, k in zip(good, keys, strict=True)
                      if (k in home if r.role is RunRole.INCUMBENT else r.status is RunStatus.OK)])
+        if best is None:  # kept on runs all in other machine conditions: its usual one's mean
+            best = mean([r.metric or 0.0 for r, k in zip(good, keys, strict=True) if k in home])
         if best is not None and best != current.best_metric:
             self.store.set_best(sweep.id, current.best_experiment_id, best, head,
                                 baseline=current.best_experiment_id == self._baseline_id(sweep))

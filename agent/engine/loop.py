@@ -236,8 +236,7 @@ class Loop:
         beside: int | None = None  # the keep rule asked for the incumbent beside this run
         verdict = Verdict(None, incumbent=False)
         while True:
-            incumbent_ran = verdict.incumbent
-            if incumbent_ran:
+            if verdict.incumbent:
                 failed = self._beside(sweep, exp, head, stop, seed, beside)
             else:
                 spec = RunSpec(sweep.id, exp.id, commit, seed, role)
@@ -251,9 +250,8 @@ class Loop:
                 evidence, now_head, mine, best = self._evidence(sweep, exp, head, commit, failed)
                 verdict = decide(evidence, rule)
                 write_flags(self.store, mine, best, verdict)
-                if incumbent_ran:  # one more run of the best: its recorded mean moves, and
-                    # its runs off their usual condition are flagged (the mean's runs are its OK)
-                    self.incumbent.record_best(sweep, head)
+                # the best's runs as just flagged: its recorded mean is that of its OK runs
+                self.incumbent.record_best(sweep, head)
                 if verdict.status is not None:
                     done = self._conclude(sweep, exp, verdict, result, head, commit, mine)
             if verdict.status is not None:
@@ -355,7 +353,13 @@ class Loop:
         assert verdict.status is not None
         raw = result.summary.get(sweep.config.metric)
         metric = verdict.metric
-        if metric is None and isinstance(raw, int | float):
+        # no estimate (the machine never held still, a stale head): the mean of its runs the
+        # verdict left OK, as the record shows them; a crash's own printed metric, if any
+        ok = [r.metric for r, off in zip(mine, verdict.suspect, strict=False)
+              if not off and r.metric is not None]
+        if metric is None and ok:
+            metric = sum(ok) / len(ok)
+        elif metric is None and isinstance(raw, int | float):
             metric = float(raw)
         best = None if exp.is_baseline else self.store.get_sweep(sweep.name).best_metric
         finish = Finish(
@@ -376,6 +380,9 @@ class Loop:
             return self._finish(exp, finish)
         # The DB learns first: a kill before the branch moves is repaired from the DB on start.
         done = self._finish(exp, finish, keep_commit=commit)
+        # the recorded best is the mean of the commit's OK runs (agent.engine.incumbent), not
+        # the verdict's estimate of the change in the incumbent's usual terms
+        self.incumbent.record_best(sweep, commit)
         if not exp.is_baseline:
             self.writes.hold(lambda: self.repo.advance_branch(sweep.branch, commit, head),
                              "moving the branch")

@@ -53,11 +53,12 @@ def sweep_speed_noise(runs: Sequence[Run]) -> float | None:
 
 def write_flags(store: Store, mine: Sequence[Run], best: Sequence[Run], verdict: Verdict) -> None:
     """Each run's status and note as the verdict placed it, where they changed: the change's
-    runs, and the incumbent's re-runs (its own runs keep what its verdict gave them: a finished
-    record is never edited)."""
+    runs; of the incumbent's re-runs only the note (their status is the recorded best's,
+    agent.engine.incumbent.record_best; its own runs keep what its verdict gave them: a
+    finished record is never edited)."""
     _write(store, zip(mine, verdict.suspect, verdict.notes, strict=False))
-    _write(store, ((r, s, n) for r, s, n in zip(best, verdict.best_suspect, verdict.best_notes,
-                                                strict=False) if r.role is RunRole.INCUMBENT))
+    _write(store, ((r, r.status is RunStatus.SUSPECT, n) for r, n in
+                   zip(best, verdict.best_notes, strict=False) if r.role is RunRole.INCUMBENT))
 
 
 def _write(store: Store, rows: Iterable[tuple[Run, bool, str]]) -> None:

@@ -105,11 +105,13 @@ class Incumbent:
             self.record_best(sweep, head)
 
     def record_best(self, sweep: Sweep, head: str) -> None:
-        """The recorded best: the mean of the best commit's OK runs (with none, of its runs in
-        its usual condition, suspect as they are). Its own runs keep the statuses its verdict
-        gave them (a finished record is never edited); each re-run of it (role incumbent) is
-        OK in its usual condition (the most runs), else suspect, as the keep rule flags them
-        (agent.rules.blocking). Call under the decision lock."""
+        """The recorded best: the mean of the best commit's OK runs, in the conditions its keep
+        was measured in. Its own runs keep the statuses its verdict gave them (a finished
+        record is never edited); each re-run of it (role incumbent) is OK in the conditions of
+        its own OK runs, else suspect (this is the only writer of their status). With no own OK
+        run (kept on runs all in other machine conditions): the conditions with the most runs,
+        and, with none OK there either, the mean of its runs in them. Call under the decision
+        lock, after every decision: a mean over two conditions would mean neither."""
         current = self.store.get_sweep(sweep.name)
         if current.best_commit != head or current.best_experiment_id is None:
             return
@@ -119,7 +121,9 @@ class Incumbent:
         tol = rule.throughput_tolerance or speed_tolerance(
             sweep_speed_noise([r for r in runs if r.status in GOOD]))
         keys = conditions([sample(r) for r in good], tol)
-        home = set(usual_keys(keys).values())
+        own = {k for r, k in zip(good, keys, strict=True)
+               if r.role is not RunRole.INCUMBENT and r.status is RunStatus.OK}
+        home = own or set(usual_keys(keys).values())  # no own OK run: the most runs'
         for r, k in zip(good, keys, strict=True):
             if r.role is not RunRole.INCUMBENT:
                 continue
@@ -128,7 +132,7 @@ class Incumbent:
                 self.store.set_run_status(r.id, want)
         best = mean([r.metric or 0.0 for r, k in zip(good, keys, strict=True)
                      if (k in home if r.role is RunRole.INCUMBENT else r.status is RunStatus.OK)])
-        if best is None:  # kept on runs all in other machine conditions: its usual one's mean
+        if best is None:  # nothing OK yet: its runs in those conditions, suspect as they are
             best = mean([r.metric or 0.0 for r, k in zip(good, keys, strict=True) if k in home])
         if best is not None and best != current.best_metric:
             self.store.set_best(sweep.id, current.best_experiment_id, best, head,

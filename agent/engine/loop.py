@@ -250,7 +250,7 @@ class Loop:
                 evidence, now_head, mine, best = self._evidence(sweep, exp, head, commit, failed)
                 verdict = decide(evidence, rule)
                 write_flags(self.store, mine, best, verdict)
-                # the best's runs as just flagged: its recorded mean is that of its OK runs
+                # the best's re-runs flagged and its recorded mean re-read (record_best alone)
                 self.incumbent.record_best(sweep, head)
                 if verdict.status is not None:
                     done = self._conclude(sweep, exp, verdict, result, head, commit, mine)

@@ -195,6 +195,9 @@ def test_a_run_whose_speed_moved_from_the_run_before_is_not_decided_on():
     v = decide(ev(swings, best=INC), SEQ)
     assert v.status is S.DISCARDED and "kept changing" in v.reason
     assert v.metric == pytest.approx(0.5)  # no comparison: the plain mean of its runs
+    alone = decide(ev([0.4, 0.6], best=()), SEQ)  # no incumbent runs at all: the same
+    assert alone.status is S.DISCARDED and "no incumbent runs" in alone.reason
+    assert alone.metric == pytest.approx(0.5)
 
 
 def test_a_run_back_at_the_incumbents_latest_speed_is_compared_there():

@@ -353,13 +353,7 @@ class Loop:
         assert verdict.status is not None
         raw = result.summary.get(sweep.config.metric)
         metric = verdict.metric
-        # no estimate (the machine never held still, a stale head): the mean of its runs the
-        # verdict left OK, as the record shows them; a crash's own printed metric, if any
-        ok = [r.metric for r, off in zip(mine, verdict.suspect, strict=False)
-              if not off and r.metric is not None]
-        if metric is None and ok:
-            metric = sum(ok) / len(ok)
-        elif metric is None and isinstance(raw, int | float):
+        if metric is None and isinstance(raw, int | float):  # a crash's own printed metric
             metric = float(raw)
         best = None if exp.is_baseline else self.store.get_sweep(sweep.name).best_metric
         finish = Finish(

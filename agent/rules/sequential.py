@@ -210,7 +210,8 @@ def sequential(ev: Evidence, rule: Rule) -> Verdict:
                    best_suspect=blocks.best_suspect, best_notes=blocks.best_notes)
     if not ev.best:  # nothing to compare with (no baseline runs): cannot keep
         why = "no incumbent runs to compare with"
-        return replace(base, status=ExperimentStatus.DISCARDED, reason=why)
+        return replace(base, status=ExperimentStatus.DISCARDED, reason=why,
+                       metric=_mean_left(ev, base))
     if blocks.pending is not None:
         return _pending(ev, rule, blocks, base)
     n = _noise(ev, rule, blocks)

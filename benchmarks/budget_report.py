@@ -20,23 +20,14 @@ from agent.rules.decide import Rule
 from agent.rules.prune import PrunePolicy
 
 TARGETS = {"fdr": 0.20, "null_keep": 0.03, "big_kept": 0.95, "winners_stopped": 0.01}
-DEFAULT = "sequential + stop"  # the engine's default: prune = "auto", futility 0.5
-NO_FUTILITY = "… futility 0"  # a target's `futility = 0` (a flat discard bar)
-LEARN = "… + learned exemptions"  # a category seen crossing late is exempted for the night
-BEFORE = "… spread of the incumbent's own"  # before the earlier incumbents were pooled
+DEFAULT = "sequential + stop"  # the engine's default: prune = "auto"
 
 
 def budget_rules() -> dict[str, tuple[Rule, Policy]]:
-    inf = float("inf")
     return {
         "strict": (Rule(decision="strict"), Policy()),
         "sequential": (Rule(), Policy()),
         DEFAULT: (Rule(), Policy(PrunePolicy())),
-        NO_FUTILITY: (Rule(futility=0.0), Policy(PrunePolicy())),
-        BEFORE: (Rule(), Policy(PrunePolicy(pool_earlier=0))),
-        LEARN: (Rule(), Policy(PrunePolicy(), learn=True)),
-        "… + futile runs (1.5 sd at 70 %)": (
-            Rule(), Policy(PrunePolicy(futile_z=(inf, inf, 1.5)), futility=True)),
     }
 
 
@@ -83,7 +74,7 @@ def report_budget(sweeps: int, seed: int) -> int:
     broken = replace(world, broken=0.25)
     print("with broken changes (a quarter of the harmful ones 20–200σ worse from the start; "
           "strict pays one full run for each, as for any harmful change):")
-    for name in ("sequential", DEFAULT, NO_FUTILITY, BEFORE, LEARN):
+    for name in ("sequential", DEFAULT):
         rule, policy = budget_rules()[name]
         _row(name, rule, broken, policy, sweeps, seed)
     print(f"(true gain: final best's true improvement over the baseline, in σ; winners stopped: "

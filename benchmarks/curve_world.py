@@ -43,7 +43,8 @@ from keep_world import Commit, Night, Tally, World, _effect
 from agent.rules.categories import Category
 from agent.rules.conditions import Sample
 from agent.rules.decide import Rule, incumbent_due
-from agent.rules.prune import PrunePolicy, check, futile, late_crossing, loss_at
+from agent.rules.decide import stop_level, tolerance
+from agent.rules.prune import PrunePolicy, check, loss_at
 
 MAX_PAST = 8  # earlier incumbents' curves kept (a policy pools at most its pool_earlier)
 SCHEDULE = Category.DATA_SCHEDULE.value
@@ -133,7 +134,7 @@ def _speed(world: CurveWorld, rng: random.Random) -> float:
 class CurveTally(Tally):
     spent: dict[str, float] = field(default_factory=lambda: dict.fromkeys(
         ("null", "harmful", "helpful", "incumbent"), 0.0))
-    stopped: dict[str, int] = field(default_factory=lambda: {"check": 0, "futile": 0})
+    stopped: dict[str, int] = field(default_factory=lambda: {"check": 0})
     helpful: int = 0
     helpful_stopped: int = 0
     big_stopped: int = 0
@@ -141,19 +142,13 @@ class CurveTally(Tally):
     behind: dict[tuple[str, float], list[int]] = field(default_factory=dict)
     finished_nights: int = 0
     stops: dict[str, int] = field(default_factory=dict)  # "helpful crossing": stopped changes
-    learned: dict[str, int] = field(default_factory=dict)  # category: nights it was exempted
 
 
 @dataclass
 class Policy:
-    """What the night stops early: `check` (clearly behind) and/or `futile`."""
+    """Whether the night stops clearly losing runs early (agent.rules.prune), and where."""
 
     prune: PrunePolicy | None = None
-    futility: bool = False
-    # exempt a category for the rest of the night once one of its changes' completed runs
-    # crossed late (agent.rules.prune.late_crossing: behind by more than the margin at a check,
-    # better than the incumbent at the end)
-    learn: bool = False
 
 
 class BudgetNight(Night):
@@ -173,7 +168,6 @@ class BudgetNight(Night):
         self.spent, self.kind = 0.0, "incumbent"
         self.curves: dict[int, list[list[tuple[float, float]]]] = {}  # commit key: its curves
         self.past: list[list[list[tuple[float, float]]]] = []  # earlier incumbents', newest first
-        self.learned: set[str] = set()  # categories seen crossing late this night
         self._last_e = 0.0  # the last run's final-metric noise
         self.means: dict[int, list[float]] = {self.head.key: self.base}
         self.change: Change | None = None
@@ -225,36 +219,15 @@ class BudgetNight(Night):
         if pol is None:
             return 1.0
         ratio = c.speed / self.head.speed * math.exp(self.rng.gauss(0, self.cw.tp_noise))
-        if self.learned:
-            pol = replace(pol, exempt=pol.exempt | self.learned)
+        off = abs(ratio - 1) > tolerance(self.rule, self.cw.tp_noise)
+        level = stop_level(self.tests, self.rule)
         for i, f in enumerate(pol.checks):
-            call = check(points, incumbents, i, pol, category=change.category, speed_ratio=ratio,
-                         earlier=self.past)
+            call = check(points, incumbents, i, level, pol, category=change.category,
+                         speed_off=off, earlier=self.past[:pol.pool_earlier])
             if call.stop:
                 self.stopped = "check"
                 return f
-            if self.policy.futility and k < pol.futile_runs:
-                call = futile(points, incumbents, i, pol, category=change.category,
-                              speed_ratio=ratio, earlier=self.past)
-                if call.stop:
-                    self.stopped = "futile"
-                    return f
-        if self.policy.learn:
-            self._learn(c, points, incumbents, change.category)
         return 1.0
-
-    def _learn(self, c: Commit, points: list[tuple[float, float]],
-               incumbents: list[list[tuple[float, float]]], category: str) -> None:
-        """A completed run that looked behind mid-run and ended better: its category crosses."""
-        if category in self.learned or not self.head.runs:
-            return
-        mine = c.truth + self._last_e
-        theirs = sum(r.metric for r in self.head.runs) / len(self.head.runs)
-        assert self.policy.prune is not None
-        if late_crossing(points, incumbents, self.policy.prune, ended_better=mine < theirs,
-                         earlier=self.past) is not None:
-            self.learned.add(category)
-            self.tally.learned[category] = self.tally.learned.get(category, 0) + 1
 
     def _looked_behind(self, points: Sequence[tuple[float, float]],
                        incumbents: list[list[tuple[float, float]]]) -> None:
@@ -292,7 +265,7 @@ class BudgetNight(Night):
         tally.finished_nights += 1
 
     def _due(self, k: int) -> bool:
-        return incumbent_due(k, self.periodic + self.beside, self.rule, len(self.head.runs))
+        return incumbent_due(k, self.periodic + self.beside, self.rule)
 
     def propose_at(self, tally: Tally, k: int) -> None:
         assert isinstance(tally, CurveTally)

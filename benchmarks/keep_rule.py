@@ -39,7 +39,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from budget_report import report_budget  # noqa: E402
 from keep_world import PROPOSALS, Tally, World, simulate  # noqa: E402
 
 from agent.rules.decide import Rule  # noqa: E402
@@ -128,6 +127,8 @@ def main() -> int:
                     help="the default with each of its parts off, on paired nights")
     args = ap.parse_args()
     if args.night == "budget":
+        from budget_report import report_budget
+
         return report_budget(args.sweeps, args.seed)
     if args.ablate:
         return ablate(args.sweeps, args.seed, args.only)

@@ -28,7 +28,7 @@ import statistics
 from dataclasses import dataclass, field, replace
 
 from agent.core.domain import ExperimentStatus
-from agent.rules.conditions import Sample, conditions, usual_keys, usual_runs
+from agent.rules.conditions import Sample, best_of
 from agent.rules.decide import Evidence, Rule, decide, incumbent_due
 from agent.rules.noise import speed_noise, speed_tolerance, squares
 
@@ -147,6 +147,7 @@ class Night:
         self.next_id, self.runs, self.beside, self.periodic = 1, 0, 0, 0
         self.started: list[tuple[str, str | None, float | None]] = []  # commit, device, speed
         self.offset = 0.0  # the slow drift's current offset, in σ
+        self.tests: list[tuple[float, bool]] = []  # the night's FDR ledger (p-value, kept)
 
     def measure(self, c: Commit, seed: int, pair_of: int | None = None) -> Sample:
         shift, factor = self.machine.tick()
@@ -179,13 +180,14 @@ class Night:
         while True:
             best = () if baseline else tuple(self.head.runs)
             ev = Evidence(baseline, tuple(c.runs), best, self.others,
-                          speed_noise=speed_noise(self.started))
+                          speed_noise=speed_noise(self.started), tests=tuple(self.tests))
             verdict = decide(ev, rule)
             c.suspect = list(verdict.suspect)
-            if verdict.best_suspect and not baseline:
-                self.head.suspect = list(verdict.best_suspect)
             if verdict.status is not None:
-                return verdict.status is ExperimentStatus.KEPT
+                kept = verdict.status is ExperimentStatus.KEPT
+                if verdict.p_value is not None:
+                    self.tests.append((verdict.p_value, kept))
+                return kept
             seed = verdict.seed if verdict.seed is not None else rule.seed + len(c.runs)
             if verdict.incumbent:
                 self.head.runs.append(self.measure(self.head, seed, verdict.pair_of))
@@ -203,14 +205,12 @@ class Night:
         """agent.incumbent: one more run of the best; off its usual condition it is suspect."""
         h = self.head
         h.runs.append(self.measure(h, self.rule.seed + len(h.runs)))
-        keys = conditions(h.runs, self.tolerance())
-        usual = usual_keys(keys)
-        h.suspect = [k != usual.get(k[0]) for k in keys]
+        h.suspect = best_of(h.runs, self.tolerance())[1]
 
     def due(self, k: int) -> None:
         """The incumbent's re-run before proposal k, when due (every incumbent run counts,
         those beside a change too: agent.engine.incumbent)."""
-        if incumbent_due(k, self.periodic + self.beside, self.rule, len(self.head.runs)):
+        if incumbent_due(k, self.periodic + self.beside, self.rule):
             self.remeasure()
             self.periodic += 1
 
@@ -222,7 +222,8 @@ class Night:
             self.propose(tally)
         sigma = self.world.sigma
         tally.gains.append(-self.head.truth / sigma)
-        recorded = statistics.fmean(usual_runs(self.head.runs, self.tolerance()))
+        recorded = best_of(self.head.runs, self.tolerance())[0]
+        assert recorded is not None
         tally.biases.append((recorded - self.head.truth) / sigma)
         tally.nights.append((tally.false_keeps - before[0], tally.keeps - before[1]))
         tally.runs += self.runs
@@ -246,6 +247,8 @@ class Night:
             self.retire(change)
 
     def retire(self, c: Commit) -> None:
+        if c is self.head:
+            c.suspect = best_of(c.runs, self.tolerance())[1]
         good = [r.metric for r, s in zip(c.runs, c.suspect, strict=False) if not s]
         ss, df = squares([good])
         self.others = (self.others[0] + ss, self.others[1] + df)

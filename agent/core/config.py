@@ -32,6 +32,10 @@ from agent.core.prune_policy import PrunePolicy
 
 CONFIG_FILE = "overnight.toml"
 MAX_CONFIRM_RUNS = 10
+# keys of an earlier keep rule: a config that still sets one is told what replaced it
+REMOVED_KEYS = frozenset({"keep_z", "discard_z", "futility"})
+REMOVED_PRUNE_KEYS = frozenset({"z", "min_curves", "floor_rel", "speed_tol", "spread_upper",
+                                "futile_z", "futile_runs"})
 # Early stop of clearly losing runs (agent.rules.prune): "auto" judges a change's runs against
 # the incumbent's curves at the policy's checks, "off" never stops one. The default is one
 # constant so a measurement can flip it in one place.
@@ -85,15 +89,20 @@ class PruneTable(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     checks: tuple[float, ...] | None = None
-    z: tuple[float, ...] | None = None
-    min_curves: StrictInt | None = None
-    floor_rel: float | None = None
-    speed_tol: float | None = None
     exempt: tuple[str, ...] | None = None  # categories never stopped early
     window: float | None = None
     pool_earlier: StrictInt | None = None
 
-    @field_validator("checks", "z", mode="before")
+    @model_validator(mode="before")
+    @classmethod
+    def _removed(cls, data: Any) -> Any:
+        gone = sorted(set(data) & REMOVED_PRUNE_KEYS) if isinstance(data, dict) else []
+        if gone:
+            raise ValueError(f"{', '.join(gone)}: no longer settings: the early stop is the keep "
+                             "rule's own test at a fraction of the budget (docs/keep-rule.md)")
+        return data
+
+    @field_validator("checks", mode="before")
     @classmethod
     def _numbers(cls, v: Any) -> Any:
         if v is not None and (not isinstance(v, list | tuple) or any(
@@ -101,7 +110,7 @@ class PruneTable(BaseModel):
             raise ValueError(f"must be a list of numbers such as [0.3, 0.5, 0.7], got {v!r}")
         return v
 
-    @field_validator("floor_rel", "speed_tol", "window", mode="before")
+    @field_validator("window", mode="before")
     @classmethod
     def _number(cls, v: Any) -> Any:
         if v is not None and (isinstance(v, bool) or not isinstance(v, int | float)):
@@ -154,10 +163,13 @@ class TargetConfig(BaseModel):
     # one run)
     decision: Literal["sequential", "strict"] = "sequential"
     noise_sigma: float | None = Field(None, gt=0)  # known run-to-run σ; else measured
-    keep_z: float = Field(1.75, gt=0)
-    discard_z: float = Field(0.6, gt=0)
+    # the night's false-discovery rate: the share of keeps that are not real gains, held by
+    # the keep rule's online procedure (agent.rules.fdr)
+    fdr: float = Field(0.2, gt=0, lt=1)
+    # a change whose t (gain over its standard error) is below this after a run is discarded
+    discard_below: float = 0.5
     max_runs: StrictInt = Field(4, ge=2, le=20)
-    baseline_runs: StrictInt = Field(3, ge=1, le=20)
+    baseline_runs: StrictInt = Field(5, ge=1, le=20)
     # re-run the best every N proposals, and once right after a keep on 2 runs (0: never)
     incumbent_every: StrictInt = Field(8, ge=0, le=10_000)
     # share a run's throughput may be off its condition's; None: measured (agent.rules.noise)
@@ -179,10 +191,6 @@ class TargetConfig(BaseModel):
     eval_command: str | None = None
     # stop a change's run early when its loss curve is clearly behind the incumbent's
     prune: Literal["auto", "off"] = PRUNE_DEFAULT
-    # the keep rule's futility: its discard bar rises from discard_z after a change's first run
-    # towards keep_z at max_runs by this share (0: flat). Half-way by default since the
-    # incumbent runs again after a keep on 2 runs (docs/keep-rule.md)
-    futility: float = Field(0.5, ge=0, le=1)
     # its policy: the [prune] table of overnight.toml (not a key of [target])
     prune_policy: PruneTable = Field(default_factory=PruneTable)
     # a summary-block key the protected harness prints that no proposer sees during the night
@@ -200,6 +208,16 @@ class TargetConfig(BaseModel):
 
     @model_validator(mode="before")
     @classmethod
+    def _removed(cls, data: Any) -> Any:
+        gone = sorted(set(data) & REMOVED_KEYS) if isinstance(data, dict) else []
+        if gone:
+            raise ValueError(f"{', '.join(gone)}: no longer settings: the keep rule's level comes "
+                             "from `fdr` and its discard bar is `discard_below` "
+                             "(docs/keep-rule.md)")
+        return data
+
+    @model_validator(mode="before")
+    @classmethod
     def _confirm_runs_caps_max_runs(cls, data: Any) -> Any:
         """The deprecated `confirm_runs = k` of the sequential rule means max_runs = k + 1."""
         if isinstance(data, dict) and "max_runs" not in data:
@@ -209,7 +227,7 @@ class TargetConfig(BaseModel):
         return data
 
     @field_validator(
-        "budget_s", "timeout_s", "min_delta", "keep_z", "discard_z", mode="before",
+        "budget_s", "timeout_s", "min_delta", "fdr", "discard_below", mode="before",
     )
     @classmethod
     def _number(cls, v: Any) -> float:
@@ -298,9 +316,6 @@ class TargetConfig(BaseModel):
         if self.timeout_s <= self.budget_s:
             raise ValueError(f"timeout_s: must be greater than budget_s ({self.budget_s:g}), "
                              f"got {self.timeout_s:g}")
-        if self.discard_z > self.keep_z:
-            raise ValueError(f"discard_z/keep_z: discard_z ({self.discard_z:g}) must not exceed "
-                             f"keep_z ({self.keep_z:g})")
         return self
 
     def to_dict(self) -> dict[str, Any]:

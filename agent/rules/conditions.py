@@ -1,12 +1,27 @@
-"""The machine's conditions as the incumbent's runs show them: its runs grouped by speed per
-device, the usual one (the most runs), each condition's speed and width, and the notes that say
-where a run stood.
+"""The machine's conditions, the blocks of the keep rule's model: the incumbent's runs grouped by
+speed, each run of a change placed in one of them (or not yet), and the incumbent's value.
 
-Pure: the stdlib only. A run stays in its device's latest condition while its throughput agrees
-with that condition's median within the tolerance; a run back at an earlier condition's speed
-(within JOIN of the tolerance) joins it, else it starts one. How far a change's run may be off a
-condition and still count as run in it is that condition's width: SPEED_Z times the spread of
-the incumbent's own speeds there, within WIDTH_FLOOR and the tolerance.
+Pure: stdlib and agent.rules.noise only.
+
+On a time budget a busy stretch of a shared machine trains fewer steps and measures a worse
+metric, for every commit alike; its throughput says so. A condition is such a stretch as the
+incumbent's runs show it: per device, in start order, a run stays in the latest condition while
+its throughput is within the tolerance of that condition's median, else joins the nearest
+earlier one within the tolerance, else starts one. The usual condition is the one with the most
+runs: the incumbent's value (the best) is the mean of its runs there.
+
+A run of a change is placed:
+
+- beside an incumbent run started for it (the pair: one stretch of time): in that run's
+  condition, unless their speed ratio disagrees with the change's own (the machine moved
+  between them: left out);
+- else in the condition whose speed, times the change's speed ratio, matches its own
+  (nearest first); the ratio is its speed over the incumbent's beside it (the median over its
+  pairs), 1 before any pair. A ratio off 1 is trusted once two pairs agree on it; until then
+  each run of the change gets its pair;
+- else it is not placed yet: the incumbent runs beside it.
+
+A run whose speed is unknown is placed in the incumbent's latest condition on its device.
 """
 
 from __future__ import annotations
@@ -17,9 +32,6 @@ from dataclasses import dataclass
 from statistics import median
 
 Key = tuple[str | None, int]  # (device, the incumbent's condition on it)
-JOIN = 0.5  # an incumbent run joins a condition within this share of the tolerance
-SPEED_Z = 4.0  # a condition's width: this many times the spread of its incumbent runs' speeds
-WIDTH_FLOOR = 0.03  # ... and never narrower than this share
 
 
 @dataclass(frozen=True)
@@ -32,7 +44,18 @@ class Sample:
     seed: int | None = None
     device: str | None = None
     pair_of: int | None = None  # an incumbent run: the change's run it was started beside
-    source: str | None = None  # where the throughput came from (agent.throughput)
+    source: str | None = None  # where the throughput came from (agent.rules.throughput)
+
+
+@dataclass(frozen=True)
+class Placement:
+    """A change's runs placed in the incumbent's conditions."""
+
+    keys: tuple[Key | None, ...]  # per change run: its condition (None: not placed)
+    notes: tuple[str, ...]  # per change run: how it was placed, when not plainly
+    pending: bool  # its latest run is not placed and has no incumbent run beside it
+    ratio_confirmed: bool  # its speed ratio is 1 or two pairs agree on it
+    beside: int  # incumbent runs started beside its runs
 
 
 def agrees(value: float | None, reference: float | None, tolerance: float) -> bool:
@@ -43,20 +66,16 @@ def agrees(value: float | None, reference: float | None, tolerance: float) -> bo
 
 
 def conditions(best: Sequence[Sample], tolerance: float) -> list[Key]:
-    """Each incumbent run's condition: runs in id order per device stay in the device's
-    latest condition while their throughput agrees with its median within `tolerance`, else
-    join the earlier condition whose median is nearest within JOIN of the tolerance (quiet
-    spells are one condition), else start one; an unknown speed stays in the latest."""
+    """Each incumbent run's condition (see the module docstring)."""
     keys: list[Key] = []
     speeds: dict[Key, list[float]] = {}
     latest: dict[str | None, Key] = {}
     for b in best:
         key = latest.get(b.device)
-        level = median(speeds[key]) if key is not None and speeds[key] else None
-        if key is None or not agrees(b.throughput, level, tolerance):
-            key = _nearest(b, speeds, tolerance)
-            if key is None:
-                key = (b.device, sum(1 for k in speeds if k[0] == b.device))
+        if key is None or not agrees(b.throughput, _level(speeds[key]), tolerance):
+            home = _usual_of(keys, b.device)
+            key = _nearest(b.throughput, b.device, {home: speeds[home]} if home else {},
+                           tolerance) or (b.device, sum(1 for k in speeds if k[0] == b.device))
         speeds.setdefault(key, [])
         if b.throughput is not None:
             speeds[key].append(b.throughput)
@@ -65,102 +84,93 @@ def conditions(best: Sequence[Sample], tolerance: float) -> list[Key]:
     return keys
 
 
-def _nearest(b: Sample, speeds: dict[Key, list[float]], tolerance: float) -> Key | None:
-    if b.throughput is None:
+def _level(values: Sequence[float]) -> float | None:
+    return median(values) if values else None
+
+
+def _nearest(speed: float | None, device: str | None, speeds: dict[Key, list[float]],
+             tolerance: float) -> Key | None:
+    """The condition on `device` whose median speed is nearest `speed`, within tolerance."""
+    if speed is None or speed <= 0:
         return None
     found, gap = None, math.inf
     for key, values in speeds.items():
-        if key[0] != b.device or not values:
+        level = _level(values)
+        if key[0] != device or level is None or not agrees(speed, level, tolerance):
             continue
-        level = median(values)
-        off = abs(math.log(b.throughput / level)) if level > 0 else math.inf
-        if agrees(b.throughput, level, tolerance * JOIN) and off < gap:
-            found, gap = key, off
+        if abs(math.log(speed / level)) < gap:
+            found, gap = key, abs(math.log(speed / level))
     return found
 
 
-def usual_keys(keys: Sequence[Key]) -> dict[str | None, Key]:
-    """Per device, the incumbent's usual condition: the one with the most runs (earliest on a
-    tie)."""
-    out: dict[str | None, Key] = {}
-    for key in keys:
-        best = out.get(key[0])
-        if best is None or keys.count(key) > keys.count(best):
-            out[key[0]] = key
-    return out
+def _usual_of(keys: Sequence[Key], device: str | None) -> Key | None:
+    return usual([k for k in keys if k[0] == device])
 
 
-def usual_runs(best: Sequence[Sample], tolerance: float) -> list[float]:
-    """The metrics of the incumbent's runs in its usual condition (the most runs overall)."""
-    if not best:
-        return []
+def usual(keys: Sequence[Key]) -> Key | None:
+    """The condition with the most runs (the earliest on a tie)."""
+    return max(dict.fromkeys(keys), key=keys.count) if keys else None
+
+
+def best_of(best: Sequence[Sample], tolerance: float) -> tuple[float | None, list[bool]]:
+    """The incumbent's value, the mean of its runs in its usual condition, and per run
+    whether it is off that condition."""
     keys = conditions(best, tolerance)
-    top = max(dict.fromkeys(keys), key=keys.count)  # first of the most common
-    return [b.metric for b, k in zip(best, keys, strict=True) if k == top]
+    home = usual(keys)
+    values = [b.metric for b, k in zip(best, keys, strict=True) if k == home]
+    return (sum(values) / len(values) if values else None), [k != home for k in keys]
 
 
-def levels(best: Sequence[Sample], keys: Sequence[Key]) -> dict[Key, float | None]:
-    out: dict[Key, float | None] = {}
-    for key in dict.fromkeys(keys):
-        values = [b.throughput for b, k in zip(best, keys, strict=True)
-                  if k == key and b.throughput is not None]
-        out[key] = median(values) if values else None
-    return out
+def place(runs: Sequence[Sample], best: Sequence[Sample], tolerance: float) -> Placement:
+    """The change's runs placed in the incumbent's conditions (see the module docstring)."""
+    keys = conditions(best, tolerance)
+    mine = {r.run_id for r in runs if r.run_id}
+    pair = {b.pair_of: (b, k) for b, k in zip(best, keys, strict=True) if b.pair_of in mine}
+    ratios = [r.throughput / pair[r.run_id][0].throughput for r in runs
+              if r.run_id in pair and r.throughput and pair[r.run_id][0].throughput]
+    ratio = median(ratios) if ratios else 1.0
+    confirmed = agrees(ratio, 1.0, tolerance) or sum(
+        agrees(x, ratio, tolerance) for x in ratios) >= 2
+    speeds: dict[Key, list[float]] = {}
+    latest: dict[str | None, Key] = {}
+    for b, k in zip(best, keys, strict=True):
+        speeds.setdefault(k, []).extend([b.throughput] if b.throughput is not None else [])
+        latest[b.device] = k
+    placed: list[Key | None] = []
+    notes: list[str] = []
+    for r in runs:
+        key, note = _one(r, pair.get(r.run_id), ratio, confirmed, speeds, latest,
+                         _usual_of(keys, r.device), tolerance)
+        placed.append(key)
+        notes.append(note)
+    home = usual(keys)
+    notes = [n or ("" if k in (None, home) else "in another machine condition (its speed "
+                   "says so): compared with the incumbent's runs there")
+             for k, n in zip(placed, notes, strict=True)]
+    last = runs[-1] if runs else None
+    pending = last is not None and placed[-1] is None and last.run_id not in pair
+    return Placement(tuple(placed), tuple(notes), pending, confirmed, len(pair))
 
 
-def widths(best: Sequence[Sample], keys: Sequence[Key], tolerance: float
-            ) -> dict[Key, float]:
-    """How far a change's run may be off a condition's speed and still count as run in it:
-    SPEED_Z times the spread of the incumbent's own speeds there (three runs or more), within
-    WIDTH_FLOOR and the tolerance. On a time budget the metric follows the speed: a condition
-    whose runs agree closely must not take a run at a speed it never showed."""
-    out: dict[Key, float] = {}
-    for key in dict.fromkeys(keys):
-        logs = [math.log(b.throughput) for b, k in zip(best, keys, strict=True)
-                if k == key and b.throughput is not None and b.throughput > 0]
-        if len(logs) < 3:
-            out[key] = tolerance
-            continue
-        m = sum(logs) / len(logs)
-        sd = math.sqrt(sum((v - m) ** 2 for v in logs) / (len(logs) - 1))
-        out[key] = min(tolerance, max(WIDTH_FLOOR, math.expm1(SPEED_Z * sd)))
-    return out
-
-
-def latest_before(c: Sample, best: Sequence[Sample], any_device: bool = False) -> int | None:
-    """The incumbent's latest run on the change run's device started before it."""
-    found = None
-    for i, b in enumerate(best):
-        if (any_device or b.device == c.device) and (
-                not c.run_id or not b.run_id or b.run_id < c.run_id):
-            found = i
-    return found
-
-
-def speed_text(value: float | None, source: str | None = None) -> str:
-    if value is None:
-        return "speed unknown"
-    return f"{value:.4g}/s" + (f" ({source})" if source else "")
-
-
-def off(value: float | None, reference: float | None) -> str:
-    if value is None or not reference:
-        return ""
-    return f", {value / reference - 1:+.0%} vs the incumbent's {reference:.4g}/s"
-
-
-def incumbent_notes(best: Sequence[Sample], keys: Sequence[Key]) -> list[str]:
-    """Per incumbent run: the change's run it ran beside, and its speed when it is off the
-    usual condition's."""
-    speeds, usual = levels(best, keys), usual_keys(keys)
-    notes = []
-    for b, key in zip(best, keys, strict=True):
-        parts = [f"beside run {b.pair_of} (seed {b.seed})"] if b.pair_of else []
-        home = usual.get(key[0])
-        if home is not None and key != home:
-            gap = off(b.throughput, speeds.get(home))
-            parts.append(f"{speed_text(b.throughput, b.source)}{gap}: another machine condition")
-        notes.append("; ".join(parts))
-    return notes
-
-
+def _one(r: Sample, paired: tuple[Sample, Key] | None, ratio: float, confirmed: bool,
+         speeds: dict[Key, list[float]], latest: dict[str | None, Key], home: Key | None,
+         tolerance: float) -> tuple[Key | None, str]:
+    """One change run's condition and, when it is not plain, why."""
+    if paired is not None:
+        b, key = paired
+        if r.throughput and b.throughput and not agrees(r.throughput / b.throughput, ratio,
+                                                        tolerance):
+            return None, (f"left out: its speed over the incumbent's beside it (run "
+                          f"{b.run_id}) differs from the change's other pairs: the machine "
+                          "moved between them")
+        return key, ""
+    if r.throughput is None:
+        return latest.get(r.device), ""
+    if confirmed:
+        near = {k: v for k, v in speeds.items() if k in (home, latest.get(r.device))}
+        key = _nearest(r.throughput / ratio, r.device, near, tolerance)
+        if key is not None:
+            return key, ""
+    return None, (f"{r.throughput:.4g}/s matches no condition the incumbent ran in"
+                  + ("" if confirmed else " (the change's own speed is not confirmed yet)")
+                  + ": the incumbent runs beside it")

@@ -178,3 +178,23 @@ def check_evaluation(config: TargetConfig, files: Mapping[str, str]) -> Check:
                  f"{config.metric} is itself editable: a proposal may change how it is measured",
                  "move the evaluation (and the data loading) into a file listed in protected, "
                  "e.g. prepare.py, and import it from the script")
+
+
+BUDGET_OVERSHOOT = 0.05  # a run's training may run this share over the budget
+BUDGET_UNDERSHOOT = 0.5  # a script that stops before this share of the budget ignores it
+
+
+def contract_warnings(summary: Mapping[str, float | str], budget_s: float) -> list[str]:
+    """Problems with one run's summary that make runs incomparable (none: an empty list)."""
+    seconds = summary.get("training_seconds")
+    if not isinstance(seconds, int | float) or not math.isfinite(seconds):
+        return ["the summary has no training_seconds: the budget cannot be checked"] \
+            if summary else []
+    if seconds > budget_s * (1 + BUDGET_OVERSHOOT):
+        return [f"trained {seconds:g} s for a {budget_s:g} s budget "
+                f"({seconds / budget_s - 1:.0%} over): runs are not comparable; does the "
+                "script stop at OVERNIGHT_BUDGET_S?"]
+    if seconds < budget_s * BUDGET_UNDERSHOOT:
+        return [f"trained {seconds:g} s of a {budget_s:g} s budget: does the script read "
+                "OVERNIGHT_BUDGET_S?"]
+    return []

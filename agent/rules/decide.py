@@ -1,60 +1,139 @@
-"""Keep, discard, or run again: the loop's decision after each run, as one pure function.
+"""The keep rule: after each run of an experiment, keep, discard, run again, or run the incumbent
+beside it. One pure function, `decide(evidence, rule) -> Verdict`; docs/keep-rule.md is its spec.
 
-`decide(evidence, rule) -> Verdict`. Pure: imports only the stdlib, the domain, classify,
-config and the rules' own modules; the loop gathers the evidence (runs from the store, git's
-head) and carries out the verdict. Two rules:
+Pure: the stdlib, the domain, config, classify and the rules' noise, conditions and fdr.
 
-- ``sequential`` (default, agent.rules.sequential): blocked in time — a change is compared
-  with its incumbent in the same machine conditions, the incumbent run beside a change's run
-  whose throughput departs — and decided as the runs come in (discard when z < discard_z;
-  from the second run on keep when z ≥ keep_z; discard after max_runs).
-- ``strict``: autoresearch's rule — one run, strictly better than the best by > min_delta
-  (with `confirm_runs`, a would-be keep is re-run and judged on the mean).
+The model: a run's metric is its commit's effect, plus its machine condition's offset (a
+stretch of load, told by the throughput: agent.rules.conditions), plus seed noise N(0, σ²) with
+one σ for every commit. A change is compared with its incumbent within conditions: the gain is
+the inverse-variance mean of (incumbent mean − change mean) per condition (sign flipped for
+`maximize`), its standard error σ̂·√(1/Σw) with w = 1/(1/n_change + 1/n_incumbent), σ̂ pooled
+within commits and conditions over the night (`noise_sigma` when given), t = (gain − min_delta)
+/ se with Student's t on σ̂'s degrees of freedom.
 
-Run k of any commit uses seed `seed + k`, so challenger and incumbent are compared seed for
-seed; the incumbent run beside a change's run takes that run's seed (unless it ran it).
+The test: after look k (its k-th run), keep when P(T ≥ t) ≤ α_t·((k/K)³ − ((k−1)/K)³), K =
+`max_runs`, α_t the night's level for this test (agent.rules.fdr); this spends α_t over the looks
+(a power-family spending function, Kim and DeMets, which Bonferroni makes valid whatever the
+looks' correlation). Discard when t < `discard_below` or at look K. A run whose condition is not
+known yet gets an incumbent run beside it first. With no σ̂ (identical repeats: a script that
+ignores its seed; or a single baseline run) there is no test: one run, kept when better by
+more than min_delta.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 
-from agent.core.config import Direction
+from agent.core.config import Direction, TargetConfig
 from agent.core.domain import CrashKind, ExperimentStatus
-from agent.rules.classify import classify
-from agent.rules.conditions import Sample
-from agent.rules.noise import mean
-from agent.rules.sequential import KEEP_INCUMBENT_RUNS, baseline, sequential
-from agent.rules.verdict import (
-    NOT_BETTER,
-    SEQUENTIAL,
-    STRICT,
-    Evidence,
-    Rule,
-    RunFailure,
-    Verdict,
-    again,
-    judged_not_better,
-    stale,
-    tolerance,
-)
+from agent.rules import fdr
+from agent.rules.classify import CrashFacts, classify
+from agent.rules.conditions import Placement, Sample, best_of, conditions, place, usual
+from agent.rules.noise import mean, pooled_of, speed_tolerance, squares, t_score, t_sf
 
-__all__ = ["SEQUENTIAL", "STRICT", "Evidence", "Rule", "RunFailure", "Sample", "Verdict",
-           "contract_warnings", "decide", "incumbent_due", "is_improvement", "judged_not_better",
-           "tolerance"]
+SEQUENTIAL, STRICT = "sequential", "strict"
+SPENDING_POWER = 3  # α spent by look k: α·(k/K)³, little early (O'Brien–Fleming-like)
+NOT_BETTER = "not better"  # how a discard judged on its runs starts (console, reports)
 
 
-def is_improvement(
-    metric: float | None,
-    best: float | None,
-    direction: Direction,
-    min_delta: float = 0.0,
-) -> bool:
-    """True when `metric` beats `best` by more than `min_delta` (strictly better at 0).
+def judged_not_better(reason: str | None) -> bool:
+    """Whether a reason is the keep rule's plain "not better" verdict."""
+    return (reason or "").startswith(NOT_BETTER)
 
-    A missing or non-finite metric never wins; with no best yet, any finite metric does.
-    """
+
+@dataclass(frozen=True)
+class Rule:
+    """The decision's settings (from overnight.toml and the sweep)."""
+
+    direction: Direction = Direction.MINIMIZE
+    decision: str = SEQUENTIAL
+    min_delta: float = 0.0
+    seed: int = 42
+    fdr: float = 0.2
+    discard_below: float = 0.5
+    max_runs: int = 4
+    baseline_runs: int = 5
+    noise_sigma: float | None = None
+    incumbent_every: int = 8
+    throughput_tolerance: float | None = None  # None: from the measured speed noise
+    confirm_runs: int = 0  # strict only: extra runs of a would-be keep and of the baseline
+
+    @classmethod
+    def of(cls, config: TargetConfig) -> Rule:
+        return cls(Direction(config.direction), config.decision, config.min_delta, config.seed,
+                   config.fdr, config.discard_below, config.max_runs, config.baseline_runs,
+                   config.noise_sigma, config.incumbent_every, config.throughput_tolerance,
+                   config.confirm_runs)
+
+
+@dataclass(frozen=True)
+class RunFailure:
+    """The latest run ended without a usable metric (or was stopped, or cheated)."""
+
+    stopped: bool = False
+    incumbent: bool = False  # the incumbent's run beside the change failed, not the change's
+    tampered: tuple[str, ...] = ()
+    facts: CrashFacts | None = None
+    error: str = ""  # one line: why, for later runs
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """Everything the decision looks at, gathered by the loop."""
+
+    is_baseline: bool
+    runs: tuple[Sample, ...]  # this experiment's good runs, oldest first
+    best: tuple[Sample, ...] = ()  # the good runs of the commit it was built on
+    others: tuple[float, int] = (0.0, 0)  # noise.squares() of the night's other commits
+    failed: RunFailure | None = None  # the latest run, when it produced no metric
+    speed_noise: float | None = None  # run-to-run σ of log throughput (noise.speed_noise)
+    head_moved: bool = False  # another slot kept a change since this one started
+    conflict: str | None = None  # git's message when the diff no longer applies there
+    tests: tuple[tuple[float, bool], ...] = ()  # the night's earlier tests: (p-value, kept)
+    started_seeds: frozenset[int] = frozenset()  # seeds the incumbent's runs started with
+
+
+@dataclass(frozen=True)
+class Verdict:
+    status: ExperimentStatus | None  # None: not finished, run again
+    reason: str = ""
+    crash_kind: CrashKind | None = None
+    crash_cause: str | None = None  # classify's fine cause of a crash
+    keep: bool = False
+    seed: int | None = None  # the seed of the next run (the change's, or the incumbent's)
+    requeue: bool = False  # measured on a stale head: queue the same diff on the new head
+    repair: bool = False  # a trivial crash: ask the proposer for a fix
+    metric: float | None = None  # the change's value: the best less its gain
+    n: int = 0  # the change's runs the comparison rests on
+    p_better: float | None = None  # P(T ≤ gain / se): the confidence that it is better
+    sigma: float | None = None
+    df: int = 0
+    p_value: float | None = None  # the test's p-value for the night's FDR ledger
+    level: float | None = None  # the level this look needed (α_t times its share)
+    suspect: tuple[bool, ...] = field(default_factory=tuple)  # per run: not in the usual
+    notes: tuple[str, ...] = ()  # per run of `runs`: how it was placed
+    best_notes: tuple[str, ...] = ()  # per run of `best`
+    incumbent: bool = False  # the next run is the incumbent's, beside run `pair_of`
+    pair_of: int | None = None
+
+
+def decide(ev: Evidence, rule: Rule) -> Verdict:
+    """The verdict after the latest run of an experiment."""
+    if ev.failed is not None:
+        return _failure(ev, rule)
+    if ev.is_baseline:
+        return _baseline(ev, rule)
+    if rule.decision == STRICT:
+        return _strict(ev, rule)
+    return _change(ev, rule)
+
+
+def is_improvement(metric: float | None, best: float | None, direction: Direction,
+                   min_delta: float = 0.0) -> bool:
+    """True when `metric` beats `best` by more than `min_delta` (strictly better at 0). A
+    missing or non-finite metric never wins; with no best yet, any finite metric does."""
     if metric is None or not math.isfinite(metric):
         return False
     if best is None or not math.isfinite(best):
@@ -64,112 +143,252 @@ def is_improvement(
     return metric > best + min_delta
 
 
-def decide(ev: Evidence, rule: Rule) -> Verdict:
-    """The verdict after the latest run of an experiment."""
-    if ev.failed is not None:
-        return _failure(ev, rule)
-    if not rule.sequential:
-        base = Verdict(
-            None,
-            metric=mean([r.metric for r in ev.runs]),
-            n=len(ev.runs),
-            suspect=(False,) * len(ev.runs),
-        )
-        return _strict(ev, rule, base)
-    if ev.is_baseline:
-        return baseline(ev, rule)
-    return sequential(ev, rule)
+def next_seed(used: set[int | None] | frozenset[int], rule: Rule, prefer: int | None = None
+              ) -> int:
+    """The one seed picker: `prefer` (the seed of the change's run an incumbent run goes
+    beside) unless a run already started with it, else the smallest seed from rule.seed on
+    that none did (a seed run twice measures its luck twice)."""
+    if prefer is not None and prefer not in used:
+        return prefer
+    seed = rule.seed
+    while seed in used:
+        seed += 1
+    return seed
+
+
+def tolerance(rule: Rule, speed_noise: float | None) -> float:
+    """How far (a share) a run's speed may be off a condition's and still be in it."""
+    if rule.throughput_tolerance is not None:
+        return rule.throughput_tolerance
+    return speed_tolerance(speed_noise)
+
+
+def incumbent_due(decided: int, incumbent_runs: int, rule: Rule,
+                  noise_measured: bool = True) -> bool:
+    """Whether the incumbent runs again before the next proposal: once every
+    `incumbent_every` decided proposals (its runs beside changes count), so that the reference
+    follows a machine that drifts. Never with the strict rule, `incumbent_every` 0, or noise
+    that is not measured (identical repeats: repeating says nothing)."""
+    if rule.decision == STRICT or rule.incumbent_every <= 0 or not noise_measured:
+        return False
+    return decided // rule.incumbent_every > incumbent_runs
+
+
+def stop_level(tests: Sequence[tuple[float, bool]], rule: Rule) -> float:
+    """The early stop's bar (agent.rules.prune): the level a keep on one run would need, which
+    a run must fail in the other direction (clearly worse) to be stopped."""
+    return fdr.level(tests, rule.fdr) * _share(2, rule.max_runs)
+
+
+def _share(k: int, looks: int) -> float:
+    """The share of the test's level spent at look k of `looks`: none at the first (one run
+    can be a loss spike or a heavy tail the model does not describe), then (j/J)³ spent by
+    look j + 1 of the J = looks − 1 that can keep."""
+    if k < 2:
+        return 0.0
+    j, last = k - 1, looks - 1
+    return (j / last) ** SPENDING_POWER - ((j - 1) / last) ** SPENDING_POWER
 
 
 def _failure(ev: Evidence, rule: Rule) -> Verdict:
     f = ev.failed
     assert f is not None
+    k = len(ev.runs)
+    metric = mean([r.metric for r in ev.runs])
     if f.stopped:
-        k = len(ev.runs)
-        why = "cancelled while running"
-        if k:
-            why = f"cancelled during a confirmation run (run {k + 1})"
+        why = f"cancelled during its run {k + 1}" if k else "cancelled while running"
         return Verdict(ExperimentStatus.CANCELLED, why)
     if f.tampered:
         why = f"the run modified protected file(s): {', '.join(f.tampered)}"
         return Verdict(ExperimentStatus.CRASHED, why, CrashKind.FUNDAMENTAL)
-    k = len(ev.runs)
     if f.incumbent:
-        why = (f"the incumbent's run beside it failed ({f.error}): no comparison in the same "
-               "conditions")
-        return Verdict(ExperimentStatus.DISCARDED, why, metric=mean([r.metric for r in ev.runs]),
-                       n=k)
+        why = f"the incumbent's run beside it failed ({f.error}): no comparison"
+        return Verdict(ExperimentStatus.DISCARDED, why, metric=metric, n=k)
     if k == 0 and f.facts is not None:  # the first run: classify the crash
         crash = classify(f.facts)
-        status = (
-            ExperimentStatus.TIMEOUT
-            if crash.kind is CrashKind.TIMEOUT
-            else ExperimentStatus.CRASHED
-        )
-        return Verdict(status, crash.reason, crash.kind, crash_cause=crash.cause or None,
+        timeout = crash.kind is CrashKind.TIMEOUT
+        return Verdict(ExperimentStatus.TIMEOUT if timeout else ExperimentStatus.CRASHED,
+                       crash.reason, crash.kind, crash_cause=crash.cause or None,
                        repair=crash.kind is CrashKind.TRIVIAL)
-    why = f"run {k + 1} (seed {rule.seed + k}) failed: {f.error}"
-    metric = mean([r.metric for r in ev.runs])
+    why = f"its run {k + 1} failed: {f.error}"
     if ev.is_baseline:
         return Verdict(ExperimentStatus.CRASHED, why, CrashKind.FUNDAMENTAL, metric=metric, n=k)
     return Verdict(ExperimentStatus.DISCARDED, why, metric=metric, n=k)
 
 
-def _strict(ev: Evidence, rule: Rule, base: Verdict) -> Verdict:
-    """autoresearch's rule, with the optional confirmation runs judged on their mean."""
-    values = [r.metric for r in ev.runs]
-    n, m = len(values), base.metric
-    assert m is not None
-    if ev.is_baseline:
-        return baseline(ev, rule)
+def _baseline(ev: Evidence, rule: Rule) -> Verdict:
+    """The first incumbent: `baseline_runs` runs (1 + confirm_runs for strict), or two whose
+    metrics are identical (more would say nothing); its value is the mean in its usual
+    condition."""
+    n = len(ev.runs)
+    want = rule.baseline_runs if rule.decision == SEQUENTIAL else 1 + rule.confirm_runs
+    value, off = best_of(ev.runs, tolerance(rule, ev.speed_noise))
+    base = Verdict(None, metric=value, n=n - sum(off), suspect=tuple(off))
+    same = n >= 2 and len({r.metric for r in ev.runs}) == 1
+    if n < want and not same:
+        return replace(base, seed=next_seed({r.seed for r in ev.runs}, rule))
+    why = f"baseline: the mean of {base.n} run{'s' if base.n > 1 else ''}"
+    if any(off):
+        why += f" at its usual speed ({sum(off)} more at another: the machine)"
+    if same:
+        why += " (identical repeats: the noise cannot be measured)"
+    return replace(base, status=ExperimentStatus.KEPT, reason=why, keep=True)
+
+
+def _strict(ev: Evidence, rule: Rule) -> Verdict:
+    """autoresearch's rule: one run, strictly better than the best by more than min_delta
+    (with `confirm_runs`, a would-be keep runs again and the mean is judged)."""
+    n, m = len(ev.runs), mean([r.metric for r in ev.runs])
     best = mean([b.metric for b in ev.best])
+    base = Verdict(None, metric=m, n=n, suspect=(False,) * n)
     text = f"{m:.6g}" + (f" (mean of {n} runs)" if n > 1 else "") + f" vs best {best}"
-    judged = n == 1 or n >= 1 + rule.confirm_runs  # today's rule: first run, then the mean
-    if judged and not is_improvement(m, best, rule.direction, rule.min_delta):
-        why = f"{NOT_BETTER} (strict): {text}"
-        return replace(base, status=ExperimentStatus.DISCARDED, reason=why)
+    if not is_improvement(m, best, rule.direction, rule.min_delta):
+        return replace(base, status=ExperimentStatus.DISCARDED, reason=f"{NOT_BETTER}: {text}")
     if n < 1 + rule.confirm_runs:
-        return again(ev, rule, base)
+        return replace(base, seed=next_seed({r.seed for r in ev.runs}, rule))
     if ev.head_moved:
-        return stale(ev, base)
-    return replace(base, status=ExperimentStatus.KEPT, reason=f"better (strict): {text}", keep=True)
+        return _stale(ev, base)
+    return replace(base, status=ExperimentStatus.KEPT, reason=f"better: {text}", keep=True)
 
 
-def incumbent_due(decided: int, incumbent_runs: int, rule: Rule,
-                  best_runs: int | None = None) -> bool:
-    """Whether the incumbent runs again before the next proposal (sequential only; never with
-    `incumbent_every` 0): while it has fewer runs than a keep rests on (KEEP_INCUMBENT_RUNS,
-    `best_runs` of it started) — a change kept on its own 2 runs, which are the runs that won
-    it the keep: the next changes would be judged against their luck (the winner's curse) —
-    and once every `incumbent_every` decided proposals (`incumbent_runs`: its re-runs so far,
-    those beside changes included)."""
-    if not rule.sequential or rule.incumbent_every <= 0:
+@dataclass(frozen=True)
+class Comparison:
+    gain: float  # better = positive
+    se: float | None  # None: no σ̂
+    sigma: float | None
+    df: int
+    n: int  # the change's runs placed
+    best: float  # the incumbent's value (usual condition)
+
+
+def compare(runs: Sequence[Sample], best: Sequence[Sample], pl: Placement,
+            keys: Sequence[object], others: tuple[float, int], rule: Rule, tol: float
+            ) -> Comparison | None:
+    """The change against its incumbent within conditions (the module docstring's model);
+    None when none of its runs is placed."""
+    sign = 1.0 if rule.direction is Direction.MINIMIZE else -1.0
+    groups: list[list[float]] = []
+    total = weight = 0.0
+    for key in dict.fromkeys(k for k in pl.keys if k is not None):
+        mine = [r.metric for r, k in zip(runs, pl.keys, strict=True) if k == key]
+        theirs = [b.metric for b, k in zip(best, keys, strict=True) if k == key]
+        w = 1.0 / (1.0 / len(mine) + 1.0 / len(theirs))
+        total += w * sign * (sum(theirs) / len(theirs) - sum(mine) / len(mine))
+        weight += w
+        groups.append(mine)
+    if not weight:
+        return None
+    for key in dict.fromkeys(keys):  # the incumbent's runs per condition
+        groups.append([b.metric for b, k in zip(best, keys, strict=True) if k == key])
+    sigma, df = (rule.noise_sigma, 0) if rule.noise_sigma else pooled_of([squares(groups)],
+                                                                        others)
+    value = best_of(best, tol)[0]
+    assert value is not None
+    se = None if sigma is None else sigma / math.sqrt(weight)
+    return Comparison(total / weight, se, sigma, df, sum(k is not None for k in pl.keys), value)
+
+
+def _change(ev: Evidence, rule: Rule) -> Verdict:
+    """The sequential test of a change (the module docstring)."""
+    tol = tolerance(rule, ev.speed_noise)
+    pl = place(ev.runs, ev.best, tol)
+    keys = conditions(ev.best, tol)
+    home = usual(keys)
+    base = Verdict(None, suspect=tuple(k is None or k != home for k in pl.keys),
+                   notes=pl.notes, best_notes=tuple(
+                       "" if k == home else "another machine condition" for k in keys))
+    if not ev.best:
+        return replace(base, status=ExperimentStatus.DISCARDED, metric=mean(
+            [r.metric for r in ev.runs]), reason="no incumbent runs to compare with")
+    if pl.pending:
+        return _pending(ev, rule, pl, base)
+    got = compare(ev.runs, ev.best, pl, keys, ev.others, rule, tol)
+    k = len(ev.runs)
+    if got is None:  # its runs were left out: the next gets an incumbent run beside it
+        if k >= rule.max_runs or ev.head_moved:
+            return replace(base, status=ExperimentStatus.DISCARDED, metric=mean(
+                [r.metric for r in ev.runs]), reason="the machine's speed kept changing "
+                "around its runs: no comparison in one condition (is the machine busy?)")
+        return replace(base, seed=next_seed({r.seed for r in ev.runs}, rule))
+    sign = 1.0 if rule.direction is Direction.MINIMIZE else -1.0
+    base = replace(base, metric=got.best - sign * got.gain, n=got.n, sigma=got.sigma,
+                   df=got.df)
+    if got.se is None:
+        return _single(ev, rule, got, base)
+    return _test(ev, rule, pl, keys, got, base)
+
+
+def _pending(ev: Evidence, rule: Rule, pl: Placement, base: Verdict) -> Verdict:
+    """The latest run has no condition yet: the incumbent runs beside it, with its seed."""
+    if ev.head_moved:
+        return _stale(ev, base)
+    if pl.beside >= rule.max_runs:
+        return replace(base, status=ExperimentStatus.DISCARDED, metric=mean(
+            [r.metric for r in ev.runs]), reason="the machine's speed kept changing around its "
+            "runs: no comparison in one condition (is the machine busy?)")
+    last = ev.runs[-1]
+    return replace(base, incumbent=True, pair_of=last.run_id or None,
+                   seed=next_seed(ev.started_seeds | {b.seed for b in ev.best if b.seed},
+                                  rule, prefer=last.seed),
+                   reason=pl.notes[-1] or "the incumbent runs beside it")
+
+
+def _single(ev: Evidence, rule: Rule, got: Comparison, base: Verdict) -> Verdict:
+    """No σ̂: the single comparison, better by more than min_delta."""
+    why = ("the noise is not measured (its repeats are identical: does the script ignore "
+           "OVERNIGHT_SEED?)" if len(ev.best) >= 2 else "the noise is not measured")
+    text = f"{base.metric:.6g} vs best {got.best:.6g} on one run; {why}"
+    if got.gain - rule.min_delta <= 0:
+        return replace(base, status=ExperimentStatus.DISCARDED, reason=f"{NOT_BETTER}: {text}")
+    if ev.head_moved:
+        return _stale(ev, base)
+    return replace(base, status=ExperimentStatus.KEPT, reason=f"better: {text}", keep=True)
+
+
+def _test(ev: Evidence, rule: Rule, pl: Placement, keys: Sequence[object], got: Comparison,
+          base: Verdict) -> Verdict:
+    """Look k of the sequential test: discard, balance the latest condition, keep, or run
+    again."""
+    assert got.se is not None
+    k, K = min(len(ev.runs), rule.max_runs), rule.max_runs
+    share = _share(k, K)
+    level = fdr.level(ev.tests, rule.fdr) * share
+    t = t_score(got.gain - rule.min_delta, got.se)
+    p = t_sf(t, got.df or None)
+    base = replace(base, p_better=1.0 - t_sf(t_score(got.gain, got.se), got.df or None),
+                   p_value=min(1.0, p / share) if share else 1.0, level=level)
+    text = (f"{base.metric:.6g} vs best {got.best:.6g} on {got.n} run{'s' if got.n > 1 else ''}"
+            f" (σ̂ {got.sigma:.3g}, {got.df or '∞'} df): t {t:.2f}, p {p:.2g}, level {level:.2g}")
+    if t < rule.discard_below * k:
+        return replace(base, status=ExperimentStatus.DISCARDED, reason=f"{NOT_BETTER}: {text}")
+    if _unbalanced(ev, pl, keys) and pl.beside < rule.max_runs and not ev.head_moved:
+        last = ev.runs[-1]
+        return replace(base, incumbent=True, pair_of=last.run_id or None, reason=(
+            "fewer incumbent runs than the change's in its latest condition: the incumbent runs "
+            "beside it before the look"), seed=next_seed(
+                ev.started_seeds | {b.seed for b in ev.best if b.seed}, rule, prefer=last.seed))
+    if p <= level and pl.ratio_confirmed:
+        if ev.head_moved:
+            return _stale(ev, base)
+        return replace(base, status=ExperimentStatus.KEPT, reason=f"better: {text}", keep=True)
+    if len(ev.runs) >= K:
+        return replace(base, status=ExperimentStatus.DISCARDED, reason=f"{NOT_BETTER}: {text}")
+    if ev.head_moved:
+        return _stale(ev, base)
+    return replace(base, seed=next_seed({r.seed for r in ev.runs}, rule), reason=text)
+
+
+def _unbalanced(ev: Evidence, pl: Placement, keys: Sequence[object]) -> bool:
+    """The change's latest run has no pair and its condition holds fewer incumbent runs than
+    change runs (equal numbers halve the standard error most for the runs spent)."""
+    key, last = pl.keys[-1], ev.runs[-1]
+    if key is None or any(b.pair_of == last.run_id for b in ev.best if last.run_id):
         return False
-    if rule.rerun_after_keep and best_runs is not None and 0 < best_runs < KEEP_INCUMBENT_RUNS:
-        return True
-    return decided // rule.incumbent_every > incumbent_runs
+    return sum(k == key for k in keys) < sum(k == key for k in pl.keys)
 
 
-BUDGET_OVERSHOOT = 0.05  # training may run this share over the budget
-BUDGET_UNDERSHOOT = 0.5  # a script that stops before this share of the budget ignores it
-
-
-def contract_warnings(summary: dict[str, float | str], budget_s: float) -> list[str]:
-    """Problems with the script contract that make runs incomparable (none = an empty list)."""
-    seconds = summary.get("training_seconds")
-    if not isinstance(seconds, int | float) or not math.isfinite(seconds):
-        if not summary:
-            return []
-        return ["the summary has no training_seconds: the budget cannot be checked"]
-    if seconds > budget_s * (1 + BUDGET_OVERSHOOT):
-        over = seconds / budget_s - 1
-        return [
-            f"trained {seconds:g} s for a {budget_s:g} s budget ({over:.0%} over): "
-            "runs are not comparable; does the script stop at OVERNIGHT_BUDGET_S?"
-        ]
-    if seconds < budget_s * BUDGET_UNDERSHOOT:
-        return [
-            f"trained {seconds:g} s of a {budget_s:g} s budget: does the script read "
-            "OVERNIGHT_BUDGET_S?"
-        ]
-    return []
+def _stale(ev: Evidence, base: Verdict) -> Verdict:
+    why = (f"promising, but conflicts with the change kept meanwhile: {ev.conflict}"
+           if ev.conflict else
+           "promising, but the branch moved while it ran; re-queued on the new head")
+    return replace(base, status=ExperimentStatus.DISCARDED, reason=why, requeue=not ev.conflict)

@@ -1,6 +1,9 @@
-"""Run-to-run noise arithmetic for the keep rule: means, pooled σ, z, P(better), suspect runs.
+"""Run-to-run noise arithmetic: means, the pooled σ̂ with its degrees of freedom, Student's t,
+and the spread of the machine's speed.
 
-Pure: stdlib only. Every function takes plain numbers and returns plain numbers.
+Pure: stdlib only. Every function takes plain numbers and returns plain numbers. Student's t
+is computed here (the regularised incomplete beta function by its continued fraction) so the
+service needs no scipy.
 """
 
 from __future__ import annotations
@@ -26,8 +29,8 @@ def sample_sd(values: Sequence[float]) -> float | None:
 
 def informative(g: Sequence[float]) -> bool:
     """Does this group of one commit's runs say anything about the noise? Two runs or more,
-    not all identical: identical repeats (a script that ignores OVERNIGHT_SEED, or one seed
-    run twice) are not evidence of zero noise."""
+    not all identical: identical repeats (a script that ignores OVERNIGHT_SEED) are not
+    evidence of zero noise."""
     return len(g) >= 2 and any(v != g[0] for v in g)
 
 
@@ -36,39 +39,27 @@ def identical(groups: Iterable[Sequence[float]]) -> bool:
     return any(len(g) >= 2 and not informative(g) for g in groups)
 
 
-def squares(groups: Sequence[Sequence[float]]) -> tuple[float, int]:
-    """(Σ squared deviations from each group's mean, degrees of freedom) over the informative
-    groups."""
-    ss, df = 0.0, 0
-    for g in groups:
-        if informative(g):
-            m = sum(g) / len(g)
-            ss += sum((v - m) ** 2 for v in g)
-            df += len(g) - 1
-    return ss, df
-
-
-def pooled_sigma(
-    groups: Sequence[Sequence[float]], prior: tuple[float, int] = (0.0, 0)
-) -> tuple[float | None, int]:
-    """Pooled within-group standard deviation and its degrees of freedom.
-
-    Every informative group (two values or more, not all identical) contributes (n − 1)
-    degrees of freedom; one run of a commit says nothing about noise, nor do identical repeats.
-    `prior` is squares() of groups already summed elsewhere. (None, 0) when no group informs.
-    """
-    return pooled_of(((group_squares(g), len(g) - 1) for g in groups if informative(g)), prior)
-
-
 def group_squares(g: Sequence[float]) -> float:
     """Σ squared deviations of a group's values from its mean."""
     m = sum(g) / len(g)
     return sum((v - m) ** 2 for v in g)
 
 
+def squares(groups: Sequence[Sequence[float]]) -> tuple[float, int]:
+    """(Σ squared deviations from each group's mean, degrees of freedom) over the informative
+    groups."""
+    ss, df = 0.0, 0
+    for g in groups:
+        if informative(g):
+            ss += group_squares(g)
+            df += len(g) - 1
+    return ss, df
+
+
 def pooled_of(parts: Iterable[tuple[float, int]], prior: tuple[float, int] = (0.0, 0)
               ) -> tuple[float | None, int]:
-    """pooled_sigma from each group's (group_squares, n − 1), in the groups' order."""
+    """The pooled standard deviation of groups given as (squares, n − 1), and its degrees of
+    freedom; (None, 0) when there are none."""
     ss, df = prior
     for group_ss, group_df in parts:
         ss += group_ss
@@ -76,32 +67,81 @@ def pooled_of(parts: Iterable[tuple[float, int]], prior: tuple[float, int] = (0.
     return (math.sqrt(ss / df), df) if df else (None, 0)
 
 
-def z_score(gain: float, sigma: float, n_change: int, n_best: int) -> float:
-    """gain / (σ·√(1/n_change + 1/n_best)); ±inf when σ is 0 (a noise-free metric), 0 at 0."""
-    se = sigma * math.sqrt(1.0 / n_change + 1.0 / n_best)
+def pooled_sigma(groups: Sequence[Sequence[float]], prior: tuple[float, int] = (0.0, 0)
+                 ) -> tuple[float | None, int]:
+    """The pooled within-group standard deviation of the informative groups (and `prior`,
+    squares() of groups summed elsewhere), with its degrees of freedom."""
+    return pooled_of([squares([g]) for g in groups], prior)
+
+
+def t_score(gain: float, se: float) -> float:
+    """gain / its standard error; ±inf when that is 0, 0 at 0."""
     if se > 0:
         return gain / se
-    if gain == 0:
-        return 0.0
-    return math.copysign(math.inf, gain)
+    return 0.0 if gain == 0 else math.copysign(math.inf, gain)
 
 
-def p_better(z: float) -> float:
-    """P(the change is really better) under a normal approximation: Φ(z)."""
-    return _NORMAL.cdf(z) if math.isfinite(z) else (1.0 if z > 0 else 0.0)
+def t_sf(t: float, df: float | None) -> float:
+    """P(T ≥ t) for Student's t with `df` degrees of freedom (the normal when df is None)."""
+    if math.isinf(t):
+        return 0.0 if t > 0 else 1.0
+    if df is None:
+        return 1.0 - _NORMAL.cdf(t)
+    tail = 0.5 * _beta_inc(df / 2.0, 0.5, df / (df + t * t))
+    return tail if t >= 0 else 1.0 - tail
 
 
-def ci95(values: Sequence[float], sigma: float | None = None) -> float | None:
-    """Half-width of the 95 % interval of the mean: 1.96·σ/√n (σ̂ of the sweep when given)."""
+def t_quantile(p: float, df: float | None) -> float:
+    """The t with P(T ≥ t) = p (bisection on t_sf; the normal's when df is None)."""
+    if df is None:
+        return _NORMAL.inv_cdf(1.0 - p)
+    lo, hi = -1e3, 1e3
+    for _ in range(100):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if t_sf(mid, df) > p else (lo, mid)
+    return (lo + hi) / 2
+
+
+def _beta_inc(a: float, b: float, x: float) -> float:
+    """The regularised incomplete beta function I_x(a, b) (Lentz's continued fraction)."""
+    if x <= 0.0 or x >= 1.0:
+        return 0.0 if x <= 0.0 else 1.0
+    if x > (a + 1) / (a + b + 2):
+        return 1.0 - _beta_inc(b, a, 1.0 - x)
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b)
+                     + a * math.log(x) + b * math.log1p(-x)) / a
+    f, c, d = 1.0, 1.0, 0.0
+    for i in range(400):
+        m = i // 2
+        if i == 0:
+            num = 1.0
+        elif i % 2 == 0:
+            num = m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m))
+        else:
+            num = -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))
+        d = 1.0 + num * d
+        d = 1.0 / (d if abs(d) > 1e-300 else 1e-300)
+        c = 1.0 + num / (c if abs(c) > 1e-300 else 1e-300)
+        f *= c * d
+        if abs(1.0 - c * d) < 1e-14:
+            break
+    return front * (f - 1.0)
+
+
+def ci95(values: Sequence[float], sigma: float | None = None, df: int | None = None
+         ) -> float | None:
+    """Half-width of the 95 % interval of the mean: t(0.975, df)·σ/√n (σ̂ of the sweep with
+    its degrees of freedom when given, else the values' own)."""
     s = sigma if sigma is not None else sample_sd(values)
     if s is None or not values:
         return None
-    return 1.96 * s / math.sqrt(len(values))
+    if sigma is None:
+        df = len(values) - 1
+    return t_quantile(0.025, df if df else None) * s / math.sqrt(len(values))
 
 
 SPEED_Z = 4.0  # a throughput this many run-to-run σ off says the machine (or the change) moved
 SPEED_TOLERANCE = (0.05, 0.3)  # the measured tolerance's floor and cap
-SPEED_UNMEASURED = 0.1  # the tolerance before two runs of one commit ran back to back
 _MEDIAN_CHI2_1 = 0.454936  # the median of a χ² with one degree of freedom
 
 
@@ -110,17 +150,17 @@ def speed_noise(rows: Sequence[tuple[str, str | None, float | None]]) -> float |
     throughput) in start order, each adjacent pair of the same commit on the same device.
     Robust (the median squared log ratio), so a pair that straddled a change of load barely
     moves it. None under two such pairs."""
-    squares = [math.log(b[2] / a[2]) ** 2 for a, b in zip(rows, rows[1:], strict=False)
-               if a[0] == b[0] and a[1] == b[1] and a[2] and b[2] and a[2] > 0 and b[2] > 0]
-    if len(squares) < 2:
+    sq = [math.log(b[2] / a[2]) ** 2 for a, b in zip(rows, rows[1:], strict=False)
+          if a[0] == b[0] and a[1] == b[1] and a[2] and b[2] and a[2] > 0 and b[2] > 0]
+    if len(sq) < 2:
         return None
-    return math.sqrt(median(squares) / _MEDIAN_CHI2_1 / 2.0)
+    return math.sqrt(median(sq) / _MEDIAN_CHI2_1 / 2.0)
 
 
 def speed_tolerance(noise: float | None) -> float:
-    """How far (a share) a run's throughput may be off before the keep rule asks whether the
-    machine moved: SPEED_Z run-to-run σ, within SPEED_TOLERANCE."""
-    if noise is None:
-        return SPEED_UNMEASURED
+    """How far (a share) a run's throughput may be off a condition's and still be in it:
+    SPEED_Z run-to-run σ, within SPEED_TOLERANCE (its cap before σ is measured)."""
     low, high = SPEED_TOLERANCE
+    if noise is None:
+        return high
     return min(high, max(low, math.expm1(SPEED_Z * noise)))

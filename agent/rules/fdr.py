@@ -1,0 +1,49 @@
+"""The night's false-discovery rate, held by construction: each test's level from the tests
+before it, by ADDIS (Tian and Ramdas, 2019).
+
+Pure: stdlib only.
+
+A night is a stream of tests, one per change decided on its runs ("this change beats the
+incumbent"), each ending with a p-value and keep or not. ADDIS sets test t's level α_t from the
+p-values and keeps before it, so that the expected share of keeps that are not real gains
+(FDR) stays at most `fdr` for independent tests, whatever the mix of changes. A test whose
+p-value is above τ (a change that was clearly no better) costs nothing; one at most τλ
+(a near-miss) does not age the level; each keep earns the next tests more. The parameters are
+the paper's recommended ones, not fitted to any simulation: τ = 0.5, λ = 0.25, initial wealth
+τλα/2, and γ_j = 0.4375 / j^1.6 (which sums to 1).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+TAU, LAMBDA = 0.5, 0.25  # discard above τ; a candidate at most τλ (Tian and Ramdas's choice)
+_GAMMA_SCALE, _GAMMA_POWER = 0.4374901658, 1.6  # γ_j = 0.4375 j^-1.6: Σγ = 1
+
+
+def _gamma(j: int) -> float:
+    return _GAMMA_SCALE / (j + 1) ** _GAMMA_POWER  # j counts from 0
+
+
+def level(tests: Sequence[tuple[float, bool]], fdr: float) -> float:
+    """α_t for the next test, given the night's earlier tests as (p-value, kept) in the order
+    they were decided."""
+    w0 = TAU * LAMBDA * fdr
+    per_keep = TAU * (1 - LAMBDA) * fdr
+    selected = candidates = 0
+    keeps: list[list[int]] = []  # per keep: [tests selected up to it, candidates after it]
+    for p, kept in tests:
+        if p > TAU:
+            continue  # discarded: as if it never ran
+        selected += 1
+        candidate = p <= TAU * LAMBDA
+        candidates += candidate
+        for k in keeps:
+            k[1] += candidate
+        if kept:
+            keys = [selected, 0]
+            keeps.append(keys)
+    alpha = w0 * _gamma(selected - candidates)
+    for i, (at, after) in enumerate(keeps):
+        alpha += (per_keep - w0 if i == 0 else per_keep) * _gamma(selected - at - after)
+    return min(TAU * LAMBDA, alpha)

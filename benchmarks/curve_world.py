@@ -36,14 +36,13 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from keep_world import Commit, Night, Tally, World, _effect
 
 from agent.rules.categories import Category
 from agent.rules.conditions import Sample
-from agent.rules.decide import Rule, incumbent_due
-from agent.rules.decide import stop_level, tolerance
+from agent.rules.decide import Rule, incumbent_due, stop_level, tolerance
 from agent.rules.prune import PrunePolicy, check, loss_at
 
 MAX_PAST = 8  # earlier incumbents' curves kept (a policy pools at most its pool_earlier)
@@ -223,7 +222,7 @@ class BudgetNight(Night):
         level = stop_level(self.tests, self.rule)
         for i, f in enumerate(pol.checks):
             call = check(points, incumbents, i, level, pol, category=change.category,
-                         speed_off=off, earlier=self.past[:pol.pool_earlier])
+                         speed_off=off, earlier=self.past)
             if call.stop:
                 self.stopped = "check"
                 return f

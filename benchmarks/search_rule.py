@@ -216,9 +216,10 @@ def main() -> int:
         out = list(pool.map(one, jobs))
     shares = [s for s, _ in out]
     q = statistics.quantiles(shares, n=4)
+    runs = sum(r for _, r in out) / len(out) / args.proposals
     print(f"{args.problems} problems drawn with seed {seed}, {args.proposals} proposals each: "
           f"median closed share {statistics.median(shares):.3f} (quartiles {q[0]:.3f}, "
-          f"{q[2]:.3f}); runs per proposal {sum(r for _, r in out) / len(out) / args.proposals:.2f}")
+          f"{q[2]:.3f}); runs per proposal {runs:.2f}")
     print("closed shares: " + " ".join(f"{s:.2f}" for s in shares))
     return 0
 

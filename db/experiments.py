@@ -20,6 +20,7 @@ from agent.core.domain import (
     Proposal,
     check_finish,
     check_started,
+    finished_meta,
     reaped_end,
     utcnow,
 )
@@ -200,8 +201,8 @@ class ExperimentWrites(StoreBase):
                 setattr(row, name, getattr(finish, name))
             row.summary = dict(finish.summary)
             row.finished_at = utcnow()
-            if finish.warnings:
-                row.meta = {**(row.meta or {}), "warnings": list(finish.warnings)}
+            if finish.warnings or finish.test:
+                row.meta = finished_meta(row.meta, finish)
             if keep_commit is not None:
                 row.commit = keep_commit
                 sweep = s.get(SweepRow, row.sweep_id)

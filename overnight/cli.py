@@ -15,7 +15,6 @@ from rich.markup import escape
 from agent.core.config import CONFIG_FILE
 from agent.core.domain import Sweep
 from agent.core.errors import OvernightError
-from agent.rules.noise import p_better
 from db.reads import Reads
 from overnight import (  # noqa: F401  (they register their commands)
     cli_adopt,
@@ -198,9 +197,10 @@ def demo_legend(sweep: Sweep, budget: float, shifts: int) -> str:
     load = (f"; {shifts} run(s) met another machine speed and were compared beside the "
             "incumbent in the same conditions" if shifts else "")
     return (f"What the numbers mean: {sweep.metric} is bits per byte of held-out text (lower is "
-            f"better) after {budget:g} s of CPU training; a change is kept only when it beats "
-            "the incumbent by more than σ̂, the run-to-run noise of seed and machine, with "
-            f"P(better) ≥ {p_better(sweep.config.keep_z):.2f}{load}.")
+            f"better) after {budget:g} s of CPU training; a change is kept only when a t-test "
+            "against the incumbent's runs, on σ̂ (the run-to-run noise of seed and machine), "
+            f"passes the night's level, which holds false keeps to {sweep.config.fdr:.0%} of "
+            f"all keeps{load}.")
 
 
 def own_command() -> str:

@@ -29,6 +29,7 @@ from agent.core.domain import (
     SweepStatus,
     check_finish,
     check_started,
+    finished_meta,
     reaped_end,
     utcnow,
 )
@@ -263,7 +264,7 @@ class MemoryStore:
         with self._lock:
             exp = self.get_experiment(experiment_id)
             check_finish(experiment_id, exp.status, finish, keeps=keep_commit is not None)
-            meta = {**exp.meta, "warnings": list(finish.warnings)} if finish.warnings else exp.meta
+            meta = finished_meta(exp.meta, finish)
             exp = replace(
                 exp, status=finish.status, crash_kind=finish.crash_kind, meta=meta,
                 summary=dict(finish.summary),

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from browser_helpers import ScriptedProposer, make_target
 from conftest import measured_noise_toml
+from scipy import stats
 
 from agent.core.config import load_config
 from agent.core.domain import Experiment, ExperimentStatus, Run, RunRole, RunStatus
@@ -64,6 +65,11 @@ def ok(runs: list[Run], commit: str) -> list[float]:
 
 
 def pooled_sd(runs: list[Run]) -> float | None:
+    return pooled(runs)[0]
+
+
+def pooled(runs: list[Run]) -> tuple[float | None, int]:
+    """The pooled within-commit sd of the OK runs and its degrees of freedom."""
     groups: dict[str, list[float]] = {}
     for r in runs:
         if r.status is RunStatus.OK and r.metric is not None:
@@ -71,7 +77,7 @@ def pooled_sd(runs: list[Run]) -> float | None:
     ss = sum(sum((v - statistics.fmean(g)) ** 2 for v in g) for g in groups.values()
              if len(g) > 1)
     df = sum(len(g) - 1 for g in groups.values() if len(g) > 1)
-    return math.sqrt(ss / df) if df else None
+    return (math.sqrt(ss / df) if df else None), df
 
 
 def expected(night: Night) -> dict[str, object]:
@@ -82,10 +88,10 @@ def expected(night: Night) -> dict[str, object]:
     runs = store.list_runs(sweep_id=sweep.id)
     base = next(e for e in exps if e.is_baseline)
     base_runs, best_runs = ok(runs, base.commit or ""), ok(runs, sweep.best_commit or "")
-    sd = pooled_sd(runs)
+    sd, df = pooled(runs)
     gain = statistics.fmean(base_runs) - statistics.fmean(best_runs)
-    ci = 1.96 * sd * math.sqrt(1 / len(base_runs) + 1 / len(best_runs)) if sd is not None \
-        else None
+    ci = (stats.t.ppf(0.975, df) * sd * math.sqrt(1 / len(base_runs) + 1 / len(best_runs))
+          if sd is not None else None)  # Student's t on σ̂'s degrees of freedom
     kept = [e for e in exps if e.status is ExperimentStatus.KEPT and not e.is_baseline]
     status_of = {e.id: e for e in exps}
     hours: dict[str, float] = {}

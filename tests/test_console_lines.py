@@ -13,9 +13,12 @@ def _exp(status: ExperimentStatus, reason: str | None) -> Experiment:
 
 
 @pytest.mark.parametrize("status, reason", [
-    (ExperimentStatus.KEPT, "better: mean 3.41 of 2 runs vs best 3.52, σ̂ 0.02, z 3.1"),
-    (ExperimentStatus.DISCARDED, "not better: mean 3.6 of 1 run vs best 3.52, z -1.2"),
-    (ExperimentStatus.DISCARDED, "not clearly better after 4 runs: mean 3.50 of 4 runs"),
+    (ExperimentStatus.KEPT, "better: 3.41 vs best 3.52 on 2 runs (σ̂ 0.02, 9 df): t 3.1, "
+     "p 0.0003, level 0.0004"),
+    (ExperimentStatus.DISCARDED, "not better: 3.6 vs best 3.52 on 1 run (σ̂ 0.02, 9 df): "
+     "t -1.2, p 0.87, level 0"),
+    (ExperimentStatus.DISCARDED, "not better: 3.50 vs best 3.52 on 4 runs (σ̂ 0.02, 9 df): "
+     "t 1.2, p 0.13, level 0.003"),
     (ExperimentStatus.DISCARDED, None),
 ])
 def test_a_plain_keep_or_not_better_shows_the_description_alone(

@@ -47,7 +47,7 @@ def test_the_stop_marker_is_at_the_check_that_stopped_the_run_not_its_end() -> N
     # stopped at 50 %, its process ended a little later (points up to 58 %)
     loser = curve(1.0, 7, until=0.58)
     call = check([(f, v) for f, v, _ in loser], [[(f, v) for f, v, _ in c.curve or ()]
-                                                  for c in THEIRS], 1)
+                                                  for c in THEIRS], 1, 0.001)
     assert call.stop
     svg = str(band_svg([run(9, loser, RunStatus.PRUNED, call.reason())], THEIRS))
     (mark,) = attrs(svg, "stopped")
@@ -71,9 +71,9 @@ def test_a_run_that_went_on_has_a_dot_at_each_check_and_no_marker() -> None:
 
 
 def test_the_checks_drawn_are_the_target_policy() -> None:
-    policy = PrunePolicy(checks=(0.25, 0.6), z=(5.0, 4.0))
+    policy = PrunePolicy(checks=(0.25, 0.6))
     loser = curve(1.0, 7, until=0.62)
-    call = PruneCall(True, 0.6, "behind by more than the margin", 4.0, 3.0, 0.1, 0.4)
+    call = PruneCall(True, 0.6, "clearly behind", 4.0, 3.0, 0.1, 0.0001)
     svg = str(band_svg([run(9, loser, RunStatus.PRUNED, call.reason())], THEIRS, policy=policy))
     (mark,) = attrs(svg, "stopped")
     assert mark["data-fraction"] == 0.6 and mark["cx"] == grid_x(svg)[1]
@@ -88,8 +88,8 @@ def test_a_pruned_run_whose_note_names_no_check_is_marked_at_its_end() -> None:
 
 
 def test_reason_fraction_reads_every_reason_it_writes() -> None:
-    for stop, futile in ((True, False), (False, False), (True, True)):
-        call = PruneCall(stop, 0.7, "x", 3.5, 3.1, 0.05, 0.2, futile=futile)
+    for stop in (True, False):
+        call = PruneCall(stop, 0.7, "x", 3.5, 3.1, 0.05, 0.2)
         assert reason_fraction(call.reason()) == 0.7
     assert reason_fraction(PruneCall(False, 0.3, "no progress line").reason()) is None
     assert reason_fraction(None) is None and reason_fraction("a crash") is None

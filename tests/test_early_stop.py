@@ -29,6 +29,8 @@ from agent.rules.prune import PrunePolicy, check
 from overnight.runtime import Runtime
 from runner.summary import ProgressPoint
 
+LEVEL = 0.001  # about what agent.rules.decide.stop_level gives early in a night
+
 CURVES = Path(__file__).parent / "fixtures" / "curve_target"
 # Far past any margin: under load the line timings spread the incumbent's curves on the steep
 # early part (margins of 0.29–0.37 at load 7, where 0.3 sat at the margin)
@@ -117,7 +119,7 @@ def test_a_null_and_a_crossing_change_run_to_the_end(auto_night) -> None:  # typ
     curves = [r.curve for r in base if r.curve]
     crossing = store.list_runs(experiment_id=ids[CROSSING[2]])[0]
     assert crossing.curve is not None and len(curves) >= 2
-    blind = check(loss_pairs(crossing.curve), [loss_pairs(c) for c in curves], 0)
+    blind = check(loss_pairs(crossing.curve), [loss_pairs(c) for c in curves], 0, LEVEL)
     assert blind.stop, blind
     assert crossing.metric is not None
     assert crossing.metric < min(r.metric for r in base if r.metric is not None)
@@ -132,15 +134,15 @@ def test_a_change_whose_speed_departs_is_not_judged(auto_night) -> None:  # type
     (run,) = store.list_runs(experiment_id=slow.id)
     assert run.status is RunStatus.OK and run.curve is not None and run.curve[-1][0] > 0.9
     base = [r.curve for r in store.list_runs(experiment_id=1) if r.curve]
-    ref = Reference(tuple(base), "hyperparameter", sweep.config.budget_s)
+    ref = Reference(tuple(base), "hyperparameter", sweep.config.budget_s, LEVEL, 0.3)
     early = EarlyStop(ref, threading.Event())
     at = min(run.curve, key=lambda p: abs(p[0] - 0.3))
     ratio = early.speed_ratio(at[0], int(at[2]))
     assert ratio is not None and ratio == pytest.approx(0.5, abs=0.1)
     # As far behind as the losing change: only its speed kept it from being stopped.
-    assert check(loss_pairs(run.curve), [loss_pairs(c) for c in base], 0).stop
-    assert not check(loss_pairs(run.curve), [loss_pairs(c) for c in base], 0,
-                     speed_ratio=ratio).stop
+    assert check(loss_pairs(run.curve), [loss_pairs(c) for c in base], 0, LEVEL).stop
+    assert not check(loss_pairs(run.curve), [loss_pairs(c) for c in base], 0, LEVEL,
+                     speed_off=True).stop
 
 
 def test_each_run_is_listed_by_the_api_and_results_json(auto_night) -> None:  # type: ignore[no-untyped-def]
@@ -322,38 +324,22 @@ def _fed(early: EarlyStop, shift: float) -> EarlyStop:
     return early
 
 
-def test_futility_is_asked_on_a_change_first_run_when_the_policy_sets_it() -> None:
-    """A run a little behind (inside the stop's margin, outside futility's) is stopped as "not
-    better" on the change's first run only, and only when the policy turns futility on."""
+def test_a_run_a_little_behind_goes_on_and_one_clearly_behind_is_stopped() -> None:
+    """The stop is the keep rule's test mirrored: a run a little behind is not clearly worse."""
     base = tuple(_curve(0.0, s) for s in range(4))
-    on = PrunePolicy(futile_z=(1.0, 1.0, 1.0))
-    hopeless = _fed(EarlyStop(Reference(base, "hyperparameter", 10.0, on), threading.Event()),
-                    0.06)
-    assert hopeless.call is not None and hopeless.call.futile and hopeless.stop.is_set()
-    assert hopeless.call.reason().startswith("not better: stopped at 30 % of the budget")
-    later = _fed(EarlyStop(Reference(base, "hyperparameter", 10.0, on, run_index=1),
-                           threading.Event()), 0.06)
-    assert later.call is None and len(later.calls) == 3  # judged, never stopped
-    off = _fed(EarlyStop(Reference(base, "hyperparameter", 10.0), threading.Event()), 0.06)
-    assert off.call is None and not off.stop.is_set()
-    behind = _fed(EarlyStop(Reference(base, "hyperparameter", 10.0), threading.Event()), 0.5)
-    assert behind.call is not None and not behind.call.futile  # clearly behind: the stop
+    little = _fed(EarlyStop(Reference(base, "hyperparameter", 10.0, LEVEL, 0.3),
+                            threading.Event()), 0.01)
+    assert little.call is None and not little.stop.is_set() and len(little.calls) == 3
+    behind = _fed(EarlyStop(Reference(base, "hyperparameter", 10.0, LEVEL, 0.3),
+                            threading.Event()), 0.5)
+    assert behind.call is not None and behind.stop.is_set()
 
 
-def test_the_keep_rule_s_futility_is_its_own_key_half_way_by_default() -> None:
-    """The keep rule's futility is a key of its own, not brought by the early stop: half-way
-    by default (with the incumbent's fresh run after a keep it costs no ≥ 3σ gains on a
-    machine whose load shifts, docs/keep-rule.md); a target turns it off by name."""
-    from agent.core.config import TargetConfig, parse_config
+def test_the_keys_of_the_earlier_rule_are_refused_with_what_replaced_them() -> None:
+    from agent.core.config import parse_config
     from agent.core.errors import ConfigError
-    from agent.rules.prune import AUTO_FUTILITY
-    from agent.rules.verdict import Rule
 
-    auto = TargetConfig(command="python t.py", editable=("t.py",), metric="m", prune="auto")
-    off = TargetConfig(command="python t.py", editable=("t.py",), metric="m", prune="off")
-    assert Rule.of(auto).futility == Rule.of(off).futility == AUTO_FUTILITY == 0.5
-    flat = auto.model_copy(update={"futility": 0.0})
-    assert Rule.of(flat).futility == 0.0
     table = {"command": "python t.py", "editable": ["t.py"], "metric": "m", "budget_s": 10}
-    with pytest.raises(ConfigError, match="futility"):
-        parse_config({**table, "futility": 1.5})
+    for key, value in (("futility", 0.5), ("keep_z", 1.75), ("discard_z", 0.6)):
+        with pytest.raises(ConfigError, match=f"{key}: no longer settings.*fdr"):
+            parse_config({**table, key: value})

@@ -1,10 +1,11 @@
-"""The evidence behind a sweep's results: each experiment's mean ± 95 % CI, n and P(better), which
-of its runs ran beside which incumbent runs and why a run was suspect (the keep rule's notes:
-its throughput, the reference, the source), the sweep's σ̂, the smallest effect it can detect,
-the improvement ± CI and an honest statement.
+"""The evidence behind a sweep's results: each experiment's mean ± 95 % CI and n, its P(better) as
+the keep rule decided it, which of its runs ran beside which incumbent runs and why a run was
+suspect (the keep rule's notes), the sweep's σ̂, the smallest effect it can detect, the
+improvement ± CI and an honest statement.
 
-Pure: stdlib, the domain, config and noise only. Computed from the run records, so it moves
-as the incumbent is re-measured.
+Pure: stdlib, the domain, config and the rules. Means and σ̂ are computed from the run records,
+so they move as the incumbent is re-measured; P(better) and whether a keep passed the test are
+the keep rule's own numbers, recorded with its verdict (meta["test"]), never computed again.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field, replace
 from agent.analysis.folds import appended
 from agent.core.config import Direction, TargetConfig
 from agent.core.domain import (
+    TEST_KEY,
     Experiment,
     ExperimentStatus,
     Run,
@@ -24,11 +26,9 @@ from agent.core.domain import (
     RunStatus,
     Sweep,
 )
-from agent.rules.noise import ci95, group_squares, mean, p_better, pooled_of, sample_sd, z_score
-
-# P(better) of a keep at the default keep threshold (z = keep_z = 1.75): 0.96, derived, not
-# restated, so a new default moves every "supported keep" with it
-SUPPORTED_P = round(p_better(TargetConfig.model_fields["keep_z"].default), 2)
+from agent.rules import fdr
+from agent.rules.decide import share
+from agent.rules.noise import ci95, group_squares, mean, pooled_of, sample_sd, t_quantile
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,7 @@ class ExperimentEvidence:
     mean: float | None
     sd: float | None
     ci: float | None  # half-width of the 95 % interval of the mean (with σ̂)
-    p_better: float | None  # vs the runs of the commit it was built on
+    p_better: float | None  # the keep rule's, as it decided (None: not decided on a test)
     runs: tuple[float, ...]
     pairs: tuple[tuple[int, int], ...] = ()  # (its run, the incumbent run beside it)
     suspect: tuple[tuple[int, str], ...] = ()  # (its run off the usual conditions, the note)
@@ -51,11 +51,11 @@ class ExperimentEvidence:
 class SweepEvidence:
     sigma: float | None  # pooled within-commit standard deviation of the sweep's runs
     df: int
-    detectable: float | None  # the true gain kept half the time after two runs
+    detectable: float | None  # the true gain kept half the time by the last look, now
     improvement: float | None  # baseline mean − best mean, better = positive
     improvement_ci: float | None
     kept: int  # kept changes (baseline excluded)
-    supported: int  # of those, kept with P(better) ≥ SUPPORTED_P
+    supported: int  # of those, kept by the test (the others: on one run, noise unmeasured)
     experiments: Mapping[int, ExperimentEvidence] = field(default_factory=dict)
     load_checked: bool | None = None  # some run reported its throughput (None: no runs yet)
     load_shifts: int = 0  # runs the keep rule placed in other machine conditions (suspect)
@@ -63,15 +63,15 @@ class SweepEvidence:
     def statement(self) -> str:
         """One honest line for the morning: how many keeps the noise supports."""
         sigma = f"σ̂ = {self.sigma:.3g}" if self.sigma is not None else "σ̂ not measured"
+        weak = self.kept - self.supported
         if self.supported:
-            weak = self.kept - self.supported
-            more = f"; {weak} more kept on weaker evidence" if weak else ""
+            more = (f"; {weak} more kept on one run each, the noise not measured" if weak
+                    else "")
             plural = "s" if self.supported > 1 else ""
-            return (
-                f"{self.supported} change{plural} kept with P ≥ {SUPPORTED_P:.2f} ({sigma}){more}"
-            )
+            return f"{self.supported} change{plural} kept by the test ({sigma}){more}"
         if self.kept:
-            return f"{self.kept} change(s) kept, none with P ≥ {SUPPORTED_P:.2f} ({sigma})"
+            return (f"{self.kept} change(s) kept on one run each: the noise was not measured "
+                    "(identical repeats), so no keep is a tested claim")
         return f"nothing beat the noise ({sigma})"
 
 
@@ -103,6 +103,8 @@ class EvidenceFold:
         self.baseline: tuple[int, str] | None = None  # the first baseline: id, commit
         self.commit_of: dict[int, str] = {}  # kept experiments and baselines → their commit
         self.kept: list[int] = []  # kept changes (not the baseline)
+        self.tests: dict[int, dict[str, float]] = {}  # the keep rule's test, per experiment
+        self.ledger: list[tuple[float, bool, object, int]] = []  # (p, kept, finished, id)
         self.run_exp: dict[int, int] = {}  # a change's run → its experiment
         self.marked: dict[int, list[Run]] = {}  # per experiment: runs paired or with a note
         self.speeds: tuple[int, int] = (0, 0)  # (ended runs with a metric, of them with a speed)
@@ -119,6 +121,7 @@ class EvidenceFold:
         out.based_on = dict(self.based_on)  # lists replaced before adding (agent.analysis.folds)
         out.pos, out.multi = dict(self.pos), dict(self.multi)
         out.baseline, out.kept, out.changed = self.baseline, list(self.kept), set(self.changed)
+        out.tests, out.ledger = dict(self.tests), list(self.ledger)
         out.commit_of = dict(self.commit_of)
         out.run_exp, out.marked = dict(self.run_exp), dict(self.marked)
         out.speeds, out.suspects = self.speeds, self.suspects
@@ -162,6 +165,12 @@ class EvidenceFold:
             self.baseline = (e.id, e.commit or "")
         if e.status is ExperimentStatus.KEPT and not e.is_baseline:
             self.kept.append(e.id)
+        test = e.meta.get(TEST_KEY)
+        if isinstance(test, dict):
+            self.tests[e.id] = test
+            if test.get("p") is not None:
+                self.ledger.append((float(test["p"]), e.status is ExperimentStatus.KEPT,
+                                    e.finished_at, e.id))
         if e.commit and (e.is_baseline or e.status is ExperimentStatus.KEPT):
             self.commit_of[e.id] = e.commit
         self.changed.add(e.id)
@@ -185,9 +194,11 @@ class EvidenceFold:
             per = PerExperiment(bases, self.by_exp, self.by_commit, sigma,
                                 1.0 if sweep.direction is Direction.MINIMIZE else -1.0,
                                 self._carried(sigma, open_experiments), self.marked,
-                                self.commit_of)
+                                self.commit_of, self.tests, df)
             self.last, self.changed = per, set()
-        ev = _sweep_evidence(sweep, per, baseline, self.by_commit, self.kept, df)
+        order = sorted(self.ledger, key=lambda t: (t[2] is None, str(t[2]), t[3]))
+        level = fdr.level([(p, k) for p, k, _, _ in order], config.fdr) * last_share(config)
+        ev = _sweep_evidence(sweep, per, baseline, self.by_commit, self.kept, df, level)
         seen, fast = self.speeds
         return replace(ev, load_checked=bool(fast) if seen else None,
                        load_shifts=self.suspects)
@@ -213,9 +224,14 @@ class EvidenceFold:
         return {k: v for k, v in last.done.items() if k not in gone}
 
 
+def last_share(config: TargetConfig) -> float:
+    """The share of a test's level its last look spends (agent.rules.decide's spending)."""
+    return share(config.max_runs, config.max_runs)
+
+
 def _sweep_evidence(sweep: Sweep, per: PerExperiment, baseline: tuple[int, str] | None,
-                    by_commit: Mapping[str, list[float]], kept: list[int], df: int
-                    ) -> SweepEvidence:
+                    by_commit: Mapping[str, list[float]], kept: list[int], df: int,
+                    level: float) -> SweepEvidence:
     sigma, sign = per.sigma, per.sign
     base_runs = by_commit.get(baseline[1], []) if baseline else []
     best_runs = by_commit.get(sweep.best_commit or "", [])
@@ -226,14 +242,14 @@ def _sweep_evidence(sweep: Sweep, per: PerExperiment, baseline: tuple[int, str] 
             ci = (
                 0.0
                 if baseline and baseline[1] == (sweep.best_commit or "")
-                else (1.96 * sigma * math.sqrt(1 / len(base_runs) + 1 / len(best_runs)))
+                else (t_quantile(0.025, df or None) * sigma
+                      * math.sqrt(1 / len(base_runs) + 1 / len(best_runs)))
             )
-    if sigma is not None and best_runs:
-        detectable = sweep.config.keep_z * sigma * math.sqrt(0.5 + 1 / len(best_runs)) + \
-            sweep.min_delta
-    supported = sum(
-        1 for i in kept if (per[i].p_better or 0.0) >= SUPPORTED_P and per[i].n >= 2
-    )
+    if sigma is not None and best_runs and level > 0:
+        looks = sweep.config.max_runs
+        detectable = t_quantile(level, df or None) * sigma * math.sqrt(
+            1 / looks + 1 / len(best_runs)) + sweep.min_delta
+    supported = sum(1 for i in kept if per.passed(i))
     return SweepEvidence(sigma, df, detectable, improvement, ci, len(kept), supported, per)
 
 
@@ -246,25 +262,30 @@ class PerExperiment(Mapping[int, ExperimentEvidence]):
                  by_commit: Mapping[str, list[float]], sigma: float | None, sign: float,
                  done: dict[int, ExperimentEvidence] | None = None,
                  marked: Mapping[int, list[Run]] | None = None,
-                 commit_of: Mapping[int, str] | None = None) -> None:
+                 commit_of: Mapping[int, str] | None = None,
+                 tests: Mapping[int, Mapping[str, float]] | None = None, df: int = 0) -> None:
         self._bases, self._by_exp, self._by_commit = bases, by_exp, by_commit
         self._marked = marked or {}
         self._commit_of = commit_of or {}
-        self.sigma, self.sign = sigma, sign
+        self._tests = tests or {}
+        self.sigma, self.sign, self.df = sigma, sign, df
         self.done: dict[int, ExperimentEvidence] = done or {}
 
     def __getitem__(self, key: int) -> ExperimentEvidence:
         hit = self.done.get(key)
         if hit is None:
-            base = self._bases[key]
             own = self._by_exp.get(key, [])
-            hit = _one(own, self._by_commit.get(base, []) if base is not None else [],
-                       self.sigma, self.sign, self._marked.get(key, []))
+            hit = _one(own, self.sigma, self.df, self._marked.get(key, []),
+                       self._tests.get(key, {}).get("p_better"))
             whole = self._by_commit.get(self._commit_of.get(key, ""), [])
             if len(whole) > len(own):
                 hit = replace(hit, reruns=len(whole) - len(own), commit_mean=mean(whole))
             self.done[key] = hit
         return hit
+
+    def passed(self, key: int) -> bool:
+        """Whether the keep rule's test kept it (its p-value within its level)."""
+        return self._tests.get(key, {}).get("p") is not None
 
     def __iter__(self) -> Iterator[int]:
         return iter(self._bases)
@@ -273,25 +294,13 @@ class PerExperiment(Mapping[int, ExperimentEvidence]):
         return len(self._bases)
 
 
-def _one(
-    values: list[float], base: list[float], sigma: float | None, sign: float,
-    marked: Sequence[Run] = (),
-) -> ExperimentEvidence:
-    m = mean(values)
-    p = None
-    if m is not None and base and sigma is not None:
-        gain = sign * (mean(base) - m)  # type: ignore[operator]
-        p = p_better(z_score(gain, sigma, len(values), len(base)))
+def _one(values: list[float], sigma: float | None, df: int, marked: Sequence[Run] = (),
+         p_better: float | None = None) -> ExperimentEvidence:
+    """One experiment's runs: mean ± 95 % CI (σ̂ of the sweep on its degrees of freedom), with
+    the keep rule's P(better) as recorded."""
     pairs = tuple((r.pair_run_id, r.id) for r in marked if r.pair_run_id)
     suspect = tuple((r.id, r.note or "") for r in marked
                     if r.status is RunStatus.SUSPECT and not r.pair_run_id)
-    beside = [r.metric for r in marked if r.pair_run_id and r.metric is not None]
-    paired = mean(beside)
-    if pairs and paired is not None and m is not None and sigma is not None:
-        # compared in the same conditions: P(better) against the incumbent runs beside it
-        p = p_better(z_score(sign * (paired - m), sigma, len(values), len(beside)))
-    elif pairs or suspect:  # decided in the machine's conditions: its own reason says how
-        p = None
     return ExperimentEvidence(
-        len(values), m, sample_sd(values), ci95(values, sigma), p, tuple(values), pairs, suspect
-    )
+        len(values), mean(values), sample_sd(values), ci95(values, sigma, df), p_better,
+        tuple(values), pairs, suspect)

@@ -17,7 +17,7 @@ from dataclasses import replace
 from datetime import datetime
 
 from agent.analysis.ablation import Attribution
-from agent.analysis.evidence import SUPPORTED_P, SweepEvidence, sweep_evidence
+from agent.analysis.evidence import SweepEvidence, sweep_evidence
 from agent.analysis.insights import sections
 from agent.analysis.insights_fold import digest
 from agent.analysis.morning_model import (
@@ -33,6 +33,7 @@ from agent.analysis.morning_next import next_steps
 from agent.core.diff import diff_stats, parse
 from agent.core.domain import (
     RAN_STATUSES,
+    TEST_KEY,
     Experiment,
     ExperimentStatus,
     Run,
@@ -111,7 +112,7 @@ def kept_change(e: Experiment, ev: SweepEvidence) -> KeptChange:
         mean=one.mean if one else e.metric, ci=one.ci if one else None, n=one.n if one else 0,
         p_better=p, delta=e.delta, added=added, removed=removed, files=files,
         proposer=e.proposer, reason=e.reason or "",
-        supported=p is not None and p >= SUPPORTED_P and one is not None and one.n >= 2)
+        supported=isinstance(e.meta.get(TEST_KEY), dict) and "p" in e.meta[TEST_KEY])
 
 
 def crash_groups(exps: Sequence[Experiment]) -> list[CrashGroup]:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import math
 
 from agent.analysis.ablation import Attribution
-from agent.analysis.evidence import SUPPORTED_P
 from agent.analysis.morning_model import Cost, CrashGroup, KeptChange, Report
 from agent.analysis.morning_scale import confirmation_markdown, holdout_markdown
 
@@ -105,8 +104,9 @@ def _kept(r: Report) -> str:
     lines += [f"| # | change | {r.headline.metric} (mean ± 95 %) | n | Δ vs the best before | "
               "P(better) | diff |", "| --- | --- | --- | --- | --- | --- | --- |"]
     lines += [_kept_row(k) for k in r.kept]
-    lines += ["", "P(better) is against the runs of the commit each change was built on; "
-              f"✓ marks a keep with P ≥ {SUPPORTED_P:.2f} on two or more runs."]
+    lines += ["", "P(better) is the keep rule's, against the runs of the commit each change was "
+              "built on; ✓ marks a keep the test made at the night's false-discovery level (the "
+              "others were kept on one run, the noise not measured)."]
     return "\n".join(lines)
 
 

@@ -28,7 +28,7 @@ class Headline:
     improvement_ci: float | None
     relative: float | None  # improvement / |baseline|
     kept: int
-    supported: int  # kept with P(better) ≥ SUPPORTED_P
+    supported: int  # kept by the test (the others: one run each, the noise not measured)
     sigma: float | None
     statement: str  # evidence's honest line
     set_aside: int = 0  # runs marked suspect (they measured the machine): in no mean

@@ -358,7 +358,7 @@ def validation_message(exc: ValidationError, source: str = "") -> str:
 
 def parse_config(data: dict[str, Any], source: str = CONFIG_FILE) -> TargetConfig:
     """Validate a [target] table (already unwrapped) and return the config."""
-    unknown = sorted(set(data) - set(TargetConfig.model_fields))
+    unknown = sorted(set(data) - set(TargetConfig.model_fields) - REMOVED_KEYS)
     if unknown:
         raise ConfigError(f"{source}: unknown key(s) {', '.join(unknown)} in [target]")
     for key in _REQUIRED:

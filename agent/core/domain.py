@@ -9,6 +9,7 @@ store (`check_started`, `check_finish`).
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from typing import Any
@@ -356,9 +357,25 @@ class Finish:
     run_ended_at: datetime | None = None
     warnings: tuple[str, ...] = ()  # contract problems (budget ignored or overshot), kept in meta
     crash_cause: str | None = None  # classification's fine cause, recorded once
+    # the keep rule's test as decided (p-value, level, P(better), σ̂, df, n), kept in meta
+    test: Mapping[str, Any] | None = None
 
 
 # The fields of a Finish that every store records on the experiment as they are (the status,
 # crash kind, summary, warnings and the run's start are written by each store's own rule).
 FINISH_AS_IS = tuple(f.name for f in fields(Finish) if f.name not in {
-    "status", "crash_kind", "summary", "warnings", "run_started_at"})
+    "status", "crash_kind", "summary", "warnings", "run_started_at", "test"})
+
+
+TEST_KEY = "test"  # where a finished experiment's meta keeps the keep rule's test
+
+
+def finished_meta(meta: Mapping[str, Any] | None, finish: Finish) -> dict[str, Any]:
+    """An experiment's meta once finished: with the contract warnings and the keep rule's test
+    (every store writes it so)."""
+    out = dict(meta or {})
+    if finish.warnings:
+        out["warnings"] = list(finish.warnings)
+    if finish.test:
+        out[TEST_KEY] = dict(finish.test)
+    return out

@@ -38,6 +38,7 @@ from agent.engine.early_stop import (
     judged,
     reference,
 )
+from agent.engine.gather import GOOD, ledger, sweep_speed_noise
 from agent.engine.salvage import (
     CHECKPOINT_ENV,
     EVAL_LOG_SUFFIX,
@@ -46,6 +47,7 @@ from agent.engine.salvage import (
     merged,
     salvageable,
 )
+from agent.rules.decide import Rule, stop_level, tolerance
 from agent.rules.holdout import redact, redact_bytes, seal_summary
 from agent.rules.throughput import ProgressMeter, speed
 from runner.process import resolve_command
@@ -301,11 +303,14 @@ class TrainingRuns:
         runs = (self.store.list_runs(experiment_id=now.best_experiment_id)
                 if now.best_commit == base and now.best_experiment_id is not None
                 else self.store.list_runs(sweep_id=sweep.id))
-        k = sum(r.experiment_id == exp.id for r in self.store.list_runs(experiment_id=exp.id))
         policy = sweep.config.prune_policy.policy()
         earlier = earlier_curves(self.store, sweep.id, base, policy.pool_earlier)
-        return EarlyStop(reference(exp, runs, spec.seed, base, sweep.config.budget_s, k,
-                                   policy=policy, earlier=earlier), run_stop)
+        rule = Rule.of(sweep.config)
+        level = stop_level(ledger(self.store, sweep.id), rule)
+        speed = tolerance(rule, sweep_speed_noise(
+            [r for r in self.store.run_metrics(sweep.id) if r.status in GOOD]))
+        return EarlyStop(reference(exp, runs, spec.seed, base, sweep.config.budget_s, level,
+                                   speed, policy=policy, earlier=earlier), run_stop)
 
     def evaluate_again(self, exp: Experiment, config: TargetConfig, wt: Path,
                        first: RunResult, env: dict[str, str],

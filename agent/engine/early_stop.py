@@ -7,10 +7,10 @@ this stops a live run. Guaranteed: only a change's own runs (screen, confirm) of
 incumbent's curves are read once, before the run starts, so the line callback never waits on
 the store; the spread also pools the curves of the sweep's earlier incumbents (the policy's
 `pool_earlier` latest kept commits before the current one: `earlier_curves`), so a new
-incumbent with its 2 runs judges its first challengers; futility (agent.rules.prune.futile:
-off unless the policy sets `futile_z`) is asked on a change's first runs where `check` lets
-the run go on; a stop sets the run's own stop event (the runner then ends its process tree)
-and leaves the experiment's stop event alone (a stop asked by a person stays a cancel).
+incumbent with its 2 runs judges its first challengers; the bar is the keep rule's
+(agent.rules.decide.stop_level, from the night's tests before the run starts); a stop sets the
+run's own stop event (the runner then ends its process tree) and leaves the experiment's stop
+event alone (a stop asked by a person stays a cancel).
 """
 
 from __future__ import annotations
@@ -34,7 +34,8 @@ from agent.core.domain import (
 )
 from agent.core.ports import Store
 from agent.rules.categories import category_of
-from agent.rules.prune import PruneCall, PrunePolicy, check, futile, next_check
+from agent.rules.conditions import agrees
+from agent.rules.prune import PruneCall, PrunePolicy, check, next_check
 from runner.summary import ProgressPoint
 
 logger = logging.getLogger(__name__)
@@ -105,8 +106,9 @@ class Reference:
     curves: tuple[CurvePoints, ...]  # the incumbent's runs', same seed first
     category: str | None
     budget_s: float
+    level: float  # the keep rule's bar for "clearly worse" (agent.rules.decide.stop_level)
+    tolerance: float  # the keep rule's speed tolerance: a run off it is not judged
     policy: PrunePolicy = field(default_factory=PrunePolicy)
-    run_index: int = 0  # how many runs of the change came before this one (futility: the first)
     # the earlier incumbents' curves, one group per commit, newest first (the spread pools them)
     earlier: tuple[tuple[CurvePoints, ...], ...] = ()
 
@@ -120,7 +122,8 @@ def judged(sweep: Sweep, exp: Experiment, spec: RunSpec, incumbent_commit: str |
 
 
 def reference(exp: Experiment, runs: Sequence[Run], seed: int, incumbent_commit: str | None,
-              budget_s: float, run_index: int = 0, *, policy: PrunePolicy | None = None,
+              budget_s: float, level: float, tolerance: float, *,
+              policy: PrunePolicy | None = None,
               earlier: Sequence[Sequence[CurvePoints]] = ()) -> Reference:
     """The incumbent's completed runs' curves (same seed first), the change's category, and
     the earlier incumbents' curves (`earlier_curves`) for the spread."""
@@ -128,7 +131,7 @@ def reference(exp: Experiment, runs: Sequence[Run], seed: int, incumbent_commit:
             and r.curve]
     mine.sort(key=lambda r: (r.seed != seed, r.id))
     return Reference(tuple(r.curve for r in mine if r.curve), category_of(exp).value, budget_s,
-                     policy=policy or PrunePolicy(), run_index=run_index,
+                     level, tolerance, policy=policy or PrunePolicy(),
                      earlier=tuple(tuple(g) for g in earlier if g))
 
 
@@ -178,13 +181,10 @@ class EarlyStop:
             return
         self.judged = index + 1
         mine, theirs = loss_pairs(self.curve.points()), [loss_pairs(c) for c in self.ref.curves]
-        cat, ratio = self.ref.category, self.speed_ratio(fraction, point.step)
-        call = check(mine, theirs, index, self.ref.policy, category=cat, speed_ratio=ratio,
-                     earlier=self.earlier)
-        if not call.stop and self.ref.run_index < self.ref.policy.futile_runs:
-            hopeless = futile(mine, theirs, index, self.ref.policy, category=cat,
-                              speed_ratio=ratio, earlier=self.earlier)
-            call = hopeless if hopeless.stop else call
+        ratio = self.speed_ratio(fraction, point.step)
+        off = ratio is not None and not agrees(ratio, 1.0, self.ref.tolerance)
+        call = check(mine, theirs, index, self.ref.level, self.ref.policy,
+                     category=self.ref.category, speed_off=off, earlier=self.earlier)
         self.calls.append(call)
         logger.info("early-stop check %d: %s", index, call.reason())
         if call.stop:

@@ -1,9 +1,9 @@
 """What the keep rule sees of a sweep, read from the store, and its flags written back.
 
 The change's good runs and its incumbent's (the runs of the commit it was built on, those
-started beside it included) as agent.rules.blocking Samples; the other commits' non-suspect
-runs as σ̂'s prior; after the verdict, each run's status (ok or suspect) and the rule's note
-on how it was placed. Talks to the Store port only.
+started beside it included) as agent.rules.conditions Samples; the other commits' OK runs as
+σ̂'s prior; the night's earlier tests (the FDR ledger); after the verdict, each run's status
+(ok or suspect) and the rule's note on how it was placed. Talks to the Store port only.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from agent.core.domain import Experiment, Run, RunRole, RunStatus
+from agent.core.domain import TEST_KEY, Experiment, ExperimentStatus, Run, RunRole, RunStatus
 from agent.core.ports import Store
 from agent.rules.conditions import Sample
 from agent.rules.decide import Verdict
@@ -32,10 +32,12 @@ class Seen:
     best: list[Run]  # its incumbent's (none for a baseline)
     others: tuple[float, int]  # squares() of the other commits' ok runs
     speed_noise: float | None  # noise.speed_noise of the sweep's good runs
+    started: frozenset[int]  # seeds the incumbent's runs started with, finished or not
 
 
 def gather(store: Store, sweep_id: int, exp: Experiment, head: str, commit: str) -> Seen:
-    runs = [r for r in store.run_metrics(sweep_id) if r.metric is not None]
+    every = store.run_metrics(sweep_id)
+    runs = [r for r in every if r.metric is not None]
     good = [r for r in runs if r.status in GOOD]
     mine = [r for r in good if r.experiment_id == exp.id and r.role is not RunRole.INCUMBENT]
     best = [] if exp.is_baseline else [r for r in good if r.commit == head]
@@ -43,7 +45,18 @@ def gather(store: Store, sweep_id: int, exp: Experiment, head: str, commit: str)
     for r in runs:
         if r.status is RunStatus.OK and r.commit not in (head, commit):
             groups.setdefault(r.commit, []).append(r.metric)  # type: ignore[arg-type]
-    return Seen(mine, best, squares(list(groups.values())), sweep_speed_noise(good))
+    started = frozenset(r.seed for r in every if r.commit == head and r.seed is not None)
+    return Seen(mine, best, squares(list(groups.values())), sweep_speed_noise(good), started)
+
+
+def ledger(store: Store, sweep_id: int) -> tuple[tuple[float, bool], ...]:
+    """The night's tests so far, (p-value, kept), in the order they were decided."""
+    done = [e for e in store.list_experiments(sweep_id, [ExperimentStatus.KEPT,
+                                                         ExperimentStatus.DISCARDED])
+            if isinstance(e.meta.get(TEST_KEY), dict) and e.meta[TEST_KEY].get("p") is not None]
+    done.sort(key=lambda e: (e.finished_at is None, e.finished_at, e.id))
+    return tuple((float(e.meta[TEST_KEY]["p"]), e.status is ExperimentStatus.KEPT)
+                 for e in done)
 
 
 def sweep_speed_noise(runs: Sequence[Run]) -> float | None:

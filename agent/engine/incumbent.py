@@ -1,15 +1,13 @@
 """The best commit measured again now and then, beside a change when the keep rule asks, and the
 lock a sweep's decisions take turns on.
 
-A keep is decided on few runs, so the recorded best is noisy, and a change kept on its own 2
-runs is measured by the runs that won it the keep (the winner's curse): a slot runs the best
-commit again before its own change while the best has fewer than 3 runs, and once every
-`incumbent_every` decided proposals (its runs beside changes count). The best becomes the
-mean of its runs in its usual machine conditions (a re-run whose throughput says the machine
-was in another condition is marked suspect and left out of that mean; agent.rules.blocking).
-When the keep rule asks for it, the commit a change was built on runs beside the change's
-latest run, with the seed the rule names, in the same slot (same device): the same-window
-pair. Slots of one process each have their own Loop; the per-sweep
+Every `incumbent_every` decided proposals a slot runs the best commit again before its own change
+(agent.rules.decide.incumbent_due: the runs beside changes count), so the reference follows a
+machine that drifts. The recorded best is the mean of the best commit's runs in its usual
+machine condition (agent.rules.conditions.best_of, the keep rule's own definition); a run of it
+in another condition is marked suspect. When the keep rule asks, the commit a change was built on
+runs beside the change's latest run, with the seed the rule names, in the same slot (same
+device): the same-window pair. Slots of one process each have their own Loop; the per-sweep
 claim here makes slots finishing together run one re-run between them, and the decision lock
 makes reading the best, recording a keep (or a new mean) and moving the branch one step.
 """
@@ -27,9 +25,9 @@ from agent.core.ports import Repo, Store
 from agent.engine.attempt import LoopSettings, TrainingRuns
 from agent.engine.gather import GOOD, sample, sweep_speed_noise
 from agent.ops.sweeps import link_assets
-from agent.rules.conditions import conditions, usual_keys
-from agent.rules.decide import Rule, incumbent_due
-from agent.rules.noise import mean, speed_tolerance
+from agent.rules.conditions import best_of
+from agent.rules.decide import Rule, incumbent_due, next_seed, tolerance
+from agent.rules.noise import pooled_sigma
 
 _DECISION_LOCKS: dict[tuple[str, str], threading.Lock] = {}
 _DECISION_LOCKS_GUARD = threading.Lock()
@@ -50,7 +48,7 @@ _INCUMBENT_GUARD = threading.Lock()
 
 @contextmanager
 def _incumbent_claim(sweep: Sweep, decided: int, recorded: int, rule: Rule,
-                     best_runs: int) -> Iterator[bool]:
+                     measured: bool) -> Iterator[bool]:
     """Whether this slot re-runs the incumbent now (held for the re-run's length): due counting
     the re-runs recorded and those other slots have claimed (as runs of the best too). While a
     claimed re-run is also recorded it counts twice, which can only put the next re-run off,
@@ -58,7 +56,7 @@ def _incumbent_claim(sweep: Sweep, decided: int, recorded: int, rule: Rule,
     key = (sweep.target_path, sweep.branch)
     with _INCUMBENT_GUARD:
         claimed = _INCUMBENT_CLAIMS[key]
-        mine = incumbent_due(decided, recorded + claimed, rule, best_runs + claimed)
+        mine = incumbent_due(decided, recorded + claimed, rule, measured)
         if mine:
             _INCUMBENT_CLAIMS[key] += 1
     try:
@@ -78,9 +76,7 @@ class Incumbent:
 
     def remeasure(self, sweep: Sweep, exp: Experiment, head: str, stop: threading.Event) -> None:
         """Run the best commit again before a change when agent.rules.decide.incumbent_due
-        says so: right after a keep on its own 2 runs (the runs that won it the keep are no
-        fair reference), and once every `incumbent_every` proposals, so the recorded best (the
-        mean of all its runs) converges to its true value."""
+        says so (once every `incumbent_every` proposals, while the noise is measured)."""
         current = self.store.get_sweep(sweep.name)
         rule = Rule.of(current.config)
         if exp.is_baseline or current.best_commit != head or current.best_experiment_id is None:
@@ -90,13 +86,18 @@ class Incumbent:
             sweep.id, [ExperimentStatus.KEPT, ExperimentStatus.DISCARDED], is_baseline=False
         )
         done = sum(r.role is RunRole.INCUMBENT for r in runs)
-        mine = [r for r in runs if r.commit == head]
-        with _incumbent_claim(sweep, decided, done, rule, len(mine)) as due:
+        groups: dict[str, list[float]] = {}
+        for r in runs:
+            if r.status is RunStatus.OK and r.metric is not None:
+                groups.setdefault(r.commit, []).append(r.metric)
+        measured = rule.noise_sigma is not None or pooled_sigma(list(groups.values()))[0] \
+            is not None
+        with _incumbent_claim(sweep, decided, done, rule, measured) as due:
             if not due:
                 return
-            seed = rule.seed + len(mine)
-            while seed in {r.seed for r in mine}:  # a seed it ran: its luck measured twice
-                seed += 1
+            owner = current.best_experiment_id
+            seed = next_seed({r.seed for r in self.store.list_runs(experiment_id=owner)
+                              if r.commit == head}, rule)
             run = self._run(sweep, exp, head, stop, RunSpec(
                 sweep.id, current.best_experiment_id, head, seed, RunRole.INCUMBENT))
         if run.status is not RunStatus.OK or run.metric is None:
@@ -105,35 +106,25 @@ class Incumbent:
             self.record_best(sweep, head)
 
     def record_best(self, sweep: Sweep, head: str) -> None:
-        """The recorded best: the mean of the best commit's OK runs, in the conditions its keep
-        was measured in. Its own runs keep the statuses its verdict gave them (a finished
-        record is never edited); each re-run of it (role incumbent) is OK in the conditions of
-        its own OK runs, else suspect (this is the only writer of their status). With no own OK
-        run (kept on runs all in other machine conditions): the conditions with the most runs,
-        and, with none OK there either, the mean of its runs in them. Call under the decision
-        lock, after every decision: a mean over two conditions would mean neither."""
+        """The recorded best: the keep rule's value of the best commit (agent.rules.conditions.
+        best_of: the mean of its good runs in its usual machine condition). Each re-run of it
+        (role incumbent) is OK in that condition, else suspect (this is the only writer of
+        their status; its own runs keep what its verdict gave them: a finished record is never
+        edited). Call under the decision lock, after every decision."""
         current = self.store.get_sweep(sweep.name)
         if current.best_commit != head or current.best_experiment_id is None:
             return
         runs = self.store.run_metrics(sweep.id)
         good = [r for r in runs if r.commit == head and r.status in GOOD and r.metric is not None]
+        if not good:
+            return
         rule = Rule.of(current.config)
-        tol = rule.throughput_tolerance or speed_tolerance(
-            sweep_speed_noise([r for r in runs if r.status in GOOD]))
-        keys = conditions([sample(r) for r in good], tol)
-        own = {k for r, k in zip(good, keys, strict=True)
-               if r.role is not RunRole.INCUMBENT and r.status is RunStatus.OK}
-        home = own or set(usual_keys(keys).values())  # no own OK run: the most runs'
-        for r, k in zip(good, keys, strict=True):
-            if r.role is not RunRole.INCUMBENT:
-                continue
-            want = RunStatus.OK if k in home else RunStatus.SUSPECT
-            if r.status is not want:
+        tol = tolerance(rule, sweep_speed_noise([r for r in runs if r.status in GOOD]))
+        best, off = best_of([sample(r) for r in good], tol)
+        for r, o in zip(good, off, strict=True):
+            want = RunStatus.SUSPECT if o else RunStatus.OK
+            if r.role is RunRole.INCUMBENT and r.status is not want:
                 self.store.set_run_status(r.id, want)
-        best = mean([r.metric or 0.0 for r, k in zip(good, keys, strict=True)
-                     if (k in home if r.role is RunRole.INCUMBENT else r.status is RunStatus.OK)])
-        if best is None:  # nothing OK yet: its runs in those conditions, suspect as they are
-            best = mean([r.metric or 0.0 for r, k in zip(good, keys, strict=True) if k in home])
         if best is not None and best != current.best_metric:
             self.store.set_best(sweep.id, current.best_experiment_id, best, head,
                                 baseline=current.best_experiment_id == self._baseline_id(sweep))
@@ -146,8 +137,7 @@ class Incumbent:
         finished (a kill, a crash) is not run again; the next free one is."""
         owner = self._experiment_of(sweep, head)
         started = {r.seed for r in self.store.list_runs(experiment_id=owner) if r.commit == head}
-        while seed in started:
-            seed += 1
+        seed = next_seed(started, Rule.of(sweep.config), prefer=seed)
         spec = RunSpec(sweep.id, owner, head, seed, RunRole.INCUMBENT, pair_run_id=pair_of)
         return self._run(sweep, exp, head, stop, spec)
 

@@ -39,7 +39,7 @@ from agent.core.errors import (
 )
 from agent.core.ports import Proposer, Repo, Runner, Store
 from agent.engine.attempt import EventFn, LoopSettings, TrainingRuns, emit_to
-from agent.engine.gather import gather, sample, write_flags
+from agent.engine.gather import gather, ledger, sample, write_flags
 from agent.engine.incumbent import Incumbent, decision_lock
 from agent.engine.recovery import baseline_pause, requeue_once
 from agent.engine.salvage import training_finished
@@ -49,14 +49,8 @@ from agent.ops.admission import admit, queue, reject
 from agent.ops.sweeps import link_assets, proposal_context
 from agent.rules.admit import check_changes
 from agent.rules.classify import CrashFacts
-from agent.rules.decide import (
-    Evidence,
-    Rule,
-    RunFailure,
-    Verdict,
-    contract_warnings,
-    decide,
-)
+from agent.rules.contract import contract_warnings
+from agent.rules.decide import Evidence, Rule, RunFailure, Verdict, decide
 from agent.rules.repeats import baseline_warnings
 from runner.result import Outcome, RunResult
 
@@ -72,6 +66,16 @@ def _refused_by_git(changes: list[PathChange], config: TargetConfig) -> str | No
     except AdmissionError as exc:
         return f"refused after applying: {exc.message}"
     return None
+
+
+def _test_record(verdict: Verdict) -> dict[str, float | int] | None:
+    """The keep rule's numbers as decided, for the record (meta[TEST_KEY]): the one place every
+    screen reads P(better), the level and σ̂ from."""
+    if verdict.p_better is None and verdict.sigma is None:
+        return None
+    got = {"p": verdict.p_value, "level": verdict.level, "p_better": verdict.p_better,
+           "sigma": verdict.sigma, "df": verdict.df, "n": verdict.n}
+    return {k: v for k, v in got.items() if v is not None}
 
 
 class Loop:
@@ -335,6 +339,8 @@ class Loop:
             failed=failed,
             head_moved=moved,
             conflict=self.repo.check_applies(now_head, exp.diff) if moved else None,
+            tests=() if exp.is_baseline else ledger(self.store, sweep.id),
+            started_seeds=seen.started,
         )
         return evidence, now_head, seen.mine, seen.best
 
@@ -369,13 +375,14 @@ class Loop:
                 baseline_warnings([sample(r) for r in mine], sweep.config.metric)
                 if exp.is_baseline else ()),
             crash_cause=verdict.crash_cause,
+            test=_test_record(verdict),
         )
         if not verdict.keep:
             return self._finish(exp, finish)
         # The DB learns first: a kill before the branch moves is repaired from the DB on start.
         done = self._finish(exp, finish, keep_commit=commit)
-        # the recorded best is the mean of the commit's OK runs (agent.engine.incumbent), not
-        # the verdict's estimate of the change in the incumbent's usual terms
+        # the recorded best is the keep rule's value of the new best's runs (agent.engine.
+        # incumbent), which its later runs move; the verdict's value stays on the experiment
         self.incumbent.record_best(sweep, commit)
         if not exp.is_baseline:
             self.writes.hold(lambda: self.repo.advance_branch(sweep.branch, commit, head),

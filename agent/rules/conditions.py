@@ -126,8 +126,8 @@ def place(runs: Sequence[Sample], best: Sequence[Sample], tolerance: float) -> P
     keys = conditions(best, tolerance)
     mine = {r.run_id for r in runs if r.run_id}
     pair = {b.pair_of: (b, k) for b, k in zip(best, keys, strict=True) if b.pair_of in mine}
-    ratios = [r.throughput / pair[r.run_id][0].throughput for r in runs
-              if r.run_id in pair and r.throughput and pair[r.run_id][0].throughput]
+    ratios = [x for r in runs if r.run_id in pair
+              and (x := _ratio(r, pair[r.run_id][0])) is not None]
     ratio = median(ratios) if ratios else 1.0
     confirmed = agrees(ratio, 1.0, tolerance) or sum(
         agrees(x, ratio, tolerance) for x in ratios) >= 2
@@ -144,12 +144,25 @@ def place(runs: Sequence[Sample], best: Sequence[Sample], tolerance: float) -> P
         placed.append(key)
         notes.append(note)
     home = usual(keys)
-    notes = [n or ("" if k in (None, home) else "in another machine condition (its speed "
-                   "says so): compared with the incumbent's runs there")
-             for k, n in zip(placed, notes, strict=True)]
+    level = _level(speeds.get(home, [])) if home is not None else None
+    notes = [n or ("" if k in (None, home) else _elsewhere(r, level))
+             for r, k, n in zip(runs, placed, notes, strict=True)]
     last = runs[-1] if runs else None
     pending = last is not None and placed[-1] is None and last.run_id not in pair
     return Placement(tuple(placed), tuple(notes), pending, confirmed, len(pair))
+
+
+def _elsewhere(r: Sample, usual_speed: float | None) -> str:
+    """The note of a run placed in another machine condition than the usual one."""
+    speed = "speed unknown" if r.throughput is None else f"{r.throughput:.4g}/s"
+    usual = f" against the incumbent's usual {usual_speed:.4g}/s" if usual_speed else ""
+    return (f"{speed}{usual}: the machine ran in another condition; compared with the "
+            "incumbent's runs there")
+
+
+def _ratio(r: Sample, b: Sample) -> float | None:
+    """A change run's speed over the incumbent run's beside it (None: either unknown)."""
+    return r.throughput / b.throughput if r.throughput and b.throughput else None
 
 
 def _one(r: Sample, paired: tuple[Sample, Key] | None, ratio: float, confirmed: bool,
@@ -158,8 +171,7 @@ def _one(r: Sample, paired: tuple[Sample, Key] | None, ratio: float, confirmed: 
     """One change run's condition and, when it is not plain, why."""
     if paired is not None:
         b, key = paired
-        if r.throughput and b.throughput and not agrees(r.throughput / b.throughput, ratio,
-                                                        tolerance):
+        if not agrees(_ratio(r, b), ratio, tolerance):
             return None, (f"left out: its speed over the incumbent's beside it (run "
                           f"{b.run_id}) differs from the change's other pairs: the machine "
                           "moved between them")
@@ -168,9 +180,9 @@ def _one(r: Sample, paired: tuple[Sample, Key] | None, ratio: float, confirmed: 
         return latest.get(r.device), ""
     if confirmed:
         near = {k: v for k, v in speeds.items() if k in (home, latest.get(r.device))}
-        key = _nearest(r.throughput / ratio, r.device, near, tolerance)
-        if key is not None:
-            return key, ""
+        found = _nearest(r.throughput / ratio, r.device, near, tolerance)
+        if found is not None:
+            return found, ""
     return None, (f"{r.throughput:.4g}/s matches no condition the incumbent ran in"
                   + ("" if confirmed else " (the change's own speed is not confirmed yet)")
                   + ": the incumbent runs beside it")

@@ -23,14 +23,14 @@ more than min_delta.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field, replace
 
 from agent.core.config import Direction, TargetConfig
 from agent.core.domain import CrashKind, ExperimentStatus
 from agent.rules import fdr
 from agent.rules.classify import CrashFacts, classify
-from agent.rules.conditions import Placement, Sample, best_of, conditions, place, usual
+from agent.rules.conditions import Key, Placement, Sample, best_of, conditions, place, usual
 from agent.rules.noise import mean, pooled_of, speed_tolerance, squares, t_score, t_sf
 
 SEQUENTIAL, STRICT = "sequential", "strict"
@@ -143,8 +143,7 @@ def is_improvement(metric: float | None, best: float | None, direction: Directio
     return metric > best + min_delta
 
 
-def next_seed(used: set[int | None] | frozenset[int], rule: Rule, prefer: int | None = None
-              ) -> int:
+def next_seed(used: Collection[int | None], rule: Rule, prefer: int | None = None) -> int:
     """The one seed picker: `prefer` (the seed of the change's run an incumbent run goes
     beside) unless a run already started with it, else the smallest seed from rule.seed on
     that none did (a seed run twice measures its luck twice)."""
@@ -177,10 +176,10 @@ def incumbent_due(decided: int, incumbent_runs: int, rule: Rule,
 def stop_level(tests: Sequence[tuple[float, bool]], rule: Rule) -> float:
     """The early stop's bar (agent.rules.prune): the level a keep on one run would need, which
     a run must fail in the other direction (clearly worse) to be stopped."""
-    return fdr.level(tests, rule.fdr) * _share(2, rule.max_runs)
+    return fdr.level(tests, rule.fdr) * share(2, rule.max_runs)
 
 
-def _share(k: int, looks: int) -> float:
+def share(k: int, looks: int) -> float:
     """The share of the test's level spent at look k of `looks`: none at the first (one run
     can be a loss spike or a heavy tail the model does not describe), then (j/J)³ spent by
     look j + 1 of the J = looks − 1 that can keep."""
@@ -243,12 +242,14 @@ def _strict(ev: Evidence, rule: Rule) -> Verdict:
     base = Verdict(None, metric=m, n=n, suspect=(False,) * n)
     text = f"{m:.6g}" + (f" (mean of {n} runs)" if n > 1 else "") + f" vs best {best}"
     if not is_improvement(m, best, rule.direction, rule.min_delta):
-        return replace(base, status=ExperimentStatus.DISCARDED, reason=f"{NOT_BETTER}: {text}")
+        return replace(base, status=ExperimentStatus.DISCARDED,
+                       reason=f"{NOT_BETTER} (strict): {text}")
     if n < 1 + rule.confirm_runs:
         return replace(base, seed=next_seed({r.seed for r in ev.runs}, rule))
     if ev.head_moved:
         return _stale(ev, base)
-    return replace(base, status=ExperimentStatus.KEPT, reason=f"better: {text}", keep=True)
+    return replace(base, status=ExperimentStatus.KEPT, reason=f"better (strict): {text}",
+                   keep=True)
 
 
 @dataclass(frozen=True)
@@ -262,7 +263,7 @@ class Comparison:
 
 
 def compare(runs: Sequence[Sample], best: Sequence[Sample], pl: Placement,
-            keys: Sequence[object], others: tuple[float, int], rule: Rule, tol: float
+            keys: Sequence[Key], others: tuple[float, int], rule: Rule, tol: float
             ) -> Comparison | None:
     """The change against its incumbent within conditions (the module docstring's model);
     None when none of its runs is placed."""
@@ -278,8 +279,8 @@ def compare(runs: Sequence[Sample], best: Sequence[Sample], pl: Placement,
         groups.append(mine)
     if not weight:
         return None
-    for key in dict.fromkeys(keys):  # the incumbent's runs per condition
-        groups.append([b.metric for b, k in zip(best, keys, strict=True) if k == key])
+    for home in dict.fromkeys(keys):  # the incumbent's runs per condition
+        groups.append([b.metric for b, k in zip(best, keys, strict=True) if k == home])
     sigma, df = (rule.noise_sigma, 0) if rule.noise_sigma else pooled_of([squares(groups)],
                                                                         others)
     value = best_of(best, tol)[0]
@@ -335,8 +336,9 @@ def _pending(ev: Evidence, rule: Rule, pl: Placement, base: Verdict) -> Verdict:
 
 def _single(ev: Evidence, rule: Rule, got: Comparison, base: Verdict) -> Verdict:
     """No σ̂: the single comparison, better by more than min_delta."""
-    why = ("the noise is not measured (its repeats are identical: does the script ignore "
-           "OVERNIGHT_SEED?)" if len(ev.best) >= 2 else "the noise is not measured")
+    why = ("the noise is not measured (the baseline's repeats were identical: does the script "
+           "ignore OVERNIGHT_SEED?)" if rule.baseline_runs >= 2 else
+           "the noise is not measured (baseline_runs = 1)")
     text = f"{base.metric:.6g} vs best {got.best:.6g} on one run; {why}"
     if got.gain - rule.min_delta <= 0:
         return replace(base, status=ExperimentStatus.DISCARDED, reason=f"{NOT_BETTER}: {text}")
@@ -345,18 +347,18 @@ def _single(ev: Evidence, rule: Rule, got: Comparison, base: Verdict) -> Verdict
     return replace(base, status=ExperimentStatus.KEPT, reason=f"better: {text}", keep=True)
 
 
-def _test(ev: Evidence, rule: Rule, pl: Placement, keys: Sequence[object], got: Comparison,
+def _test(ev: Evidence, rule: Rule, pl: Placement, keys: Sequence[Key], got: Comparison,
           base: Verdict) -> Verdict:
     """Look k of the sequential test: discard, balance the latest condition, keep, or run
     again."""
     assert got.se is not None
     k, K = min(len(ev.runs), rule.max_runs), rule.max_runs
-    share = _share(k, K)
-    level = fdr.level(ev.tests, rule.fdr) * share
+    spent = share(k, K)
+    level = fdr.level(ev.tests, rule.fdr) * spent
     t = t_score(got.gain - rule.min_delta, got.se)
     p = t_sf(t, got.df or None)
     base = replace(base, p_better=1.0 - t_sf(t_score(got.gain, got.se), got.df or None),
-                   p_value=min(1.0, p / share) if share else 1.0, level=level)
+                   p_value=min(1.0, p / spent) if spent else 1.0, level=level)
     text = (f"{base.metric:.6g} vs best {got.best:.6g} on {got.n} run{'s' if got.n > 1 else ''}"
             f" (σ̂ {got.sigma:.3g}, {got.df or '∞'} df): t {t:.2f}, p {p:.2g}, level {level:.2g}")
     if t < rule.discard_below * k:
@@ -378,7 +380,7 @@ def _test(ev: Evidence, rule: Rule, pl: Placement, keys: Sequence[object], got: 
     return replace(base, seed=next_seed({r.seed for r in ev.runs}, rule), reason=text)
 
 
-def _unbalanced(ev: Evidence, pl: Placement, keys: Sequence[object]) -> bool:
+def _unbalanced(ev: Evidence, pl: Placement, keys: Sequence[Key]) -> bool:
     """The change's latest run has no pair and its condition holds fewer incumbent runs than
     change runs (equal numbers halve the standard error most for the runs spent)."""
     key, last = pl.keys[-1], ev.runs[-1]

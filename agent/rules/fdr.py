@@ -22,7 +22,7 @@ _GAMMA_SCALE, _GAMMA_POWER = 0.4374901658, 1.6  # γ_j = 0.4375 j^-1.6: Σγ = 1
 
 
 def _gamma(j: int) -> float:
-    return _GAMMA_SCALE / (j + 1) ** _GAMMA_POWER  # j counts from 0
+    return float(_GAMMA_SCALE / (j + 1) ** _GAMMA_POWER)  # j counts from 0
 
 
 def level(tests: Sequence[tuple[float, bool]], fdr: float) -> float:
@@ -41,8 +41,7 @@ def level(tests: Sequence[tuple[float, bool]], fdr: float) -> float:
         for k in keeps:
             k[1] += candidate
         if kept:
-            keys = [selected, 0]
-            keeps.append(keys)
+            keeps.append([selected, 0])
     alpha = w0 * _gamma(selected - candidates)
     for i, (at, after) in enumerate(keeps):
         alpha += (per_keep - w0 if i == 0 else per_keep) * _gamma(selected - at - after)

@@ -110,7 +110,7 @@ def check(challenger: Curve, incumbents: Sequence[Curve], index: int, level: flo
     if loss is None:
         return PruneCall(False, fraction, "no progress line near this point")
     here = _column(incumbents, fraction, policy.window)
-    groups = [here, *(_column(g, fraction, policy.window) for g in earlier)]
+    groups = [here, *(_column(g, fraction, policy.window) for g in earlier[:policy.pool_earlier])]
     sd, df = pooled_of([squares([g]) for g in groups])
     if not here or sd is None:
         return PruneCall(False, fraction, "the incumbent's curves show no spread here yet")

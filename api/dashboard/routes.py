@@ -31,7 +31,7 @@ from api.deps import TOKEN_COOKIE, ServicesDep, safe_next, token_matches
 from api.docs import MAX_ID, ExperimentId
 
 from . import views
-from ._deps import PageAuth, ReadAuth, ReadsDep, ServiceDep
+from ._deps import LoginRequired, PageAuth, ReadAuth, ReadsDep, ServiceDep
 from .window import parse_window
 
 logger = logging.getLogger(__name__)
@@ -112,6 +112,16 @@ def static(name: str) -> Response:
 @router.get("/ui/login", response_class=HTMLResponse)
 def login_form(next: str = "/") -> HTMLResponse:
     return render("login.html", next=safe_next(next))
+
+
+def login_required(_request: Request, exc: Exception) -> HTMLResponse:
+    """A page without a valid token: 401 with the login form, which returns to the page."""
+    assert isinstance(exc, LoginRequired)
+    page = render("login.html", next=safe_next(exc.next_path), error=exc.error)
+    page.status_code = 401
+    page.headers["WWW-Authenticate"] = "Bearer"
+    page.headers["Cache-Control"] = "no-store"
+    return page
 
 
 @router.post("/login")

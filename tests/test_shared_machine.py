@@ -26,8 +26,8 @@ from typing import Any
 
 import httpx
 import pytest
+from service_fixtures import TOKEN, ServerProcess, knob_diff, make_counting_target, wait_for
 from starlette.routing import Mount
-from service_fixtures import AUTH, TOKEN, ServerProcess, knob_diff, make_counting_target, wait_for
 
 from api.settings import Settings
 from overnight.runtime import service_app

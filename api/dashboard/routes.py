@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import parse_qs
 
-from fastapi import APIRouter, HTTPException, Query, Request
+from fastapi import APIRouter, FastAPI, HTTPException, Query, Request
 from fastapi.responses import (
     FileResponse,
     HTMLResponse,
@@ -252,3 +252,10 @@ def experiment_log(reads: Reads, exp_id: ExperimentId) -> Response:
 
 router.include_router(pages)
 router.include_router(json)
+
+
+def install(app: FastAPI) -> None:
+    """Add the dashboard to `app`: its routes, and the login form as the answer to a page
+    asked for without the token."""
+    app.include_router(router)
+    app.add_exception_handler(LoginRequired, login_required)

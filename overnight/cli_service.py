@@ -45,7 +45,7 @@ logger = logging.getLogger(__name__)
 @app.command()
 def serve(
     db: DbOpt = None,
-    host: Annotated[str, typer.Option(help="address to bind (non-loopback needs auth)")]
+    host: Annotated[str, typer.Option(help="address to bind (non-loopback refuses --no-auth)")]
     = "127.0.0.1",
     port: Annotated[int, typer.Option(min=0, max=65535, help="port (0: any free port)")] = 8000,
     slots: SlotsOpt = None,

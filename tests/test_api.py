@@ -281,6 +281,24 @@ def test_open_reads_on_loopback(tmp_path: Path) -> None:
         assert r.status_code == 401  # writes still need the token
 
 
+def test_the_start_up_warning_names_who_reads_without_the_token(tmp_path: Path) -> None:
+    def warning(**values: object) -> str | None:
+        return Settings.build(db_path=tmp_path / "o.db", **values).open_access_warning(8123)
+
+    assert warning(token=TOKEN) is None  # the default: the token guards every read
+    assert warning(token=TOKEN, host="0.0.0.0") is None
+    mine = warning(token=TOKEN, read_auth=False)
+    assert mine is not None and mine.startswith("reads are open (--open-reads): every user of "
+                                                "this machine (anyone who can connect to "
+                                                "127.0.0.1:8123) can read every sweep")
+    assert "writes and MCP still need the token" in mine
+    network = warning(token=TOKEN, read_auth=False, host="0.0.0.0")
+    assert network is not None and "anyone who can reach 0.0.0.0:8123 over the network" in network
+    off = warning(auth=False)
+    assert off is not None and off.startswith("auth is off (--no-auth): every user of this")
+    assert "queue code that runs as this service's user" in off
+
+
 def test_reads_need_token_when_exposed(tmp_path: Path) -> None:
     with _client(tmp_path, signed_in=False, host="0.0.0.0") as c:
         assert c.get("/experiments").status_code == 401

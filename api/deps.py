@@ -1,9 +1,9 @@
 """The service's collaborators (`Services`) and the FastAPI dependency aliases routes use.
 
 `ServicesDep` gives a route the Services; `WriteAuth` requires the bearer token (mutating
-routes); `ReadAuth` requires it only when reads are protected (non-loopback bind, or settings
-say so) and also accepts the `overnight_token` cookie set by the dashboard's login form
-(`POST /login`; the token never travels in a URL). `safe_next` keeps login redirects on-site.
+routes); `ReadAuth` requires it too unless reads were opened (`Settings.read_auth`), and also
+accepts the `overnight_token` cookie set by the dashboard's login form (`POST /login`; the
+token never travels in a URL). `safe_next` keeps login redirects on-site.
 """
 
 from __future__ import annotations
@@ -29,6 +29,9 @@ from db.reads import Reads
 from db.store import SqlStore
 
 TOKEN_COOKIE = "overnight_token"
+# Where a client finds the token; no path in it (a refusal must not describe the machine).
+TOKEN_HINT = ("`overnight token` shows it on the machine that runs the server (with the "
+              "server's --db), as does the file `overnight serve` printed at start")
 
 
 class Runtime(Protocol):
@@ -115,8 +118,7 @@ async def require_write(request: Request, services: ServicesDep) -> None:
         return
     given = _bearer(request)
     if given is None:
-        raise _unauthorized("this route needs 'Authorization: Bearer <token>' (the token is "
-                            "in the file printed by `overnight serve`)")
+        raise _unauthorized(f"this route needs 'Authorization: Bearer <token>'; {TOKEN_HINT}")
     if not token_matches(settings, given):
         raise _unauthorized("invalid token")
 
@@ -127,8 +129,9 @@ def require_read(request: Request, services: ServicesDep) -> None:
         return
     given = _bearer(request) or request.cookies.get(TOKEN_COOKIE)
     if given is None:
-        raise _unauthorized("this server requires a token for every route: send "
-                            "'Authorization: Bearer <token>' or sign in at /ui/login")
+        raise _unauthorized("this server needs its token for every route but /health: send "
+                            "'Authorization: Bearer <token>' or sign in at /ui/login; "
+                            + TOKEN_HINT)
     if not token_matches(settings, given):
         raise _unauthorized("invalid token")
 

@@ -77,7 +77,7 @@ def install_openapi(app: FastAPI) -> None:
 
 # Answered by every route: the host guard, validation, the database.
 COMMON = errors(400, 422, 503)
-READ = errors(401)  # reads need the token off loopback
+READ = errors(401)  # reads need the token too (unless the server opened them)
 WRITE = errors(401, 413)
 
 ExperimentId = Annotated[int, Path(ge=1, le=MAX_ID, description="experiment id")]

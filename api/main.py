@@ -6,7 +6,8 @@ routes, the dashboard, error handlers, the body limit and the MCP mount.
 
 Contract other parts rely on:
 - `app.state.services` is an `api.deps.Services` (settings + runtime).
-- The dashboard (`api.dashboard.routes.router`, HTML under `/` and `/ui`) is included.
+- The dashboard (`api.dashboard.routes.install`: HTML under `/` and `/ui`) is included; a page
+  asked for without the token answers 401 with its login form.
 - `api.mcp.http.mount_mcp(app, services)` mounts MCP's streamable HTTP under `/mcp`; the
   context manager it returns is entered for the life of the app (the lifespan).
 
@@ -81,7 +82,7 @@ def create_app(settings: Settings, runtime: Runtime, *,
                        allowed=trusted_hosts(settings.host, settings.allowed_hosts))
     for module in (system, sweeps, experiments):
         app.include_router(module.router)
-    app.include_router(dashboard_routes.router)
+    dashboard_routes.install(app)
     install_openapi(app)
     extra_lifespans.append(mount_mcp(app, services))
     mount_docs(app)

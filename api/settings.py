@@ -41,7 +41,7 @@ class Settings(BaseModel):
     slots: int = Field(1, ge=0, le=64)  # 0: API only, nothing runs (tests, read replicas)
     token: str | None = None
     auth: bool = True
-    read_auth: bool | None = None  # None: reads need the token only off loopback
+    read_auth: bool = True  # False: anyone who can connect reads everything (writes: token)
     max_body_bytes: int = Field(MAX_BODY_BYTES, gt=0)
     work_dir: Path | None = None
     poll_interval_s: float = Field(1.0, gt=0)
@@ -102,9 +102,26 @@ class Settings(BaseModel):
 
     @property
     def reads_need_token(self) -> bool:
+        """Every route but /health, the login form and static files needs the token: on
+        loopback too, since every user of the machine can connect to loopback."""
+        return self.auth and self.read_auth
+
+    def open_access_warning(self, port: int | None = None) -> str | None:
+        """Who can read (and write) without the token, and what; None when the token guards
+        every read."""
+        if self.reads_need_token:
+            return None
+        where = f"{self.host}:{self.port if port is None else port}"
+        who = (f"every user of this machine (anyone who can connect to {where})"
+               if is_loopback(self.host) else
+               f"anyone who can reach {where} over the network")
+        what = ("every sweep, experiment, diff, log, report and best file, over the REST API "
+                "and the dashboard, without the token")
         if not self.auth:
-            return False
-        return self.read_auth if self.read_auth is not None else not is_loopback(self.host)
+            return (f"auth is off (--no-auth): {who} can read {what}, and queue code that "
+                    "runs as this service's user")
+        return (f"reads are open (--open-reads): {who} can read {what}; writes and MCP still "
+                "need the token")
 
 
 def token_file(db: DbLocation | Path | str, work_dir: Path | None = None) -> Path:

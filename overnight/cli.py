@@ -44,7 +44,9 @@ from overnight.cli_common import (
     executor_options,
     executor_slots,
     fail,
+    own_command,
     runtime_for,
+    token_command,
 )
 from overnight.cli_foreground import run_foreground
 from overnight.cli_results import print_results, print_summary
@@ -183,7 +185,8 @@ def demo(
         console.print(f"\nservice overhead between runs: median {statistics.median(gaps):.3f}s")
     console.print(
         f"\nsee it in the dashboard: {own_command()} serve --db {where}  then open "
-        "http://127.0.0.1:8000/", soft_wrap=True,
+        f"http://127.0.0.1:8000/ and sign in with the token that {token_command(where)} "
+        "prints", soft_wrap=True,
     )
     from agent.analysis.evidence import sweep_evidence
 
@@ -201,15 +204,6 @@ def demo_legend(sweep: Sweep, budget: float, shifts: int) -> str:
             "against the incumbent's runs, on σ̂ (the run-to-run noise of seed and machine), "
             f"passes the night's level, which holds false keeps to {sweep.config.fdr:.0%} of "
             f"all keeps{load}.")
-
-
-def own_command() -> str:
-    """`overnight` when it is on PATH, else the path of this one (e.g. .venv/bin/overnight)."""
-    here = Path(sys.executable).parent / "overnight"
-    on_path = shutil.which("overnight")
-    if on_path and Path(on_path).resolve() == here.resolve():
-        return "overnight"
-    return str(here) if here.exists() else "overnight"
 
 
 def _overheads(reads: Reads, sweep: Sweep) -> list[float]:

@@ -1,10 +1,14 @@
 """What every command module shares: the typer app, the --db option, the consoles, `fail`,
-and one Runtime per database per process."""
+one Runtime per database per process, and the private umask every command but `init` and
+`adopt` runs under."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
+import shlex
+import shutil
 import sys
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
@@ -14,6 +18,7 @@ from rich.console import Console
 from rich.markup import escape
 from sqlalchemy.exc import OperationalError
 
+from agent.core.private import owner_only
 from db.location import DbLocation, DbLocationError
 from overnight.environment import default_db, environment
 from overnight.runtime import Runtime
@@ -27,6 +32,18 @@ app = typer.Typer(
 # Piped output is read by people too: wide enough that tables do not fold into strips.
 console = Console(width=None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 200)
 err = Console(stderr=True, soft_wrap=True)  # error lines stay whole for grep
+# Commands that write the user's own project files, with the user's umask.
+YOUR_FILES = frozenset({"init", "adopt"})
+
+
+@app.callback()
+def _private_files(ctx: typer.Context) -> None:
+    # What a command (and every run it starts) creates is its user's only: the database, the
+    # token, logs, worktrees, commits in a target's .git, reports. Restored when it ends.
+    if ctx.invoked_subcommand not in YOUR_FILES:
+        stack = contextlib.ExitStack()
+        stack.enter_context(owner_only())
+        ctx.call_on_close(stack.close)
 
 DbOpt = Annotated[
     str | None,
@@ -142,6 +159,26 @@ def runtime_for(db: str | DbLocation | None, work_dir: Path | None = None) -> Ru
 @functools.cache
 def _runtime(where: DbLocation, work_dir: Path) -> Runtime:
     return Runtime(where, work_dir=work_dir)
+
+
+def own_command() -> str:
+    """`overnight` when it is on PATH, else the path of this one (e.g. .venv/bin/overnight)."""
+    here = Path(sys.executable).parent / "overnight"
+    on_path = shutil.which("overnight")
+    if on_path and Path(on_path).resolve() == here.resolve():
+        return "overnight"
+    return str(here) if here.exists() else "overnight"
+
+
+def token_command(where: DbLocation, work_dir: Path | None = None) -> str:
+    """The command that prints this database's token (`overnight token`, with --db unless it
+    is the default one, and --work-dir when one was given)."""
+    args = [own_command(), "token"]
+    if where != default_db():
+        args += ["--db", str(where)]
+    if work_dir is not None:
+        args += ["--work-dir", str(work_dir)]
+    return shlex.join(args)
 
 
 def fail(message: str) -> NoReturn:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
+from rich.markup import escape
 
 from db.location import DbLocation
 from overnight import notifications
@@ -25,9 +26,11 @@ from overnight.cli_common import (
     app,
     console,
     db_location,
+    err,
     executor_options,
     executor_slots,
     fail,
+    token_command,
     work_dir_of,
 )
 from overnight.environment import environment
@@ -42,7 +45,7 @@ logger = logging.getLogger(__name__)
 @app.command()
 def serve(
     db: DbOpt = None,
-    host: Annotated[str, typer.Option(help="address to bind (non-loopback needs auth)")]
+    host: Annotated[str, typer.Option(help="address to bind (non-loopback refuses --no-auth)")]
     = "127.0.0.1",
     port: Annotated[int, typer.Option(min=0, max=65535, help="port (0: any free port)")] = 8000,
     slots: SlotsOpt = None,
@@ -62,7 +65,12 @@ def serve(
         "$OVERNIGHT_ALLOWED_HOSTS). Loopback names and --host are always accepted")] = None,
     heartbeat: Annotated[float, typer.Option(hidden=True, help="seconds between SSE "
                                              "heartbeats on a silent log stream")] = 15.0,
-    no_auth: Annotated[bool, typer.Option("--no-auth", help="no token at all (loopback only)")]
+    no_auth: Annotated[bool, typer.Option("--no-auth", help="no token at all (loopback only): "
+                                          "every user of this machine can read and write")]
+    = False,
+    open_reads: Annotated[bool, typer.Option(
+        "--open-reads", help="reads without the token: everyone who can connect (every user "
+        "of this machine on loopback) reads every sweep, diff and log; writes still need it")]
     = False,
     poll: Annotated[float, typer.Option(help="seconds between idle slot checks")] = 1.0,
     log_level: Annotated[str, typer.Option(help="uvicorn/app log level")] = "info",
@@ -94,11 +102,12 @@ def serve(
         fail("--token VALUE would show the token to every user of this machine (ps, shell "
              f"history); put it in a file (mode 0600) and give --token-file PATH, or set "
              f"{TOKEN_ENV}")
-    secret = None if no_auth else _token(where, work, token_file)
+    secret, shown_by = (None, "") if no_auth else _token(where, work, work_dir, token_file)
     runs_on = executor_options(executor, ray_address, ray_gpus, ray_cpus, ray_resource)
     slots, found = (0, ()) if no_engine else executor_slots(slots, devices, runs_on)
     settings = Settings.build(db_path=where, work_dir=work, host=host, port=port, slots=slots,
-                              devices=found, token=secret, auth=not no_auth, poll_interval_s=poll,
+                              devices=found, token=secret, auth=not no_auth,
+                              read_auth=not open_reads, poll_interval_s=poll,
                               allowed_hosts=_allowed_hosts(allowed_host),
                               sse_heartbeat_s=heartbeat, run_scheduler=not no_engine,
                               retention=retention, **runs_on)
@@ -120,6 +129,12 @@ def serve(
     console.print(f"overnight serve: db {where}, {engine}, auth "
                   f"{'off' if no_auth else 'on'}, listening on http://{url_host}:{bound}/",
                   soft_wrap=True)
+    warning = settings.open_access_warning(bound)
+    if warning is not None:
+        console.print(f"[yellow]warning:[/yellow] {escape(warning)}", soft_wrap=True)
+    sign_in = (f" (sign in with the token: {shown_by})" if settings.reads_need_token
+               else " (open: no sign-in)")
+    console.print(f"dashboard: http://{url_host}:{bound}/{escape(sign_in)}", soft_wrap=True)
     sys.stdout.flush()
     config = uvicorn.Config(service_app(settings, lock=lock, notify=notifying), host=host,
                             port=bound, workers=1,
@@ -152,8 +167,10 @@ def _allowed_hosts(given: list[str] | None) -> tuple[str, ...]:
     return tuple(h.strip() for v in given for h in v.split(",") if h.strip())
 
 
-def _token(db: DbLocation, work_dir: Path, token_file: Path | None) -> str:
-    """--token-file, else $OVERNIGHT_TOKEN, else the file beside the database (made once)."""
+def _token(db: DbLocation, work_dir: Path, given_work_dir: Path | None,
+           token_file: Path | None) -> tuple[str, str]:
+    """--token-file, else $OVERNIGHT_TOKEN, else the file beside the database (made once);
+    and how its user reads it (a command or a file, never the token itself)."""
     from api.settings import TOKEN_ENV, ensure_token
 
     if token_file is not None:
@@ -163,16 +180,41 @@ def _token(db: DbLocation, work_dir: Path, token_file: Path | None) -> str:
             fail(f"--token-file {token_file}: cannot read it: {exc}")
         if not value:
             fail(f"--token-file {token_file} is empty")
-        console.print(f"token read from {token_file}")
-        return value
+        console.print(f"token read from {token_file}", soft_wrap=True)
+        return value, f"the file {token_file}"
     from_env = environment().token
     if from_env is not None:
         console.print(f"token from ${TOKEN_ENV}")
-        return from_env.get_secret_value()
+        return from_env.get_secret_value(), f"${TOKEN_ENV}"
     value, path, created = ensure_token(db, work_dir)
-    console.print(f"token {'created in' if created else 'read from'} {path} "
-                  "(send it as 'Authorization: Bearer <token>')")
-    return value
+    shown_by = f"{token_command(db, given_work_dir)} prints it, or read {path}"
+    console.print(f"token {'created in' if created else 'read from'} {path}: "
+                  f"{token_command(db, given_work_dir)} prints it (send it as "
+                  "'Authorization: Bearer <token>', or paste it into the dashboard's login form)",
+                  soft_wrap=True, markup=False)
+    return value, shown_by
+
+
+@app.command("token")
+def token_cmd(db: DbOpt = None, work_dir: WorkDirOpt = None) -> None:
+    """Print the token `overnight serve` uses for this database (created on first use): for
+    the dashboard's login form or 'Authorization: Bearer <token>'."""
+    from api.settings import TOKEN_ENV, ensure_token
+
+    where = db_location(db)
+    from_env = environment().token
+    if from_env is not None:
+        err.print(f"from ${TOKEN_ENV} (which `overnight serve` uses before the file)")
+        sys.stdout.write(from_env.get_secret_value() + "\n")
+        return
+    try:
+        value, path, created = ensure_token(where, work_dir_of(where, work_dir))
+    except OSError as exc:
+        fail(f"cannot read or create the token of {where}: {exc}")
+    if created:
+        err.print(f"created {path} (mode 0600); `overnight serve` on {where} uses it",
+                  markup=False)
+    sys.stdout.write(value + "\n")
 
 
 def _bind(host: str, port: int) -> socket.socket:

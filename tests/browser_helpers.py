@@ -290,7 +290,6 @@ def make_app(db: Path | str, token: str | None = None, work_dir: Path | None = N
         db_path=db,
         auth=token is not None,
         token=token,
-        read_auth=True if token else None,
         slots=0,
         run_scheduler=False,
         allowed_hosts=("testserver",),  # TestClient's Host

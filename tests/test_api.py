@@ -21,11 +21,13 @@ from db.models import ExperimentRow
 from overnight.runtime import service_app
 
 
-def _client(tmp_path: Path, **overrides: object) -> TestClient:
+def _client(tmp_path: Path, *, signed_in: bool = True, **overrides: object) -> TestClient:
+    """The app in a TestClient; `signed_in`: it sends the token with every request (as the
+    owner's clients do), else only where a test adds it."""
     values: dict[str, object] = {"db_path": tmp_path / "db" / "o.db", "token": TOKEN,
                                  "run_scheduler": False, "allowed_hosts": ("testserver",)}
     values.update(overrides)
-    return TestClient(service_app(Settings.build(**values)))
+    return TestClient(service_app(Settings.build(**values)), headers=AUTH if signed_in else None)
 
 
 @pytest.fixture
@@ -257,19 +259,48 @@ def test_pause_resume_stop(client: TestClient, target: Path) -> None:
     assert r.status_code == 409  # nothing would run it
 
 
-def test_auth_on_loopback(client: TestClient, target: Path) -> None:
-    r = client.post("/sweeps", json={"name": "s1", "target": str(target)})
-    assert r.status_code == 401 and _code(r) == "unauthorized"
-    assert r.headers["www-authenticate"] == "Bearer"
-    r = client.post("/sweeps", json={"name": "s1", "target": str(target)},
-                    headers={"Authorization": "Bearer wrong-token-000000000"})
-    assert r.status_code == 401
-    assert client.get("/sweeps").status_code == 200  # reads are open on loopback
-    assert client.get("/sweeps").json()["count"] == 0
+def test_auth_on_loopback(tmp_path: Path, target: Path) -> None:
+    with _client(tmp_path, signed_in=False) as client:
+        r = client.post("/sweeps", json={"name": "s1", "target": str(target)})
+        assert r.status_code == 401 and _code(r) == "unauthorized"
+        assert r.headers["www-authenticate"] == "Bearer"
+        r = client.post("/sweeps", json={"name": "s1", "target": str(target)},
+                        headers={"Authorization": "Bearer wrong-token-000000000"})
+        assert r.status_code == 401
+        r = client.get("/sweeps")  # every user of the machine can reach loopback
+        assert r.status_code == 401 and "overnight token" in r.json()["detail"]["message"]
+        assert client.get("/sweeps", headers=AUTH).json()["count"] == 0
+        assert client.get("/health").status_code == 200
+
+
+def test_open_reads_on_loopback(tmp_path: Path) -> None:
+    with _client(tmp_path, signed_in=False, read_auth=False) as client:
+        assert client.get("/sweeps").status_code == 200
+        assert client.get("/ui/").status_code == 200
+        r = client.post("/sweeps", json={"name": "s1", "target": "/x"})
+        assert r.status_code == 401  # writes still need the token
+
+
+def test_the_start_up_warning_names_who_reads_without_the_token(tmp_path: Path) -> None:
+    def warning(**values: object) -> str | None:
+        return Settings.build(db_path=tmp_path / "o.db", **values).open_access_warning(8123)
+
+    assert warning(token=TOKEN) is None  # the default: the token guards every read
+    assert warning(token=TOKEN, host="0.0.0.0") is None
+    mine = warning(token=TOKEN, read_auth=False)
+    assert mine is not None and mine.startswith("reads are open (--open-reads): every user of "
+                                                "this machine (anyone who can connect to "
+                                                "127.0.0.1:8123) can read every sweep")
+    assert "writes and MCP still need the token" in mine
+    network = warning(token=TOKEN, read_auth=False, host="0.0.0.0")
+    assert network is not None and "anyone who can reach 0.0.0.0:8123 over the network" in network
+    off = warning(auth=False)
+    assert off is not None and off.startswith("auth is off (--no-auth): every user of this")
+    assert "queue code that runs as this service's user" in off
 
 
 def test_reads_need_token_when_exposed(tmp_path: Path) -> None:
-    with _client(tmp_path, host="0.0.0.0") as c:
+    with _client(tmp_path, signed_in=False, host="0.0.0.0") as c:
         assert c.get("/experiments").status_code == 401
         assert c.get("/experiments", headers=AUTH).status_code == 200
         assert c.get("/health").status_code == 200  # liveness probes need no token
@@ -289,7 +320,7 @@ def test_reads_need_token_when_exposed(tmp_path: Path) -> None:
 
 
 def test_auth_off(tmp_path: Path, target: Path) -> None:
-    with _client(tmp_path, auth=False, token=None) as c:
+    with _client(tmp_path, signed_in=False, auth=False, token=None) as c:
         r = c.post("/sweeps", json={"name": "s1", "target": str(target), "proposer": "queue"})
         assert r.status_code == 201
 

@@ -144,7 +144,7 @@ def test_foreign_host_headers_are_refused(served: tuple[ServerProcess, Path]) ->
 
 
 def _metric(server: ServerProcess, name: str) -> float:
-    text = httpx.get(f"{server.url}/metrics", timeout=30).text
+    text = httpx.get(f"{server.url}/metrics", headers=AUTH, timeout=30).text
     line = next(x for x in text.splitlines() if x.startswith(name + " "))
     return float(line.split()[1])
 
@@ -159,7 +159,8 @@ def test_silent_followers_hold_no_thread_and_end_with_their_clients(
     try:
         for _ in range(n):
             sock = _connect(server.url)
-            sock.sendall(b"GET /experiments/1/log?follow=1 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            sock.sendall(b"GET /experiments/1/log?follow=1 HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                         + f"Authorization: Bearer {TOKEN}\r\n\r\n".encode())
             socks.append(sock)
         wait_for(lambda: _metric(server, "overnight_log_followers") == n, 60,
                  f"{n} followers to be streaming")

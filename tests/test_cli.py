@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import statistics
 import subprocess
 import sys
@@ -165,6 +166,37 @@ def test_demo_on_the_real_gpt_target(tmp_path: Path):
     # it ends with an honest statement of what the noise supports
     last = out.strip().splitlines()[-1]
     assert "kept with P ≥ 0.96" in last or "nothing beat the noise" in last or "none with" in last
+    # the dashboard line names the command that prints the token its login form asks for
+    hint = next(line for line in out.splitlines() if line.startswith("see it in the dashboard"))
+    assert f"serve --db {db}" in hint
+    (command,) = re.findall(r"sign in with the token that (.+) prints$", hint)
+    printed = subprocess.run(shlex.split(command), capture_output=True, text=True, check=True,
+                             env={k: v for k, v in os.environ.items() if k != "OVERNIGHT_TOKEN"})
+    assert printed.stdout.strip() == Path(f"{db}.token").read_text().strip()
+    # what the night wrote is its user's only: its throw-away target's history included (the
+    # template's files keep their modes)
+    git_dir = tmp_path / "demo-target" / ".git"
+    for made in (git_dir, *git_dir.rglob("*")):
+        assert made.stat().st_mode & 0o077 == 0, made
+
+
+def test_token_prints_what_serve_uses(tmp_path: Path):
+    env = {k: v for k, v in os.environ.items() if k != "OVERNIGHT_TOKEN"}
+    db = tmp_path / "home" / "o.db"
+    first = subprocess.run([OVERNIGHT, "token", "--db", str(db)], capture_output=True,
+                           text=True, env=env, check=True)
+    token = first.stdout.strip()
+    path = Path(f"{db}.token")
+    assert len(token) >= 32 and first.stdout == token + "\n"  # the token alone on stdout
+    assert f"created {path} (mode 0600)" in first.stderr
+    assert path.read_text().strip() == token and path.stat().st_mode & 0o777 == 0o600
+    again = subprocess.run([OVERNIGHT, "token", "--db", str(db)], capture_output=True,
+                           text=True, env=env, check=True)
+    assert again.stdout.strip() == token and "created" not in again.stderr
+    given = run("token", "--db", str(db), env={"OVERNIGHT_TOKEN": "from-the-env-0123456789"})
+    assert given.stdout.strip() == "from-the-env-0123456789" and "$OVERNIGHT_TOKEN" in given.stderr
+    bad = run("token", "--db", "mysql://x/y", check=False)
+    assert bad.returncode == 2 and "--db" in bad.stderr and bad.stdout == ""
 
 
 def test_kill_9_then_resume_loses_nothing_and_repeats_nothing(tmp_path: Path):

@@ -117,6 +117,35 @@ def test_overview_sweep_and_experiment_pages(filled: Filled, browser) -> None:
         page.close()
 
 
+def test_a_page_without_the_token_is_the_login_form_and_returns_to_it(filled: Filled,
+                                                                      browser) -> None:
+    """Reads need the token on loopback too: the page is the login form (401), which says how
+    to get the token; a wrong one is refused in place, the right one opens the page asked for
+    and the cookie opens the others."""
+    from playwright.sync_api import expect
+    from service_fixtures import TOKEN
+
+    with serve(make_app(filled.db, token=TOKEN)) as base:
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        answer = page.goto(base + "/ui/sweeps/night?status=kept")
+        assert answer is not None and answer.status == 401
+        expect(page.locator("h1")).to_have_text("Access token")
+        expect(page.locator("main")).to_contain_text("overnight token")
+        expect(page.locator("svg.progress")).to_have_count(0)
+        page.fill("#token", "not-the-token-0123456789")
+        page.click("button[type=submit]")
+        expect(page.get_by_role("alert")).to_contain_text("not this server's")
+        _shot(page, "login")
+        page.fill("#token", TOKEN)
+        page.click("button[type=submit]")
+        page.wait_for_url(re.compile(r"/ui/sweeps/night\?status=kept$"))
+        expect(page.locator("svg.progress")).to_be_visible()
+        answer = page.goto(base + "/")
+        assert answer is not None and answer.status == 200
+        expect(page.locator("#sweeps tbody tr", has_text="night")).to_have_count(1)
+        page.close()
+
+
 def test_time_filter_links_form_and_pager(tmp_path: Path, browser) -> None:
     """Click "last 24 h", then a status: the window stays; type a since time in the form and
     page back: every page keeps it."""

@@ -32,7 +32,8 @@ def test_serve_runs_a_sweep_to_completion_and_refuses_a_second_instance(tmp_path
             r = c.post("/experiments", json={"sweep": "night", "description": "K0 = 1",
                                               "diff": knob_diff(target, 0, 1), "priority": 9})
             assert r.status_code == 201, r.text
-            assert httpx.get(f"{server.url}/sweeps").status_code == 200  # loopback reads
+            assert httpx.get(f"{server.url}/sweeps").status_code == 401  # loopback too
+            assert c.get("/sweeps").status_code == 200  # with the token
             assert httpx.post(f"{server.url}/sweeps/night/pause").status_code == 401
 
             twin = ServerProcess(tmp_path / "o.db", log=tmp_path / "2.log")

@@ -1,13 +1,13 @@
 """The dashboard's auth and services, on top of api.deps.
 
-Pages send a browser without a valid token to the token form instead of a JSON 401; the JSON
-endpoints the pages poll use the API's ReadAuth unchanged.
+A page asked for without a valid token answers 401 with the login form in place (its `next`
+is the page), instead of the API's JSON 401; the JSON endpoints the pages poll use the API's
+ReadAuth unchanged.
 """
 
 from __future__ import annotations
 
 from typing import Annotated
-from urllib.parse import quote
 
 from fastapi import Depends, HTTPException, Request
 
@@ -18,16 +18,24 @@ from db.reads import Reads
 COOKIE_NAME = TOKEN_COOKIE
 
 
+class LoginRequired(Exception):
+    """A page asked for without a valid token; answered with the login form (routes.py)."""
+
+    def __init__(self, next_path: str, error: str | None = None) -> None:
+        super().__init__(next_path)
+        self.next_path, self.error = next_path, error
+
+
 def page_auth(request: Request, services: ServicesDep) -> None:
     try:
         require_read(request, services)
     except HTTPException as exc:
         if exc.status_code != 401:
             raise
-        target = quote(request.url.path + (f"?{request.url.query}" if request.url.query else ""))
-        raise HTTPException(
-            303, detail="sign in with the token", headers={"Location": f"/ui/login?next={target}"}
-        ) from None
+        stale = TOKEN_COOKIE in request.cookies or "authorization" in request.headers
+        target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+        raise LoginRequired(target, "That token is not this server's." if stale else None) \
+            from None
 
 
 def _reads(services: ServicesDep) -> Reads:
@@ -41,4 +49,4 @@ def _service(services: ServicesDep) -> Service:
 ReadsDep = Annotated[Reads, Depends(_reads)]
 ServiceDep = Annotated[Service, Depends(_service)]
 PageAuth = Depends(page_auth)
-__all__ = ["COOKIE_NAME", "PageAuth", "ReadAuth", "ReadsDep", "ServiceDep"]
+__all__ = ["COOKIE_NAME", "LoginRequired", "PageAuth", "ReadAuth", "ReadsDep", "ServiceDep"]

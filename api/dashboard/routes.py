@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import parse_qs
 
-from fastapi import APIRouter, HTTPException, Query, Request
+from fastapi import APIRouter, FastAPI, HTTPException, Query, Request
 from fastapi.responses import (
     FileResponse,
     HTMLResponse,
@@ -31,7 +31,7 @@ from api.deps import TOKEN_COOKIE, ServicesDep, safe_next, token_matches
 from api.docs import MAX_ID, ExperimentId
 
 from . import views
-from ._deps import PageAuth, ReadAuth, ReadsDep, ServiceDep
+from ._deps import LoginRequired, PageAuth, ReadAuth, ReadsDep, ServiceDep
 from .window import parse_window
 
 logger = logging.getLogger(__name__)
@@ -112,6 +112,16 @@ def static(name: str) -> Response:
 @router.get("/ui/login", response_class=HTMLResponse)
 def login_form(next: str = "/") -> HTMLResponse:
     return render("login.html", next=safe_next(next))
+
+
+def login_required(_request: Request, exc: Exception) -> HTMLResponse:
+    """A page without a valid token: 401 with the login form, which returns to the page."""
+    assert isinstance(exc, LoginRequired)
+    page = render("login.html", next=safe_next(exc.next_path), error=exc.error)
+    page.status_code = 401
+    page.headers["WWW-Authenticate"] = "Bearer"
+    page.headers["Cache-Control"] = "no-store"
+    return page
 
 
 @router.post("/login")
@@ -242,3 +252,10 @@ def experiment_log(reads: Reads, exp_id: ExperimentId) -> Response:
 
 router.include_router(pages)
 router.include_router(json)
+
+
+def install(app: FastAPI) -> None:
+    """Add the dashboard to `app`: its routes, and the login form as the answer to a page
+    asked for without the token."""
+    app.include_router(router)
+    app.add_exception_handler(LoginRequired, login_required)

@@ -1,7 +1,8 @@
 """MCP streamable HTTP on the service: the same agent tools as `overnight mcp`, under /mcp.
 
-Same bearer token as the API's mutating routes (MCP can queue code to run). Stateless mode:
-every request stands alone, so a restart or several clients need no session bookkeeping.
+Same bearer token as the API's mutating routes (MCP can queue code to run), also when reads
+are open. Stateless mode: every request stands alone, so a restart or several clients need no
+session bookkeeping.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from api.deps import Services, token_matches
+from api.deps import TOKEN_HINT, Services, token_matches
 from api.mcp.server import build_server
 from api.mcp.tools import AgentTools
 from api.settings import is_loopback
@@ -41,7 +42,7 @@ class BearerAuth:
             given = value.strip() if scheme.lower() == "bearer" else None
             if not token_matches(settings, given):
                 message = ("invalid token" if given else "MCP over HTTP needs 'Authorization: "
-                           "Bearer <token>' (the token printed by `overnight serve`)")
+                           f"Bearer <token>'; {TOKEN_HINT}")
                 response = JSONResponse({"detail": {"code": "unauthorized", "message": message}},
                                         status_code=401, headers={"WWW-Authenticate": "Bearer"})
                 await response(scope, receive, send)

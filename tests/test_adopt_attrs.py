@@ -77,12 +77,16 @@ def test_adopt_doctor_and_a_short_sweep_on_an_attribute_config_script(tmp_path: 
     assert target["assets"] == ["data"]
     # from the lines the probe printed, not the Hugging Face regex the word `Trainer(` suggests
     assert target["progress_regex"].startswith(r"iter\s+(?P<step>\d+):\s+train\s+loss")
-    assert re.search(r"probe: ran the command [\d.]+ s \(stopped\); progress_regex fits \d+ of",
-                     out)
+    assert re.search(r"probe: ran the command [\d.]+ s \(stopped after 3 lines with a loss\); "
+                     r"progress_regex fits \d+ of", out)
     assert "9 knob(s) will be searched; 5 dead" in out
     assert "in toylib/trainer.py, before line 41, `while True:`" in out
     assert "in toylib/trainer.py, after line 6, the last top-level import:\n    | import os" in out
-    assert "    |     acc = evaluate(model, trainer)" in out
+    assert ("in toylib/trainer.py, after line 52, where the loop ends:\n"
+            "    |         self.overnight_trained_s = time.time() - overnight_t0") in out
+    assert "after line 83, where `trainer.run()` ends:\n    |     acc = evaluate(model, trainer)" \
+        in out
+    assert "    |     print(f'training_seconds: {trainer.overnight_trained_s:.1f}')" in out
     assert "    |     print(f'num_steps: {trainer.iter_num}')" in out
     apply_todo(root, SCRIPT, out)
     for path in (SCRIPT, "toylib/trainer.py"):
@@ -165,5 +169,6 @@ def test_doctor_catches_the_package_imported_from_outside_the_worktree(tmp_path:
             f"`{SCRIPT}` puts only its own folder on sys.path: command = \"python -m "
             "projects.charlm.charlm --trainer.max_iters=30\"") in out, out
     assert "run the command by hand" not in out and "✗ imports" not in out
+    assert "printed no line with a training loss" not in out  # it failed before training
     out = doctor(root, env={"PYTHONPATH": str(root)})
     assert f"toylib from {root}/toylib/__init__.py (PYTHONPATH)" in out, out

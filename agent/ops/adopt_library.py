@@ -3,9 +3,11 @@
 minGPT's shape: `projects/chargpt/chargpt.py` builds a `Trainer` from `mingpt/trainer.py` and
 calls `trainer.run()`, whose `while True:` is the training loop. The budget is read and kept in
 the library (before its loop, and a `break` as the loop body's last statement, with the imports
-that file lacks); the script times the call that runs the loop, evaluates once more when it
-computes the metric only in a callback, and prints the summary block after it (the step counter
-read from the trainer object, e.g. `trainer.iter_num`). Pure, over the files' text.
+that file lacks), and a method notes its training time on its object as the loop ends
+(`self.overnight_trained_s`; a plain function is timed around its call in the script instead);
+after the call that runs the loop, the script evaluates once more when it computes the metric
+only in a callback, and prints the summary block (the training time and the step counter read
+from the trainer object, e.g. `trainer.iter_num`). Pure, over the files' text.
 """
 
 from __future__ import annotations
@@ -109,31 +111,41 @@ def library_todos(text: str, library: dict[str, str], metric: Metric | None) -> 
                        f"after line {loop.body[-1].end_lineno}"))]
     stmt, obj = call
     s_pad = indent_of(lines, stmt.lineno)
-    s_t0, trained = free_name(text, "overnight_t0"), free_name(text, "overnight_trained_s")
-    todos += [*imports_todo(text, ("time",)),
-              Todo(f"time the training: line {stmt.lineno} runs the loop of {path}",
-                   [f"{s_pad}{s_t0} = time.time()"],
-                   f"before line {stmt.lineno}, `{lines[stmt.lineno - 1].strip()}`"),
-              Todo("note the training time as soon as it returns",
-                   [f"{s_pad}{trained} = time.time() - {s_t0}"],
-                   f"after line {stmt.end_lineno}")]
+    after = f"after line {stmt.end_lineno}, where `{lines[stmt.lineno - 1].strip()}` ends"
+    method = owner is not None and bool(owner.args.args) and owner.args.args[0].arg == "self"
+    if method and obj:  # the library notes its own training time on the object
+        attr = free_name(lib, "overnight_trained_s")
+        todos.append(_in(path, Todo("note the training time as soon as the loop ends",
+                                    [f"{pad}self.{attr} = time.time() - {t0}"],
+                                    f"after line {loop.end_lineno}, where the loop ends")))
+        trained = f"{obj}.{attr}"
+    else:
+        s_t0, trained = free_name(text, "overnight_t0"), free_name(text, "overnight_trained_s")
+        todos += [*imports_todo(text, ("time",)),
+                  Todo(f"time the training: line {stmt.lineno} runs the loop of {path}",
+                       [f"{s_pad}{s_t0} = time.time()"],
+                       f"before line {stmt.lineno}, `{lines[stmt.lineno - 1].strip()}`"),
+                  Todo("note the training time as soon as it returns",
+                       [f"{s_pad}{trained} = time.time() - {s_t0}"], after)]
+        after = "next"
     todos += _summary(tree, text, metric, s_pad, trained,
-                      f"{obj}.{_counter(loop)}" if obj and _counter(loop) else None)
+                      f"{obj}.{_counter(loop)}" if obj and _counter(loop) else None, after)
     return todos
 
 
 def _summary(tree: ast.Module, text: str, metric: Metric | None, pad: str, trained: str,
-             steps: str | None) -> list[Todo]:
+             steps: str | None, where: str) -> list[Todo]:
     todos = []
     if metric and metric.expr:
         root = re.match(r"[A-Za-z_]\w*", metric.expr)
         inside = _computed_in_function(tree, root.group(0)) if root else None
         if inside is not None:
-            assign, where = inside
+            assign, func = inside
             todos.append(Todo(f"the final evaluation: the script computes {metric.printed} only "
-                              f"in {where} (line {assign.lineno}), so evaluate once more",
+                              f"in {func} (line {assign.lineno}), so evaluate once more",
                               [pad + (ast.get_source_segment(text, assign) or "").strip()],
-                              "next"))
+                              where))
+            where = "next"
         q = '"' if "'" in metric.expr else "'"
         value = f"{pad}print(f{q}{metric.name}: {{{metric.expr}:.6f}}{q})"
     else:
@@ -141,4 +153,4 @@ def _summary(tree: ast.Module, text: str, metric: Metric | None, pad: str, train
     block = [f"{pad}print('---')", value, f"{pad}print(f'training_seconds: {{{trained}:.1f}}')"]
     if steps:
         block.append(f"{pad}print(f'num_steps: {{{steps}}}')  # throughput: steps per run")
-    return [*todos, Todo("print the summary block after the final evaluation", block, "next")]
+    return [*todos, Todo("print the summary block after the final evaluation", block, where)]

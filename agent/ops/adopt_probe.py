@@ -31,7 +31,7 @@ class Probe:
 
     lines: list[str]
     wall_s: float
-    ended: str  # "stopped" (enough lines seen), "finished", "failed", "timed out"
+    ended: str  # how: stopped after enough lines, stopped at the limit, finished, failed
     error: str | None = None
     imports: ImportFacts | None = None
 
@@ -73,9 +73,9 @@ def probe(root: Path, command: str, assets: list[str], seconds: float = PROBE_S)
         finally:
             repo.remove_worktree(worktree)
     if stop.is_set():
-        ended = "stopped"
+        ended = f"stopped after {ENOUGH_LINES} lines with a loss"
     elif result.outcome is Outcome.TIMED_OUT:
-        ended = "timed out"
+        ended = f"stopped at the probe's {seconds:g} s limit"
     elif result.exit_code == 0:
         ended = "finished"
     else:

@@ -131,7 +131,9 @@ def _first_run_checks(target: Path, config: TargetConfig, files: dict[str, str],
     text = log.read_text(errors="replace") if log.is_file() else ""
     timed = meter.last_timed
     stop = check_early_stop(config, meter.lines, timed.elapsed_s if timed is not None else None)
-    progress = progress_fix(files, text.splitlines()) if meter.lines == 0 else None
+    failed = any(c.name == "runs" and c.status == "fail" for c in checks)
+    progress = progress_fix(files, text.splitlines()) if meter.lines == 0 and not failed \
+        else None
     if progress:
         checks = [replace(c, fix=progress) if c.name == "progress lines" else c for c in checks]
         stop = replace(stop, detail=f"{stop.detail}; to turn it on: {progress}", fix=progress)

@@ -82,7 +82,7 @@ def repo_packages(root: Path, texts: list[str], script: str) -> dict[str, str]:
                 continue
             if (root / base / name / "__init__.py").is_file():
                 found[name] = f"{base}{name}/"
-            elif (root / base / f"{name}.py").is_file() and home != base.rstrip("/"):
+            elif (root / base / f"{name}.py").is_file():
                 found[name] = f"{base}{name}.py"
     return found
 

@@ -172,3 +172,31 @@ def test_doctor_catches_the_package_imported_from_outside_the_worktree(tmp_path:
     assert "printed no line with a training loss" not in out  # it failed before training
     out = doctor(root, env={"PYTHONPATH": str(root)})
     assert f"toylib from {root}/toylib/__init__.py (PYTHONPATH)" in out, out
+
+
+def test_the_fix_puts_the_right_folder_first_on_the_path(tmp_path: Path):
+    from agent.ops.doctor_imports import (
+        ImportFacts,
+        check_imports,
+        repo_packages,
+        worktree_command,
+    )
+
+    for path in ("lib/__init__.py", "src/pkg/__init__.py", "tools/helpers.py"):
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text("")
+    code = "import os, lib\nfrom pkg.x import y\nimport helpers\n"
+    assert repo_packages(tmp_path, [code], "tools/run.py") == {"lib": "lib/", "pkg": "src/pkg/"}
+    assert worktree_command("python tools/run.py --a=1", "tools/run.py") == \
+        "python -m tools.run --a=1"
+    assert worktree_command("python tools/my-run.py", "tools/my-run.py") is None
+    wt = tmp_path / "wt"
+    facts = ImportFacts("python tools/run.py", "tools/run.py", wt, {"pkg": "src/pkg/"},
+                        {"pkg": None})
+    check = check_imports(facts, ["tools/run.py"])
+    assert check is not None and check.status == "fail"
+    assert 'command = "env PYTHONPATH=src python tools/run.py"' in check.fix
+    inside = ImportFacts("python tools/run.py", "tools/run.py", wt, {"lib": "lib/"},
+                         {"lib": str(wt / "lib" / "__init__.py")})
+    assert check_imports(inside, []) == check_imports(inside, ["lib/a.py"])
+    assert check_imports(inside, []).status == "ok"  # type: ignore[union-attr]

@@ -194,7 +194,8 @@ def _from_worktree(root: Path, rel: str, text: str, base: str) -> tuple[str, lis
     """`python -m pkg.script` for a script below the root that imports a package at the root:
     run as a file, only its own folder is on sys.path, so the package would come from an
     installed copy (or nowhere) instead of the run's worktree."""
-    packages = repo_packages(root, [text], rel)
+    packages = {n: p for n, p in repo_packages(root, [text], rel).items()
+                if "/" not in p.rstrip("/")}  # at the root: `-m` puts the root on sys.path
     if not packages or "/" not in rel:
         return base, []
     better = worktree_command(base, rel)

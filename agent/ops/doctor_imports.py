@@ -72,8 +72,8 @@ class ImportFacts:
 def repo_packages(root: Path, texts: list[str], script: str) -> dict[str, str]:
     """Top-level names the code imports that are packages or modules at the repository's root
     (or under `src/`), except the script's own folder (always first on its path)."""
-    names = {(a or b).split(",")[0].strip().split(" ")[0].split(".")[0]
-             for text in texts for a, b in _IMPORT.findall(text)}
+    names = {name.strip().split(" ")[0].split(".")[0] for text in texts
+             for a, b in _IMPORT.findall(text) for name in (a or b).split(",")}
     home = posixpath.dirname(script)
     found = {}
     for name in sorted(n for n in names if n):
@@ -129,11 +129,13 @@ def worktree_command(command: str, script: str) -> str | None:
 
 
 def _fix(facts: ImportFacts, names: list[str]) -> str:
-    better = worktree_command(facts.command, facts.script)
+    at_root = all("/" not in facts.packages[n].rstrip("/") for n in names)
+    better = worktree_command(facts.command, facts.script) if at_root else None
+    folder = "." if at_root else posixpath.dirname(facts.packages[names[0]].rstrip("/"))
     how = (f'command = "{better}" in overnight.toml (runs the script as a module: the '
            "worktree's root comes first on sys.path)" if better else
-           "run the script with the worktree's root on PYTHONPATH, e.g. command = "
-           f'"env PYTHONPATH=. {facts.command}" (with the full path of your python)')
+           f"run the script with {folder} on PYTHONPATH, e.g. command = "
+           f'"env PYTHONPATH={folder} {facts.command}" (with the full path of your python)')
     dists = sorted({d for n in names if (d := facts.dists.get(n))})
     also = (f"; uninstalling the copy ({', '.join(f'pip uninstall {d}' for d in dists)}) is not "
             "enough alone: the script then finds no package" if dists else "")

@@ -31,6 +31,8 @@ OMEGACONF = frozenset({"create", "structured", "load", "merge"})  # OmegaConf.<t
 # Functions that return a config (by name; plus any function of the file that returns one).
 CONFIG_GETTER = re.compile(r"^(get_\w*(config|cfg)\w*|\w*_(config|cfg)|default_config)$", re.I)
 FLAG_MERGES = frozenset({"merge_from_args", "merge_from_list", "from_cli"})
+_CONFIG_WORDS = re.compile(r"\b(?:" + "|".join(sorted(CONFIG_CLASSES)) + r"|OmegaConf)\b|"
+                           r"(?:get_\w*(?:config|cfg)|_(?:config|cfg)|default_config)\s*\(", re.I)
 COPIES = frozenset({"clone", "copy", "deepcopy"})
 MAX_DEPTH = 8  # nested mounts followed from the script
 
@@ -142,6 +144,8 @@ class _Scope:
 
     def _calls(self, stmt: ast.stmt, line: int, sure: bool, skip: ast.expr | None = None) -> None:
         """Calls of functions that set config keys (of any known file), inlined by flatten."""
+        if not self.known:
+            return
         for node in ast.walk(stmt):
             name = _callee(node) if isinstance(node, ast.Call) and node is not skip else None
             if name and (name in self.known or name.split(".", 1)[-1] in self.known):
@@ -228,23 +232,32 @@ class _Scope:
 
 def _functions(tree: ast.Module) -> dict[str, ast.FunctionDef | ast.AsyncFunctionDef]:
     """Every function by qualified name: `f`, or `Cls.f` for a method (nested ones by name)."""
-    found: dict[str, ast.FunctionDef | ast.AsyncFunctionDef] = {}
+    methods: dict[str, ast.FunctionDef | ast.AsyncFunctionDef] = {}
+    plain: dict[str, ast.FunctionDef | ast.AsyncFunctionDef] = {}
+    inside: set[int] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.ClassDef):
             for item in node.body:
                 if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef):
-                    found[f"{node.name}.{item.name}"] = item
-    methods = {id(n) for n in found.values()}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and id(node) not in methods:
-            found.setdefault(node.name, node)
-    return found
+                    methods[f"{node.name}.{item.name}"] = item
+                    inside.add(id(item))
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and id(node) not in inside:
+            plain.setdefault(node.name, node)
+    return {**methods, **{q: n for q, n in plain.items() if q not in methods}}
+
+
+def _mentions_config(text: str, names: frozenset[str]) -> bool:
+    """Cheap: can this file hold an attribute config (a config class, OmegaConf, a getter)?"""
+    return bool(_CONFIG_WORDS.search(text)) or any(
+        n.rsplit(".", 1)[-1] in text for n in names)
 
 
 def attr_facts(path: str, text: str, tree: ast.Module, known: frozenset[str] = frozenset(),
                getters: frozenset[str] = frozenset()) -> AttrFacts:
     """The events of each scope of one parsed file. `known`: the functions (of any file) that
     set config keys, so calls of them are followed; `getters`: those that return a config."""
+    if not _mentions_config(text, known | getters):
+        return AttrFacts(path)
     lines = split_lines(text)
     functions = _functions(tree)
     outer = _Scope(path, lines, set(getters), set(known))

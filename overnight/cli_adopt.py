@@ -37,10 +37,14 @@ def adopt(
                                                        "(repeat the option)")] = None,
     budget: Annotated[float, typer.Option(help="training seconds per run")] = 300.0,
     force: Annotated[bool, typer.Option(help=f"overwrite an existing {CONFIG_FILE}")] = False,
+    probe: Annotated[float, typer.Option(
+        min=0, help="seconds the command may run once to show what it prints (0: no run)")
+    ] = 60.0,
 ) -> None:
     """Find the training entry point and write overnight.toml (asks when run in a terminal)."""
+    from agent.git.repo import GitRepo
     from agent.ops.adopt import adopt as inspect_repo
-    from agent.ops.adopt import render_toml
+    from agent.ops.adopt import direction_for, render_toml
 
     root = path.resolve()
     if not (root / ".git").exists():
@@ -50,20 +54,23 @@ def adopt(
         fail(f"{root / CONFIG_FILE} exists; pass --force to overwrite it")
     from agent.engine.devices import detect_devices
 
+    if probe and not GitRepo(root).has_ref("HEAD"):
+        fail(f"{root} has no commit yet: commit your code first (the probe runs HEAD), or pass "
+             "--probe 0")
     try:
         found = inspect_repo(root, Path(script) if script else None, command,
-                             has_gpu=bool(detect_devices()))
+                             has_gpu=bool(detect_devices()), metric=metric, probe_s=probe)
     except ValueError as exc:
         fail(str(exc))
     if found.args_file and (root / found.args_file).exists() and not force:
         fail(f"{root / found.args_file} exists; pass --force to overwrite it")
-    found = replace(
-        found, editable=editable or found.editable,
-        metric=metric or _ask("metric (a key of the script's summary block)", found.metric),
-        direction=direction or _ask("direction (minimize/maximize)", found.direction)
-        or found.direction)
-    if not found.metric:
+    chosen = metric or _ask("metric (a key of the script's summary block)", found.metric)
+    if not chosen:
         fail("no metric found in the script; pass --metric NAME (the key it prints after ---)")
+    way, why = direction_for(chosen)
+    found = replace(found, editable=editable or found.editable, metric=chosen,
+                    direction=direction or _ask("direction (minimize/maximize)", way) or way,
+                    direction_why="as given" if direction else why)
     text = render_toml(found, budget)
     try:
         import tomllib
@@ -83,6 +90,9 @@ def _report(root: Path, found, text: str) -> None:  # type: ignore[no-untyped-de
         console.print(f"wrote {root / found.args_file} (the command's flags, one a line: a "
                       f"sweep may change their numbers):\n{found.args_text}", soft_wrap=True,
                       markup=False)
+    console.print(f"direction = {found.direction}: {escape(found.direction_why)}", soft_wrap=True)
+    for note in found.notes:
+        console.print(f"- {escape(note)}", soft_wrap=True)
     if len(found.commands) > 1:
         console.print(f"the README runs {found.script} in {len(found.commands)} ways; adopt "
                       f"took `{escape(found.full_command)}` (the first, or on a machine without "

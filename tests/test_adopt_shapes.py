@@ -162,3 +162,36 @@ def test_a_package_overnight_python_lacks_is_named(tmp_path: Path):
     text = "import os, json\nimport helpers\nfrom no_such_package_here.sub import x\n"
     (tmp_path / "train.py").write_text(text)
     assert missing_imports(tmp_path, tmp_path / "train.py", text) == ["no_such_package_here"]
+
+
+@pytest.mark.parametrize("metric,way,word", [
+    ("test_acc", "maximize", "acc"), ("val_loss", "minimize", "loss"),
+    ("eval/bleu", "maximize", "bleu"), ("val_ppl", "minimize", "ppl"),
+    ("mean_reward", "maximize", "reward"), ("top1_error", "minimize", "error"),
+    ("val_bpb", "minimize", "bpb"), ("f1", "maximize", "f1"), ("val_auc", "maximize", "auc"),
+])
+def test_the_direction_comes_from_the_metric_s_name_and_says_which_word(metric, way, word):
+    from agent.ops.adopt import direction_for
+
+    got, why = direction_for(metric)
+    assert got == way and f"`{word}` in `{metric}`" in why
+    assert direction_for("val_thing") == ("minimize", "nothing in `val_thing` says which way is "
+                                          "better: minimize assumed (pass --direction maximize "
+                                          "if higher is better)")
+
+
+def test_a_progress_regex_is_made_only_from_lines_the_script_printed():
+    from agent.ops.adopt_progress import fit_progress
+
+    lines = ["trainer:", "    learning_rate: 0.0005", "iter_dt 0.00ms; iter 0: train loss 4.49",
+             "iter_dt 52.1ms; iter 10: train loss 3.71", "iter 10: test acc 0.25",
+             "iter_dt 49.9ms; iter 20: train loss 3.12"]
+    fit = fit_progress(lines)
+    assert (fit.matched, fit.lines) == (3, 3) and fit.regex is not None
+    m = re.search(fit.regex, lines[3])
+    assert m and (m.group("step"), m.group("loss")) == ("10", "3.71")
+    assert fit_progress(["step 1 | loss 3.2 | elapsed 1.0s"] * 3).default  # needs no regex
+    nano = ["iter 0: loss 4.4800, time 9.70ms, mfu 0.01%"] * 2
+    assert fit_progress(nano).regex == PROGRESS_FORMATS[0][1]  # a known format first
+    nothing = fit_progress(["epoch 1 done", "accuracy 0.41", "---", "train_loss: 2.0"])
+    assert (nothing.regex, nothing.default, nothing.lines) == (None, False, 0)

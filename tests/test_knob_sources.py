@@ -87,4 +87,4 @@ def test_a_knobs_sweep_on_a_target_without_knobs_ends_with_the_reason(store, mak
     assert base.status is ExperimentStatus.KEPT
     assert note.status is ExperimentStatus.REJECTED
     assert note.reason.startswith("no knobs found in train.py: ")
-    assert "see docs/target.md 'Knobs'" in note.reason
+    assert "see docs/adopt.md 'Knobs'" in note.reason

@@ -1,57 +1,66 @@
 """`overnight adopt`: turn an existing training repository into a target with few edits.
 
-Finds the training entry point (a `__main__` block, argparse, hydra, or plain top-level code
-with a training loop), the command the user really runs (`--command`, else the README's), its
-local imports (evaluation and data modules are protected), the config files the command or
-hydra selects, the command's flags (moved to an editable args_file so that a sweep can search
-them), git-ignored data (also inside tracked folders) as assets, the metric and the progress
-format, counts live and dead knobs (agent.proposers.knob_chain), and says what the script still
-lacks of the contract with the lines to add and where (agent.ops.adopt_contract). Reads files
-only; the CLI asks the questions and writes.
+Finds the training entry point (agent.ops.adopt_repo: one that prints the metric), the command
+the user really runs (`--command`, else the README's; `python -m pkg.script` when the script
+imports a package at the repository's root, so runs import the worktree's copy), its local
+imports (the script's folder and the repository's packages; evaluation and data modules are
+protected), the config files the command or hydra selects, the command's flags (moved to an
+editable args_file so that a sweep can search them), git-ignored data as assets, the metric
+and which way is better from its name, counts live and dead knobs
+(agent.proposers.knob_chain), and says what the script still lacks of the contract with the
+lines to add and where (agent.ops.adopt_contract, adopt_library for a loop in a library
+module). With a probe (agent.ops.adopt_probe) it runs the command briefly from a throw-away
+worktree and offers a progress_regex only if it fits lines the script printed. The CLI asks
+the questions and writes.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import re
-import subprocess
+import shlex
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agent.core.config import CONFIG_FILE
+from agent.core.config import CONFIG_FILE, args_words
 from agent.ops import adopt_command as cmdline
 from agent.ops.adopt_contract import (
     Metric,
     Todo,
     find_metrics,
     free_name,
+    imports_todo,
     lightning_todos,
     loop_todos,
     seed_todos,
     trainer_todos,
+    training_loss,
 )
+from agent.ops.adopt_library import library_todos
+from agent.ops.adopt_probe import Probe, probe
+from agent.ops.adopt_progress import PROGRESS_FORMATS, fit_progress
+from agent.ops.adopt_repo import (
+    find_entry,
+    local_imports,
+    metric_sources,
+    missing_imports,
+    sibling_imports,
+    texts_of,
+    untracked_data,
+)
+from agent.ops.doctor_imports import check_imports, repo_packages, worktree_command
 from agent.proposers.knob_chain import resolve
 
-SKIP_DIRS = {".git", ".venv", "venv", "env", "__pycache__", "node_modules", "build", "dist",
-             "tests", "test", ".tox", ".mypy_cache", ".pytest_cache"}
-NOT_DATA = re.compile(r"(^|/)(out[\w-]*|logs?|wandb|runs|outputs|lightning_logs|checkpoints|"
-                      r"\.ipynb_checkpoints|\.idea|\.vscode|__pycache__|[^/]*\.egg-info|"
-                      r"\.DS_Store|[^/]*\.pyc|venv|\.venv|env|\.env)(/|$)")
 PROTECTED_HINT = re.compile(r"eval|metric|score|data|prepare|dataset|corpus", re.IGNORECASE)
-DATA_NAMES = ("data", "datasets", "dataset")
-# Progress formats of well-known scripts: (a marker in the script's code, its progress_regex).
-PROGRESS_FORMATS = (
-    (r"iter \{\w+\}: loss", r"iter (?P<step>\d+): loss (?P<loss>[\d.]+)"),  # nanoGPT
-    (r"\bTrainer\(", r"\{'loss': '?(?P<loss>[\d.]+)'?"),  # Hugging Face Trainer's dict lines
-    # Lightning's bars (tqdm: `train/loss=0.51`, rich: `train/loss: 0.51`) and tqdm postfixes
-    (r"lightning|set_postfix|tqdm",
-     r".*(?<![\d/])(?P<step>\d+)/\d+ .*?(?<![\w/])(?:train[/_])?loss[=:]\s*(?P<loss>[\d.]+)"),
-    (r"\| epoch", r"(?P<step>\d+)/\s*\d+ batches .*loss\s+(?P<loss>[\d.]+)"),
-    (r"Train Epoch:", r"Train Epoch: \d+ \[(?P<step>\d+)/\d+.*Loss: (?P<loss>[\d.]+)"),
-)
-_IMPORT = re.compile(r"^\s*(?:from\s+([\w.]+)\s+import|import\s+([\w., ]+))", re.MULTILINE)
-_TARGET = re.compile(r"_target_:\s*([\w.]+)\.\w+")
+# Words of a metric's name that say which way is better (the last such word decides).
+MAXIMIZE = frozenset({"acc", "accuracy", "f1", "bleu", "rouge", "rougel", "reward", "rewards",
+                      "return", "auc", "auroc", "map", "precision", "recall", "score", "iou",
+                      "miou", "dice", "r2", "top1", "top5", "ndcg", "mrr", "psnr", "ssim",
+                      "correct", "win", "exact"})
+MINIMIZE = frozenset({"loss", "error", "err", "perplexity", "ppl", "bpb", "bpc", "nll", "mse",
+                      "mae", "rmse", "wer", "cer", "fid", "regret", "cost", "distance"})
+__all__ = ["PROGRESS_FORMATS", "Adoption", "adopt", "missing_imports", "render_toml",
+           "untracked_data"]
 
 
 @dataclass
@@ -73,67 +82,24 @@ class Adoption:
     args_text: str = ""
     commands: list[str] = field(default_factory=list)  # the README's commands for the script
     full_command: str = ""  # the command as the user runs it (before the split)
+    direction_why: str = ""
+    notes: list[str] = field(default_factory=list)  # what adopt decided for the user, and why
+    probe: Probe | None = None
 
 
-def _python_files(root: Path) -> list[Path]:
-    found = []
-    for path in sorted(root.rglob("*.py")):
-        rel = path.relative_to(root)
-        if not SKIP_DIRS.intersection(rel.parts[:-1]):
-            found.append(path)
-    return found
-
-
-def entry_score(text: str, name: str = "") -> int:
-    """How much a file looks like a training entry point."""
-    score = 3 * ("__main__" in text) + 2 * ("argparse" in text or "add_argument" in text)
-    score += 2 * bool(re.search(r"\.backward\(|optimizer\.step\(|\bfor\s+epoch\b", text))
-    score += 2 * bool(re.search(r"@hydra\.main|\btrainer\.(fit|train)\(|\bTrainer\(", text))
-    score += 2 * bool(re.search(r"^(while|for)\b", text, re.M) and ".backward(" in text)
-    score += bool(re.search(r"\btrain", text)) + bool(re.match(r"(train|main|run)\w*\.py$", name))
-    return score
-
-
-def find_entry(root: Path) -> Path | None:
-    scored = [(entry_score(p.read_text(errors="replace"), p.name), -len(p.parts), p)
-              for p in _python_files(root)]
-    scored = [s for s in scored if s[0] >= 4]
-    return max(scored)[2] if scored else None
-
-
-def local_imports(root: Path, script: Path) -> list[str]:
-    """Repository-relative paths of the modules the script imports from its own folder."""
-    names = set()
-    for a, b in _IMPORT.findall(script.read_text(errors="replace")):
-        for name in (a or b).split(","):
-            names.add(name.strip().split(" ")[0].split(".")[0])
-    paths = [script.parent / f"{n}.py" for n in sorted(names) if n]
-    return [p.relative_to(root).as_posix() for p in paths if p.is_file() and p != script]
-
-
-def _git_paths(root: Path, *args: str) -> list[str]:
-    out = subprocess.run(["git", "ls-files", "--others", "--directory", *args], cwd=root,
-                         capture_output=True, text=True).stdout
-    return [line.rstrip("/") for line in out.splitlines() if line.strip()]
-
-
-def untracked_data(root: Path, text: str) -> list[str]:
-    """Data outside git that the run reads: git-ignored paths (inside tracked folders too)
-    named in the script, its configs or its command, and untracked `data/` folders."""
-    ignored = _git_paths(root, "--ignored", "--exclude-standard")
-    untracked = _git_paths(root, "--exclude-standard")
-    found = []
-    for path in ignored + untracked:
-        if NOT_DATA.search(path) or path in (CONFIG_FILE, cmdline.ARGS_FILE):
-            continue
-        top, base = path.split("/")[0], path.rsplit("/", 1)[-1]
-        if top in DATA_NAMES or re.search(rf"(?<![\w.-]){re.escape(base)}(?![\w-])", text):
-            found.append(path)
-    return sorted(set(found))
+def direction_for(metric: str) -> tuple[str, str]:
+    """(minimize | maximize, why): the last word of the metric's name that says which way."""
+    for word in reversed(re.split(r"[^a-z0-9]+", metric.lower())):
+        if word in MAXIMIZE or word in MINIMIZE:
+            way = "maximize" if word in MAXIMIZE else "minimize"
+            better = "higher" if way == "maximize" else "lower"
+            return way, f"`{word}` in `{metric}`: {better} is better"
+    return "minimize", (f"nothing in `{metric}` says which way is better: minimize assumed "
+                        "(pass --direction maximize if higher is better)")
 
 
 def guess_direction(metric: str) -> str:
-    return "maximize" if re.search(r"acc|f1|auc|score|bleu", metric, re.IGNORECASE) else "minimize"
+    return direction_for(metric)[0]
 
 
 def _render(todo: Todo) -> str:
@@ -142,23 +108,30 @@ def _render(todo: Todo) -> str:
     return todo.what + where + (":" + body if todo.lines else "")
 
 
-def contract_todo(text: str, metric: Metric | None) -> list[str]:
-    """What the script still needs to honour the contract, each with the lines and where."""
+def contract_todo(text: str, metric: Metric | None,
+                  library: dict[str, str] | None = None) -> list[str]:
+    """What the script still needs to honour the contract, each with the lines and where;
+    `library`: the repository's modules it imports (path -> text), where its loop may live."""
     t0, budget = free_name(text, "overnight_t0"), free_name(text, "overnight_budget_s")
     todos: list[Todo] = []
     summary = re.search(r"print\(\s*['\"]---['\"]\s*\)", text)
-    if "OVERNIGHT_BUDGET_S" not in text or not summary:
+    budgeted = "OVERNIGHT_BUDGET_S" in text or any("OVERNIGHT_BUDGET_S" in t
+                                                   for t in (library or {}).values())
+    if not budgeted or not summary:
         try:
             todos = loop_todos(text, metric, t0, budget)
         except SyntaxError:
             todos = []
+        if not todos and library:
+            todos = library_todos(text, library, metric)
         if not todos and re.search(r"\bTrainer\(", text) and "transformers" in text:
             todos = trainer_todos(text, metric, t0, budget)
         if not todos and "lightning" in text:
             todos = lightning_todos(text, metric, t0, hydra="@hydra.main" in text)
         if not todos:
             name = metric.name if metric else "<metric>"
-            todos = [Todo("read the training budget and stop when it is spent",
+            todos = [*imports_todo(text),
+                     Todo("read the training budget and stop when it is spent",
                           [f"{budget} = float(os.environ.get('OVERNIGHT_BUDGET_S', 'inf'))",
                            f"{t0} = time.time()", f"# in the batch loop: if time.time() - {t0} "
                            f"> {budget}: break"]),
@@ -170,39 +143,12 @@ def contract_todo(text: str, metric: Metric | None) -> list[str]:
     return [_render(t) for t in [*todos, *seeds]]
 
 
-def missing_imports(root: Path, script: Path, text: str) -> list[str]:
-    """Top-level packages the script imports that this interpreter cannot find (nor the repo)."""
-    names = {(a or b).split(",")[0].strip().split(" ")[0].split(".")[0]
-             for a, b in _IMPORT.findall(text)}
-    local = {p.name.removesuffix(".py") for p in [*script.parent.iterdir(), *root.iterdir()]}
-    missing = []
-    for name in sorted(n for n in names if n and n not in local):
-        try:
-            found = importlib.util.find_spec(name) is not None
-        except (ImportError, ValueError):
-            found = False
-        if not found:
-            missing.append(name)
-    return missing
-
-
-def _texts(root: Path, paths: list[str]) -> dict[str, str]:
-    return {p: (root / p).read_text(errors="replace") for p in paths if (root / p).is_file()}
-
-
-def _metric_sources(root: Path, script: Path, texts: dict[str, str]) -> list[str]:
-    """The script, its local imports, and the modules hydra configs instantiate (`_target_`)."""
-    modules = {m for t in texts.values() for m in _TARGET.findall(t)}
-    paths = [p for m in sorted(modules) for p in (m.replace(".", "/") + ".py",)
-             if (root / p).is_file()]
-    return [script.relative_to(root).as_posix(), *local_imports(root, script), *paths]
-
-
 def adopt(root: Path, script: Path | None = None, command: str | None = None,
-          has_gpu: bool = False) -> Adoption:
-    """Inspect a repository; raise ValueError when no entry point is found."""
+          has_gpu: bool = False, metric: str | None = None, probe_s: float = 0.0) -> Adoption:
+    """Inspect a repository (and, with `probe_s`, run its command that long at most to see
+    what it prints); raise ValueError when no entry point is found."""
     root = root.resolve()
-    script = (root / script) if script else find_entry(root)
+    script = (root / script) if script else find_entry(root, metric)
     if script is None or not script.is_file():
         raise ValueError(f"no training script found in {root} (a .py file with a training "
                          "loop, argparse, hydra or `if __name__ == '__main__'`); pass --script")
@@ -215,30 +161,99 @@ def adopt(root: Path, script: Path | None = None, command: str | None = None,
     if "@hydra.main" in text and "lightning" in text and "OVERNIGHT_BUDGET_S" not in text:
         arg_lines = cmdline.with_hydra_contract(arg_lines)
     imports = local_imports(root, script)
+    base, notes = _from_worktree(root, rel, text, base)
     protected = [p for p in imports if PROTECTED_HINT.search(Path(p).stem)]
     configs = cmdline.command_files(base, root) + cmdline.hydra_files(root, rel, arg_lines)
     args_file = cmdline.ARGS_FILE if arg_lines else None
     editable = [rel, *(p for p in imports if p not in protected), *configs,
                 *([args_file] if args_file else [])]
     args_text = cmdline.args_file_text(arg_lines, rel) if arg_lines else ""
-    files = {**_texts(root, editable), **({args_file: args_text} if args_file else {})}
-    found = [m for p in _metric_sources(root, script, files)
+    files = {**texts_of(root, editable), **({args_file: args_text} if args_file else {})}
+    found = [m for p in metric_sources(root, script, files)
              for m in find_metrics(files.get(p) or (root / p).read_text(errors="replace"))]
-    metric = found[0] if found else None
+    chosen = _choose_metric(found, metric, text, notes)
+    direction, why = direction_for(chosen.name) if chosen else ("minimize", "")
     states = resolve(files, base, args_file)
     marker_text = "\n".join(files.values())
-    progress = next((rx for marker, rx in PROGRESS_FORMATS if re.search(marker, marker_text)),
-                    None)
+    assets = untracked_data(root, marker_text + "\n" + full)
+    run = " ".join([base, *map(shlex.quote, args_words(args_text))])
+    probed = probe(root, run, assets, probe_s) if probe_s > 0 else None
+    library = {p: t for p, t in texts_of(root, imports).items() if p != rel}
     return Adoption(
         script=rel, command=base, editable=editable, protected=[*protected, CONFIG_FILE],
-        assets=untracked_data(root, marker_text + "\n" + full),
-        metric=metric.name if metric else None,
-        direction=guess_direction(metric.name if metric else ""), progress_regex=progress,
-        knobs=sum(s.searched for s in states),
+        assets=assets, metric=chosen.name if chosen else None, direction=direction,
+        progress_regex=_progress(probed, notes), knobs=sum(s.searched for s in states),
         dead=[f"{s.knob.name} at {s.knob.where}: {s.why}" for s in states if not s.live],
-        todo=_interpreter_todo(root, script, text, base) + contract_todo(text, metric),
-        args_file=args_file, args_text=args_text,
-        commands=commands, full_command=full)
+        todo=_interpreter_todo(root, script, text, base) + _probe_todo(probed, editable)
+        + contract_todo(text, chosen, library),
+        args_file=args_file, args_text=args_text, commands=commands, full_command=full,
+        direction_why=why, notes=notes, probe=probed)
+
+
+def _from_worktree(root: Path, rel: str, text: str, base: str) -> tuple[str, list[str]]:
+    """`python -m pkg.script` for a script below the root that imports a package at the root:
+    run as a file, only its own folder is on sys.path, so the package would come from an
+    installed copy (or nowhere) instead of the run's worktree."""
+    packages = {n: p for n, p in repo_packages(root, [text], rel).items()
+                if "/" not in p.rstrip("/")}  # at the root: `-m` puts the root on sys.path
+    if not packages or "/" not in rel:
+        return base, []
+    better = worktree_command(base, rel)
+    names = ", ".join(f"{n} ({p})" for n, p in packages.items())
+    if better is None or sibling_imports(root, root / rel):
+        return base, [f"{rel} imports {names} from this repository but runs with only its own "
+                      "folder on sys.path: put the repository's root on PYTHONPATH for the runs "
+                      "(doctor checks where the runs import it from)"]
+    return better, [f"command runs {rel} as a module from the repository's root, so that each "
+                    f"run imports {names} from its own worktree (which proposals change), not "
+                    "from an installed copy (pip install -e) or not at all"]
+
+
+def _choose_metric(found: list[Metric], wanted: str | None, text: str, notes: list[str]
+                   ) -> Metric | None:
+    if wanted:
+        return next((m for m in found if m.name == wanted), Metric(wanted, wanted, "", 0))
+    if found:
+        return found[0]
+    loss = training_loss(text)
+    if loss is not None:
+        notes.append(f"the script prints no metric on held-out data: adopt took its training "
+                     f"loss, {loss.name} (line {loss.line}); a noisy measure of the last batches "
+                     "that rewards overfitting: print a validation metric and pass --metric")
+    return loss
+
+
+def _progress(probed: Probe | None, notes: list[str]) -> str | None:
+    """The progress_regex that fits the probe's lines (None: none fits, or none is needed)."""
+    if probed is None:
+        notes.append("no probe run (--probe 0): no progress_regex offered; `overnight doctor` "
+                     "fits one to the lines the runs print")
+        return None
+    head = f"probe: ran the command {probed.wall_s:.1f} s ({probed.ended})"
+    fit = fit_progress(probed.lines)
+    if fit.default:
+        notes.append(f"{head}; its progress lines need no progress_regex, e.g. `{fit.example}`")
+    elif fit.regex:
+        notes.append(f"{head}; progress_regex fits {fit.matched} of its {fit.lines} lines with "
+                     f"a loss, e.g. `{fit.example}`")
+    else:
+        notes.append(f"{head}; it printed no line with a training loss that a regex fits, so "
+                     "no progress_regex: the early stop of losing runs needs one (`overnight "
+                     "doctor` says what to print)")
+    return fit.regex
+
+
+def _probe_todo(probed: Probe | None, editable: list[str]) -> list[str]:
+    if probed is None:
+        return []
+    todo = []
+    found = check_imports(probed.imports, editable)
+    if found is not None and found.status != "ok":
+        todo.append(f"{found.detail}: {found.fix}")
+    if probed.error:
+        todo.append(f"the probe run failed after {probed.wall_s:.1f} s: {probed.error} (run "
+                    "`overnight doctor` once this file is committed, for the fix)")
+    return todo
 
 
 def _interpreter_todo(root: Path, script: Path, text: str, command: str) -> list[str]:

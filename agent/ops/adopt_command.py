@@ -15,7 +15,7 @@ import re
 import shlex
 from pathlib import Path
 
-from agent.proposers.knob_chain import PLUMBING, flag_key, takes_value
+from agent.proposers.knob_chain import PLUMBING, flag_key, script_word, takes_value
 
 ARGS_FILE = "overnight.args"
 # Trainer arguments whose defaults live in the library: written out so a sweep can search them.
@@ -65,9 +65,10 @@ def split_command(command: str) -> tuple[str, list[str]]:
     A file named by a flag (`--config conf/a.yaml`) stays in the command with its flag.
     """
     words = shlex.split(command)
-    at = next((i for i, w in enumerate(words) if w.endswith(".py")), None)
-    if at is None:
+    found = script_word(words)
+    if found is None:
         return command, []
+    at = found[0]
     head, rest = words[: at + 1], words[at + 1:]
     files: list[str] = []
     lines: list[str] = []
@@ -95,7 +96,7 @@ def split_command(command: str) -> tuple[str, list[str]]:
 def command_files(command: str, root: Path) -> list[str]:
     """Repository files the command names after its script (config files)."""
     words = shlex.split(command)
-    at = next((i for i, w in enumerate(words) if w.endswith(".py")), len(words))
+    at = (script_word(words) or (len(words), ""))[0]
     return [posixpath.normpath(w) for w in words[at + 1:]
             if _is_file_word(w) and (root / w).is_file()]
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 _KIND = r"(?:loss|ppl|perplexity|bpb|acc\w*|error|f1|score)"
 METRIC_TEXT = re.compile(rf"\b((?:val|valid|validation|test|eval)[ _/]?{_KIND})\b", re.I)
+TRAIN_LOSS_TEXT = re.compile(r"\b((?:train|training)[ _/]?loss)\b", re.I)
 SEED_CALLS = ("manual_seed", "set_seed", "seed_everything", "seed")
 
 
@@ -41,7 +42,8 @@ def key_of(printed: str) -> str:
     return re.sub(r"[^A-Za-z0-9_]", "_", printed.strip()).lower()
 
 
-def _fstring_metrics(tree: ast.Module, src: str) -> list[Metric]:
+def _fstring_metrics(tree: ast.Module, src: str, pattern: re.Pattern[str] = METRIC_TEXT
+                     ) -> list[Metric]:
     found = []
     for node in ast.walk(tree):
         if not isinstance(node, ast.JoinedStr):
@@ -51,7 +53,7 @@ def _fstring_metrics(tree: ast.Module, src: str) -> list[Metric]:
             nxt = parts[i + 1]
             if not (isinstance(part, ast.Constant) and isinstance(nxt, ast.FormattedValue)):
                 continue
-            m = re.search(rf"({METRIC_TEXT.pattern})\s*[:=]?\s*$", str(part.value), re.I)
+            m = re.search(rf"({pattern.pattern})\s*[:=]?\s*$", str(part.value), re.I)
             if m:
                 expr = ast.get_source_segment(src, nxt.value) or ""
                 found.append(Metric(key_of(m.group(1)), m.group(1), expr, node.lineno))
@@ -78,6 +80,17 @@ def find_metrics(text: str) -> list[Metric]:
     rank = {"val": 0, "valid": 0, "validation": 0, "eval": 1, "test": 2}
     return sorted(found, key=lambda m: (m.expr == "", rank.get(re.split(r"[ _/]", m.printed)[0]
                                                               .lower(), 3)))
+
+
+def training_loss(text: str) -> Metric | None:
+    """The training loss a script prints (`train loss {loss.item():.4f}`): the metric of last
+    resort for a script that evaluates on no held-out data."""
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return None
+    found = _fstring_metrics(tree, text, TRAIN_LOSS_TEXT)
+    return found[0] if found else None
 
 
 def training_loop(tree: ast.Module) -> ast.For | ast.While | None:
@@ -125,7 +138,7 @@ def imports_todo(text: str, names: tuple[str, ...] = ("os", "time")) -> list[Tod
     return [Todo("import what the lines below use", [f"import {', '.join(missing)}"], where)]
 
 
-def _indent(lines: list[str], line_no: int) -> str:
+def indent_of(lines: list[str], line_no: int) -> str:
     line = lines[line_no - 1]
     return line[: len(line) - len(line.lstrip())]
 
@@ -153,8 +166,8 @@ def loop_todos(text: str, metric: Metric | None, t0: str, budget: str) -> list[T
     if loop is None:
         return []
     lines = text.splitlines()
-    pad = _indent(lines, loop.lineno)
-    inner = _indent(lines, loop.body[0].lineno)
+    pad = indent_of(lines, loop.lineno)
+    inner = indent_of(lines, loop.body[0].lineno)
     todos = [*imports_todo(text),
              Todo("read the training budget just before the training loop (names chosen not to "
                   "collide with the script's own)",
@@ -243,7 +256,7 @@ def lightning_todos(text: str, metric: Metric | None, t0: str, hydra: bool) -> l
         return []
     lines = text.splitlines()
     start = next(i for i in range(fit, 0, -1) if "trainer.fit(" in lines[i - 1])
-    pad = _indent(lines, start)
+    pad = indent_of(lines, start)
     trained = free_name(text, "overnight_trained_s")
     printed = metric.printed if metric else "val/loss"
     name = metric.name if metric else "val_loss"

@@ -4,7 +4,8 @@ Runs the command twice, with seeds seed and seed + 1 as a sweep's baseline does,
 worktree (assets linked as for a sweep), outside any database (with --db its logs are kept in
 the database's work folder); the checks themselves are agent.rules.contract's and
 agent.rules.repeats' pure functions (is the seed used, where does the throughput come from), the
-knob checks agent.ops.doctor_knobs'.
+knob checks and the progress_regex that fits the printed lines agent.ops.doctor_knobs', where
+the run imports the repository's own packages from agent.ops.doctor_imports'.
 """
 
 from __future__ import annotations
@@ -20,7 +21,19 @@ from pathlib import Path
 
 from agent.core.config import TargetConfig, extra_args
 from agent.git.repo import GitRepo
-from agent.ops.doctor_knobs import ignored_missing, knob_checks, knob_states, printed_values
+from agent.ops.doctor_imports import (
+    ImportFacts,
+    check_imports,
+    import_facts,
+    missing_own_package,
+)
+from agent.ops.doctor_knobs import (
+    ignored_missing,
+    knob_checks,
+    knob_states,
+    printed_values,
+    progress_fix,
+)
 from agent.ops.sweeps import asset_hashes, dirty_files, link_assets
 from agent.rules.conditions import Sample
 from agent.rules.contract import (
@@ -57,6 +70,11 @@ def facts_of(result: RunResult, progress_points: int) -> RunFacts:
                     progress_points=progress_points, error=result.error)
 
 
+def _env(config: TargetConfig, seed: int) -> dict[str, str]:
+    return {"OVERNIGHT_BUDGET_S": f"{config.budget_s:g}", "OVERNIGHT_SEED": str(seed),
+            "OVERNIGHT_EXPERIMENT_ID": "doctor"}
+
+
 def _run_once(config: TargetConfig, worktree: Path, log: Path, seed: int
               ) -> tuple[RunResult, ProgressMeter, Sample | None]:
     """One run: its result, its progress lines' meter, and (with a metric) its sample."""
@@ -69,12 +87,10 @@ def _run_once(config: TargetConfig, worktree: Path, log: Path, seed: int
             meter.add(point.step if point.step >= 0 else meter.lines + 1, point.elapsed_s,
                       time.monotonic())
 
-    env = {"OVERNIGHT_BUDGET_S": f"{config.budget_s:g}", "OVERNIGHT_SEED": str(seed),
-           "OVERNIGHT_EXPERIMENT_ID": "doctor"}
     argv = resolve_command(config.command) + extra_args(config, worktree)
     result = run_command(argv, cwd=worktree / config.workdir,
-                         log_path=log, timeout_s=config.timeout_s, env=env, grace_s=2.0,
-                         on_line=on_line)
+                         log_path=log, timeout_s=config.timeout_s, env=_env(config, seed),
+                         grace_s=2.0, on_line=on_line)
     metric, found = _metric(result, config), speed(result.summary, meter)
     got = None if metric is None else Sample(metric, found.value, seed=seed, source=found.source)
     return result, meter, got
@@ -102,14 +118,26 @@ def static_checks(repo: GitRepo, config: TargetConfig) -> list[Check]:
 
 
 def _first_run_checks(target: Path, config: TargetConfig, files: dict[str, str],
-                      result: RunResult, points: int, log: Path) -> list[Check]:
-    """check_run, with the assets fix for a missing git-ignored file and the printed values."""
-    checks = check_run(config, facts_of(result, points))
-    hint = ignored_missing(target, config, result.error)
+                      result: RunResult, meter: ProgressMeter, log: Path,
+                      imports: ImportFacts | None) -> list[Check]:
+    """check_run and the early stop's check, with the fix for what the log shows (a missing
+    git-ignored file, the repository's own package not found, progress lines no regex reads:
+    the regex that reads them, which also turns the early stop on), and printed values."""
+    checks = check_run(config, facts_of(result, meter.lines))
+    hint = ignored_missing(target, config, result.error) or missing_own_package(
+        imports, result.error)
     if hint:
         checks = [replace(c, fix=hint) if c.name == "runs" else c for c in checks]
     text = log.read_text(errors="replace") if log.is_file() else ""
-    return checks + printed_values(knob_states(config, files), text)
+    timed = meter.last_timed
+    stop = check_early_stop(config, meter.lines, timed.elapsed_s if timed is not None else None)
+    failed = any(c.name == "runs" and c.status == "fail" for c in checks)
+    progress = progress_fix(files, text.splitlines()) if meter.lines == 0 and not failed \
+        else None
+    if progress:
+        checks = [replace(c, fix=progress) if c.name == "progress lines" else c for c in checks]
+        stop = replace(stop, detail=f"{stop.detail}; to turn it on: {progress}", fix=progress)
+    return [*checks, *printed_values(knob_states(config, files), text), stop]
 
 
 def _work_root(work_dir: Path | None, stack: ExitStack) -> Path:
@@ -139,13 +167,13 @@ def diagnose(target: Path, config: TargetConfig, runs: int = 2,
         repo.add_worktree(worktree, head)
         try:
             link_assets(worktree, target, config)
+            imports = import_facts(resolve_command(config.command), worktree / config.workdir,
+                                   worktree, _env(config, config.seed), config.command)
             first, meter, one = _run_once(config, worktree, tmp / "run1.log", config.seed)
             results.append(first)
-            checks += _first_run_checks(target, config, files, first, meter.lines,
-                                        tmp / "run1.log")
-            timed = meter.last_timed
-            checks.append(check_early_stop(config, meter.lines,
-                                           timed.elapsed_s if timed is not None else None))
+            checks += _import_checks(imports, config, first)
+            checks += _first_run_checks(target, config, files, first, meter,
+                                        tmp / "run1.log", imports)
             if runs > 1 and not any(c.status == "fail" for c in checks):
                 second, _, two = _run_once(config, worktree, tmp / "run2.log", config.seed + 1)
                 results.append(second)
@@ -156,6 +184,16 @@ def diagnose(target: Path, config: TargetConfig, runs: int = 2,
             repo.remove_worktree(worktree)
     logs = [tmp / f"run{i + 1}.log" for i in range(len(results))] if work_dir else []
     return Diagnosis(checks, results, logs)
+
+
+def _import_checks(imports: ImportFacts | None, config: TargetConfig,
+                   first: RunResult) -> list[Check]:
+    """Where the run imports the repository's packages from (a run that already failed for
+    want of one says so itself, with the same fix)."""
+    found = check_imports(imports, list(config.editable))
+    if found is None or (found.status == "fail" and missing_own_package(imports, first.error)):
+        return []
+    return [found]
 
 
 def _second_run_checks(config: TargetConfig, second: RunResult,

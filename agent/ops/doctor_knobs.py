@@ -5,18 +5,23 @@ searched / bookkeeping / dead (and what wins); the command's flags that override
 values, in every config style. Cheap and dynamic, from the first run's log: a searched knob
 whose name the run printed only with another value (the effective config a script prints:
 nanoGPT's `Overriding: lr = ...`, `print(vars(args))`, Trainer's arguments, hydra's tree) is
-overridden somewhere the chain cannot see. And a run that failed on a missing file that is
-git-ignored in the checkout: it belongs in `assets`. Pure except `ignored_missing` (git).
+overridden somewhere the chain cannot see. A run that failed on a missing file that is
+git-ignored in the checkout: it belongs in `assets`. And progress lines no regex reads: the
+progress_regex that fits the lines the run printed (agent.ops.adopt_progress), or what to print
+and where (the training loop's file and line). Pure except `ignored_missing` (git).
 """
 
 from __future__ import annotations
 
+import ast
 import math
 import re
 import subprocess
 from pathlib import Path
 
 from agent.core.config import CONFIG_FILE, TargetConfig
+from agent.ops.adopt_contract import training_loop
+from agent.ops.adopt_progress import fit_progress
 from agent.proposers.knob_chain import KnobState, flag_key, resolve
 from agent.rules.contract import Check
 
@@ -111,3 +116,39 @@ def ignored_missing(target: Path, config: TargetConfig, error: str | None) -> st
     return (f"{rel.as_posix()} is git-ignored, so a run's fresh worktree does not have it: add "
             f'it to assets in {CONFIG_FILE} (assets = ["{rel.as_posix()}"], or its folder '
             f'"{parent}" if everything in it is data)')
+
+
+PROGRESS_LINE = "`step 120 | loss 3.41 | elapsed 31.2s`"
+
+
+def _loop_at(files: dict[str, str]) -> str:
+    """` in the training loop (path:line)`, from the first file that has one."""
+    for path, text in files.items():
+        try:
+            loop = training_loop(ast.parse(text)) if path.endswith(".py") else None
+        except SyntaxError:
+            continue
+        if loop is not None:
+            return f" in the training loop ({path}:{loop.lineno})"
+    return ""
+
+
+def progress_fix(files: dict[str, str], lines: list[str]) -> str | None:
+    """For a run none of whose lines gave a progress point: the progress_regex that reads the
+    lines it printed, or what to print and where (None: nothing to add to the generic fix)."""
+    fit = fit_progress(lines)
+    if fit.regex:
+        quote = "'''" if "'" in fit.regex else "'"
+        return (f"set progress_regex = {quote}{fit.regex}{quote} in {CONFIG_FILE}: it reads "
+                f"{fit.matched} of the {fit.lines} lines with a loss this run printed, e.g. "
+                f"`{fit.example}`")
+    if fit.default:
+        return None
+    where = _loop_at(files)
+    if fit.lines:
+        return (f"no regex reads the lines with a loss this run printed (e.g. `{fit.example}`): "
+                "write progress_regex with the named groups `loss` and `step`, or print lines "
+                f"such as {PROGRESS_LINE}{where}; the early stop of losing runs needs them")
+    return (f"the run printed no line with a training loss: print one such as {PROGRESS_LINE}"
+            f"{where}, at least every 5 % of the budget; the early stop of losing runs "
+            '(prune = "auto") needs them')

@@ -1,12 +1,14 @@
 """The Knob: one hyper-parameter literal in a file, and how to rewrite it in place.
 
 Also module-level UPPER_CASE constants found line by line (the reference target's style; works
-on a file that does not parse). Pure: the stdlib and agent.core.diff.
+on a file that does not parse), and a Knob made from a literal node of a parsed file (the
+Python finders'). Pure: the stdlib and agent.core.diff.
 A line that carries the comment `knobs: skip` is left alone.
 """
 
 from __future__ import annotations
 
+import ast
 import re
 from dataclasses import dataclass
 
@@ -71,3 +73,28 @@ def find_constants(path: str, text: str) -> list[Knob]:
     return knobs
 
 
+def literal_value(node: ast.expr | None) -> Value | None:
+    """The value of a literal node (a number, a boolean, a string, a negated number); else None."""
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        inner = literal_value(node.operand)
+        return -inner if isinstance(inner, int | float) and not isinstance(inner, bool) else None
+    if isinstance(node, ast.Constant) and isinstance(node.value, bool | int | float | str):
+        return node.value
+    return None
+
+
+def knob_at(path: str, lines: list[str], node: ast.expr, name: str, kind: str,
+            **extra: object) -> Knob | None:
+    """A Knob for a literal node on one line (columns converted from UTF-8 bytes)."""
+    value = literal_value(node)
+    if value is None or node.end_lineno != node.lineno or node.end_col_offset is None:
+        return None
+    line = lines[node.lineno - 1]
+    if SKIP in line:
+        return None
+    encoded = line.encode()
+    col = len(encoded[: node.col_offset].decode(errors="replace"))
+    raw = encoded[node.col_offset: node.end_col_offset].decode(errors="replace")
+    if isinstance(value, str) and not extra.get("choices"):
+        return None  # free text has no neighbours to try
+    return Knob(path, node.lineno - 1, name, raw, value, kind=kind, col=col, **extra)  # type: ignore[arg-type]

@@ -6,7 +6,10 @@ Python config file the command names and the script exec()s over its globals (na
 configurator), then the command's own flags (`--lr=0.1`, `--lr 0.1`, hydra's `model.lr=0.1`),
 then the target's `args_file` (appended to the command; editable, so its lines are knobs).
 A knob some later layer sets is dead; so is a global assigned again further down, and a
-dataclass default every construction of the class passes explicitly. Everything else is live.
+dataclass default every construction of the class passes explicitly. Attribute-style configs
+(`C.trainer.learning_rate = 5e-4`, agent.proposers.knob_attrs) are followed from the script in
+the order a run sets them: a default a later key, section or flag sets is dead, and so is a flag
+the script sets again after merging the flags. Everything else is live.
 Pure: the stdlib and the knob modules. The files given are what is known; a layer whose file
 is missing from them cannot be judged (its knobs stay live).
 """
@@ -17,13 +20,15 @@ import json
 import posixpath
 import re
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from agent.core.config import args_words
+from agent.proposers.knob_attrs import Step, covers, flatten, scope_of
 from agent.proposers.knob_python import ALL, PythonFacts, python_knobs
 from agent.proposers.knob_sources import Knob, find_knobs
 
 BARE_FLAGS = ("-m", "--multirun", "--info", "-h", "--help")  # hydra's flags without a value
+MODULE = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
 _HYDRA_PATH = re.compile(r"config_path\s*=\s*[\"']([^\"']+)[\"']")
 # Settings of the machine or the bookkeeping, not of the model: live, but never searched.
 PLUMBING = re.compile(
@@ -80,15 +85,25 @@ def flag_key(word: str) -> str:
     return word.lstrip("-+").replace("-", "_") if word.startswith("-") else word.lstrip("+")
 
 
+def script_word(words: list[str]) -> tuple[int, str] | None:
+    """(index of the last word naming the script, its path): `train.py`, or the module of
+    `python -m pkg.train` as `pkg/train.py`."""
+    for i, word in enumerate(words):
+        if word.endswith(".py"):
+            return i, word
+        if word == "-m" and 0 < i < len(words) - 1 and MODULE.fullmatch(words[i + 1]) and \
+                posixpath.basename(words[0]).startswith("python"):
+            return i + 1, words[i + 1].replace(".", "/") + ".py"
+    return None
+
+
 def parse_words(words: list[str], workdir: str = ".") -> CommandLine:
     """Which script a command runs, the files it names after it, and the flags it sets."""
     line = CommandLine()
-    i = 0
-    while i < len(words) and line.script is None:
-        if words[i].endswith(".py"):
-            line.script = posixpath.normpath(posixpath.join(workdir, words[i]))
-        i += 1
-    rest = words[i:] if line.script else []
+    found = script_word(words)
+    if found is not None:
+        line.script = posixpath.normpath(posixpath.join(workdir, found[1]))
+    rest = words[found[0] + 1:] if found else []
     j = 0
     while j < len(rest):
         word = rest[j]
@@ -112,11 +127,13 @@ def parse_words(words: list[str], workdir: str = ".") -> CommandLine:
 def _facts(files: dict[str, str]) -> tuple[dict[str, list[Knob]], dict[str, PythonFacts]]:
     first = {p: python_knobs(p, t)[1] for p, t in files.items() if p.endswith(".py")}
     classes = {c for f in first.values() for c in f.fields}
+    known = frozenset(q for f in first.values() for q in f.attrs.scopes if q)
+    getters = frozenset(g for f in first.values() for g in f.attrs.getters)
     knobs: dict[str, list[Knob]] = {}
     facts: dict[str, PythonFacts] = {}
     for path, text in files.items():
         if path.endswith(".py"):
-            knobs[path], facts[path] = python_knobs(path, text, classes)
+            knobs[path], facts[path] = python_knobs(path, text, classes, known, getters)
         else:
             knobs[path] = find_knobs(path, text)
     return knobs, facts
@@ -130,6 +147,51 @@ class _Chain:
     args_file: str | None
     knobs: dict[str, list[Knob]]
     facts: dict[str, PythonFacts]
+    steps: list[Step] = field(default_factory=list)  # attribute configs, as the run sets them
+    placed: dict[tuple[str, int, int], tuple[int, str]] = field(default_factory=dict)
+
+    def place_attrs(self) -> None:
+        """Each attribute knob the script reaches: its step and its full key."""
+        for i, step in enumerate(self.steps):
+            for knob in step.event.knobs:
+                full = step.key + knob.name[len(step.event.key):]
+                self.placed.setdefault((knob.path, knob.line_no, knob.col), (i, full))
+
+    def full_name(self, knob: Knob) -> str:
+        found = self.placed.get((knob.path, knob.line_no, knob.col))
+        return found[1] if found else knob.name
+
+    def attr_setter(self, knob: Knob) -> str | None:
+        """A later key set, a section replaced, or a flag merged after it."""
+        found = self.placed.get((knob.path, knob.line_no, knob.col))
+        if found is None and any(s.path == knob.path for s in self.steps):
+            # the script's config reaches this file, not this function
+            scope = scope_of(self.facts[knob.path].attrs, knob) or f"{knob.path}'s module code"
+            return f"{scope} sets it, and nothing the script runs reaches {scope}"
+        if found is None:  # a file the script's code does not reach: its flags, if any
+            key = _flag_form(knob.name)
+            return self.flag_setter([key, f"config.{key}"])
+        at, full = found
+        for step in self.steps[at + 1:]:
+            if step.sure and step.event.kind in ("set", "mount", "reset") and \
+                    covers(step.key, full):
+                value = f": {step.key} = {step.event.knobs[0].raw}" if \
+                    len(step.event.knobs) == 1 else ""
+                return f"set again at {step.path}:{step.event.line + 1}{value}"
+        merges = [i for i, s in enumerate(self.steps) if s.event.kind == "flags"]
+        if not merges or merges[-1] > at:
+            return self.flag_setter([_flag_form(full)])
+        return None
+
+    def after_flags(self, key: str) -> str | None:
+        """A flag the script overwrites after merging the flags (`config.model.x = ...`)."""
+        merges = [i for i, s in enumerate(self.steps) if s.event.kind == "flags"]
+        if not merges:
+            return None
+        later = [s for s in self.steps[merges[-1] + 1:] if s.sure and
+                 s.event.kind in ("set", "mount", "reset") and covers(s.key, key)]
+        return (f"{later[0].path}:{later[0].event.line + 1} sets {later[0].key} after the flags "
+                "are merged") if later else None
 
     def flag_setter(self, keys: list[str]) -> str | None:
         for key in keys:
@@ -199,7 +261,7 @@ class _Chain:
         key = flag_key(knob.name)
         later = [k for k in self.knobs.get(knob.path, [])
                  if flag_key(k.name) == key and k.line_no > knob.line_no]
-        return f"{later[-1].where} sets it again" if later else None
+        return f"{later[-1].where} sets it again" if later else self.after_flags(key)
 
     def why_dead(self, knob: Knob) -> str | None:
         if knob.kind == "args":
@@ -210,7 +272,14 @@ class _Chain:
             return self.flag_setter([flag_key(f) for f in knob.flags or (knob.flag,)])
         if knob.kind == "dataclass":
             return self.dataclass_setter(knob)
+        if knob.kind == "attr":
+            return self.attr_setter(knob)
         return self.config_key_setter(knob)
+
+
+def _flag_form(key: str) -> str:
+    """The key a flag sets for a knob: `trainer.betas` for the element `trainer.betas[1]`."""
+    return re.sub(r"\[\d+\]$", "", key)
 
 
 def _json_keys(text: str | None) -> set[str]:
@@ -228,17 +297,21 @@ def resolve(files: dict[str, str], command: str, args_file: str | None = None,
     words = shlex.split(command)
     cmd = parse_words(words, workdir)
     args_text = files.get(args_file or "") if args_file else None
-    extra = parse_words(words[:1 + words.index(next(w for w in words if w.endswith(".py")))]
-                        + args_words(args_text), workdir) if args_text and cmd.script else (
-        CommandLine())
+    at = script_word(words)
+    extra = parse_words(words[:1 + at[0]] + args_words(args_text), workdir) \
+        if args_text and at is not None else CommandLine()
     knobs, facts = _facts({p: t for p, t in files.items() if p != args_file})
     if args_file and args_text is not None:
         knobs[args_file] = find_knobs(args_file, args_text, args_file=args_file)
-    chain = _Chain(files, cmd, extra, args_file, knobs, facts)
+    steps = flatten({p: f.attrs for p, f in facts.items()}, cmd.script)
+    chain = _Chain(files, cmd, extra, args_file, knobs, facts, steps)
+    chain.place_attrs()
     states = []
     for path in sorted(knobs):
         for knob in knobs[path]:
             why = chain.why_dead(knob)
+            if knob.kind == "attr":
+                knob = replace(knob, name=chain.full_name(knob))
             key = flag_key(knob.name).rsplit(".", 1)[-1].lower()
             states.append(KnobState(knob, why is None, why or "", bool(PLUMBING.match(key))))
     return states

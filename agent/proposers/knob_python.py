@@ -3,11 +3,12 @@
 Finds the literals of a script's config block (module-level `name = <literal>` of any case
 before the first top-level statement that does something, so `exec(open('configurator.py')
 .read())` or `if ddp:` ends it; UPPER_CASE constants count anywhere at module level),
-argparse `add_argument(..., default=<literal>)`, and dataclass fields (`x: int = 3` and
-`x: int = field(default=3)`). Alongside, per file: module globals assigned again later, the
+argparse `add_argument(..., default=<literal>)`, dataclass fields (`x: int = 3` and
+`x: int = field(default=3)`) and attribute-style config keys (`C.model.n_layer = 6`, found by
+agent.proposers.knob_attrs). Alongside, per file: module globals assigned again later, the
 calls that construct each dataclass (with the fields they pass explicitly), the dataclasses
 parsed from the command line (HfArgumentParser, tyro, simple_parsing) and whether the file
-exec()s code over its globals. Pure: the stdlib, agent.core.diff and knob_sources' Knob.
+exec()s code over its globals. Pure: the stdlib, agent.core.diff and the knob modules.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ import ast
 from dataclasses import dataclass, field
 
 from agent.core.diff import split_lines
-from agent.proposers.knob_base import SKIP, Knob, Value, find_constants
+from agent.proposers.knob_attrs import AttrFacts, attr_facts, attr_knobs
+from agent.proposers.knob_base import Knob, find_constants, knob_at, literal_value
 
 ALL = frozenset({"*"})  # a construction whose keyword set is unknown (`Cls(**kwargs)`)
 CLI_PARSERS = ("HfArgumentParser", "cli", "parse", "add_arguments", "ArgumentParser")
@@ -31,32 +33,7 @@ class PythonFacts:
     fields: dict[str, list[str]] = field(default_factory=dict)  # dataclass -> field order
     parsed_from_cli: set[str] = field(default_factory=set)  # dataclasses parsed from argv
     execs_over_globals: bool = False  # exec(open(...).read()) at module level (configurator)
-
-
-def _literal(node: ast.expr | None) -> Value | None:
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-        inner = _literal(node.operand)
-        return -inner if isinstance(inner, int | float) and not isinstance(inner, bool) else None
-    if isinstance(node, ast.Constant) and isinstance(node.value, bool | int | float | str):
-        return node.value
-    return None
-
-
-def _located(path: str, lines: list[str], node: ast.expr, name: str, kind: str,
-             **extra: object) -> Knob | None:
-    """A Knob for a literal node on one line (columns converted from UTF-8 bytes)."""
-    value = _literal(node)
-    if value is None or node.end_lineno != node.lineno or node.end_col_offset is None:
-        return None
-    line = lines[node.lineno - 1]
-    if SKIP in line:
-        return None
-    encoded = line.encode()
-    col = len(encoded[: node.col_offset].decode(errors="replace"))
-    raw = encoded[node.col_offset: node.end_col_offset].decode(errors="replace")
-    if isinstance(value, str) and not extra.get("choices"):
-        return None  # free text has no neighbours to try
-    return Knob(path, node.lineno - 1, name, raw, value, kind=kind, col=col, **extra)  # type: ignore[arg-type]
+    attrs: AttrFacts = field(default_factory=AttrFacts)  # attribute-style configs
 
 
 def _argparse_knob(path: str, lines: list[str], call: ast.Call) -> Knob | None:
@@ -73,10 +50,10 @@ def _argparse_knob(path: str, lines: list[str], call: ast.Call) -> Knob | None:
     if isinstance(options, ast.List | ast.Tuple):
         raw = ast.get_source_segment("\n".join(lines), keywords["default"]) or ""
         quote = raw[0] if raw[:1] in ("'", '"') else "'"
-        values = [_literal(e) for e in options.elts]
+        values = [literal_value(e) for e in options.elts]
         choices = tuple(f"{quote}{v}{quote}" if isinstance(v, str) else repr(v)
                         for v in values if v is not None)
-    return _located(path, lines, keywords["default"], name, "argparse", choices=choices,
+    return knob_at(path, lines, keywords["default"], name, "argparse", choices=choices,
                     flag=long, flags=tuple(flags))
 
 
@@ -105,7 +82,7 @@ def _dataclass_knobs(path: str, lines: list[str], node: ast.ClassDef,
         if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
             order.append(item.target.id)
             if item.value is not None:
-                knobs.append(_located(path, lines, _field_default(item.value),
+                knobs.append(knob_at(path, lines, _field_default(item.value),
                                       f"{node.name}.{item.target.id}", "dataclass"))
     return knobs
 
@@ -128,7 +105,7 @@ def _config_block(path: str, lines: list[str], tree: ast.Module) -> list[Knob | 
             continue
         target = stmt.targets[0]
         if isinstance(target, ast.Name) and not target.id.startswith("_"):
-            knobs.append(_located(path, lines, stmt.value, target.id, "global"))
+            knobs.append(knob_at(path, lines, stmt.value, target.id, "global"))
     return knobs
 
 
@@ -200,11 +177,13 @@ def _constructions(tree: ast.Module, classes: set[str], facts: PythonFacts) -> N
                 frozenset(passed | {f"#{i}" for i in range(len(node.args))}))
 
 
-def python_knobs(path: str, text: str, classes: set[str] | None = None
+def python_knobs(path: str, text: str, classes: set[str] | None = None,
+                 known: frozenset[str] = frozenset(), getters: frozenset[str] = frozenset()
                  ) -> tuple[list[Knob], PythonFacts]:
     """Every knob of one Python file and its facts; an unparsable file: constants only.
 
-    `classes` names the dataclasses (of any file) whose constructions to record.
+    `classes` names the dataclasses (of any file) whose constructions to record; `known` and
+    `getters` the functions (of any file) that set config keys and that return a config.
     """
     facts = PythonFacts()
     try:
@@ -219,6 +198,8 @@ def python_knobs(path: str, text: str, classes: set[str] | None = None
             found.append(_argparse_knob(path, lines, node))
         elif isinstance(node, ast.ClassDef) and _is_dataclass(node):
             found += _dataclass_knobs(path, lines, node, facts)
+    facts.attrs = attr_facts(path, text, tree, known, getters)
+    found += attr_knobs(facts.attrs)
     facts.reassigned = _reassigned(tree)
     facts.execs_over_globals = any(
         isinstance(s, ast.Expr) and isinstance(s.value, ast.Call)

@@ -104,4 +104,4 @@ def no_knobs_message(files: dict[str, str], dead: list[str] | None = None) -> st
             "config block (module globals before the first statement that does something), "
             "UPPER_CASE constants, argparse defaults, dataclass field defaults, numeric keys of "
             "YAML/TOML/JSON files listed in `editable` and the lines of `args_file`; see "
-            "docs/target.md 'Knobs'. Add one of those, or use --proposer llm:<profile> or queue")
+            "docs/adopt.md 'Knobs'. Add one of those, or use --proposer llm:<profile> or queue")

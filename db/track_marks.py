@@ -30,6 +30,10 @@ class TrackMarks(StoreBase):
                         closed=bool(row.closed) if row else False,
                         experiments={e: (r, dict(sent or {})) for e, r, sent in exps})
 
+    def follow(self, sweep_id: int, destination: str) -> None:
+        with self.session("recording a tracker's sweep") as s:
+            self._sweep_row(s, sweep_id, destination)
+
     def mark_sweep(self, sweep_id: int, destination: str, remote_id: str,
                    closed: bool) -> None:
         with self.session("recording a tracker's sweep run") as s:

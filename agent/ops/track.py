@@ -8,7 +8,8 @@ the sweep (agent.ops.track_sync), each tracker call retried with exponential bac
 records the error (the dashboard and `overnight status` show the tracker behind), the failure
 is logged once until the tracker works again, later calls are tried once each, and every
 `poll_s` the sweeps left behind are synced again. The same poll notices a sweep's end, so its
-parent run gets the final numbers. `close` waits a bounded time for what is queued.
+parent run gets the final numbers. `close` waits a bounded time for what is queued, trying
+each call once: a tracker that is down costs the end of the night nothing either.
 
 Which sweeps: `track` (the --track choice) names one tracker for every sweep, or OFF for
 none; without it a sweep is mirrored to the tracker of its own [track] table, if any.
@@ -82,6 +83,7 @@ class Mirror:
         self.failing: dict[str, str] = {}
         self.dropped = 0
         self.deadline: float | None = None
+        self._closing = threading.Event()  # set by close: no more waits between retries
         self._broken: set[str] = set()  # trackers that cannot be made (logged once each)
         self._thread = threading.Thread(target=self._work, name="overnight-track", daemon=True)
 
@@ -107,10 +109,12 @@ class Mirror:
         self._thread.start()
         return self
 
-    def close(self, timeout_s: float = 30.0) -> None:
-        """Sync what is queued and the followed sweeps once more (a sweep's end) for at most
-        `timeout_s`; then let go of the trackers."""
+    def close(self, timeout_s: float = 15.0) -> None:
+        """Sync what is queued and the followed sweeps once more (a sweep's end), each call
+        tried once (no more waits between retries), for at most `timeout_s`; then let go of
+        the trackers."""
         self.deadline = time.monotonic() + timeout_s
+        self._closing.set()
         if self._thread.is_alive():
             try:
                 self.queue.put(None, timeout=timeout_s)
@@ -205,11 +209,10 @@ class Mirror:
         return call
 
     def _pause(self, seconds: float) -> bool:
-        """Sleep before a retry; False when closing leaves no time for it."""
+        """Wait before a retry; False (no retry) once closing: `close` ends a wait at once."""
         if self.deadline is not None and self.deadline - time.monotonic() <= seconds:
             return False
-        time.sleep(seconds)
-        return True
+        return not self._closing.wait(seconds)
 
     # --- the worker -----------------------------------------------------------------------
     def _work(self) -> None:

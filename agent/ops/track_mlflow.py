@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -31,6 +32,9 @@ COMPLETE = f"{TAG}complete"
 ROLE = f"{TAG}role"
 PARENT = "mlflow.parentRunId"
 # What MLflow answers for a request it will refuse again: not worth a retry.
+# A transport's failure inside MLflow's long message: its cause in a few words.
+TRANSPORT = re.compile(r"\[Errno -?\d+\][^'\")\]]*|Read timed out|timed out|"
+                       r"Name or service not known|Connection reset by peer")
 REFUSALS = {"INVALID_PARAMETER_VALUE", "BAD_REQUEST", "PERMISSION_DENIED", "UNAUTHENTICATED",
             "RESOURCE_DOES_NOT_EXIST", "INVALID_STATE", "FEATURE_DISABLED"}
 
@@ -175,5 +179,10 @@ class MlflowTracker:
             raise TrackerError(self._scrub(f"MLflow: {type(exc).__name__}: {exc}")) from None
 
     def _scrub(self, text: str) -> str:
+        """One short line: a transport failure's own words ("[Errno 111] Connection refused",
+        "Read timed out"), else the message's first line; the URI without its secrets."""
+        cause = TRANSPORT.search(text)
+        if cause is not None:
+            return f"MLflow at {where(self.uri)}: {cause.group(0).strip()}"
         line = text.strip().splitlines()[0] if text.strip() else text
         return line.replace(self.uri, where(self.uri))[:300]

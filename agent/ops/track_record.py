@@ -119,7 +119,7 @@ def verdict(sweep: Sweep, exp: Experiment, ev: ExperimentEvidence | None) -> dic
     m = sweep.metric
     numbers = {f"{m}_mean": exp.metric, f"{m}_ci95": ev.ci if ev else None,
                "p_better": ev.p_better if ev else None, f"{m}_delta": exp.delta,
-               "runs": ev.n if ev else None}
+               "runs": ev.n if ev else 0}
     return {k: v for k, v in ((k, _number(v)) for k, v in numbers.items()) if v is not None}
 
 

@@ -79,6 +79,10 @@ class Mirrored:
 class TrackLedger(Protocol):
     def mirrored(self, sweep_id: int, destination: str) -> Mirrored: ...
 
+    def follow(self, sweep_id: int, destination: str) -> None:
+        """The tracker is to hold the sweep (before its first call: a slow tracker shows
+        behind from the start)."""
+
     def mark_sweep(self, sweep_id: int, destination: str, remote_id: str,
                    closed: bool) -> None:
         """The parent run is there (and ended when `closed`); clears the error."""
@@ -109,6 +113,8 @@ def sync_sweep(sweep: Sweep, tracker: Tracker, ledger: TrackLedger, store: Store
     ending = sweep.status.is_finished()
     if marks.parent is not None and not pending and (marks.closed or not ending):
         return out
+    if marks.parent is None:
+        ledger.follow(sweep.id, dest)
     ev = sweep_evidence(sweep, exps, store.run_metrics(sweep.id))
     parent = marks.parent
     if parent is None or (marks.closed and pending):

@@ -24,6 +24,11 @@ import httpx
 import pytest
 
 BIN = Path(sys.executable).parent
+# Nothing leaves the machine: no usage telemetry from MLflow (its client and the server the
+# fixture starts inherit this), no error reports from W&B.
+for _name, _value in (("MLFLOW_DISABLE_TELEMETRY", "true"), ("DO_NOT_TRACK", "true"),
+                      ("WANDB_ERROR_REPORTING", "false")):
+    os.environ.setdefault(_name, _value)
 
 
 @dataclass
@@ -48,13 +53,18 @@ class MlflowServer:
                 raise RuntimeError(f"mlflow server not healthy:\n{self.log.read_text()[-3000:]}")
             time.sleep(0.2)
 
+    def stop(self) -> None:
+        """Kill it (a throw-away server: no graceful shutdown to wait for)."""
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait()
 
-@pytest.fixture(scope="module", autouse=True)
-def mlflow_starting(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MlflowServer]:
-    """`mlflow server` on a free loopback port with a sqlite backend store, started when the
-    module's first test starts and not waited for (its first start migrates a new database,
-    ~20 s on 2 cores, while the tests that need no MLflow run)."""
-    home = tmp_path_factory.mktemp("mlflow")
+
+def start_mlflow_server(home: Path) -> MlflowServer:
+    """`mlflow server` on a free loopback port with a sqlite backend store under `home`, not
+    waited for (`wait_healthy`); `stop` kills it."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -65,14 +75,19 @@ def mlflow_starting(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mlflow
              f"sqlite:///{home / 'mlflow.db'}", "--artifacts-destination", str(home / "art"),
              "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
             stdout=out, stderr=subprocess.STDOUT, cwd=home, start_new_session=True)
+    return MlflowServer(f"http://127.0.0.1:{port}", log, proc)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def mlflow_starting(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MlflowServer]:
+    """The module's MLflow server, started when its first test starts and not waited for
+    (its first start migrates a new database, ~20 s on 2 cores, while the tests that need no
+    MLflow run)."""
+    server = start_mlflow_server(tmp_path_factory.mktemp("mlflow"))
     try:
-        yield MlflowServer(f"http://127.0.0.1:{port}", log, proc)
+        yield server
     finally:
-        try:  # a throw-away server: no graceful shutdown to wait for
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.wait()
+        server.stop()
 
 
 @pytest.fixture

@@ -5,9 +5,10 @@ Where: MLflow's own settings, $MLFLOW_TRACKING_URI above all (a server, a sqlite
 and the experiment named in [track] (else $MLFLOW_EXPERIMENT_NAME, else "overnight"). The
 mirror retries itself, so MLflow's client is told not to (MLFLOW_HTTP_REQUEST_MAX_RETRIES=0)
 and to give up on a request after the mirror's timeout, unless those variables are set; it
-does not print run links. A run is found again by its tags (the sweep's key, the experiment's
-id), so a call tried again after a failure never makes a second run; a child left half-written
-(no `overnight.complete` tag) is deleted and written again.
+does not print run links, and MLflow's usage telemetry is off (MLFLOW_DISABLE_TELEMETRY) unless
+set. A run is found again by its tags (the sweep's key, the experiment's id), so a call tried
+again after a failure never makes a second run; a child left half-written (still RUNNING: its
+last call, the end, never went through) is deleted and written again.
 """
 
 from __future__ import annotations
@@ -15,11 +16,14 @@ from __future__ import annotations
 import logging
 import os
 import re
+import shutil
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from functools import partial
+from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
@@ -28,7 +32,6 @@ from agent.ops.track_sync import TrackerError
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
-COMPLETE = f"{TAG}complete"
 ROLE = f"{TAG}role"
 PARENT = "mlflow.parentRunId"
 # What MLflow answers for a request it will refuse again: not worth a retry.
@@ -55,15 +58,16 @@ def _ms(when: datetime | None) -> int | None:
 
 class MlflowTracker:
     def __init__(self, experiment: str | None = None, timeout_s: float = 10.0) -> None:
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", str(max(1, round(timeout_s))))
+        os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
+        os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")  # before its first import
         try:
             import mlflow
             from mlflow import MlflowClient
         except ImportError:
             raise TrackerError("tracking to MLflow needs MLflow: pip install "
                                "'overnight[mlflow]'", retry=False) from None
-        os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
-        os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", str(max(1, round(timeout_s))))
-        os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
         self.uri = str(mlflow.get_tracking_uri())
         self.experiment = experiment or os.environ.get("MLFLOW_EXPERIMENT_NAME") or "overnight"
         self.client = MlflowClient(self.uri)
@@ -92,7 +96,7 @@ class MlflowTracker:
         found = self._find(f"tags.`{TAG}sweep_key` = '{key}' and "
                            f"tags.`{TAG}experiment` = '{rec.experiment_id}'")
         if found is not None:
-            if found.data.tags.get(COMPLETE) == "true":
+            if found.info.status != "RUNNING":  # ended: its last call went through
                 return str(found.info.run_id)
             self._do(lambda: self.client.delete_run(found.info.run_id))
         run = self._do(lambda: self.client.create_run(
@@ -102,10 +106,13 @@ class MlflowTracker:
         self._batch(run_id, params=rec.params, metrics=[
             *((p.key, p.value, p.step, _ms(p.at)) for p in rec.points),
             *((k, v, 0, None) for k, v in rec.verdict.items())])
-        self._do(lambda: self.client.log_text(run_id, rec.diff, "change.diff"))
-        for log in rec.logs:
-            self._do(partial(self.client.log_artifact, run_id, str(log), "logs"))
-        self._batch(run_id, tags={COMPLETE: "true"})
+        with tempfile.TemporaryDirectory() as folder:  # one upload call for the diff and logs
+            (Path(folder) / "change.diff").write_text(rec.diff, encoding="utf-8")
+            if rec.logs:
+                (Path(folder) / "logs").mkdir()
+            for log in rec.logs:
+                shutil.copyfile(log, Path(folder) / "logs" / log.name)
+            self._do(partial(self.client.log_artifacts, run_id, folder))
         self._do(lambda: self.client.set_terminated(run_id, rec.end,
                                                     end_time=_ms(rec.finished_at)))
         return run_id

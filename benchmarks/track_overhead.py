@@ -8,6 +8,10 @@ tracker's own time per experiment on the mirror's thread (its calls for one expe
 long after an experiment's end the tracker had it (the lag), and the mirror's close at the end.
 
     .venv/bin/python benchmarks/track_overhead.py [--experiments 20] [--modes none mlflow wandb]
+        [--rounds 3]
+
+With several rounds the modes take turns (none, mlflow, wandb, none, …), so a change in the
+shared machine's load falls on each, and the figures pool every round's experiments.
 """
 
 from __future__ import annotations
@@ -61,7 +65,9 @@ class Timed:
         return getattr(self.inner, name)
 
 
-def night(tmp: Path, mode: str, experiments: int) -> dict[str, Any]:
+def night(tmp: Path, mode: str, experiments: int, round_: int = 0) -> dict[str, Any]:
+    tmp = tmp / f"round-{round_}"
+    tmp.mkdir(exist_ok=True)
     target = tmp / f"target-{mode}"
     shutil.copytree(ROOT / "tests/fixtures/fake_target", target)
     extra = "".join(f"EXTRA_{i} = 1.0\n" for i in range(12))  # ideas for a long sweep
@@ -98,8 +104,10 @@ def night(tmp: Path, mode: str, experiments: int) -> dict[str, Any]:
                 mirrored = datetime.fromisoformat(str(at)).replace(tzinfo=UTC)
                 if ends.get(exp_id):
                     lags.append((mirrored - ends[exp_id]).total_seconds())
+    failing = dict(mirror.status().failing) if mirror else {}
     return {"mode": mode, "n": len(times), "wall": wall, "gaps": gaps, "closing": closing,
-            "per": sorted(timed.per_experiment) if timed else [], "lags": sorted(lags)}
+            "per": sorted(timed.per_experiment) if timed else [], "lags": sorted(lags),
+            "mirrored": len(lags), "errors": list(failing.values())}
 
 
 def median(xs: list[float]) -> str:
@@ -111,6 +119,7 @@ def main() -> None:
     ap.add_argument("--experiments", type=int, default=20)
     ap.add_argument("--modes", nargs="+", default=["none", "mlflow", "wandb"],
                     choices=["none", "mlflow", "wandb"])
+    ap.add_argument("--rounds", type=int, default=1)
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
@@ -122,19 +131,33 @@ def main() -> None:
             os.environ["MLFLOW_TRACKING_URI"] = server.uri
         os.environ.update(WANDB_MODE="offline", WANDB_DIR=str(tmp), WANDB_SILENT="true")
         try:
-            results = [night(tmp, mode, args.experiments) for mode in args.modes]
+            nights = [night(tmp, mode, args.experiments, k) for k in range(args.rounds)
+                      for mode in args.modes]
         finally:
             if server is not None:
                 server.stop()
+    results = []
+    for mode in args.modes:
+        mine = [r for r in nights if r["mode"] == mode]
+        pooled: dict[str, Any] = {"mode": mode, "n": sum(r["n"] for r in mine),
+                                  "wall": sum(r["wall"] for r in mine),
+                                  "closing": max(r["closing"] for r in mine),
+                                  "mirrored": sum(r["mirrored"] for r in mine),
+                                  "errors": [e for r in mine for e in r["errors"]]}
+        for key in ("gaps", "per", "lags"):
+            pooled[key] = sorted(x for r in mine for x in r[key])
+        results.append(pooled)
     for r in results:
         p90 = r["gaps"][int(0.9 * (len(r["gaps"]) - 1))] * 1000
         print(f"{r['mode']:>6}: {r['n']} experiments in {r['wall']:.1f} s; gap between runs "
               f"median {median(r['gaps'])}, p90 {p90:.0f} ms; tracker per experiment median "
               f"{median(r['per'])} (its thread); lag median {median(r['lags'])}; close "
-              f"{r['closing']:.2f} s")
+              f"{r['closing']:.2f} s (the longest)"
+              + (f"; mirrored {r['mirrored']}, errors {r['errors']}" if r["mode"] != "none"
+                 else ""))
     print(f"load average {os.getloadavg()[0]:.1f}; command: .venv/bin/python "
           f"benchmarks/track_overhead.py --experiments {args.experiments} --modes "
-          f"{' '.join(args.modes)}")
+          f"{' '.join(args.modes)} --rounds {args.rounds}")
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
 from browser_helpers import crash_diff, make_app
 from conftest import make_target, measured_noise_toml
 from fastapi.testclient import TestClient
@@ -89,11 +90,12 @@ class Night:
         return None
 
 
-def night(tmp_path: Path, mirror_of: object) -> tuple[SqlStore, SlotScheduler]:
-    """The real engine on a noisy fake target, its events heard by `mirror_of(store)`'s
-    mirror (started)."""
+def night(tmp_path: Path, mirror_of: object, db: str | Path | None = None
+          ) -> tuple[SqlStore, SlotScheduler]:
+    """The real engine on a noisy fake target (its database `db`, else a SQLite file), its
+    events heard by `mirror_of(store)`'s mirror (started)."""
     target = noisy_target(tmp_path / "target")
-    store = SqlStore(open_database(tmp_path / "overnight.db"))
+    store = SqlStore(open_database(db or tmp_path / "overnight.db"))
     repo = GitRepo(target)
     create_sweep(store, repo, target, name="night", config=load_config(target),
                  max_experiments=10)
@@ -178,7 +180,10 @@ class Held:
         pass
 
 
-def test_a_slow_tracker_never_delays_the_night_and_a_failing_call_is_retried(tmp_path):
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_a_slow_tracker_never_delays_the_night_and_a_failing_call_is_retried(
+        tmp_path, backend, request):
+    db = request.getfixturevalue("pg_url") if backend == "postgres" else None
     held = Held(fail_first=2)
     mirrors: list[Mirror] = []
 
@@ -188,7 +193,7 @@ def test_a_slow_tracker_never_delays_the_night_and_a_failing_call_is_retried(tmp
                               retries=3).start())
         return mirrors[0]
 
-    store, slots = night(tmp_path, mirror_of)
+    store, slots = night(tmp_path, mirror_of, db)
     slots.run_burst(["night"])  # the whole night while the tracker holds its first call
     sweep = store.get_sweep("night")
     assert sweep.status is SweepStatus.DONE
@@ -226,6 +231,10 @@ def test_a_night_in_wandb_offline_matches_the_records(tmp_path):
     first = got.children[min(got.children)][0]
     assert first.tags["overnight.link"].startswith("http://127.0.0.1:8123/ui/experiments/")
     assert "kept" in first.tags["labels"]
+    again = run_cli("export", "--sweep", "w", "--to", "wandb", "--db", str(db), env=env)
+    assert again.returncode == 0, again.stderr  # the same tracker: it holds it all already
+    assert "0 experiment(s) logged, 0 verdict(s) updated" in again.stdout
+    assert f"up to date ({len(got.children)} experiments)" in again.stdout
 
 
 def test_the_services_engine_mirrors_a_sweep_by_its_own_track_table(tmp_path, monkeypatch):

@@ -73,9 +73,12 @@ def export(
     """Back-fill a finished sweep into MLflow or W&B: what the tracker lacks of it, never twice."""
     try:
         kind = tracker_name(to)
+    except ValueError as exc:
+        fail(f"--to: {exc}")
+    try:
         link = dashboard_url(dashboard) if dashboard else None
     except ValueError as exc:
-        fail(f"--{'to' if 'tracker' in str(exc) else 'dashboard-url'}: {exc}")
+        fail(f"--dashboard-url: {exc}")
     rt = runtime_for(db)
     found = rt.store.get_sweep(sweep)
     if found.status is SweepStatus.RUNNING:

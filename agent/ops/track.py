@@ -182,6 +182,8 @@ class Mirror:
             self._failed(sweep.id, dest, why)
             return False
         self.behind.discard(sweep.id)
+        if sweep.status.is_finished():  # ended and closed: no more polls (an event of a
+            self.followed.pop(sweep.id, None)  # resumed sweep follows it again)
         if self.failing.pop(dest, None) is not None:
             logger.warning("tracking to %s works again", dest)
         return True

@@ -85,7 +85,7 @@ def sweep_record(sweep: Sweep, ev: SweepEvidence, base_url: str) -> SweepRecord:
     params = {"target": sweep.target_path, "metric": c.metric, "direction": c.direction,
               "budget_s": f"{c.budget_s:g}", "timeout_s": f"{c.timeout_s:g}",
               "proposer": sweep.proposer, "branch": sweep.branch, "decision": c.decision,
-              "keep_z": f"{c.keep_z:g}", "max_experiments": str(sweep.max_experiments)}
+              "max_experiments": str(sweep.max_experiments)}
     tags = {f"{TAG}sweep": sweep.name, f"{TAG}sweep_key": sweep_key(sweep),
             f"{TAG}status": sweep.status.value, f"{TAG}branch": sweep.branch,
             f"{TAG}link": f"{base_url}/ui/sweeps/{sweep.name}",

@@ -244,3 +244,35 @@ class RunCountRow(Base):
                                           primary_key=True)
     status: Mapped[str] = mapped_column(String(20), primary_key=True)
     n: Mapped[int] = mapped_column(Integer)
+
+
+class TrackSweepRow(Base):
+    """A sweep as an experiment tracker holds it (agent.ops.track_sync's ledger): its parent
+    run, whether it was ended, and the error the last sync stopped on (migration
+    track_marks)."""
+
+    __tablename__ = "track_sweeps"
+
+    sweep_id: Mapped[int] = mapped_column(BIG, ForeignKey("sweeps.id", ondelete="CASCADE"),
+                                          primary_key=True)
+    destination: Mapped[str] = mapped_column(String(300), primary_key=True)
+    remote_id: Mapped[str | None] = mapped_column(String(200))
+    closed: Mapped[bool] = mapped_column(Boolean, default=False)
+    error: Mapped[str | None] = mapped_column(Text)
+    failing_since: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class TrackExperimentRow(Base):
+    """An experiment as a tracker holds it: its child run and the verdict it was sent."""
+
+    __tablename__ = "track_experiments"
+
+    sweep_id: Mapped[int] = mapped_column(BIG, ForeignKey("sweeps.id", ondelete="CASCADE"),
+                                          primary_key=True)
+    destination: Mapped[str] = mapped_column(String(300), primary_key=True)
+    experiment_id: Mapped[int] = mapped_column(
+        BIG, ForeignKey("experiments.id", ondelete="CASCADE"), primary_key=True)
+    remote_id: Mapped[str] = mapped_column(String(200))
+    sent: Mapped[dict[str, float]] = mapped_column(JSON_TYPE, default=dict)
+    mirrored_at: Mapped[datetime] = mapped_column(UTCDateTime)

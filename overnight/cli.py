@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from agent.core.config import CONFIG_FILE
+from agent.core.config import CONFIG_FILE, load_config
 from agent.core.domain import Sweep
 from agent.core.errors import OvernightError
 from db.reads import Reads
@@ -25,6 +25,7 @@ from overnight import (  # noqa: F401  (they register their commands)
     cli_report,
     cli_results,
     cli_service,
+    cli_track,
     notifications,
 )
 from overnight.cli_common import (
@@ -108,6 +109,7 @@ def run(
         help="run the committed HEAD although the checkout has uncommitted changes")] = False,
     notify: NotifyOpt = None,
     notify_config: NotifyConfigOpt = None,
+    track: cli_track.TrackOpt = None,
     confirm_at: Annotated[str | None, typer.Option(
         help="at the end of the night, " + cli_confirm.AT_HELP)] = None,
     confirm_seeds: cli_confirm.SeedsOpt = cli_confirm.CONFIRM_SEEDS,
@@ -120,6 +122,10 @@ def run(
     n_slots, found = executor_slots(slots, devices, runs_on)
     notifying = notifications.notify_config(notify, notify_config)
     notifications.announce(notifying, console)
+    tracking = cli_track.track_choice(track)
+    where = cli_track.ready(tracking, None if resume else load_config(target).track)
+    if where is not None:
+        console.print(f"mirroring the night to {where}", soft_wrap=True, markup=False)
     done = run_foreground(
         db,
         target,
@@ -136,7 +142,9 @@ def run(
         runs_on=runs_on,
         work_dir=work_dir,
         notify=notifying,
+        track=tracking,
     )
+    cli_track.print_progress(runtime_for(db, work_dir).reads, done)
     # What the baseline got wrong first, so the night's honest statement stays the last line.
     cli_doctor.print_baseline_hints(runtime_for(db, work_dir).reads, done)
     print_summary(done, runtime_for(db, work_dir).store)

@@ -19,10 +19,11 @@ from agent.core.config import load_config
 from agent.core.domain import Sweep
 from agent.core.errors import INTERRUPT_PREFIX, Interrupted
 from agent.engine.interrupts import deliver
+from agent.ops.track import OFF
 from db.location import DbLocation
 from overnight.cli_common import console, err, fail, runtime_for
 from overnight.notifications import make_notifier
-from overnight.runtime import Runtime, open_target
+from overnight.runtime import Runtime, hear_all, open_target
 
 if TYPE_CHECKING:
     from agent.core.config import TargetConfig
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
     from agent.git.repo import GitRepo
     from agent.ops.notify import Notifier
     from agent.ops.notify_config import NotifyConfig
+    from agent.ops.track import Choice
 
 
 def run_foreground(
@@ -52,11 +54,13 @@ def run_foreground(
     runs_on: dict[str, Any] | None = None,
     work_dir: Path | None = None,
     notify: NotifyConfig | None = None,
+    track: Choice = None,
 ) -> Sweep:
     """Hold the database's instance lock, recover leftovers, then run one sweep to its end.
 
     `runs_on`: the executor's SchedulerSettings fields (executor_options). `notify`: where
-    notifications go (none by default)."""
+    notifications go (none by default). `track`: the --track choice (by default the sweep's
+    own [track] table, if any, names its tracker)."""
     from agent.engine.scheduler import SchedulerSettings
 
     rt = runtime_for(db, work_dir)
@@ -69,13 +73,14 @@ def run_foreground(
         return _run_locked(rt, target, sweep_name=sweep_name, experiments=experiments,
                            budget=budget, proposer=proposer, settings=settings,
                            timeout=timeout, quiet=quiet, resume=resume, llm_config=llm_config,
-                           allow_dirty=allow_dirty, notifier=notifier)
+                           allow_dirty=allow_dirty, notifier=notifier, track=track)
     finally:
         for signum, handler in previous.items():
             if handler is not None:  # None: not installed from Python; nothing to put back
                 signal.signal(signum, handler)
         if notifier is not None:  # the end of the night (or its pause), delivered briefly
             notifier.close()
+        rt.close_mirror()  # the last experiments and the sweep's end, briefly
         rt.release_lock()
 
 
@@ -125,7 +130,7 @@ def _run_locked(
     rt: Runtime, target: Path, *, sweep_name: str | None, experiments: int,
     budget: float | None, proposer: str, settings: SchedulerSettings, timeout: float | None,
     quiet: bool, resume: bool, llm_config: Path | None, allow_dirty: bool = False,
-    notifier: Notifier | None = None,
+    notifier: Notifier | None = None, track: Choice = None,
 ) -> Sweep:
     config = None if resume else load_config(target).with_budget(budget, timeout)
     repo = open_target(target)
@@ -142,8 +147,12 @@ def _run_locked(
                            experiments=experiments, allow_dirty=allow_dirty)
     llm_kwargs = ({"config_path": llm_config}
                   if llm_config and sweep.proposer.startswith("llm:") else {})
+    mirror = None
+    if track != OFF and (track is not None or sweep.config.track is not None):
+        mirror = rt.start_mirror(track)
     _drive(rt, sweep, target, settings, quiet=quiet, proposer_kwargs=llm_kwargs,
-           also=notifier.on_event if notifier is not None else None)
+           also=hear_all(notifier.on_event if notifier is not None else None,
+                         mirror.on_event if mirror is not None else None))
     return rt.store.get_sweep(sweep.name)
 
 

@@ -176,7 +176,8 @@ def status(
     all_: Annotated[bool, typer.Option(
         "--all", help=f"every sweep (default: the latest {STATUS_LATEST})")] = False,
 ) -> None:
-    """One line per sweep, newest last: status, counts, baseline → best, supported keeps."""
+    """One line per sweep, newest last: status, counts, baseline → best, supported keeps; then
+    any experiment tracker left behind."""
     from rich.table import Table
 
     from agent.analysis.evidence import sweep_evidence
@@ -211,3 +212,9 @@ def status(
     console.print(table)
     if len(shown) < len(sweeps):
         console.print(f"{len(sweeps) - len(shown)} older sweep(s) not shown (--all shows them)")
+    for s in shown:  # a tracker left behind (agent.ops.track): the lab reads an old night
+        for p in reads.track_progress(s.id):
+            if not p.up_to_date:
+                console.print(f"{s.name}: tracker {p.line()} (overnight export --sweep "
+                              f"{s.name} --to {p.destination.split()[0]} back-fills it)",
+                              soft_wrap=True, markup=False)

@@ -12,7 +12,7 @@ import typer
 from rich.markup import escape
 
 from db.location import DbLocation
-from overnight import notifications
+from overnight import cli_track, notifications
 from overnight.cli_common import (
     DbOpt,
     DevicesOpt,
@@ -80,6 +80,7 @@ def serve(
     work_dir: WorkDirOpt = None,
     notify: NotifyOpt = None,
     notify_config: NotifyConfigOpt = None,
+    track: cli_track.TrackOpt = None,
     no_engine: Annotated[bool, typer.Option("--no-engine", help="the API and dashboard only: "
                                             "no slots, no scheduled starts, no instance lock; "
                                             "the service that runs the engine executes what "
@@ -98,6 +99,12 @@ def serve(
     if notifying.targets and no_engine:
         fail("--notify needs the engine: the service that runs the engine sends them")
     notifications.announce(notifying, console)
+    tracking = cli_track.track_choice(track)
+    if track is not None and no_engine:
+        fail("--track needs the engine: the service that runs the engine mirrors the night")
+    mirrored_to = cli_track.ready(tracking, None)
+    if mirrored_to is not None:
+        console.print(f"mirroring every sweep to {mirrored_to}", soft_wrap=True, markup=False)
     if token is not None:
         fail("--token VALUE would show the token to every user of this machine (ps, shell "
              f"history); put it in a file (mode 0600) and give --token-file PATH, or set "
@@ -136,7 +143,9 @@ def serve(
                else " (open: no sign-in)")
     console.print(f"dashboard: http://{url_host}:{bound}/{escape(sign_in)}", soft_wrap=True)
     sys.stdout.flush()
-    config = uvicorn.Config(service_app(settings, lock=lock, notify=notifying), host=host,
+    link = f"http://{socket.gethostname() if host in ('0.0.0.0', '::') else url_host}:{bound}"
+    app = service_app(settings, lock=lock, notify=notifying, track=tracking, dashboard_url=link)
+    config = uvicorn.Config(app, host=host,
                             port=bound, workers=1,
                             log_level=log_level, timeout_graceful_shutdown=int(settings.grace_s)
                             + 15)

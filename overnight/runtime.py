@@ -1,9 +1,10 @@
 """The one place that builds the object graph: a Runtime per database.
 
 A Runtime owns the database engine and its Store, one GitRepo per target, the service layer,
-and — once the engine is started — the database's instance lock, restart recovery and the slot
-scheduler. Every entry point (`overnight run`, `serve`, `mcp`, the docker app factory) builds
-a Runtime and hands it down; nothing below this package builds collaborators of its own.
+and — once the engine is started — the database's instance lock, restart recovery, the slot
+scheduler and the engine's listeners (the notifications, the trackers' mirror). Every entry
+point (`overnight run`, `serve`, `mcp`, the docker app factory) builds a Runtime and hands it
+down; nothing below this package builds collaborators of its own.
 
 Start order: take the instance lock → recover what a dead process left → start the slots.
 `close()` reverses it.
@@ -34,6 +35,7 @@ from agent.executors.ray import RayExecutor, RaySettings
 from agent.git.repo import GitError, GitRepo
 from agent.ops.retention import GcReport, RetentionPolicy, collect_garbage
 from agent.ops.service import Service
+from agent.ops.track import DEFAULT_DASHBOARD, OFF, Choice, Mirror
 from agent.proposers.factory import make_proposer
 from db.engine import open_database
 from db.location import DbLocation
@@ -41,6 +43,7 @@ from db.lock import instance_lock
 from db.maintenance import checkpoint, database_size, vacuum, vacuum_pays
 from db.reads import Reads
 from db.store import SqlStore
+from db.track_marks import TrackMarks
 from overnight.environment import llm_config_path
 
 if TYPE_CHECKING:
@@ -88,6 +91,10 @@ class Runtime:
         self._ray: RayExecutor | None = None
         self.notify: NotifyConfig | None = None  # where the engine's notifications go
         self.notifier: Notifier | None = None
+        self.track_marks = TrackMarks(self.engine)  # what the trackers hold (the ledger)
+        self.track: Choice = None  # --track: one tracker for every sweep, OFF, or each its own
+        self.dashboard_url = DEFAULT_DASHBOARD  # what a tracker's runs link to
+        self.mirror: Mirror | None = None
 
     # --- repositories ----------------------------------------------------------------------
     def repo_at(self, path: Path | str) -> GitRepo:
@@ -182,7 +189,10 @@ class Runtime:
             from overnight.notifications import make_notifier
 
             self.notifier = make_notifier(self.store, self.notify)
-        on_event = self.notifier.on_event if self.notifier is not None else None
+        if self.track != OFF:  # sweeps with their own [track] may come at any time
+            self.start_mirror()
+        on_event = hear_all(self.notifier.on_event if self.notifier else None,
+                            self.mirror.on_event if self.mirror else None)
         self.scheduler = SlotScheduler(self.store, settings,
                                        self.loop_factory(settings, on_event=on_event),
                                        writes=self.writes)
@@ -195,6 +205,24 @@ class Runtime:
             return self.scheduler
         self.scheduler.start()
         return self.scheduler
+
+    # --- the trackers --------------------------------------------------------------------
+    def start_mirror(self, track: Choice | None = None) -> Mirror:
+        """The trackers' mirror (agent.ops.track) on this database, started: `track` (else
+        the runtime's --track choice) names the tracker for every sweep, or None for each
+        sweep's own [track] table."""
+        if self.mirror is None:
+            self.mirror = self.make_mirror(track if track is not None else self.track).start()
+        return self.mirror
+
+    def make_mirror(self, track: Choice) -> Mirror:
+        return Mirror(self.store, self.track_marks, track=track, base_url=self.dashboard_url,
+                      light=lambda s: self.reads.experiment_marks(s.id))
+
+    def close_mirror(self, timeout_s: float = 15.0) -> None:
+        if self.mirror is not None:
+            self.mirror.close(timeout_s)
+            self.mirror = None
 
     # --- retention -------------------------------------------------------------------------
     def collect_garbage(self, policy: RetentionPolicy, *, dry_run: bool = False) -> GcReport:
@@ -235,6 +263,7 @@ class Runtime:
         if self.notifier is not None:  # what the engine's last runs called for, briefly
             self.notifier.close()
             self.notifier = None
+        self.close_mirror()  # the last experiments and the sweeps' ends, briefly
         if self._retention_stop is not None:
             self._retention_stop.set()
         if self._ray is not None:
@@ -242,6 +271,19 @@ class Runtime:
             self._ray = None
         self.release_lock()
         self.engine.dispose()
+
+
+def hear_all(*listeners: EventFn | None) -> EventFn | None:
+    """One event callback that hands each event to every listener given (None: none)."""
+    given = [f for f in listeners if f is not None]
+    if len(given) < 2:
+        return given[0] if given else None
+
+    def on_event(kind: str, exp: Any, data: dict[str, Any]) -> None:
+        for f in given:
+            f(kind, exp, data)
+
+    return on_event
 
 
 def open_target(path: Path) -> GitRepo:
@@ -253,11 +295,14 @@ def open_target(path: Path) -> GitRepo:
 
 
 def service_app(settings: Settings, *, lock: DatabaseLock | None = None,
-                notify: NotifyConfig | None = None) -> FastAPI:
+                notify: NotifyConfig | None = None, track: Choice = None,
+                dashboard_url: str | None = None) -> FastAPI:
     """The HTTP service on a new Runtime for `settings.db_path` (api.main.create_app);
-    `notify`: where its engine's notifications go."""
+    `notify`: where its engine's notifications go; `track`: the --track choice, and
+    `dashboard_url` what the trackers' runs link to."""
     from api.main import create_app
 
     runtime = Runtime(settings.db_path, work_dir=settings.work_dir)
-    runtime.notify = notify
+    runtime.notify, runtime.track = notify, track
+    runtime.dashboard_url = dashboard_url or runtime.dashboard_url
     return create_app(settings, runtime, lock=lock)

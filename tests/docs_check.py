@@ -232,13 +232,14 @@ def code_of(cell: str) -> str | None:
 
 
 def check_key_table(
-    path: Path, model: Any, minimal: dict[str, Any], required: set[str]
+    path: Path, model: Any, minimal: dict[str, Any], required: set[str], header: str = "key"
 ) -> list[str]:
-    """The `key | default | …` table names exactly the model's fields (but `minimal`'s own
-    extras), says `required` of exactly the required ones, and each default given as one TOML
-    literal is the one the model fills in (as it serializes it)."""
+    """The `key | default | …` table (the one whose first header is `header`) names exactly
+    the model's fields (but `minimal`'s own extras), says `required` of exactly the required
+    ones, and each default given as one TOML literal is the one the model fills in (as it
+    serializes it)."""
     problems = []
-    rows = table(path, "key")
+    rows = table(path, header)
     keys = [code_of(r[0]) for r in rows]
     fields = set(model.model_fields) - (set(minimal) - required)
     name = model.__name__

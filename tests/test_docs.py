@@ -69,6 +69,13 @@ def test_every_overnight_toml_key_is_documented_with_its_default():
     assert dc.check_key_table(DOCS / "target.md", TargetConfig, minimal, required) == []
 
 
+def test_every_track_key_is_documented_with_its_default():
+    from agent.core.tracking import TrackTable
+
+    assert dc.check_key_table(DOCS / "tracking.md", TrackTable, {"to": "mlflow"}, {"to"},
+                              header="`[track]` key") == []
+
+
 def test_every_llm_profile_key_is_documented_with_its_default():
     assert (
         dc.check_key_table(

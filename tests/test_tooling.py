@@ -26,7 +26,9 @@ def imports_of(path: Path) -> set[str]:
 
 
 # package (or module glob) -> top-level names it must never import
-ADAPTERS = {"git", "sqlalchemy", "fastapi", "httpx", "apscheduler", "ray", "uvicorn"}
+ADAPTERS = {"git", "sqlalchemy", "fastapi", "httpx", "apscheduler", "ray", "uvicorn", "mlflow",
+            "wandb"}
+TRACKERS = {"mlflow", "wandb"}
 ABOVE_AGENT = {"db", "api", "overnight"}
 FORBIDDEN = {
     "runner/*.py": {"agent", "db", "api", "torch", "sqlalchemy", "fastapi", "git"},
@@ -37,7 +39,7 @@ FORBIDDEN = {
     "agent/proposers/*.py": ABOVE_AGENT | ADAPTERS - {"httpx"},  # a chat model over HTTP
     "agent/git/*.py": ABOVE_AGENT | ADAPTERS - {"git"},
     "agent/executors/*.py": ABOVE_AGENT | ADAPTERS - {"ray"},
-    "agent/ops/*.py": ABOVE_AGENT | ADAPTERS,
+    "agent/ops/*.py": ABOVE_AGENT | ADAPTERS - TRACKERS,  # the trackers' mirror (agent.ops.track)
     "agent/engine/*.py": ABOVE_AGENT | ADAPTERS - {"apscheduler"},
     "db/**/*.py": {"api", "overnight"},
     "experiments/gpt/*.py": {"agent", "db", "api", "runner"},
@@ -156,6 +158,28 @@ def test_the_coordinator_runs_without_ray():
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
                          text=True, check=True).stdout.strip()
     assert out == "executor 'ray' needs Ray on the coordinator: pip install 'overnight[ray]'"
+
+
+def test_the_service_runs_without_the_trackers():
+    """MLflow and W&B are the `mlflow` and `wandb` extras: nothing imports them until a sweep is
+    mirrored, and then their absence is one readable error."""
+    code = (
+        "import sys\n"
+        "import overnight.cli, overnight.runtime, api.main, agent.ops.track\n"
+        "print(sorted(m for m in ('mlflow', 'wandb') if m in sys.modules))\n"
+        "sys.modules['mlflow'] = sys.modules['wandb'] = None  # as if not installed\n"
+        "from agent.core.tracking import TrackTable\n"
+        "from agent.ops.track import make_tracker\n"
+        "from agent.ops.track_sync import TrackerError\n"
+        "for to in ('mlflow', 'wandb'):\n"
+        "    try:\n"
+        "        make_tracker(TrackTable(to=to))\n"
+        "    except TrackerError as exc:\n"
+        "        print(exc)\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                         text=True, check=True).stdout.splitlines()
+    assert out == ["[]", "tracking to MLflow needs MLflow: pip install 'overnight[mlflow]'",
+                   "tracking to W&B needs wandb: pip install 'overnight[wandb]'"]
 
 
 # The wings of agent/, bottom to top: a wing imports only wings below it (or beside it, on

@@ -2,7 +2,8 @@
 
 Pure: the stdlib, pydantic and agent.core (errors, prune_policy) only. Every mistake raises
 ConfigError naming the key. Besides [target], an optional [prune] table sets the early stop's
-policy (PruneTable: agent.core.prune_policy.PrunePolicy's knobs, validated by it).
+policy (PruneTable: agent.core.prune_policy.PrunePolicy's knobs, validated by it), and an
+optional [track] table the experiment tracker that mirrors the sweep (agent.core.tracking).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from pydantic import (
 
 from agent.core.errors import ConfigError
 from agent.core.prune_policy import PrunePolicy
+from agent.core.tracking import TrackTable
 
 CONFIG_FILE = "overnight.toml"
 MAX_CONFIRM_RUNS = 10
@@ -196,6 +198,9 @@ class TargetConfig(BaseModel):
     # a summary-block key the protected harness prints that no proposer sees during the night
     # (recorded per run, out of the summary and the logs; the report shows it after the night)
     holdout_metric: str | None = None
+    # the tracker that mirrors the sweep: the [track] table of overnight.toml (not a key of
+    # [target]); None: none (unless `--track` names one)
+    track: TrackTable | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -349,6 +354,7 @@ def validation_message(exc: ValidationError, source: str = "") -> str:
     for e in exc.errors():
         key = ".".join(str(part) for part in e["loc"] if not isinstance(part, int))
         key = re.sub(r"^prune_policy\.?", "[prune] ", key).strip()  # its own table
+        key = re.sub(r"^track\.?", "[track] ", key).strip()
         msg = e["msg"].removeprefix("Value error, ")
         if e["type"] in ("greater_than", "greater_than_equal", "less_than_equal"):
             msg = f"{msg}, got {e.get('input')!r}"
@@ -381,10 +387,10 @@ def load_config(target: Path) -> TargetConfig:
         raise ConfigError(f"{path}: invalid TOML: {exc}") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: cannot read it: {exc}") from None
-    extra = sorted(set(raw) - {"target", "prune"})
+    extra = sorted(set(raw) - {"target", "prune", "track"})
     if extra:
         raise ConfigError(f"{path}: unknown table(s) {', '.join(extra)}; expected [target] "
-                          "and optionally [prune]")
+                          "and optionally [prune] and [track]")
     table = raw.get("target")
     if not isinstance(table, dict):
         raise ConfigError(f"{path}: missing [target] table")
@@ -395,6 +401,12 @@ def load_config(target: Path) -> TargetConfig:
         if not isinstance(raw["prune"], dict):
             raise ConfigError(f"{path}: prune must be a [prune] table")
         table = {**table, "prune_policy": raw["prune"]}
+    if "track" in table:
+        raise ConfigError(f"{path}: track is set as a [track] table, not a key of [target]")
+    if "track" in raw:
+        if not isinstance(raw["track"], dict):
+            raise ConfigError(f"{path}: track must be a [track] table")
+        table = {**table, "track": raw["track"]}
     return parse_config(table, source=str(path))
 
 

@@ -6,10 +6,10 @@ Never blocks the engine: `on_event` (the engine's event callback) only puts a fi
 experiment on a bounded queue; a full queue drops it, and says so once. One worker thread reads
 the queue, polls the sweeps' statuses every `poll_s` (a pause or the end of the night) and works
 out the headline; each URL has its own Outbox (a bounded queue and a thread), so a dead receiver
-delays only itself. A POST is retried with exponential backoff on a transport error, a timeout,
-408, 425, 429 or 5xx; `close` waits a bounded time for what is queued. A URL's secret never
-reaches a log: only its scheme and host are written (`redact`), and a failing URL is logged once
-until it works again. HTTP through the standard library (urllib).
+delays only itself. A POST is retried with exponential backoff (agent.core.retry) on a
+transport error, a timeout, 408, 425, 429 or 5xx; `close` waits a bounded time for what is
+queued. A URL's secret never reaches a log: only its scheme and host are written (`redact`), and
+a failing URL is logged once until it works again. HTTP through the standard library (urllib).
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 
 from agent.core.domain import Experiment, SweepStatus, utcnow
 from agent.core.ports import Store
+from agent.core.retry import retry
 from agent.ops.notify_config import NotifyTarget, redact
 from agent.ops.notify_watch import CRASH_STREAK_DEFAULT, Notice, Watch
 
@@ -140,28 +141,29 @@ class Outbox:
 
     def deliver(self, event: Event) -> bool:
         body, headers = body_for(self.target, event)
-        where, wait, why = redact(self.target.url), self.backoff_s, ""
-        tries = 1 if self.failing else self.retries + 1
-        for attempt in range(tries):
-            try:
-                self.post(self.target.url, body, headers, self.timeout_s)
-            except DeliveryError as exc:
-                why = _scrub(str(exc), self.target.url)
-                logger.debug("notify %s: attempt %d failed: %s", where, attempt + 1, why)
-                if not exc.retry or attempt + 1 == tries or not self._pause(wait):
-                    break
-                wait = min(wait * 2, self.max_backoff_s)
-                continue
-            self.sent.append(event.notice.event)
-            if self.failing:
-                self.failing = False
-                logger.warning("notifications to %s work again", where)
-            return True
-        if not self.failing:
-            self.failing = True
-            logger.warning("notifications to %s failed (%s); the night goes on, and further "
-                           "failures of this URL are not logged until it works again", where, why)
-        return False
+        where = redact(self.target.url)
+
+        def failed(attempt: int, exc: Exception) -> None:
+            logger.debug("notify %s: attempt %d failed: %s", where, attempt,
+                         _scrub(str(exc), self.target.url))
+
+        try:
+            retry(lambda: self.post(self.target.url, body, headers, self.timeout_s),
+                  tries=1 if self.failing else self.retries + 1, backoff_s=self.backoff_s,
+                  max_backoff_s=self.max_backoff_s, pause=self._pause, failed=failed,
+                  retryable=lambda exc: isinstance(exc, DeliveryError) and exc.retry)
+        except DeliveryError as exc:
+            if not self.failing:
+                self.failing = True
+                logger.warning("notifications to %s failed (%s); the night goes on, and "
+                               "further failures of this URL are not logged until it works "
+                               "again", where, _scrub(str(exc), self.target.url))
+            return False
+        self.sent.append(event.notice.event)
+        if self.failing:
+            self.failing = False
+            logger.warning("notifications to %s work again", where)
+        return True
 
     def _pause(self, seconds: float) -> bool:
         """Sleep before a retry; False when closing leaves no time for it."""

@@ -184,7 +184,17 @@ def sweep_page(service: Service, reads: Reads, sweep: Sweep, status: str, page: 
         "running": [live_run(reads, sweep, e, with_points=False) for e in running],
         "queued": r.counts[S.QUEUED.value],
         "insights": summary.insights,
+        "tracking": tracking_lines(reads, sweep),
     }
+
+
+def tracking_lines(reads: Reads, sweep: Sweep) -> list[tuple[bool, str]]:
+    """(up to date, line) per experiment tracker that mirrors the sweep (agent.ops.track); a
+    [track] table with nothing mirrored yet says so."""
+    lines = [(p.up_to_date, p.line()) for p in reads.track_progress(sweep.id)]
+    if not lines and sweep.config.track is not None:
+        lines = [(False, f"{sweep.config.track.to}: nothing mirrored yet")]
+    return lines
 
 
 def table_page(reads: Reads, sweep: Sweep, status: str, page: int, before: int | None,

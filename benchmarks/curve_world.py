@@ -42,7 +42,8 @@ from keep_world import Commit, Night, Tally, World, _effect
 
 from agent.rules.categories import Category
 from agent.rules.conditions import Sample
-from agent.rules.decide import Rule, incumbent_due, stop_level, tolerance
+from agent.rules.decide import Rule, incumbent_due, stop_level
+from agent.rules.noise import speed_tolerance
 from agent.rules.prune import PrunePolicy, check, loss_at
 
 MAX_PAST = 8  # earlier incumbents' curves kept (a policy pools at most its pool_earlier)
@@ -218,7 +219,7 @@ class BudgetNight(Night):
         if pol is None:
             return 1.0
         ratio = c.speed / self.head.speed * math.exp(self.rng.gauss(0, self.cw.tp_noise))
-        off = abs(ratio - 1) > tolerance(self.rule, self.cw.tp_noise)
+        off = abs(ratio - 1) > speed_tolerance(self.cw.tp_noise)
         level = stop_level(self.tests, self.rule)
         for i, f in enumerate(pol.checks):
             call = check(points, incumbents, i, level, pol, category=change.category,

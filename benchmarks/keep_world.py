@@ -197,8 +197,6 @@ class Night:
                 c.runs.append(self.measure(c, seed))
 
     def tolerance(self) -> float:
-        if self.rule.throughput_tolerance is not None:
-            return self.rule.throughput_tolerance
         return speed_tolerance(speed_noise(self.started))
 
     def remeasure(self) -> None:

@@ -82,7 +82,7 @@ def baseline_checks(reads: Reads, sweep: Sweep) -> list[Check]:
 def repeat_checks(store: Store, sweep: Sweep, baseline_id: int) -> list[Check]:
     """What the baseline's repeats say: is the seed used, can the load be checked."""
     from agent.engine.gather import sample
-    from agent.rules.repeats import check_seed, check_speed
+    from agent.rules.contract import check_seed, check_speed
 
     runs = [sample(r) for r in store.list_runs(experiment_id=baseline_id)
             if r.metric is not None]

@@ -122,7 +122,7 @@ def test_a_script_that_ignores_the_seed_and_reports_no_speed_is_told_both(tmp_pa
 
 def test_runs_at_very_different_speeds_blame_the_machine():
     from agent.rules.conditions import Sample
-    from agent.rules.repeats import check_speed
+    from agent.rules.contract import check_speed
 
     steady = [Sample(1.0, 100.0, source="summary: num_steps"), Sample(1.1, 95.0)]
     assert check_speed(steady).status == "ok"
@@ -139,7 +139,8 @@ def test_run_says_at_the_baseline_when_the_seed_is_ignored_and_the_load_unchecke
     out = proc.stdout
     assert "the baseline and the script contract" in out, out + proc.stderr
     (seed,) = lines_with(out, "! seed used")
-    assert "seeds 42, 43, 44" in seed and "ignores OVERNIGHT_SEED" in seed
+    assert "seeds 42, 43 " in seed and "ignores OVERNIGHT_SEED" in seed  # two: identical
+    assert "each change runs once" in seed
     assert "OVERNIGHT_SEED', 1337" in out  # the line to add
     (load,) = lines_with(out, "! load check")
     assert "cannot be checked" in load

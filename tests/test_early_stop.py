@@ -291,7 +291,7 @@ def test_doctor_says_whether_the_early_stop_can_work(tmp_path: Path) -> None:
 
 def test_the_early_stop_fit_check_names_what_is_missing() -> None:
     from agent.core.config import TargetConfig
-    from agent.rules.prune_fit import check_early_stop
+    from agent.rules.contract import check_early_stop
 
     auto = TargetConfig(command="python t.py", editable=("t.py",), metric="m", budget_s=10,
                         prune="auto")

@@ -16,7 +16,7 @@ from agent.core.errors import ConfigError
 from agent.core.prune_policy import PrunePolicy
 from agent.engine.scheduler import SchedulerSettings, SlotScheduler
 from agent.ops.sweeps import create_sweep
-from agent.rules.prune_fit import check_early_stop
+from agent.rules.contract import check_early_stop
 from overnight.runtime import Runtime
 
 # far behind at every check, whatever the timing of its lines (A_SHIFT 0.3 sits near the

@@ -11,6 +11,7 @@ the keep rule's own numbers, recorded with its verdict (meta["test"]), never com
 from __future__ import annotations
 
 import math
+import statistics
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -28,7 +29,7 @@ from agent.core.domain import (
 )
 from agent.rules import fdr
 from agent.rules.decide import share
-from agent.rules.noise import ci95, group_squares, mean, pooled_of, sample_sd, t_quantile
+from agent.rules.noise import group_squares, mean, pooled_of, t_quantile
 
 
 @dataclass(frozen=True)
@@ -301,6 +302,18 @@ def _one(values: list[float], sigma: float | None, df: int, marked: Sequence[Run
     pairs = tuple((r.pair_run_id, r.id) for r in marked if r.pair_run_id)
     suspect = tuple((r.id, r.note or "") for r in marked
                     if r.status is RunStatus.SUSPECT and not r.pair_run_id)
+    sd = statistics.stdev(values) if len(values) > 1 else None
     return ExperimentEvidence(
-        len(values), mean(values), sample_sd(values), ci95(values, sigma, df), p_better,
+        len(values), mean(values), sd, _ci95(values, sigma, df, sd), p_better,
         tuple(values), pairs, suspect)
+
+
+def _ci95(values: Sequence[float], sigma: float | None, df: int, sd: float | None
+          ) -> float | None:
+    """Half-width of the 95 % interval of the mean: t(0.975)·s/√n, on σ̂ and its degrees of
+    freedom when there is one, else on the values' own sd."""
+    if sigma is None:
+        sigma, df = sd, len(values) - 1
+    if sigma is None or not values:
+        return None
+    return t_quantile(0.025, df or None) * sigma / math.sqrt(len(values))

@@ -35,7 +35,7 @@ from agent.core.tracking import TrackTable
 CONFIG_FILE = "overnight.toml"
 MAX_CONFIRM_RUNS = 10
 # keys of an earlier keep rule: a config that still sets one is told what replaced it
-REMOVED_KEYS = frozenset({"keep_z", "discard_z", "futility"})
+REMOVED_KEYS = frozenset({"keep_z", "discard_z", "futility", "throughput_tolerance"})
 REMOVED_PRUNE_KEYS = frozenset({"z", "min_curves", "floor_rel", "speed_tol", "spread_upper",
                                 "futile_z", "futile_runs"})
 # Early stop of clearly losing runs (agent.rules.prune): "auto" judges a change's runs against
@@ -174,8 +174,6 @@ class TargetConfig(BaseModel):
     baseline_runs: StrictInt = Field(5, ge=1, le=20)
     # re-run the best every N proposals, and once right after a keep on 2 runs (0: never)
     incumbent_every: StrictInt = Field(8, ge=0, le=10_000)
-    # share a run's throughput may be off its condition's; None: measured (agent.rules.noise)
-    throughput_tolerance: float | None = Field(None, gt=0, le=10)
     pass_env: tuple[EnvName, ...] = ()  # service variables a run gets beyond the allow-list
     sandbox: Literal["none", "bwrap"] = "none"  # bwrap: read-only root, writable worktree
     sandbox_network: StrictBool = False  # the bwrap sandbox keeps the network
@@ -217,8 +215,8 @@ class TargetConfig(BaseModel):
         gone = sorted(set(data) & REMOVED_KEYS) if isinstance(data, dict) else []
         if gone:
             raise ValueError(f"{', '.join(gone)}: no longer settings: the keep rule's level comes "
-                             "from `fdr` and its discard bar is `discard_below` "
-                             "(docs/keep-rule.md)")
+                             "from `fdr`, its discard bar is `discard_below` and the speed's "
+                             "tolerance is measured (docs/keep-rule.md)")
         return data
 
     @model_validator(mode="before")
@@ -259,7 +257,7 @@ class TargetConfig(BaseModel):
     @field_serializer("category_shares")
     def _dump_shares(self, v: tuple[tuple[str, float], ...]) -> dict[str, float]:
         return dict(v)
-    @field_validator("noise_sigma", "throughput_tolerance", mode="before")
+    @field_validator("noise_sigma", mode="before")
     @classmethod
     def _sigma(cls, v: Any) -> float | None:
         return None if v is None else cls._number(v)

@@ -47,8 +47,9 @@ from agent.engine.salvage import (
     merged,
     salvageable,
 )
-from agent.rules.decide import Rule, stop_level, tolerance
+from agent.rules.decide import Rule, stop_level
 from agent.rules.holdout import redact, redact_bytes, seal_summary
+from agent.rules.noise import speed_tolerance
 from agent.rules.throughput import ProgressMeter, speed
 from runner.process import resolve_command
 from runner.result import Outcome, RunResult
@@ -307,7 +308,7 @@ class TrainingRuns:
         earlier = earlier_curves(self.store, sweep.id, base, policy.pool_earlier)
         rule = Rule.of(sweep.config)
         level = stop_level(ledger(self.store, sweep.id), rule)
-        speed = tolerance(rule, sweep_speed_noise(
+        speed = speed_tolerance(sweep_speed_noise(
             [r for r in self.store.run_metrics(sweep.id) if r.status in GOOD]))
         return EarlyStop(reference(exp, runs, spec.seed, base, sweep.config.budget_s, level,
                                    speed, policy=policy, earlier=earlier), run_stop)

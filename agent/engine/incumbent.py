@@ -26,8 +26,8 @@ from agent.engine.attempt import LoopSettings, TrainingRuns
 from agent.engine.gather import GOOD, sample, sweep_speed_noise
 from agent.ops.sweeps import link_assets
 from agent.rules.conditions import best_of
-from agent.rules.decide import Rule, incumbent_due, next_seed, tolerance
-from agent.rules.noise import pooled_sigma
+from agent.rules.decide import Rule, incumbent_due, next_seed
+from agent.rules.noise import pooled_sigma, speed_tolerance
 
 _DECISION_LOCKS: dict[tuple[str, str], threading.Lock] = {}
 _DECISION_LOCKS_GUARD = threading.Lock()
@@ -118,8 +118,7 @@ class Incumbent:
         good = [r for r in runs if r.commit == head and r.status in GOOD and r.metric is not None]
         if not good:
             return
-        rule = Rule.of(current.config)
-        tol = tolerance(rule, sweep_speed_noise([r for r in runs if r.status in GOOD]))
+        tol = speed_tolerance(sweep_speed_noise([r for r in runs if r.status in GOOD]))
         best, off = best_of([sample(r) for r in good], tol)
         for r, o in zip(good, off, strict=True):
             want = RunStatus.SUSPECT if o else RunStatus.OK

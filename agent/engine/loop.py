@@ -49,9 +49,8 @@ from agent.ops.admission import admit, queue, reject
 from agent.ops.sweeps import link_assets, proposal_context
 from agent.rules.admit import check_changes
 from agent.rules.classify import CrashFacts
-from agent.rules.contract import contract_warnings
+from agent.rules.contract import baseline_warnings, contract_warnings
 from agent.rules.decide import Evidence, Rule, RunFailure, Verdict, decide
-from agent.rules.repeats import baseline_warnings
 from runner.result import Outcome, RunResult
 
 logger = logging.getLogger(__name__)

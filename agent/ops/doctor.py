@@ -2,10 +2,10 @@
 
 Runs the command twice, with seeds seed and seed + 1 as a sweep's baseline does, in a throw-away
 worktree (assets linked as for a sweep), outside any database (with --db its logs are kept in
-the database's work folder); the checks themselves are agent.rules.contract's and
-agent.rules.repeats' pure functions (is the seed used, where does the throughput come from), the
-knob checks and the progress_regex that fits the printed lines agent.ops.doctor_knobs', where
-the run imports the repository's own packages from agent.ops.doctor_imports'.
+the database's work folder); the checks themselves are agent.rules.contract's pure functions
+(the summary, the budget, is the seed used, where does the throughput come from), the knob
+checks and the progress_regex that fits the printed lines agent.ops.doctor_knobs', where the run
+imports the repository's own packages from agent.ops.doctor_imports'.
 """
 
 from __future__ import annotations
@@ -39,12 +39,13 @@ from agent.rules.conditions import Sample
 from agent.rules.contract import (
     Check,
     RunFacts,
+    check_early_stop,
     check_evaluation,
     check_noise,
     check_run,
+    check_seed,
+    check_speed,
 )
-from agent.rules.prune_fit import check_early_stop
-from agent.rules.repeats import check_seed, check_speed
 from agent.rules.throughput import ProgressMeter, speed
 from runner.process import resolve_command, run_command
 from runner.result import Outcome, RunResult

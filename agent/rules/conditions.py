@@ -1,27 +1,13 @@
 """The machine's conditions, the blocks of the keep rule's model: the incumbent's runs grouped by
 speed, each run of a change placed in one of them (or not yet), and the incumbent's value.
 
-Pure: stdlib and agent.rules.noise only.
-
-On a time budget a busy stretch of a shared machine trains fewer steps and measures a worse
-metric, for every commit alike; its throughput says so. A condition is such a stretch as the
-incumbent's runs show it: per device, in start order, a run stays in the latest condition while
-its throughput is within the tolerance of that condition's median, else joins the nearest
-earlier one within the tolerance, else starts one. The usual condition is the one with the most
-runs: the incumbent's value (the best) is the mean of its runs there.
-
-A run of a change is placed:
-
-- beside an incumbent run started for it (the pair: one stretch of time): in that run's
-  condition, unless their speed ratio disagrees with the change's own (the machine moved
-  between them: left out);
-- else in the condition whose speed, times the change's speed ratio, matches its own
-  (nearest first); the ratio is its speed over the incumbent's beside it (the median over its
-  pairs), 1 before any pair. A ratio off 1 is trusted once two pairs agree on it; until then
-  each run of the change gets its pair;
-- else it is not placed yet: the incumbent runs beside it.
-
-A run whose speed is unknown is placed in the incumbent's latest condition on its device.
+Pure: stdlib and agent.rules.noise only. The rules, stated in docs/keep-rule.md#the-model: an
+incumbent run stays in the latest condition while its speed is within the tolerance of that
+condition's median, else joins the usual condition (the most runs) or starts its own; a change's
+run goes with the incumbent run started beside it, else to the usual or the latest condition
+whose speed times the change's speed ratio matches its own, else it is not placed yet (the
+incumbent runs beside it). A ratio off 1 counts once two pairs agree on it. A run whose speed
+is unknown goes to the incumbent's latest condition on its device.
 """
 
 from __future__ import annotations
@@ -121,35 +107,46 @@ def best_of(best: Sequence[Sample], tolerance: float) -> tuple[float | None, lis
     return (sum(values) / len(values) if values else None), [k != home for k in keys]
 
 
+@dataclass(frozen=True)
+class _Incumbent:
+    """The incumbent's conditions as a change's runs are placed in them."""
+
+    keys: list[Key]
+    speeds: dict[Key, list[float]]  # per condition, its runs' speeds
+    latest: dict[str | None, Key]  # per device, its latest condition
+
+    @classmethod
+    def of(cls, best: Sequence[Sample], tolerance: float) -> _Incumbent:
+        keys = conditions(best, tolerance)
+        speeds: dict[Key, list[float]] = {}
+        for b, k in zip(best, keys, strict=True):
+            speeds.setdefault(k, []).extend([b.throughput] if b.throughput is not None else [])
+        return cls(keys, speeds, {b.device: k for b, k in zip(best, keys, strict=True)})
+
+    def near(self, device: str | None) -> dict[Key, list[float]]:
+        """The conditions a run not beside the incumbent may join: the usual and the latest."""
+        return {k: v for k, v in self.speeds.items()
+                if k in (_usual_of(self.keys, device), self.latest.get(device))}
+
+
 def place(runs: Sequence[Sample], best: Sequence[Sample], tolerance: float) -> Placement:
     """The change's runs placed in the incumbent's conditions (see the module docstring)."""
-    keys = conditions(best, tolerance)
+    inc = _Incumbent.of(best, tolerance)
     mine = {r.run_id for r in runs if r.run_id}
-    pair = {b.pair_of: (b, k) for b, k in zip(best, keys, strict=True) if b.pair_of in mine}
+    pair = {b.pair_of: (b, k) for b, k in zip(best, inc.keys, strict=True) if b.pair_of in mine}
     ratios = [x for r in runs if r.run_id in pair
               and (x := _ratio(r, pair[r.run_id][0])) is not None]
     ratio = median(ratios) if ratios else 1.0
     confirmed = agrees(ratio, 1.0, tolerance) or sum(
         agrees(x, ratio, tolerance) for x in ratios) >= 2
-    speeds: dict[Key, list[float]] = {}
-    latest: dict[str | None, Key] = {}
-    for b, k in zip(best, keys, strict=True):
-        speeds.setdefault(k, []).extend([b.throughput] if b.throughput is not None else [])
-        latest[b.device] = k
-    placed: list[Key | None] = []
-    notes: list[str] = []
-    for r in runs:
-        key, note = _one(r, pair.get(r.run_id), ratio, confirmed, speeds, latest,
-                         _usual_of(keys, r.device), tolerance)
-        placed.append(key)
-        notes.append(note)
-    home = usual(keys)
-    level = _level(speeds.get(home, [])) if home is not None else None
+    got = [_one(r, pair.get(r.run_id), ratio if confirmed else None, inc, tolerance)
+           for r in runs]
+    home = usual(inc.keys)
+    level = _level(inc.speeds.get(home, [])) if home is not None else None
     notes = [n or ("" if k in (None, home) else _elsewhere(r, level))
-             for r, k, n in zip(runs, placed, notes, strict=True)]
-    last = runs[-1] if runs else None
-    pending = last is not None and placed[-1] is None and last.run_id not in pair
-    return Placement(tuple(placed), tuple(notes), pending, confirmed, len(pair))
+             for r, (k, n) in zip(runs, got, strict=True)]
+    pending = bool(runs) and got[-1][0] is None and runs[-1].run_id not in pair
+    return Placement(tuple(k for k, _ in got), tuple(notes), pending, confirmed, len(pair))
 
 
 def _elsewhere(r: Sample, usual_speed: float | None) -> str:
@@ -165,24 +162,23 @@ def _ratio(r: Sample, b: Sample) -> float | None:
     return r.throughput / b.throughput if r.throughput and b.throughput else None
 
 
-def _one(r: Sample, paired: tuple[Sample, Key] | None, ratio: float, confirmed: bool,
-         speeds: dict[Key, list[float]], latest: dict[str | None, Key], home: Key | None,
+def _one(r: Sample, paired: tuple[Sample, Key] | None, ratio: float | None, inc: _Incumbent,
          tolerance: float) -> tuple[Key | None, str]:
-    """One change run's condition and, when it is not plain, why."""
+    """One change run's condition and, when it is not plain, why; `ratio`: the change's
+    speed ratio, None while it is not confirmed."""
     if paired is not None:
         b, key = paired
-        if not agrees(_ratio(r, b), ratio, tolerance):
+        if ratio is not None and not agrees(_ratio(r, b), ratio, tolerance):
             return None, (f"left out: its speed over the incumbent's beside it (run "
                           f"{b.run_id}) differs from the change's other pairs: the machine "
                           "moved between them")
         return key, ""
     if r.throughput is None:
-        return latest.get(r.device), ""
-    if confirmed:
-        near = {k: v for k, v in speeds.items() if k in (home, latest.get(r.device))}
-        found = _nearest(r.throughput / ratio, r.device, near, tolerance)
-        if found is not None:
-            return found, ""
+        return inc.latest.get(r.device), ""
+    found = None if ratio is None else _nearest(r.throughput / ratio, r.device,
+                                                inc.near(r.device), tolerance)
+    if found is not None:
+        return found, ""
     return None, (f"{r.throughput:.4g}/s matches no condition the incumbent ran in"
-                  + ("" if confirmed else " (the change's own speed is not confirmed yet)")
+                  + ("" if ratio is not None else " (the change's own speed is not confirmed)")
                   + ": the incumbent runs beside it")

@@ -2,19 +2,24 @@
 
 The contract: read OVERNIGHT_BUDGET_S and train that long, print progress lines, end with a
 `---` block holding the metric and `training_seconds`, and compute the metric outside the files
-a proposal may change. Used by `overnight doctor` (two runs) and `overnight run` (its baseline).
-Pure: the stdlib and agent.core.config only.
+a proposal may change; seed the run from OVERNIGHT_SEED (else its repeats say nothing of the
+noise) and show its speed (else the machine's load cannot be checked); print a loss often enough
+for the early stop. Used by `overnight doctor` (two runs) and `overnight run` (its baseline).
+Pure: the stdlib, agent.core.config, the prune policy and agent.rules' Sample and throughput.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 from agent.core.config import CONFIG_FILE, TargetConfig
+from agent.core.prune_policy import PrunePolicy
+from agent.rules.conditions import Sample
+from agent.rules.throughput import NONE_FIX, NONE_HINT
 
 Status = Literal["ok", "warn", "fail", "info"]
 BUDGET_SLACK = 1.25  # training_seconds may overrun the budget by this factor (+1 s) ...
@@ -198,3 +203,115 @@ def contract_warnings(summary: Mapping[str, float | str], budget_s: float) -> li
         return [f"trained {seconds:g} s of a {budget_s:g} s budget: does the script read "
                 "OVERNIGHT_BUDGET_S?"]
     return []
+
+
+# --- repeats: the seed and the speed ---------------------------------------------------
+STEADY = 0.2  # doctor: two runs of the same code this far apart in speed measured the load
+SEED_FIX = (
+    "seed every generator from the service's seed, e.g. "
+    "`seed = int(os.environ.get('OVERNIGHT_SEED', 1337))` then `torch.manual_seed(seed)` "
+    "(and `random.seed(seed)`, `numpy.random.seed(seed)`)"
+)
+
+
+def identical_repeats(runs: Sequence[Sample]) -> tuple[int, float] | None:
+    """(how many, the value) when two runs or more with different seeds printed the same
+    metric to the digit; None when the seed changed the metric (or there are not two)."""
+    by_value: dict[float, set[int | None]] = {}
+    for r in runs:
+        by_value.setdefault(r.metric, set()).add(r.seed)
+    if len(runs) < 2 or len(by_value) > 1:
+        return None
+    ((value, seeds),) = by_value.items()
+    return (len(runs), value) if len(seeds) > 1 else None
+
+
+def seed_ignored(runs: Sequence[Sample], metric: str) -> str | None:
+    """The warning for identical repeats, with the fix (None when there are none)."""
+    same = identical_repeats(runs)
+    if same is None:
+        return None
+    seeds = sorted({r.seed for r in runs if r.seed is not None})
+    return (f"the {same[0]} runs with seeds {', '.join(map(str, seeds))} printed the same "
+            f"{metric} {same[1]:.6g}: the script ignores OVERNIGHT_SEED, so its repeats say "
+            f"nothing about the noise: each change runs once and is kept when better by more "
+            f"than min_delta (a `noise_sigma` in overnight.toml makes the test judge). "
+            f"Fix: {SEED_FIX}")
+
+
+def load_unchecked(runs: Sequence[Sample]) -> str | None:
+    """The warning when no run knows its speed (None when one does)."""
+    if not runs or any(r.throughput is not None for r in runs):
+        return None
+    return f"{NONE_HINT}. Fix: {NONE_FIX}"
+
+
+def baseline_warnings(runs: Sequence[Sample], metric: str) -> tuple[str, ...]:
+    return tuple(w for w in (seed_ignored(runs, metric), load_unchecked(runs)) if w)
+
+
+def check_seed(runs: Sequence[Sample], metric: str) -> Check:
+    """`overnight doctor`: does the metric move with OVERNIGHT_SEED?"""
+    warning = seed_ignored(runs, metric)
+    if warning:
+        head, _, fix = warning.partition(" Fix: ")
+        return Check("seed used", "warn", head, fix)
+    values = ", ".join(f"{r.metric:g} (seed {r.seed})" for r in runs)
+    return Check("seed used", "ok", f"{metric} {values}")
+
+
+def check_speed(runs: Sequence[Sample], tolerance: float = STEADY) -> Check:
+    """`overnight doctor`: where the throughput comes from (so that a sweep can tell the
+    machine's load from a change), and whether the machine held still across the runs."""
+    if load_unchecked(runs):
+        return Check("load check", "warn", NONE_HINT, NONE_FIX)
+    known = [r for r in runs if r.throughput is not None]
+    source = known[0].source or "?"
+    speeds = [r.throughput for r in known if r.throughput is not None]
+    text = " then ".join(f"{s:.4g}/s" for s in speeds)
+    if len(speeds) > 1 and max(speeds) > min(speeds) * (1 + tolerance):
+        return Check("load check", "warn", f"throughput from {source}: {text} for the same "
+                     "code: the machine's load moved (and with it the metric)",
+                     "measure the noise on an otherwise idle machine before setting min_delta")
+    return Check("load check", "ok", f"throughput from {source}: {text}")
+
+
+# --- the early stop's needs ----------------------------------------------------------
+EARLY_STOP = "early stop"
+LINE_FIX = "print progress lines such as `step 120 | loss 3.41 | elapsed 31.2s` while training"
+
+
+def check_early_stop(config: TargetConfig, lines: int, last_elapsed_s: float | None,
+                     policy: PrunePolicy | None = None) -> Check:
+    """Whether `prune = "auto"` can judge this target's runs: `lines` progress lines with a
+    loss in one run, the last elapsed time printed on one (None: no line prints one); the
+    policy is the target's [prune] table's unless given. What it lacks is a warning when the
+    target asks for the early stop, a note when it is the default (the night runs as well
+    without it, only without its savings)."""
+    policy = policy or config.prune_policy.policy()
+    chosen = "prune" in config.model_fields_set
+    state = f'prune = "{config.prune}"' + ("" if chosen else " (the default)")
+    short: Literal["warn", "info"] = "warn" if config.prune == "auto" and chosen else "info"
+    if lines == 0:
+        return Check(EARLY_STOP, short,
+                     f"{state}, but it cannot work: no progress line with a loss", LINE_FIX)
+    needed = int(policy.checks[-1] / policy.window) + 1  # a line in each check's window
+    if lines < needed:
+        return Check(EARLY_STOP, short,
+                     f"{state}: {lines} progress lines per run; the checks at "
+                     f"{', '.join(f'{f:.0%}' for f in policy.checks)} of the budget need a line "
+                     f"at least every {policy.window:.0%} of it (≥ {needed})",
+                     "print a progress line more often")
+    if last_elapsed_s is None:
+        return Check(EARLY_STOP, "info", f"{state}: can work on the service's clock (start-up "
+                     "counts as training): the progress lines print no elapsed time",
+                     "add `elapsed <seconds>s` (training time) to the progress lines")
+    reach = last_elapsed_s / config.budget_s
+    if reach < policy.checks[0]:
+        return Check(EARLY_STOP, short,
+                     f"{state}: the progress lines' elapsed time reaches only {reach:.0%} of the "
+                     f"budget, before the first check at {policy.checks[0]:.0%}",
+                     "print elapsed as training seconds since training started")
+    how = "on" if config.prune == "auto" else 'possible (set prune = "auto")'
+    return Check(EARLY_STOP, "ok", f"{state}: {how}: {lines} progress lines with a loss and an "
+                 f"elapsed time reaching {min(reach, 1.0):.0%} of the budget")

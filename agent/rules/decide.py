@@ -1,23 +1,12 @@
 """The keep rule: after each run of an experiment, keep, discard, run again, or run the incumbent
 beside it. One pure function, `decide(evidence, rule) -> Verdict`; docs/keep-rule.md is its spec.
 
-Pure: the stdlib, the domain, config, classify and the rules' noise, conditions and fdr.
-
-The model: a run's metric is its commit's effect, plus its machine condition's offset (a
-stretch of load, told by the throughput: agent.rules.conditions), plus seed noise N(0, σ²) with
-one σ for every commit. A change is compared with its incumbent within conditions: the gain is
-the inverse-variance mean of (incumbent mean − change mean) per condition (sign flipped for
-`maximize`), its standard error σ̂·√(1/Σw) with w = 1/(1/n_change + 1/n_incumbent), σ̂ pooled
-within commits and conditions over the night (`noise_sigma` when given), t = (gain − min_delta)
-/ se with Student's t on σ̂'s degrees of freedom.
-
-The test: after look k (its k-th run), keep when P(T ≥ t) ≤ α_t·((k/K)³ − ((k−1)/K)³), K =
-`max_runs`, α_t the night's level for this test (agent.rules.fdr); this spends α_t over the looks
-(a power-family spending function, Kim and DeMets, which Bonferroni makes valid whatever the
-looks' correlation). Discard when t < `discard_below` or at look K. A run whose condition is not
-known yet gets an incumbent run beside it first. With no σ̂ (identical repeats: a script that
-ignores its seed; or a single baseline run) there is no test: one run, kept when better by
-more than min_delta.
+Pure: the stdlib, the domain, config, classify and the rules' noise, conditions and fdr. A
+run's metric is its commit's effect, its machine condition's offset (agent.rules.conditions) and
+seed noise N(0, σ²); a change's gain over its incumbent is compared within conditions, on
+Student's t with σ̂'s degrees of freedom, and kept when its look's p-value is within its share
+of the night's level (agent.rules.fdr). With no σ̂ (identical repeats) there is no test: one
+run, kept when better by more than min_delta.
 """
 
 from __future__ import annotations
@@ -57,15 +46,13 @@ class Rule:
     baseline_runs: int = 5
     noise_sigma: float | None = None
     incumbent_every: int = 8
-    throughput_tolerance: float | None = None  # None: from the measured speed noise
     confirm_runs: int = 0  # strict only: extra runs of a would-be keep and of the baseline
 
     @classmethod
     def of(cls, config: TargetConfig) -> Rule:
         return cls(Direction(config.direction), config.decision, config.min_delta, config.seed,
                    config.fdr, config.discard_below, config.max_runs, config.baseline_runs,
-                   config.noise_sigma, config.incumbent_every, config.throughput_tolerance,
-                   config.confirm_runs)
+                   config.noise_sigma, config.incumbent_every, config.confirm_runs)
 
 
 @dataclass(frozen=True)
@@ -138,9 +125,8 @@ def is_improvement(metric: float | None, best: float | None, direction: Directio
         return False
     if best is None or not math.isfinite(best):
         return True
-    if direction is Direction.MINIMIZE:
-        return metric < best - min_delta
-    return metric > best + min_delta
+    sign = 1.0 if direction is Direction.MINIMIZE else -1.0
+    return sign * (best - metric) > min_delta
 
 
 def next_seed(used: Collection[int | None], rule: Rule, prefer: int | None = None) -> int:
@@ -153,13 +139,6 @@ def next_seed(used: Collection[int | None], rule: Rule, prefer: int | None = Non
     while seed in used:
         seed += 1
     return seed
-
-
-def tolerance(rule: Rule, speed_noise: float | None) -> float:
-    """How far (a share) a run's speed may be off a condition's and still be in it."""
-    if rule.throughput_tolerance is not None:
-        return rule.throughput_tolerance
-    return speed_tolerance(speed_noise)
 
 
 def incumbent_due(decided: int, incumbent_runs: int, rule: Rule,
@@ -221,7 +200,7 @@ def _baseline(ev: Evidence, rule: Rule) -> Verdict:
     condition."""
     n = len(ev.runs)
     want = rule.baseline_runs if rule.decision == SEQUENTIAL else 1 + rule.confirm_runs
-    value, off = best_of(ev.runs, tolerance(rule, ev.speed_noise))
+    value, off = best_of(ev.runs, speed_tolerance(ev.speed_noise))
     base = Verdict(None, metric=value, n=n - sum(off), suspect=tuple(off))
     same = n >= 2 and len({r.metric for r in ev.runs}) == 1
     if n < want and not same:
@@ -291,7 +270,7 @@ def compare(runs: Sequence[Sample], best: Sequence[Sample], pl: Placement,
 
 def _change(ev: Evidence, rule: Rule) -> Verdict:
     """The sequential test of a change (the module docstring)."""
-    tol = tolerance(rule, ev.speed_noise)
+    tol = speed_tolerance(ev.speed_noise)
     pl = place(ev.runs, ev.best, tol)
     keys = conditions(ev.best, tol)
     home = usual(keys)
@@ -304,12 +283,9 @@ def _change(ev: Evidence, rule: Rule) -> Verdict:
     if pl.pending:
         return _pending(ev, rule, pl, base)
     got = compare(ev.runs, ev.best, pl, keys, ev.others, rule, tol)
-    k = len(ev.runs)
     if got is None:  # its runs were left out: the next gets an incumbent run beside it
-        if k >= rule.max_runs or ev.head_moved:
-            return replace(base, status=ExperimentStatus.DISCARDED, metric=mean(
-                [r.metric for r in ev.runs]), reason="the machine's speed kept changing "
-                "around its runs: no comparison in one condition (is the machine busy?)")
+        if len(ev.runs) >= rule.max_runs or ev.head_moved:
+            return _gave_up(ev, base)
         return replace(base, seed=next_seed({r.seed for r in ev.runs}, rule))
     sign = 1.0 if rule.direction is Direction.MINIMIZE else -1.0
     base = replace(base, metric=got.best - sign * got.gain, n=got.n, sigma=got.sigma,
@@ -324,14 +300,23 @@ def _pending(ev: Evidence, rule: Rule, pl: Placement, base: Verdict) -> Verdict:
     if ev.head_moved:
         return _stale(ev, base)
     if pl.beside >= rule.max_runs:
-        return replace(base, status=ExperimentStatus.DISCARDED, metric=mean(
-            [r.metric for r in ev.runs]), reason="the machine's speed kept changing around its "
-            "runs: no comparison in one condition (is the machine busy?)")
+        return _gave_up(ev, base)
+    return _beside(ev, rule, base, pl.notes[-1] or "the incumbent runs beside it")
+
+
+def _beside(ev: Evidence, rule: Rule, base: Verdict, why: str) -> Verdict:
+    """Run the incumbent beside the change's latest run, with that run's seed if it can."""
     last = ev.runs[-1]
-    return replace(base, incumbent=True, pair_of=last.run_id or None,
-                   seed=next_seed(ev.started_seeds | {b.seed for b in ev.best if b.seed},
-                                  rule, prefer=last.seed),
-                   reason=pl.notes[-1] or "the incumbent runs beside it")
+    used = ev.started_seeds | {b.seed for b in ev.best if b.seed is not None}
+    return replace(base, incumbent=True, pair_of=last.run_id or None, reason=why,
+                   seed=next_seed(used, rule, prefer=last.seed))
+
+
+def _gave_up(ev: Evidence, base: Verdict) -> Verdict:
+    why = ("the machine's speed kept changing around its runs: no comparison in one condition "
+           "(is the machine busy?)")
+    return replace(base, status=ExperimentStatus.DISCARDED, reason=why,
+                   metric=mean([r.metric for r in ev.runs]))
 
 
 def _single(ev: Evidence, rule: Rule, got: Comparison, base: Verdict) -> Verdict:
@@ -364,11 +349,8 @@ def _test(ev: Evidence, rule: Rule, pl: Placement, keys: Sequence[Key], got: Com
     if t < rule.discard_below * k:
         return replace(base, status=ExperimentStatus.DISCARDED, reason=f"{NOT_BETTER}: {text}")
     if _unbalanced(ev, pl, keys) and pl.beside < rule.max_runs and not ev.head_moved:
-        last = ev.runs[-1]
-        return replace(base, incumbent=True, pair_of=last.run_id or None, reason=(
-            "fewer incumbent runs than the change's in its latest condition: the incumbent runs "
-            "beside it before the look"), seed=next_seed(
-                ev.started_seeds | {b.seed for b in ev.best if b.seed}, rule, prefer=last.seed))
+        return _beside(ev, rule, base, "fewer incumbent runs than the change's in its latest "
+                       "condition: the incumbent runs beside it before the look")
     if p <= level and pl.ratio_confirmed:
         if ev.head_moved:
             return _stale(ev, base)

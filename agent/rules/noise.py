@@ -19,26 +19,6 @@ def mean(values: Sequence[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def sample_sd(values: Sequence[float]) -> float | None:
-    """The sample standard deviation (n − 1); None under two values."""
-    if len(values) < 2:
-        return None
-    m = sum(values) / len(values)
-    return math.sqrt(sum((v - m) ** 2 for v in values) / (len(values) - 1))
-
-
-def informative(g: Sequence[float]) -> bool:
-    """Does this group of one commit's runs say anything about the noise? Two runs or more,
-    not all identical: identical repeats (a script that ignores OVERNIGHT_SEED) are not
-    evidence of zero noise."""
-    return len(g) >= 2 and any(v != g[0] for v in g)
-
-
-def identical(groups: Iterable[Sequence[float]]) -> bool:
-    """Some group of two runs or more whose metrics are all the same."""
-    return any(len(g) >= 2 and not informative(g) for g in groups)
-
-
 def group_squares(g: Sequence[float]) -> float:
     """Σ squared deviations of a group's values from its mean."""
     m = sum(g) / len(g)
@@ -46,25 +26,19 @@ def group_squares(g: Sequence[float]) -> float:
 
 
 def squares(groups: Sequence[Sequence[float]]) -> tuple[float, int]:
-    """(Σ squared deviations from each group's mean, degrees of freedom) over the informative
-    groups."""
-    ss, df = 0.0, 0
-    for g in groups:
-        if informative(g):
-            ss += group_squares(g)
-            df += len(g) - 1
-    return ss, df
+    """(Σ squared deviations from each group's mean, degrees of freedom) over the groups of two
+    runs or more that are not all identical (identical repeats, a script that ignores
+    OVERNIGHT_SEED, are no evidence of zero noise)."""
+    informative = [g for g in groups if len(g) >= 2 and any(v != g[0] for v in g)]
+    return sum(map(group_squares, informative)), sum(len(g) - 1 for g in informative)
 
 
 def pooled_of(parts: Iterable[tuple[float, int]], prior: tuple[float, int] = (0.0, 0)
               ) -> tuple[float | None, int]:
     """The pooled standard deviation of groups given as (squares, n − 1), and its degrees of
     freedom; (None, 0) when there are none."""
-    ss, df = prior
-    for group_ss, group_df in parts:
-        ss += group_ss
-        df += group_df
-    return (math.sqrt(ss / df), df) if df else (None, 0)
+    ss, df = map(sum, zip(prior, *parts, strict=True))
+    return (math.sqrt(ss / df), int(df)) if df else (None, 0)
 
 
 def pooled_sigma(groups: Sequence[Sequence[float]], prior: tuple[float, int] = (0.0, 0)
@@ -126,18 +100,6 @@ def _beta_inc(a: float, b: float, x: float) -> float:
         if abs(1.0 - c * d) < 1e-14:
             break
     return front * (f - 1.0)
-
-
-def ci95(values: Sequence[float], sigma: float | None = None, df: int | None = None
-         ) -> float | None:
-    """Half-width of the 95 % interval of the mean: t(0.975, df)·σ/√n (σ̂ of the sweep with
-    its degrees of freedom when given, else the values' own)."""
-    s = sigma if sigma is not None else sample_sd(values)
-    if s is None or not values:
-        return None
-    if sigma is None:
-        df = len(values) - 1
-    return t_quantile(0.025, df if df else None) * s / math.sqrt(len(values))
 
 
 SPEED_Z = 4.0  # a throughput this many run-to-run σ off says the machine (or the change) moved

@@ -1,20 +1,13 @@
 """The early stop: the keep rule's test taken at a fraction of the budget, on the training loss.
 
 Pure: the stdlib, the policy and agent.rules.noise only. A curve is ``(fraction of the training
-budget, training loss)`` points in order (lower loss is better: it is the training loss,
-whatever the metric's direction). At each check fraction of `policy.checks` a change's run is
-judged once, as a look of the keep rule's own test in the model of agent.rules.decide: its loss
-there (the median of its points in the window ending there) against the mean of the incumbent
-curves' losses there, the standard error from their spread pooled over the incumbent's and the
-earlier incumbents' curves (each commit centred on its own mean: seed noise is the script's),
-t on their degrees of freedom. The run is stopped when it is worse with P(T ≤ t) at most
-`level`: the bar the keep test sets a keep on one run, mirrored (the engine passes it).
-
-Never stopped: an exempt category's change (its curves are known to cross late), a run whose
-speed so far is off the incumbent's by more than the keep rule's speed tolerance (its curve
-measures the machine), a run with no point near the check, or one judged against curves with
-no spread yet. Not guaranteed: that a stopped change would have lost at the end (curves cross;
-that is what `exempt` is for).
+budget, training loss)`` points (lower is better, whatever the metric's direction). At each check
+a change's run's loss (the median of its points in the window ending there) is compared with the
+mean of the incumbent's curves there, the spread pooled with the earlier incumbents' curves (each
+commit centred on its own mean), on Student's t; the run is stopped when it is worse with
+P(T ≤ t) at most `level` (agent.rules.decide.stop_level). Never judged: an exempt category, a
+run whose speed is off the incumbent's, a run with no point near the check, curves with no
+spread. Not guaranteed: that a stopped change would have lost at the end (curves cross).
 """
 
 from __future__ import annotations

@@ -42,6 +42,7 @@ from agent.core.domain import (
     Sweep,
 )
 from agent.core.errors import AdmissionError
+from agent.rules.conditions import recorded_best
 
 S = ExperimentStatus
 MAX_CRASH_IDS = 6
@@ -82,9 +83,12 @@ def headline_of(sweep: Sweep, ev: SweepEvidence, runs: Sequence[Run],
                 exps: Sequence[Experiment]) -> Headline:
     base = next((e for e in exps if e.is_baseline and e.commit), None)
     base_runs = _ok_metrics(runs, base.commit) if base and base.commit else []
-    best_runs = _ok_metrics(runs, sweep.best_commit) if sweep.best_commit else []
+    # the best as the keep rule records it (agent.rules.conditions.recorded_best), on its runs
+    # in its usual machine condition
+    value, mine, off = recorded_best(runs, sweep.best_commit or "")
+    best_runs = [r for r, o in zip(mine, off, strict=True) if not o]
     baseline = sum(base_runs) / len(base_runs) if base_runs else sweep.baseline_metric
-    best = sum(best_runs) / len(best_runs) if best_runs else sweep.best_metric
+    best = value if value is not None else sweep.best_metric
     rel = (ev.improvement / abs(baseline) if ev.improvement is not None and baseline
            else None)
     return Headline(sweep.metric, sweep.direction.value, baseline, len(base_runs), best,

@@ -13,17 +13,11 @@ from dataclasses import dataclass
 
 from agent.core.domain import TEST_KEY, Experiment, ExperimentStatus, Run, RunRole, RunStatus
 from agent.core.ports import Store
-from agent.rules.conditions import Sample
+from agent.rules.conditions import GOOD, sample
 from agent.rules.decide import Verdict
 from agent.rules.noise import speed_noise, squares
 
-GOOD = (RunStatus.OK, RunStatus.SUSPECT)
-
-
-def sample(r: Run) -> Sample:
-    assert r.metric is not None
-    return Sample(r.metric, r.throughput, r.id, r.seed, r.device, r.pair_run_id,
-                  r.throughput_source)
+__all__ = ["GOOD", "Seen", "gather", "ledger", "sample", "sweep_speed_noise", "write_flags"]
 
 
 @dataclass(frozen=True)

@@ -23,11 +23,10 @@ from pathlib import Path
 from agent.core.domain import Experiment, ExperimentStatus, Run, RunRole, RunSpec, RunStatus, Sweep
 from agent.core.ports import Repo, Store
 from agent.engine.attempt import LoopSettings, TrainingRuns
-from agent.engine.gather import GOOD, sample, sweep_speed_noise
 from agent.ops.sweeps import link_assets
-from agent.rules.conditions import best_of
+from agent.rules.conditions import recorded_best
 from agent.rules.decide import Rule, incumbent_due, next_seed
-from agent.rules.noise import pooled_sigma, speed_tolerance
+from agent.rules.noise import pooled_sigma
 
 _DECISION_LOCKS: dict[tuple[str, str], threading.Lock] = {}
 _DECISION_LOCKS_GUARD = threading.Lock()
@@ -114,12 +113,7 @@ class Incumbent:
         current = self.store.get_sweep(sweep.name)
         if current.best_commit != head or current.best_experiment_id is None:
             return
-        runs = self.store.run_metrics(sweep.id)
-        good = [r for r in runs if r.commit == head and r.status in GOOD and r.metric is not None]
-        if not good:
-            return
-        tol = speed_tolerance(sweep_speed_noise([r for r in runs if r.status in GOOD]))
-        best, off = best_of([sample(r) for r in good], tol)
+        best, good, off = recorded_best(self.store.run_metrics(sweep.id), head)
         for r, o in zip(good, off, strict=True):
             want = RunStatus.SUSPECT if o else RunStatus.OK
             if r.role is RunRole.INCUMBENT and r.status is not want:

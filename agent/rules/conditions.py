@@ -1,13 +1,13 @@
 """The machine's conditions, the blocks of the keep rule's model: the incumbent's runs grouped by
 speed, each run of a change placed in one of them (or not yet), and the incumbent's value.
 
-Pure: stdlib and agent.rules.noise only. The rules, stated in docs/keep-rule.md#the-model: an
-incumbent run stays in the latest condition while its speed is within the tolerance of that
-condition's median, else joins the usual condition (the most runs) or starts its own; a change's
-run goes with the incumbent run started beside it, else to the usual or the latest condition
-whose speed times the change's speed ratio matches its own, else it is not placed yet (the
-incumbent runs beside it). A ratio off 1 counts once two pairs agree on it. A run whose speed
-is unknown goes to the incumbent's latest condition on its device.
+Pure: stdlib, the domain's run records and agent.rules.noise only. The rules, stated in
+docs/keep-rule.md#the-model: an incumbent run stays in the latest condition while its speed is
+within the tolerance of that condition's median, else joins the usual condition (the most runs)
+or starts its own; a change's run goes with the incumbent run started beside it, else to the
+usual or the latest condition whose speed times the change's speed ratio matches its own, else
+it is not placed yet (the incumbent runs beside it). A ratio off 1 counts once two pairs agree
+on it. A run whose speed is unknown goes to the incumbent's latest condition on its device.
 """
 
 from __future__ import annotations
@@ -17,7 +17,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from statistics import median
 
+from agent.core.domain import Run, RunStatus
+from agent.rules.noise import speed_noise, speed_tolerance
+
 Key = tuple[str | None, int]  # (device, the incumbent's condition on it)
+GOOD = (RunStatus.OK, RunStatus.SUSPECT)  # runs with a metric the rule decides on
 
 
 @dataclass(frozen=True)
@@ -127,6 +131,22 @@ class _Incumbent:
         """The conditions a run not beside the incumbent may join: the usual and the latest."""
         return {k: v for k, v in self.speeds.items()
                 if k in (_usual_of(self.keys, device), self.latest.get(device))}
+
+
+def sample(r: Run) -> Sample:
+    assert r.metric is not None
+    return Sample(r.metric, r.throughput, r.id, r.seed, r.device, r.pair_run_id,
+                  r.throughput_source)
+
+
+def recorded_best(runs: Sequence[Run], commit: str) -> tuple[float | None, list[Run], list[bool]]:
+    """The best as every screen shows it: best_of the commit's good runs, at the sweep's
+    measured speed tolerance; with those runs and whether each is off the usual condition."""
+    good = [r for r in runs if r.status in GOOD and r.metric is not None]
+    mine = [r for r in good if r.commit == commit]
+    tol = speed_tolerance(speed_noise([(r.commit, r.device, r.throughput) for r in good]))
+    value, off = best_of([sample(r) for r in mine], tol)
+    return value, mine, off
 
 
 def place(runs: Sequence[Sample], best: Sequence[Sample], tolerance: float) -> Placement:

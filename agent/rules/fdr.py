@@ -1,16 +1,12 @@
 """The night's false-discovery rate, held by construction: each test's level from the tests
-before it, by ADDIS (Tian and Ramdas, 2019).
+before it, by ADDIS (Tian and Ramdas, 2019). Pure: the stdlib only.
 
-Pure: stdlib only.
-
-A night is a stream of tests, one per change decided on its runs ("this change beats the
-incumbent"), each ending with a p-value and keep or not. ADDIS sets test t's level α_t from the
-p-values and keeps before it, so that the expected share of keeps that are not real gains
-(FDR) stays at most `fdr` for independent tests, whatever the mix of changes. A test whose
-p-value is above τ (a change that was clearly no better) costs nothing; one at most τλ
-(a near-miss) does not age the level; each keep earns the next tests more. The parameters are
-the paper's recommended ones, not fitted to any simulation: τ = 0.5, λ = 0.25, initial wealth
-τλα/2, and γ_j = 0.4375 / j^1.6 (which sums to 1).
+A night is a stream of tests, one per change decided on its runs, each ending with a p-value and
+keep or not. ADDIS sets test t's level α_t from those before it so that the expected share of
+keeps that are not real gains (FDR) stays at most `fdr` for independent tests, whatever the mix
+of changes: a test with p above τ costs nothing, a near-miss (p ≤ τλ) does not age the level,
+each keep earns the next tests more. The paper's parameters, not fitted to any simulation:
+τ = 0.5, λ = 0.25, initial wealth τλα (its largest), γ_j = 0.4375 / j^1.6 (which sums to 1).
 """
 
 from __future__ import annotations

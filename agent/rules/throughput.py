@@ -1,19 +1,10 @@
-"""A run's throughput from wherever the script shows it: the summary block, else its progress
-lines, else nothing (then the machine's load cannot be checked for this target).
-
-Pure: the stdlib only. The sources, first found wins:
-
-- ``summary: total_tokens_M`` (tokens/s) or ``summary: num_steps`` (steps/s), over the
-  summary's ``training_seconds``;
-- ``progress: elapsed``: steps per second between the first and last progress lines that
-  print an elapsed time (``step 120 | loss 3.41 | elapsed 31.2s``), which leaves start-up and
-  compilation out; one such line alone: its step / its elapsed; either only over at least
-  MIN_ELAPSED_S of elapsed time (elapsed times printed to the hundredth over a few
-  milliseconds measure their own rounding: 0.00 s, then 0.01 s, is "200 steps/s");
-- ``progress: clock``: steps per second between the first and last progress lines by the
-  time each reached the service (lines without an elapsed time; a `progress_regex` without
-  a step group counts lines), when they span at least MIN_CLOCK_S (a burst of lines read in
-  one poll says nothing of the speed).
+"""A run's throughput from wherever the script shows it, first found wins: the summary's
+``total_tokens_M`` (tokens/s) or ``num_steps`` (steps/s) over its ``training_seconds``; else the
+steps per second between the first and last progress lines that print an elapsed time (start-up
+left out), over at least MIN_ELAPSED_S of it (elapsed times printed to the hundredth measure
+their own rounding); else the same by the service's clock for lines without one, over at least
+MIN_CLOCK_S (a burst read in one poll says nothing); else nothing (then the machine's load
+cannot be checked for this target). Pure: the stdlib only.
 """
 
 from __future__ import annotations

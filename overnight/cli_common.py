@@ -140,6 +140,13 @@ def executor_slots(slots: int | None, devices: str | None,
         if devices:
             fail("--devices is for the local executor: Slurm gives each job its GPUs "
                  "(--slurm-gpus, --slurm-gres)")
+        from agent.core.errors import ConfigError
+        from agent.executors.slurm_cli import partition_nodes
+
+        try:  # the cluster answers and has the partition (its nodes' view: at the start)
+            partition_nodes(options["slurm_partition"])
+        except ConfigError as exc:
+            fail(str(exc))
         return (slots if slots is not None else 1), ()
     if options["executor"] != "ray":
         return slots_and_devices(slots, devices)

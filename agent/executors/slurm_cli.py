@@ -65,8 +65,8 @@ def _run(argv: list[str], what: str, stdin: str | None = None) -> str:
         raise SlurmError(f"{what}: `{argv[0]}` did not answer within "
                          f"{COMMAND_TIMEOUT_S:.0f} s (is slurmctld up?)") from None
     if proc.returncode != 0:
-        message = (proc.stderr or proc.stdout).strip() or f"exit status {proc.returncode}"
-        raise SlurmError(f"{what}: {message}")
+        lines = (proc.stderr or proc.stdout).strip().splitlines()
+        raise SlurmError(f"{what}: {lines[-1] if lines else f'exit status {proc.returncode}'}")
     return proc.stdout
 
 
@@ -110,13 +110,19 @@ def partition_nodes(partition: str | None) -> list[str]:
     if partition:
         argv.insert(1, f"--partition={partition}")
     nodes = []
-    for line in _run(argv, "sinfo").splitlines():
+    try:
+        out = _run(argv, "sinfo")
+    except SlurmError as exc:
+        raise ConfigError(f"executor 'slurm' cannot reach the cluster ({exc}): is this a "
+                          "machine of a Slurm cluster (its slurm.conf, or SLURM_CONF)?") from None
+    for line in out.splitlines():
         name, _, parts = line.strip().partition("|")
         if name and (partition or parts.endswith("*")):  # sinfo marks the default with *
             nodes.append(name)
     if not nodes:
         raise ConfigError(f"Slurm partition {partition or '(the default)'!r} has no nodes "
-                          "(sinfo lists none): name one with --slurm-partition")
+                          "(sinfo lists none: no such partition?); name one with "
+                          "--slurm-partition")
     return sorted(set(nodes))
 
 

@@ -12,6 +12,7 @@ assertion is about wall-clock time: each waits on a state.
 from __future__ import annotations
 
 import difflib
+import json
 import subprocess
 import sys
 import threading
@@ -154,6 +155,41 @@ def running_change(runtime: Runtime, sweep: Sweep) -> Experiment | None:
                  if not e.is_baseline and e.status is ExperimentStatus.RUNNING), None)
 
 
+def shown_everywhere(db: Path, exp_id: int, job_ids: list[str | None]) -> None:
+    """The runs' Slurm jobs in `results --format json`, the MCP tools and the dashboard."""
+    from browser_helpers import make_app
+    from fastapi.testclient import TestClient
+
+    from api.mcp.tools import AgentTools
+
+    out = subprocess.run([OVERNIGHT, "results", "--sweep", "n", "--format", "json", "--db",
+                          str(db)], capture_output=True, text=True, timeout=120, check=True)
+    (row,) = [e for e in json.loads(out.stdout)["experiments"] if e["id"] == exp_id]
+    assert [r["slurm_job_id"] for r in row["run_records"]] == job_ids
+    runtime = Runtime(db)
+    try:
+        result = AgentTools(runtime.service).experiment_result(exp_id)
+        assert [r.slurm_job_id for r in result.run_records or []] == job_ids
+    finally:
+        runtime.close()
+    with TestClient(make_app(db)) as client:
+        page = client.get(f"/ui/experiments/{exp_id}").text
+    assert "<th scope=\"col\">Slurm job</th>" in page
+    assert all(f'<td class="mono">{j}</td>' in page for j in job_ids)
+
+
+def live_card_job(db: Path, exp_id: int) -> str | None:
+    """The Slurm job the dashboard's live card shows for a running experiment."""
+    from browser_helpers import make_app
+    from fastapi.testclient import TestClient
+
+    with TestClient(make_app(db)) as client:
+        live = client.get(f"/ui/experiments/{exp_id}/tail").json()
+        page = client.get(f"/ui/experiments/{exp_id}").text
+    assert f'Slurm job <span class="mono">{live["slurm_job_id"]}</span>' in page
+    return live["slurm_job_id"]
+
+
 def test_results_through_slurm_equal_the_local_executors(slurm_cluster, tmp_path):
     results, tampered = {}, {}
     for executor in ("local", "slurm"):
@@ -173,6 +209,8 @@ def test_results_through_slurm_equal_the_local_executors(slurm_cluster, tmp_path
             assert {s.state for s in listed.values()} == {"COMPLETED"}
             assert all(r.pgid is None for r in runs)
             assert not list((runtime.work_dir / "slurm").iterdir())  # job folders removed
+            shown_everywhere(tmp_path / executor / "o.db", exps[2].id, [
+                r.slurm_job_id for r in runs if r.experiment_id == exps[2].id])
         runtime.close()
     assert results["slurm"] == results["local"]
     statuses = [s for _, s, _, _ in results["slurm"]]
@@ -203,6 +241,8 @@ def test_a_cancel_is_a_scancel_that_ends_the_jobs_process_tree(slurm_cluster, tm
                           "its log"))
     wait_until(lambda: log.exists() and "data hello" in log.read_text(), "its first line, live")
     assert leftovers(runtime.work_dir, exp.id)
+    live_job = live_card_job(tmp_path / "o.db", exp.id)
+    assert live_job and live_job == runtime.store.list_runs(experiment_id=exp.id)[0].slurm_job_id
     assert engine.cancel(exp.id)
     burst.join(120)
     assert not burst.is_alive()

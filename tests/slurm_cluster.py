@@ -53,9 +53,7 @@ MinJobAge=1200
 KillWait=10
 ReturnToService=2
 MpiDefault=none
-# schedule a batch job when it is submitted (the default defers it up to 3 s)
-SchedulerParameters=batch_sched_delay=0
-{node_line} NodeAddr=127.0.0.1 State=UNKNOWN
+{scheduler}{node_line} NodeAddr=127.0.0.1 State=UNKNOWN
 NodeName=faraway-node NodeAddr=127.0.0.2 CPUs=1 State=DOWN
 PartitionName=debug Nodes={node} Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4
 PartitionName=faraway Nodes=faraway-node MaxTime=INFINITE State=UP
@@ -81,11 +79,15 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+# A batch job is scheduled when it is submitted (Slurm's default defers it by up to 3 s).
+FAST_SCHEDULING = "batch_sched_delay=0"
+
+
 class SlurmCluster:
     """A running one-node cluster: `conf` (its slurm.conf), `node`, `stop()`."""
 
-    def __init__(self, root: Path) -> None:
-        self.root = root
+    def __init__(self, root: Path, scheduler: str | None = FAST_SCHEDULING) -> None:
+        self.root, self.scheduler = root, scheduler
         self.conf = root / "slurm.conf"
         self.node = ""
 
@@ -108,8 +110,10 @@ class SlurmCluster:
         key = self.root / "munge.key"
         shutil.copyfile(MUNGE_KEY, key)
         key.chmod(0o600)
+        scheduler = f"SchedulerParameters={self.scheduler}\n" if self.scheduler else ""
         self.conf.write_text(CONFIG.format(root=self.root, node=self.node, node_line=line,
-                                           ctld_port=free_port(), slurmd_port=free_port()))
+                                           ctld_port=free_port(), slurmd_port=free_port(),
+                                           scheduler=scheduler))
         r = self.root
         self.run("munged", "--force", f"--key-file={key}", f"--socket={r}/munge.sock",
                  f"--pid-file={r}/munged.pid", f"--log-file={r}/munged.log",
@@ -149,8 +153,10 @@ class SlurmCluster:
         shutil.rmtree(self.root, ignore_errors=True)
 
 
-def start_cluster() -> SlurmCluster:
-    cluster = SlurmCluster(Path(tempfile.mkdtemp(prefix="overnight-slurm-", dir="/tmp")))
+def start_cluster(scheduler: str | None = FAST_SCHEDULING) -> SlurmCluster:
+    """Start a cluster; `scheduler` is its SchedulerParameters (None: Slurm's defaults)."""
+    cluster = SlurmCluster(Path(tempfile.mkdtemp(prefix="overnight-slurm-", dir="/tmp")),
+                           scheduler)
     try:
         cluster.start()
     except Exception:

@@ -132,8 +132,11 @@ def slurm_cluster():
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Every test on the PostgreSQL cluster is marked `postgres` (-m "not postgres" skips them)."""
+    """Every test on the PostgreSQL cluster is marked `postgres` (-m "not postgres" skips them),
+    every test on the Slurm cluster `slurm`."""
     for item in items:
+        if "slurm_cluster" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.slurm)
         callspec = getattr(item, "callspec", None)
         if {"pg_cluster", "pg_url"} & set(getattr(item, "fixturenames", ())) or (
                 callspec is not None and "postgres" in callspec.params.values()):

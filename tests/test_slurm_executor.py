@@ -358,3 +358,18 @@ def test_a_site_the_nodes_cannot_share_is_refused_at_the_start(slurm_cluster, tm
                            str(tmp_path / "o.db"), "--slurm-qos", "high"], capture_output=True,
                           text=True, timeout=60, check=False)
     assert proc.returncode == 2 and "need --executor slurm" in proc.stderr, proc.stderr
+
+
+def test_a_job_gets_what_a_run_may_get_of_the_environment_and_never_a_secret(monkeypatch):
+    """sbatch (so the job, and Slurm's record of it) gets the allow-listed variables, the
+    target's pass_env names and Slurm's own; never the service's token or an API key."""
+    from agent.executors.slurm import job_environment
+
+    for name, value in (("OVERNIGHT_TOKEN", "t" * 20), ("OPENAI_API_KEY", "sk-x"),
+                        ("OVERNIGHT_DB", "/srv/o.db"), ("HF_TOKEN", "hf"), ("MY_DATA", "/d"),
+                        ("SLURM_CONF", "/etc/slurm/test.conf"), ("PATH", "/usr/bin")):
+        monkeypatch.setenv(name, value)
+    env = job_environment(["HF_TOKEN"])
+    assert env["PATH"] == "/usr/bin" and env["SLURM_CONF"] == "/etc/slurm/test.conf"
+    assert env["HF_TOKEN"] == "hf"  # the target asked for it (pass_env)
+    assert not {"OVERNIGHT_TOKEN", "OPENAI_API_KEY", "OVERNIGHT_DB", "MY_DATA"} & set(env)

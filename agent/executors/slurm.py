@@ -26,6 +26,7 @@ import hashlib
 import json
 import logging
 import math
+import os
 import shlex
 import shutil
 import subprocess
@@ -43,6 +44,7 @@ from agent.executors import slurm_cli
 from agent.executors.slurm_adopt import Orphan, discard, remove_worktree, take_over
 from agent.executors.slurm_follow import JobBoard, JobFollow
 from agent.executors.slurm_job import JobFiles, JobRequest
+from runner.environment import is_allowed
 from runner.result import RunResult
 from runner.tree import RUN_ID_ENV
 
@@ -88,6 +90,15 @@ def sbatch_line(line: str) -> str:
         raise ConfigError(f"--slurm-option: expected one sbatch option such as '--mem=64G', "
                           f"got {line!r}")
     return text
+
+
+def job_environment(pass_env: Sequence[str]) -> dict[str, str]:
+    """What sbatch and so the job get of this process's environment: what a run may get
+    (runner.environment's allow-list and the target's pass_env names) and Slurm's own
+    variables; never the service's secrets (they would sit in Slurm's job records)."""
+    named = set(pass_env)
+    return {k: v for k, v in os.environ.items()
+            if is_allowed(k) or k in named or k.startswith("SLURM_")}
 
 
 def work_key(work_dir: Path) -> str:
@@ -142,7 +153,7 @@ class SlurmExecutor:
         options = [f"--job-name={self.prefix}{token}", f"--output={files.output}",
                    f"--chdir={files.root}", *self.settings.sbatch_options(timeout_s)]
         try:
-            job_id = slurm_cli.submit(files.script, options)
+            job_id = slurm_cli.submit(files.script, options, job_environment(request.pass_env))
         except Exception:
             shutil.rmtree(files.root, ignore_errors=True)
             raise

@@ -54,12 +54,12 @@ class JobState:
         return self.state in ALIVE
 
 
-def _run(argv: list[str], what: str, stdin: str | None = None) -> str:
+def _run(argv: list[str], what: str, env: dict[str, str] | None = None) -> str:
     if shutil.which(argv[0]) is None:
         raise ConfigError(f"executor 'slurm' needs Slurm's `{argv[0]}` command on this machine "
                           "(a login node of the cluster, with the cluster's slurm.conf)")
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, input=stdin,
+        proc = subprocess.run(argv, capture_output=True, text=True, env=env,
                               timeout=COMMAND_TIMEOUT_S, check=False)
     except subprocess.TimeoutExpired:
         raise SlurmError(f"{what}: `{argv[0]}` did not answer within "
@@ -70,9 +70,10 @@ def _run(argv: list[str], what: str, stdin: str | None = None) -> str:
     return proc.stdout
 
 
-def submit(script: Path, options: list[str]) -> str:
-    """sbatch --parsable: the new job's id."""
-    out = _run(["sbatch", "--parsable", *options, str(script)], "sbatch")
+def submit(script: Path, options: list[str], env: dict[str, str] | None = None) -> str:
+    """sbatch --parsable: the new job's id. `env` is sbatch's environment, which the job gets
+    (sbatch's default --export=ALL)."""
+    out = _run(["sbatch", "--parsable", *options, str(script)], "sbatch", env)
     job_id = out.strip().split(";")[0]
     if not re.fullmatch(r"[0-9][0-9_+]*", job_id):
         raise SlurmError(f"sbatch: unexpected answer {out.strip()!r}")

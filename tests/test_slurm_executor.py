@@ -360,6 +360,28 @@ def test_a_site_the_nodes_cannot_share_is_refused_at_the_start(slurm_cluster, tm
     assert proc.returncode == 2 and "need --executor slurm" in proc.stderr, proc.stderr
 
 
+def test_a_job_its_node_cannot_run_pauses_the_sweep_with_the_jobs_output(
+        slurm_cluster, tmp_path, monkeypatch):
+    """A job that ends without its half writing a result (here: the interpreter is not there
+    on the node) is the site's problem, not the change's: the sweep pauses, naming the job and
+    quoting its output."""
+    from agent.core.domain import SweepStatus
+    from agent.executors import slurm_follow
+
+    monkeypatch.setattr(slurm_follow, "RESULT_WAIT_S", 1.0)  # a local disk: no cache to wait out
+    runtime, sweep, engine = night(tmp_path, "slurm", [])
+    runtime.slurm_executor(engine.settings).python = "/nonexistent/bin/python3"
+    engine.run_burst(["n"])
+    (base,) = runtime.store.list_experiments(sweep.id)
+    assert runtime.store.get_sweep("n").status is SweepStatus.PAUSED
+    assert base.status is ExperimentStatus.INTERRUPTED and base.crash_kind is None
+    why = base.reason or ""
+    assert "SlurmJobError" in why and "/nonexistent/bin/python3" in why, why
+    job = runtime.store.list_runs(experiment_id=base.id)[0].slurm_job_id
+    assert f"Slurm job {job} on {slurm_cluster.node}" in why
+    runtime.close()
+
+
 def test_a_job_gets_what_a_run_may_get_of_the_environment_and_never_a_secret(monkeypatch):
     """sbatch (so the job, and Slurm's record of it) gets the allow-listed variables, the
     target's pass_env names and Slurm's own; never the service's token or an API key."""

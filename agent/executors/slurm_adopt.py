@@ -35,11 +35,19 @@ class Orphan:
 
 
 def job_folders(work_dir: Path) -> list[JobFiles]:
-    """Every job folder with a request under the work dir (a previous life's jobs)."""
+    """Every job folder with a request under the work dir (a previous life's jobs). Only at a
+    start, before anything runs: the rest of a folder whose removal a shared filesystem held
+    up (a file the job still had open) goes now."""
     root = work_dir / "slurm"
     if not root.is_dir():
         return []
-    return [JobFiles(d) for d in sorted(root.iterdir()) if (d / "request.json").is_file()]
+    folders = []
+    for d in sorted(root.iterdir()):
+        if (d / "request.json").is_file():
+            folders.append(JobFiles(d))
+        elif d.is_dir():
+            shutil.rmtree(d, ignore_errors=True)
+    return folders
 
 
 def left_worktrees(work_dir: Path) -> list[Path]:

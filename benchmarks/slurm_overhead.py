@@ -18,8 +18,10 @@ killed with SIGKILL `--kills` times, each a random moment (up to one run) after 
 running, and started again with --resume; then it runs to the end. Checked: every job Slurm
 ever had for this work dir is recorded on a run (none submitted behind the records' back), every
 run the kills cut off had its job adopted by its experiment's retry (the same job id on both
-runs; "doubled" counts those whose job was not), every change has one verdict that is not
-`interrupted` ("lost" counts those without), and no job, job folder or worktree is left.
+runs; "doubled" counts those whose job was not although the retry ran the same commit tree;
+"rerun_on_a_new_head" those whose retry ran the change on a head another keep had moved, which
+only happens with --keeps), every change has one verdict that is not `interrupted` ("lost"
+counts those without), and no job, job folder or worktree is left.
 
     .venv/bin/python benchmarks/slurm_overhead.py [--experiments 20] [--kills 10] [--seed 0]
         [--keeps] [--slurm-defaults] [--only overhead|kills]
@@ -129,7 +131,7 @@ def kills(tmp: Path, n: int, count: int, budget: float, seed: int,
         print(f"kill -9 #{done}", flush=True)
     reader.close()
     final = subprocess.run(argv, capture_output=True, text=True, timeout=900, check=False)
-    return {"kills": done, "final_exit": final.returncode, **check(db, work, prefix)}
+    return {"kills": done, "final_exit": final.returncode, **check(db, work, prefix, target)}
 
 
 def in_flight(reader: Runtime, prefix: str, since: datetime) -> bool:
@@ -140,7 +142,7 @@ def in_flight(reader: Runtime, prefix: str, since: datetime) -> bool:
     return any(s.state == "RUNNING" and j in running for j, s in jobs(prefix).items())
 
 
-def check(db: Path, work: Path, prefix: str) -> dict[str, object]:
+def check(db: Path, work: Path, prefix: str, target: Path) -> dict[str, object]:
     runtime = Runtime(db)
     try:
         exps = runtime.store.list_experiments()
@@ -154,6 +156,21 @@ def check(db: Path, work: Path, prefix: str) -> dict[str, object]:
                                      for o in runs)]
     changes = [e for e in exps if e.retry_of is None and not e.is_baseline]
     retries = {e.retry_of: e for e in exps if e.retry_of is not None}
+
+    def tree(commit: str) -> str:
+        return subprocess.run(["git", "-C", str(target), "rev-parse", f"{commit}^{{tree}}"],
+                              capture_output=True, text=True, check=True).stdout.strip()
+
+    def later_trees(exp_id: int) -> set[str]:
+        """The trees the interrupted experiment's retries ran."""
+        found = set()
+        while exp_id in retries:
+            exp_id = retries[exp_id].id
+            found |= {tree(r.commit) for r in runs if r.experiment_id == exp_id}
+        return found
+
+    missed = [r for r in cut if r not in adopted]
+    moved = [r for r in missed if tree(r.commit) not in later_trees(r.experiment_id)]
 
     def verdict(exp_id: int) -> ExperimentStatus:
         exp = next(e for e in exps if e.id == exp_id)
@@ -172,7 +189,9 @@ def check(db: Path, work: Path, prefix: str) -> dict[str, object]:
             "runs": len(runs), "jobs_submitted": len(listed),
             "jobs_not_on_a_run": sorted(set(listed) - recorded),
             "runs_cut_off": len(cut), "adopted": len(adopted),
-            "doubled": len(cut) - len(adopted), "lost": lost,
+            # its retry ran the change on a head another keep had moved meanwhile: other code
+            "rerun_on_a_new_head": len(moved),
+            "doubled": len(missed) - len(moved), "lost": lost,
             "given_up": sum(e.status is ExperimentStatus.CRASHED for e in exps),
             "verdicts": dict(Counter(verdict(e.id).value for e in changes)),
             "left": {k: v for k, v in left.items() if v}}

@@ -41,7 +41,8 @@ TRAIN = '''"""Fake trainer for the Slurm tests: the real output contract, MODE p
 import os
 import time
 
-MODE = "normal"  # normal | forever | hold (until RELEASE exists) | hold-changes | tamper
+MODE = "normal"  # normal | forever | hold (until RELEASE exists) | hold-changes (but the
+# baseline, until RELEASE or RELEASE-<X> exists) | tamper
 RELEASE = {release!r}
 K1 = 0
 #
@@ -61,7 +62,8 @@ if MODE == "forever":
 while MODE == "hold" and not os.path.exists(RELEASE):
     time.sleep(0.1)
 while (MODE == "hold-changes" and os.environ["OVERNIGHT_EXPERIMENT_ID"] != "1"
-       and not os.path.exists(RELEASE)):
+       and not os.path.exists(RELEASE)
+       and not os.path.exists(f"{{RELEASE}}-{{X}}")):
     time.sleep(0.1)
 if MODE == "tamper":
     with open("prepare.py", "a") as fh:
@@ -341,6 +343,73 @@ def test_a_kill_9_of_the_service_leaves_its_jobs_to_the_retries(slurm_cluster, t
     finally:
         if resumed.poll() is None:
             resumed.kill()
+        runtime.close()
+
+
+def test_a_left_job_whose_change_now_runs_on_a_new_head_is_cancelled(slurm_cluster, tmp_path):
+    """Killed with two changes' jobs running; the first ends while the service is down. The
+    restart's one slot adopts its result and keeps it, so the second change's retry is built
+    on the new head: the job it left (the old head's code) is cancelled at once, never
+    adopted, and the change runs again as a new job."""
+    from db.paths import work_dir_for
+
+    make_target(tmp_path / "target", tmp_path / "release", mode="hold-changes")
+    db = tmp_path / "o.db"
+    work = work_dir_for(db.resolve())
+    queue_changes(tmp_path / "target", db, [("K1 helps", "K1 = 0\n", "K1 = 1\n"),
+                                            ("K3 helps", "K3 = 0\n", "K3 = 2\n")])
+    argv = [OVERNIGHT, "run", "--target", str(tmp_path / "target"), "--sweep", "n", "--resume",
+            *NO_GPUS, "--db", str(db)]
+    first = subprocess.Popen([*argv, "--slots", "2"], stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+    try:
+        wait_until(lambda: sum(s.state == "RUNNING" for s in our_jobs(work).values()) == 2,
+                   "both changes' jobs running")
+    finally:
+        first.kill()
+        first.wait()
+    runtime = Runtime(db)
+    try:
+        store = runtime.store
+        (kept_job,), (left_job,) = ([r.slurm_job_id for r in store.list_runs(experiment_id=e)]
+                                    for e in (2, 3))
+        (tmp_path / "release-1").write_text("go")  # the first change's job ends meanwhile
+        wait_until(lambda: our_jobs(work)[kept_job].state == "COMPLETED", "its job's end")
+        resumed = subprocess.Popen([*argv, "--slots", "1"], stdout=subprocess.PIPE,
+                                   stderr=subprocess.STDOUT, text=True)
+        wait_until(lambda: our_jobs(work)[left_job].state == "CANCELLED",
+                   "the old head's job cancelled")
+        (tmp_path / "release").write_text("go")
+        out, _ = resumed.communicate(timeout=240)
+        assert resumed.returncode == 0, out
+        first_retry, second_retry = (store.retry_of(e) for e in (2, 3))
+        assert first_retry is not None and second_retry is not None
+        assert first_retry.status is ExperimentStatus.KEPT
+        assert store.list_runs(experiment_id=first_retry.id)[0].slurm_job_id == kept_job
+        again = store.list_runs(experiment_id=second_retry.id)
+        assert again and left_job not in {r.slurm_job_id for r in again}
+        second_retry = store.get_experiment(second_retry.id)
+        assert second_retry.status.is_finished(), second_retry.status
+        assert second_retry.base_commit == first_retry.commit  # built on the kept change
+        listed = our_jobs(work)
+        assert set(listed) == {r.slurm_job_id for r in store.list_runs()}
+        assert not any(s.alive for s in listed.values())
+        assert not list((work / "slurm").iterdir()) and not list(
+            (work / "worktrees").rglob("exp-*"))
+    finally:
+        runtime.close()
+
+
+def queue_changes(target: Path, db: Path, changes: list[tuple[str, str, str]]) -> None:
+    """A sweep `n` of these changes (proposer: the queue), for `overnight run --resume`."""
+    runtime = Runtime(db)
+    try:
+        train = (target / "train.py").read_text()
+        sweep = create_sweep(runtime.store, runtime.repo_at(target), target, name="n",
+                             proposer="queue")
+        for description, old, new in changes:
+            runtime.store.add_experiment(sweep.id, Proposal(description, diff(train, old, new)))
+    finally:
         runtime.close()
 
 

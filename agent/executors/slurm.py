@@ -17,7 +17,8 @@ tree, command and seed) instead of submitting another: the job id is recorded on
 A job whose experiment has no retry left to adopt it is cancelled. The run's processes carry
 OVERNIGHT_RUN_ID prefixed with "slurm:", so recovery's sweep of this machine leaves a job that
 runs here to Slurm. Not guaranteed: adoption when the retry's commit differs (another change was
-kept meanwhile): that job is cancelled and the change runs again on the new head.
+kept meanwhile): that job is cancelled as soon as the retry's own run starts, and the change runs
+again on the new head.
 """
 
 from __future__ import annotations
@@ -202,6 +203,20 @@ class SlurmExecutor:
                     return orphan
         return None
 
+    def supersede(self, request: JobRequest) -> None:
+        """Cancel the left job of this run's experiment that it can no longer adopt: one of
+        its own commit, built on a head that has moved since (this run's tree differs)."""
+        with self._lock:
+            stale = [o for o in self._orphans if o.request.own and request.own
+                     and o.request.tree != request.tree
+                     and self.follow_up(o.request.experiment_id) == request.experiment_id]
+            self._orphans = [o for o in self._orphans if o not in stale]
+        for orphan in stale:
+            logger.warning("Slurm job %s: experiment %d now runs on another head; cancelled",
+                           orphan.job_id, request.experiment_id)
+            self.board.forget(orphan.job_id)
+            discard(orphan.files, orphan.job_id)
+
     def reap(self) -> None:
         """Cancel left jobs whose experiment has nothing queued or running to adopt them."""
         with self._lock:
@@ -259,6 +274,7 @@ class SlurmRunner:
             executor.board.watch(job_id)
             logger.warning("experiment %d adopts Slurm job %s", request.experiment_id, job_id)
         else:
+            executor.supersede(request)
             files, job_id = executor.submit(request, timeout_s)
         try:
             if on_submit is not None:
@@ -288,7 +304,8 @@ class SlurmRunner:
             env[RUN_ID_ENV] = RUN_ID_PREFIX + run_id
         where = str(wt.resolve())
         same = {k: v.replace(where, "{wt}") for k, v in env.items() if k not in VOLATILE_ENV}
-        identity = {"tree": _git(wt, "rev-parse", "HEAD^{tree}"),
+        tree = _git(wt, "rev-parse", "HEAD^{tree}")
+        identity = {"tree": tree,
                     "cwd": str(cwd.resolve().relative_to(wt.resolve())),
                     "argv": [a.replace(where, "{wt}") for a in argv], "env": same,
                     "pass_env": sorted(pass_env), "timeout_s": timeout_s}
@@ -298,6 +315,7 @@ class SlurmRunner:
                           grace_s=self.executor.settings.grace_s,
                           python=self.executor.python, key=key,
                           experiment_id=int(executing) if executing.isdigit() else 0,
+                          tree=tree, own=env.get("OVERNIGHT_EXPERIMENT_ID") == executing,
                           worktree=where, target=str(Path(self.sweep.target_path).resolve()))
 
 

@@ -47,6 +47,8 @@ class JobRequest:
     python: str = ""  # argv[0] equal to this becomes the job's interpreter
     key: str = ""  # what the run is: its tree, command and settings (adoption matches on it)
     experiment_id: int = 0  # the experiment executing it (a restart hands it to its retry)
+    tree: str = ""  # the git tree it runs
+    own: bool = True  # a run of the executing experiment's own commit (not the incumbent's)
     worktree: str = ""  # the worktree it runs in (kept for it by restart recovery)
     target: str = ""  # the target repository (its worktree list is pruned after an adoption)
 

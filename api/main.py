@@ -43,11 +43,14 @@ logger = logging.getLogger(__name__)
 def scheduler_settings(settings: Settings) -> SchedulerSettings:
     return SchedulerSettings(
         slots=settings.slots, poll_interval_s=settings.poll_interval_s,
-        devices=(() if settings.executor == "ray" else detect_devices()
+        devices=(() if settings.executor != "local" else detect_devices()
                  if settings.devices is None else settings.devices),
         grace_s=settings.grace_s, executor=settings.executor, ray_address=settings.ray_address,
         ray_gpus=settings.ray_gpus, ray_cpus=settings.ray_cpus,
-        ray_resources=dict(settings.ray_resources),
+        ray_resources=dict(settings.ray_resources), slurm_partition=settings.slurm_partition,
+        slurm_account=settings.slurm_account, slurm_qos=settings.slurm_qos,
+        slurm_gpus=settings.slurm_gpus, slurm_gres=settings.slurm_gres,
+        slurm_options=tuple(settings.slurm_options),
     )
 
 

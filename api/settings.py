@@ -50,11 +50,17 @@ class Settings(BaseModel):
     devices: tuple[str, ...] | None = None  # GPU indexes for the slots (None: detect)
     allowed_hosts: tuple[str, ...] = ()  # Host names beyond loopback and the bound one; "*": any
     sse_heartbeat_s: float = Field(15.0, gt=0, le=3600)  # comment line on a silent log stream
-    executor: Literal["local", "ray"] = "local"  # ray: runs are tasks on a Ray cluster
+    executor: Literal["local", "ray", "slurm"] = "local"  # ray: Ray tasks; slurm: Slurm jobs
     ray_address: str | None = None  # the cluster to join (None: $RAY_ADDRESS or this machine's)
     ray_gpus: float = Field(1.0, ge=0)  # what each run asks of the cluster
     ray_cpus: float = Field(1.0, ge=0)
     ray_resources: dict[str, float] = Field(default_factory=dict)
+    slurm_partition: str | None = None  # None: the cluster's default partition
+    slurm_account: str | None = None
+    slurm_qos: str | None = None
+    slurm_gpus: int = Field(1, ge=0)  # --gres=gpu:N per job (0: none)
+    slurm_gres: str | None = None  # the site's own --gres instead, e.g. "gpu:a100:1"
+    slurm_options: tuple[str, ...] = ()  # extra #SBATCH lines, e.g. "--mem=64G"
     retention: str | None = None  # e.g. "7d": gc experiments finished longer ago (with slots)
 
     @model_validator(mode="after")

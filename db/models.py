@@ -231,6 +231,8 @@ class RunRow(Base):
     curve: Mapped[list[list[float]] | None] = mapped_column(JSON_TYPE)
     # The sealed holdout metric, never in the summary (migration holdout_confirm).
     holdout: Mapped[float | None] = mapped_column(Float)
+    # The Slurm job that ran it, executor 'slurm' (migration run_slurm_job).
+    slurm_job_id: Mapped[str | None] = mapped_column(String(64))
 
 
 class RunCountRow(Base):

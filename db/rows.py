@@ -116,6 +116,7 @@ def to_run(row: RunRow | Row[Any]) -> Run:
         note=row.note,
         curve=curve_of(row.curve),
         holdout=row.holdout,
+        slurm_job_id=row.slurm_job_id,
     )
 
 

@@ -52,6 +52,10 @@ class RunQueries(StoreBase):
         with self.session("recording a run's process group") as s:
             self._run_row(s, run_id).pgid = pgid
 
+    def set_run_job(self, run_id: int, job_id: str) -> None:
+        with self.session("recording a run's Slurm job") as s:
+            self._run_row(s, run_id).slurm_job_id = job_id
+
     def end_run(self, run_id: int, end: RunEnd) -> Run:
         """Record how a running run ended. ConflictError if it already ended."""
         with self.session("recording a run end") as s:

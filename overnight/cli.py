@@ -37,6 +37,12 @@ from overnight.cli_common import (
     RayGpusOpt,
     RayResourceOpt,
     SlotsOpt,
+    SlurmAccountOpt,
+    SlurmGpusOpt,
+    SlurmGresOpt,
+    SlurmOptionOpt,
+    SlurmPartitionOpt,
+    SlurmQosOpt,
     WorkDirOpt,
     app,
     console,
@@ -47,6 +53,7 @@ from overnight.cli_common import (
     fail,
     own_command,
     runtime_for,
+    slurm_options,
     token_command,
 )
 from overnight.cli_foreground import run_foreground
@@ -102,6 +109,12 @@ def run(
     ray_gpus: RayGpusOpt = 1.0,
     ray_cpus: RayCpusOpt = 1.0,
     ray_resource: RayResourceOpt = None,
+    slurm_partition: SlurmPartitionOpt = None,
+    slurm_account: SlurmAccountOpt = None,
+    slurm_qos: SlurmQosOpt = None,
+    slurm_gpus: SlurmGpusOpt = 1,
+    slurm_gres: SlurmGresOpt = None,
+    slurm_option: SlurmOptionOpt = None,
     resume: Annotated[bool, typer.Option(help="continue an existing --sweep after a stop")] = False,
     llm_config: Annotated[Path | None, typer.Option(
         help="LLM profiles file (default $OVERNIGHT_LLM_CONFIG or ~/.overnight/llm.toml)")] = None,
@@ -118,7 +131,9 @@ def run(
 ) -> None:
     """Run a sweep in the foreground: baseline, then one change at a time (one per slot)."""
     at = cli_confirm.check_confirm_at(confirm_at, target)
-    runs_on = executor_options(executor, ray_address, ray_gpus, ray_cpus, ray_resource)
+    runs_on = executor_options(executor, ray_address, ray_gpus, ray_cpus, ray_resource,
+                               slurm_options(slurm_partition, slurm_account, slurm_qos,
+                                             slurm_gpus, slurm_gres, slurm_option))
     n_slots, found = executor_slots(slots, devices, runs_on)
     notifying = notifications.notify_config(notify, notify_config)
     notifications.announce(notifying, console)

@@ -21,6 +21,12 @@ from overnight.cli_common import (
     RayGpusOpt,
     RayResourceOpt,
     SlotsOpt,
+    SlurmAccountOpt,
+    SlurmGpusOpt,
+    SlurmGresOpt,
+    SlurmOptionOpt,
+    SlurmPartitionOpt,
+    SlurmQosOpt,
     WorkDirOpt,
     app,
     db_location,
@@ -28,6 +34,7 @@ from overnight.cli_common import (
     executor_slots,
     fail,
     runtime_for,
+    slurm_options,
     work_dir_of,
 )
 
@@ -45,6 +52,12 @@ def mcp_command(
     ray_gpus: RayGpusOpt = 1.0,
     ray_cpus: RayCpusOpt = 1.0,
     ray_resource: RayResourceOpt = None,
+    slurm_partition: SlurmPartitionOpt = None,
+    slurm_account: SlurmAccountOpt = None,
+    slurm_qos: SlurmQosOpt = None,
+    slurm_gpus: SlurmGpusOpt = 1,
+    slurm_gres: SlurmGresOpt = None,
+    slurm_option: SlurmOptionOpt = None,
     work_dir: WorkDirOpt = None,
 ) -> None:
     """Serve the agent tools over MCP stdio (for Claude Code, Codex and other MCP clients).
@@ -54,7 +67,9 @@ def mcp_command(
     from agent.engine.scheduler import SchedulerSettings
     from overnight.mcp_stdio import serve_stdio
 
-    runs_on = executor_options(executor, ray_address, ray_gpus, ray_cpus, ray_resource)
+    runs_on = executor_options(executor, ray_address, ray_gpus, ray_cpus, ray_resource,
+                               slurm_options(slurm_partition, slurm_account, slurm_qos,
+                                             slurm_gpus, slurm_gres, slurm_option))
     given = [name for name, chosen in (("--slots", slots is not None),
                                        ("--devices", devices is not None),
                                        ("--executor", executor != "local")) if chosen]

@@ -84,7 +84,8 @@ def slots_and_devices(slots: int | None, devices: str | None) -> tuple[int, tupl
 
 ExecutorOpt = Annotated[str, typer.Option(
     help="where runs execute: local (this machine) | ray (tasks on an existing Ray cluster; "
-    "pip install 'overnight\\[ray]')")]
+    "pip install 'overnight\\[ray]') | slurm (one Slurm job per run; the work dir on a "
+    "filesystem the nodes share)")]
 RayAddressOpt = Annotated[str | None, typer.Option(
     help="with --executor ray: the cluster to join, e.g. 10.0.0.5:6379 (default $RAY_ADDRESS, "
     "else this machine's cluster)")]
@@ -94,11 +95,42 @@ RayResourceOpt = Annotated[list[str] | None, typer.Option(
     help="with --executor ray: a custom Ray resource per run, NAME=AMOUNT (repeatable)")]
 
 
+SlurmPartitionOpt = Annotated[str | None, typer.Option(
+    help="with --executor slurm: the partition (default: the cluster's default partition)")]
+SlurmAccountOpt = Annotated[str | None, typer.Option(
+    help="with --executor slurm: the account the jobs are charged to")]
+SlurmQosOpt = Annotated[str | None, typer.Option(help="with --executor slurm: the QOS")]
+SlurmGpusOpt = Annotated[int, typer.Option(
+    min=0, help="with --executor slurm: GPUs per run, asked as --gres=gpu:N (0: none)")]
+SlurmGresOpt = Annotated[str | None, typer.Option(
+    help="with --executor slurm: the site's own --gres per run instead, e.g. gpu:a100:1")]
+SlurmOptionOpt = Annotated[list[str] | None, typer.Option(
+    help="with --executor slurm: one more #SBATCH line per job, given as "
+    "--slurm-option=--mem=64G (repeatable)")]
+
+
+def slurm_options(partition: str | None, account: str | None, qos: str | None, gpus: int,
+                  gres: str | None, option: list[str] | None) -> dict[str, Any]:
+    """The --slurm-* options as SchedulerSettings fields; an extra line that is not one sbatch
+    option is refused."""
+    from agent.core.errors import ConfigError
+    from agent.executors.slurm import sbatch_line
+
+    try:
+        lines = tuple(sbatch_line(line) for line in option or ())
+    except ConfigError as exc:
+        fail(str(exc))
+    return {"slurm_partition": partition, "slurm_account": account, "slurm_qos": qos,
+            "slurm_gpus": gpus, "slurm_gres": gres, "slurm_options": lines}
+
+
 def executor_options(executor: str, ray_address: str | None, ray_gpus: float, ray_cpus: float,
-                     ray_resource: list[str] | None) -> dict[str, Any]:
-    """--executor and the --ray-* options, checked, as SchedulerSettings fields."""
-    if executor not in ("local", "ray"):
-        fail(f"--executor: expected 'local' or 'ray', got {executor!r}")
+                     ray_resource: list[str] | None,
+                     slurm: dict[str, Any] | None = None) -> dict[str, Any]:
+    """--executor, the --ray-* and the --slurm-* options, checked, as SchedulerSettings
+    fields."""
+    if executor not in ("local", "ray", "slurm"):
+        fail(f"--executor: expected 'local', 'ray' or 'slurm', got {executor!r}")
     resources: dict[str, float] = {}
     for item in ray_resource or ():
         name, _, amount = item.partition("=")
@@ -106,16 +138,33 @@ def executor_options(executor: str, ray_address: str | None, ray_gpus: float, ra
             resources[name.strip()] = float(amount)
         except ValueError:
             fail(f"--ray-resource: expected NAME=AMOUNT such as 'A100=1', got {item!r}")
-    if executor == "local" and (ray_address or resources):
+    if executor != "ray" and (ray_address or resources):
         fail("--ray-address/--ray-resource need --executor ray")
+    slurm = slurm or {}
+    chosen = [k for k, v in slurm.items() if v and not (k == "slurm_gpus" and v == 1)]
+    if executor != "slurm" and chosen:
+        fail(f"--{chosen[0].replace('_', '-')}: the --slurm-* options need --executor slurm")
     return {"executor": executor, "ray_address": ray_address, "ray_gpus": ray_gpus,
-            "ray_cpus": ray_cpus, "ray_resources": resources}
+            "ray_cpus": ray_cpus, "ray_resources": resources, **slurm}
 
 
 def executor_slots(slots: int | None, devices: str | None,
                    options: dict[str, Any]) -> tuple[int, tuple[str, ...]]:
     """Slots and devices: as slots_and_devices locally; on Ray, one slot per run the cluster
-    can hold at once (its GPUs / --ray-gpus) unless --slots says otherwise."""
+    can hold at once (its GPUs / --ray-gpus) unless --slots says otherwise; on Slurm, --slots
+    jobs in flight (default 1)."""
+    if options["executor"] == "slurm":
+        if devices:
+            fail("--devices is for the local executor: Slurm gives each job its GPUs "
+                 "(--slurm-gpus, --slurm-gres)")
+        from agent.core.errors import ConfigError
+        from agent.executors.slurm_cli import partition_nodes
+
+        try:  # the cluster answers and has the partition (its nodes' view: at the start)
+            partition_nodes(options["slurm_partition"])
+        except ConfigError as exc:
+            fail(str(exc))
+        return (slots if slots is not None else 1), ()
     if options["executor"] != "ray":
         return slots_and_devices(slots, devices)
     if devices:

@@ -135,7 +135,7 @@ def _run_locked(
     config = None if resume else load_config(target).with_budget(budget, timeout)
     repo = open_target(target)
     # A foreground run killed earlier leaves rows `running`: interrupt and re-queue them once.
-    report = rt.recover()
+    report = rt.recover(settings)
     if report.interrupted:
         console.print(f"recovered {len(report.interrupted)} interrupted experiment(s); "
                       "each is re-queued once")

@@ -22,6 +22,12 @@ from overnight.cli_common import (
     RayGpusOpt,
     RayResourceOpt,
     SlotsOpt,
+    SlurmAccountOpt,
+    SlurmGpusOpt,
+    SlurmGresOpt,
+    SlurmOptionOpt,
+    SlurmPartitionOpt,
+    SlurmQosOpt,
     WorkDirOpt,
     app,
     console,
@@ -30,6 +36,7 @@ from overnight.cli_common import (
     executor_options,
     executor_slots,
     fail,
+    slurm_options,
     token_command,
     work_dir_of,
 )
@@ -55,6 +62,12 @@ def serve(
     ray_gpus: RayGpusOpt = 1.0,
     ray_cpus: RayCpusOpt = 1.0,
     ray_resource: RayResourceOpt = None,
+    slurm_partition: SlurmPartitionOpt = None,
+    slurm_account: SlurmAccountOpt = None,
+    slurm_qos: SlurmQosOpt = None,
+    slurm_gpus: SlurmGpusOpt = 1,
+    slurm_gres: SlurmGresOpt = None,
+    slurm_option: SlurmOptionOpt = None,
     token_file: Annotated[Path | None, typer.Option(
         help="file holding the bearer token (default: $OVERNIGHT_TOKEN, else the file beside "
         "the SQLite database or in the work dir for PostgreSQL, created on first start)")]
@@ -110,7 +123,9 @@ def serve(
              f"history); put it in a file (mode 0600) and give --token-file PATH, or set "
              f"{TOKEN_ENV}")
     secret, shown_by = (None, "") if no_auth else _token(where, work, work_dir, token_file)
-    runs_on = executor_options(executor, ray_address, ray_gpus, ray_cpus, ray_resource)
+    runs_on = executor_options(executor, ray_address, ray_gpus, ray_cpus, ray_resource,
+                               slurm_options(slurm_partition, slurm_account, slurm_qos,
+                                             slurm_gpus, slurm_gres, slurm_option))
     slots, found = (0, ()) if no_engine else executor_slots(slots, devices, runs_on)
     settings = Settings.build(db_path=where, work_dir=work, host=host, port=port, slots=slots,
                               devices=found, token=secret, auth=not no_auth,
@@ -131,7 +146,8 @@ def serve(
         return
     bound = sock.getsockname()[1]
     url_host = f"[{host}]" if ":" in host else host
-    on = f" on the Ray cluster {ray_address or 'of this machine'}" if executor == "ray" else ""
+    on = {"ray": f" on the Ray cluster {ray_address or 'of this machine'}",
+          "slurm": f" as Slurm jobs (partition {slurm_partition or 'default'})"}.get(executor, "")
     engine = "no engine" if no_engine else f"{slots} slot(s){on}"
     console.print(f"overnight serve: db {where}, {engine}, auth "
                   f"{'off' if no_auth else 'on'}, listening on http://{url_host}:{bound}/",

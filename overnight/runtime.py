@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from agent.analysis.ablation import ablated_sweep
 from agent.analysis.confirm import confirmed_sweep
 from agent.core.domain import Sweep
-from agent.core.errors import OvernightError
+from agent.core.errors import NotFoundError, OvernightError
 from agent.core.ports import Proposer, Runner
 from agent.engine.ablation import AblationLoop
 from agent.engine.attempt import EventFn, LoopSettings
@@ -32,6 +32,8 @@ from agent.engine.scheduler import SchedulerSettings, SlotScheduler
 from agent.engine.writes import Writes, check_folder
 from agent.executors.local import SubprocessRunner
 from agent.executors.ray import RayExecutor, RaySettings
+from agent.executors.slurm import SlurmExecutor, SlurmSettings
+from agent.executors.slurm_adopt import discard, job_folders, left_worktrees
 from agent.git.repo import GitError, GitRepo
 from agent.ops.retention import GcReport, RetentionPolicy, collect_garbage
 from agent.ops.service import Service
@@ -89,6 +91,7 @@ class Runtime:
         self._repos_lock = threading.Lock()
         self._retention_stop: threading.Event | None = None
         self._ray: RayExecutor | None = None
+        self._slurm: SlurmExecutor | None = None
         self.notify: NotifyConfig | None = None  # where the engine's notifications go
         self.notifier: Notifier | None = None
         self.track_marks = TrackMarks(self.engine)  # what the trackers hold (the ledger)
@@ -128,11 +131,39 @@ class Runtime:
             self.lock.release()
             self.lock = None
 
-    def recover(self) -> RecoveryReport:
-        """Interrupt and re-queue what a dead process left running (needs the lock)."""
+    def recover(self, settings: SchedulerSettings | None = None) -> RecoveryReport:
+        """Interrupt and re-queue what a dead process left running (needs the lock). Slurm
+        jobs it left go on: with `settings` for executor 'slurm' their experiments' retries
+        adopt them; with another executor they are cancelled; without settings (a command
+        that runs no engine of its own) they wait for the next engine."""
         self.hold_lock()
-        self.recovery = recover(self.store, self.repo_for, self.work_dir)
+        slurm = (self.slurm_executor(settings) if settings is not None
+                 and settings.executor == "slurm" else None)  # refuses a bad site at start
+        folders = job_folders(self.work_dir)
+        self.recovery = recover(self.store, self.repo_for, self.work_dir,
+                                keep_worktrees=left_worktrees(self.work_dir))
+        if slurm is not None and folders:
+            slurm.adopt(folders)
+        elif folders and settings is not None:
+            logger.warning("%d Slurm job(s) of an earlier start are cancelled: this engine "
+                           "runs with executor %r", len(folders), settings.executor)
+            for files in folders:
+                discard(files, files.recorded_job_id())
         return self.recovery
+
+    def follow_up(self, experiment_id: int) -> int | None:
+        """The queued or running experiment that carries this one's work on (itself, or its
+        latest retry), or None when it and its retries are all settled."""
+        try:
+            exp = self.store.get_experiment(experiment_id)
+            while exp.status.is_finished():
+                retry = self.store.retry_of(exp.id)
+                if retry is None:
+                    return None
+                exp = retry
+        except NotFoundError:
+            return None
+        return exp.id
 
     def loop_factory(self, settings: SchedulerSettings,
                      on_event: EventFn | None = None,
@@ -146,6 +177,9 @@ class Runtime:
                 env = dict(settings.extra_env)
                 runner = self.ray_executor(settings).runner(
                     sweep, lambda: self.store.protected_hashes(sweep.id))
+            elif settings.executor == "slurm":  # Slurm places runs; the work dir is shared
+                env = {**compile_cache_env(self.work_dir, sweep), **settings.extra_env}
+                runner = self.slurm_executor(settings).runner(sweep)
             else:
                 env = {**slot_env(slot, settings.devices),
                        **compile_cache_env(self.work_dir, sweep), **settings.extra_env}
@@ -179,6 +213,18 @@ class Runtime:
                     grace_s=settings.grace_s))
             return self._ray
 
+    def slurm_executor(self, settings: SchedulerSettings) -> SlurmExecutor:
+        """The one Slurm executor of this work dir (ConfigError when the partition's nodes
+        cannot see it, or Slurm's commands are missing)."""
+        with self._repos_lock:
+            if self._slurm is None:
+                self._slurm = SlurmExecutor(SlurmSettings(
+                    partition=settings.slurm_partition, account=settings.slurm_account,
+                    qos=settings.slurm_qos, gpus=settings.slurm_gpus, gres=settings.slurm_gres,
+                    options=tuple(settings.slurm_options), grace_s=settings.grace_s),
+                    self.work_dir, follow_up=self.follow_up)
+            return self._slurm
+
     def start_engine(self, settings: SchedulerSettings, *, lock: DatabaseLock | None = None,
                      hint: str = "") -> SlotScheduler:
         """Lock → recover → start the slot scheduler (slots=0: scheduled starts only). When the
@@ -197,11 +243,11 @@ class Runtime:
                                        self.loop_factory(settings, on_event=on_event),
                                        writes=self.writes)
         try:
-            self.recover()
+            self.recover(settings)
         except Exception as exc:
             if not self.writes.failed(exc, "restart recovery"):
                 raise
-            self.scheduler.start_when_writable(self.recover)
+            self.scheduler.start_when_writable(lambda: self.recover(settings))
             return self.scheduler
         self.scheduler.start()
         return self.scheduler
@@ -269,6 +315,9 @@ class Runtime:
         if self._ray is not None:
             self._ray.close()
             self._ray = None
+        if self._slurm is not None:
+            self._slurm.close()
+            self._slurm = None
         self.release_lock()
         self.engine.dispose()
 

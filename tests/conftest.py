@@ -104,9 +104,39 @@ def pg_url(pg_cluster) -> str:  # type: ignore[no-untyped-def]
     pg_cluster.drop_database(url)
 
 
+# --- Slurm: one throw-away one-node cluster per session ----------------------------------
+@pytest.fixture(scope="session")
+def slurm_cluster():
+    """A real one-node Slurm cluster (tests/slurm_cluster.py), its SLURM_CONF set for the
+    session; skips without Slurm or root unless OVERNIGHT_REQUIRE_SLURM=1, where it fails."""
+    import os
+
+    import slurm_cluster as slurm
+
+    reason = slurm.why_unavailable()
+    if reason is not None:
+        if os.environ.get(slurm.REQUIRE_ENV) == "1":
+            pytest.fail(f"{slurm.REQUIRE_ENV}=1 but {reason}")
+        pytest.skip(reason)
+    cluster = slurm.start_cluster()
+    before = os.environ.get("SLURM_CONF")
+    os.environ["SLURM_CONF"] = str(cluster.conf)
+    try:
+        yield cluster
+    finally:
+        if before is None:
+            os.environ.pop("SLURM_CONF", None)
+        else:
+            os.environ["SLURM_CONF"] = before
+        cluster.stop()
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Every test on the PostgreSQL cluster is marked `postgres` (-m "not postgres" skips them)."""
+    """Every test on the PostgreSQL cluster is marked `postgres` (-m "not postgres" skips them),
+    every test on the Slurm cluster `slurm`."""
     for item in items:
+        if "slurm_cluster" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.slurm)
         callspec = getattr(item, "callspec", None)
         if {"pg_cluster", "pg_url"} & set(getattr(item, "fixturenames", ())) or (
                 callspec is not None and "postgres" in callspec.params.values()):

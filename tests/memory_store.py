@@ -358,6 +358,10 @@ class MemoryStore:
         with self._lock:
             self._runs[run_id] = replace(self._run(run_id), pgid=pgid)
 
+    def set_run_job(self, run_id: int, job_id: str) -> None:
+        with self._lock:
+            self._runs[run_id] = replace(self._run(run_id), slurm_job_id=job_id)
+
     def end_run(self, run_id: int, end: RunEnd) -> Run:
         with self._lock:
             run = self._run(run_id)

@@ -308,8 +308,8 @@ def test_mcp_slot_options_need_run(setup):
     for args in (["--slots", "2"], ["--devices", "0"], ["--executor", "ray"]):
         out = CliRunner().invoke(app, ["mcp", "--db", str(db), *args])
         assert out.exit_code == 2 and "only with --run" in out.output, (args, out.output)
-    out = CliRunner().invoke(app, ["mcp", "--db", str(db), "--run", "--executor", "slurm"])
-    assert out.exit_code == 2 and "--executor: expected 'local' or 'ray'" in out.output
+    out = CliRunner().invoke(app, ["mcp", "--db", str(db), "--run", "--executor", "nomad"])
+    assert out.exit_code == 2 and "--executor: expected 'local', 'ray' or 'slurm'" in out.output
 
 
 def test_mcp_stdio_run_executes_without_a_service(setup):

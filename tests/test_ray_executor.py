@@ -356,7 +356,7 @@ def test_a_restart_after_the_coordinator_died_requeues_its_run_once(cluster, tmp
 def test_local_only_options_are_refused_with_the_ray_executor(tmp_path):
     target, _ = make_target(tmp_path / "target", tmp_path / "release")
     overnight = str(Path(sys.executable).parent / "overnight")
-    bad = [(["--executor", "slurm"], "--executor: expected 'local' or 'ray'"),
+    bad = [(["--executor", "kubernetes"], "--executor: expected 'local', 'ray' or 'slurm'"),
            (["--executor", "ray", "--devices", "0,1"], "--devices is for the local executor"),
            (["--ray-address", "127.0.0.1:1"], "need --executor ray"),
            (["--executor", "ray", "--ray-resource", "A100"], "--ray-resource: expected NAME")]

@@ -363,6 +363,22 @@ def test_runs_are_records_with_a_guarded_life(store: Store):
     assert store.run_metrics(sweep.id + 1) == []
 
 
+def test_a_runs_slurm_job_is_recorded_and_survives_its_end_and_reaping(store: Store):
+    sweep = store.create_sweep(spec())
+    exp_id = running(store, sweep.id)
+    run = store.start_run(RunSpec(sweep.id, exp_id, "abc", 1, RunRole.SCREEN))
+    assert run.slurm_job_id is None
+    store.set_run_job(run.id, "4711")
+    ended = store.end_run(run.id, RunEnd(RunStatus.OK, 1.0))
+    assert ended.slurm_job_id == "4711"
+    adopted = store.start_run(RunSpec(sweep.id, exp_id, "abc", 2, RunRole.CONFIRM))
+    store.set_run_job(adopted.id, "4712_3")  # an array task's id is text
+    assert [r.slurm_job_id for r in store.interrupt_running_runs()] == ["4712_3"]
+    assert [r.slurm_job_id for r in store.list_runs(experiment_id=exp_id)] == ["4711", "4712_3"]
+    with pytest.raises(NotFoundError):
+        store.set_run_job(999, "1")
+
+
 def test_runs_record_their_speeds_source_their_pair_and_the_rules_note(store: Store):
     sweep = store.create_sweep(spec())
     exp_id = running(store, sweep.id)

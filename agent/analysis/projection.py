@@ -111,6 +111,9 @@ class RunView(BaseModel):
     throughput_unit: str | None
     stop_reason: str | None = Field(description="a pruned run: why it was stopped early")
     note: str | None = Field(description="how the keep rule placed it (why it is suspect)")
+    slurm_job_id: str | None = Field(None, description="the Slurm job that ran it (executor "
+                                     "slurm; the same job on a run that adopted it after a "
+                                     "restart)")
 
     @classmethod
     def of(cls, r: Run) -> RunView:
@@ -118,7 +121,7 @@ class RunView(BaseModel):
         return cls(id=r.id, role=r.role.value, seed=r.seed, status=r.status.value,
                    metric=r.metric, training_seconds=r.training_s, throughput=r.throughput,
                    throughput_unit=r.throughput_unit, stop_reason=r.note if pruned else None,
-                   note=None if pruned else r.note)
+                   note=None if pruned else r.note, slurm_job_id=r.slurm_job_id)
 
 
 class ExperimentView(BaseModel):

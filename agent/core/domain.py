@@ -340,6 +340,7 @@ class Run:
     note: str | None = None  # how the keep rule placed it (why it is suspect, its pair)
     curve: CurvePoints | None = None  # its loss by fraction of the budget (migration run_pruning)
     holdout: float | None = None  # the sealed holdout metric: for the report after the night
+    slurm_job_id: str | None = None  # the Slurm job that ran it (executor 'slurm')
 
 
 @dataclass(frozen=True)

@@ -230,6 +230,10 @@ class Store(Protocol):
     def set_run_pgid(self, run_id: int, pgid: int) -> None:
         """Record the process group of a started run (at spawn, so recovery can kill it)."""
 
+    def set_run_job(self, run_id: int, job_id: str) -> None:
+        """Record the Slurm job running a run (at submission, or when a restart adopts the
+        job). NotFoundError: no such run."""
+
     def end_run(self, run_id: int, end: RunEnd) -> Run:
         """Record how a running run ended. Raises ConflictError if it had already ended."""
 
@@ -311,8 +315,12 @@ class Runner(Protocol):
         on_start: Callable[[int, int], None] | None = None,
         on_line: Callable[[str], None] | None = None,
         stop_event: threading.Event | None = None,
+        on_submit: Callable[[str], None] | None = None,
     ) -> RunResult:
         """Run `argv` as a guest: allow-listed environment plus `pass_env` names, then `env`.
+
+        `on_start(pid, pgid)` is called when a local process group exists (never for a remote
+        run); `on_submit(job_id)` when a batch scheduler (Slurm) has the run as a job.
 
         Raises WorkerLostError (a remote runner only) when the machine running it went away
         before reporting a result; a local run always returns a RunResult.

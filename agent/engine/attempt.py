@@ -253,6 +253,15 @@ class TrainingRuns:
                 logger.warning("run %d: its process group %d is not recorded (no space); a "
                                "restart still finds it by its run id", run.id, pgid)
 
+        def on_submit(job_id: str) -> None:
+            try:
+                self.store.set_run_job(run.id, job_id)
+            except StoreError as exc:
+                if not exc.out_of_space:
+                    raise
+                logger.warning("run %d: its Slurm job %s is not recorded (no space)", run.id,
+                               job_id)
+
         try:
             result = self.runner.run(
                 self.argv(config, wt),
@@ -264,6 +273,7 @@ class TrainingRuns:
                 on_start=on_start,
                 on_line=sealed_lines(lines, config.holdout_metric),
                 stop_event=run_stop,
+                on_submit=on_submit,
             )
             if salvageable(result, config, wt):
                 result = self.evaluate_again(exp, config, wt, result, env, on_start, stop)

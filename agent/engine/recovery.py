@@ -3,9 +3,11 @@
 On start, before any slot runs: experiments left `running` by a dead process become
 `interrupted` and are re-queued once as new linked rows; their orphaned process groups are
 killed, and so is every process whose environment carries one of their run ids (found by
-OVERNIGHT_RUN_ID wherever it moved: setsid, chdir, double fork); stale worktrees and ref locks
-are pruned; each sweep branch is reset to the database's best commit if the two disagree
-(the database is the source of truth: a keep is recorded before the branch moves).
+OVERNIGHT_RUN_ID wherever it moved: setsid, chdir, double fork; a Slurm job's runs carry it
+prefixed, and are left to Slurm: their retries adopt them, agent.executors.slurm); stale
+worktrees (but those such a job still runs in) and ref locks are pruned; each sweep branch is
+reset to the database's best commit if the two disagree (the database is the source of truth:
+a keep is recorded before the branch moves).
 Idempotent: a recovery killed half-way is completed by the next one.
 """
 
@@ -15,7 +17,7 @@ import fcntl
 import logging
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Protocol
@@ -266,12 +268,17 @@ def _pruned_follow_up(store: Store, exp: Experiment, run: Run) -> Experiment | N
     return follow
 
 
-def prune_worktrees(repos: list[Repo], work_dir: Path, report: RecoveryReport) -> None:
-    """Nothing runs yet, so every worktree under work_dir is stale."""
+def prune_worktrees(repos: list[Repo], work_dir: Path, report: RecoveryReport,
+                    keep: Collection[Path] = ()) -> None:
+    """Nothing runs here yet, so every worktree under work_dir is stale, but those in `keep`
+    (a Slurm job that outlived the service runs in it)."""
     root = work_dir / "worktrees"
+    kept = {Path(p).resolve() for p in keep}
     if root.is_dir():
         for sweep_dir in root.iterdir():
             for wt in (sweep_dir.iterdir() if sweep_dir.is_dir() else []):
+                if wt.resolve() in kept:
+                    continue
                 shutil.rmtree(wt, ignore_errors=True)
                 report.removed_worktrees.append(str(wt))
     for repo in repos:
@@ -324,8 +331,10 @@ def _kill_prefix(prefix: str) -> list[int]:
 
 def recover(store: Store, repo_for: Callable[[Sweep], Repo], work_dir: Path,
             kill: Callable[[int], bool] | None = None,
-            kill_run: Callable[[str], list[int]] = _kill_prefix) -> RecoveryReport:
-    """Run every recovery step; a target that cannot be opened is logged and skipped."""
+            kill_run: Callable[[str], list[int]] = _kill_prefix,
+            keep_worktrees: Collection[Path] = ()) -> RecoveryReport:
+    """Run every recovery step; a target that cannot be opened is logged and skipped.
+    `keep_worktrees`: worktrees a job still uses (a Slurm job that outlived the service)."""
     if kill is None:
         from runner.groups import kill_process_group
 
@@ -348,6 +357,6 @@ def recover(store: Store, repo_for: Callable[[Sweep], Repo], work_dir: Path,
         if repo is not None and sweep.status is not SweepStatus.DONE:
             repair_branch(repo, sweep, report)
     prune_worktrees([r for r in repos.values() if not isinstance(r, Exception)], work_dir,
-                    report)
+                    report, keep_worktrees)
     requeue_interrupted(store, report)
     return report

@@ -60,11 +60,17 @@ class SchedulerSettings:
     tz: tzinfo | None = None  # window times are in this zone (default: server local time)
     extra_env: dict[str, str] = field(default_factory=dict)
     device: str | None = None  # OVERNIGHT_DEVICE for every run (e.g. "cpu")
-    executor: str = "local"  # "local": runs on this machine; "ray": tasks on a Ray cluster
+    executor: str = "local"  # "local": this machine; "ray": Ray tasks; "slurm": Slurm jobs
     ray_address: str | None = None  # the cluster to join (None: this machine's, "auto")
     ray_gpus: float = 1.0  # what one run asks of the cluster
     ray_cpus: float = 1.0
     ray_resources: dict[str, float] = field(default_factory=dict)  # custom resources per run
+    slurm_partition: str | None = None  # None: the cluster's default partition
+    slurm_account: str | None = None
+    slurm_qos: str | None = None
+    slurm_gpus: int = 1  # --gres=gpu:N per run (0: none)
+    slurm_gres: str | None = None  # the site's own --gres instead, e.g. "gpu:a100:1"
+    slurm_options: tuple[str, ...] = ()  # extra #SBATCH lines, e.g. "--mem=64G"
 
 
 LoopFactory = Callable[[Sweep, int], Any]  # (sweep, slot) -> agent.engine.loop.Loop

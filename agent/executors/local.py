@@ -28,7 +28,9 @@ class SubprocessRunner:
         on_start: Callable[[int, int], None] | None = None,
         on_line: Callable[[str], None] | None = None,
         stop_event: threading.Event | None = None,
+        on_submit: Callable[[str], None] | None = None,
     ) -> RunResult:
+        del on_submit  # no batch scheduler here
         return run_command(
             argv,
             cwd=cwd,

@@ -214,12 +214,14 @@ class RayRunner:
         on_start: Callable[[int, int], None] | None = None,
         on_line: Callable[[str], None] | None = None,
         stop_event: threading.Event | None = None,
+        on_submit: Callable[[str], None] | None = None,
     ) -> RunResult:
-        """Run remotely; `on_start` is never called (no local process group exists).
+        """Run remotely; `on_start` and `on_submit` are never called (no local process group
+        exists, no batch scheduler is involved).
 
         Raises WorkerLostError when the worker or its node died before reporting a result.
         """
-        del on_start
+        del on_start, on_submit
         wt, commit = worktree_of(cwd)
         request = self._request(argv, wt, cwd, commit, timeout_s, env, pass_env)
         follow = Follow(self.executor.link(), request, log_path, on_line, stop_event)

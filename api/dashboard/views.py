@@ -303,7 +303,16 @@ def live_run(reads: Reads, sweep: Sweep, e: Experiment, with_points: bool = True
         "last_loss": points[-1][1] if points else None,
         "loss_svg": str(loss_svg(points)),
         "log": tail(text),
+        "slurm_job_id": slurm_job(reads, e),
     }
+
+
+def slurm_job(reads: Reads, e: Experiment) -> str | None:
+    """The Slurm job of a running experiment's latest run (executor slurm), else None."""
+    if e.status is not S.RUNNING:
+        return None
+    jobs = [r.slurm_job_id for r in reads.store.list_runs(experiment_id=e.id) if r.slurm_job_id]
+    return jobs[-1] if jobs else None
 
 
 # --- experiment page -----------------------------------------------------------------------

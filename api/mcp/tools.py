@@ -245,7 +245,7 @@ class AgentTools:
         tail = "\n".join((exp.log_tail or "").splitlines()[-LOG_TAIL_LINES:]) if crashed else None
         return ExperimentResult(
             **ExperimentView.fields_of(exp, s.name, runs=self.store.list_runs(
-                experiment_id=id) if exp.status.is_finished() else None),
+                experiment_id=id) if exp.status is not ExperimentStatus.QUEUED else None),
             finished=exp.status.is_finished(),
             improved=exp.status is ExperimentStatus.KEPT, best_metric=s.best_metric,
             log_tail=tail, waited_s=round(waited_s, 1))

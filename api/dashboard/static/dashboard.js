@@ -67,6 +67,10 @@
     p.appendChild(document.createTextNode(" · last loss "));
     p.appendChild(el("span", "live-loss mono",
       run.last_loss === null ? "–" : Number(run.last_loss).toFixed(4)));
+    if (run.slurm_job_id) {
+      p.appendChild(document.createTextNode(" · Slurm job "));
+      p.appendChild(el("span", "mono", run.slurm_job_id));
+    }
     art.appendChild(p);
     var grid = el("div", "live-grid");
     var curve = el("div", "live-curve");

@@ -305,7 +305,7 @@ def test_progress_plot_shows_every_run_and_the_best_with_its_band(tmp_path, brow
         expect(band).to_have_count(1)
         assert float(band.get_attribute("height") or 0) > 1.0
         expect(page.locator("#sigma")).to_contain_text("0.1")
-        expect(page.locator("#statement")).to_contain_text("1 change kept with P ≥ 0.96")
+        expect(page.locator("#statement")).to_contain_text("1 change kept by the test")
         row = page.locator("#experiments tbody tr", has_text="lr 0.04")
         expect(row).to_contain_text("± 0.")
         _shot(page, "sweep-evidence")

@@ -183,8 +183,8 @@ class EvidenceFold:
         sweep = sweep or self.sweep
         config = sweep.config
         sigma, df = self._pooled()
-        if config.noise_sigma is not None:
-            sigma = config.noise_sigma
+        if config.noise_sigma is not None:  # a known σ: the normal, no degrees of freedom
+            sigma, df = config.noise_sigma, 0
         bases = dict(self.bases)
         baseline = self.baseline
         for e in open_experiments:
@@ -194,7 +194,7 @@ class EvidenceFold:
         with self._lock:  # what was worked out, and what changed since, read as one
             per = PerExperiment(bases, self.by_exp, self.by_commit, sigma,
                                 1.0 if sweep.direction is Direction.MINIMIZE else -1.0,
-                                self._carried(sigma, open_experiments), self.marked,
+                                self._carried(sigma, df, open_experiments), self.marked,
                                 self.commit_of, self.tests, df)
             self.last, self.changed = per, set()
         order = sorted(self.ledger, key=lambda t: (t[2] is None, str(t[2]), t[3]))
@@ -216,10 +216,10 @@ class EvidenceFold:
             parts.append((squares, n - 1))
         return pooled_of(parts)
 
-    def _carried(self, sigma: float | None, open_experiments: list[Experiment]
+    def _carried(self, sigma: float | None, df: int, open_experiments: list[Experiment]
                  ) -> dict[int, ExperimentEvidence]:
         last = self.last
-        if last is None or last.sigma != sigma:
+        if last is None or last.sigma != sigma or last.df != df:
             return {}
         gone = self.changed | {e.id for e in open_experiments}
         return {k: v for k, v in last.done.items() if k not in gone}

@@ -90,7 +90,8 @@ def sweep_evidence_row(ev: SweepEvidence) -> dict[str, Any]:
 
 def evidence_header(ev: SweepEvidence, metric: str) -> str:
     """σ̂, the smallest detectable effect and the improvement ± CI, in one line."""
-    parts = [f"σ̂ {ev.sigma:.3g} ({ev.df} df)" if ev.sigma is not None else "σ̂ not measured"]
+    df = f"{ev.df} df" if ev.df else "known"
+    parts = [f"σ̂ {ev.sigma:.3g} ({df})" if ev.sigma is not None else "σ̂ not measured"]
     if ev.detectable is not None:
         parts.append(f"smallest detectable effect {ev.detectable:.3g}")
     if ev.improvement is not None and ev.kept:

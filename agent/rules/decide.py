@@ -174,7 +174,8 @@ def _failure(ev: Evidence, rule: Rule) -> Verdict:
     k = len(ev.runs)
     metric = mean([r.metric for r in ev.runs])
     if f.stopped:
-        why = f"cancelled during its run {k + 1}" if k else "cancelled while running"
+        why = f"cancelled during a confirmation run (run {k + 1})" if k else \
+            "cancelled while running"
         return Verdict(ExperimentStatus.CANCELLED, why)
     if f.tampered:
         why = f"the run modified protected file(s): {', '.join(f.tampered)}"
@@ -351,7 +352,7 @@ def _test(ev: Evidence, rule: Rule, pl: Placement, keys: Sequence[Key], got: Com
     if _unbalanced(ev, pl, keys) and pl.beside < rule.max_runs and not ev.head_moved:
         return _beside(ev, rule, base, "fewer incumbent runs than the change's in its latest "
                        "condition: the incumbent runs beside it before the look")
-    if p <= level and pl.ratio_confirmed:
+    if spent > 0 and p <= level and pl.ratio_confirmed:
         if ev.head_moved:
             return _stale(ev, base)
         return replace(base, status=ExperimentStatus.KEPT, reason=f"better: {text}", keep=True)

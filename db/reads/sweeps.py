@@ -7,7 +7,7 @@ from typing import Any
 
 from sqlalchemy import DateTime, func, select, type_coerce
 
-from agent.core.domain import CrashKind, Experiment, ExperimentStatus, RunStatus
+from agent.core.domain import TEST_KEY, CrashKind, Experiment, ExperimentStatus, RunStatus
 from db.marks import newer_rows, read_rows
 from db.models import ExperimentCountRow, ExperimentRow, RunCountRow, RunRow, SweepRow
 from db.reads.base import ReadsBase
@@ -22,7 +22,13 @@ FINISHED = sorted(s.value for s in ExperimentStatus if s.is_finished())
 # the UTC zone is put back below, in the one loop that builds the records.
 MARK_COLUMNS = (E.id, E.status, E.crash_kind, E.metric, E.best_before, E.description,
                 E.is_baseline, E.commit, E.base_commit, type_coerce(E.run_started_at, DateTime),
-                type_coerce(E.run_ended_at, DateTime))
+                type_coerce(E.run_ended_at, DateTime), E.meta)
+
+
+def _test_only(meta: Any) -> dict[str, Any]:
+    """An experiment's meta cut down to the keep rule's test (the light rows carry no more)."""
+    test = meta.get(TEST_KEY) if isinstance(meta, dict) else None
+    return {TEST_KEY: test} if isinstance(test, dict) else {}
 
 
 class SweepViews(ReadsBase):
@@ -30,8 +36,9 @@ class SweepViews(ReadsBase):
                          after_id: int | None = None, ids: Collection[int] = ()
                          ) -> list[Experiment]:
         """The sweep's experiments, oldest first: id, status, crash kind, metric, best before,
-        description, baseline flag, commits and run times (`with_diffs`: diff and reason too);
-        summary and meta empty. With `after_id` or `ids`: only those after it and those."""
+        description, baseline flag, commits, run times and the keep rule's test (meta holds it
+        alone; `with_diffs`: diff and reason too); summary empty. With `after_id` or `ids`: only
+        those after it and those."""
         extra = (E.diff, E.reason) if with_diffs else ()
         statements = newer_rows(select(*MARK_COLUMNS, *extra), sweep_id, after_id, ids,
                             E.sweep_id, E.id)
@@ -42,8 +49,8 @@ class SweepViews(ReadsBase):
                            description=d, diff=more[0] if more else "", proposer="",
                            reason=more[1] if more else None, is_baseline=bool(base),
                            commit=c, base_commit=bc, run_started_at=utc(rs),
-                           run_ended_at=utc(re))
-                for i, st, ck, m, bb, d, base, c, bc, rs, re, *more in rows]
+                           run_ended_at=utc(re), meta=_test_only(meta))
+                for i, st, ck, m, bb, d, base, c, bc, rs, re, meta, *more in rows]
 
     def sweep_version(self, sweep_id: int) -> tuple[Any, Any]:
         """(experiments, runs): the first changes whenever one of the sweep's experiments

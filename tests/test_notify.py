@@ -122,7 +122,8 @@ def test_a_night_posts_each_event_in_three_shapes(tmp_path):
     assert streak["text"].count("CUDA out of memory") == 3
     assert plateau["text"].startswith("6 runs without a keep")
     assert paused["status"] == "paused" and done["status"] == "done"
-    assert done["report"] == "overnight report --sweep night" and "kept by the test" in done["headline"]
+    assert done["report"] == "overnight report --sweep night"
+    assert "kept by the test" in done["headline"]
     slack = [r.json() for r in by_path["/slack"]]
     assert all(set(b) == {"text"} for b in slack) and len(slack) == 5
     assert slack[0]["text"].startswith("*night: kept #") and keep["headline"] in slack[0]["text"]

@@ -278,7 +278,8 @@ def test_progress_plot_shows_every_run_and_the_best_with_its_band(tmp_path, brow
     fixture = Path(__file__).parent / "fixtures" / "fake_target"
     train = (fixture / "train.py").read_text().replace("NOISE = 0.0", "NOISE = 0.1")
     # seed noise now: measured from the runs, not the fake target's stated print precision
-    toml = measured_noise_toml((fixture / "overnight.toml").read_text())
+    toml = measured_noise_toml((fixture / "overnight.toml").read_text()) + \
+        "incumbent_every = 1\n"  # the best re-run after each proposal
     target = make_git_target(tmp_path / "t", edits={"train.py": train, "overnight.toml": toml})
     db = tmp_path / "o.db"
     store = SqlStore(open_database(db))
@@ -295,26 +296,33 @@ def test_progress_plot_shows_every_run_and_the_best_with_its_band(tmp_path, brow
         page = browser.new_page(viewport={"width": 1280, "height": 900})
         page.goto(base + "/ui/sweeps/noisy")
         plot = page.locator("svg.progress")
-        # a dot per run of each experiment; the incumbent's re-runs (one right after this keep
-        # on 2 runs) count in its mean and band, not as dots of their own
+        # a dot per run of each experiment; the incumbent's re-runs (after each proposal here)
+        # count in its mean and band, not as dots of their own
         own = [r for r in runs if r.role is not RunRole.INCUMBENT]
         assert len(own) < len(runs)
         expect(plot.locator("circle.run")).to_have_count(len(own))
-        expect(plot.locator(f"circle.run[data-id='{kept.id}']")).to_have_count(2)
+        mine = [r for r in own if r.experiment_id == kept.id]
+        expect(plot.locator(f"circle.run[data-id='{kept.id}']")).to_have_count(len(mine))
         band = plot.locator(f"rect.best-band[data-id='{kept.id}']")
         expect(band).to_have_count(1)
         assert float(band.get_attribute("height") or 0) > 1.0
-        expect(page.locator("#sigma")).to_contain_text("0.1")
+        from agent.analysis.evidence import sweep_evidence
+
+        ev = sweep_evidence(sweep, store.list_experiments(sweep.id), store.list_runs(
+            sweep_id=sweep.id))
+        assert ev.sigma is not None and 0.05 < ev.sigma < 0.2  # the fixture's noise, 0.1
+        expect(page.locator("#sigma")).to_contain_text(f"{ev.sigma:.4g} ({ev.df} df)")
         expect(page.locator("#statement")).to_contain_text("1 change kept by the test")
         row = page.locator("#experiments tbody tr", has_text="lr 0.04")
         expect(row).to_contain_text("± 0.")
         _shot(page, "sweep-evidence")
 
         page.goto(base + f"/ui/experiments/{kept.id}")
-        # its 2 runs, and the incumbent's re-run right after its keep (on those 2 runs)
-        expect(page.locator("#runs tbody tr")).to_have_count(3)
-        expect(page.locator("#runs tbody tr", has_text="incumbent")).to_have_count(1)
-        expect(page.locator(".facts")).to_contain_text("mean of 2 runs")
+        # its own runs, and the incumbent's re-runs recorded under it (after each proposal)
+        theirs = [r for r in runs if r.experiment_id == kept.id and r.role is RunRole.INCUMBENT]
+        expect(page.locator("#runs tbody tr")).to_have_count(len(mine) + len(theirs))
+        expect(page.locator("#runs tbody tr", has_text="incumbent")).to_have_count(len(theirs))
+        expect(page.locator(".facts")).to_contain_text(f"mean of {len(mine)} runs")
         page.close()
 
 

@@ -202,7 +202,8 @@ def _baseline(ev: Evidence, rule: Rule) -> Verdict:
     n = len(ev.runs)
     want = rule.baseline_runs if rule.decision == SEQUENTIAL else 1 + rule.confirm_runs
     value, off = best_of(ev.runs, speed_tolerance(ev.speed_noise))
-    base = Verdict(None, metric=value, n=n - sum(off), suspect=tuple(off))
+    base = Verdict(None, metric=value, n=n - sum(off), suspect=tuple(off), notes=tuple(
+        "another machine condition than most of its runs" if o else "" for o in off))
     same = n >= 2 and len({r.metric for r in ev.runs}) == 1
     if n < want and not same:
         return replace(base, seed=next_seed({r.seed for r in ev.runs}, rule))

@@ -67,13 +67,12 @@ def test_run_results_and_status(tmp_path: Path, target: Path):
     assert data["evidence"]["kept_supported"] == data["evidence"]["kept"] >= 1
     assert data["evidence"]["kept"] == int(statement.group(1))
     base = data["experiments"][0]
-    # identical repeats: the baseline stops at two (more would say nothing)
-    assert base["n"] == 2 and base["runs"] == [1.3, 1.3] and base["sd"] == 0.0
+    assert base["n"] == 5 and base["runs"] == [1.3] * 5 and base["sd"] == 0.0
     assert base["warnings"] and all(e["n"] >= 1 for e in data["experiments"])
     full = run("results", "--sweep", "night1", "--format", "tsv-full", "--db", db).stdout
     header, first = full.splitlines()[0].split("\t"), full.splitlines()[1].split("\t")
     assert header[5:] == ["n", "sd", "p_better", "runs"] and header[:5] == lines[0].split("\t")
-    assert first[5] == "2" and first[8] == "1.300000,1.300000"
+    assert first[5] == "5" and first[8] == ",".join(["1.300000"] * 5)
     status = run("status", "--db", db).stdout
     assert "night1" in status and "keeps" in status
     # the default sweep name is a date tag, made unique

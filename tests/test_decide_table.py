@@ -125,12 +125,14 @@ def test_the_night_level_is_addis():
     assert after > first and fdr.level(((0.001, True),) * 40, a) <= 0.5 * 0.25
 
 
-def test_the_baseline_runs_its_runs_or_stops_at_identical_repeats():
+def test_the_baseline_runs_its_runs_and_says_when_they_are_identical():
     runs = tuple(Sample(1.0 + i / 10, seed=42 + i) for i in range(4))
     assert decide(Evidence(True, runs), SEQ).seed == 46  # the next seed none of its runs used
     v = decide(Evidence(True, (*runs, Sample(1.4, seed=46))), SEQ)
     assert v.status is S.KEPT and v.keep and v.metric == pytest.approx(1.2)
-    v = decide(Evidence(True, SAME), SEQ)  # more would say nothing
+    assert decide(Evidence(True, SAME), SEQ).status is None  # identical so far: all five run
+    same = tuple(Sample(1.0, seed=42 + i) for i in range(5))
+    v = decide(Evidence(True, same), SEQ)
     assert v.status is S.KEPT and "identical" in v.reason
     assert decide(Evidence(True, (Sample(1.0),)), STRICT).status is S.KEPT  # strict: one run
     # runs at another speed: the mean of the usual condition (the most runs)

@@ -139,7 +139,7 @@ def test_run_says_at_the_baseline_when_the_seed_is_ignored_and_the_load_unchecke
     out = proc.stdout
     assert "the baseline and the script contract" in out, out + proc.stderr
     (seed,) = lines_with(out, "! seed used")
-    assert "seeds 42, 43 " in seed and "ignores OVERNIGHT_SEED" in seed  # two: identical
+    assert "seeds 42, 43, 44, 45, 46" in seed and "ignores OVERNIGHT_SEED" in seed
     assert "each change runs once" in seed
     assert "OVERNIGHT_SEED', 1337" in out  # the line to add
     (load,) = lines_with(out, "! load check")

@@ -204,7 +204,7 @@ print("num_steps:        40")
 
 def test_a_deterministic_night_keeps_every_clear_gain_on_one_run(tmp_path, store, make_loop):
     """A script that ignores its seed, changes queued as POST /experiments queues them: the
-    baseline stops at two identical runs, each change runs once, every gain is kept, the rest
+    baseline's five runs are identical, each change runs once, every gain is kept, the rest
     discarded, each keep says the noise was not measured, and nothing is re-run."""
     target = noisy_target(tmp_path / "det", train=DETERMINISTIC)
     sweep = create_sweep(store, GitRepo(target), target, name="det",
@@ -217,7 +217,8 @@ def test_a_deterministic_night_keeps_every_clear_gain_on_one_run(tmp_path, store
     run_sweep(make_loop(target), sweep.name)
     exps = store.list_experiments(sweep.id)
     runs = store.list_runs(sweep_id=sweep.id)
-    assert [r.role for r in runs[:2]] == [RunRole.BASELINE] * 2  # identical: no third
+    assert [r.role for r in runs[:5]] == [RunRole.BASELINE] * 5  # all identical
+    assert len(runs) == 5 + 8  # one run a change
     changes = {e.description.split()[0]: e for e in exps if not e.is_baseline}
     kept = sorted(k for k, e in changes.items() if e.status is ExperimentStatus.KEPT)
     assert kept == ["GAIN_A", "GAIN_B", "GAIN_C", "GAIN_D", "GAIN_E"], {

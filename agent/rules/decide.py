@@ -196,16 +196,16 @@ def _failure(ev: Evidence, rule: Rule) -> Verdict:
 
 
 def _baseline(ev: Evidence, rule: Rule) -> Verdict:
-    """The first incumbent: `baseline_runs` runs (1 + confirm_runs for strict), or two whose
-    metrics are identical (more would say nothing); its value is the mean in its usual
-    condition."""
+    """The first incumbent: `baseline_runs` runs (1 + confirm_runs for strict), all of them
+    even when the first repeats are identical (a metric printed coarsely can repeat on a
+    steady machine and move with its load); its value is the mean in its usual condition."""
     n = len(ev.runs)
     want = rule.baseline_runs if rule.decision == SEQUENTIAL else 1 + rule.confirm_runs
     value, off = best_of(ev.runs, speed_tolerance(ev.speed_noise))
     base = Verdict(None, metric=value, n=n - sum(off), suspect=tuple(off), notes=tuple(
         "another machine condition than most of its runs" if o else "" for o in off))
     same = n >= 2 and len({r.metric for r in ev.runs}) == 1
-    if n < want and not same:
+    if n < want:
         return replace(base, seed=next_seed({r.seed for r in ev.runs}, rule))
     why = f"baseline: the mean of {base.n} run{'s' if base.n > 1 else ''}"
     if any(off):

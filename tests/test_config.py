@@ -114,3 +114,21 @@ def test_config_knows_the_same_categories_as_proposals():
     from agent.rules.categories import CATEGORY_VALUES
 
     assert CATEGORY_NAMES == CATEGORY_VALUES
+
+
+def test_a_sweep_stored_by_the_earlier_keep_rule_still_loads():
+    """A database made before the keep rule's rewrite stores every key of its config, the
+    replaced rule's defaults too: they are dropped when the sweep is read (its night goes on
+    under the new rule); a target file that sets one is still refused by name."""
+    from agent.core.config import TargetConfig, parse_config
+    from agent.core.errors import ConfigError
+
+    stored = {"command": "python t.py", "editable": ["t.py"], "metric": "m", "budget_s": 10,
+              "keep_z": 1.75,
+              "discard_z": 0.6, "futility": 0.5, "throughput_tolerance": None,
+              "prune_policy": {"checks": [0.3, 0.5, 0.7], "z": [5.0, 4.0, 3.5],
+                               "min_curves": 3, "floor_rel": 0.01, "speed_tol": 0.15}}
+    config = TargetConfig.from_dict(stored)
+    assert config.fdr == 0.2 and config.prune_policy.policy().checks == (0.3, 0.5, 0.7)
+    with pytest.raises(ConfigError, match="keep_z"):
+        parse_config(stored)

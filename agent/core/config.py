@@ -326,8 +326,16 @@ class TargetConfig(BaseModel):
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | TargetConfig) -> TargetConfig:
+        """A config as stored with a sweep. A sweep stored by an earlier version carries the
+        keys of the rule it replaced (every key, defaults included): those are dropped, as the
+        rule that read them is gone; a target file that sets one is refused (parse_config)."""
         if isinstance(data, TargetConfig):  # already typed (Sweep.config): nothing to parse
             return data
+        data = {k: v for k, v in data.items() if k not in REMOVED_KEYS}
+        table = data.get("prune_policy")
+        if isinstance(table, dict):
+            data["prune_policy"] = {k: v for k, v in table.items()
+                                    if k not in REMOVED_PRUNE_KEYS}
         return parse_config(data, source="config")
 
     def with_budget(self, budget_s: float | None, timeout_s: float | None = None) -> TargetConfig:

@@ -154,14 +154,19 @@ def place(runs: Sequence[Sample], best: Sequence[Sample], tolerance: float) -> P
     inc = _Incumbent.of(best, tolerance)
     mine = {r.run_id for r in runs if r.run_id}
     pair = {b.pair_of: (b, k) for b, k in zip(best, inc.keys, strict=True) if b.pair_of in mine}
-    ratios = [x for r in runs if r.run_id in pair
-              and (x := _ratio(r, pair[r.run_id][0])) is not None]
-    ratio = median(ratios) if ratios else 1.0
-    confirmed = agrees(ratio, 1.0, tolerance) or sum(
-        agrees(x, ratio, tolerance) for x in ratios) >= 2
+    home = usual(inc.keys)
+    ratios = {r.run_id: x for r in runs if r.run_id in pair
+              and (x := _ratio(r, pair[r.run_id][0])) is not None}
+    # the change's own speed is measured where the incumbent beside it ran at a speed its other
+    # runs had shown (in a condition its runs beside this change alone make, the machine may
+    # have moved between the two)
+    known = {k for b, k in zip(best, inc.keys, strict=True) if b.pair_of not in mine}
+    measured = [x for i, x in ratios.items() if pair[i][1] in known]
+    ratio = median(measured) if measured else 1.0
+    confirmed = all(agrees(x, 1.0, tolerance) for x in ratios.values()) or sum(
+        agrees(x, ratio, tolerance) for x in measured) >= 2
     got = [_one(r, pair.get(r.run_id), ratio if confirmed else None, inc, tolerance)
            for r in runs]
-    home = usual(inc.keys)
     level = _level(inc.speeds.get(home, [])) if home is not None else None
     notes = [n or ("" if k in (None, home) else _elsewhere(r, level))
              for r, (k, n) in zip(runs, got, strict=True)]

@@ -15,7 +15,7 @@ from agent.analysis.evidence import ExperimentEvidence, SweepEvidence
 from agent.analysis.projection import memory_gb
 from agent.analysis.report import fmt_delta, fmt_metric
 from agent.core.domain import Experiment, ExperimentStatus, Sweep
-from agent.rules.decide import judged_not_better
+from agent.rules.decide import NOT_BETTER
 
 STYLE = {
     ExperimentStatus.KEPT: "green",
@@ -81,7 +81,7 @@ def describe(exp: Experiment) -> str:
     """The description, with the reason of an experiment that was not simply kept or judged
     not better (a crash, a failed or stopped run, a machine that would not hold still)."""
     plain = exp.status is ExperimentStatus.KEPT or (
-        exp.status is ExperimentStatus.DISCARDED and judged_not_better(exp.reason))
+        exp.status is ExperimentStatus.DISCARDED and (exp.reason or "").startswith(NOT_BETTER))
     return exp.description + (f"  [{exp.reason}]" if exp.reason and not plain else "")
 
 

@@ -8,6 +8,7 @@ import math
 import pytest
 from scipy import stats
 
+from agent.analysis.evidence import t_quantile
 from agent.core.domain import CrashKind, Direction
 from agent.core.domain import ExperimentStatus as S
 from agent.rules import fdr
@@ -194,6 +195,14 @@ def test_a_pair_is_one_condition_and_a_speed_ratio_is_trusted_once_two_pairs_agr
     assert v.incumbent and v.pair_of == 12
 
 
+def test_a_speed_ratio_is_measured_only_beside_incumbent_runs_in_a_known_condition():
+    # the load switched between each change run and the incumbent run beside it: both pairs
+    # "agree" on a 7x ratio, but the incumbent's slow runs make a condition of their own
+    straddled = (*INC, run(3.0, 14.0, 11, pair_of=10), run(3.05, 14.1, 13, pair_of=12))
+    v = decide(timed([run(1.0, 100.0, 10), run(1.02, 100.5, 12, seed=51)], straddled), SEQ)
+    assert not v.keep and v.status is None
+
+
 def test_fewer_incumbent_runs_than_the_changes_in_a_condition_balance_first():
     slow = (*INC, run(1.3, 71.0, 11, pair_of=10))
     v = decide(timed([run(1.0, 70.0, 10), run(1.0, 70.2, 12)], slow), SEQ)
@@ -234,6 +243,9 @@ def test_noise_helpers():
     for t, df in ((0.3, 1), (-2.0, 3), (4.2, 7), (1.5, 100)):
         assert t_sf(t, df) == pytest.approx(stats.t.sf(t, df), abs=1e-12)
     assert t_sf(1.0, None) == pytest.approx(stats.norm.sf(1.0)) and t_sf(math.inf, 3) == 0
+    for p, df in ((0.025, 2), (0.04, 7), (0.3, 30)):
+        assert t_quantile(p, df) == pytest.approx(stats.t.isf(p, df), abs=1e-9)
+    assert t_quantile(0.025, None) == pytest.approx(stats.norm.isf(0.025))
     rows = [("a", None, 100.0), ("a", None, 102.0), ("b", None, 50.0), ("b", None, 49.0),
             ("c", "cuda:1", 10.0), ("c", "cuda:0", 20.0)]
     noise = speed_noise(rows)

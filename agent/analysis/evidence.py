@@ -29,7 +29,7 @@ from agent.core.domain import (
 )
 from agent.rules import fdr
 from agent.rules.decide import share
-from agent.rules.noise import group_squares, mean, pooled_of, t_quantile
+from agent.rules.noise import group_squares, mean, pooled_of, t_sf
 
 
 @dataclass(frozen=True)
@@ -317,3 +317,15 @@ def _ci95(values: Sequence[float], sigma: float | None, df: int, sd: float | Non
     if sigma is None or not values:
         return None
     return t_quantile(0.025, df or None) * sigma / math.sqrt(len(values))
+
+
+def t_quantile(p: float, df: float | None) -> float:
+    """The t with P(T ≥ t) = p (bisection on agent.rules.noise.t_sf; the normal's when df is
+    None)."""
+    if df is None:
+        return statistics.NormalDist().inv_cdf(1.0 - p)
+    lo, hi = -1e3, 1e3
+    for _ in range(100):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if t_sf(mid, df) > p else (lo, mid)
+    return (lo + hi) / 2

@@ -155,23 +155,31 @@ def place(runs: Sequence[Sample], best: Sequence[Sample], tolerance: float) -> P
     mine = {r.run_id for r in runs if r.run_id}
     pair = {b.pair_of: (b, k) for b, k in zip(best, inc.keys, strict=True) if b.pair_of in mine}
     home = usual(inc.keys)
-    ratios = {r.run_id: x for r in runs if r.run_id in pair
-              and (x := _ratio(r, pair[r.run_id][0])) is not None}
-    # the change's own speed is measured where the incumbent beside it ran at a speed its other
-    # runs had shown (in a condition its runs beside this change alone make, the machine may
-    # have moved between the two)
     known = {k for b, k in zip(best, inc.keys, strict=True) if b.pair_of not in mine}
-    measured = [x for i, x in ratios.items() if pair[i][1] in known]
-    ratio = median(measured) if measured else 1.0
-    confirmed = all(agrees(x, 1.0, tolerance) for x in ratios.values()) or sum(
-        agrees(x, ratio, tolerance) for x in measured) >= 2
-    got = [_one(r, pair.get(r.run_id), ratio if confirmed else None, inc, tolerance)
-           for r in runs]
+    ratio = _own_ratio(runs, pair, known, tolerance)
+    got = [_one(r, pair.get(r.run_id), ratio, inc, tolerance) for r in runs]
     level = _level(inc.speeds.get(home, [])) if home is not None else None
     notes = [n or ("" if k in (None, home) else _elsewhere(r, level))
              for r, (k, n) in zip(runs, got, strict=True)]
     pending = bool(runs) and got[-1][0] is None and runs[-1].run_id not in pair
-    return Placement(tuple(k for k, _ in got), tuple(notes), pending, confirmed, len(pair))
+    return Placement(tuple(k for k, _ in got), tuple(notes), pending, ratio is not None,
+                     len(pair))
+
+
+def _own_ratio(runs: Sequence[Sample], pair: dict[int | None, tuple[Sample, Key]],
+               known: set[Key], tolerance: float) -> float | None:
+    """The change's speed over the incumbent's beside it: the median of its pairs whose
+    incumbent run is in a condition known from runs not beside this change (else the machine
+    may have moved between the two), once two of them agree on it; ~1 when every pair says so;
+    None while it is not confirmed."""
+    ratios = {r.run_id: x for r in runs if r.run_id in pair
+              and (x := _ratio(r, pair[r.run_id][0])) is not None}
+    measured = [x for i, x in ratios.items() if pair[i][1] in known]
+    ratio = median(measured) if measured else 1.0
+    if all(agrees(x, 1.0, tolerance) for x in ratios.values()) or sum(
+            agrees(x, ratio, tolerance) for x in measured) >= 2:
+        return ratio
+    return None
 
 
 def _elsewhere(r: Sample, usual_speed: float | None) -> str:

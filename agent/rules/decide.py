@@ -27,11 +27,6 @@ SPENDING_POWER = 3  # α spent by look k: α·(k/K)³, little early (O'Brien–F
 NOT_BETTER = "not better"  # how a discard judged on its runs starts (console, reports)
 
 
-def judged_not_better(reason: str | None) -> bool:
-    """Whether a reason is the keep rule's plain "not better" verdict."""
-    return (reason or "").startswith(NOT_BETTER)
-
-
 @dataclass(frozen=True)
 class Rule:
     """The decision's settings (from overnight.toml and the sweep)."""
@@ -204,13 +199,12 @@ def _baseline(ev: Evidence, rule: Rule) -> Verdict:
     value, off = best_of(ev.runs, speed_tolerance(ev.speed_noise))
     base = Verdict(None, metric=value, n=n - sum(off), suspect=tuple(off), notes=tuple(
         "another machine condition than most of its runs" if o else "" for o in off))
-    same = n >= 2 and len({r.metric for r in ev.runs}) == 1
     if n < want:
         return replace(base, seed=next_seed({r.seed for r in ev.runs}, rule))
     why = f"baseline: the mean of {base.n} run{'s' if base.n > 1 else ''}"
     if any(off):
         why += f" at its usual speed ({sum(off)} more at another: the machine)"
-    if same:
+    if n >= 2 and len({r.metric for r in ev.runs}) == 1:
         why += " (identical repeats: the noise cannot be measured)"
     return replace(base, status=ExperimentStatus.KEPT, reason=why, keep=True)
 
@@ -315,10 +309,9 @@ def _beside(ev: Evidence, rule: Rule, base: Verdict, why: str) -> Verdict:
 
 
 def _gave_up(ev: Evidence, base: Verdict) -> Verdict:
-    why = ("the machine's speed kept changing around its runs: no comparison in one condition "
-           "(is the machine busy?)")
-    return replace(base, status=ExperimentStatus.DISCARDED, reason=why,
-                   metric=mean([r.metric for r in ev.runs]))
+    why = "the machine's speed kept changing around its runs: no comparison in one condition"
+    return replace(base, status=ExperimentStatus.DISCARDED, reason=why, metric=mean(
+        [r.metric for r in ev.runs]))
 
 
 def _single(ev: Evidence, rule: Rule, got: Comparison, base: Verdict) -> Verdict:
@@ -374,7 +367,6 @@ def _unbalanced(ev: Evidence, pl: Placement, keys: Sequence[Key]) -> bool:
 
 
 def _stale(ev: Evidence, base: Verdict) -> Verdict:
-    why = (f"promising, but conflicts with the change kept meanwhile: {ev.conflict}"
-           if ev.conflict else
-           "promising, but the branch moved while it ran; re-queued on the new head")
+    why = (f"promising, but conflicts with the change kept meanwhile: {ev.conflict}" if ev.conflict
+           else "promising, but the branch moved while it ran; re-queued on the new head")
     return replace(base, status=ExperimentStatus.DISCARDED, reason=why, requeue=not ev.conflict)

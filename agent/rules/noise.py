@@ -65,17 +65,6 @@ def t_sf(t: float, df: float | None) -> float:
     return tail if t >= 0 else 1.0 - tail
 
 
-def t_quantile(p: float, df: float | None) -> float:
-    """The t with P(T ≥ t) = p (bisection on t_sf; the normal's when df is None)."""
-    if df is None:
-        return _NORMAL.inv_cdf(1.0 - p)
-    lo, hi = -1e3, 1e3
-    for _ in range(100):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if t_sf(mid, df) > p else (lo, mid)
-    return (lo + hi) / 2
-
-
 def _beta_inc(a: float, b: float, x: float) -> float:
     """The regularised incomplete beta function I_x(a, b) (Lentz's continued fraction)."""
     if x <= 0.0 or x >= 1.0:

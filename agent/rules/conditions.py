@@ -166,7 +166,7 @@ def place(runs: Sequence[Sample], best: Sequence[Sample], tolerance: float) -> P
                      len(pair))
 
 
-def _own_ratio(runs: Sequence[Sample], pair: dict[int | None, tuple[Sample, Key]],
+def _own_ratio(runs: Sequence[Sample], pair: dict[int, tuple[Sample, Key]],
                known: set[Key], tolerance: float) -> float | None:
     """The change's speed over the incumbent's beside it: the median of its pairs whose
     incumbent run is in a condition known from runs not beside this change (else the machine

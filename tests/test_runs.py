@@ -15,13 +15,13 @@ import threading
 from pathlib import Path
 
 from conftest import REPO_ROOT, make_target
+from foreground import run_sweep
 from null_proposer import Ideas
 from service_fixtures import wait_for
 
 from agent.core.config import load_config
 from agent.core.domain import ExperimentStatus, Proposal, RunRole, RunSpec, RunStatus
 from agent.engine.recovery import recover
-from agent.engine.scheduler import run_sweep
 from agent.git.repo import GitRepo
 from agent.ops.sweeps import create_sweep
 from agent.proposers.knobs import make_diff
@@ -304,7 +304,7 @@ from agent.core.config import load_config
 from agent.core.domain import Proposal
 from agent.git.repo import GitRepo
 from agent.engine.loop import Loop, LoopSettings
-from agent.engine.scheduler import run_sweep
+from foreground import run_sweep
 from agent.ops.admission import admit, queue
 from agent.ops.sweeps import create_sweep
 from agent.executors.local import SubprocessRunner

@@ -329,7 +329,7 @@ def test_recovery_kills_an_orphaned_confirmation_run(tmp_path):
     diff = make_diff("train.py", HANGS_ON_CONFIRM, HANGS_ON_CONFIRM.replace("LR = 1", "LR = 2"))
     db, work = tmp_path / "o.db", tmp_path / "work"
     argv = [sys.executable, "-c", DRIVER, str(target), str(db), str(work), diff]
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    env = {**os.environ, "PYTHONPATH": f"{REPO_ROOT}{os.pathsep}{REPO_ROOT / 'tests'}"}
     service = subprocess.Popen(argv, cwd=REPO_ROOT, env=env)
     store = SqlStore(open_database(db))
 

@@ -38,11 +38,6 @@ class AdmissionGate:
                 self._threads = anyio.CapacityLimiter(self.total)
             return await anyio.to_thread.run_sync(work, limiter=self._threads)
 
-    def in_flight(self, sweep: str) -> int:
-        """Admissions of `sweep` holding a place now (waiting ones not counted)."""
-        limiter = self._sweeps.get(sweep)
-        return limiter.borrowed_tokens if limiter is not None else 0
-
     @asynccontextmanager
     async def _place(self, sweep: str) -> AsyncIterator[None]:
         limiter = self._sweeps.get(sweep)

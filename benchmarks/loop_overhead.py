@@ -11,13 +11,13 @@ from __future__ import annotations
 import argparse
 import shutil
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 from agent.core.config import load_config
 from agent.engine.loop import Loop, LoopSettings
-from agent.engine.scheduler import run_sweep
 from agent.executors.local import SubprocessRunner
 from agent.git.repo import GitRepo, init_repo
 from agent.ops.sweeps import create_sweep
@@ -27,6 +27,8 @@ from db.reads import Reads
 from db.store import SqlStore
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+from foreground import run_sweep  # noqa: E402  (tests/: one sweep in the foreground)
 
 
 def main() -> None:

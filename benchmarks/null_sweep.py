@@ -19,7 +19,6 @@ from pathlib import Path
 from agent.core.config import load_config
 from agent.core.domain import ExperimentStatus
 from agent.engine.loop import Loop, LoopSettings
-from agent.engine.scheduler import run_sweep
 from agent.executors.local import SubprocessRunner
 from agent.git.repo import GitRepo, init_repo
 from agent.ops.sweeps import create_sweep
@@ -28,6 +27,7 @@ from db.store import SqlStore
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
+from foreground import run_sweep  # noqa: E402  (tests/: one sweep in the foreground)
 from null_proposer import Ideas  # noqa: E402  (tests/: the null-change proposer)
 
 TOML = """[target]

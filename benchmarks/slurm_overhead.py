@@ -55,7 +55,7 @@ from agent.executors.slurm import work_key  # noqa: E402
 from agent.executors.slurm_cli import jobs  # noqa: E402
 from agent.git.repo import IDENTITY  # noqa: E402
 from agent.ops.sweeps import create_sweep  # noqa: E402
-from db.paths import work_dir_for  # noqa: E402
+from db.location import DbLocation  # noqa: E402
 from overnight.runtime import Runtime  # noqa: E402
 
 OVERNIGHT = str(Path(sys.executable).parent / "overnight")
@@ -109,7 +109,7 @@ def kills(tmp: Path, n: int, count: int, budget: float, seed: int,
     for i in range(n):
         runtime.store.add_experiment(sweep.id, Proposal(f"K{i} on", knob_diff(train, i)))
     runtime.close()
-    work = work_dir_for(db.resolve())
+    work = DbLocation.parse(db.resolve()).default_work_dir()
     prefix = f"overnight-{work_key(work)}-"
     argv = [OVERNIGHT, "run", "--target", str(target), "--sweep", "k", "--resume", "--slots",
             "2", "--executor", "slurm", "--slurm-gpus", "0", "--db", str(db)]

@@ -30,12 +30,12 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
+from foreground import run_sweep  # noqa: E402
 from tracker_fixtures import start_mlflow_server  # noqa: E402
 
 from agent.core.config import load_config  # noqa: E402
 from agent.core.tracking import TrackTable  # noqa: E402
 from agent.engine.loop import Loop, LoopSettings  # noqa: E402
-from agent.engine.scheduler import run_sweep  # noqa: E402
 from agent.executors.local import SubprocessRunner  # noqa: E402
 from agent.git.repo import GitRepo, init_repo  # noqa: E402
 from agent.ops.sweeps import create_sweep  # noqa: E402

@@ -3,8 +3,7 @@
 Every write that inserts an experiment or changes its status or crash kind calls `bump` in the
 same session (a finish with both run times also adds the run's seconds), so the counts commit
 or roll back with the row itself and a page's total is a sum over a few small rows, never a
-COUNT(*) over the experiments table. `rebuild` recomputes them from the rows (the migration
-that made the table, and bulk loaders that bypass the store). Dialect-neutral: an upsert on
+COUNT(*) over the experiments table. Dialect-neutral: an upsert on
 SQLite and PostgreSQL (both have ON CONFLICT), an update-then-insert elsewhere.
 """
 
@@ -15,11 +14,8 @@ from collections.abc import Sequence
 from typing import Any, cast
 
 from sqlalchemy import (
-    ColumnElement,
     Connection,
     Table,
-    case,
-    delete,
     func,
     insert,
     select,
@@ -29,7 +25,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from agent.core.domain import CrashKind, ExperimentStatus
-from db.models import ExperimentCountRow, ExperimentRow, RunCountRow, RunRow
+from db.models import ExperimentCountRow, RunCountRow
 
 Key = tuple[int, str, str]  # (sweep id, status, crash kind or "")
 C = ExperimentCountRow
@@ -144,33 +140,3 @@ def run_seconds(conn: Connection | Session) -> dict[int, float]:
     q = select(C.sweep_id, func.sum(C.run_s)).group_by(C.sweep_id)
     return {sweep_id: float(total or 0.0) for sweep_id, total in conn.execute(q)}
 
-
-def span_seconds(dialect: str) -> ColumnElement[Any]:
-    """An experiment's run seconds (end − start; 0 when negative or either time is missing)
-    as SQL: PostgreSQL subtracts timestamps, SQLite (ISO text) goes through julianday."""
-    e = ExperimentRow
-    if dialect == "postgresql":
-        span: Any = func.extract("epoch", e.run_ended_at - e.run_started_at)
-    else:
-        span = (func.julianday(e.run_ended_at) - func.julianday(e.run_started_at)) * 86400.0
-    both = e.run_started_at.is_not(None) & e.run_ended_at.is_not(None)
-    return case((both & (span > 0), span), else_=0.0)
-
-
-def rebuild(conn: Connection | Session) -> None:
-    """Recount every sweep's experiments and run seconds, and its runs, from the rows (replaces
-    what the tables held)."""
-    conn.execute(delete(RunCountRow))
-    conn.execute(insert(RunCountRow).from_select(
-        ["sweep_id", "status", "n"],
-        select(RunRow.sweep_id, RunRow.status, func.count())
-        .group_by(RunRow.sweep_id, RunRow.status)))
-    e = ExperimentRow
-    kind = func.coalesce(e.crash_kind, "")
-    span = span_seconds(conn.get_bind().dialect.name if isinstance(conn, Session)
-                        else conn.dialect.name)
-    conn.execute(delete(C))
-    conn.execute(insert(C).from_select(
-        ["sweep_id", "status", "crash_kind", "n", "run_s"],
-        select(e.sweep_id, e.status, kind, func.count(), func.sum(span))
-        .group_by(e.sweep_id, e.status, kind)))

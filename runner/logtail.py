@@ -44,11 +44,6 @@ class LogTailer:
         self._callback_errors = 0
         self._skip_partial = False
 
-    @property
-    def callback_errors(self) -> int:
-        """How many times ``on_line`` raised."""
-        return self._callback_errors
-
     def poll(self, max_bytes: int = POLL_MAX_BYTES, backlog: int = MAX_BACKLOG_BYTES) -> bool:
         """Deliver complete lines appended since the last call, reading at most ``max_bytes``.
 

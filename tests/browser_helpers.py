@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from foreground import run_sweep
 
 from agent.core.config import TargetConfig, load_config
 from agent.core.domain import (
@@ -31,7 +32,6 @@ from agent.core.domain import (
 )
 from agent.core.ports import ProposalContext
 from agent.engine.loop import Loop, LoopSettings
-from agent.engine.scheduler import run_sweep
 from agent.executors.local import SubprocessRunner
 from agent.git.repo import GitRepo, init_repo
 from agent.ops.admission import admit, queue

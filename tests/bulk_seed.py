@@ -19,11 +19,21 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import create_engine
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    case,
+    create_engine,
+    delete,
+    func,
+    insert,
+    select,
+)
+from sqlalchemy.orm import Session
 
 from agent.core.domain import utcnow
-from db import counts
 from db.location import DbLocation
+from db.models import ExperimentCountRow, ExperimentRow, RunCountRow, RunRow
 
 KNOBS = ("LR", "WIDTH", "DEPTH", "DROPOUT", "WARMUP")
 FMT = "%Y-%m-%d %H:%M:%S.%f"
@@ -91,7 +101,7 @@ def seed(db: DbLocation | Path | str, sweep_id: int, n: int, *, rng_seed: int = 
     engine = create_engine(location.url)
     try:
         with engine.begin() as conn:
-            counts.rebuild(conn)
+            rebuild_counts(conn)
         if location.pg_url is not None:  # the planner's statistics, for the copied rows
             with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
                 conn.exec_driver_sql("ANALYZE")
@@ -177,3 +187,34 @@ def seed_sweep(root: Path, n: int, *, name: str = "big", rng_seed: int = 0) -> P
     con.close()
     seed(db, sweep.id, n, rng_seed=rng_seed, runs=True, commit=repo.head(sweep.branch))
     return db
+
+
+def span_seconds(dialect: str) -> ColumnElement[Any]:
+    """An experiment's run seconds (end − start; 0 when negative or either time is missing)
+    as SQL: PostgreSQL subtracts timestamps, SQLite (ISO text) goes through julianday."""
+    e = ExperimentRow
+    if dialect == "postgresql":
+        span: Any = func.extract("epoch", e.run_ended_at - e.run_started_at)
+    else:
+        span = (func.julianday(e.run_ended_at) - func.julianday(e.run_started_at)) * 86400.0
+    both = e.run_started_at.is_not(None) & e.run_ended_at.is_not(None)
+    return case((both & (span > 0), span), else_=0.0)
+
+
+def rebuild_counts(conn: Connection | Session) -> None:
+    """Recount every sweep's experiments and run seconds, and its runs, from the rows (replaces
+    what db.counts' tables held): rows copied in bypass the store's `bump`."""
+    conn.execute(delete(RunCountRow))
+    conn.execute(insert(RunCountRow).from_select(
+        ["sweep_id", "status", "n"],
+        select(RunRow.sweep_id, RunRow.status, func.count())
+        .group_by(RunRow.sweep_id, RunRow.status)))
+    e = ExperimentRow
+    kind = func.coalesce(e.crash_kind, "")
+    span = span_seconds(conn.get_bind().dialect.name if isinstance(conn, Session)
+                        else conn.dialect.name)
+    conn.execute(delete(ExperimentCountRow))
+    conn.execute(insert(ExperimentCountRow).from_select(
+        ["sweep_id", "status", "crash_kind", "n", "run_s"],
+        select(e.sweep_id, e.status, kind, func.count(), func.sum(span))
+        .group_by(e.sweep_id, e.status, kind)))

@@ -9,12 +9,12 @@ from pathlib import Path
 from typing import Any
 
 from conftest import make_target
+from foreground import run_sweep
 from null_proposer import Ideas
 
 from agent.core.config import load_config
 from agent.core.domain import Experiment
 from agent.engine.loop import Loop, LoopSettings
-from agent.engine.scheduler import run_sweep
 from agent.executors.local import SubprocessRunner
 from agent.git.repo import GitRepo
 from agent.ops.sweeps import create_sweep

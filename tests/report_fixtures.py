@@ -11,12 +11,12 @@ from pathlib import Path
 
 from browser_helpers import ScriptedProposer, make_target
 from conftest import measured_noise_toml
+from foreground import run_sweep
 from scipy import stats
 
 from agent.core.config import load_config
 from agent.core.domain import Experiment, ExperimentStatus, Run, RunRole, RunStatus
 from agent.engine.loop import Loop, LoopSettings
-from agent.engine.scheduler import run_sweep
 from agent.executors.local import SubprocessRunner
 from agent.git.repo import GitRepo
 from agent.ops.sweeps import create_sweep

@@ -263,12 +263,12 @@ def test_progress_plot_shows_every_run_and_the_best_with_its_band(tmp_path, brow
     its 95 % band, and the header states σ̂ and how many keeps the noise supports."""
     from conftest import make_target as make_git_target
     from conftest import measured_noise_toml
+    from foreground import run_sweep
     from playwright.sync_api import expect
 
     from agent.core.config import load_config
     from agent.core.domain import RunRole, RunStatus
     from agent.engine.loop import Loop, LoopSettings
-    from agent.engine.scheduler import run_sweep
     from agent.executors.local import SubprocessRunner
     from agent.git.repo import GitRepo
     from agent.ops.sweeps import create_sweep

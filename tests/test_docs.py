@@ -125,6 +125,15 @@ def test_every_benchmark_command_runs_a_script_with_those_flags():
     assert dc.check_benchmark_commands() == []
 
 
+def test_pages_are_references_and_figures_are_short_rows():
+    """Each page ≤ 10 KB; each cell of benchmarks/README.md's table ≤ 300 characters."""
+    big = {dc.rel(p): n for p in DOCS.glob("*.md") if (n := len(p.read_bytes())) > 10_000}
+    assert big == {}
+    rows = dc.table(dc.ROOT / "benchmarks" / "README.md", "what")
+    long = [(r[0][:40], len(c)) for r in rows for c in r if len(c) > 300]
+    assert long == []
+
+
 # --- the checks themselves fail on what does not exist ---------------------------------------
 
 

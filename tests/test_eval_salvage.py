@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 from conftest import FIXTURES, REPO_ROOT, make_target
+from foreground import run_sweep
 from test_loop import Scripted, start
 
 from agent.core.domain import CrashKind, ExperimentStatus, RunStatus
 from agent.engine.salvage import RERUN_KEY
-from agent.engine.scheduler import run_sweep
 
 WIDER = ("width 256", "WIDTH = 64", "WIDTH = 256")
 

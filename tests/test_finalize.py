@@ -17,6 +17,7 @@ from pathlib import Path
 import git
 import pytest
 from conftest import FIXTURES, make_target
+from foreground import run_sweep
 
 from agent.analysis.ablation import (
     HELPS,
@@ -29,7 +30,6 @@ from agent.core.diff import make_diff
 from agent.core.domain import ExperimentStatus, Proposal, RunStatus
 from agent.core.ports import ProposalContext
 from agent.engine.loop import Loop, LoopSettings
-from agent.engine.scheduler import run_sweep
 from agent.executors.local import SubprocessRunner
 from agent.git.repo import GitRepo
 from agent.ops.finalize import finalize, prepare_ablation

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from conftest import FIXTURES, make_target
+from foreground import run_sweep
 from service_fixtures import ServerProcess
 
 from agent.analysis.insights import render
@@ -25,7 +26,6 @@ from agent.core.diff import make_diff
 from agent.core.domain import Experiment, ExperimentStatus, Proposal, RunStatus, SweepStatus
 from agent.core.ports import ProposalContext
 from agent.engine.loop import Loop, LoopSettings
-from agent.engine.scheduler import run_sweep
 from agent.executors.local import SubprocessRunner
 from agent.git.repo import GitRepo
 from agent.ops.morning import report_of

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 from conftest import FIXTURES
+from foreground import run_sweep
 
 from agent.core.config import load_config
 from agent.core.domain import ExperimentStatus, SweepStatus
-from agent.engine.scheduler import run_sweep
 from agent.git.repo import GitRepo, init_repo
 from agent.ops.sweeps import create_sweep
 from agent.proposers.knob_sources import find_knobs

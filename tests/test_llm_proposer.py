@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 from fake_llm import Error, FakeLLM
+from foreground import run_sweep
 from sqlalchemy import select
 
 from agent.core.domain import ExperimentStatus as S
 from agent.engine.loop import Loop, LoopSettings
-from agent.engine.scheduler import run_sweep
 from agent.executors.local import SubprocessRunner
 from agent.git.repo import GitRepo, init_repo
 from agent.ops.sweeps import create_sweep

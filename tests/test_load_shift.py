@@ -31,11 +31,11 @@ from pathlib import Path
 
 import pytest
 from conftest import make_target
+from foreground import run_sweep
 from null_proposer import Ideas
 
 from agent.core.config import load_config
 from agent.core.domain import ExperimentStatus, RunRole, RunStatus
-from agent.engine.scheduler import run_sweep
 from agent.git.repo import GitRepo
 from agent.ops.sweeps import create_sweep
 

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import git
 from conftest import commit_all, make_target
+from foreground import run_sweep
 
 from agent.analysis.trials import crash_class
 from agent.core.config import load_config
 from agent.core.domain import CrashKind, ExperimentStatus, Proposal, SweepStatus
-from agent.engine.scheduler import run_sweep
 from agent.git.repo import GitRepo
 from agent.ops.sweeps import create_sweep
 from agent.proposers.knobs import KnobsProposer, make_diff

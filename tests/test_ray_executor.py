@@ -319,13 +319,13 @@ def test_a_restart_after_the_coordinator_died_requeues_its_run_once(cluster, tmp
     """kill -9 of `overnight run` mid-run: Ray ends the tasks it owned, run and all; the next
     start records the experiment interrupted and re-queues it once, and the retry finishes."""
     from agent.engine.attempt import run_id_prefix
-    from db.paths import work_dir_for
+    from db.location import DbLocation
 
     target, train = make_target(tmp_path / "target", tmp_path / "release")
     (target / "train.py").write_text(train.replace('MODE = "normal"', 'MODE = "hold-first"'))
     commit_all(target, "the first baseline holds")
     db = tmp_path / "o.db"
-    prefix = run_id_prefix(work_dir_for(db.resolve()), 1)
+    prefix = run_id_prefix(DbLocation.parse(db.resolve()).default_work_dir(), 1)
     argv = [str(Path(sys.executable).parent / "overnight"), "run", "--target", str(target),
             "--sweep", "s", "--experiments", "0", "--executor", "ray", "--ray-address",
             cluster.address, "--ray-cpus", "0", "--db", str(db)]

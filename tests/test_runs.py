@@ -15,13 +15,13 @@ import threading
 from pathlib import Path
 
 from conftest import REPO_ROOT, make_target
+from foreground import run_sweep
 from null_proposer import Ideas
 from service_fixtures import wait_for
 
 from agent.core.config import load_config
 from agent.core.domain import ExperimentStatus, Proposal, RunRole, RunSpec, RunStatus
 from agent.engine.recovery import recover
-from agent.engine.scheduler import run_sweep
 from agent.git.repo import GitRepo
 from agent.ops.sweeps import create_sweep
 from agent.proposers.knobs import make_diff
@@ -304,7 +304,7 @@ from agent.core.config import load_config
 from agent.core.domain import Proposal
 from agent.git.repo import GitRepo
 from agent.engine.loop import Loop, LoopSettings
-from agent.engine.scheduler import run_sweep
+from foreground import run_sweep
 from agent.ops.admission import admit, queue
 from agent.ops.sweeps import create_sweep
 from agent.executors.local import SubprocessRunner
@@ -329,7 +329,7 @@ def test_recovery_kills_an_orphaned_confirmation_run(tmp_path):
     diff = make_diff("train.py", HANGS_ON_CONFIRM, HANGS_ON_CONFIRM.replace("LR = 1", "LR = 2"))
     db, work = tmp_path / "o.db", tmp_path / "work"
     argv = [sys.executable, "-c", DRIVER, str(target), str(db), str(work), diff]
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    env = {**os.environ, "PYTHONPATH": f"{REPO_ROOT}{os.pathsep}{REPO_ROOT / 'tests'}"}
     service = subprocess.Popen(argv, cwd=REPO_ROOT, env=env)
     store = SqlStore(open_database(db))
 

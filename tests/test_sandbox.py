@@ -21,7 +21,7 @@ from agent.git.repo import GitRepo
 from agent.ops.sweeps import create_sweep
 from api.settings import ensure_token
 from db.engine import open_database
-from db.paths import work_dir_for
+from db.location import DbLocation
 from db.store import SqlStore
 
 pytestmark = [
@@ -67,7 +67,7 @@ def run_probes(tmp_path: Path, sandbox: str, network: bool = False) -> dict[str,
     db = tmp_path / "home" / "overnight.db"
     store = SqlStore(open_database(db))
     _, token_path, _ = ensure_token(db)
-    work = work_dir_for(db)
+    work = DbLocation.parse(db).default_work_dir()
     other = work / "worktrees" / "other" / "exp-99"
     other.mkdir(parents=True)
     (other / "train.py").write_text("secret idea\n")

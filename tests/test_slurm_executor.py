@@ -293,11 +293,11 @@ def test_a_kill_9_of_the_service_leaves_its_jobs_to_the_retries(slurm_cluster, t
     """Two jobs run when `overnight run` is killed with SIGKILL: they go on in Slurm, the next
     start re-queues their experiments once, and each retry adopts its job (the same job id on
     both runs); no job is submitted twice and none is left."""
-    from db.paths import work_dir_for
+    from db.location import DbLocation
 
     make_target(tmp_path / "target", tmp_path / "release", mode="hold-changes")
     db = tmp_path / "o.db"
-    work = work_dir_for(db.resolve())
+    work = DbLocation.parse(db.resolve()).default_work_dir()
     argv = [OVERNIGHT, "run", "--target", str(tmp_path / "target"), "--sweep", "s",
             "--experiments", "2", "--slots", "2", *NO_GPUS, "--db", str(db)]
     first = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -351,11 +351,11 @@ def test_a_left_job_whose_change_now_runs_on_a_new_head_is_cancelled(slurm_clust
     restart's one slot adopts its result and keeps it, so the second change's retry is built
     on the new head: the job it left (the old head's code) is cancelled at once, never
     adopted, and the change runs again as a new job."""
-    from db.paths import work_dir_for
+    from db.location import DbLocation
 
     make_target(tmp_path / "target", tmp_path / "release", mode="hold-changes")
     db = tmp_path / "o.db"
-    work = work_dir_for(db.resolve())
+    work = DbLocation.parse(db.resolve()).default_work_dir()
     queue_changes(tmp_path / "target", db, [("K1 helps", "K1 = 0\n", "K1 = 1\n"),
                                             ("K3 helps", "K3 = 0\n", "K3 = 2\n")])
     argv = [OVERNIGHT, "run", "--target", str(tmp_path / "target"), "--sweep", "n", "--resume",

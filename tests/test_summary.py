@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 from pathlib import Path
 
@@ -244,7 +245,7 @@ def test_tailer_splits_chunks_crlf_cr_and_multibyte(tmp_path: Path) -> None:
     assert seen == ["first", "second é", "", "p1", "p2"]
 
 
-def test_tailer_survives_callback_errors(tmp_path: Path) -> None:
+def test_tailer_survives_callback_errors(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     log = tmp_path / "run.log"
     log.write_text("a\nb\n")
 
@@ -252,8 +253,11 @@ def test_tailer_survives_callback_errors(tmp_path: Path) -> None:
         raise RuntimeError(line)
 
     tailer = LogTailer(log, boom)
-    tailer.flush()
-    assert tailer.callback_errors == 2
+    with caplog.at_level(logging.DEBUG, logger="runner.logtail"):
+        tailer.flush()
+    failed = [(r.levelno, r.exc_info[1]) for r in caplog.records if r.exc_info]
+    assert [(level, str(exc)) for level, exc in failed] == [(logging.ERROR, "a"),
+                                                             (logging.DEBUG, "b")]
 
 
 def test_read_log_end_starts_at_line_boundary(tmp_path: Path) -> None:

@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from foreground import run_sweep
 
 from agent.core.config import load_config
 from agent.core.domain import ExperimentStatus, Proposal
 from agent.core.errors import ConfigError
-from agent.engine.scheduler import run_sweep
 from agent.git.repo import GitRepo, hash_worktree_files
 from agent.ops.sweeps import create_sweep
 from agent.proposers.knobs import make_diff

@@ -5,7 +5,8 @@ trackers (agent.ops.notify, agent.ops.track).
 waits `backoff_s`, doubled each time up to `max_backoff_s`. Only an error `retryable` accepts
 is tried again; any other, or the last one, is raised as it came. `pause(seconds)` does the
 waiting and may refuse it (False: a closing deadline leaves no time), which ends the tries.
-Pure apart from the sleep.
+Pure apart from the sleep. Hand-written rather than tenacity: 30 lines against a new
+dependency, and a wait that a closing deadline refuses is one return value here.
 """
 
 from __future__ import annotations

@@ -39,7 +39,7 @@ from agent.engine.claims import (
 from agent.engine.devices import DeviceWatch
 from agent.engine.recovery import SHUTDOWN_REASON
 from agent.engine.timed_starts import TimedStarts
-from agent.engine.writes import Writes, unheld_store
+from agent.engine.writes import Writes
 from agent.rules.classify import is_device_failure
 from agent.rules.gate import Gate, GateKind, SweepFacts, gate
 
@@ -468,11 +468,3 @@ class SlotScheduler:
                 self._loops[key] = loop
         return loop
 
-
-def run_sweep(loop: Any, name: str, settings: SchedulerSettings | None = None) -> Sweep:
-    """Run one sweep to its end in the foreground: the engine in burst mode with `loop`."""
-    engine = SlotScheduler(unheld_store(loop.store), settings or SchedulerSettings(),
-                           lambda _s, _n: loop, writes=loop.writes)
-    engine.run_burst([name])
-    done: Sweep = loop.store.get_sweep(name)
-    return done

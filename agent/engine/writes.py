@@ -220,11 +220,6 @@ def held_store(store: Store, writes: Writes) -> Store:
     return cast(Store, _HeldStore(store, writes))
 
 
-def unheld_store(store: Store) -> Store:
-    """The store a held_store wraps (the scheduler's: a claim must not wait in the pick)."""
-    return store.inner if isinstance(store, _HeldStore) else store
-
-
 class _HeldRunner:
     """Runs with best-effort writes; a run that failed while writes fail for lack of space
     raises OutOfSpaceError."""

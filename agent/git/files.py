@@ -6,6 +6,8 @@ only. Guaranteed: every reader returns None for anything it does not fully under
 reftable repository, a symbolic ref, index version 4, a split index, conflict stages, an
 unexpected layout), and the caller then asks git itself; a value returned is what git would
 answer (`rev-parse --verify refs/heads/<branch>`, `diff-tree -r --no-renames` of two trees).
+Hand-written rather than gitpython's IndexFile: it reads SHA-1 indexes only, decodes paths as
+text, and takes a split index's own entries for the whole index without saying so.
 """
 
 from __future__ import annotations

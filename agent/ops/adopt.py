@@ -98,10 +98,6 @@ def direction_for(metric: str) -> tuple[str, str]:
                         "(pass --direction maximize if higher is better)")
 
 
-def guess_direction(metric: str) -> str:
-    return direction_for(metric)[0]
-
-
 def _render(todo: Todo) -> str:
     where = f"; {todo.where}" if todo.where else ""
     body = "".join(f"\n    | {line}" for line in todo.lines)  # verbatim after "| "

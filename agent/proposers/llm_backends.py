@@ -121,6 +121,8 @@ class HttpChat:
         body = {**self.body(request), **self.profile.extra_body}
         for key in self.profile.omit:
             body.pop(key, None)
+        # Its own loop, not agent.core.retry or tenacity: each answer sets the wait (Retry-After)
+        # and its kind decides the retry (a timeout never is); httpx retries connections only.
         retries, start = 0, time.monotonic()
         while True:
             problem = self._post(url, body, request)

@@ -103,11 +103,3 @@ def output_budget(context: int | None, prompt_tokens: int, max_output: int) -> i
         return max_output
     left = min(max_output, context - margin(context) - prompt_tokens)
     return left if left >= min(OUTPUT_FLOOR_TOKENS, max_output) else 0
-
-
-def tokens_under_caps(used: int, prompt_tokens: int, max_tokens: int | None) -> int | None:
-    """The output tokens a call may spend so that used + prompt + output stays within
-    max_tokens (None: no cap)."""
-    if max_tokens is None:
-        return None
-    return max_tokens - used - prompt_tokens

@@ -19,11 +19,6 @@ def _line(key: str) -> re.Pattern[str]:
     return re.compile(rf"^(\s*{re.escape(key)}\s*:).*$", re.MULTILINE)
 
 
-def is_sealed_line(line: str, key: str | None) -> bool:
-    """Is `line` the holdout's summary line?"""
-    return bool(key) and _line(str(key)).match(line) is not None
-
-
 def redact(text: str, key: str | None) -> str:
     """`text` with every `<key>: value` line's value replaced by "sealed"."""
     if not key or key not in text:

@@ -14,6 +14,7 @@
 #                (saves the one-time ~10 min build of its server on a developer's machine)
 #   OVERNIGHT_REQUIRE_REAL_LLM=1  `test` fails when the real model cannot be installed, and its
 #                tests fail instead of skipping (.ci/run sets it)
+#   OVERNIGHT_TEST_WORKERS  `test`'s pytest-xdist workers (default 2; 0: one process)
 #   OVERNIGHT_WHEEL_CACHE  where the server's built wheel is kept (default ~/.cache/overnight/wheels)
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -174,6 +175,9 @@ shift || true
 case "$cmd" in
   setup) setup ;;
   demo) setup; exec "$VENV/bin/overnight" demo "$@" ;;
-  test) setup; trackers; browser; sandbox; postgres; slurm; real_llm; exec "$PY" -m pytest "$@" ;;
+  test) setup; trackers; browser; sandbox; postgres; slurm; real_llm
+    # two workers, a test file to each (most tests wait on real runs' wall-clock budgets);
+    # OVERNIGHT_TEST_WORKERS=0 runs in one process, and a later -n in "$@" wins
+    exec "$PY" -m pytest -n "${OVERNIGHT_TEST_WORKERS:-2}" --dist loadfile "$@" ;;
   *) echo "usage: ./dev.sh demo|test|setup [args...]" >&2; exit 2 ;;
 esac

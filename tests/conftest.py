@@ -131,10 +131,27 @@ def slurm_cluster():
         cluster.stop()
 
 
+# The files that take longest (`--durations` on a 2-core machine) run first: the suite runs on
+# two workers, a file to a worker (dev.sh test), and a long file started last would leave one
+# worker idle while the other finishes it. Their tests are all `slow` (the quick tier,
+# `./dev.sh test -m "not slow"`, leaves them out).
+LONGEST_FIRST = ("test_cli.py", "test_eval_salvage.py", "test_chaos.py", "test_load_shift.py",
+                 "test_llm_real.py", "test_postgres_service.py", "test_adopt_attrs.py",
+                 "test_track.py", "test_ray_executor.py", "test_gpt_target.py",
+                 "test_schemathesis.py", "test_docs.py", "test_service_server.py",
+                 "test_report.py", "test_early_stop.py", "test_runs.py",
+                 "test_dashboard_browser.py")
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Every test on the PostgreSQL cluster is marked `postgres` (-m "not postgres" skips them),
+    """The longest files first and `slow` (LONGEST_FIRST; the order within a file is kept).
+    Every test on the PostgreSQL cluster is marked `postgres` (-m "not postgres" skips them),
     every test on the Slurm cluster `slurm`."""
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
     for item in items:
+        if item.path.name in rank:
+            item.add_marker(pytest.mark.slow)
         if "slurm_cluster" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.slurm)
         callspec = getattr(item, "callspec", None)

@@ -351,4 +351,12 @@ def test_the_progress_plot_marks_load_shifts(tmp_path, browser) -> None:
         rows = page.locator("#runs tbody tr", has_text=f"beside run {change.id}")
         expect(rows).to_have_count(len(beside))  # each incumbent run beside it, listed
         expect(page.locator("#runs")).to_contain_text("summary: num_steps")
+        # its own runs and the incumbent's beside them, and no other experiment's; each
+        # throughput with its unit
+        own = {r.id for r in runs if r.experiment_id == change.experiment_id}
+        want = own | {r.id for r in runs if r.pair_run_id in own}
+        shown = [int(t) for t in page.locator("#runs tbody tr td:first-child").all_inner_texts()]
+        assert sorted(shown) == sorted(want), (shown, want)
+        speeds = page.locator("#runs tbody tr td:nth-child(6)").all_inner_texts()
+        assert all(s.strip() and "None" not in s for s in speeds), speeds
         page.close()

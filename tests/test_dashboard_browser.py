@@ -322,7 +322,13 @@ def test_progress_plot_shows_every_run_and_the_best_with_its_band(tmp_path, brow
         theirs = [r for r in runs if r.experiment_id == kept.id and r.role is RunRole.INCUMBENT]
         expect(page.locator("#runs tbody tr")).to_have_count(len(mine) + len(theirs))
         expect(page.locator("#runs tbody tr", has_text="incumbent")).to_have_count(len(theirs))
-        expect(page.locator(".facts")).to_contain_text(f"mean of {len(mine)} runs")
+        # its value and n as the keep rule recorded them, and its value now (re-measured)
+        n = int(kept.meta["test"]["n"]) if "test" in kept.meta else len(mine)
+        expect(page.locator(".facts")).to_contain_text(f"on {n} runs")
+        if theirs:
+            words = ev.experiments[kept.id].remeasured(kept.metric)
+            assert words.startswith(f"kept at {kept.metric:.6f} on {n} runs; now ")
+            expect(page.locator("#now")).to_have_text(words)
         page.close()
 
 

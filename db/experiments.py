@@ -201,7 +201,7 @@ class ExperimentWrites(StoreBase):
                 setattr(row, name, getattr(finish, name))
             row.summary = dict(finish.summary)
             row.finished_at = utcnow()
-            if finish.warnings or finish.test:
+            if finish.warnings or finish.test or finish.stopped:
                 row.meta = finished_meta(row.meta, finish)
             if keep_commit is not None:
                 row.commit = keep_commit

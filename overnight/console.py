@@ -13,8 +13,8 @@ from rich.text import Text
 
 from agent.analysis.evidence import ExperimentEvidence, SweepEvidence
 from agent.analysis.projection import memory_gb
-from agent.analysis.report import fmt_delta, fmt_metric
-from agent.core.domain import Experiment, ExperimentStatus, Sweep
+from agent.analysis.report import fmt_delta, fmt_metric, shown_status
+from agent.core.domain import Experiment, ExperimentStatus, Sweep, stopped_at
 from agent.rules.decide import NOT_BETTER
 
 STYLE = {
@@ -44,18 +44,18 @@ def results_table(
     for exp in experiments:
         ev = evidence.experiments.get(exp.id) if evidence is not None else None
         stats = _stats(ev) if evidence is not None else []
-        status = exp.status.value + (f" ({exp.crash_kind.value})" if exp.crash_kind else "")
+        status = shown_status(exp)
         secs = exp.summary.get("training_seconds")
         table.add_row(
             str(exp.id),
             (exp.commit or "")[:7],
             Text(status, style=STYLE.get(exp.status, "")),
-            fmt_metric(ev.commit_mean if ev is not None and ev.reruns else exp.metric),
+            fmt_metric(exp.metric),
             *stats,
             fmt_delta(exp.delta),
             f"{memory_gb(exp):.1f}",
             f"{secs:.1f}" if isinstance(secs, float) else "",
-            Text(describe(exp)),  # plain text: a reason in brackets is not rich markup
+            Text(describe(exp, ev)),  # plain text: a reason in brackets is not rich markup
         )
     return table
 
@@ -63,8 +63,8 @@ def results_table(
 def _stats(ev: ExperimentEvidence | None) -> list[str]:
     """CI, n and P(better); runs measured in other machine conditions (compared beside the
     incumbent there) are counted as "+k elsewhere", a kept commit's re-runs as the incumbent
-    as "+k re-run" (then the metric shown is the mean of all its runs, the one the later
-    changes were compared with)."""
+    as "+k re-run" (its description then says its value now, the one the later changes were
+    compared with)."""
     extra = []
     if ev is not None and ev.reruns:
         extra.append(f"+{ev.reruns} re-run")
@@ -77,12 +77,15 @@ def _stats(ev: ExperimentEvidence | None) -> list[str]:
     return [ci, " ".join([str(ev.n), *extra]), p]
 
 
-def describe(exp: Experiment) -> str:
+def describe(exp: Experiment, ev: ExperimentEvidence | None = None) -> str:
     """The description, with the reason of an experiment that was not simply kept or judged
-    not better (a crash, a failed or stopped run, a machine that would not hold still)."""
+    not better (a crash, a failed or stopped run, a machine that would not hold still), and
+    a kept commit's value now when it was measured again since ("kept at …; now …")."""
     plain = exp.status is ExperimentStatus.KEPT or (
         exp.status is ExperimentStatus.DISCARDED and (exp.reason or "").startswith(NOT_BETTER))
-    return exp.description + (f"  [{exp.reason}]" if exp.reason and not plain else "")
+    now = ev.remeasured(exp.metric) if ev is not None else ""
+    return (exp.description + (f"  [{exp.reason}]" if exp.reason and not plain else "")
+            + (f"  [{now}]" if now else ""))
 
 
 class LineLog:
@@ -96,7 +99,8 @@ class LineLog:
             return
         secs = exp.summary.get("training_seconds")
         trained = f"train {secs:.1f}s" if isinstance(secs, float) else ""
-        line = (f"#{exp.id} {exp.status.value:<9} {self.sweep.metric} {fmt_metric(exp.metric)} "
+        status = "stopped" if stopped_at(exp.meta) is not None else exp.status.value
+        line = (f"#{exp.id} {status:<9} {self.sweep.metric} {fmt_metric(exp.metric)} "
                 f"{fmt_delta(exp.delta)} {trained}  {describe(exp)}")
         self.console.print(Text(" ".join(line.split(" ")).rstrip()), soft_wrap=True)
         self.console.file.flush()

@@ -9,6 +9,7 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
 from browser_helpers import ScriptedProposer, make_target
 from conftest import measured_noise_toml
 from foreground import run_sweep
@@ -35,12 +36,17 @@ class Night:
     name: str
 
 
-def noisy_night(root: Path, name: str = "night", experiments: int = 9) -> Night:
+def noisy_night(root: Path, name: str = "night", experiments: int = 9,
+                incumbent_every: int | None = None) -> Night:
+    """`incumbent_every`: re-run the best that often (else the target's setting)."""
     target = make_target(root)
     train = target / "train.py"
     train.write_text(train.read_text().replace("NOISE = 0.0", "NOISE = 0.004"))
     toml = target / "overnight.toml"  # seed noise now: measured, not the stated print precision
-    toml.write_text(measured_noise_toml(toml.read_text()))
+    text = measured_noise_toml(toml.read_text())
+    if incumbent_every is not None:
+        text = text.replace("[target]\n", f"[target]\nincumbent_every = {incumbent_every}\n", 1)
+    toml.write_text(text)
     import git
 
     from agent.git.repo import IDENTITY
@@ -57,6 +63,15 @@ def noisy_night(root: Path, name: str = "night", experiments: int = 9) -> Night:
     sweep = store.get_sweep(name)
     store.add_llm_usage(sweep.id, None, *LLM)
     return Night(root / "overnight.db", target, root / "work", store, name)
+
+
+def recorded(runs: list[Run], commit: str) -> tuple[float, int]:
+    """A commit's value as the keep rule records it, and its runs in the usual condition."""
+    from agent.rules.conditions import recorded_best
+
+    value, _, off = recorded_best(runs, commit)
+    assert value is not None
+    return value, sum(not o for o in off)
 
 
 def ok(runs: list[Run], commit: str) -> list[float]:
@@ -87,10 +102,14 @@ def expected(night: Night) -> dict[str, object]:
     exps = store.list_experiments(sweep.id)
     runs = store.list_runs(sweep_id=sweep.id)
     base = next(e for e in exps if e.is_baseline)
-    base_runs, best_runs = ok(runs, base.commit or ""), ok(runs, sweep.best_commit or "")
+    # the baseline and the best are the keep rule's record of them (the sweep's, as
+    # agent.rules.conditions.recorded_best defines them: on their runs in the usual condition)
+    base_value, base_n = recorded(runs, base.commit or "")
+    best_value, best_n = recorded(runs, sweep.best_commit or "")
+    assert (base_value, best_value) == pytest.approx((sweep.baseline_metric, sweep.best_metric))
     sd, df = pooled(runs)
-    gain = statistics.fmean(base_runs) - statistics.fmean(best_runs)
-    ci = (stats.t.ppf(0.975, df) * sd * math.sqrt(1 / len(base_runs) + 1 / len(best_runs))
+    gain = base_value - best_value
+    ci = (stats.t.ppf(0.975, df) * sd * math.sqrt(1 / base_n + 1 / best_n)
           if sd is not None else None)  # Student's t on σ̂'s degrees of freedom
     kept = [e for e in exps if e.status is ExperimentStatus.KEPT and not e.is_baseline]
     status_of = {e.id: e for e in exps}
@@ -109,8 +128,8 @@ def expected(night: Night) -> dict[str, object]:
             key = (e.status.value, e.crash_kind.value if e.crash_kind else "",
                    e.crash_cause or "")
             crashes.setdefault(key, []).append(e.id)
-    return {"baseline": statistics.fmean(base_runs), "best": statistics.fmean(best_runs),
-            "base_n": len(base_runs), "best_n": len(best_runs), "gain": gain, "ci": ci,
+    return {"baseline": base_value, "best": best_value,
+            "base_n": base_n, "best_n": best_n, "gain": gain, "ci": ci,
             "kept": [kept_row(e, runs) for e in kept], "hours": hours, "count": count,
             "crashes": crashes, "runs": len(runs),
             "counts": {s.value: sum(e.status is s for e in exps) for s in ExperimentStatus}}
@@ -123,6 +142,7 @@ def kept_row(e: Experiment, runs: list[Run]) -> dict[str, object]:
     added = sum(ln.startswith("+") and not ln.startswith("+++") for ln in lines)
     removed = sum(ln.startswith("-") and not ln.startswith("---") for ln in lines)
     assert e.metric is not None and e.best_before is not None
-    return {"id": e.id, "mean": statistics.fmean(mine), "n": len(mine),
+    test = e.meta.get("test") or {}  # the keep rule's record: the value and n it decided on
+    return {"id": e.id, "mean": e.metric, "n": int(test.get("n") or len(mine)),
             "delta": e.metric - e.best_before, "added": added, "removed": removed,
             "commit": (e.commit or "")[:7]}

@@ -322,7 +322,13 @@ def test_progress_plot_shows_every_run_and_the_best_with_its_band(tmp_path, brow
         theirs = [r for r in runs if r.experiment_id == kept.id and r.role is RunRole.INCUMBENT]
         expect(page.locator("#runs tbody tr")).to_have_count(len(mine) + len(theirs))
         expect(page.locator("#runs tbody tr", has_text="incumbent")).to_have_count(len(theirs))
-        expect(page.locator(".facts")).to_contain_text(f"mean of {len(mine)} runs")
+        # its value and n as the keep rule recorded them, and its value now (re-measured)
+        n = int(kept.meta["test"]["n"]) if "test" in kept.meta else len(mine)
+        expect(page.locator(".facts")).to_contain_text(f"on {n} runs")
+        if theirs:
+            words = ev.experiments[kept.id].remeasured(kept.metric)
+            assert words.startswith(f"kept at {kept.metric:.6f} on {n} runs; now ")
+            expect(page.locator("#now")).to_have_text(words)
         page.close()
 
 
@@ -351,4 +357,12 @@ def test_the_progress_plot_marks_load_shifts(tmp_path, browser) -> None:
         rows = page.locator("#runs tbody tr", has_text=f"beside run {change.id}")
         expect(rows).to_have_count(len(beside))  # each incumbent run beside it, listed
         expect(page.locator("#runs")).to_contain_text("summary: num_steps")
+        # its own runs and the incumbent's beside them, and no other experiment's; each
+        # throughput with its unit
+        own = {r.id for r in runs if r.experiment_id == change.experiment_id}
+        want = own | {r.id for r in runs if r.pair_run_id in own}
+        shown = [int(t) for t in page.locator("#runs tbody tr td:first-child").all_inner_texts()]
+        assert sorted(shown) == sorted(want), (shown, want)
+        speeds = page.locator("#runs tbody tr td:nth-child(6)").all_inner_texts()
+        assert all(s.strip() and "None" not in s for s in speeds), speeds
         page.close()

@@ -101,6 +101,11 @@ def test_a_clearly_losing_change_is_stopped_and_its_process_is_gone(auto_night) 
     assert run.pgid is not None and gone(run.pgid)
     assert run.curve is not None and run.curve[-1][0] < 1.0  # it did not train to the end
     assert run.training_s is not None and run.training_s < sweep.config.budget_s
+    # stopped is not crashed: the record keeps where it was stopped
+    from agent.rules.prune import reason_fraction
+
+    assert losing.meta["stopped"] == {"run": run.id, "fraction": reason_fraction(losing.reason),
+                                      "step": int(run.curve[-1][2])}
 
 
 def test_a_null_and_a_crossing_change_run_to_the_end(auto_night) -> None:  # type: ignore[no-untyped-def]
@@ -179,6 +184,19 @@ def test_each_run_is_listed_by_the_api_and_results_json(auto_night) -> None:  # 
                            capture_output=True, text=True, timeout=120,
                            env={**os.environ, "COLUMNS": "200"})
     assert table.returncode == 0 and "discarded" in table.stdout, table.stderr[-2000:]
+    # stopped is not crashed: its own status in results.tsv and the table, with its point,
+    # and no value (never 0.000000) nor delta
+    losing = runtime.store.get_experiment(ids[LOSING[2]])
+    point = losing.meta["stopped"]
+    at = (f"stopped early at {round(point['fraction'] * 100)} % of the budget "
+          f"(step {point['step']})")
+    tsv = subprocess.run([cli, "results", "--sweep", "n", "--format", "tsv", "--db",
+                          str(tmp / "o.db")], capture_output=True, text=True, timeout=120)
+    cells = next(line.split("\t") for line in tsv.stdout.splitlines()
+                 if line.startswith((losing.commit or "")[:7]))
+    assert cells[1] == "" and cells[3] == "stopped" and cells[4].endswith(f"[{at}]"), cells
+    row = next(line for line in table.stdout.splitlines() if f"│ {losing.id} " in line)
+    assert "stopped" in row and "0.000000" not in row and "+0" not in row, row
     assert [x["status"] for x in rows[ids[LOSING[2]]]["run_records"]] == ["pruned"]
     baseline = rows[1]["run_records"]
     # its own runs, and any incumbent run the keep rule ran beside a change (same commit)

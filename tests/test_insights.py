@@ -65,3 +65,18 @@ def test_capped_categories_and_the_text_budget():
     assert len(short) <= 600 and "## Crash lessons" in short and "## Categories" not in short
     empty = render(digest(sweep(), h.exps[:1]))  # nothing run yet: three lines
     assert empty.count("\n") == 2 and "runs: none yet" in empty and "nothing kept yet" in empty
+
+
+def test_a_change_stopped_early_has_no_gain_in_the_digest():
+    """Stopped is not crashed, nor "+0": a change the early stop ended was never measured."""
+    h = recorded()
+    h.run({"WARMUP": "0.01"}, D, gain=-0.001)
+    stopped = h.exps[-1]
+    h.exps[-1] = replace(stopped, metric=None, meta={"stopped": {"run": 9, "fraction": 0.3,
+                                                                 "step": 120}})
+    found = digest(replace(sweep(), best_metric=h.best, name="nov30"), h.exps)
+    warmup = next(k for k in found.knobs if k.name == "WARMUP")
+    down = next(e for e in warmup.effects if e.direction == "down")
+    assert (down.runs, down.stopped) == (1, 1)
+    text = render(found)
+    assert "down: stopped early over 1 (not measured)" in text and "down +0 " not in text

@@ -110,12 +110,14 @@ def test_bad_input_is_refused_naming_it(night: Night, tmp_path: Path):
 
 
 def test_a_suspect_run_is_set_aside_and_said(night: Night, tmp_path: Path):
-    """A run the engine marked suspect (its throughput measured the machine's load) is in no
-    mean or n, and the report says how many were set aside; the rest still equal the records."""
+    """A run the engine marked suspect (its throughput measured the machine's load: it is off
+    the usual machine condition) is in no value or n, and the report says how many were set
+    aside; the rest still equal the records."""
     import sqlite3
     from dataclasses import replace
 
     from agent.core.domain import RunStatus
+    from agent.rules.conditions import recorded_best
     from db.engine import open_database
     from db.store import SqlStore
 
@@ -127,7 +129,17 @@ def test_a_suspect_run_is_set_aside_and_said(night: Night, tmp_path: Path):
     base = next(e for e in store.list_experiments(sweep.id) if e.is_baseline)
     base_runs = [r for r in store.list_runs(experiment_id=base.id) if r.status is RunStatus.OK]
     assert len(base_runs) >= 2
-    store.set_run_status(base_runs[0].id, RunStatus.SUSPECT)
+    # as the engine would see it: the run at ten times the speed of the commit's others,
+    # marked suspect, and the baseline recorded again (agent.engine.incumbent.record_best)
+    with sqlite3.connect(copy) as db:
+        db.execute("UPDATE runs SET throughput = 100 WHERE \"commit\" = ?", (base.commit,))
+        db.execute("UPDATE runs SET status = 'suspect', throughput = 1000 WHERE id = ?",
+                   (base_runs[0].id,))
+    value, _, _ = recorded_best(store.run_metrics(sweep.id), base.commit or "")
+    with sqlite3.connect(copy) as db:
+        db.execute("UPDATE sweeps SET baseline_metric = ? WHERE id = ?", (value, sweep.id))
+        if sweep.best_commit == base.commit:
+            db.execute("UPDATE sweeps SET best_metric = ? WHERE id = ?", (value, sweep.id))
     shadow = replace(night, db=copy, store=store)
     md = report(shadow).stdout
     want = expected(shadow)
@@ -142,3 +154,97 @@ def test_a_suspect_run_is_set_aside_and_said(night: Night, tmp_path: Path):
     out = tmp_path / "r.html"
     assert report(shadow, "--format", "html", "--output", str(out)).returncode == 0
     assert f'<p class="muted" id="set-aside">{runs} set aside as suspect' in out.read_text()
+
+
+@pytest.fixture(scope="module")
+def remeasured(tmp_path_factory: pytest.TempPathFactory) -> Night:
+    """A night whose kept changes are re-run as the incumbent (every other proposal)."""
+    return noisy_night(tmp_path_factory.mktemp("remeasured"), incumbent_every=2)
+
+
+def test_every_screen_reads_one_number_per_fact(remeasured: Night):
+    """The same night on the console lines, the results table, results.tsv, the JSON, the
+    morning report and finalize's commit messages: each kept change's value, n, P(better) and
+    delta, and the baseline and the best, are one number each (the keep rule's record: the
+    experiment's value, meta["test"] and the recorded best), and a kept commit measured again
+    since its keep says so on every screen ("kept at …; now … on …")."""
+    import json
+
+    import git
+    from rich.console import Console
+
+    from agent.core.domain import TEST_KEY, ExperimentStatus, RunRole
+    from agent.rules.conditions import recorded_best
+    from overnight.console import LineLog
+
+    night = remeasured
+    store = night.store
+    sweep = store.get_sweep(night.name)
+    exps = store.list_experiments(sweep.id)
+    runs = store.list_runs(sweep_id=sweep.id)
+    kept = [e for e in exps if e.status is ExperimentStatus.KEPT]
+    assert len(kept) >= 3  # the baseline and two changes
+    out = Console(width=400, record=True)
+    log = LineLog(out, sweep)
+    for e in exps:
+        log.on_event("finished", e, {})
+    lines = {int(m[1]): m for m in re.finditer(
+        r"^#(\d+) (\S+) +val_bpb (\S+) ?([+-]\d\.\d{6})?", out.export_text(), re.M)}
+    tsv = cli(night, "results", "--format", "tsv").splitlines()[1:]
+    by_commit = {row.split("\t")[0]: row.split("\t") for row in tsv}
+    data = json.loads(cli(night, "results", "--format", "json"))
+    table = cli(night, "results", "--format", "table")
+    md = report(night).stdout
+    kept_md = {int(r[0]): r for r in rows(section(md, "Kept changes"))}
+    subprocess.run([str(OVERNIGHT), "finalize", "--sweep", night.name, "--db", str(night.db)],
+                   check=True, capture_output=True, text=True, timeout=120)
+    messages = git.Repo(night.target).git.log(
+        "--format=%B%x00", f"overnight-final/{night.name}").split("\x00")
+    by_exp = {int(m[1]): msg for msg in messages
+              if (m := re.search(r"Overnight-Experiment: (\d+)", msg))}
+    rows_json = {r["id"]: r for r in data["experiments"]}
+
+    # the best and the baseline: the recorded ones, on every screen
+    base_value, _, _ = recorded_best(runs, kept[0].commit or "")
+    best_value, _, _ = recorded_best(runs, sweep.best_commit or "")
+    assert (data["baseline"], data["best"]) == pytest.approx((base_value, best_value))
+    assert data["evidence"]["improvement"] == pytest.approx(base_value - best_value)
+    assert f"**val_bpb {base_value:.6f} → {best_value:.6f}**" in md
+    assert f"baseline {base_value:.6f} -> best {best_value:.6f}" in table
+    remeasured = 0
+    for e in kept[1:]:
+        test = e.meta[TEST_KEY]
+        value, n = e.metric, int(test["n"])
+        assert value is not None and e.delta is not None
+        assert float(lines[e.id][3]) == pytest.approx(value, abs=5e-7)  # the console line
+        assert float(lines[e.id][4]) == pytest.approx(e.delta, abs=5e-7)
+        assert float(by_commit[(e.commit or "")[:7]][1]) == pytest.approx(value, abs=5e-7)
+        mine = rows_json[e.id]
+        assert (mine["metric"], mine["n"], mine["p_better"]) == (value, n, test["p_better"])
+        row = kept_md[e.id]
+        assert float(row[2].split()[0]) == pytest.approx(value, abs=5e-7) and int(row[3]) == n
+        assert float(row[4]) == pytest.approx(e.delta, abs=5e-7)
+        assert row[5].startswith(f"{test['p_better']:.3f}")
+        message = by_exp[e.id]
+        assert f"Evidence: val_bpb {value:.6f}" in message and f"over {n} run" in message
+        assert f"P(better) {test['p_better']:.3f}" in message
+        assert f"{e.delta:+.6f} vs the best before" in message
+        reruns = sum(r.role is RunRole.INCUMBENT and r.commit == e.commit for r in runs)
+        assert mine["reruns"] == reruns
+        if reruns:  # measured again since the keep: every screen says so, in the same words
+            remeasured += 1
+            now, _, off = recorded_best(runs, e.commit or "")
+            words = (f"kept at {value:.6f} on {n} run{'s' if n != 1 else ''}; now {now:.6f} "
+                     f"on {sum(not o for o in off)}")
+            assert mine["commit_mean"] == pytest.approx(now)
+            assert words in table and words in row[2] and words in message, (words, row)
+    assert remeasured, "the night re-ran no kept change: nothing re-measured was compared"
+
+
+def cli(night: Night, *args: str) -> str:
+    import os
+
+    proc = subprocess.run([str(OVERNIGHT), *args, "--sweep", night.name, "--db", str(night.db)],
+                          capture_output=True, text=True, timeout=120, check=True,
+                          env={**os.environ, "COLUMNS": "500"})  # a table row on one line
+    return proc.stdout

@@ -3,9 +3,11 @@ the keep rule decided it, which of its runs ran beside which incumbent runs and 
 suspect (the keep rule's notes), the sweep's σ̂, the smallest effect it can detect, the
 improvement ± CI and an honest statement.
 
-Pure: stdlib, the domain, config and the rules. Means and σ̂ are computed from the run records,
-so they move as the incumbent is re-measured; P(better) and whether a keep passed the test are
-the keep rule's own numbers, recorded with its verdict (meta["test"]), never computed again.
+Pure: stdlib, the domain, config and the rules. σ̂ is computed from the run records; P(better),
+n and whether a keep passed the test are the keep rule's own numbers, recorded with its verdict
+(meta["test"]), never computed again. The best, the baseline and a kept commit's value now are
+the keep rule's record of the best (agent.rules.conditions.recorded_best, stored on the sweep
+as its best and baseline), so the improvement is the sweep's baseline less its best.
 """
 
 from __future__ import annotations
@@ -28,13 +30,14 @@ from agent.core.domain import (
     Sweep,
 )
 from agent.rules import fdr
+from agent.rules.conditions import GOOD, recorded_best
 from agent.rules.decide import share
 from agent.rules.noise import group_squares, mean, pooled_of, t_sf
 
 
 @dataclass(frozen=True)
 class ExperimentEvidence:
-    n: int
+    n: int  # the runs the keep rule's comparison rested on (its record), else its OK runs
     mean: float | None
     sd: float | None
     ci: float | None  # half-width of the 95 % interval of the mean (with σ̂)
@@ -42,10 +45,20 @@ class ExperimentEvidence:
     runs: tuple[float, ...]
     pairs: tuple[tuple[int, int], ...] = ()  # (its run, the incumbent run beside it)
     suspect: tuple[tuple[int, str], ...] = ()  # (its run off the usual conditions, the note)
-    # the commit it made, re-run as the incumbent: those OK runs, and the mean of all its OK
-    # runs (what the recorded best and the later changes' deltas are measured against)
+    # the commit it made, re-run as the incumbent: those runs, and its value now as the keep
+    # rule records the best (agent.rules.conditions.recorded_best: what the later changes'
+    # deltas are measured against) with the runs it rests on
     reruns: int = 0
     commit_mean: float | None = None
+    commit_n: int = 0
+
+    def remeasured(self, value: float | None, verb: str = "kept") -> str:
+        """"kept at 3.309303 on 2 runs; now 3.255591 on 3" when its commit was measured again
+        after the decision (`value`: its value then), else ""."""
+        if not self.reruns or self.commit_mean is None or value is None:
+            return ""
+        return (f"{verb} at {value:.6f} on {self.n} run{'s' if self.n != 1 else ''}; now "
+                f"{self.commit_mean:.6f} on {self.commit_n}")
 
 
 @dataclass(frozen=True)
@@ -108,6 +121,7 @@ class EvidenceFold:
         self.ledger: list[tuple[float, bool, object, int]] = []  # (p, kept, finished, id)
         self.run_exp: dict[int, int] = {}  # a change's run → its experiment
         self.marked: dict[int, list[Run]] = {}  # per experiment: runs paired or with a note
+        self.good: dict[int, list[Run]] = {}  # [0]: every good run with a metric, in id order
         self.speeds: tuple[int, int] = (0, 0)  # (ended runs with a metric, of them with a speed)
         self.suspects = 0  # suspect runs
         self.changed: set[int] = set()  # whose inputs moved since `evidence` last ran
@@ -125,6 +139,7 @@ class EvidenceFold:
         out.tests, out.ledger = dict(self.tests), list(self.ledger)
         out.commit_of = dict(self.commit_of)
         out.run_exp, out.marked = dict(self.run_exp), dict(self.marked)
+        out.good = dict(self.good)
         out.speeds, out.suspects = self.speeds, self.suspects
         out.last = self.last
         return out
@@ -135,6 +150,8 @@ class EvidenceFold:
             self.speeds = (self.speeds[0] + 1, self.speeds[1] + (r.throughput is not None))
         if r.status is RunStatus.SUSPECT:
             self.suspects += 1
+        if r.status in GOOD and r.metric is not None:
+            appended(self.good, self.owned, "good", 0, r)
         if r.status is not RunStatus.OK or r.metric is None:
             return
         if r.commit not in self.by_commit:
@@ -194,8 +211,9 @@ class EvidenceFold:
         with self._lock:  # what was worked out, and what changed since, read as one
             per = PerExperiment(bases, self.by_exp, self.by_commit, sigma,
                                 1.0 if sweep.direction is Direction.MINIMIZE else -1.0,
-                                self._carried(sigma, df, open_experiments), self.marked,
-                                self.commit_of, self.tests, df)
+                                self._carried(sigma, df, open_experiments, sweep),
+                                self.marked, self.commit_of, self.tests, df,
+                                Recorded.of(sweep, self.good.get(0, []), baseline))
             self.last, self.changed = per, set()
         order = sorted(self.ledger, key=lambda t: (t[2] is None, str(t[2]), t[3]))
         level = fdr.level([(p, k) for p, k, _, _ in order], config.fdr) * last_share(config)
@@ -216,10 +234,11 @@ class EvidenceFold:
             parts.append((squares, n - 1))
         return pooled_of(parts)
 
-    def _carried(self, sigma: float | None, df: int, open_experiments: list[Experiment]
-                 ) -> dict[int, ExperimentEvidence]:
+    def _carried(self, sigma: float | None, df: int, open_experiments: list[Experiment],
+                 sweep: Sweep) -> dict[int, ExperimentEvidence]:
         last = self.last
-        if last is None or last.sigma != sigma or last.df != df:
+        if last is None or last.sigma != sigma or last.df != df or \
+                last.recorded.key != Recorded.key_of(sweep):
             return {}
         gone = self.changed | {e.id for e in open_experiments}
         return {k: v for k, v in last.done.items() if k not in gone}
@@ -234,24 +253,66 @@ def _sweep_evidence(sweep: Sweep, per: PerExperiment, baseline: tuple[int, str] 
                     by_commit: Mapping[str, list[float]], kept: list[int], df: int,
                     level: float) -> SweepEvidence:
     sigma, sign = per.sigma, per.sign
-    base_runs = by_commit.get(baseline[1], []) if baseline else []
-    best_runs = by_commit.get(sweep.best_commit or "", [])
+    rec = per.recorded
     improvement = ci = detectable = None
-    if base_runs and best_runs:
-        improvement = sign * (mean(base_runs) - mean(best_runs))  # type: ignore[operator]
+    if rec.base_n and rec.best_n and sweep.baseline_metric is not None \
+            and sweep.best_metric is not None:
+        # the keep rule's record of both (the sweep's baseline and best), on their runs in
+        # their usual machine conditions
+        improvement = sign * (sweep.baseline_metric - sweep.best_metric)
         if sigma is not None:
             ci = (
                 0.0
                 if baseline and baseline[1] == (sweep.best_commit or "")
                 else (t_quantile(0.025, df or None) * sigma
-                      * math.sqrt(1 / len(base_runs) + 1 / len(best_runs)))
+                      * math.sqrt(1 / rec.base_n + 1 / rec.best_n))
             )
-    if sigma is not None and best_runs and level > 0:
+    if sigma is not None and rec.best_n and level > 0:
         looks = sweep.config.max_runs
         detectable = t_quantile(level, df or None) * sigma * math.sqrt(
-            1 / looks + 1 / len(best_runs)) + sweep.min_delta
+            1 / looks + 1 / rec.best_n) + sweep.min_delta
     supported = sum(1 for i in kept if per.passed(i))
     return SweepEvidence(sigma, df, detectable, improvement, ci, len(kept), supported, per)
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """The keep rule's record of the best as the screens read it: the sweep's best and
+    baseline values (stored by agent.engine.incumbent.record_best) and, per commit, its value
+    and the runs it rests on (agent.rules.conditions.recorded_best over the good runs)."""
+
+    good: Sequence[Run]
+    best_commit: str
+    best: float | None
+    base_commit: str
+    base: float | None
+    best_n: int = 0
+    base_n: int = 0
+
+    @classmethod
+    def of(cls, sweep: Sweep, good: Sequence[Run], baseline: tuple[int, str] | None
+           ) -> Recorded:
+        out = cls(good, sweep.best_commit or "", sweep.best_metric,
+                  baseline[1] if baseline else "", sweep.baseline_metric)
+        return replace(out, best_n=out.value(out.best_commit)[1],
+                       base_n=out.value(out.base_commit)[1])
+
+    @staticmethod
+    def key_of(sweep: Sweep) -> tuple[object, ...]:
+        return (sweep.best_commit, sweep.best_metric, sweep.baseline_metric)
+
+    @property
+    def key(self) -> tuple[object, ...]:
+        return (self.best_commit or None, self.best, self.base)
+
+    def value(self, commit: str) -> tuple[float | None, int]:
+        """A commit's value now and the runs it rests on (its runs in its usual machine
+        condition): agent.rules.conditions.recorded_best, as agent.engine.incumbent stores
+        the sweep's best and baseline."""
+        if not commit:
+            return None, 0
+        value, _, off = recorded_best(self.good, commit)
+        return value, sum(not o for o in off)
 
 
 class PerExperiment(Mapping[int, ExperimentEvidence]):
@@ -264,8 +325,10 @@ class PerExperiment(Mapping[int, ExperimentEvidence]):
                  done: dict[int, ExperimentEvidence] | None = None,
                  marked: Mapping[int, list[Run]] | None = None,
                  commit_of: Mapping[int, str] | None = None,
-                 tests: Mapping[int, Mapping[str, float]] | None = None, df: int = 0) -> None:
+                 tests: Mapping[int, Mapping[str, float]] | None = None, df: int = 0,
+                 recorded: Recorded | None = None) -> None:
         self._bases, self._by_exp, self._by_commit = bases, by_exp, by_commit
+        self.recorded = recorded or Recorded((), "", None, "", None)
         self._marked = marked or {}
         self._commit_of = commit_of or {}
         self._tests = tests or {}
@@ -276,11 +339,15 @@ class PerExperiment(Mapping[int, ExperimentEvidence]):
         hit = self.done.get(key)
         if hit is None:
             own = self._by_exp.get(key, [])
+            test = self._tests.get(key, {})
             hit = _one(own, self.sigma, self.df, self._marked.get(key, []),
-                       self._tests.get(key, {}).get("p_better"))
-            whole = self._by_commit.get(self._commit_of.get(key, ""), [])
+                       test.get("p_better"), _count(test.get("n")))
+            commit = self._commit_of.get(key, "")
+            whole = self._by_commit.get(commit, [])
             if len(whole) > len(own):
-                hit = replace(hit, reruns=len(whole) - len(own), commit_mean=mean(whole))
+                value, n = self.recorded.value(commit)
+                hit = replace(hit, reruns=len(whole) - len(own), commit_mean=value,
+                              commit_n=n)
             self.done[key] = hit
         return hit
 
@@ -295,28 +362,32 @@ class PerExperiment(Mapping[int, ExperimentEvidence]):
         return len(self._bases)
 
 
+def _count(n: object) -> int | None:
+    return int(n) if isinstance(n, int | float) and n > 0 else None
+
+
 def _one(values: list[float], sigma: float | None, df: int, marked: Sequence[Run] = (),
-         p_better: float | None = None) -> ExperimentEvidence:
+         p_better: float | None = None, n: int | None = None) -> ExperimentEvidence:
     """One experiment's runs: mean ± 95 % CI (σ̂ of the sweep on its degrees of freedom), with
-    the keep rule's P(better) as recorded."""
+    the keep rule's P(better) and n as recorded (`n`: its runs the comparison rested on, a
+    suspect one compared in its own machine condition included; else its OK runs)."""
     pairs = tuple((r.pair_run_id, r.id) for r in marked if r.pair_run_id)
     suspect = tuple((r.id, r.note or "") for r in marked
                     if r.status is RunStatus.SUSPECT and not r.pair_run_id)
     sd = statistics.stdev(values) if len(values) > 1 else None
+    n = n or len(values)
     return ExperimentEvidence(
-        len(values), mean(values), sd, _ci95(values, sigma, df, sd), p_better,
-        tuple(values), pairs, suspect)
+        n, mean(values), sd, _ci95(n, sigma, df, sd), p_better, tuple(values), pairs, suspect)
 
 
-def _ci95(values: Sequence[float], sigma: float | None, df: int, sd: float | None
-          ) -> float | None:
-    """Half-width of the 95 % interval of the mean: t(0.975)·s/√n, on σ̂ and its degrees of
-    freedom when there is one, else on the values' own sd."""
+def _ci95(n: int, sigma: float | None, df: int, sd: float | None) -> float | None:
+    """Half-width of the 95 % interval of the value: t(0.975)·s/√n, on σ̂ and its degrees of
+    freedom when there is one, else on the runs' own sd."""
     if sigma is None:
-        sigma, df = sd, len(values) - 1
-    if sigma is None or not values:
+        sigma, df = sd, n - 1
+    if sigma is None or not n:
         return None
-    return t_quantile(0.025, df or None) * sigma / math.sqrt(len(values))
+    return t_quantile(0.025, df or None) * sigma / math.sqrt(n)
 
 
 def t_quantile(p: float, df: float | None) -> float:

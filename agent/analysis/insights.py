@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from agent.analysis.trials import PLATEAU_AFTER, Trial
+from agent.core.domain import stopped_at
 from agent.rules.categories import Category, category_of_knob
 from agent.rules.knob_space import parse_literal
 
@@ -33,9 +34,10 @@ OVER_EXPLORED_MIN_RUNS = 8  # ... once this many runs are counted
 class DirectionEffect:
     direction: str  # up | down | on | off
     runs: int
-    mean_gain: float  # > 0 improved the metric
+    mean_gain: float  # > 0 improved the metric (over the measured runs; 0 when none was)
     stderr: float | None
     kept: int
+    stopped: int = 0  # of `runs`, changes the early stop ended: never measured, in no gain
 
 
 @dataclass(frozen=True)
@@ -112,7 +114,8 @@ def _effect(direction: str, items: list[Trial], scale: float | None) -> Directio
     else:
         stderr = scale / math.sqrt(len(gains)) if scale and gains else None
     return DirectionEffect(direction, len(items), round(mean, 9), None if stderr is None else
-                  round(stderr, 9), sum(t.kept for t in items))
+                           round(stderr, 9), sum(t.kept for t in items),
+                           sum(stopped_at(t.meta) is not None for t in items))
 
 
 def _knob(name: str, items: list[Trial], scale: float | None) -> KnobInsight:
@@ -203,8 +206,11 @@ def _fmt(value: float | None) -> str:
 
 
 def _effect_text(e: DirectionEffect) -> str:
+    stopped = f", {e.stopped} stopped early" if e.stopped else ""
+    if e.stopped and e.stopped == e.runs:  # never measured: no gain to show (not "+0")
+        return f"{e.direction}: stopped early over {e.runs} (not measured)"
     err = f" ± {e.stderr:.2g}" if e.stderr is not None else ""
-    return f"{e.direction} {e.mean_gain:+.3g}{err} over {e.runs} ({e.kept} kept)"
+    return f"{e.direction} {e.mean_gain:+.3g}{err} over {e.runs} ({e.kept} kept{stopped})"
 
 
 def _knob_line(k: KnobInsight) -> str:

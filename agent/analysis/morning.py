@@ -81,26 +81,27 @@ def ablation_runs(kept: int, seeds: int) -> int:
 
 def headline_of(sweep: Sweep, ev: SweepEvidence, runs: Sequence[Run],
                 exps: Sequence[Experiment]) -> Headline:
+    """The baseline and the best as the keep rule records them (the sweep's, from agent.rules.
+    conditions.recorded_best) on their runs in their usual machine conditions."""
     base = next((e for e in exps if e.is_baseline and e.commit), None)
-    base_runs = _ok_metrics(runs, base.commit) if base and base.commit else []
-    # the best as the keep rule records it (agent.rules.conditions.recorded_best), on its runs
-    # in its usual machine condition
-    value, mine, off = recorded_best(runs, sweep.best_commit or "")
-    best_runs = [r for r, o in zip(mine, off, strict=True) if not o]
-    baseline = sum(base_runs) / len(base_runs) if base_runs else sweep.baseline_metric
-    best = value if value is not None else sweep.best_metric
+    base_value, base_n = _recorded(runs, base.commit if base else None)
+    value, best_n = _recorded(runs, sweep.best_commit)
+    baseline = sweep.baseline_metric if sweep.baseline_metric is not None else base_value
+    best = sweep.best_metric if sweep.best_metric is not None else value
     rel = (ev.improvement / abs(baseline) if ev.improvement is not None and baseline
            else None)
-    return Headline(sweep.metric, sweep.direction.value, baseline, len(base_runs), best,
-                    len(best_runs), ev.improvement, ev.improvement_ci, rel, ev.kept,
+    return Headline(sweep.metric, sweep.direction.value, baseline, base_n, best,
+                    best_n, ev.improvement, ev.improvement_ci, rel, ev.kept,
                     ev.supported, ev.sigma, ev.statement(),
                     sum(r.status is RunStatus.SUSPECT for r in runs))
 
 
-def _ok_metrics(runs: Sequence[Run], commit: str) -> list[float]:
-    """The good runs' metrics of one commit, as the evidence counts them."""
-    return [r.metric for r in runs if r.commit == commit and r.status is RunStatus.OK
-            and r.metric is not None]
+def _recorded(runs: Sequence[Run], commit: str | None) -> tuple[float | None, int]:
+    """A commit's recorded value and its runs in its usual machine condition."""
+    if not commit:
+        return None, 0
+    value, _, off = recorded_best(runs, commit)
+    return value, sum(not o for o in off)
 
 
 def kept_change(e: Experiment, ev: SweepEvidence) -> KeptChange:
@@ -113,10 +114,11 @@ def kept_change(e: Experiment, ev: SweepEvidence) -> KeptChange:
     p = one.p_better if one else None
     return KeptChange(
         id=e.id, description=e.description, commit=(e.commit or "")[:7],
-        mean=one.mean if one else e.metric, ci=one.ci if one else None, n=one.n if one else 0,
+        mean=e.metric, ci=one.ci if one else None, n=one.n if one else 0,
         p_better=p, delta=e.delta, added=added, removed=removed, files=files,
         proposer=e.proposer, reason=e.reason or "",
-        supported=isinstance(e.meta.get(TEST_KEY), dict) and "p" in e.meta[TEST_KEY])
+        supported=isinstance(e.meta.get(TEST_KEY), dict) and "p" in e.meta[TEST_KEY],
+        now=one.remeasured(e.metric) if one else "")
 
 
 def crash_groups(exps: Sequence[Experiment]) -> list[CrashGroup]:

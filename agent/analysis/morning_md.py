@@ -101,7 +101,7 @@ def _kept(r: Report) -> str:
     lines = ["## Kept changes (baseline → best)", ""]
     if not r.kept:
         return "\n".join([*lines, "Nothing was kept: the branch is the baseline."])
-    lines += [f"| # | change | {r.headline.metric} (mean ± 95 %) | n | Δ vs the best before | "
+    lines += [f"| # | change | {r.headline.metric} (± 95 %) | n | Δ vs the best before | "
               "P(better) | diff |", "| --- | --- | --- | --- | --- | --- | --- |"]
     lines += [_kept_row(k) for k in r.kept]
     lines += ["", "P(better) is the keep rule's, against the runs of the commit each change was "
@@ -111,7 +111,8 @@ def _kept(r: Report) -> str:
 
 
 def _kept_row(k: KeptChange) -> str:
-    mean = metric(k.mean) + (f" ± {k.ci:.6f}" if k.ci is not None else "")
+    mean = metric(k.mean) + (f" ± {k.ci:.6f}" if k.ci is not None else "") + (
+        f" ({k.now})" if k.now else "")
     p = "–" if k.p_better is None else f"{k.p_better:.3f}" + (" ✓" if k.supported else "")
     files = ", ".join(k.files) or "–"
     return (f"| {k.id} | {cell(k.description)} (`{k.commit}`) | {mean} | {k.n} | "

@@ -20,9 +20,9 @@ INCUMBENT_BUCKET = "incumbent re-runs"  # cost of re-measuring the best, apart f
 class Headline:
     metric: str
     direction: str
-    baseline: float | None  # the mean of the baseline's runs (the first baseline)
-    baseline_n: int
-    best: float | None  # the mean of the best commit's runs
+    baseline: float | None  # the baseline as the keep rule records it (the sweep's)
+    baseline_n: int  # its runs in its usual machine condition
+    best: float | None  # the best as the keep rule records it (the sweep's)
     best_n: int
     improvement: float | None  # better = positive
     improvement_ci: float | None
@@ -51,7 +51,7 @@ class KeptChange:
     id: int
     description: str
     commit: str
-    mean: float | None
+    mean: float | None  # its value as the keep rule decided it (the experiment's metric)
     ci: float | None
     n: int
     p_better: float | None
@@ -62,6 +62,7 @@ class KeptChange:
     proposer: str
     reason: str
     supported: bool
+    now: str = ""  # "kept at 3.309 on 2 runs; now 3.256 on 3" when measured again since
 
 
 @dataclass(frozen=True)

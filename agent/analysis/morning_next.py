@@ -73,8 +73,9 @@ def _from_digest(ins: Insights) -> list[str]:
         for e in k.effects:
             err = e.stderr or 0.0
             if e.mean_gain > 0 and e.mean_gain > err and e.kept < e.runs:
-                found.append(f"{k.name} {e.direction} ({e.mean_gain:+.3g} over {e.runs} run"
-                             f"{'s' if e.runs > 1 else ''})")
+                measured = e.runs - e.stopped  # a stopped change has no gain
+                found.append(f"{k.name} {e.direction} ({e.mean_gain:+.3g} over {measured} run"
+                             f"{'s' if measured > 1 else ''})")
     if found:
         out.append("push further where the effect was positive: "
                    + ", ".join(found[:MAX_DIRECTIONS]))

@@ -6,7 +6,7 @@ from typing import Any
 
 from agent.analysis.evidence import ExperimentEvidence, SweepEvidence
 from agent.analysis.projection import memory_gb
-from agent.core.domain import Experiment, ExperimentStatus, Sweep
+from agent.core.domain import Experiment, ExperimentStatus, Sweep, stopped_at, stopped_text
 
 TSV_HEADER = ("commit", "val_bpb", "memory_gb", "status", "description")
 _TSV_STATUS = {
@@ -23,8 +23,11 @@ def results_tsv(
     """autoresearch's results.tsv: only runs (kept, discarded, crashed); crash metric 0.000000.
 
     The second column is named after the sweep's metric (val_bpb for the gpt target); the
-    metric is the mean of the experiment's runs. With `evidence` (`--format tsv-full`), four
-    more columns: n, sd, p_better and the runs' metrics (comma-separated).
+    metric is the experiment's value as the keep rule decided it. A change the early stop
+    ended is `stopped`, its metric empty (it was never measured; the mean of its earlier runs
+    when it had some) and its description says where it was stopped. With `evidence`
+    (`--format tsv-full`), four more columns: n, sd, p_better and the runs' metrics
+    (comma-separated).
     """
     header = list(TSV_HEADER)
     header[1] = sweep.metric
@@ -37,7 +40,12 @@ def results_tsv(
             continue
         metric = exp.metric if status != "crash" and exp.metric is not None else 0.0
         desc = " ".join(exp.description.split()).replace("\t", " ")
-        cells = [(exp.commit or "")[:7], f"{metric:.6f}", f"{memory_gb(exp):.1f}", status, desc]
+        value = f"{metric:.6f}"
+        stop = stopped_at(exp.meta)
+        if stop is not None:  # not a crash: never measured, so no value (not 0.000000)
+            status, value = "stopped", "" if exp.metric is None else value
+            desc += f" [{stopped_text(stop)}]"
+        cells = [(exp.commit or "")[:7], value, f"{memory_gb(exp):.1f}", status, desc]
         if evidence is not None:
             cells += _full_cells(evidence.experiments.get(exp.id))
         lines.append("\t".join(cells))
@@ -56,11 +64,12 @@ def _full_cells(ev: ExperimentEvidence | None) -> list[str]:
 
 
 def evidence_row(ev: ExperimentEvidence | None) -> dict[str, Any]:
-    """n, mean, sd, 95 % CI half-width, P(better), the runs, the incumbent runs each ran beside,
-    why a run was suspect, and a kept commit's re-runs as the incumbent, JSON-ready."""
+    """n (the keep rule's), mean of its OK runs, sd, 95 % CI half-width, P(better), the OK
+    runs, the incumbent runs each ran beside, why a run was suspect, and a kept commit's
+    re-runs as the incumbent with its value now, JSON-ready."""
     if ev is None:
         return {"n": 0, "mean": None, "sd": None, "ci95": None, "p_better": None, "runs": [],
-                "pairs": [], "suspect": [], "reruns": 0, "commit_mean": None}
+                "pairs": [], "suspect": [], "reruns": 0, "commit_mean": None, "commit_n": 0}
     return {
         "n": ev.n,
         "mean": ev.mean,
@@ -71,7 +80,8 @@ def evidence_row(ev: ExperimentEvidence | None) -> dict[str, Any]:
         "pairs": [{"run": c, "incumbent_run": b} for c, b in ev.pairs],
         "suspect": [{"run": r, "why": why} for r, why in ev.suspect],
         "reruns": ev.reruns,  # the commit's runs as the incumbent, and the mean of all its runs
-        "commit_mean": ev.commit_mean,
+        "commit_mean": ev.commit_mean,  # its value now (the keep rule's record of it)
+        "commit_n": ev.commit_n,
     }
 
 
@@ -98,6 +108,14 @@ def evidence_header(ev: SweepEvidence, metric: str) -> str:
         ci = f" ± {ev.improvement_ci:.3g}" if ev.improvement_ci is not None else ""
         parts.append(f"improvement {ev.improvement:+.4g}{ci} {metric}")
     return "; ".join(parts)
+
+
+def shown_status(exp: Experiment) -> str:
+    """The status a person reads: `stopped` for a change the early stop ended (recorded as
+    discarded), with the crash kind of a crash."""
+    if stopped_at(exp.meta) is not None:
+        return "stopped"
+    return exp.status.value + (f" ({exp.crash_kind.value})" if exp.crash_kind else "")
 
 
 def fmt_metric(value: float | None) -> str:

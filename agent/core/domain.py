@@ -360,23 +360,42 @@ class Finish:
     crash_cause: str | None = None  # classification's fine cause, recorded once
     # the keep rule's test as decided (p-value, level, P(better), σ̂, df, n), kept in meta
     test: Mapping[str, Any] | None = None
+    # stopped early (agent.engine.early_stop): where its run was stopped (run, fraction of
+    # the budget, step), kept in meta
+    stopped: Mapping[str, Any] | None = None
 
 
 # The fields of a Finish that every store records on the experiment as they are (the status,
 # crash kind, summary, warnings and the run's start are written by each store's own rule).
 FINISH_AS_IS = tuple(f.name for f in fields(Finish) if f.name not in {
-    "status", "crash_kind", "summary", "warnings", "run_started_at", "test"})
+    "status", "crash_kind", "summary", "warnings", "run_started_at", "test", "stopped"})
 
 
 TEST_KEY = "test"  # where a finished experiment's meta keeps the keep rule's test
+STOPPED_KEY = "stopped"  # where it keeps the point an early-stopped change's run ended at
+
+
+def stopped_at(meta: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+    """Where an early-stopped change was stopped ({run, fraction, step}); None if it was not."""
+    found = (meta or {}).get(STOPPED_KEY)
+    return found if isinstance(found, Mapping) else None
+
+
+def stopped_text(point: Mapping[str, Any]) -> str:
+    """"stopped early at 30 % of the budget (step 120)"."""
+    fraction, step = point.get("fraction"), point.get("step")
+    at = f" at {round(float(fraction) * 100)} % of the budget" if fraction is not None else ""
+    return f"stopped early{at}" + (f" (step {int(step)})" if step is not None else "")
 
 
 def finished_meta(meta: Mapping[str, Any] | None, finish: Finish) -> dict[str, Any]:
-    """An experiment's meta once finished: with the contract warnings and the keep rule's test
-    (every store writes it so)."""
+    """An experiment's meta once finished: with the contract warnings, the keep rule's test and
+    where an early stop ended it (every store writes it so)."""
     out = dict(meta or {})
     if finish.warnings:
         out["warnings"] = list(finish.warnings)
     if finish.test:
         out[TEST_KEY] = dict(finish.test)
+    if finish.stopped:
+        out[STOPPED_KEY] = dict(finish.stopped)
     return out

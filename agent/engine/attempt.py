@@ -50,6 +50,7 @@ from agent.engine.salvage import (
 from agent.rules.decide import Rule, stop_level
 from agent.rules.holdout import redact, redact_bytes, seal_summary
 from agent.rules.noise import speed_tolerance
+from agent.rules.prune import reason_fraction
 from agent.rules.throughput import ProgressMeter, speed
 from runner.process import resolve_command
 from runner.result import Outcome, RunResult
@@ -414,6 +415,21 @@ def pruned_end(end: RunEnd, early: EarlyStop, budget_s: float) -> RunEnd:
     assert early.call is not None
     return replace(end, status=RunStatus.PRUNED, metric=None, note=early.call.reason(),
                    training_s=end.training_s or round(early.curve.last_fraction * budget_s, 3))
+
+
+def stop_point(run: Run, budget_s: float | None = None) -> dict[str, float | int]:
+    """Where an early stop ended `run` (recorded on its experiment, meta["stopped"]): its id,
+    the fraction of the budget (the check's, else its training seconds') and the step of its
+    curve's last point."""
+    fraction = reason_fraction(run.note)
+    if fraction is None and run.training_s is not None and budget_s:
+        fraction = round(run.training_s / budget_s, 3)
+    point: dict[str, float | int] = {"run": run.id}
+    if fraction is not None:
+        point["fraction"] = fraction
+    if run.curve:
+        point["step"] = int(run.curve[-1][2])
+    return point
 
 
 def sealed_lines(on_line: Callable[[str], None], key: str | None) -> Callable[[str], None]:

@@ -38,7 +38,7 @@ from agent.core.errors import (
     is_out_of_space,
 )
 from agent.core.ports import Proposer, Repo, Runner, Store
-from agent.engine.attempt import EventFn, LoopSettings, TrainingRuns, emit_to
+from agent.engine.attempt import EventFn, LoopSettings, TrainingRuns, emit_to, stop_point
 from agent.engine.gather import gather, ledger, sample, write_flags
 from agent.engine.incumbent import Incumbent, decision_lock
 from agent.engine.recovery import baseline_pause, requeue_once
@@ -278,7 +278,8 @@ class Loop:
         return self._finish(exp, Finish(
             ExperimentStatus.DISCARDED, reason=run.note or "stopped early: behind the incumbent",
             metric=sum(done) / len(done) if done else None, best_before=best,
-            summary=result.summary, log_tail=result.log_tail, run_ended_at=utcnow()))
+            summary=result.summary, log_tail=result.log_tail, run_ended_at=utcnow(),
+            stopped=stop_point(run, sweep.budget_s)))
 
     def _failure(
         self,

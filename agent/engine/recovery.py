@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import IO, Protocol
 
 from agent.core.domain import (
+    STOPPED_KEY,
     CrashKind,
     Experiment,
     ExperimentStatus,
@@ -35,7 +36,7 @@ from agent.core.domain import (
 from agent.core.errors import INTERRUPT_PREFIX, ConflictError
 from agent.core.ports import Repo, Store
 from agent.core.private import private_file
-from agent.engine.attempt import run_id_prefix
+from agent.engine.attempt import run_id_prefix, stop_point
 
 logger = logging.getLogger(__name__)
 
@@ -255,7 +256,7 @@ def _pruned_follow_up(store: Store, exp: Experiment, run: Run) -> Experiment | N
     """An experiment whose run had been stopped early (a finished run) when the service went:
     its follow-up is its verdict, `discarded` with the stop's reason, never another run."""
     proposal = Proposal(exp.description, exp.diff, exp.proposer, parent_id=exp.id,
-                        meta={**exp.meta, "retry_of": exp.id})
+                        meta={**exp.meta, "retry_of": exp.id, STOPPED_KEY: stop_point(run)})
     try:
         follow = store.add_experiment(
             exp.sweep_id, proposal, attempt=exp.attempt, priority=exp.priority,

@@ -90,13 +90,17 @@ def commit_message(e: Experiment, sweep: Sweep, ev: ExperimentEvidence | None) -
     """The kept change's description, then its evidence and where it came from."""
     lines = [e.description.strip().splitlines()[0] if e.description.strip() else
              f"overnight experiment {e.id}", ""]
-    if ev is not None and ev.mean is not None:
+    if ev is not None and e.metric is not None:
+        # the keep rule's numbers as recorded with its verdict (the experiment's value, n and
+        # P(better)), as every screen shows them
         ci = f" ± {ev.ci:.6f}" if ev.ci is not None else ""
         p = f"; P(better) {ev.p_better:.3f}" if ev.p_better is not None else ""
         delta = (f", {e.delta:+.6f} vs the best before ({e.best_before:.6f})"
                  if e.delta is not None and e.best_before is not None else "")
-        lines.append(f"Evidence: {sweep.metric} {ev.mean:.6f}{ci} (95 %) over {ev.n} run"
-                     f"{'s' if ev.n != 1 else ''}{delta}{p}.")
+        now = ev.remeasured(e.metric)
+        lines.append(f"Evidence: {sweep.metric} {e.metric:.6f}{ci} (95 %) over {ev.n} run"
+                     f"{'s' if ev.n != 1 else ''}{delta}{p}" + (f"; {now}" if now else "")
+                     + ".")
     if e.reason:
         lines.append(f"Decision: {e.reason}")
     lines += ["", f"Overnight-Sweep: {sweep.name}", f"Overnight-Experiment: {e.id}",

@@ -29,6 +29,11 @@ class Rollup:
         return self.counts[S.CRASHED.value] + self.counts[S.TIMEOUT.value]
 
     @property
+    def kept_changes(self) -> int:
+        """Kept changes: the baseline (always kept, once it ran) left out."""
+        return max(0, self.counts[S.KEPT.value] - 1)
+
+    @property
     def keep_rate(self) -> float | None:
         # The baseline is always kept; it is not an idea, so leave it out of the rate.
         tried = self.runs - 1

@@ -133,7 +133,10 @@ def runs_with_pairs(reads: Reads, sweep: Sweep, e: Experiment,
     beside = {b for _, b in ev.pairs} if ev is not None else set()
     if not beside:
         return own
-    extra = reads.store.run_metrics(sweep.id, after_id=max(beside), ids=beside)
+    # those runs alone (not every run after them), as whole records (with their units)
+    owners = {r.experiment_id for r in reads.store.run_metrics(sweep.id, ids=beside)}
+    extra = [r for o in sorted(owners) for r in reads.store.list_runs(experiment_id=o)
+             if r.id in beside]
     return sorted([*own, *(r for r in extra if r.id not in {x.id for x in own})],
                   key=lambda r: r.id)
 

@@ -7,7 +7,14 @@ from typing import Any
 
 from sqlalchemy import DateTime, func, select, type_coerce
 
-from agent.core.domain import TEST_KEY, CrashKind, Experiment, ExperimentStatus, RunStatus
+from agent.core.domain import (
+    STOPPED_KEY,
+    TEST_KEY,
+    CrashKind,
+    Experiment,
+    ExperimentStatus,
+    RunStatus,
+)
 from db.marks import newer_rows, read_rows
 from db.models import ExperimentCountRow, ExperimentRow, RunCountRow, RunRow, SweepRow
 from db.reads.base import ReadsBase
@@ -26,9 +33,11 @@ MARK_COLUMNS = (E.id, E.status, E.crash_kind, E.metric, E.best_before, E.descrip
 
 
 def _test_only(meta: Any) -> dict[str, Any]:
-    """An experiment's meta cut down to the keep rule's test (the light rows carry no more)."""
-    test = meta.get(TEST_KEY) if isinstance(meta, dict) else None
-    return {TEST_KEY: test} if isinstance(test, dict) else {}
+    """An experiment's meta cut down to the keep rule's test and where an early stop ended it
+    (the light rows carry no more)."""
+    if not isinstance(meta, dict):
+        return {}
+    return {k: meta[k] for k in (TEST_KEY, STOPPED_KEY) if isinstance(meta.get(k), dict)}
 
 
 class SweepViews(ReadsBase):

@@ -71,7 +71,9 @@ def test_the_markdown_numbers_are_the_records(night: Night):
     assert crashes == {k: len(v) for k, v in want["crashes"].items()}
     assert ("crashed", "fundamental", "CUDA out of memory") in crashes
     assert ("timeout", "timeout", "timeout") in crashes
-    # Cost: GPU-hours by status (the baseline and incumbent re-runs apart), and the LLM's.
+    # Cost: hours by status (the baseline and incumbent re-runs apart), and the LLM's; a night
+    # on the CPU is costed in run hours, not GPU-hours
+    assert "| for | runs | Run hours |" in md and "GPU-hours" not in md
     cost = {r[0]: (int(r[1]), float(r[2])) for r in rows(section(md, "Cost"))}
     total = cost.pop("total")
     assert set(cost) == set(want["hours"])
@@ -248,3 +250,13 @@ def cli(night: Night, *args: str) -> str:
                           capture_output=True, text=True, timeout=120, check=True,
                           env={**os.environ, "COLUMNS": "500"})  # a table row on one line
     return proc.stdout
+
+
+def test_the_cost_is_in_gpu_hours_only_when_every_run_held_a_gpu():
+    from agent.analysis.morning_model import Cost
+
+    def unit(devices: tuple[str, ...]) -> str:
+        return Cost([], 0.0, 0, devices, 0, 0, 0.0).unit
+
+    assert unit(("cuda:0", "cuda:1")) == "GPU-hours"
+    assert unit(("cpu",)) == unit(()) == unit(("cuda:0", "cpu")) == "Run hours"

@@ -2,7 +2,7 @@
 same model the HTML page draws (agent.analysis.morning_model).
 
 Pure. Metric-scale numbers are written with six decimals (as `overnight results` writes them),
-GPU-hours to four significant digits, dollars with four decimals, so a reader can check them
+Hours to four significant digits, dollars with four decimals, so a reader can check them
 against the records.
 """
 
@@ -34,7 +34,7 @@ def pm(v: float | None, ci: float | None) -> str:
 
 
 def hours(v: float) -> str:
-    """GPU-hours to four significant digits, never in exponent form (a short night's runs
+    """Hours to four significant digits, never in exponent form (a short night's runs
     take a few thousandths of an hour), at least three decimals."""
     if v <= 0 or not math.isfinite(v):
         return f"{v:.3f}"
@@ -164,11 +164,11 @@ def _crashes(groups: list[CrashGroup]) -> str:
 
 def _cost(c: Cost) -> str:
     on = f" (runs on {', '.join(c.devices)})" if c.devices else ""
-    lines = [f"## Cost{on}", "", "| for | runs | GPU-hours |", "| --- | --- | --- |"]
+    lines = [f"## Cost{on}", "", f"| for | runs | {c.unit} |", "| --- | --- | --- |"]
     lines += [f"| {x.status} | {x.runs} | {hours(x.hours)} |" for x in c.lines]
     lines.append(f"| total | {c.runs} | {hours(c.hours)} |")
-    lines += ["", "GPU-hours are the runs' wall time, start-up and evaluation included (one "
-              "slot each)."]
+    lines += ["", f"{c.unit} are the runs' wall time, start-up and evaluation "
+              "included (one slot each)."]
     if c.llm_tokens_in or c.llm_tokens_out or c.llm_usd:
         lines.append(f"Language model: {c.llm_tokens_in:,} tokens in, {c.llm_tokens_out:,} "
                      f"out, ${c.llm_usd:.4f} (estimated).")

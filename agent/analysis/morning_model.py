@@ -92,6 +92,12 @@ class Cost:
     llm_tokens_out: int
     llm_usd: float
 
+    @property
+    def unit(self) -> str:
+        """"GPU-hours" when every run held a GPU (a CUDA device recorded), else "Run hours"."""
+        gpu = bool(self.devices) and all(d.startswith("cuda") for d in self.devices)
+        return "GPU-hours" if gpu else "Run hours"
+
 
 @dataclass(frozen=True)
 class HoldoutRow:

@@ -220,7 +220,7 @@ def demo(
 
 def demo_legend(sweep: Sweep, budget: float, shifts: int) -> str:
     """The one line that says what the demo's numbers mean."""
-    load = (f"; {shifts} run(s) met another machine speed and were compared beside the "
+    load = (f"; {shifts} experiment(s) met another machine speed and were compared beside the "
             "incumbent in the same conditions" if shifts else "")
     return (f"What the numbers mean: {sweep.metric} is bits per byte of held-out text (lower is "
             f"better) after {budget:g} s of CPU training; a change is kept only when a t-test "

@@ -26,7 +26,7 @@ from browser_helpers import (
     stamp_hourly,
 )
 
-from agent.core.domain import ExperimentStatus, utcnow
+from agent.core.domain import ExperimentStatus, RunRole, RunStatus, utcnow
 
 pytestmark = pytest.mark.browser
 
@@ -351,6 +351,13 @@ def test_the_progress_plot_marks_load_shifts(tmp_path, browser) -> None:
         expect(stripes.first).to_be_visible()
         assert "load shift" in (stripes.first.locator("title").text_content() or "")
         expect(page.locator("#load")).to_contain_text("checked")
+        # the header counts what the stripes mark: experiments with runs set aside in other
+        # conditions or compared beside the incumbent there
+        by_id = {r.id: r for r in runs}
+        marked = {by_id[r.pair_run_id].experiment_id for r in runs if r.pair_run_id} | {
+            r.experiment_id for r in runs
+            if r.status is RunStatus.SUSPECT and r.role is not RunRole.INCUMBENT}
+        expect(page.locator("#load")).to_contain_text(f"checked: {len(marked)} experiment")
         _shot(page, "sweep-load-shifts")
         page.goto(base + f"/ui/experiments/{change.experiment_id}")
         beside = [r for r in runs if r.pair_run_id == change.id]

@@ -72,7 +72,9 @@ class SweepEvidence:
     supported: int  # of those, kept by the test (the others: on one run, noise unmeasured)
     experiments: Mapping[int, ExperimentEvidence] = field(default_factory=dict)
     load_checked: bool | None = None  # some run reported its throughput (None: no runs yet)
-    load_shifts: int = 0  # runs the keep rule placed in other machine conditions (suspect)
+    # experiments with runs in other machine conditions: set aside, or compared beside the
+    # incumbent there (the sweep plot's load-shift stripes)
+    load_shifts: int = 0
 
     def statement(self) -> str:
         """One honest line for the morning: how many keeps the noise supports."""
@@ -123,7 +125,6 @@ class EvidenceFold:
         self.marked: dict[int, list[Run]] = {}  # per experiment: runs paired or with a note
         self.good: dict[int, list[Run]] = {}  # [0]: every good run with a metric, in id order
         self.speeds: tuple[int, int] = (0, 0)  # (ended runs with a metric, of them with a speed)
-        self.suspects = 0  # suspect runs
         self.changed: set[int] = set()  # whose inputs moved since `evidence` last ran
         self.last: PerExperiment | None = None
         self.owned: set[object] = set()  # lists this holder made (agent.analysis.folds)
@@ -140,7 +141,7 @@ class EvidenceFold:
         out.commit_of = dict(self.commit_of)
         out.run_exp, out.marked = dict(self.run_exp), dict(self.marked)
         out.good = dict(self.good)
-        out.speeds, out.suspects = self.speeds, self.suspects
+        out.speeds = self.speeds
         out.last = self.last
         return out
 
@@ -148,8 +149,6 @@ class EvidenceFold:
         self._mark(r)
         if r.metric is not None:
             self.speeds = (self.speeds[0] + 1, self.speeds[1] + (r.throughput is not None))
-        if r.status is RunStatus.SUSPECT:
-            self.suspects += 1
         if r.status in GOOD and r.metric is not None:
             appended(self.good, self.owned, "good", 0, r)
         if r.status is not RunStatus.OK or r.metric is None:
@@ -219,8 +218,8 @@ class EvidenceFold:
         level = fdr.level([(p, k) for p, k, _, _ in order], config.fdr) * last_share(config)
         ev = _sweep_evidence(sweep, per, baseline, self.by_commit, self.kept, df, level)
         seen, fast = self.speeds
-        return replace(ev, load_checked=bool(fast) if seen else None,
-                       load_shifts=self.suspects)
+        return replace(ev, load_checked=bool(fast) if seen else None, load_shifts=sum(
+            1 for e in ev.experiments.values() if e.suspect or e.pairs))
 
     def _pooled(self) -> tuple[float | None, int]:
         """pooled_sigma of the runs per commit, each group's squares worked out once per

@@ -340,6 +340,25 @@ def test_progress_svg_marks_clipping_and_escaping() -> None:
     assert "No finished runs" in str(progress_svg([], "val_bpb", None))
 
 
+def test_runs_off_the_axis_sit_on_its_edge_marked() -> None:
+    from agent.analysis.evidence import ExperimentEvidence, SweepEvidence
+
+    exps = [_exp(1, "kept", 1.0, None), _exp(2, "discarded", 1.1, 1.0),
+            _exp(3, "discarded", 1.05, 1.0)]
+    runs = {1: (1.0, 1.01), 2: (1.1, -40.0), 3: (1.05, 60.0)}  # a wild run each way
+    evidence = SweepEvidence(None, 0, None, None, None, 0, 0, {
+        i: ExperimentEvidence(len(v), sum(v) / len(v), None, None, None, v)
+        for i, v in runs.items()})
+    svg = str(progress_svg(exps, "val_bpb", 1.1, evidence=evidence))
+    clipped = re.findall(r'<path class="run clipped" data-id="(\d)" d="M[\d.]+,([\d.]+)l3,'
+                         r'(-?)5h-6z"><title>run: (\S+) \(off the axis\)', svg)
+    assert sorted((i, sign, v) for i, _, sign, v in clipped) == [
+        ("2", "-", "-40.0000"), ("3", "", "60.0000")], clipped
+    ys = [float(c[1]) for c in sorted(clipped)]
+    dots = [float(y) for y in re.findall(r'<circle class="run" [^>]*cy="([\d.]+)"', svg)]
+    assert len(dots) == 4 and ys[0] >= max(dots) and ys[1] <= min(dots)  # on the edges
+
+
 def test_loss_svg() -> None:
     assert "<polyline" in str(loss_svg([(1, 5.0), (2, 2.5), (3, float("nan"))]))
     assert "No loss points" in str(loss_svg([(1, 5.0)]))

@@ -244,17 +244,21 @@ def _load_shifts(points, sx, y_top: float, evidence: SweepEvidence) -> list[str]
 def _run_dots(scored, sx, sy, lo: float, hi: float, evidence: SweepEvidence,  # type: ignore[no-untyped-def]
               min_runs: int = 1) -> list[str]:
     """Every run of every scored experiment with at least `min_runs` runs as a small dot at
-    the experiment's x (a downsampled plot skips lone runs: their dot is under the mark)."""
+    the experiment's x (a downsampled plot skips lone runs: their dot is under the mark); a
+    run off the y-axis is a small triangle on the edge it passed, pointing out."""
     out = []
     for p in scored:
         ev = evidence.experiments.get(p.exp.id)
         runs = ev.runs if ev is not None and len(ev.runs) >= min_runs else ()
-        for v in runs:
-            if math.isfinite(v):
-                out.append(
-                    f'<circle class="run" data-id="{p.exp.id}" cx="{sx(p.n):.1f}" '
-                    f'cy="{sy(v):.1f}" r="2"><title>run: {_fmt(v)}</title></circle>'
-                )
+        x = sx(p.n)
+        for v in (v for v in runs if math.isfinite(v)):
+            if lo <= v <= hi:
+                out.append(f'<circle class="run" data-id="{p.exp.id}" cx="{x:.1f}" '
+                           f'cy="{sy(v):.1f}" r="2"><title>run: {_fmt(v)}</title></circle>')
+                continue
+            y, tip = (sy(lo), "l3,-5h-6z") if v < lo else (sy(hi), "l3,5h-6z")
+            out.append(f'<path class="run clipped" data-id="{p.exp.id}" d="M{x:.1f},{y:.1f}'
+                       f'{tip}"><title>run: {_fmt(v)} (off the axis)</title></path>')
     return out
 
 

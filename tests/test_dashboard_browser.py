@@ -372,4 +372,10 @@ def test_the_progress_plot_marks_load_shifts(tmp_path, browser) -> None:
         assert sorted(shown) == sorted(want), (shown, want)
         speeds = page.locator("#runs tbody tr td:nth-child(6)").all_inner_texts()
         assert all(s.strip() and "None" not in s for s in speeds), speeds
+        # the summary and the log tail are of one run, named: the one whose log it keeps
+        exp = store.get_experiment(change.experiment_id)
+        (kept_log,) = [r.id for r in runs if r.experiment_id == exp.id and r.pair_run_id is None
+                       and r.log_path == exp.log_path]
+        expect(page.locator("#sum-h")).to_contain_text(f"of run {kept_log}")
+        expect(page.locator("#log-h")).to_contain_text(f"of run {kept_log}")
         page.close()

@@ -332,6 +332,10 @@ def experiment_page(reads: Reads, e: Experiment) -> dict[str, Any]:
     parent = reads.store.get_experiment(e.parent_id) if e.parent_id is not None else None
     ev = cached_evidence(reads, sweep).experiments.get(e.id)
     own = runs_with_pairs(reads, sweep, e, ev)
+    # the summary and the log tail of one run, named: the run whose log the experiment keeps
+    shown = next((r for r in reversed(own) if r.experiment_id == e.id and e.log_path
+                  and r.log_path == e.log_path and r.role is not RunRole.INCUMBENT), None)
+    summary = shown.summary if shown is not None and shown.summary else e.summary
     return {
         "sweep": sweep,
         "exp": e,
@@ -340,7 +344,8 @@ def experiment_page(reads: Reads, e: Experiment) -> dict[str, Any]:
         "warnings": e.meta.get("warnings", []),
         "lines": view_lines(e.diff),
         "stats": diff_stats(e.diff),
-        "summary": sorted(e.summary.items()),
+        "summary": sorted(summary.items()),
+        "shown_run": shown.id if shown is not None else None,
         "loss": loss_svg(points, width=640, height=200),
         "against": band_svg([r for r in own if r.experiment_id == e.id
                              and r.role is not RunRole.INCUMBENT],

@@ -184,10 +184,14 @@ def _own_ratio(runs: Sequence[Sample], pair: dict[int, tuple[Sample, Key]],
 
 def _elsewhere(r: Sample, usual_speed: float | None) -> str:
     """The note of a run placed in another machine condition than the usual one."""
-    speed = "speed unknown" if r.throughput is None else f"{r.throughput:.4g}/s"
-    usual = f" against the incumbent's usual {usual_speed:.4g}/s" if usual_speed else ""
+    speed = "speed unknown" if r.throughput is None else f"{r.throughput:.4g} {_unit(r)}"
+    usual = f" against the incumbent's usual {usual_speed:.4g} {_unit(r)}" if usual_speed else ""
     return (f"{speed}{usual}: the machine ran in another condition; compared with the "
             "incumbent's runs there")
+
+
+def _unit(r: Sample) -> str:
+    return "tokens/s" if r.source and "tokens" in r.source else "steps/s"
 
 
 def _ratio(r: Sample, b: Sample) -> float | None:
@@ -212,6 +216,6 @@ def _one(r: Sample, paired: tuple[Sample, Key] | None, ratio: float | None, inc:
                                                 inc.near(r.device), tolerance)
     if found is not None:
         return found, ""
-    return None, (f"{r.throughput:.4g}/s matches no condition the incumbent ran in"
+    return None, (f"{r.throughput:.4g} {_unit(r)} matches no condition the incumbent ran in"
                   + ("" if ratio is not None else " (the change's own speed is not confirmed)")
                   + ": the incumbent runs beside it")

@@ -30,12 +30,16 @@ def closing_line(sweep: Sweep, exps: list) -> str:  # type: ignore[type-arg]
     kept = [e for e in tried if e.status is S.KEPT]
     if sweep.baseline_metric is None or sweep.best_metric is None:
         return f"no baseline metric: {len(tried)} change(s) tried, nothing compared"
+    base = next((e for e in exps if e.is_baseline and e.metric is not None), None)
+    # the baseline as the rule records it now; its first value too when re-measured since
+    then = (f" (first {base.metric:.6f}, re-measured since)" if base is not None
+            and abs(base.metric - sweep.baseline_metric) > 1e-12 else "")
     if not kept:
-        return (f"no change beat the baseline {sweep.metric} {sweep.baseline_metric:.6f} "
+        return (f"no change beat the baseline {sweep.metric} {sweep.baseline_metric:.6f}{then} "
                 f"({len(tried)} tried); the branch is unchanged")
     rel = improvement(sweep)
     return (f"{len(kept)} of {len(tried)} change(s) kept: {sweep.metric} "
-            f"baseline {sweep.baseline_metric:.6f} -> best {sweep.best_metric:.6f}"
+            f"baseline {sweep.baseline_metric:.6f}{then} -> best {sweep.best_metric:.6f}"
             + (f" ({rel:+.2%})" if rel is not None else ""))
 
 

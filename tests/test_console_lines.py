@@ -36,3 +36,21 @@ def test_a_plain_keep_or_not_better_shows_the_description_alone(
 def test_any_other_outcome_names_its_reason(status: ExperimentStatus, reason: str) -> None:
     # e.g. a discard whose second run timed out: its delta alone looks like a gain
     assert describe(_exp(status, reason)) == f"D_MODEL 128 -> 256  [{reason}]"
+
+
+def test_the_closing_line_says_when_the_baseline_was_re_measured():
+    from types import SimpleNamespace
+
+    from overnight.cli_results import closing_line
+
+    def sweep(baseline: float, best: float) -> SimpleNamespace:
+        return SimpleNamespace(metric="val_bpb", baseline_metric=baseline, best_metric=best,
+                               direction=SimpleNamespace(value="minimize"))
+
+    base = SimpleNamespace(is_baseline=True, status=ExperimentStatus.KEPT, metric=6.702885)
+    tried = SimpleNamespace(is_baseline=False, status=ExperimentStatus.DISCARDED, metric=5.4)
+    line = closing_line(sweep(6.222968, 6.222968), [base, tried])  # type: ignore[arg-type]
+    assert line == ("no change beat the baseline val_bpb 6.222968 (first 6.702885, re-measured "
+                    "since) (1 tried); the branch is unchanged")
+    line = closing_line(sweep(6.702885, 6.702885), [base, tried])  # type: ignore[arg-type]
+    assert "first" not in line and "val_bpb 6.702885 (1 tried)" in line

@@ -305,13 +305,17 @@ class Recorded:
         return (self.best_commit or None, self.best, self.base)
 
     def value(self, commit: str) -> tuple[float | None, int]:
-        """A commit's value now and the runs it rests on (its runs in its usual machine
-        condition): agent.rules.conditions.recorded_best, as agent.engine.incumbent stores
-        the sweep's best and baseline."""
-        if not commit:
-            return None, 0
-        value, _, off = recorded_best(self.good, commit)
-        return value, sum(not o for o in off)
+        return recorded_value(self.good, commit)
+
+
+def recorded_value(runs: Sequence[Run], commit: str | None) -> tuple[float | None, int]:
+    """A commit's value now and the runs it rests on (its runs in its usual machine
+    condition): agent.rules.conditions.recorded_best, as agent.engine.incumbent stores the
+    sweep's best and baseline."""
+    if not commit:
+        return None, 0
+    value, _, off = recorded_best(runs, commit)
+    return value, sum(not o for o in off)
 
 
 class PerExperiment(Mapping[int, ExperimentEvidence]):

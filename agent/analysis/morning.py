@@ -17,7 +17,7 @@ from dataclasses import replace
 from datetime import datetime
 
 from agent.analysis.ablation import Attribution
-from agent.analysis.evidence import SweepEvidence, sweep_evidence
+from agent.analysis.evidence import SweepEvidence, recorded_value, sweep_evidence
 from agent.analysis.insights import sections
 from agent.analysis.insights_fold import digest
 from agent.analysis.morning_model import (
@@ -42,7 +42,6 @@ from agent.core.domain import (
     Sweep,
 )
 from agent.core.errors import AdmissionError
-from agent.rules.conditions import recorded_best
 
 S = ExperimentStatus
 MAX_CRASH_IDS = 6
@@ -84,8 +83,8 @@ def headline_of(sweep: Sweep, ev: SweepEvidence, runs: Sequence[Run],
     """The baseline and the best as the keep rule records them (the sweep's, from agent.rules.
     conditions.recorded_best) on their runs in their usual machine conditions."""
     base = next((e for e in exps if e.is_baseline and e.commit), None)
-    base_value, base_n = _recorded(runs, base.commit if base else None)
-    value, best_n = _recorded(runs, sweep.best_commit)
+    base_value, base_n = recorded_value(runs, base.commit if base else None)
+    value, best_n = recorded_value(runs, sweep.best_commit)
     baseline = sweep.baseline_metric if sweep.baseline_metric is not None else base_value
     best = sweep.best_metric if sweep.best_metric is not None else value
     rel = (ev.improvement / abs(baseline) if ev.improvement is not None and baseline
@@ -94,14 +93,6 @@ def headline_of(sweep: Sweep, ev: SweepEvidence, runs: Sequence[Run],
                     best_n, ev.improvement, ev.improvement_ci, rel, ev.kept,
                     ev.supported, ev.sigma, ev.statement(),
                     sum(r.status is RunStatus.SUSPECT for r in runs))
-
-
-def _recorded(runs: Sequence[Run], commit: str | None) -> tuple[float | None, int]:
-    """A commit's recorded value and its runs in its usual machine condition."""
-    if not commit:
-        return None, 0
-    value, _, off = recorded_best(runs, commit)
-    return value, sum(not o for o in off)
 
 
 def kept_change(e: Experiment, ev: SweepEvidence) -> KeptChange:

@@ -54,3 +54,17 @@ def test_the_closing_line_says_when_the_baseline_was_re_measured():
                     "since) (1 tried); the branch is unchanged")
     line = closing_line(sweep(6.702885, 6.702885), [base, tried])  # type: ignore[arg-type]
     assert "first" not in line and "val_bpb 6.702885 (1 tried)" in line
+
+
+def test_a_discard_with_no_value_is_not_written_as_a_crash_in_results_tsv():
+    from types import SimpleNamespace
+
+    from agent.analysis.report import results_tsv
+
+    unjudged = _exp(ExperimentStatus.DISCARDED, "not judged: better beside the incumbent (…), "
+                    "but its speed over the incumbent's moved from pair to pair (×2.4, ×1.3)")
+    crashed = Experiment(2, 1, ExperimentStatus.CRASHED, "D_MODEL 256 -> 512", "", "knobs")
+    tsv = results_tsv(SimpleNamespace(metric="val_bpb"), [unjudged, crashed])  # type: ignore[arg-type]
+    rows = [line.split("\t") for line in tsv.splitlines()[1:]]
+    assert rows[0][1:4] == ["", "0.0", "discard"] and rows[1][1:4] == ["0.000000", "0.0", "crash"]
+    assert describe(unjudged).endswith("(×2.4, ×1.3)]")

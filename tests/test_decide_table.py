@@ -15,6 +15,7 @@ from agent.rules import fdr
 from agent.rules.classify import CrashFacts
 from agent.rules.contract import contract_warnings
 from agent.rules.decide import (
+    NOT_BETTER,
     Evidence,
     Rule,
     RunFailure,
@@ -201,6 +202,27 @@ def test_a_speed_ratio_is_measured_only_beside_incumbent_runs_in_a_known_conditi
     straddled = (*INC, run(3.0, 14.0, 11, pair_of=10), run(3.05, 14.1, 13, pair_of=12))
     v = decide(timed([run(1.0, 100.0, 10), run(1.02, 100.5, 12, seed=51)], straddled), SEQ)
     assert not v.keep and v.status is None
+
+
+def test_a_change_whose_pairs_never_agree_on_its_speed_is_not_judged_not_called_worse():
+    # a demo night beside other jobs: each run of the change won its pair by ~2 units, but the
+    # load moved between a run and its pair (ratios 2.4, 1.6, 1.7, 1.3): a value in the usual
+    # condition would be the best less a gain measured elsewhere (1.28 against 3.49)
+    pairs = [(4.2, 6308.0, 7.40, 2632.0), (5.83, 3623.0, 7.38, 2273.0),
+             (5.10, 4462.0, 7.41, 2632.0), (5.59, 3788.0, 7.39, 2857.0)]
+    inc = tuple(run(3.5 + d, 16400.0, i + 1, seed=42 + i)
+                for i, d in enumerate((0.002, -0.03, -0.004, 0.015)))
+    mine: list[Sample] = []
+    for k, (m, speed, im, ispeed) in enumerate(pairs):
+        mine.append(run(m, speed, 10 + 2 * k, seed=42 + k))
+        inc = (*inc, run(im, ispeed, 11 + 2 * k, seed=47 + k, pair_of=10 + 2 * k))
+        v = decide(timed(mine, inc), SEQ)
+        assert not v.keep
+        if k < 3:
+            assert v.status is None and not v.reason.startswith(NOT_BETTER)
+    assert v.status is S.DISCARDED and v.metric is None and v.p_value is None
+    assert v.reason.startswith("not judged: better beside the incumbent")
+    assert "×2.4" in v.reason and "the machine changed" in v.reason
 
 
 def test_fewer_incumbent_runs_than_the_changes_in_a_condition_balance_first():

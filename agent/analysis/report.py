@@ -25,7 +25,8 @@ def results_tsv(
     The second column is named after the sweep's metric (val_bpb for the gpt target); the
     metric is the experiment's value as the keep rule decided it. A change the early stop
     ended is `stopped`, its metric empty (it was never measured; the mean of its earlier runs
-    when it had some) and its description says where it was stopped. With `evidence`
+    when it had some) and its description says where it was stopped; a discard with no value
+    (not judged: the machine moved under it) has its metric empty too. With `evidence`
     (`--format tsv-full`), four more columns: n, sd, p_better and the runs' metrics
     (comma-separated).
     """
@@ -40,7 +41,7 @@ def results_tsv(
             continue
         metric = exp.metric if status != "crash" and exp.metric is not None else 0.0
         desc = " ".join(exp.description.split()).replace("\t", " ")
-        value = f"{metric:.6f}"
+        value = "" if exp.metric is None and status != "crash" else f"{metric:.6f}"
         stop = stopped_at(exp.meta)
         if stop is not None:  # not a crash: never measured, so no value (not 0.000000)
             status, value = "stopped", "" if exp.metric is None else value

@@ -46,6 +46,7 @@ class Placement:
     pending: bool  # its latest run is not placed and has no incumbent run beside it
     ratio_confirmed: bool  # its speed ratio is 1 or two pairs agree on it
     beside: int  # incumbent runs started beside its runs
+    ratios: tuple[float, ...] = ()  # per pair: its run's speed over the incumbent run's
 
 
 def agrees(value: float | None, reference: float | None, tolerance: float) -> bool:
@@ -162,8 +163,10 @@ def place(runs: Sequence[Sample], best: Sequence[Sample], tolerance: float) -> P
     notes = [n or ("" if k in (None, home) else _elsewhere(r, level))
              for r, (k, n) in zip(runs, got, strict=True)]
     pending = bool(runs) and got[-1][0] is None and runs[-1].run_id not in pair
+    ratios = tuple(x for r in runs if r.run_id in pair
+                   and (x := _ratio(r, pair[r.run_id][0])) is not None)
     return Placement(tuple(k for k, _ in got), tuple(notes), pending, ratio is not None,
-                     len(pair))
+                     len(pair), ratios)
 
 
 def _own_ratio(runs: Sequence[Sample], pair: dict[int, tuple[Sample, Key]],

@@ -346,15 +346,32 @@ def _test(ev: Evidence, rule: Rule, pl: Placement, keys: Sequence[Key], got: Com
     if _unbalanced(ev, pl, keys) and pl.beside < rule.max_runs and not ev.head_moved:
         return _beside(ev, rule, base, "fewer incumbent runs than the change's in its latest "
                        "condition: the incumbent runs beside it before the look")
-    if spent > 0 and p <= level and pl.ratio_confirmed:
+    better = spent > 0 and p <= level
+    if better and pl.ratio_confirmed:
         if ev.head_moved:
             return _stale(ev, base)
         return replace(base, status=ExperimentStatus.KEPT, reason=f"better: {text}", keep=True)
     if len(ev.runs) >= K:
+        if better:
+            return _unsteady(pl, base, text)
         return replace(base, status=ExperimentStatus.DISCARDED, reason=f"{NOT_BETTER}: {text}")
     if ev.head_moved:
         return _stale(ev, base)
+    if better:
+        text += "; its speed against the incumbent's is not confirmed yet (one more pair)"
     return replace(base, seed=next_seed({r.seed for r in ev.runs}, rule), reason=text)
+
+
+def _unsteady(pl: Placement, base: Verdict, text: str) -> Verdict:
+    """Better beside the incumbent at every look, but its pairs never agreed on its speed: the
+    machine moved between runs and their pairs, so its gain (and value) is not known in the
+    usual condition. Discarded unjudged: no value, no test in the night's ledger."""
+    speeds = ", ".join(f"×{x:.2g}" for x in pl.ratios)
+    why = (f"not judged: better beside the incumbent ({text}), but its speed over the "
+           f"incumbent's moved from pair to pair ({speeds}): the machine changed between its "
+           "runs and their pairs")
+    return replace(base, status=ExperimentStatus.DISCARDED, reason=why, metric=None,
+                   p_value=None, p_better=None)
 
 
 def _unbalanced(ev: Evidence, pl: Placement, keys: Sequence[Key]) -> bool:

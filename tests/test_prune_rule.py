@@ -72,7 +72,7 @@ def test_exempt_categories_and_a_departed_speed_are_not_judged() -> None:
     assert not check(loser, INCUMBENTS, 0, LEVEL, category="data/schedule").stop
     assert check(loser, INCUMBENTS, 0, LEVEL, category="architecture").stop
     slow = check(loser, INCUMBENTS, 0, LEVEL, speed_off=True)
-    assert not slow.stop and "measures the machine" in slow.why
+    assert not slow.stop and "its loss curve measures the machine" in slow.why
 
 
 def test_a_new_incumbent_with_two_runs_judges_with_the_earlier_incumbents_spread() -> None:

@@ -187,14 +187,16 @@ def _own_ratio(runs: Sequence[Sample], pair: dict[int, tuple[Sample, Key]],
 
 def _elsewhere(r: Sample, usual_speed: float | None) -> str:
     """The note of a run placed in another machine condition than the usual one."""
-    speed = "speed unknown" if r.throughput is None else f"{r.throughput:.4g} {_unit(r)}"
-    usual = f" against the incumbent's usual {usual_speed:.4g} {_unit(r)}" if usual_speed else ""
-    return (f"{speed}{usual}: the machine ran in another condition; compared with the "
-            "incumbent's runs there")
+    speed = "an unknown speed" if r.throughput is None else speed_text(r.throughput, r)
+    usual = f" (the incumbent usually runs at {speed_text(usual_speed, r)})" if usual_speed else ""
+    return (f"ran at {speed}{usual}: the machine's load changed, so it is compared with the "
+            "incumbent's runs at that speed")
 
 
-def _unit(r: Sample) -> str:
-    return "tokens/s" if r.source and "tokens" in r.source else "steps/s"
+def speed_text(speed: float, r: Sample) -> str:
+    """A throughput as a person reads it: 16,320 tokens/s, 2.41 steps/s."""
+    unit = "tokens/s" if r.source and "tokens" in r.source else "steps/s"
+    return f"{speed:,.0f} {unit}" if speed >= 100 else f"{speed:.3g} {unit}"
 
 
 def _ratio(r: Sample, b: Sample) -> float | None:
@@ -209,9 +211,9 @@ def _one(r: Sample, paired: tuple[Sample, Key] | None, ratio: float | None, inc:
     if paired is not None:
         b, key = paired
         if ratio is not None and not agrees(_ratio(r, b), ratio, tolerance):
-            return None, (f"left out: its speed over the incumbent's beside it (run "
-                          f"{b.run_id}) differs from the change's other pairs: the machine "
-                          "moved between them")
+            return None, (f"left out: its speed relative to the incumbent's run {b.run_id} "
+                          "beside it differs from its other pairs, so the machine's speed "
+                          "changed between the two runs")
         return key, ""
     if r.throughput is None:
         return inc.latest.get(r.device), ""
@@ -219,6 +221,6 @@ def _one(r: Sample, paired: tuple[Sample, Key] | None, ratio: float | None, inc:
                                                 inc.near(r.device), tolerance)
     if found is not None:
         return found, ""
-    return None, (f"{r.throughput:.4g} {_unit(r)} matches no condition the incumbent ran in"
-                  + ("" if ratio is not None else " (the change's own speed is not confirmed)")
-                  + ": the incumbent runs beside it")
+    return None, (f"ran at {speed_text(r.throughput, r)}, a speed the incumbent has not run at"
+                  + ("" if ratio is not None else " (this change's own effect on speed is not "
+                     "measured yet)") + ", so the incumbent runs next to it")

@@ -198,12 +198,13 @@ def _baseline(ev: Evidence, rule: Rule) -> Verdict:
     want = rule.baseline_runs if rule.decision == SEQUENTIAL else 1 + rule.confirm_runs
     value, off = best_of(ev.runs, speed_tolerance(ev.speed_noise))
     base = Verdict(None, metric=value, n=n - sum(off), suspect=tuple(off), notes=tuple(
-        "another machine condition than most of its runs" if o else "" for o in off))
+        "ran at another speed than most of the baseline's runs, so it is left out of its value"
+        if o else "" for o in off))
     if n < want:
         return replace(base, seed=next_seed({r.seed for r in ev.runs}, rule))
     why = f"baseline: the mean of {base.n} run{'s' if base.n > 1 else ''}"
     if any(off):
-        why += f" at its usual speed ({sum(off)} more at another: the machine)"
+        why += f" ({sum(off)} more ran at another speed: left out)"
     if n >= 2 and len({r.metric for r in ev.runs}) == 1:
         why += " (identical repeats: the noise cannot be measured)"
     return replace(base, status=ExperimentStatus.KEPT, reason=why, keep=True)
@@ -272,7 +273,8 @@ def _change(ev: Evidence, rule: Rule) -> Verdict:
     home = usual(keys)
     base = Verdict(None, suspect=tuple(k is None or k != home for k in pl.keys),
                    notes=pl.notes, best_notes=tuple(
-                       "" if k == home else "another machine condition" for k in keys))
+                       "" if k == home else "ran at another speed than the incumbent's usual one"
+                       for k in keys))
     if not ev.best:
         return replace(base, status=ExperimentStatus.DISCARDED, metric=mean(
             [r.metric for r in ev.runs]), reason="no incumbent runs to compare with")
@@ -297,7 +299,7 @@ def _pending(ev: Evidence, rule: Rule, pl: Placement, base: Verdict) -> Verdict:
         return _stale(ev, base)
     if pl.beside >= rule.max_runs:
         return _gave_up(ev, base)
-    return _beside(ev, rule, base, pl.notes[-1] or "the incumbent runs beside it")
+    return _beside(ev, rule, base, pl.notes[-1] or "the incumbent runs next to it")
 
 
 def _beside(ev: Evidence, rule: Rule, base: Verdict, why: str) -> Verdict:
@@ -309,7 +311,8 @@ def _beside(ev: Evidence, rule: Rule, base: Verdict, why: str) -> Verdict:
 
 
 def _gave_up(ev: Evidence, base: Verdict) -> Verdict:
-    why = "the machine's speed kept changing around its runs: no comparison in one condition"
+    why = ("the machine's speed kept changing around its runs, so it was never compared at one "
+           "speed")
     return replace(base, status=ExperimentStatus.DISCARDED, reason=why, metric=mean(
         [r.metric for r in ev.runs]))
 
@@ -344,8 +347,8 @@ def _test(ev: Evidence, rule: Rule, pl: Placement, keys: Sequence[Key], got: Com
     if t < rule.discard_below * k:
         return replace(base, status=ExperimentStatus.DISCARDED, reason=f"{NOT_BETTER}: {text}")
     if _unbalanced(ev, pl, keys) and pl.beside < rule.max_runs and not ev.head_moved:
-        return _beside(ev, rule, base, "fewer incumbent runs than the change's in its latest "
-                       "condition: the incumbent runs beside it before the look")
+        return _beside(ev, rule, base, "the incumbent has fewer runs than this change at this "
+                       "speed, so it runs once more before the decision")
     better = spent > 0 and p <= level
     if better and pl.ratio_confirmed:
         if ev.head_moved:
@@ -358,7 +361,7 @@ def _test(ev: Evidence, rule: Rule, pl: Placement, keys: Sequence[Key], got: Com
     if ev.head_moved:
         return _stale(ev, base)
     if better:
-        text += "; its speed against the incumbent's is not confirmed yet (one more pair)"
+        text += "; its effect on speed is not confirmed yet, so it runs once more"
     return replace(base, seed=next_seed({r.seed for r in ev.runs}, rule), reason=text)
 
 

@@ -97,8 +97,8 @@ def check(challenger: Curve, incumbents: Sequence[Curve], index: int, level: flo
         return PruneCall(False, fraction, f"{category} changes are not stopped early "
                                           "(their curves can cross late)")
     if speed_off:
-        return PruneCall(False, fraction, "its speed so far is not the incumbent's: the curve "
-                                          "measures the machine")
+        return PruneCall(False, fraction, "its speed so far differs from the incumbent's, so "
+                                          "its loss curve measures the machine")
     loss = loss_at(challenger, fraction, policy.window)
     if loss is None:
         return PruneCall(False, fraction, "no progress line near this point")

@@ -155,8 +155,9 @@ def model_moves(state: SearchState, knobs: list[KnobValue], rng: random.Random,
             score -= RESTING_PENALTY if knob.name in resting else 0.0
             kind = _kind(state, change, mean)
             moves.append(Move((change,), kind, score,
-                              f"{kind}: predicted gain {mean:+.3g} (gain scale "
-                              f"{state.scale:.2g}, {model.n:.1f} weighted runs on {knob.name})",
+                              f"{kind}: expected gain {mean:+.3g} against a typical gain "
+                              f"of {state.scale:.2g}, from {model.n:.1f} runs that moved "
+                              f"{knob.name} (older runs count less)",
                               category, {"predicted_gain": round(mean, 9)}))
     return sorted(moves, key=lambda m: -m.score)
 

@@ -63,10 +63,11 @@ def conditions(best: Sequence[Sample], tolerance: float) -> list[Key]:
     latest: dict[str | None, Key] = {}
     for b in best:
         key = latest.get(b.device)
-        if key is None or not agrees(b.throughput, _level(speeds[key]), tolerance):
-            home = _usual_of(keys, b.device)
-            key = _nearest(b.throughput, b.device, {home: speeds[home]} if home else {},
-                           tolerance) or (b.device, sum(1 for k in speeds if k[0] == b.device))
+        if key is None or not agrees(b.throughput, _median_speed(speeds[key]), tolerance):
+            usual_key = _usual_of(keys, b.device)
+            usual_speeds = {usual_key: speeds[usual_key]} if usual_key else {}
+            key = _nearest(b.throughput, b.device, usual_speeds, tolerance) or (
+                b.device, sum(1 for k in speeds if k[0] == b.device))
         speeds.setdefault(key, [])
         if b.throughput is not None:
             speeds[key].append(b.throughput)
@@ -75,7 +76,7 @@ def conditions(best: Sequence[Sample], tolerance: float) -> list[Key]:
     return keys
 
 
-def _level(values: Sequence[float]) -> float | None:
+def _median_speed(values: Sequence[float]) -> float | None:
     return median(values) if values else None
 
 
@@ -86,7 +87,7 @@ def _nearest(speed: float | None, device: str | None, speeds: dict[Key, list[flo
         return None
     found, gap = None, math.inf
     for key, values in speeds.items():
-        level = _level(values)
+        level = _median_speed(values)
         if key[0] != device or level is None or not agrees(speed, level, tolerance):
             continue
         if abs(math.log(speed / level)) < gap:
@@ -107,9 +108,9 @@ def best_of(best: Sequence[Sample], tolerance: float) -> tuple[float | None, lis
     """The incumbent's value, the mean of its runs in its usual condition, and per run
     whether it is off that condition."""
     keys = conditions(best, tolerance)
-    home = usual(keys)
-    values = [b.metric for b, k in zip(best, keys, strict=True) if k == home]
-    return (sum(values) / len(values) if values else None), [k != home for k in keys]
+    usual_key = usual(keys)
+    values = [b.metric for b, k in zip(best, keys, strict=True) if k == usual_key]
+    return (sum(values) / len(values) if values else None), [k != usual_key for k in keys]
 
 
 @dataclass(frozen=True)
@@ -128,7 +129,7 @@ class _Incumbent:
             speeds.setdefault(k, []).extend([b.throughput] if b.throughput is not None else [])
         return cls(keys, speeds, {b.device: k for b, k in zip(best, keys, strict=True)})
 
-    def near(self, device: str | None) -> dict[Key, list[float]]:
+    def joinable(self, device: str | None) -> dict[Key, list[float]]:
         """The conditions a run not beside the incumbent may join: the usual and the latest."""
         return {k: v for k, v in self.speeds.items()
                 if k in (_usual_of(self.keys, device), self.latest.get(device))}
@@ -144,40 +145,41 @@ def recorded_best(runs: Sequence[Run], commit: str) -> tuple[float | None, list[
     """The best as every screen shows it: best_of the commit's good runs, at the sweep's
     measured speed tolerance; with those runs and whether each is off the usual condition."""
     good = [r for r in runs if r.status in GOOD and r.metric is not None]
-    mine = [r for r in good if r.commit == commit]
+    change_runs = [r for r in good if r.commit == commit]
     tol = speed_tolerance(speed_noise([(r.commit, r.device, r.throughput) for r in good]))
-    value, off = best_of([sample(r) for r in mine], tol)
-    return value, mine, off
+    value, other_speed = best_of([sample(r) for r in change_runs], tol)
+    return value, change_runs, other_speed
 
 
 def place(runs: Sequence[Sample], best: Sequence[Sample], tolerance: float) -> Placement:
     """The change's runs placed in the incumbent's conditions (see the module docstring)."""
     inc = _Incumbent.of(best, tolerance)
-    mine = {r.run_id for r in runs if r.run_id}
-    pair = {b.pair_of: (b, k) for b, k in zip(best, inc.keys, strict=True) if b.pair_of in mine}
-    home = usual(inc.keys)
-    known = {k for b, k in zip(best, inc.keys, strict=True) if b.pair_of not in mine}
-    ratio = _own_ratio(runs, pair, known, tolerance)
-    got = [_one(r, pair.get(r.run_id), ratio, inc, tolerance) for r in runs]
-    level = _level(inc.speeds.get(home, [])) if home is not None else None
-    notes = [n or ("" if k in (None, home) else _elsewhere(r, level))
-             for r, (k, n) in zip(runs, got, strict=True)]
-    pending = bool(runs) and got[-1][0] is None and runs[-1].run_id not in pair
+    change_ids = {r.run_id for r in runs if r.run_id}
+    pair = {b.pair_of: (b, k) for b, k in zip(best, inc.keys, strict=True)
+            if b.pair_of in change_ids}
+    usual_key = usual(inc.keys)
+    seen_apart = {k for b, k in zip(best, inc.keys, strict=True) if b.pair_of not in change_ids}
+    ratio = _own_ratio(runs, pair, seen_apart, tolerance)
+    placed = [_place_one(r, pair.get(r.run_id), ratio, inc, tolerance) for r in runs]
+    level = _median_speed(inc.speeds.get(usual_key, [])) if usual_key is not None else None
+    notes = [n or ("" if k in (None, usual_key) else _other_speed_note(r, level))
+             for r, (k, n) in zip(runs, placed, strict=True)]
+    pending = bool(runs) and placed[-1][0] is None and runs[-1].run_id not in pair
     ratios = tuple(x for r in runs if r.run_id in pair
                    and (x := _ratio(r, pair[r.run_id][0])) is not None)
-    return Placement(tuple(k for k, _ in got), tuple(notes), pending, ratio is not None,
+    return Placement(tuple(k for k, _ in placed), tuple(notes), pending, ratio is not None,
                      len(pair), ratios)
 
 
 def _own_ratio(runs: Sequence[Sample], pair: dict[int, tuple[Sample, Key]],
-               known: set[Key], tolerance: float) -> float | None:
+               seen_apart: set[Key], tolerance: float) -> float | None:
     """The change's speed over the incumbent's beside it: the median of its pairs whose
     incumbent run is in a condition known from runs not beside this change (else the machine
     may have moved between the two), once two of them agree on it; ~1 when every pair says so;
     None while it is not confirmed."""
     ratios = {r.run_id: x for r in runs if r.run_id in pair
               and (x := _ratio(r, pair[r.run_id][0])) is not None}
-    measured = [x for i, x in ratios.items() if pair[i][1] in known]
+    measured = [x for i, x in ratios.items() if pair[i][1] in seen_apart]
     ratio = median(measured) if measured else 1.0
     if all(agrees(x, 1.0, tolerance) for x in ratios.values()) or sum(
             agrees(x, ratio, tolerance) for x in measured) >= 2:
@@ -185,7 +187,7 @@ def _own_ratio(runs: Sequence[Sample], pair: dict[int, tuple[Sample, Key]],
     return None
 
 
-def _elsewhere(r: Sample, usual_speed: float | None) -> str:
+def _other_speed_note(r: Sample, usual_speed: float | None) -> str:
     """The note of a run placed in another machine condition than the usual one."""
     speed = "an unknown speed" if r.throughput is None else speed_text(r.throughput, r)
     usual = f" (the incumbent usually runs at {speed_text(usual_speed, r)})" if usual_speed else ""
@@ -204,7 +206,7 @@ def _ratio(r: Sample, b: Sample) -> float | None:
     return r.throughput / b.throughput if r.throughput and b.throughput else None
 
 
-def _one(r: Sample, paired: tuple[Sample, Key] | None, ratio: float | None, inc: _Incumbent,
+def _place_one(r: Sample, paired: tuple[Sample, Key] | None, ratio: float | None, inc: _Incumbent,
          tolerance: float) -> tuple[Key | None, str]:
     """One change run's condition and, when it is not plain, why; `ratio`: the change's
     speed ratio, None while it is not confirmed."""
@@ -218,7 +220,7 @@ def _one(r: Sample, paired: tuple[Sample, Key] | None, ratio: float | None, inc:
     if r.throughput is None:
         return inc.latest.get(r.device), ""
     found = None if ratio is None else _nearest(r.throughput / ratio, r.device,
-                                                inc.near(r.device), tolerance)
+                                                inc.joinable(r.device), tolerance)
     if found is not None:
         return found, ""
     return None, (f"ran at {speed_text(r.throughput, r)}, a speed the incumbent has not run at"

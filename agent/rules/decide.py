@@ -196,15 +196,15 @@ def _baseline(ev: Evidence, rule: Rule) -> Verdict:
     steady machine and move with its load); its value is the mean in its usual condition."""
     n = len(ev.runs)
     want = rule.baseline_runs if rule.decision == SEQUENTIAL else 1 + rule.confirm_runs
-    value, off = best_of(ev.runs, speed_tolerance(ev.speed_noise))
-    base = Verdict(None, metric=value, n=n - sum(off), suspect=tuple(off), notes=tuple(
-        "ran at another speed than most of the baseline's runs, so it is left out of its value"
-        if o else "" for o in off))
+    value, other_speed = best_of(ev.runs, speed_tolerance(ev.speed_noise))
+    base = Verdict(None, metric=value, n=n - sum(other_speed), suspect=tuple(other_speed),
+                   notes=tuple("ran at another speed than most of the baseline's runs, so it is "
+                               "left out of its value" if o else "" for o in other_speed))
     if n < want:
         return replace(base, seed=next_seed({r.seed for r in ev.runs}, rule))
     why = f"baseline: the mean of {base.n} run{'s' if base.n > 1 else ''}"
-    if any(off):
-        why += f" ({sum(off)} more ran at another speed: left out)"
+    if any(other_speed):
+        why += f" ({sum(other_speed)} more ran at another speed: left out)"
     if n >= 2 and len({r.metric for r in ev.runs}) == 1:
         why += " (identical repeats: the noise cannot be measured)"
     return replace(base, status=ExperimentStatus.KEPT, reason=why, keep=True)
@@ -223,7 +223,7 @@ def _strict(ev: Evidence, rule: Rule) -> Verdict:
     if n < 1 + rule.confirm_runs:
         return replace(base, seed=next_seed({r.seed for r in ev.runs}, rule))
     if ev.head_moved:
-        return _stale(ev, base)
+        return _branch_moved(ev, base)
     return replace(base, status=ExperimentStatus.KEPT, reason=f"better (strict): {text}",
                    keep=True)
 
@@ -247,16 +247,18 @@ def compare(runs: Sequence[Sample], best: Sequence[Sample], pl: Placement,
     groups: list[list[float]] = []
     total = weight = 0.0
     for key in dict.fromkeys(k for k in pl.keys if k is not None):
-        mine = [r.metric for r, k in zip(runs, pl.keys, strict=True) if k == key]
-        theirs = [b.metric for b, k in zip(best, keys, strict=True) if k == key]
-        w = 1.0 / (1.0 / len(mine) + 1.0 / len(theirs))
-        total += w * sign * (sum(theirs) / len(theirs) - sum(mine) / len(mine))
+        change_values = [r.metric for r, k in zip(runs, pl.keys, strict=True) if k == key]
+        incumbent_values = [b.metric for b, k in zip(best, keys, strict=True) if k == key]
+        w = 1.0 / (1.0 / len(change_values) + 1.0 / len(incumbent_values))
+        gain = sum(incumbent_values) / len(incumbent_values) - sum(change_values) / len(
+            change_values)
+        total += w * sign * gain
         weight += w
-        groups.append(mine)
+        groups.append(change_values)
     if not weight:
         return None
-    for home in dict.fromkeys(keys):  # the incumbent's runs per condition
-        groups.append([b.metric for b, k in zip(best, keys, strict=True) if k == home])
+    for key in dict.fromkeys(keys):  # the incumbent's runs per condition
+        groups.append([b.metric for b, k in zip(best, keys, strict=True) if k == key])
     sigma, df = (rule.noise_sigma, 0) if rule.noise_sigma else pooled_of([squares(groups)],
                                                                         others)
     value = best_of(best, tol)[0]
@@ -270,39 +272,39 @@ def _change(ev: Evidence, rule: Rule) -> Verdict:
     tol = speed_tolerance(ev.speed_noise)
     pl = place(ev.runs, ev.best, tol)
     keys = conditions(ev.best, tol)
-    home = usual(keys)
-    base = Verdict(None, suspect=tuple(k is None or k != home for k in pl.keys),
+    usual_key = usual(keys)
+    base = Verdict(None, suspect=tuple(k is None or k != usual_key for k in pl.keys),
                    notes=pl.notes, best_notes=tuple(
-                       "" if k == home else "ran at another speed than the incumbent's usual one"
-                       for k in keys))
+                       "" if k == usual_key else "ran at another speed than the incumbent's "
+                       "usual one" for k in keys))
     if not ev.best:
         return replace(base, status=ExperimentStatus.DISCARDED, metric=mean(
             [r.metric for r in ev.runs]), reason="no incumbent runs to compare with")
     if pl.pending:
-        return _pending(ev, rule, pl, base)
-    got = compare(ev.runs, ev.best, pl, keys, ev.others, rule, tol)
-    if got is None:  # its runs were left out: the next gets an incumbent run beside it
+        return _unplaced(ev, rule, pl, base)
+    cmp = compare(ev.runs, ev.best, pl, keys, ev.others, rule, tol)
+    if cmp is None:  # its runs were left out: the next gets an incumbent run beside it
         if len(ev.runs) >= rule.max_runs or ev.head_moved:
-            return _gave_up(ev, base)
+            return _speed_kept_changing(ev, base)
         return replace(base, seed=next_seed({r.seed for r in ev.runs}, rule))
     sign = 1.0 if rule.direction is Direction.MINIMIZE else -1.0
-    base = replace(base, metric=got.best - sign * got.gain, n=got.n, sigma=got.sigma,
-                   df=got.df)
-    if got.se is None:
-        return _single(ev, rule, got, base)
-    return _test(ev, rule, pl, keys, got, base)
+    base = replace(base, metric=cmp.best - sign * cmp.gain, n=cmp.n, sigma=cmp.sigma,
+                   df=cmp.df)
+    if cmp.se is None:
+        return _without_noise(ev, rule, cmp, base)
+    return _test(ev, rule, pl, keys, cmp, base)
 
 
-def _pending(ev: Evidence, rule: Rule, pl: Placement, base: Verdict) -> Verdict:
+def _unplaced(ev: Evidence, rule: Rule, pl: Placement, base: Verdict) -> Verdict:
     """The latest run has no condition yet: the incumbent runs beside it, with its seed."""
     if ev.head_moved:
-        return _stale(ev, base)
+        return _branch_moved(ev, base)
     if pl.beside >= rule.max_runs:
-        return _gave_up(ev, base)
-    return _beside(ev, rule, base, pl.notes[-1] or "the incumbent runs next to it")
+        return _speed_kept_changing(ev, base)
+    return _incumbent_beside(ev, rule, base, pl.notes[-1] or "the incumbent runs next to it")
 
 
-def _beside(ev: Evidence, rule: Rule, base: Verdict, why: str) -> Verdict:
+def _incumbent_beside(ev: Evidence, rule: Rule, base: Verdict, why: str) -> Verdict:
     """Run the incumbent beside the change's latest run, with that run's seed if it can."""
     last = ev.runs[-1]
     used = ev.started_seeds | {b.seed for b in ev.best if b.seed is not None}
@@ -310,62 +312,62 @@ def _beside(ev: Evidence, rule: Rule, base: Verdict, why: str) -> Verdict:
                    seed=next_seed(used, rule, prefer=last.seed))
 
 
-def _gave_up(ev: Evidence, base: Verdict) -> Verdict:
+def _speed_kept_changing(ev: Evidence, base: Verdict) -> Verdict:
     why = ("the machine's speed kept changing around its runs, so it was never compared at one "
            "speed")
     return replace(base, status=ExperimentStatus.DISCARDED, reason=why, metric=mean(
         [r.metric for r in ev.runs]))
 
 
-def _single(ev: Evidence, rule: Rule, got: Comparison, base: Verdict) -> Verdict:
+def _without_noise(ev: Evidence, rule: Rule, cmp: Comparison, base: Verdict) -> Verdict:
     """No σ̂: the single comparison, better by more than min_delta."""
     why = ("the noise is not measured (the baseline's repeats were identical: does the script "
            "ignore OVERNIGHT_SEED?)" if rule.baseline_runs >= 2 else
            "the noise is not measured (baseline_runs = 1)")
-    text = f"{base.metric:.6g} vs best {got.best:.6g} on one run; {why}"
-    if got.gain - rule.min_delta <= 0:
+    text = f"{base.metric:.6g} vs best {cmp.best:.6g} on one run; {why}"
+    if cmp.gain - rule.min_delta <= 0:
         return replace(base, status=ExperimentStatus.DISCARDED, reason=f"{NOT_BETTER}: {text}")
     if ev.head_moved:
-        return _stale(ev, base)
+        return _branch_moved(ev, base)
     return replace(base, status=ExperimentStatus.KEPT, reason=f"better: {text}", keep=True)
 
 
-def _test(ev: Evidence, rule: Rule, pl: Placement, keys: Sequence[Key], got: Comparison,
+def _test(ev: Evidence, rule: Rule, pl: Placement, keys: Sequence[Key], cmp: Comparison,
           base: Verdict) -> Verdict:
     """Look k of the sequential test: discard, balance the latest condition, keep, or run
     again."""
-    assert got.se is not None
+    assert cmp.se is not None
     k, K = min(len(ev.runs), rule.max_runs), rule.max_runs
     spent = share(k, K)
     level = fdr.level(ev.tests, rule.fdr) * spent
-    t = t_score(got.gain - rule.min_delta, got.se)
-    p = t_sf(t, got.df or None)
-    base = replace(base, p_better=1.0 - t_sf(t_score(got.gain, got.se), got.df or None),
+    t = t_score(cmp.gain - rule.min_delta, cmp.se)
+    p = t_sf(t, cmp.df or None)
+    base = replace(base, p_better=1.0 - t_sf(t_score(cmp.gain, cmp.se), cmp.df or None),
                    p_value=min(1.0, p / spent) if spent else 1.0, level=level)
-    text = (f"{base.metric:.6g} vs best {got.best:.6g} on {got.n} run{'s' if got.n > 1 else ''}"
-            f" (σ̂ {got.sigma:.3g}, {got.df or '∞'} df): t {t:.2f}, p {p:.2g}, level {level:.2g}")
+    text = (f"{base.metric:.6g} vs best {cmp.best:.6g} on {cmp.n} run{'s' if cmp.n > 1 else ''}"
+            f" (σ̂ {cmp.sigma:.3g}, {cmp.df or '∞'} df): t {t:.2f}, p {p:.2g}, level {level:.2g}")
     if t < rule.discard_below * k:
         return replace(base, status=ExperimentStatus.DISCARDED, reason=f"{NOT_BETTER}: {text}")
-    if _unbalanced(ev, pl, keys) and pl.beside < rule.max_runs and not ev.head_moved:
-        return _beside(ev, rule, base, "the incumbent has fewer runs than this change at this "
-                       "speed, so it runs once more before the decision")
+    if _incumbent_short(ev, pl, keys) and pl.beside < rule.max_runs and not ev.head_moved:
+        return _incumbent_beside(ev, rule, base, "the incumbent has fewer runs than this change "
+                                 "at this speed, so it runs once more before the decision")
     better = spent > 0 and p <= level
     if better and pl.ratio_confirmed:
         if ev.head_moved:
-            return _stale(ev, base)
+            return _branch_moved(ev, base)
         return replace(base, status=ExperimentStatus.KEPT, reason=f"better: {text}", keep=True)
     if len(ev.runs) >= K:
         if better:
-            return _unsteady(pl, base, text)
+            return _pairs_disagree(pl, base, text)
         return replace(base, status=ExperimentStatus.DISCARDED, reason=f"{NOT_BETTER}: {text}")
     if ev.head_moved:
-        return _stale(ev, base)
+        return _branch_moved(ev, base)
     if better:
         text += "; its effect on speed is not confirmed yet, so it runs once more"
     return replace(base, seed=next_seed({r.seed for r in ev.runs}, rule), reason=text)
 
 
-def _unsteady(pl: Placement, base: Verdict, text: str) -> Verdict:
+def _pairs_disagree(pl: Placement, base: Verdict, text: str) -> Verdict:
     """Better beside the incumbent at every look, but its pairs never agreed on its speed: the
     machine moved between runs and their pairs, so its gain (and value) is not known in the
     usual condition. Discarded unjudged: no value, no test in the night's ledger."""
@@ -377,7 +379,7 @@ def _unsteady(pl: Placement, base: Verdict, text: str) -> Verdict:
                    p_value=None, p_better=None)
 
 
-def _unbalanced(ev: Evidence, pl: Placement, keys: Sequence[Key]) -> bool:
+def _incumbent_short(ev: Evidence, pl: Placement, keys: Sequence[Key]) -> bool:
     """The change's latest run has no pair and its condition holds fewer incumbent runs than
     change runs (equal numbers halve the standard error most for the runs spent)."""
     key, last = pl.keys[-1], ev.runs[-1]
@@ -386,7 +388,7 @@ def _unbalanced(ev: Evidence, pl: Placement, keys: Sequence[Key]) -> bool:
     return sum(k == key for k in keys) < sum(k == key for k in pl.keys)
 
 
-def _stale(ev: Evidence, base: Verdict) -> Verdict:
+def _branch_moved(ev: Evidence, base: Verdict) -> Verdict:
     why = (f"promising, but conflicts with the change kept meanwhile: {ev.conflict}" if ev.conflict
            else "promising, but the branch moved while it ran; re-queued on the new head")
     return replace(base, status=ExperimentStatus.DISCARDED, reason=why, requeue=not ev.conflict)

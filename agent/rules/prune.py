@@ -72,8 +72,8 @@ def loss_at(curve: Curve, fraction: float, window: float) -> float | None:
     """The median loss of the points in [fraction − window, fraction]; None if there are none
     (non-finite losses are left out)."""
     lo = fraction - window - 1e-9
-    near = [loss for f, loss in curve if lo <= f <= fraction + 1e-9 and math.isfinite(loss)]
-    return statistics.median(near) if near else None
+    in_window = [loss for f, loss in curve if lo <= f <= fraction + 1e-9 and math.isfinite(loss)]
+    return statistics.median(in_window) if in_window else None
 
 
 def next_check(fraction_now: float, judged: int, policy: PrunePolicy) -> int | None:
@@ -102,13 +102,14 @@ def check(challenger: Curve, incumbents: Sequence[Curve], index: int, level: flo
     loss = loss_at(challenger, fraction, policy.window)
     if loss is None:
         return PruneCall(False, fraction, "no progress line near this point")
-    here = _column(incumbents, fraction, policy.window)
-    groups = [here, *(_column(g, fraction, policy.window) for g in earlier[:policy.pool_earlier])]
+    incumbent_losses = _column(incumbents, fraction, policy.window)
+    groups = [incumbent_losses,
+              *(_column(g, fraction, policy.window) for g in earlier[:policy.pool_earlier])]
     sd, df = pooled_of([squares([g]) for g in groups])
-    if not here or sd is None:
+    if not incumbent_losses or sd is None:
         return PruneCall(False, fraction, "the incumbent's curves show no spread here yet")
-    reference = statistics.fmean(here)
-    se = sd * math.sqrt(1 + 1 / len(here))
+    reference = statistics.fmean(incumbent_losses)
+    se = sd * math.sqrt(1 + 1 / len(incumbent_losses))
     p_worse = 1.0 - t_sf(t_score(reference - loss, se), df)
     stop = p_worse <= level
     why = "clearly behind" if stop else f"not clearly behind (P {p_worse:.2g} > {level:.2g})"

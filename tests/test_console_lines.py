@@ -30,7 +30,7 @@ def test_a_plain_keep_or_not_better_shows_the_description_alone(
     (ExperimentStatus.DISCARDED, "run 2 (seed 43) failed: timed out after 12 s"),
     (ExperimentStatus.DISCARDED, "stopped at 30 % of the budget: loss 4.31 vs the incumbent's "
                                  "4.01 ± 0.030 at the same point"),
-    (ExperimentStatus.DISCARDED, "discarded: the machine's speed kept changing around its runs"),
+    (ExperimentStatus.DISCARDED, "not judged: the machine's speed kept changing around its runs"),
     (ExperimentStatus.CRASHED, "NameError: name 'x' is not defined"),
 ])
 def test_any_other_outcome_names_its_reason(status: ExperimentStatus, reason: str) -> None:
@@ -62,9 +62,10 @@ def test_a_discard_with_no_value_is_not_written_as_a_crash_in_results_tsv():
     from agent.analysis.report import results_tsv
 
     unjudged = _exp(ExperimentStatus.DISCARDED, "not judged: better beside the incumbent (…), "
-                    "but its speed over the incumbent's moved from pair to pair (×2.4, ×1.3)")
+                    "but the machine's speed kept changing around its runs (its speed over the "
+                    "incumbent's: ×2.4, ×1.3)")
     crashed = Experiment(2, 1, ExperimentStatus.CRASHED, "D_MODEL 256 -> 512", "", "knobs")
     tsv = results_tsv(SimpleNamespace(metric="val_bpb"), [unjudged, crashed])  # type: ignore[arg-type]
     rows = [line.split("\t") for line in tsv.splitlines()[1:]]
     assert rows[0][1:4] == ["", "0.0", "discard"] and rows[1][1:4] == ["0.000000", "0.0", "crash"]
-    assert describe(unjudged).endswith("(×2.4, ×1.3)]")
+    assert describe(unjudged).endswith("×2.4, ×1.3)]")

@@ -1,15 +1,7 @@
-"""The machine's conditions, the blocks of the keep rule's model: the incumbent's runs grouped by
-speed, each run of a change placed in one of them (or not yet), and the incumbent's value.
-
-Pure: stdlib, the domain's run records and agent.rules.noise only. The rules, stated in
-docs/keep-rule.md#the-model: an incumbent run stays in the latest condition while its speed is
-within the tolerance of that condition's median, else joins the usual condition (the most runs)
-or starts its own; a change's run goes with the incumbent run started beside it, else to the
-usual or the latest condition whose speed times the change's speed ratio matches its own, else
-it is not placed yet (the incumbent runs beside it). A ratio off 1 counts once two pairs agree
-on it. A run whose speed is unknown goes to the incumbent's latest condition on its device.
+"""The machine's conditions, the blocks of the keep rule's model (docs/keep-rule.md#the-model):
+the incumbent's runs grouped by speed, each run of a change placed in one of them (or not yet),
+and the incumbent's value. Pure: stdlib, the domain's run records and agent.rules.noise only.
 """
-
 from __future__ import annotations
 
 import math
@@ -57,7 +49,7 @@ def agrees(value: float | None, reference: float | None, tolerance: float) -> bo
 
 
 def conditions(best: Sequence[Sample], tolerance: float) -> list[Key]:
-    """Each incumbent run's condition (see the module docstring)."""
+    """Each incumbent run's condition (docs/keep-rule.md#the-model)."""
     keys: list[Key] = []
     speeds: dict[Key, list[float]] = {}
     latest: dict[str | None, Key] = {}
@@ -152,7 +144,7 @@ def recorded_best(runs: Sequence[Run], commit: str) -> tuple[float | None, list[
 
 
 def place(runs: Sequence[Sample], best: Sequence[Sample], tolerance: float) -> Placement:
-    """The change's runs placed in the incumbent's conditions (see the module docstring)."""
+    """The change's runs placed in the incumbent's conditions (docs/keep-rule.md#the-model)."""
     inc = _Incumbent.of(best, tolerance)
     change_ids = {r.run_id for r in runs if r.run_id}
     pair = {b.pair_of: (b, k) for b, k in zip(best, inc.keys, strict=True)

@@ -19,7 +19,16 @@ from typing import Literal
 from agent.core.config import CONFIG_FILE, TargetConfig
 from agent.core.prune_policy import PrunePolicy
 from agent.rules.conditions import Sample
-from agent.rules.throughput import NONE_FIX, NONE_HINT
+
+NONE_HINT = (
+    "the machine's load cannot be checked: the summary has no num_steps or total_tokens_M "
+    "(with training_seconds) and no progress line shows a step with an elapsed time"
+)
+NONE_FIX = (
+    "print `num_steps: <steps>` in the summary block, or progress lines such as "
+    "`step 120 | loss 3.41 | elapsed 31.2s`"
+)
+
 
 Status = Literal["ok", "warn", "fail", "info"]
 BUDGET_SLACK = 1.25  # training_seconds may overrun the budget by this factor (+1 s) ...

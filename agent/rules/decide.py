@@ -1,14 +1,8 @@
 """The keep rule: after each run of an experiment, keep, discard, run again, or run the incumbent
-beside it. One pure function, `decide(evidence, rule) -> Verdict`; docs/keep-rule.md is its spec.
-
-Pure: the stdlib, the domain, config, classify and the rules' noise, conditions and fdr. A
-run's metric is its commit's effect, its machine condition's offset (agent.rules.conditions) and
-seed noise N(0, σ²); a change's gain over its incumbent is compared within conditions, on
-Student's t with σ̂'s degrees of freedom, and kept when its look's p-value is within its share
-of the night's level (agent.rules.fdr). With no σ̂ (identical repeats) there is no test: one
-run, kept when better by more than min_delta.
+beside it. One pure function, `decide(evidence, rule) -> Verdict`; docs/keep-rule.md is its spec
+(the model, the four outcomes, every setting). Pure: the stdlib, the domain, config, classify
+and the rules' noise, conditions and fdr.
 """
-
 from __future__ import annotations
 
 import math
@@ -191,9 +185,8 @@ def _failure(ev: Evidence, rule: Rule) -> Verdict:
 
 
 def _baseline(ev: Evidence, rule: Rule) -> Verdict:
-    """The first incumbent: `baseline_runs` runs (1 + confirm_runs for strict), all of them
-    even when the first repeats are identical (a metric printed coarsely can repeat on a
-    steady machine and move with its load); its value is the mean in its usual condition."""
+    """The first incumbent: `baseline_runs` runs (1 + confirm_runs for strict), all of them even
+    when the first repeats are identical; its value is the mean in its usual condition."""
     n = len(ev.runs)
     want = rule.baseline_runs if rule.decision == SEQUENTIAL else 1 + rule.confirm_runs
     value, other_speed = best_of(ev.runs, speed_tolerance(ev.speed_noise))
@@ -241,7 +234,7 @@ class Comparison:
 def compare(runs: Sequence[Sample], best: Sequence[Sample], pl: Placement,
             keys: Sequence[Key], others: tuple[float, int], rule: Rule, tol: float
             ) -> Comparison | None:
-    """The change against its incumbent within conditions (the module docstring's model);
+    """The change against its incumbent within conditions (docs/keep-rule.md#the-model);
     None when none of its runs is placed."""
     sign = 1.0 if rule.direction is Direction.MINIMIZE else -1.0
     groups: list[list[float]] = []
@@ -268,7 +261,7 @@ def compare(runs: Sequence[Sample], best: Sequence[Sample], pl: Placement,
 
 
 def _change(ev: Evidence, rule: Rule) -> Verdict:
-    """The sequential test of a change (the module docstring)."""
+    """The sequential test of a change (docs/keep-rule.md#the-four-outcomes)."""
     tol = speed_tolerance(ev.speed_noise)
     pl = place(ev.runs, ev.best, tol)
     keys = conditions(ev.best, tol)
@@ -284,8 +277,10 @@ def _change(ev: Evidence, rule: Rule) -> Verdict:
         return _unplaced(ev, rule, pl, base)
     cmp = compare(ev.runs, ev.best, pl, keys, ev.others, rule, tol)
     if cmp is None:  # its runs were left out: the next gets an incumbent run beside it
-        if len(ev.runs) >= rule.max_runs or ev.head_moved:
-            return _speed_kept_changing(ev, base)
+        if ev.head_moved:
+            return _branch_moved(ev, base)
+        if len(ev.runs) >= rule.max_runs:
+            return _speed_kept_changing(pl, base)
         return replace(base, seed=next_seed({r.seed for r in ev.runs}, rule))
     sign = 1.0 if rule.direction is Direction.MINIMIZE else -1.0
     base = replace(base, metric=cmp.best - sign * cmp.gain, n=cmp.n, sigma=cmp.sigma,
@@ -300,7 +295,7 @@ def _unplaced(ev: Evidence, rule: Rule, pl: Placement, base: Verdict) -> Verdict
     if ev.head_moved:
         return _branch_moved(ev, base)
     if pl.beside >= rule.max_runs:
-        return _speed_kept_changing(ev, base)
+        return _speed_kept_changing(pl, base)
     return _incumbent_beside(ev, rule, base, pl.notes[-1] or "the incumbent runs next to it")
 
 
@@ -312,11 +307,15 @@ def _incumbent_beside(ev: Evidence, rule: Rule, base: Verdict, why: str) -> Verd
                    seed=next_seed(used, rule, prefer=last.seed))
 
 
-def _speed_kept_changing(ev: Evidence, base: Verdict) -> Verdict:
-    why = ("the machine's speed kept changing around its runs, so it was never compared at one "
-           "speed")
-    return replace(base, status=ExperimentStatus.DISCARDED, reason=why, metric=mean(
-        [r.metric for r in ev.runs]))
+def _speed_kept_changing(pl: Placement, base: Verdict, text: str = "") -> Verdict:
+    """Never compared at one speed (no condition, or pairs that never agree on its speed):
+    discarded unjudged, with no value and no test in the night's ledger."""
+    why = (f"not judged: better beside the incumbent ({text}), but " if text else
+           "not judged: ") + "the machine's speed kept changing around its runs" + (
+        f" (its speed over the incumbent's: {', '.join(f'×{x:.2g}' for x in pl.ratios)})"
+        if pl.ratios else "")
+    return replace(base, status=ExperimentStatus.DISCARDED, reason=why, metric=None,
+                   p_value=None, p_better=None)
 
 
 def _without_noise(ev: Evidence, rule: Rule, cmp: Comparison, base: Verdict) -> Verdict:
@@ -334,8 +333,7 @@ def _without_noise(ev: Evidence, rule: Rule, cmp: Comparison, base: Verdict) -> 
 
 def _test(ev: Evidence, rule: Rule, pl: Placement, keys: Sequence[Key], cmp: Comparison,
           base: Verdict) -> Verdict:
-    """Look k of the sequential test: discard, balance the latest condition, keep, or run
-    again."""
+    """Look k of the sequential test: discard, balance the latest condition, keep, or run."""
     assert cmp.se is not None
     k, K = min(len(ev.runs), rule.max_runs), rule.max_runs
     spent = share(k, K)
@@ -358,25 +356,13 @@ def _test(ev: Evidence, rule: Rule, pl: Placement, keys: Sequence[Key], cmp: Com
         return replace(base, status=ExperimentStatus.KEPT, reason=f"better: {text}", keep=True)
     if len(ev.runs) >= K:
         if better:
-            return _pairs_disagree(pl, base, text)
+            return _speed_kept_changing(pl, base, text)
         return replace(base, status=ExperimentStatus.DISCARDED, reason=f"{NOT_BETTER}: {text}")
     if ev.head_moved:
         return _branch_moved(ev, base)
     if better:
         text += "; its effect on speed is not confirmed yet, so it runs once more"
     return replace(base, seed=next_seed({r.seed for r in ev.runs}, rule), reason=text)
-
-
-def _pairs_disagree(pl: Placement, base: Verdict, text: str) -> Verdict:
-    """Better beside the incumbent at every look, but its pairs never agreed on its speed: the
-    machine moved between runs and their pairs, so its gain (and value) is not known in the
-    usual condition. Discarded unjudged: no value, no test in the night's ledger."""
-    speeds = ", ".join(f"×{x:.2g}" for x in pl.ratios)
-    why = (f"not judged: better beside the incumbent ({text}), but its speed over the "
-           f"incumbent's moved from pair to pair ({speeds}): the machine changed between its "
-           "runs and their pairs")
-    return replace(base, status=ExperimentStatus.DISCARDED, reason=why, metric=None,
-                   p_value=None, p_better=None)
 
 
 def _incumbent_short(ev: Evidence, pl: Placement, keys: Sequence[Key]) -> bool:

@@ -1,15 +1,8 @@
-"""The early stop: the keep rule's test taken at a fraction of the budget, on the training loss.
-
-Pure: the stdlib, the policy and agent.rules.noise only. A curve is ``(fraction of the training
-budget, training loss)`` points (lower is better, whatever the metric's direction). At each check
-a change's run's loss (the median of its points in the window ending there) is compared with the
-mean of the incumbent's curves there, the spread pooled with the earlier incumbents' curves (each
-commit centred on its own mean), on Student's t; the run is stopped when it is worse with
-P(T ≤ t) at most `level` (agent.rules.decide.stop_level). Never judged: an exempt category, a
-run whose speed is off the incumbent's, a run with no point near the check, curves with no
-spread. Not guaranteed: that a stopped change would have lost at the end (curves cross).
+"""The early stop: the keep rule's test taken at a fraction of the budget, on the training loss
+(docs/keep-rule.md#the-early-stop). Pure: the stdlib, the policy and agent.rules.noise only. A
+curve is ``(fraction of the training budget, training loss)`` points, lower is better whatever
+the metric's direction. Not guaranteed: that a stopped change would have lost at the end.
 """
-
 from __future__ import annotations
 
 import math
@@ -89,9 +82,11 @@ def next_check(fraction_now: float, judged: int, policy: PrunePolicy) -> int | N
 def check(challenger: Curve, incumbents: Sequence[Curve], index: int, level: float,
           policy: PrunePolicy = PrunePolicy(), *, category: str | None = None,
           speed_off: bool = False, earlier: Sequence[Sequence[Curve]] = ()) -> PruneCall:
-    """Judge the run at ``policy.checks[index]`` (the module docstring); ``earlier``: the curves
-    of the sweep's earlier incumbents, one group per commit; ``speed_off``: its speed so far is
-    off the incumbent's beyond the keep rule's tolerance."""
+    """Judge the run at ``policy.checks[index]``: its loss there (the median over the window)
+    against the mean of the incumbent's curves, the spread pooled with ``earlier`` (the
+    earlier incumbents' curves, one group per commit), on Student's t; stopped when worse with
+    P(T ≤ t) ≤ ``level``. Not judged: an exempt category, ``speed_off`` (its speed so far is off
+    the incumbent's), no point near the check, curves with no spread."""
     fraction = policy.checks[index]
     if category is not None and category in policy.exempt:
         return PruneCall(False, fraction, f"{category} changes are not stopped early "

@@ -16,16 +16,6 @@ from dataclasses import dataclass
 MIN_CLOCK_S = 1.0  # lines that arrive within this (a burst, one poll) do not time the run
 MIN_ELAPSED_S = 0.2  # printed elapsed times closer than this: a 0.01 s rounding is > 5 %
 SUMMARY_KEYS = (("total_tokens_M", 1e6, "tokens/s"), ("num_steps", 1.0, "steps/s"))
-NONE_HINT = (
-    "the machine's load cannot be checked: the summary has no num_steps or total_tokens_M "
-    "(with training_seconds) and no progress line shows a step with an elapsed time"
-)
-NONE_FIX = (
-    "print `num_steps: <steps>` in the summary block, or progress lines such as "
-    "`step 120 | loss 3.41 | elapsed 31.2s`"
-)
-
-
 @dataclass(frozen=True)
 class Speed:
     value: float | None

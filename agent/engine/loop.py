@@ -43,7 +43,7 @@ from agent.engine.gather import gather, ledger, sample, write_flags
 from agent.engine.incumbent import Incumbent, decision_lock
 from agent.engine.recovery import baseline_pause, requeue_once
 from agent.engine.salvage import training_finished
-from agent.engine.writes import Writes, held_runner, held_store
+from agent.engine.writes import Writes, space_checking_runner, space_waiting_store
 from agent.git.repo import hash_worktree_files
 from agent.ops.admission import admit, queue, reject
 from agent.ops.sweeps import link_assets, proposal_context
@@ -89,13 +89,14 @@ class Loop:
         writes: Writes | None = None,
     ) -> None:
         # A lack of space is waited out, not judged (agent.engine.writes): the loop's store
-        # holds each call through it, and its runs never wait on the disk.
+        # retries each call through it, and its runs never wait on the disk.
         self.writes = writes or Writes()
-        store = held_store(store, self.writes)
+        store = space_waiting_store(store, self.writes)
         self.store, self.repo, self.runner = store, repo, runner
         self.settings, self.proposer = settings, proposer
         self.on_event = on_event
-        self.training = TrainingRuns(store, held_runner(runner, self.writes), settings, self.emit)
+        self.training = TrainingRuns(store, space_checking_runner(runner, self.writes), settings,
+                                     self.emit)
         self.incumbent = Incumbent(store, repo, settings, self.training)
         self._stops: dict[int, threading.Event] = {}
         self._lock = threading.Lock()
@@ -385,8 +386,8 @@ class Loop:
         # incumbent), which its later runs move; the verdict's value stays on the experiment
         self.incumbent.record_best(sweep, commit)
         if not exp.is_baseline:
-            self.writes.hold(lambda: self.repo.advance_branch(sweep.branch, commit, head),
-                             "moving the branch")
+            self.writes.retry_while_disk_full(
+                lambda: self.repo.advance_branch(sweep.branch, commit, head), "moving the branch")
         return done
 
     def _tampered(self, sweep: Sweep, config: TargetConfig, wt: Path) -> list[str]:

@@ -110,7 +110,7 @@ class SlotScheduler:
         self._stopping = threading.Event()
         self._wake = threading.Condition()
         self._threads: list[threading.Thread] = []
-        self.starts = TimedStarts(store, self.wake, hold=self.writes.hold)
+        self.starts = TimedStarts(store, self.wake, retry_write=self.writes.retry_while_disk_full)
         self.devices = DeviceWatch(settings.devices)
         self.retired = self.devices.retired  # slot -> why it was taken out
 

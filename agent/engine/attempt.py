@@ -38,7 +38,7 @@ from agent.engine.early_stop import (
     judged,
     reference,
 )
-from agent.engine.gather import GOOD, ledger, sweep_speed_noise
+from agent.engine.gather import GOOD, earlier_tests, sweep_speed_noise
 from agent.engine.salvage import (
     CHECKPOINT_ENV,
     EVAL_LOG_SUFFIX,
@@ -318,7 +318,7 @@ class TrainingRuns:
         policy = sweep.config.prune_policy.policy()
         earlier = earlier_curves(self.store, sweep.id, base, policy.pool_earlier)
         rule = Rule.of(sweep.config)
-        level = stop_level(ledger(self.store, sweep.id), rule)
+        level = stop_level(earlier_tests(self.store, sweep.id), rule)
         speed = speed_tolerance(sweep_speed_noise(
             [r for r in self.store.run_metrics(sweep.id) if r.status in GOOD]))
         return EarlyStop(reference(exp, runs, spec.seed, base, sweep.config.budget_s, level,

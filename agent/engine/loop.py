@@ -39,7 +39,7 @@ from agent.core.errors import (
 )
 from agent.core.ports import Proposer, Repo, Runner, Store
 from agent.engine.attempt import EventFn, LoopSettings, TrainingRuns, emit_to, stop_point
-from agent.engine.gather import gather, ledger, sample, write_flags
+from agent.engine.gather import earlier_tests, gather, sample, write_run_statuses
 from agent.engine.incumbent import Incumbent, decision_lock
 from agent.engine.recovery import baseline_pause, requeue_once
 from agent.engine.salvage import training_finished
@@ -251,13 +251,14 @@ class Loop:
             # Slots of one process each have their own Loop: decisions on a sweep take turns
             # so that reading the best, recording a keep and moving the branch are one step.
             with decision_lock(sweep.branch, sweep.target_path):
-                evidence, now_head, mine, best = self._evidence(sweep, exp, head, commit, failed)
+                evidence, now_head, change_runs, incumbent_runs = self._evidence(
+                    sweep, exp, head, commit, failed)
                 verdict = decide(evidence, rule)
-                write_flags(self.store, mine, best, verdict)
+                write_run_statuses(self.store, change_runs, incumbent_runs, verdict)
                 # the best's re-runs flagged and its recorded mean re-read (record_best alone)
                 self.incumbent.record_best(sweep, head)
                 if verdict.status is not None:
-                    done = self._conclude(sweep, exp, verdict, result, head, commit, mine)
+                    done = self._conclude(sweep, exp, verdict, result, head, commit, change_runs)
             if verdict.status is not None:
                 break
             seed = verdict.seed if verdict.seed is not None else seed + 1
@@ -328,22 +329,22 @@ class Loop:
         self, sweep: Sweep, exp: Experiment, head: str, commit: str, failed: RunFailure | None
     ) -> tuple[Evidence, str, list[Run], list[Run]]:
         """What the decision needs, from the store and git: runs, the incumbent's, the head."""
-        seen = gather(self.store, sweep.id, exp, head, commit)
+        gathered = gather(self.store, sweep.id, exp, head, commit)
         now_head = head if exp.is_baseline else self.repo.head(sweep.branch)
         moved = now_head != head
         evidence = Evidence(
             is_baseline=exp.is_baseline,
-            runs=tuple(sample(r) for r in seen.mine),
-            best=tuple(sample(r) for r in seen.best),
-            others=seen.others,
-            speed_noise=seen.speed_noise,
+            runs=tuple(sample(r) for r in gathered.change_runs),
+            best=tuple(sample(r) for r in gathered.incumbent_runs),
+            others=gathered.others,
+            speed_noise=gathered.speed_noise,
             failed=failed,
             head_moved=moved,
             conflict=self.repo.check_applies(now_head, exp.diff) if moved else None,
-            tests=() if exp.is_baseline else ledger(self.store, sweep.id),
-            started_seeds=seen.started,
+            tests=() if exp.is_baseline else earlier_tests(self.store, sweep.id),
+            started_seeds=gathered.incumbent_seeds,
         )
-        return evidence, now_head, seen.mine, seen.best
+        return evidence, now_head, gathered.change_runs, gathered.incumbent_runs
 
     def _conclude(
         self,
@@ -353,7 +354,7 @@ class Loop:
         result: RunResult,
         head: str,
         commit: str,
-        mine: list[Run],
+        change_runs: list[Run],
     ) -> Experiment:
         """Record the verdict; a keep is recorded first, then the branch moves. The baseline
         also says when its repeats cannot measure the noise or the load."""
@@ -373,7 +374,7 @@ class Loop:
             log_tail=result.log_tail,
             run_ended_at=utcnow(),
             warnings=tuple(contract_warnings(result.summary, sweep.budget_s)) + (
-                baseline_warnings([sample(r) for r in mine], sweep.config.metric)
+                baseline_warnings([sample(r) for r in change_runs], sweep.config.metric)
                 if exp.is_baseline else ()),
             crash_cause=verdict.crash_cause,
             test=_test_record(verdict),

@@ -237,11 +237,11 @@ class Loop:
         config = sweep.config
         rule = Rule.of(config)
         seed, role = rule.seed, RunRole.BASELINE if exp.is_baseline else RunRole.SCREEN
-        beside: int | None = None  # the keep rule asked for the incumbent beside this run
+        pair_run_id: int | None = None  # the keep rule asked for the incumbent paired with it
         verdict = Verdict(None, incumbent=False)
         while True:
             if verdict.incumbent:
-                failed = self._beside(sweep, exp, head, stop, seed, beside)
+                failed = self._run_incumbent_paired(sweep, exp, head, stop, seed, pair_run_id)
             else:
                 spec = RunSpec(sweep.id, exp.id, commit, seed, role)
                 result, started, run = self.training.run(sweep, exp, wt, stop, spec)
@@ -262,7 +262,7 @@ class Loop:
             if verdict.status is not None:
                 break
             seed = verdict.seed if verdict.seed is not None else seed + 1
-            beside = verdict.pair_of
+            pair_run_id = verdict.pair_of
             if not verdict.incumbent:
                 role = RunRole.BASELINE if exp.is_baseline else RunRole.CONFIRM
         if verdict.repair:
@@ -314,11 +314,12 @@ class Loop:
         why = result.error or ("FAIL" if result.fail_marker else result.outcome.value)
         return RunFailure(facts=facts, error=why)
 
-    def _beside(self, sweep: Sweep, exp: Experiment, head: str, stop: threading.Event,
-                seed: int, pair_of: int | None) -> RunFailure | None:
-        """The incumbent's run beside the change's (the keep rule asked): a failure only when
-        it was stopped or produced no metric."""
-        run = self.incumbent.beside(sweep, exp, head, stop, seed, pair_of)
+    def _run_incumbent_paired(self, sweep: Sweep, exp: Experiment, head: str,
+                              stop: threading.Event, seed: int,
+                              pair_of: int | None) -> RunFailure | None:
+        """The incumbent's run paired with the change's (the keep rule asked): a failure only
+        when it was stopped or produced no metric."""
+        run = self.incumbent.run_paired(sweep, exp, head, stop, seed, pair_of)
         if run.status is RunStatus.CANCELLED:
             return RunFailure(stopped=True)
         if run.status is not RunStatus.OK:

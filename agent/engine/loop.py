@@ -175,13 +175,13 @@ class Loop:
             self.repo.add_worktree(wt, commit)
             link_assets(wt, Path(sweep.target_path), sweep.config)
             self.incumbent.remeasure(sweep, exp, head, stop)
-            return self._settle(sweep, exp, head, commit, wt, stop)
+            return self._run_until_verdict(sweep, exp, head, commit, wt, stop)
         except WorkerLostError as exc:
-            return self._lost(exp, f"{LOST_PREFIX}{exc}")
+            return self._interrupt_and_requeue(exp, f"{LOST_PREFIX}{exc}")
         except BaseException as exc:
             if not self.writes.stopped and self.writes.failed(exc, f"experiment {exp.id}",
                                                               probe=True):
-                return self._lost(exp, f"{NO_SPACE_PREFIX}{exc}")
+                return self._interrupt_and_requeue(exp, f"{NO_SPACE_PREFIX}{exc}")
             self._record_failure(exp, exc)
             raise
         finally:
@@ -224,7 +224,7 @@ class Loop:
         self.store.mark_started(exp.id, commit=commit, ref=ref, base_commit=head)
         return head, commit
 
-    def _settle(
+    def _run_until_verdict(
         self,
         sweep: Sweep,
         exp: Experiment,
@@ -247,7 +247,7 @@ class Loop:
                 result, started, run = self.training.run(sweep, exp, wt, stop, spec)
                 if run.status is RunStatus.PRUNED:  # clearly behind: no more runs of it
                     return self._pruned(sweep, exp, run, result)
-                failed = self._failure(sweep, config, wt, result, started, run)
+                failed = self._run_failure(sweep, config, wt, result, started, run)
             # Slots of one process each have their own Loop: decisions on a sweep take turns
             # so that reading the best, recording a keep and moving the branch are one step.
             with decision_lock(sweep.branch, sweep.target_path):
@@ -258,7 +258,8 @@ class Loop:
                 # the best's re-runs flagged and its recorded mean re-read (record_best alone)
                 self.incumbent.record_best(sweep, head)
                 if verdict.status is not None:
-                    done = self._conclude(sweep, exp, verdict, result, head, commit, change_runs)
+                    done = self._record_verdict(sweep, exp, verdict, result, head, commit,
+                                                change_runs)
             if verdict.status is not None:
                 break
             seed = verdict.seed if verdict.seed is not None else seed + 1
@@ -283,7 +284,7 @@ class Loop:
             summary=result.summary, log_tail=result.log_tail, run_ended_at=utcnow(),
             stopped=stop_point(run, sweep.budget_s)))
 
-    def _failure(
+    def _run_failure(
         self,
         sweep: Sweep,
         config: TargetConfig,
@@ -295,7 +296,7 @@ class Loop:
         """The latest run as a failure, or None when it produced a usable metric."""
         if result.outcome is Outcome.STOPPED:
             return RunFailure(stopped=True)
-        tampered = self._tampered(sweep, config, wt)
+        tampered = self._changed_protected_files(sweep, config, wt)
         if tampered:
             return RunFailure(tampered=tuple(tampered))
         if run.status is RunStatus.OK:
@@ -347,7 +348,7 @@ class Loop:
         )
         return evidence, now_head, gathered.change_runs, gathered.incumbent_runs
 
-    def _conclude(
+    def _record_verdict(
         self,
         sweep: Sweep,
         exp: Experiment,
@@ -392,7 +393,7 @@ class Loop:
                 lambda: self.repo.advance_branch(sweep.branch, commit, head), "moving the branch")
         return done
 
-    def _tampered(self, sweep: Sweep, config: TargetConfig, wt: Path) -> list[str]:
+    def _changed_protected_files(self, sweep: Sweep, config: TargetConfig, wt: Path) -> list[str]:
         expected = self.store.protected_hashes(sweep.id)
         watched = [*config.protected, *config.assets]
         actual = hash_worktree_files(wt, watched)
@@ -402,11 +403,11 @@ class Loop:
         """It looked promising, but was measured without the change kept meanwhile: the
         combination has never run, so the same diff is re-queued on the new head (ahead of
         new proposals) and judged there."""
-        again = Proposal(
+        rerun = Proposal(
             exp.description, exp.diff, exp.proposer, exp.id, {**exp.meta, "rerun_of": exp.id}
         )
         child = self.store.add_experiment(
-            sweep.id, again, attempt=exp.attempt, priority=REPAIR_PRIORITY, base_commit=now_head
+            sweep.id, rerun, attempt=exp.attempt, priority=REPAIR_PRIORITY, base_commit=now_head
         )
         self.emit("queued", child)
 
@@ -439,16 +440,16 @@ class Loop:
         self.emit("finished", done)
         return done
 
-    def _lost(self, exp: Experiment, why: str) -> Experiment:
+    def _interrupt_and_requeue(self, exp: Experiment, why: str) -> Experiment:
         """A remote worker went away mid-run, or the disk filled up under it: no result, so
         the experiment is `interrupted` (once writes succeed) and queued again exactly once
         (the store refuses a second retry row)."""
         logger.warning("experiment %s: %s", exp.id, why)
         done = self._finish(exp, Finish(ExperimentStatus.INTERRUPTED, reason=why[:500]))
-        follow = requeue_once(self.store, done)  # its retry, or its verdict past the cap
-        if follow is not None:
-            self.emit("finished" if follow.status.is_finished() else "queued", follow)
-        pause = baseline_pause(follow) if follow is not None else None
+        follow_up = requeue_once(self.store, done)  # its retry, or its verdict past the cap
+        if follow_up is not None:
+            self.emit("finished" if follow_up.status.is_finished() else "queued", follow_up)
+        pause = baseline_pause(follow_up) if follow_up is not None else None
         if pause is not None:
             sweep = self.store.get_sweep_by_id(exp.sweep_id)
             logger.error("sweep %s paused: %s", sweep.name, pause)

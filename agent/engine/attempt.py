@@ -277,7 +277,7 @@ class TrainingRuns:
                 on_submit=on_submit,
             )
             if salvageable(result, config, wt):
-                result = self.evaluate_again(exp, config, wt, result, env, on_start, stop)
+                result = self.rerun_evaluation(exp, config, wt, result, env, on_start, stop)
             result, holdout = seal_result(result, config.holdout_metric)
         except (WorkerLostError, OutOfSpaceError):  # no result: the machine or the disk went
             self.store.end_run(run.id, RunEnd(RunStatus.INTERRUPTED))
@@ -324,7 +324,7 @@ class TrainingRuns:
         return EarlyStop(reference(exp, runs, spec.seed, base, sweep.config.budget_s, level,
                                    speed, policy=policy, earlier=earlier), run_stop)
 
-    def evaluate_again(self, exp: Experiment, config: TargetConfig, wt: Path,
+    def rerun_evaluation(self, exp: Experiment, config: TargetConfig, wt: Path,
                        first: RunResult, env: dict[str, str],
                        on_start: Callable[[int, int], None],
                        stop: threading.Event) -> RunResult:
@@ -332,7 +332,7 @@ class TrainingRuns:
         checkpoint (its own log beside the run's); the run as it is to be recorded."""
         self.emit("evaluating", exp, {"error": first.error})
         assert config.eval_command is not None
-        again = self.runner.run(
+        rerun = self.runner.run(
             self.argv(config, wt, command=config.eval_command),
             cwd=wt / config.workdir,
             log_path=first.log_path.with_name(first.log_path.stem + EVAL_LOG_SUFFIX),
@@ -342,7 +342,7 @@ class TrainingRuns:
             on_start=on_start,
             stop_event=stop,
         )
-        return merged(first, again, config.metric)
+        return merged(first, rerun, config.metric)
 
     def argv(self, config: TargetConfig, wt: Path, command: str | None = None) -> list[str]:
         """The target's command (or `command`, without the args file's flags), inside the

@@ -34,9 +34,9 @@ from agent.engine.early_stop import (
     EarlyStop,
     RunCurve,
     RunStop,
+    build_reference,
     earlier_curves,
-    judged,
-    reference,
+    may_stop_early,
 )
 from agent.engine.gather import GOOD, earlier_tests, sweep_speed_noise
 from agent.engine.salvage import (
@@ -295,7 +295,8 @@ class TrainingRuns:
         ended it."""
         end = replace(run_end(result, config.metric, lines.meter),
                       curve=lines.curve.points() or None, holdout=holdout)
-        if early is not None and early.call is not None and result.outcome is Outcome.STOPPED:
+        if (early is not None and early.stopping_check is not None
+                and result.outcome is Outcome.STOPPED):
             end = pruned_end(end, early, config.budget_s)
             self.emit("pruned", exp, {"reason": end.note, "run": run.id})
         return self.store.end_run(run.id, end)
@@ -307,7 +308,7 @@ class TrainingRuns:
         if sweep.config.prune != "auto" or exp.is_baseline:
             return None
         base = self.store.get_experiment(exp.id).base_commit or sweep.best_commit
-        if not judged(sweep, exp, spec, base):
+        if not may_stop_early(sweep, exp, spec, base):
             return None
         now = self.store.get_sweep(sweep.name)
         # The best's runs (its own, its re-runs, those beside changes) are recorded under the
@@ -321,8 +322,8 @@ class TrainingRuns:
         level = stop_level(earlier_tests(self.store, sweep.id), rule)
         speed = speed_tolerance(sweep_speed_noise(
             [r for r in self.store.run_metrics(sweep.id) if r.status in GOOD]))
-        return EarlyStop(reference(exp, runs, spec.seed, base, sweep.config.budget_s, level,
-                                   speed, policy=policy, earlier=earlier), run_stop)
+        return EarlyStop(build_reference(exp, runs, spec.seed, base, sweep.config.budget_s,
+                                         level, speed, policy=policy, earlier=earlier), run_stop)
 
     def rerun_evaluation(self, exp: Experiment, config: TargetConfig, wt: Path,
                        first: RunResult, env: dict[str, str],
@@ -412,8 +413,9 @@ def run_end(result: RunResult, metric_key: str, meter: ProgressMeter | None = No
 def pruned_end(end: RunEnd, early: EarlyStop, budget_s: float) -> RunEnd:
     """A run the early stop ended: `pruned`, no metric, why in its note, the training seconds
     it had when stopped."""
-    assert early.call is not None
-    return replace(end, status=RunStatus.PRUNED, metric=None, note=early.call.reason(),
+    assert early.stopping_check is not None
+    return replace(end, status=RunStatus.PRUNED, metric=None,
+                   note=early.stopping_check.reason(),
                    training_s=end.training_s or round(early.curve.last_fraction * budget_s, 3))
 
 

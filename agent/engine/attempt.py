@@ -130,12 +130,12 @@ class ProgressLines:
     (agent.engine.early_stop) is fed each point."""
 
     def __init__(self, pattern: re.Pattern[str] | None = None, budget_s: float | None = None,
-                 early: EarlyStop | None = None) -> None:
+                 early_stop: EarlyStop | None = None) -> None:
         self.pattern = pattern
         self.count = 0
         self.meter = ProgressMeter()
-        self.budget_s, self.early = budget_s, early
-        self.curve = early.curve if early is not None else RunCurve()
+        self.budget_s, self.early_stop = budget_s, early_stop
+        self.curve = early_stop.curve if early_stop is not None else RunCurve()
         self.started = time.monotonic()
 
     def point(self, line: str) -> ProgressPoint | None:
@@ -146,16 +146,16 @@ class ProgressLines:
             self.count += 1
             now = time.monotonic()
             self.meter.add(point.step, point.elapsed_s, now)
-            self._along(point, now)
+            self._add_to_budget_curve(point, now)
         return point
 
-    def _along(self, point: ProgressPoint, now: float) -> None:
+    def _add_to_budget_curve(self, point: ProgressPoint, now: float) -> None:
         if not self.budget_s:
             return
         seconds = point.elapsed_s if point.elapsed_s is not None else now - self.started
         fraction = seconds / self.budget_s
-        if self.early is not None:
-            self.early.add(fraction, point)  # adds the point to self.curve too
+        if self.early_stop is not None:
+            self.early_stop.add(fraction, point)  # adds the point to self.curve too
         else:
             self.curve.add(fraction, point.loss, float(point.step))
 
@@ -163,18 +163,18 @@ class ProgressLines:
         self.point(line)
 
 
-class LineSink(ProgressLines):
+class LossCurveWriter(ProgressLines):
     """Collects a downsampled loss curve from log lines; writes it to the store every few
     seconds (appending, or rewriting it after a thinning)."""
 
     def __init__(self, store: Store, exp: Experiment, emit: EventFn,
                  pattern: re.Pattern[str] | None = None, budget_s: float | None = None,
-                 early: EarlyStop | None = None) -> None:
-        super().__init__(pattern, budget_s, early)
+                 early_stop: EarlyStop | None = None) -> None:
+        super().__init__(pattern, budget_s, early_stop)
         self.store, self.exp, self.emit = store, exp, emit
-        self.steps = LossCurve()
-        self.written = 0  # how many of steps.kept the store holds
-        self.rewrite = False
+        self.step_curve = LossCurve()
+        self.points_written = 0  # how many of step_curve.kept the store holds
+        self.needs_rewrite = False
         self.last_flush = time.monotonic()
 
     def __call__(self, line: str) -> None:
@@ -182,25 +182,25 @@ class LineSink(ProgressLines):
         self.emit("line", self.exp, {"line": line, "point": point})
         if point is None:
             return
-        if self.steps.add(point):
-            self.rewrite = True
+        if self.step_curve.add(point):
+            self.needs_rewrite = True
         if time.monotonic() - self.last_flush > FLUSH_EVERY_S:
             self.flush()
 
     def flush(self, final: bool = False) -> None:
         """Write new points; after a thinning (or at the end, with the last point) rewrite."""
         self.last_flush = time.monotonic()
-        points = self.steps.points(with_last=final)
+        points = self.step_curve.points(with_last=final)
         try:
-            if self.rewrite or (final and len(points) > len(self.steps.kept)):
+            if self.needs_rewrite or (final and len(points) > len(self.step_curve.kept)):
                 self.store.replace_loss_points(self.exp.id, points)
-            elif len(points) > self.written:
-                self.store.add_loss_points(self.exp.id, points[self.written:])
+            elif len(points) > self.points_written:
+                self.store.add_loss_points(self.exp.id, points[self.points_written:])
         except StoreError as exc:
             if final or not exc.out_of_space:
                 raise
             return  # no space mid-run: the points wait for the next flush (the last is held)
-        self.written, self.rewrite = len(self.steps.kept), False
+        self.points_written, self.needs_rewrite = len(self.step_curve.kept), False
 
 
 class TrainingRuns:
@@ -218,27 +218,29 @@ class TrainingRuns:
         """
         config = sweep.config
         k = len(self.store.list_runs(experiment_id=spec.experiment_id))
-        first = spec.experiment_id == exp.id and k == 0
+        is_first_run = spec.experiment_id == exp.id and k == 0
         logs = self.settings.work_dir / "logs" / sweep.name
-        log_path = logs / (f"{exp.id}.log" if first else f"{spec.experiment_id}.run{k + 1}.log")
+        log_name = f"{exp.id}.log" if is_first_run else f"{spec.experiment_id}.run{k + 1}.log"
+        log_path = logs / log_name
         for folder in (self.settings.work_dir, log_path.parent.parent, log_path.parent):
-            _private(folder)
+            _make_private_dir(folder)
         run = self.store.start_run(
             replace(spec, log_path=str(log_path), device=self.settings.device)
         )
         # The run id carries the executing experiment (recovery kills by it); the experiment id
         # names the one whose commit runs (the best's, for an incumbent re-run).
-        env = self.env(sweep, exp, spec.seed, run=0 if first else run.id)
+        env = self.env(sweep, exp, spec.seed, run=0 if is_first_run else run.id)
         env["OVERNIGHT_EXPERIMENT_ID"] = str(spec.experiment_id)
         env[CHECKPOINT_ENV] = str(fresh_checkpoint_dir(wt))
         pattern = re.compile(config.progress_regex) if config.progress_regex else None
         run_stop = RunStop(stop)  # its own: an early stop is not the experiment's cancel
-        early = self.early_stop(sweep, exp, spec, run_stop)
-        sink: LineSink | None = None
-        lines = ProgressLines(pattern, config.budget_s, early)
-        if first:
+        early_stop = self.make_early_stop(sweep, exp, spec, run_stop)
+        writer: LossCurveWriter | None = None
+        lines = ProgressLines(pattern, config.budget_s, early_stop)
+        if is_first_run:
             self.store.mark_started(exp.id, log_path=str(log_path), run_started_at=utcnow())
-            sink = lines = LineSink(self.store, exp, self.emit, pattern, config.budget_s, early)
+            writer = lines = LossCurveWriter(self.store, exp, self.emit, pattern,
+                                             config.budget_s, early_stop)
             self.emit("started", self.store.get_experiment(exp.id), {"budget_s": config.budget_s})
         else:
             self.emit("confirming", exp, {"run": k + 1, "role": spec.role.value})
@@ -246,7 +248,7 @@ class TrainingRuns:
         def on_start(pid: int, pgid: int) -> None:
             try:
                 self.store.set_run_pgid(run.id, pgid)
-                if first:
+                if is_first_run:
                     self.store.mark_started(exp.id, pgid=pgid)
             except StoreError as exc:
                 if not exc.out_of_space:
@@ -283,26 +285,26 @@ class TrainingRuns:
             self.store.end_run(run.id, RunEnd(RunStatus.INTERRUPTED))
             raise
         finally:
-            if sink is not None:
-                sink.flush(final=True)
-        ended = self.record_end(exp, run, result, config, lines, early, holdout)
-        return result, sink is None or sink.count > 0, ended
+            if writer is not None:
+                writer.flush(final=True)
+        ended = self.record_end(exp, run, result, config, lines, early_stop, holdout)
+        return result, writer is None or writer.count > 0, ended
 
     def record_end(self, exp: Experiment, run: Run, result: RunResult, config: TargetConfig,
-                   lines: ProgressLines, early: EarlyStop | None,
+                   lines: ProgressLines, early_stop: EarlyStop | None,
                    holdout: float | None = None) -> Run:
         """The run's end with its curve (and sealed holdout); `pruned` when its early stop
         ended it."""
         end = replace(run_end(result, config.metric, lines.meter),
                       curve=lines.curve.points() or None, holdout=holdout)
-        if (early is not None and early.stopping_check is not None
+        if (early_stop is not None and early_stop.stopping_check is not None
                 and result.outcome is Outcome.STOPPED):
-            end = pruned_end(end, early, config.budget_s)
+            end = pruned_end(end, early_stop, config.budget_s)
             self.emit("pruned", exp, {"reason": end.note, "run": run.id})
         return self.store.end_run(run.id, end)
 
-    def early_stop(self, sweep: Sweep, exp: Experiment, spec: RunSpec,
-                   run_stop: threading.Event) -> EarlyStop | None:
+    def make_early_stop(self, sweep: Sweep, exp: Experiment, spec: RunSpec,
+                        run_stop: threading.Event) -> EarlyStop | None:
         """The early stop of a change's own run, with the incumbent's curves read now (the
         commit the change was built on); None for any other run or with `prune = "off"`."""
         if sweep.config.prune != "auto" or exp.is_baseline:
@@ -410,13 +412,14 @@ def run_end(result: RunResult, metric_key: str, meter: ProgressMeter | None = No
     )
 
 
-def pruned_end(end: RunEnd, early: EarlyStop, budget_s: float) -> RunEnd:
+def pruned_end(end: RunEnd, early_stop: EarlyStop, budget_s: float) -> RunEnd:
     """A run the early stop ended: `pruned`, no metric, why in its note, the training seconds
     it had when stopped."""
-    assert early.stopping_check is not None
+    assert early_stop.stopping_check is not None
     return replace(end, status=RunStatus.PRUNED, metric=None,
-                   note=early.stopping_check.reason(),
-                   training_s=end.training_s or round(early.curve.last_fraction * budget_s, 3))
+                   note=early_stop.stopping_check.reason(),
+                   training_s=(end.training_s
+                               or round(early_stop.curve.last_fraction * budget_s, 3)))
 
 
 def stop_point(run: Run, budget_s: float | None = None) -> dict[str, float | int]:
@@ -477,7 +480,7 @@ def _seconds(value: object) -> float | None:
     return float(value) if isinstance(value, int | float) and math.isfinite(value) else None
 
 
-def _private(folder: Path) -> None:
+def _make_private_dir(folder: Path) -> None:
     """The work and log folders are the service's own: 0700 whether new or not."""
     folder.mkdir(parents=True, exist_ok=True, mode=DIR_MODE)
     os.chmod(folder, DIR_MODE)

@@ -41,7 +41,7 @@ from agent.core.ports import Proposer, Repo, Runner, Store
 from agent.engine.attempt import EventFn, LoopSettings, TrainingRuns, emit_to, stop_point
 from agent.engine.gather import earlier_tests, gather, sample, write_run_statuses
 from agent.engine.incumbent import Incumbent, decision_lock
-from agent.engine.recovery import baseline_pause, requeue_once
+from agent.engine.recovery import baseline_pause_reason, requeue_once
 from agent.engine.salvage import training_finished
 from agent.engine.writes import Writes, space_checking_runner, space_waiting_store
 from agent.git.repo import hash_worktree_files
@@ -449,7 +449,7 @@ class Loop:
         follow_up = requeue_once(self.store, done)  # its retry, or its verdict past the cap
         if follow_up is not None:
             self.emit("finished" if follow_up.status.is_finished() else "queued", follow_up)
-        pause = baseline_pause(follow_up) if follow_up is not None else None
+        pause = baseline_pause_reason(follow_up) if follow_up is not None else None
         if pause is not None:
             sweep = self.store.get_sweep_by_id(exp.sweep_id)
             logger.error("sweep %s paused: %s", sweep.name, pause)

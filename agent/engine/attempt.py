@@ -313,7 +313,7 @@ class TrainingRuns:
         if not may_stop_early(sweep, exp, spec, base):
             return None
         now = self.store.get_sweep(sweep.name)
-        # The best's runs (its own, its re-runs, those beside changes) are recorded under the
+        # The best's runs (its own, its re-runs, those paired with changes) are recorded under the
         # experiment that made it: one experiment's runs, not the sweep's thousands.
         runs = (self.store.list_runs(experiment_id=now.best_experiment_id)
                 if now.best_commit == base and now.best_experiment_id is not None

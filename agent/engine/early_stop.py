@@ -198,8 +198,9 @@ class EarlyStop:
     def speed_ratio(self, fraction: float, step: int) -> float | None:
         """Steps done by `fraction` against the incumbent's runs' mean at that fraction (equal
         time, so a ratio of steps per second); None when none of them reaches it."""
-        theirs = [s for c in self.ref.curves if (s := step_at(c, fraction)) is not None]
-        if not theirs or step <= 0:
+        incumbent_steps = [s for c in self.ref.curves
+                           if (s := step_at(c, fraction)) is not None]
+        if not incumbent_steps or step <= 0:
             return None
-        mean = statistics.fmean(theirs)
+        mean = statistics.fmean(incumbent_steps)
         return step / mean if mean > 0 else None

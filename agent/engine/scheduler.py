@@ -182,7 +182,7 @@ class SlotScheduler:
         They are re-queued by restart recovery (a clean shutdown is not the proposal's fault).
         """
         self._stopping.set()
-        self.writes.stop()  # a write held through a full disk gives up: recovery takes over
+        self.writes.stop()  # a write retried through a full disk gives up: recovery takes over
         self.wake()
         if self._pick_lock.acquire(timeout=timeout_s):  # let a claim in progress register
             self._pick_lock.release()

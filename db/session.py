@@ -12,7 +12,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from agent.core.errors import ConflictError, NotFoundError, StoreError, says_out_of_space
-from agent.engine.interrupts import shielded
+from agent.engine.interrupts import signals_deferred
 
 SQLITE_FULL = 13  # "database or disk is full"
 PG_DISK_FULL = "53100"  # SQLSTATE disk_full ("could not extend file ...: No space left")
@@ -54,7 +54,8 @@ class StoreBase:
             except SQLAlchemyError as exc:
                 raise _store_error(action, exc) from exc
             return
-        with shielded(), self._sessions() as s:  # a Ctrl-C waits for the commit or rollback
+        # a Ctrl-C waits for the commit or rollback
+        with signals_deferred(), self._sessions() as s:
             try:
                 yield s
                 s.commit()

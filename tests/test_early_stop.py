@@ -347,10 +347,10 @@ def test_a_run_a_little_behind_goes_on_and_one_clearly_behind_is_stopped() -> No
     base = tuple(_curve(0.0, s) for s in range(4))
     little = _fed(EarlyStop(Reference(base, "hyperparameter", 10.0, LEVEL, 0.3),
                             threading.Event()), 0.01)
-    assert little.call is None and not little.stop.is_set() and len(little.calls) == 3
+    assert little.stopping_check is None and not little.stop.is_set() and len(little.checks) == 3
     behind = _fed(EarlyStop(Reference(base, "hyperparameter", 10.0, LEVEL, 0.3),
                             threading.Event()), 0.5)
-    assert behind.call is not None and behind.stop.is_set()
+    assert behind.stopping_check is not None and behind.stop.is_set()
 
 
 def test_the_keys_of_the_earlier_rule_are_refused_with_what_replaced_them() -> None:

@@ -255,7 +255,7 @@ def test_an_incumbent_run_never_repeats_a_seed_the_commit_started(tmp_path, stor
     cut = store.start_run(RunSpec(sweep.id, base.id, sweep.best_commit, 47, RunRole.INCUMBENT))
     assert [r.id for r in store.interrupt_running_runs()] == [cut.id]
     change = store.add_experiment(sweep.id, Proposal("a change", ""))
-    run = loop.incumbent.beside(sweep, change, sweep.best_commit, threading.Event(), 47, None)
+    run = loop.incumbent.run_paired(sweep, change, sweep.best_commit, threading.Event(), 47, None)
     assert run.status is RunStatus.OK and run.seed == 48
     seeds = [r.seed for r in store.list_runs(experiment_id=base.id)]
     assert sorted(seeds) == [42, 43, 44, 45, 46, 47, 48] and len(set(seeds)) == len(seeds)

@@ -244,7 +244,7 @@ def test_a_slow_proposer_blocks_neither_other_slots_nor_sweep_creation(setup) ->
     others: list[object] = []
 
     def meanwhile() -> None:
-        with sched.holding():  # what POST /sweeps does
+        with sched.claims_paused():  # what POST /sweeps does
             create_sweep(store, repo, target, name="other", proposer="queue")
         others.append(sched.pick(1))  # another slot gets the other sweep's baseline
         others.append(sched.pick(1))  # the slow sweep is being asked by slot 0: not twice
@@ -417,7 +417,7 @@ def test_cancel_while_a_proposer_hands_its_row_over(setup) -> None:  # type: ign
         worker = threading.Thread(target=lambda: picked.append(sched.pick(0)))
         worker.start()
         assert asked.wait(60)
-        with sched.holding():  # the slot cannot claim what its proposer queued
+        with sched.claims_paused():  # the slot cannot claim what its proposer queued
             go.set()
             waiting = [ExperimentStatus.QUEUED, ExperimentStatus.RUNNING]
             exp = wait_for(lambda: store.list_experiments(sweep.id, waiting), 60,

@@ -17,7 +17,7 @@ from agent.core.config import TargetConfig
 from agent.core.domain import ExperimentStatus, Proposal
 from agent.core.errors import ConflictError, OutOfSpaceError, StoreError, is_out_of_space
 from agent.core.ports import SweepSpec
-from agent.engine.writes import Writes, check_folder, held_runner, held_store
+from agent.engine.writes import Writes, check_folder, space_checking_runner, space_waiting_store
 from agent.executors.local import SubprocessRunner
 from agent.git.repo import GitError
 from db.engine import open_database
@@ -98,12 +98,13 @@ def test_a_held_write_waits_out_the_lack_of_space(caplog: pytest.LogCaptureFixtu
     writes = Writes(probes=[probe], first_wait_s=0.01, max_wait_s=0.02)
     seen: list[object] = []
     with caplog.at_level(logging.INFO, logger="agent.engine.writes"):
-        assert writes.hold(lambda: (seen.append(writes.failing), write())[1], "a run's end") == 7
+        assert writes.retry_while_disk_full(
+            lambda: (seen.append(writes.failing), write())[1], "a run's end") == 7
         assert len(tries) == 3 and seen[1] is not None  # failing while it waited
         assert writes.failing is not None  # the probe still fails
-        assert not writes.recheck(force=True)
+        assert not writes.probe_when_due(force=True)
         probe_full[0] = False
-        assert writes.recheck(force=True) and writes.failing is None
+        assert writes.probe_when_due(force=True) and writes.failing is None
     assert "writes fail for lack of space (a run's end" in caplog.text
     assert "writes succeed again" in caplog.text
 
@@ -111,13 +112,13 @@ def test_a_held_write_waits_out_the_lack_of_space(caplog: pytest.LogCaptureFixtu
 def test_other_errors_pass_at_once_and_a_stop_ends_the_wait() -> None:
     writes = Writes(first_wait_s=0.01, max_wait_s=0.05)
     with pytest.raises(ConflictError):
-        writes.hold(lambda: (_ for _ in ()).throw(ConflictError("finished")))
+        writes.retry_while_disk_full(lambda: (_ for _ in ()).throw(ConflictError("finished")))
     assert writes.failing is None
     failed: list[BaseException] = []
 
     def hold_forever() -> None:
         try:
-            writes.hold(lambda: (_ for _ in ()).throw(FULL))
+            writes.retry_while_disk_full(lambda: (_ for _ in ()).throw(FULL))
         except OSError as exc:
             failed.append(exc)
 
@@ -130,20 +131,20 @@ def test_other_errors_pass_at_once_and_a_stop_ends_the_wait() -> None:
     assert not t.is_alive() and failed == [FULL]
 
 
-def test_unheld_writes_fail_at_once_and_are_noted() -> None:
+def test_best_effort_writes_fail_at_once_and_are_noted() -> None:
     writes = Writes(first_wait_s=10.0)
-    with writes.unheld(), pytest.raises(OSError):
-        writes.hold(lambda: (_ for _ in ()).throw(FULL), "a loss point")
+    with writes.best_effort(), pytest.raises(OSError):
+        writes.retry_while_disk_full(lambda: (_ for _ in ()).throw(FULL), "a loss point")
     assert writes.failing is not None and "a loss point" in writes.failing.reason
 
 
 def test_the_engines_store_holds_every_call(tmp_path: Path) -> None:
-    """held_store: a write that meets a full database waits, then lands once; the wrapped
-    store's errors other than a lack of space pass as they are."""
+    """space_waiting_store: a write that meets a full database waits, then lands once; the
+    wrapped store's errors other than a lack of space pass as they are."""
     store, cap = _capped_store(tmp_path)
     sweep = store.create_sweep(_spec())
     writes = Writes(first_wait_s=0.01, max_wait_s=0.05)
-    held = held_store(store, writes)
+    held = space_waiting_store(store, writes)
     cap[0] = 1
     done: list[object] = []
     t = threading.Thread(target=lambda: done.append(held.add_experiment(
@@ -170,7 +171,7 @@ def test_a_run_that_failed_while_writes_fail_is_an_interruption(tmp_path: Path) 
             raise FULL
 
     writes = Writes(probes=[probe])
-    runner = held_runner(SubprocessRunner(grace_s=1.0), writes)
+    runner = space_checking_runner(SubprocessRunner(grace_s=1.0), writes)
     argv = [sys.executable, "-c", "raise SystemExit(1)"]
 
     def run() -> object:
@@ -180,7 +181,7 @@ def test_a_run_that_failed_while_writes_fail_is_an_interruption(tmp_path: Path) 
         run()
     assert writes.failing is not None
     full[0] = False
-    assert writes.recheck(force=True)
+    assert writes.probe_when_due(force=True)
     result = run()
     assert result.exit_code == 1  # type: ignore[attr-defined]
 

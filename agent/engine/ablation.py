@@ -73,16 +73,16 @@ class AblationLoop:
         with self._lock:
             self._stops[exp.id] = stop
         wt = self.settings.work_dir / "worktrees" / sweep.name / f"exp-{exp.id}"
-        added = False
+        added_worktree = False
         try:
-            commit = self._commit(sweep, exp)
+            commit = self._variant_commit(sweep, exp)
             if isinstance(commit, Experiment):
                 return commit
             if stop.is_set():
                 return self._finish(exp, Finish(ExperimentStatus.CANCELLED,
                                                 reason="cancelled before it started"))
             self.repo.add_worktree(wt, commit)
-            added = True
+            added_worktree = True
             link_assets(wt, Path(sweep.target_path), sweep.config)
             return self._measure(sweep, exp, commit, wt, stop)
         except BaseException as exc:
@@ -91,15 +91,15 @@ class AblationLoop:
         finally:
             with self._lock:
                 self._stops.pop(exp.id, None)
-            if added:
+            if added_worktree:
                 self.repo.remove_worktree(wt)
 
-    def _commit(self, sweep: Sweep, exp: Experiment) -> str | Experiment:
+    def _variant_commit(self, sweep: Sweep, exp: Experiment) -> str | Experiment:
         """The variant's commit, its ref set and its start recorded; a rejected record if its
         commit is missing or its protected files differ from the sweep's."""
-        info = exp.meta.get("ablation") or exp.meta.get("confirm")  # what it runs, either way
+        variant = exp.meta.get("ablation") or exp.meta.get("confirm")  # what it runs, either way
         commit = exp.base_commit if exp.is_baseline else (
-            info.get("commit") if isinstance(info, dict) else None)
+            variant.get("commit") if isinstance(variant, dict) else None)
         if not commit or not self.repo.has_ref(str(commit)):
             return self._finish(exp, Finish(ExperimentStatus.REJECTED,
                                             reason=f"ablation variant without a commit: {commit}"))
@@ -125,23 +125,23 @@ class AblationLoop:
                 RunRole.SCREEN if k == 0 else RunRole.CONFIRM)
             spec = RunSpec(sweep.id, exp.id, commit, config.seed + k, role)
             result, started, run = self.training.run(sweep, exp, wt, stop, spec)
-            failed = self._failed(sweep, wt, result, started, run.status, k)
+            failed = self._finish_if_failed(sweep, wt, result, started, run.status, k)
             if failed is not None:
                 return self._finish(exp, failed)
             assert run.metric is not None
             values.append(run.metric)
         assert result is not None
-        m = mean(values)
+        mean_metric = mean(values)
         what = "the best (every kept change)" if exp.is_baseline else exp.description
         kind = sweep.proposer.partition(":")[0]  # "ablation" or "confirm"
         finish = Finish(ExperimentStatus.KEPT if exp.is_baseline else ExperimentStatus.DISCARDED,
-                        reason=f"{kind}: {what}: mean of {len(values)} runs", metric=m,
+                        reason=f"{kind}: {what}: mean of {len(values)} runs", metric=mean_metric,
                         best_before=None if exp.is_baseline else sweep.best_metric,
                         summary=result.summary, log_tail=result.log_tail, run_ended_at=utcnow())
         return self._finish(exp, finish, keep_commit=commit if exp.is_baseline else None)
 
-    def _failed(self, sweep: Sweep, wt: Path, result: RunResult, started: bool,
-                status: RunStatus, k: int) -> Finish | None:
+    def _finish_if_failed(self, sweep: Sweep, wt: Path, result: RunResult, started: bool,
+                          status: RunStatus, k: int) -> Finish | None:
         """How the variant ends when its latest run gave no usable metric (None: it did)."""
         if result.outcome is Outcome.STOPPED:
             return Finish(ExperimentStatus.CANCELLED, reason=f"cancelled during run {k + 1}")
@@ -160,9 +160,9 @@ class AblationLoop:
             signal=result.signal if result.outcome is Outcome.SIGNALED else None,
             error=result.error, log_tail=result.log_tail, training_started=started,
             has_metric=False))
-        status_of = ExperimentStatus.TIMEOUT if crash.kind is CrashKind.TIMEOUT else \
+        crash_status = ExperimentStatus.TIMEOUT if crash.kind is CrashKind.TIMEOUT else \
             ExperimentStatus.CRASHED
-        return Finish(status_of, crash.kind, f"run {k + 1}: {crash.reason}",
+        return Finish(crash_status, crash.kind, f"run {k + 1}: {crash.reason}",
                       log_tail=result.log_tail, crash_cause=crash.cause or None)
 
     def _finish(self, exp: Experiment, finish: Finish,

@@ -34,11 +34,11 @@ from agent.engine.early_stop import (
     EarlyStop,
     RunCurve,
     RunStop,
+    build_reference,
     earlier_curves,
-    judged,
-    reference,
+    may_stop_early,
 )
-from agent.engine.gather import GOOD, ledger, sweep_speed_noise
+from agent.engine.gather import GOOD, earlier_tests, sweep_speed_noise
 from agent.engine.salvage import (
     CHECKPOINT_ENV,
     EVAL_LOG_SUFFIX,
@@ -130,12 +130,12 @@ class ProgressLines:
     (agent.engine.early_stop) is fed each point."""
 
     def __init__(self, pattern: re.Pattern[str] | None = None, budget_s: float | None = None,
-                 early: EarlyStop | None = None) -> None:
+                 early_stop: EarlyStop | None = None) -> None:
         self.pattern = pattern
         self.count = 0
         self.meter = ProgressMeter()
-        self.budget_s, self.early = budget_s, early
-        self.curve = early.curve if early is not None else RunCurve()
+        self.budget_s, self.early_stop = budget_s, early_stop
+        self.curve = early_stop.curve if early_stop is not None else RunCurve()
         self.started = time.monotonic()
 
     def point(self, line: str) -> ProgressPoint | None:
@@ -146,16 +146,16 @@ class ProgressLines:
             self.count += 1
             now = time.monotonic()
             self.meter.add(point.step, point.elapsed_s, now)
-            self._along(point, now)
+            self._add_to_budget_curve(point, now)
         return point
 
-    def _along(self, point: ProgressPoint, now: float) -> None:
+    def _add_to_budget_curve(self, point: ProgressPoint, now: float) -> None:
         if not self.budget_s:
             return
         seconds = point.elapsed_s if point.elapsed_s is not None else now - self.started
         fraction = seconds / self.budget_s
-        if self.early is not None:
-            self.early.add(fraction, point)  # adds the point to self.curve too
+        if self.early_stop is not None:
+            self.early_stop.add(fraction, point)  # adds the point to self.curve too
         else:
             self.curve.add(fraction, point.loss, float(point.step))
 
@@ -163,18 +163,18 @@ class ProgressLines:
         self.point(line)
 
 
-class LineSink(ProgressLines):
+class LossCurveWriter(ProgressLines):
     """Collects a downsampled loss curve from log lines; writes it to the store every few
     seconds (appending, or rewriting it after a thinning)."""
 
     def __init__(self, store: Store, exp: Experiment, emit: EventFn,
                  pattern: re.Pattern[str] | None = None, budget_s: float | None = None,
-                 early: EarlyStop | None = None) -> None:
-        super().__init__(pattern, budget_s, early)
+                 early_stop: EarlyStop | None = None) -> None:
+        super().__init__(pattern, budget_s, early_stop)
         self.store, self.exp, self.emit = store, exp, emit
-        self.steps = LossCurve()
-        self.written = 0  # how many of steps.kept the store holds
-        self.rewrite = False
+        self.step_curve = LossCurve()
+        self.points_written = 0  # how many of step_curve.kept the store holds
+        self.needs_rewrite = False
         self.last_flush = time.monotonic()
 
     def __call__(self, line: str) -> None:
@@ -182,25 +182,25 @@ class LineSink(ProgressLines):
         self.emit("line", self.exp, {"line": line, "point": point})
         if point is None:
             return
-        if self.steps.add(point):
-            self.rewrite = True
+        if self.step_curve.add(point):
+            self.needs_rewrite = True
         if time.monotonic() - self.last_flush > FLUSH_EVERY_S:
             self.flush()
 
     def flush(self, final: bool = False) -> None:
         """Write new points; after a thinning (or at the end, with the last point) rewrite."""
         self.last_flush = time.monotonic()
-        points = self.steps.points(with_last=final)
+        points = self.step_curve.points(with_last=final)
         try:
-            if self.rewrite or (final and len(points) > len(self.steps.kept)):
+            if self.needs_rewrite or (final and len(points) > len(self.step_curve.kept)):
                 self.store.replace_loss_points(self.exp.id, points)
-            elif len(points) > self.written:
-                self.store.add_loss_points(self.exp.id, points[self.written:])
+            elif len(points) > self.points_written:
+                self.store.add_loss_points(self.exp.id, points[self.points_written:])
         except StoreError as exc:
             if final or not exc.out_of_space:
                 raise
             return  # no space mid-run: the points wait for the next flush (the last is held)
-        self.written, self.rewrite = len(self.steps.kept), False
+        self.points_written, self.needs_rewrite = len(self.step_curve.kept), False
 
 
 class TrainingRuns:
@@ -218,27 +218,29 @@ class TrainingRuns:
         """
         config = sweep.config
         k = len(self.store.list_runs(experiment_id=spec.experiment_id))
-        first = spec.experiment_id == exp.id and k == 0
+        is_first_run = spec.experiment_id == exp.id and k == 0
         logs = self.settings.work_dir / "logs" / sweep.name
-        log_path = logs / (f"{exp.id}.log" if first else f"{spec.experiment_id}.run{k + 1}.log")
+        log_name = f"{exp.id}.log" if is_first_run else f"{spec.experiment_id}.run{k + 1}.log"
+        log_path = logs / log_name
         for folder in (self.settings.work_dir, log_path.parent.parent, log_path.parent):
-            _private(folder)
+            _make_private_dir(folder)
         run = self.store.start_run(
             replace(spec, log_path=str(log_path), device=self.settings.device)
         )
         # The run id carries the executing experiment (recovery kills by it); the experiment id
         # names the one whose commit runs (the best's, for an incumbent re-run).
-        env = self.env(sweep, exp, spec.seed, run=0 if first else run.id)
+        env = self.env(sweep, exp, spec.seed, run=0 if is_first_run else run.id)
         env["OVERNIGHT_EXPERIMENT_ID"] = str(spec.experiment_id)
         env[CHECKPOINT_ENV] = str(fresh_checkpoint_dir(wt))
         pattern = re.compile(config.progress_regex) if config.progress_regex else None
         run_stop = RunStop(stop)  # its own: an early stop is not the experiment's cancel
-        early = self.early_stop(sweep, exp, spec, run_stop)
-        sink: LineSink | None = None
-        lines = ProgressLines(pattern, config.budget_s, early)
-        if first:
+        early_stop = self.make_early_stop(sweep, exp, spec, run_stop)
+        writer: LossCurveWriter | None = None
+        lines = ProgressLines(pattern, config.budget_s, early_stop)
+        if is_first_run:
             self.store.mark_started(exp.id, log_path=str(log_path), run_started_at=utcnow())
-            sink = lines = LineSink(self.store, exp, self.emit, pattern, config.budget_s, early)
+            writer = lines = LossCurveWriter(self.store, exp, self.emit, pattern,
+                                             config.budget_s, early_stop)
             self.emit("started", self.store.get_experiment(exp.id), {"budget_s": config.budget_s})
         else:
             self.emit("confirming", exp, {"run": k + 1, "role": spec.role.value})
@@ -246,7 +248,7 @@ class TrainingRuns:
         def on_start(pid: int, pgid: int) -> None:
             try:
                 self.store.set_run_pgid(run.id, pgid)
-                if first:
+                if is_first_run:
                     self.store.mark_started(exp.id, pgid=pgid)
             except StoreError as exc:
                 if not exc.out_of_space:
@@ -277,40 +279,41 @@ class TrainingRuns:
                 on_submit=on_submit,
             )
             if salvageable(result, config, wt):
-                result = self.evaluate_again(exp, config, wt, result, env, on_start, stop)
+                result = self.rerun_evaluation(exp, config, wt, result, env, on_start, stop)
             result, holdout = seal_result(result, config.holdout_metric)
         except (WorkerLostError, OutOfSpaceError):  # no result: the machine or the disk went
             self.store.end_run(run.id, RunEnd(RunStatus.INTERRUPTED))
             raise
         finally:
-            if sink is not None:
-                sink.flush(final=True)
-        ended = self.record_end(exp, run, result, config, lines, early, holdout)
-        return result, sink is None or sink.count > 0, ended
+            if writer is not None:
+                writer.flush(final=True)
+        ended = self.record_end(exp, run, result, config, lines, early_stop, holdout)
+        return result, writer is None or writer.count > 0, ended
 
     def record_end(self, exp: Experiment, run: Run, result: RunResult, config: TargetConfig,
-                   lines: ProgressLines, early: EarlyStop | None,
+                   lines: ProgressLines, early_stop: EarlyStop | None,
                    holdout: float | None = None) -> Run:
         """The run's end with its curve (and sealed holdout); `pruned` when its early stop
         ended it."""
         end = replace(run_end(result, config.metric, lines.meter),
                       curve=lines.curve.points() or None, holdout=holdout)
-        if early is not None and early.call is not None and result.outcome is Outcome.STOPPED:
-            end = pruned_end(end, early, config.budget_s)
+        if (early_stop is not None and early_stop.stopping_check is not None
+                and result.outcome is Outcome.STOPPED):
+            end = pruned_end(end, early_stop, config.budget_s)
             self.emit("pruned", exp, {"reason": end.note, "run": run.id})
         return self.store.end_run(run.id, end)
 
-    def early_stop(self, sweep: Sweep, exp: Experiment, spec: RunSpec,
-                   run_stop: threading.Event) -> EarlyStop | None:
+    def make_early_stop(self, sweep: Sweep, exp: Experiment, spec: RunSpec,
+                        run_stop: threading.Event) -> EarlyStop | None:
         """The early stop of a change's own run, with the incumbent's curves read now (the
         commit the change was built on); None for any other run or with `prune = "off"`."""
         if sweep.config.prune != "auto" or exp.is_baseline:
             return None
         base = self.store.get_experiment(exp.id).base_commit or sweep.best_commit
-        if not judged(sweep, exp, spec, base):
+        if not may_stop_early(sweep, exp, spec, base):
             return None
         now = self.store.get_sweep(sweep.name)
-        # The best's runs (its own, its re-runs, those beside changes) are recorded under the
+        # The best's runs (its own, its re-runs, those paired with changes) are recorded under the
         # experiment that made it: one experiment's runs, not the sweep's thousands.
         runs = (self.store.list_runs(experiment_id=now.best_experiment_id)
                 if now.best_commit == base and now.best_experiment_id is not None
@@ -318,13 +321,13 @@ class TrainingRuns:
         policy = sweep.config.prune_policy.policy()
         earlier = earlier_curves(self.store, sweep.id, base, policy.pool_earlier)
         rule = Rule.of(sweep.config)
-        level = stop_level(ledger(self.store, sweep.id), rule)
+        level = stop_level(earlier_tests(self.store, sweep.id), rule)
         speed = speed_tolerance(sweep_speed_noise(
             [r for r in self.store.run_metrics(sweep.id) if r.status in GOOD]))
-        return EarlyStop(reference(exp, runs, spec.seed, base, sweep.config.budget_s, level,
-                                   speed, policy=policy, earlier=earlier), run_stop)
+        return EarlyStop(build_reference(exp, runs, spec.seed, base, sweep.config.budget_s,
+                                         level, speed, policy=policy, earlier=earlier), run_stop)
 
-    def evaluate_again(self, exp: Experiment, config: TargetConfig, wt: Path,
+    def rerun_evaluation(self, exp: Experiment, config: TargetConfig, wt: Path,
                        first: RunResult, env: dict[str, str],
                        on_start: Callable[[int, int], None],
                        stop: threading.Event) -> RunResult:
@@ -332,7 +335,7 @@ class TrainingRuns:
         checkpoint (its own log beside the run's); the run as it is to be recorded."""
         self.emit("evaluating", exp, {"error": first.error})
         assert config.eval_command is not None
-        again = self.runner.run(
+        rerun = self.runner.run(
             self.argv(config, wt, command=config.eval_command),
             cwd=wt / config.workdir,
             log_path=first.log_path.with_name(first.log_path.stem + EVAL_LOG_SUFFIX),
@@ -342,7 +345,7 @@ class TrainingRuns:
             on_start=on_start,
             stop_event=stop,
         )
-        return merged(first, again, config.metric)
+        return merged(first, rerun, config.metric)
 
     def argv(self, config: TargetConfig, wt: Path, command: str | None = None) -> list[str]:
         """The target's command (or `command`, without the args file's flags), inside the
@@ -409,12 +412,14 @@ def run_end(result: RunResult, metric_key: str, meter: ProgressMeter | None = No
     )
 
 
-def pruned_end(end: RunEnd, early: EarlyStop, budget_s: float) -> RunEnd:
+def pruned_end(end: RunEnd, early_stop: EarlyStop, budget_s: float) -> RunEnd:
     """A run the early stop ended: `pruned`, no metric, why in its note, the training seconds
     it had when stopped."""
-    assert early.call is not None
-    return replace(end, status=RunStatus.PRUNED, metric=None, note=early.call.reason(),
-                   training_s=end.training_s or round(early.curve.last_fraction * budget_s, 3))
+    assert early_stop.stopping_check is not None
+    return replace(end, status=RunStatus.PRUNED, metric=None,
+                   note=early_stop.stopping_check.reason(),
+                   training_s=(end.training_s
+                               or round(early_stop.curve.last_fraction * budget_s, 3)))
 
 
 def stop_point(run: Run, budget_s: float | None = None) -> dict[str, float | int]:
@@ -475,7 +480,7 @@ def _seconds(value: object) -> float | None:
     return float(value) if isinstance(value, int | float) and math.isfinite(value) else None
 
 
-def _private(folder: Path) -> None:
+def _make_private_dir(folder: Path) -> None:
     """The work and log folders are the service's own: 0700 whether new or not."""
     folder.mkdir(parents=True, exist_ok=True, mode=DIR_MODE)
     os.chmod(folder, DIR_MODE)

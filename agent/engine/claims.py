@@ -39,8 +39,8 @@ def continuations(store: Store, sweep: Sweep) -> list[Experiment]:
     """Queued experiments that continue one already counted (re-queued on a new head,
     repairs), highest priority first: a sweep at its max still runs them."""
     queued = store.list_experiments(sweep.id, [ExperimentStatus.QUEUED])
-    going_on = [e for e in queued if not e.is_baseline and e.priority >= CONTINUATION_PRIORITY]
-    return sorted(going_on, key=lambda e: (-e.priority, e.id))
+    continuing = [e for e in queued if not e.is_baseline and e.priority >= CONTINUATION_PRIORITY]
+    return sorted(continuing, key=lambda e: (-e.priority, e.id))
 
 
 def claim_continuation(store: Store, sweep: Sweep) -> Experiment | None:
@@ -56,18 +56,18 @@ def claim_queued(store: Store, sweep: Sweep) -> Experiment | None:
     if sweep.baseline_metric is not None:
         return store.claim_next(sweep.id)
     queued = store.list_experiments(sweep.id, [ExperimentStatus.QUEUED])
-    base = next((e for e in queued if e.is_baseline), None)
-    if base is None and store.get_sweep(sweep.name).baseline_metric is not None:
+    baseline = next((e for e in queued if e.is_baseline), None)
+    if baseline is None and store.get_sweep(sweep.name).baseline_metric is not None:
         return store.claim_next(sweep.id)  # `sweep` was read before the baseline ended
-    if base is None and store.count_experiments(
+    if baseline is None and store.count_experiments(
             sweep.id, [ExperimentStatus.RUNNING], is_baseline=True):
         return None  # another slot claimed it after `sweep` was read
-    if base is None:  # nothing of the sweep runs and no baseline is left: it is lost
+    if baseline is None:  # nothing of the sweep runs and no baseline is left: it is lost
         logger.error("sweep %s has no baseline to run (cancelled or given up); stopping it",
                      sweep.name)
         store.set_sweep_status(sweep.name, SweepStatus.STOPPED)
         return None
-    return store.claim(base.id)
+    return store.claim(baseline.id)
 
 
 def finish_sweep(store: Store, sweep: Sweep, reason: str) -> None:

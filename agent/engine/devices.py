@@ -61,7 +61,7 @@ class DeviceWatch:
         self.failures: dict[int, int] = {}
         self.retired: dict[int, str] = {}
 
-    def ran(self, slot: int, failed_on_device: bool, reason: str | None) -> None:
+    def record_run(self, slot: int, failed_on_device: bool, reason: str | None) -> None:
         """After each run of `slot`: a device failure counts, anything else resets the count;
         the MAX_DEVICE_FAILURES-th in a row takes the slot out."""
         if not failed_on_device:

@@ -41,20 +41,20 @@ from runner.summary import ProgressPoint
 logger = logging.getLogger(__name__)
 CURVE_BINS = 200  # a run's recorded curve: the mean point of each 1/200 of the budget
 CHALLENGER_ROLES = (RunRole.SCREEN, RunRole.CONFIRM)
-# The incumbent's runs a challenger is judged against: those in its usual machine conditions
-# (a suspect run measured the machine; its curve would move the reference and the speed).
+# The incumbent's runs a challenger is judged against: those at its most common speed (a suspect
+# run measured a slower or faster machine; its curve would move the reference and the speed).
 REFERENCE_STATUSES = (RunStatus.OK,)
 
 
 class RunStop(threading.Event):
     """A run's own stop, also set while the experiment's is: the runner polls `is_set`."""
 
-    def __init__(self, outer: threading.Event) -> None:
+    def __init__(self, experiment_stop: threading.Event) -> None:
         super().__init__()
-        self.outer = outer
+        self.experiment_stop = experiment_stop
 
     def is_set(self) -> bool:
-        return super().is_set() or self.outer.is_set()
+        return super().is_set() or self.experiment_stop.is_set()
 
 
 class RunCurve:
@@ -107,13 +107,14 @@ class Reference:
     category: str | None
     budget_s: float
     level: float  # the keep rule's bar for "clearly worse" (agent.rules.decide.stop_level)
-    tolerance: float  # the keep rule's speed tolerance: a run off it is not judged
+    tolerance: float  # the keep rule's speed tolerance: a run outside it is not judged
     policy: PrunePolicy = field(default_factory=PrunePolicy)
     # the earlier incumbents' curves, one group per commit, newest first (the spread pools them)
     earlier: tuple[tuple[CurvePoints, ...], ...] = ()
 
 
-def judged(sweep: Sweep, exp: Experiment, spec: RunSpec, incumbent_commit: str | None) -> bool:
+def may_stop_early(sweep: Sweep, exp: Experiment, spec: RunSpec,
+                   incumbent_commit: str | None) -> bool:
     """Whether this run may be stopped early: a change's own run (not the commit it was built
     on), on a target that asks."""
     return (sweep.config.prune == "auto" and not exp.is_baseline
@@ -121,17 +122,17 @@ def judged(sweep: Sweep, exp: Experiment, spec: RunSpec, incumbent_commit: str |
             and incumbent_commit is not None and spec.commit != incumbent_commit)
 
 
-def reference(exp: Experiment, runs: Sequence[Run], seed: int, incumbent_commit: str | None,
-              budget_s: float, level: float, tolerance: float, *,
-              policy: PrunePolicy | None = None,
-              earlier: Sequence[Sequence[CurvePoints]] = ()) -> Reference:
+def build_reference(exp: Experiment, runs: Sequence[Run], seed: int,
+                    incumbent_commit: str | None, budget_s: float, level: float,
+                    tolerance: float, *, policy: PrunePolicy | None = None,
+                    earlier: Sequence[Sequence[CurvePoints]] = ()) -> Reference:
     """The incumbent's completed runs' curves (same seed first), the change's category, and
     the earlier incumbents' curves (`earlier_curves`) for the spread."""
-    mine = [r for r in runs if r.commit == incumbent_commit and r.status in REFERENCE_STATUSES
-            and r.curve]
-    mine.sort(key=lambda r: (r.seed != seed, r.id))
-    return Reference(tuple(r.curve for r in mine if r.curve), category_of(exp).value, budget_s,
-                     level, tolerance, policy=policy or PrunePolicy(),
+    incumbent_runs = [r for r in runs if r.commit == incumbent_commit
+                      and r.status in REFERENCE_STATUSES and r.curve]
+    incumbent_runs.sort(key=lambda r: (r.seed != seed, r.id))
+    return Reference(tuple(r.curve for r in incumbent_runs if r.curve), category_of(exp).value,
+                     budget_s, level, tolerance, policy=policy or PrunePolicy(),
                      earlier=tuple(tuple(g) for g in earlier if g))
 
 
@@ -162,40 +163,44 @@ def earlier_curves(store: Store, sweep_id: int, incumbent_commit: str | None,
 class EarlyStop:
     """Fed each progress point of a challenger run; sets `stop` when a check says it is behind.
 
-    Keeps the run's curve; `call` is the check that stopped it (None while it runs on)."""
+    Keeps the run's curve; `stopping_check` is the check that stopped it (None while it runs
+    on), `checks` every check made."""
 
     def __init__(self, ref: Reference, stop: threading.Event) -> None:
         self.ref, self.stop = ref, stop
         self.curve = RunCurve()
-        self.judged = 0
-        self.call: PruneCall | None = None
-        self.calls: list[PruneCall] = []
+        self.checks_done = 0
+        self.stopping_check: PruneCall | None = None
+        self.checks: list[PruneCall] = []
         self.earlier = [[loss_pairs(c) for c in g] for g in ref.earlier]
 
     def add(self, fraction: float, point: ProgressPoint) -> None:
         self.curve.add(fraction, point.loss, float(point.step))
-        if self.call is not None:
+        if self.stopping_check is not None:
             return
-        index = next_check(fraction, self.judged, self.ref.policy)
+        index = next_check(fraction, self.checks_done, self.ref.policy)
         if index is None:
             return
-        self.judged = index + 1
-        mine, theirs = loss_pairs(self.curve.points()), [loss_pairs(c) for c in self.ref.curves]
+        self.checks_done = index + 1
+        own_curve = loss_pairs(self.curve.points())
+        incumbent_curves = [loss_pairs(c) for c in self.ref.curves]
         ratio = self.speed_ratio(fraction, point.step)
-        off = ratio is not None and not agrees(ratio, 1.0, self.ref.tolerance)
-        call = check(mine, theirs, index, self.ref.level, self.ref.policy,
-                     category=self.ref.category, speed_off=off, earlier=self.earlier)
-        self.calls.append(call)
-        logger.info("early-stop check %d: %s", index, call.reason())
-        if call.stop:
-            self.call = call
+        speed_differs = ratio is not None and not agrees(ratio, 1.0, self.ref.tolerance)
+        outcome = check(own_curve, incumbent_curves, index, self.ref.level, self.ref.policy,
+                        category=self.ref.category, speed_off=speed_differs,
+                        earlier=self.earlier)
+        self.checks.append(outcome)
+        logger.info("early-stop check %d: %s", index, outcome.reason())
+        if outcome.stop:
+            self.stopping_check = outcome
             self.stop.set()
 
     def speed_ratio(self, fraction: float, step: int) -> float | None:
         """Steps done by `fraction` against the incumbent's runs' mean at that fraction (equal
         time, so a ratio of steps per second); None when none of them reaches it."""
-        theirs = [s for c in self.ref.curves if (s := step_at(c, fraction)) is not None]
-        if not theirs or step <= 0:
+        incumbent_steps = [s for c in self.ref.curves
+                           if (s := step_at(c, fraction)) is not None]
+        if not incumbent_steps or step <= 0:
             return None
-        mean = statistics.fmean(theirs)
+        mean = statistics.fmean(incumbent_steps)
         return step / mean if mean > 0 else None

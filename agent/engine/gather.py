@@ -1,9 +1,10 @@
-"""What the keep rule sees of a sweep, read from the store, and its flags written back.
+"""What the keep rule sees of a sweep, read from the store, and each run's status written back.
 
 The change's good runs and its incumbent's (the runs of the commit it was built on, those
-started beside it included) as agent.rules.conditions Samples; the other commits' OK runs as
-σ̂'s prior; the night's earlier tests (the FDR ledger); after the verdict, each run's status
-(ok or suspect) and the rule's note on how it was placed. Talks to the Store port only.
+started paired with it included) as agent.rules.conditions Samples; the other commits' OK runs
+as σ̂'s prior; the night's earlier tests (for the false-discovery-rate level); after the
+verdict, each run's status (ok or suspect) and the rule's note on how it was placed. Talks to
+the Store port only.
 """
 
 from __future__ import annotations
@@ -17,33 +18,36 @@ from agent.rules.conditions import GOOD, sample
 from agent.rules.decide import Verdict
 from agent.rules.noise import speed_noise, squares
 
-__all__ = ["GOOD", "Seen", "gather", "ledger", "sample", "sweep_speed_noise", "write_flags"]
+__all__ = ["GOOD", "GatheredRuns", "earlier_tests", "gather", "sample", "sweep_speed_noise",
+           "write_run_statuses"]
 
 
 @dataclass(frozen=True)
-class Seen:
-    mine: list[Run]  # the change's good runs, oldest first
-    best: list[Run]  # its incumbent's (none for a baseline)
+class GatheredRuns:
+    change_runs: list[Run]  # the change's good runs, oldest first
+    incumbent_runs: list[Run]  # its incumbent's (none for a baseline)
     others: tuple[float, int]  # squares() of the other commits' ok runs
     speed_noise: float | None  # noise.speed_noise of the sweep's good runs
-    started: frozenset[int]  # seeds the incumbent's runs started with, finished or not
+    incumbent_seeds: frozenset[int]  # seeds the incumbent's runs started with, finished or not
 
 
-def gather(store: Store, sweep_id: int, exp: Experiment, head: str, commit: str) -> Seen:
+def gather(store: Store, sweep_id: int, exp: Experiment, head: str, commit: str) -> GatheredRuns:
     every = store.run_metrics(sweep_id)
     runs = [r for r in every if r.metric is not None]
     good = [r for r in runs if r.status in GOOD]
-    mine = [r for r in good if r.experiment_id == exp.id and r.role is not RunRole.INCUMBENT]
-    best = [] if exp.is_baseline else [r for r in good if r.commit == head]
+    change_runs = [r for r in good
+                   if r.experiment_id == exp.id and r.role is not RunRole.INCUMBENT]
+    incumbent_runs = [] if exp.is_baseline else [r for r in good if r.commit == head]
     groups: dict[str, list[float]] = {}
     for r in runs:
         if r.status is RunStatus.OK and r.commit not in (head, commit):
             groups.setdefault(r.commit, []).append(r.metric)  # type: ignore[arg-type]
-    started = frozenset(r.seed for r in every if r.commit == head and r.seed is not None)
-    return Seen(mine, best, squares(list(groups.values())), sweep_speed_noise(good), started)
+    seeds = frozenset(r.seed for r in every if r.commit == head and r.seed is not None)
+    return GatheredRuns(change_runs, incumbent_runs, squares(list(groups.values())),
+                        sweep_speed_noise(good), seeds)
 
 
-def ledger(store: Store, sweep_id: int) -> tuple[tuple[float, bool], ...]:
+def earlier_tests(store: Store, sweep_id: int) -> tuple[tuple[float, bool], ...]:
     """The night's tests so far, (p-value, kept), in the order they were decided."""
     done = [e for e in store.list_experiments(sweep_id, [ExperimentStatus.KEPT,
                                                          ExperimentStatus.DISCARDED])
@@ -58,17 +62,19 @@ def sweep_speed_noise(runs: Sequence[Run]) -> float | None:
     return speed_noise([(r.commit, r.device, r.throughput) for r in runs])
 
 
-def write_flags(store: Store, mine: Sequence[Run], best: Sequence[Run], verdict: Verdict) -> None:
+def write_run_statuses(store: Store, change_runs: Sequence[Run], incumbent_runs: Sequence[Run],
+                       verdict: Verdict) -> None:
     """Each run's status and note as the verdict placed it, where they changed: the change's
     runs; of the incumbent's re-runs only the note (their status is the recorded best's,
     agent.engine.incumbent.record_best; its own runs keep what its verdict gave them: a
     finished record is never edited)."""
-    _write(store, zip(mine, verdict.suspect, verdict.notes, strict=False))
-    _write(store, ((r, r.status is RunStatus.SUSPECT, n) for r, n in
-                   zip(best, verdict.best_notes, strict=False) if r.role is RunRole.INCUMBENT))
+    _write_statuses(store, zip(change_runs, verdict.suspect, verdict.notes, strict=False))
+    _write_statuses(store, ((r, r.status is RunStatus.SUSPECT, n) for r, n in
+                            zip(incumbent_runs, verdict.best_notes, strict=False)
+                            if r.role is RunRole.INCUMBENT))
 
 
-def _write(store: Store, rows: Iterable[tuple[Run, bool, str]]) -> None:
+def _write_statuses(store: Store, rows: Iterable[tuple[Run, bool, str]]) -> None:
     for run, suspect, note in rows:
         want = RunStatus.SUSPECT if suspect else RunStatus.OK
         if run.status is not want or (note or None) != run.note:

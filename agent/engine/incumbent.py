@@ -1,12 +1,12 @@
-"""The best commit measured again now and then, beside a change when the keep rule asks, and the
-lock a sweep's decisions take turns on.
+"""The best commit measured again now and then, paired with a change's run when the keep rule
+asks, and the lock a sweep's decisions take turns on.
 
 Every `incumbent_every` decided proposals a slot runs the best commit again before its own change
-(agent.rules.decide.incumbent_due: the runs beside changes count), so the reference follows a
-machine that drifts. The recorded best is the mean of the best commit's runs in its usual
-machine condition (agent.rules.conditions.best_of, the keep rule's own definition); a run of it
-in another condition is marked suspect. When the keep rule asks, the commit a change was built on
-runs beside the change's latest run, with the seed the rule names, in the same slot (same
+(agent.rules.decide.incumbent_due: the paired runs count), so the reference follows a machine
+that drifts. The recorded best is the mean of the best commit's runs in its most common speed
+group (agent.rules.conditions.best_of, the keep rule's own definition); a run of it at another
+speed is marked suspect. When the keep rule asks, the commit a change was built on runs paired
+with the change's latest run, with the seed the rule names, in the same slot (same
 device): the same-window pair. Slots of one process each have their own Loop; the per-sweep
 claim here makes slots finishing together run one re-run between them, and the decision lock
 makes reading the best, recording a keep (or a new mean) and moving the branch one step.
@@ -41,29 +41,29 @@ def decision_lock(branch: str, target: str) -> threading.Lock:
 # Incumbent re-runs a slot of this process has decided on but whose run may not be recorded
 # yet, per sweep (target, branch): slots finishing together would otherwise all see the same
 # re-run as due.
-_INCUMBENT_CLAIMS: Counter[tuple[str, str]] = Counter()
-_INCUMBENT_GUARD = threading.Lock()
+_CLAIMED_RERUNS: Counter[tuple[str, str]] = Counter()
+_CLAIMED_RERUNS_LOCK = threading.Lock()
 
 
 @contextmanager
-def _incumbent_claim(sweep: Sweep, decided: int, recorded: int, rule: Rule,
-                     measured: bool) -> Iterator[bool]:
-    """Whether this slot re-runs the incumbent now (held for the re-run's length): due counting
-    the re-runs recorded and those other slots have claimed (as runs of the best too). While a
-    claimed re-run is also recorded it counts twice, which can only put the next re-run off,
-    never double one."""
+def _claim_rerun_if_due(sweep: Sweep, decided: int, recorded: int, rule: Rule,
+                        noise_measured: bool) -> Iterator[bool]:
+    """Whether this slot re-runs the incumbent now (claimed for the re-run's length): due
+    counting the re-runs recorded and those other slots have claimed (as runs of the best too).
+    While a claimed re-run is also recorded it counts twice, which can only delay the next
+    re-run, never double one."""
     key = (sweep.target_path, sweep.branch)
-    with _INCUMBENT_GUARD:
-        claimed = _INCUMBENT_CLAIMS[key]
-        mine = incumbent_due(decided, recorded + claimed, rule, measured)
-        if mine:
-            _INCUMBENT_CLAIMS[key] += 1
+    with _CLAIMED_RERUNS_LOCK:
+        claimed = _CLAIMED_RERUNS[key]
+        rerun_now = incumbent_due(decided, recorded + claimed, rule, noise_measured)
+        if rerun_now:
+            _CLAIMED_RERUNS[key] += 1
     try:
-        yield mine
+        yield rerun_now
     finally:
-        if mine:
-            with _INCUMBENT_GUARD:
-                _INCUMBENT_CLAIMS[key] -= 1
+        if rerun_now:
+            with _CLAIMED_RERUNS_LOCK:
+                _CLAIMED_RERUNS[key] -= 1
 
 
 class Incumbent:
@@ -84,18 +84,18 @@ class Incumbent:
         decided = self.store.count_experiments(
             sweep.id, [ExperimentStatus.KEPT, ExperimentStatus.DISCARDED], is_baseline=False
         )
-        done = sum(r.role is RunRole.INCUMBENT for r in runs)
+        reruns = sum(r.role is RunRole.INCUMBENT for r in runs)
         groups: dict[str, list[float]] = {}
         for r in runs:
             if r.status is RunStatus.OK and r.metric is not None:
                 groups.setdefault(r.commit, []).append(r.metric)
-        measured = rule.noise_sigma is not None or pooled_sigma(list(groups.values()))[0] \
-            is not None
-        with _incumbent_claim(sweep, decided, done, rule, measured) as due:
+        noise_measured = rule.noise_sigma is not None or pooled_sigma(
+            list(groups.values()))[0] is not None
+        with _claim_rerun_if_due(sweep, decided, reruns, rule, noise_measured) as due:
             if not due:
                 return
-            owner = current.best_experiment_id
-            seed = next_seed({r.seed for r in self.store.list_runs(experiment_id=owner)
+            best_id = current.best_experiment_id
+            seed = next_seed({r.seed for r in self.store.list_runs(experiment_id=best_id)
                               if r.commit == head}, rule)
             run = self._run(sweep, exp, head, stop, RunSpec(
                 sweep.id, current.best_experiment_id, head, seed, RunRole.INCUMBENT))
@@ -106,35 +106,37 @@ class Incumbent:
 
     def record_best(self, sweep: Sweep, head: str) -> None:
         """The recorded best: the keep rule's value of the best commit (agent.rules.conditions.
-        best_of: the mean of its good runs in its usual machine condition). Each re-run of it
-        (role incumbent) is OK in that condition, else suspect (this is the only writer of
+        best_of: the mean of its good runs in its most common speed group). Each re-run of it
+        (role incumbent) is OK in that group, else suspect (this is the only writer of
         their status; its own runs keep what its verdict gave them: a finished record is never
         edited). Call under the decision lock, after every decision."""
         current = self.store.get_sweep(sweep.name)
         if current.best_commit != head or current.best_experiment_id is None:
             return
-        best, good, off = recorded_best(self.store.run_metrics(sweep.id), head)
-        for r, o in zip(good, off, strict=True):
-            want = RunStatus.SUSPECT if o else RunStatus.OK
-            if r.role is RunRole.INCUMBENT and r.status is not want:
-                self.store.set_run_status(r.id, want)
+        best, good_runs, outside_common_speed = recorded_best(
+            self.store.run_metrics(sweep.id), head)
+        for run, outside in zip(good_runs, outside_common_speed, strict=True):
+            want = RunStatus.SUSPECT if outside else RunStatus.OK
+            if run.role is RunRole.INCUMBENT and run.status is not want:
+                self.store.set_run_status(run.id, want)
         if best is not None and best != current.best_metric:
             self.store.set_best(sweep.id, current.best_experiment_id, best, head,
                                 baseline=current.best_experiment_id == self._baseline_id(sweep))
 
-    def beside(self, sweep: Sweep, exp: Experiment, head: str, stop: threading.Event,
-               seed: int, pair_of: int | None) -> Run:
-        """Run the commit `exp` was built on beside its run `pair_of`, with `seed` (the keep
+    def run_paired(self, sweep: Sweep, exp: Experiment, head: str, stop: threading.Event,
+                   seed: int, pair_of: int | None) -> Run:
+        """Run the commit `exp` was built on paired with its run `pair_of`, with `seed` (the keep
         rule's same-window pair), recorded under the experiment that made that commit. The
         rule sees only the commit's good runs: a seed one of its runs started with and never
         finished (a kill, a crash) is not run again; the next free one is."""
-        owner = self._experiment_of(sweep, head)
-        started = {r.seed for r in self.store.list_runs(experiment_id=owner) if r.commit == head}
+        kept_id = self._kept_experiment_of(sweep, head)
+        started = {r.seed for r in self.store.list_runs(experiment_id=kept_id)
+                   if r.commit == head}
         seed = next_seed(started, Rule.of(sweep.config), prefer=seed)
-        spec = RunSpec(sweep.id, owner, head, seed, RunRole.INCUMBENT, pair_run_id=pair_of)
+        spec = RunSpec(sweep.id, kept_id, head, seed, RunRole.INCUMBENT, pair_run_id=pair_of)
         return self._run(sweep, exp, head, stop, spec)
 
-    def _experiment_of(self, sweep: Sweep, commit: str) -> int:
+    def _kept_experiment_of(self, sweep: Sweep, commit: str) -> int:
         current = self.store.get_sweep(sweep.name)
         if current.best_commit == commit and current.best_experiment_id is not None:
             return current.best_experiment_id

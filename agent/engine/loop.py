@@ -39,11 +39,11 @@ from agent.core.errors import (
 )
 from agent.core.ports import Proposer, Repo, Runner, Store
 from agent.engine.attempt import EventFn, LoopSettings, TrainingRuns, emit_to, stop_point
-from agent.engine.gather import gather, ledger, sample, write_flags
+from agent.engine.gather import earlier_tests, gather, sample, write_run_statuses
 from agent.engine.incumbent import Incumbent, decision_lock
-from agent.engine.recovery import baseline_pause, requeue_once
+from agent.engine.recovery import baseline_pause_reason, requeue_once
 from agent.engine.salvage import training_finished
-from agent.engine.writes import Writes, held_runner, held_store
+from agent.engine.writes import Writes, space_checking_runner, space_waiting_store
 from agent.git.repo import hash_worktree_files
 from agent.ops.admission import admit, queue, reject
 from agent.ops.sweeps import link_assets, proposal_context
@@ -89,13 +89,14 @@ class Loop:
         writes: Writes | None = None,
     ) -> None:
         # A lack of space is waited out, not judged (agent.engine.writes): the loop's store
-        # holds each call through it, and its runs never wait on the disk.
+        # retries each call through it, and its runs never wait on the disk.
         self.writes = writes or Writes()
-        store = held_store(store, self.writes)
+        store = space_waiting_store(store, self.writes)
         self.store, self.repo, self.runner = store, repo, runner
         self.settings, self.proposer = settings, proposer
         self.on_event = on_event
-        self.training = TrainingRuns(store, held_runner(runner, self.writes), settings, self.emit)
+        self.training = TrainingRuns(store, space_checking_runner(runner, self.writes), settings,
+                                     self.emit)
         self.incumbent = Incumbent(store, repo, settings, self.training)
         self._stops: dict[int, threading.Event] = {}
         self._lock = threading.Lock()
@@ -174,13 +175,13 @@ class Loop:
             self.repo.add_worktree(wt, commit)
             link_assets(wt, Path(sweep.target_path), sweep.config)
             self.incumbent.remeasure(sweep, exp, head, stop)
-            return self._settle(sweep, exp, head, commit, wt, stop)
+            return self._run_until_verdict(sweep, exp, head, commit, wt, stop)
         except WorkerLostError as exc:
-            return self._lost(exp, f"{LOST_PREFIX}{exc}")
+            return self._interrupt_and_requeue(exp, f"{LOST_PREFIX}{exc}")
         except BaseException as exc:
             if not self.writes.stopped and self.writes.failed(exc, f"experiment {exp.id}",
                                                               probe=True):
-                return self._lost(exp, f"{NO_SPACE_PREFIX}{exc}")
+                return self._interrupt_and_requeue(exp, f"{NO_SPACE_PREFIX}{exc}")
             self._record_failure(exp, exc)
             raise
         finally:
@@ -223,7 +224,7 @@ class Loop:
         self.store.mark_started(exp.id, commit=commit, ref=ref, base_commit=head)
         return head, commit
 
-    def _settle(
+    def _run_until_verdict(
         self,
         sweep: Sweep,
         exp: Experiment,
@@ -236,31 +237,33 @@ class Loop:
         config = sweep.config
         rule = Rule.of(config)
         seed, role = rule.seed, RunRole.BASELINE if exp.is_baseline else RunRole.SCREEN
-        beside: int | None = None  # the keep rule asked for the incumbent beside this run
+        pair_run_id: int | None = None  # the keep rule asked for the incumbent paired with it
         verdict = Verdict(None, incumbent=False)
         while True:
             if verdict.incumbent:
-                failed = self._beside(sweep, exp, head, stop, seed, beside)
+                failed = self._run_incumbent_paired(sweep, exp, head, stop, seed, pair_run_id)
             else:
                 spec = RunSpec(sweep.id, exp.id, commit, seed, role)
                 result, started, run = self.training.run(sweep, exp, wt, stop, spec)
                 if run.status is RunStatus.PRUNED:  # clearly behind: no more runs of it
                     return self._pruned(sweep, exp, run, result)
-                failed = self._failure(sweep, config, wt, result, started, run)
+                failed = self._run_failure(sweep, config, wt, result, started, run)
             # Slots of one process each have their own Loop: decisions on a sweep take turns
             # so that reading the best, recording a keep and moving the branch are one step.
             with decision_lock(sweep.branch, sweep.target_path):
-                evidence, now_head, mine, best = self._evidence(sweep, exp, head, commit, failed)
+                evidence, now_head, change_runs, incumbent_runs = self._evidence(
+                    sweep, exp, head, commit, failed)
                 verdict = decide(evidence, rule)
-                write_flags(self.store, mine, best, verdict)
+                write_run_statuses(self.store, change_runs, incumbent_runs, verdict)
                 # the best's re-runs flagged and its recorded mean re-read (record_best alone)
                 self.incumbent.record_best(sweep, head)
                 if verdict.status is not None:
-                    done = self._conclude(sweep, exp, verdict, result, head, commit, mine)
+                    done = self._record_verdict(sweep, exp, verdict, result, head, commit,
+                                                change_runs)
             if verdict.status is not None:
                 break
             seed = verdict.seed if verdict.seed is not None else seed + 1
-            beside = verdict.pair_of
+            pair_run_id = verdict.pair_of
             if not verdict.incumbent:
                 role = RunRole.BASELINE if exp.is_baseline else RunRole.CONFIRM
         if verdict.repair:
@@ -281,7 +284,7 @@ class Loop:
             summary=result.summary, log_tail=result.log_tail, run_ended_at=utcnow(),
             stopped=stop_point(run, sweep.budget_s)))
 
-    def _failure(
+    def _run_failure(
         self,
         sweep: Sweep,
         config: TargetConfig,
@@ -293,7 +296,7 @@ class Loop:
         """The latest run as a failure, or None when it produced a usable metric."""
         if result.outcome is Outcome.STOPPED:
             return RunFailure(stopped=True)
-        tampered = self._tampered(sweep, config, wt)
+        tampered = self._changed_protected_files(sweep, config, wt)
         if tampered:
             return RunFailure(tampered=tuple(tampered))
         if run.status is RunStatus.OK:
@@ -312,11 +315,12 @@ class Loop:
         why = result.error or ("FAIL" if result.fail_marker else result.outcome.value)
         return RunFailure(facts=facts, error=why)
 
-    def _beside(self, sweep: Sweep, exp: Experiment, head: str, stop: threading.Event,
-                seed: int, pair_of: int | None) -> RunFailure | None:
-        """The incumbent's run beside the change's (the keep rule asked): a failure only when
-        it was stopped or produced no metric."""
-        run = self.incumbent.beside(sweep, exp, head, stop, seed, pair_of)
+    def _run_incumbent_paired(self, sweep: Sweep, exp: Experiment, head: str,
+                              stop: threading.Event, seed: int,
+                              pair_of: int | None) -> RunFailure | None:
+        """The incumbent's run paired with the change's (the keep rule asked): a failure only
+        when it was stopped or produced no metric."""
+        run = self.incumbent.run_paired(sweep, exp, head, stop, seed, pair_of)
         if run.status is RunStatus.CANCELLED:
             return RunFailure(stopped=True)
         if run.status is not RunStatus.OK:
@@ -327,24 +331,24 @@ class Loop:
         self, sweep: Sweep, exp: Experiment, head: str, commit: str, failed: RunFailure | None
     ) -> tuple[Evidence, str, list[Run], list[Run]]:
         """What the decision needs, from the store and git: runs, the incumbent's, the head."""
-        seen = gather(self.store, sweep.id, exp, head, commit)
+        gathered = gather(self.store, sweep.id, exp, head, commit)
         now_head = head if exp.is_baseline else self.repo.head(sweep.branch)
         moved = now_head != head
         evidence = Evidence(
             is_baseline=exp.is_baseline,
-            runs=tuple(sample(r) for r in seen.mine),
-            best=tuple(sample(r) for r in seen.best),
-            others=seen.others,
-            speed_noise=seen.speed_noise,
+            runs=tuple(sample(r) for r in gathered.change_runs),
+            best=tuple(sample(r) for r in gathered.incumbent_runs),
+            others=gathered.others,
+            speed_noise=gathered.speed_noise,
             failed=failed,
             head_moved=moved,
             conflict=self.repo.check_applies(now_head, exp.diff) if moved else None,
-            tests=() if exp.is_baseline else ledger(self.store, sweep.id),
-            started_seeds=seen.started,
+            tests=() if exp.is_baseline else earlier_tests(self.store, sweep.id),
+            started_seeds=gathered.incumbent_seeds,
         )
-        return evidence, now_head, seen.mine, seen.best
+        return evidence, now_head, gathered.change_runs, gathered.incumbent_runs
 
-    def _conclude(
+    def _record_verdict(
         self,
         sweep: Sweep,
         exp: Experiment,
@@ -352,7 +356,7 @@ class Loop:
         result: RunResult,
         head: str,
         commit: str,
-        mine: list[Run],
+        change_runs: list[Run],
     ) -> Experiment:
         """Record the verdict; a keep is recorded first, then the branch moves. The baseline
         also says when its repeats cannot measure the noise or the load."""
@@ -372,7 +376,7 @@ class Loop:
             log_tail=result.log_tail,
             run_ended_at=utcnow(),
             warnings=tuple(contract_warnings(result.summary, sweep.budget_s)) + (
-                baseline_warnings([sample(r) for r in mine], sweep.config.metric)
+                baseline_warnings([sample(r) for r in change_runs], sweep.config.metric)
                 if exp.is_baseline else ()),
             crash_cause=verdict.crash_cause,
             test=_test_record(verdict),
@@ -385,11 +389,11 @@ class Loop:
         # incumbent), which its later runs move; the verdict's value stays on the experiment
         self.incumbent.record_best(sweep, commit)
         if not exp.is_baseline:
-            self.writes.hold(lambda: self.repo.advance_branch(sweep.branch, commit, head),
-                             "moving the branch")
+            self.writes.retry_while_disk_full(
+                lambda: self.repo.advance_branch(sweep.branch, commit, head), "moving the branch")
         return done
 
-    def _tampered(self, sweep: Sweep, config: TargetConfig, wt: Path) -> list[str]:
+    def _changed_protected_files(self, sweep: Sweep, config: TargetConfig, wt: Path) -> list[str]:
         expected = self.store.protected_hashes(sweep.id)
         watched = [*config.protected, *config.assets]
         actual = hash_worktree_files(wt, watched)
@@ -399,11 +403,11 @@ class Loop:
         """It looked promising, but was measured without the change kept meanwhile: the
         combination has never run, so the same diff is re-queued on the new head (ahead of
         new proposals) and judged there."""
-        again = Proposal(
+        rerun = Proposal(
             exp.description, exp.diff, exp.proposer, exp.id, {**exp.meta, "rerun_of": exp.id}
         )
         child = self.store.add_experiment(
-            sweep.id, again, attempt=exp.attempt, priority=REPAIR_PRIORITY, base_commit=now_head
+            sweep.id, rerun, attempt=exp.attempt, priority=REPAIR_PRIORITY, base_commit=now_head
         )
         self.emit("queued", child)
 
@@ -436,16 +440,16 @@ class Loop:
         self.emit("finished", done)
         return done
 
-    def _lost(self, exp: Experiment, why: str) -> Experiment:
+    def _interrupt_and_requeue(self, exp: Experiment, why: str) -> Experiment:
         """A remote worker went away mid-run, or the disk filled up under it: no result, so
         the experiment is `interrupted` (once writes succeed) and queued again exactly once
         (the store refuses a second retry row)."""
         logger.warning("experiment %s: %s", exp.id, why)
         done = self._finish(exp, Finish(ExperimentStatus.INTERRUPTED, reason=why[:500]))
-        follow = requeue_once(self.store, done)  # its retry, or its verdict past the cap
-        if follow is not None:
-            self.emit("finished" if follow.status.is_finished() else "queued", follow)
-        pause = baseline_pause(follow) if follow is not None else None
+        follow_up = requeue_once(self.store, done)  # its retry, or its verdict past the cap
+        if follow_up is not None:
+            self.emit("finished" if follow_up.status.is_finished() else "queued", follow_up)
+        pause = baseline_pause_reason(follow_up) if follow_up is not None else None
         if pause is not None:
             sweep = self.store.get_sweep_by_id(exp.sweep_id)
             logger.error("sweep %s paused: %s", sweep.name, pause)

@@ -4,7 +4,7 @@ On start, before any slot runs: experiments left `running` by a dead process bec
 `interrupted` and are re-queued once as new linked rows; their orphaned process groups are
 killed, and so is every process whose environment carries one of their run ids (found by
 OVERNIGHT_RUN_ID wherever it moved: setsid, chdir, double fork; a Slurm job's runs carry it
-prefixed, and are left to Slurm: their retries adopt them, agent.executors.slurm); stale
+prefixed, and are left to Slurm: their retries adopt them, agent.executors.slurm); leftover
 worktrees (but those such a job still runs in) and ref locks are pruned; each sweep branch is
 reset to the database's best commit if the two disagree (the database is the source of truth:
 a keep is recorded before the branch moves).
@@ -49,7 +49,7 @@ SHUTDOWN_REASON = "the service shut down while this experiment was running"
 MAX_CRASH_RETRIES = 3
 GAVE_UP_CAUSE = "took the service down"
 # The refs the service writes (a kill during `git update-ref` can leave their `.lock` behind).
-OUR_REFS = ("refs/heads/overnight", "refs/overnight")
+SERVICE_REFS = ("refs/heads/overnight", "refs/overnight")
 
 
 class InstanceLockError(RuntimeError):
@@ -136,8 +136,8 @@ def _is_our_group(pgid: int, work_dir: Path) -> bool:
     return cwd.startswith(str(work_dir.resolve()))
 
 
-def kill_orphans(exps: list[Experiment], work_dir: Path,
-                 kill: Callable[[int], bool]) -> list[int]:
+def kill_orphan_groups(exps: list[Experiment], work_dir: Path,
+                       kill: Callable[[int], bool]) -> list[int]:
     killed = []
     for exp in exps:
         if exp.pgid and _is_our_group(exp.pgid, work_dir) and kill(exp.pgid):
@@ -184,14 +184,14 @@ def requeue_interrupted(store: Store, report: RecoveryReport) -> None:
             continue
         if store.retry_of(exp.id) is not None:
             continue
-        follow = requeue_once(store, exp)
-        if follow is None:
+        follow_up = requeue_once(store, exp)
+        if follow_up is None:
             continue
-        if follow.status.is_finished():  # its verdict: given up, or stopped early before
+        if follow_up.status.is_finished():  # its verdict: given up, or stopped early before
             report.not_requeued.append(exp.id)
             continue
-        report.requeued[exp.id] = follow.id
-        why = baseline_pause(follow)
+        report.requeued[exp.id] = follow_up.id
+        why = baseline_pause_reason(follow_up)
         if why is not None and sweep.status is SweepStatus.RUNNING:
             store.set_sweep_status(sweep.name, SweepStatus.PAUSED)
             report.paused[sweep.name] = why
@@ -204,7 +204,7 @@ def ran_when_interrupted(store: Store, exp: Experiment) -> bool:
     return any(r.status is RunStatus.INTERRUPTED for r in store.list_runs(experiment_id=exp.id))
 
 
-def baseline_pause(retry: Experiment) -> str | None:
+def baseline_pause_reason(retry: Experiment) -> str | None:
     """Why a re-queued baseline's sweep must pause (it kept taking the service down), or None."""
     n = int(retry.meta.get("crash_retries", 0))
     if not retry.is_baseline or n <= MAX_CRASH_RETRIES:
@@ -229,15 +229,15 @@ def requeue_once(store: Store, exp: Experiment) -> Experiment | None:
         return _pruned_follow_up(store, exp, pruned)
     stopped_on_purpose = exp.reason == SHUTDOWN_REASON or (exp.reason or "").startswith(
         INTERRUPT_PREFIX)
-    counts = not stopped_on_purpose and ran_when_interrupted(store, exp)
-    crashes = int(exp.meta.get("crash_retries", 0)) + counts
+    counts_as_crash = not stopped_on_purpose and ran_when_interrupted(store, exp)
+    crashes = int(exp.meta.get("crash_retries", 0)) + counts_as_crash
     proposal = Proposal(exp.description, exp.diff, exp.proposer, parent_id=exp.id,
                         meta={**exp.meta, "retry_of": exp.id, "crash_retries": crashes})
     given_up = crashes > MAX_CRASH_RETRIES and not exp.is_baseline
     why = (f"{GAVE_UP_CAUSE}: its run was cut off each of the {crashes} times the service "
            "or its worker died, so it is given up") if given_up else None
     try:
-        follow = store.add_experiment(
+        follow_up = store.add_experiment(
             exp.sweep_id, proposal, is_baseline=exp.is_baseline, attempt=exp.attempt,
             priority=exp.priority, base_commit=exp.base_commit, retry_of=exp.id,
             status=ExperimentStatus.CRASHED if given_up else ExperimentStatus.QUEUED,
@@ -246,10 +246,10 @@ def requeue_once(store: Store, exp: Experiment) -> Experiment | None:
         return None  # followed up already (by another caller)
     if given_up:
         logger.error("experiment %d: its run was cut off each of the %d times the service or "
-                     "its worker died; recorded as crashed (%d)", exp.id, crashes, follow.id)
+                     "its worker died; recorded as crashed (%d)", exp.id, crashes, follow_up.id)
     else:
-        logger.warning("re-queued interrupted experiment %d as %d", exp.id, follow.id)
-    return follow
+        logger.warning("re-queued interrupted experiment %d as %d", exp.id, follow_up.id)
+    return follow_up
 
 
 def _pruned_follow_up(store: Store, exp: Experiment, run: Run) -> Experiment | None:
@@ -258,20 +258,20 @@ def _pruned_follow_up(store: Store, exp: Experiment, run: Run) -> Experiment | N
     proposal = Proposal(exp.description, exp.diff, exp.proposer, parent_id=exp.id,
                         meta={**exp.meta, "retry_of": exp.id, STOPPED_KEY: stop_point(run)})
     try:
-        follow = store.add_experiment(
+        follow_up = store.add_experiment(
             exp.sweep_id, proposal, attempt=exp.attempt, priority=exp.priority,
             base_commit=exp.base_commit, retry_of=exp.id, status=ExperimentStatus.DISCARDED,
             reason=run.note or "stopped early: behind the incumbent")
     except ConflictError:
         return None
     logger.warning("experiment %d: its run %d had been stopped early; recorded as discarded "
-                   "(%d)", exp.id, run.id, follow.id)
-    return follow
+                   "(%d)", exp.id, run.id, follow_up.id)
+    return follow_up
 
 
 def prune_worktrees(repos: list[Repo], work_dir: Path, report: RecoveryReport,
                     keep: Collection[Path] = ()) -> None:
-    """Nothing runs here yet, so every worktree under work_dir is stale, but those in `keep`
+    """Nothing runs here yet, so every worktree under work_dir is left over, but those in `keep`
     (a Slurm job that outlived the service runs in it)."""
     root = work_dir / "worktrees"
     kept = {Path(p).resolve() for p in keep}
@@ -314,7 +314,7 @@ def _open_target(repos: dict[str, Repo | Exception], sweep: Sweep,
         except Exception as exc:
             repos[sweep.target_path] = exc
         else:
-            for lock in repo.remove_stale_ref_locks(OUR_REFS):
+            for lock in repo.remove_stale_ref_locks(SERVICE_REFS):
                 logger.warning("removed stale ref lock %s", lock)
     found = repos[sweep.target_path]
     if isinstance(found, Exception):
@@ -324,7 +324,7 @@ def _open_target(repos: dict[str, Repo | Exception], sweep: Sweep,
     return found
 
 
-def _kill_prefix(prefix: str) -> list[int]:
+def _kill_by_run_id_prefix(prefix: str) -> list[int]:
     from runner.tree import kill_by_run_id
 
     return kill_by_run_id(prefix, prefix=True)
@@ -332,7 +332,7 @@ def _kill_prefix(prefix: str) -> list[int]:
 
 def recover(store: Store, repo_for: Callable[[Sweep], Repo], work_dir: Path,
             kill: Callable[[int], bool] | None = None,
-            kill_run: Callable[[str], list[int]] = _kill_prefix,
+            kill_run: Callable[[str], list[int]] = _kill_by_run_id_prefix,
             keep_worktrees: Collection[Path] = ()) -> RecoveryReport:
     """Run every recovery step; a target that cannot be opened is logged and skipped.
     `keep_worktrees`: worktrees a job still uses (a Slurm job that outlived the service)."""
@@ -343,7 +343,7 @@ def recover(store: Store, repo_for: Callable[[Sweep], Repo], work_dir: Path,
     report = RecoveryReport()
     reaped = store.interrupt_running()
     report.interrupted = [e.id for e in reaped]
-    report.killed_groups = kill_orphans(reaped, work_dir, kill)
+    report.killed_groups = kill_orphan_groups(reaped, work_dir, kill)
     report.killed_pids = kill_run_id_carriers(reaped, work_dir, kill_run)
     # confirmation and incumbent runs have their own process groups, recorded at spawn
     runs = store.interrupt_running_runs()

@@ -56,21 +56,21 @@ def salvageable(result: RunResult, config: TargetConfig, wt: Path) -> bool:
     return training_finished(wt)
 
 
-def merged(first: RunResult, again: RunResult, metric: str) -> RunResult:
+def merged(first: RunResult, rerun: RunResult, metric: str) -> RunResult:
     """The run as recorded: the training's summary completed by the evaluation's when the
     re-run printed the metric; else the first crash, its error saying the re-run failed too."""
     crash = first.error or (f"signal {first.signal}" if first.signal else
                             f"exit code {first.exit_code} without {metric}")
-    if again.ok and isinstance(again.summary.get(metric), int | float):
+    if rerun.ok and isinstance(rerun.summary.get(metric), int | float):
         return replace(
-            again,
-            wall_s=first.wall_s + again.wall_s,
-            summary={**first.summary, **again.summary, RERUN_KEY: crash},
+            rerun,
+            wall_s=first.wall_s + rerun.wall_s,
+            summary={**first.summary, **rerun.summary, RERUN_KEY: crash},
             log_path=first.log_path,
-            log_tail=f"{first.log_tail}\n--- evaluation re-run ---\n{again.log_tail}",
+            log_tail=f"{first.log_tail}\n--- evaluation re-run ---\n{rerun.log_tail}",
             pgid=first.pgid,
         )
-    failed = again.error or (again.outcome.value if again.outcome is not Outcome.EXITED
-                             else f"exit code {again.exit_code} without {metric}")
-    return replace(first, wall_s=first.wall_s + again.wall_s,
+    failed = rerun.error or (rerun.outcome.value if rerun.outcome is not Outcome.EXITED
+                             else f"exit code {rerun.exit_code} without {metric}")
+    return replace(first, wall_s=first.wall_s + rerun.wall_s,
                    error=f"{crash} (the evaluation re-run failed too: {failed})")

@@ -106,18 +106,19 @@ class SlotScheduler:
         self._running: dict[int, _Claim] = {}  # exp id -> its claim
         self._cancel_requests: set[int] = set()  # claimed ids cancelled before registration
         self._proposing: set[int] = set()  # sweep ids whose proposer is being asked
-        self._only: frozenset[str] | None = None  # burst mode: only these sweeps
+        self._only_sweeps: frozenset[str] | None = None  # burst mode: only these sweeps
         self._stopping = threading.Event()
         self._wake = threading.Condition()
         self._threads: list[threading.Thread] = []
-        self.starts = TimedStarts(store, self.wake, hold=self.writes.hold)
+        self.timed_starts = TimedStarts(store, self.wake,
+                                        retry_write=self.writes.retry_while_disk_full)
         self.devices = DeviceWatch(settings.devices)
         self.retired = self.devices.retired  # slot -> why it was taken out
 
     # --- lifecycle ------------------------------------------------------------------------
     def start(self) -> None:
         """Service mode: slot worker threads, and a date job for every scheduled start."""
-        self.starts.start()
+        self.timed_starts.start()
         for slot in range(self.settings.slots):
             t = threading.Thread(target=self._serve_slot, args=(slot,), daemon=True,
                                  name=f"overnight-slot-{slot}")
@@ -153,7 +154,7 @@ class SlotScheduler:
         Slot 0 runs in the calling thread (so Ctrl-C lands in its run); others in threads.
         `only`: the names of the sweeps to run (default: every open sweep).
         """
-        self._only = frozenset(only) if only else None
+        self._only_sweeps = frozenset(only) if only else None
         workers = [threading.Thread(target=self._burst_slot, args=(slot,), daemon=True,
                                     name=f"overnight-slot-{slot}")
                    for slot in range(1, max(self.settings.slots, 1))]
@@ -173,7 +174,7 @@ class SlotScheduler:
         """Running, with every slot that was not taken out (retired) still working."""
         working = [t for slot, t in enumerate(self._threads) if slot not in self.retired]
         return (not self._stopping.is_set() and all(t.is_alive() for t in working)
-                and self.starts.running)
+                and self.timed_starts.running)
 
     def shutdown(self, timeout_s: float = 30.0) -> None:
         """Stop taking work; runs in flight are stopped and recorded `interrupted`.
@@ -181,7 +182,7 @@ class SlotScheduler:
         They are re-queued by restart recovery (a clean shutdown is not the proposal's fault).
         """
         self._stopping.set()
-        self.writes.stop()  # a write held through a full disk gives up: recovery takes over
+        self.writes.stop()  # a write retried through a full disk gives up: recovery takes over
         self.wake()
         if self._pick_lock.acquire(timeout=timeout_s):  # let a claim in progress register
             self._pick_lock.release()
@@ -200,7 +201,7 @@ class SlotScheduler:
         for t in self._threads:
             if t is not threading.current_thread():
                 t.join(timeout_s)
-        self.starts.shutdown()
+        self.timed_starts.shutdown()
 
     def wake(self) -> None:
         """Tell idle slots to look for work now (new work queued, a sweep resumed)."""
@@ -208,7 +209,7 @@ class SlotScheduler:
             self._wake.notify_all()
 
     @contextlib.contextmanager
-    def holding(self) -> Iterator[None]:
+    def claims_paused(self) -> Iterator[None]:
         """No slot picks new work inside this block (e.g. create a sweep and pause it)."""
         with self._pick_lock:
             yield
@@ -245,13 +246,13 @@ class SlotScheduler:
 
     # --- scheduled starts (agent.engine.timed_starts) -------------------------------------
     def schedule_start(self, sweep_name: str, when: datetime) -> None:
-        self.starts.schedule(sweep_name, when)
+        self.timed_starts.schedule(sweep_name, when)
 
     def scheduled_starts(self) -> dict[str, datetime]:
-        return self.starts.scheduled()
+        return self.timed_starts.scheduled()
 
     def start_now(self, sweep_name: str) -> None:
-        self.starts.start_now(sweep_name)
+        self.timed_starts.start_now(sweep_name)
 
     # --- slots ------------------------------------------------------------------------------
     def busy(self) -> int:
@@ -276,7 +277,7 @@ class SlotScheduler:
                 return True
             if not self.alive:
                 return False
-            self._cancel_requests.add(experiment_id)  # honoured by _claimed
+            self._cancel_requests.add(experiment_id)  # honoured by _register_claim
         try:
             ours = self.store.get_experiment(experiment_id).status is ExperimentStatus.RUNNING
         except NotFoundError:
@@ -312,7 +313,7 @@ class SlotScheduler:
         except Exception as exc:  # the loop recorded the row; do not burn the queue on it
             if not self.writes.failed(exc, f"experiment {exp.id}"):
                 logger.exception("slot %d: experiment %s failed unexpectedly", slot, exp.id)
-            self._pause(sweep, f"experiment {exp.id} failed unexpectedly: {exc}", exc)
+            self._pause_sweep(sweep, f"experiment {exp.id} failed unexpectedly: {exc}", exc)
             return
         finally:
             with self._state_lock:
@@ -320,8 +321,8 @@ class SlotScheduler:
                 self._cancel_requests.discard(exp.id)
             self.wake()  # a finished run may open the gate for others (the baseline)
         crashed = result.status in (ExperimentStatus.CRASHED, ExperimentStatus.TIMEOUT)
-        self.devices.ran(slot, crashed and is_device_failure(result.reason, result.log_tail),
-                         result.reason)
+        self.devices.record_run(
+            slot, crashed and is_device_failure(result.reason, result.log_tail), result.reason)
         # An interrupted baseline (its worker was lost) is queued again: the sweep goes on.
         if result.is_baseline and result.status not in (ExperimentStatus.KEPT,
                                                         ExperimentStatus.INTERRUPTED):
@@ -339,7 +340,7 @@ class SlotScheduler:
         """Claim the next experiment for `slot`: queued first (priority, FIFO), then proposed.
 
         Asking a proposer (a language model may take many seconds) happens outside the pick
-        lock, one proposer call per sweep at a time, so other slots and `holding()` callers
+        lock, one proposer call per sweep at a time, so other slots and `claims_paused()` callers
         never wait on it.
         """
         tried: set[int] = set()
@@ -347,7 +348,7 @@ class SlotScheduler:
             with self._pick_lock:
                 if self._stopping.is_set():
                     return None
-                usable = []
+                proposable = []
                 # queued work of any sweep before proposing
                 for sweep, may_propose in self._open_sweeps():
                     loop = self._usable_loop(sweep, slot)  # before claiming anything
@@ -356,10 +357,10 @@ class SlotScheduler:
                     exp = (claim_queued(self.store, sweep) if may_propose
                            else claim_continuation(self.store, sweep))
                     if exp is not None:
-                        return self._claimed(slot, sweep, exp, loop)
+                        return self._register_claim(slot, sweep, exp, loop)
                     if may_propose:
-                        usable.append((sweep, loop))
-                chosen = self._choose_proposer([u for u in usable if u[0].id not in tried])
+                        proposable.append((sweep, loop))
+                chosen = self._choose_proposer([u for u in proposable if u[0].id not in tried])
                 if chosen is None:
                     return None
             sweep, loop = chosen
@@ -374,7 +375,7 @@ class SlotScheduler:
         except Exception as exc:  # nothing was queued or claimed
             if not self.writes.failed(exc, f"sweep {sweep.name}'s proposer"):
                 logger.exception("sweep %s: asking its proposer failed", sweep.name)
-            self._pause(sweep, f"asking its proposer failed: {exc}", exc)
+            self._pause_sweep(sweep, f"asking its proposer failed: {exc}", exc)
             return None
         finally:
             with self._state_lock:
@@ -391,7 +392,7 @@ class SlotScheduler:
             if self._gate(current).kind is not GateKind.START:
                 return None  # a limit or a pause came meanwhile: it stays queued
             exp = self.store.claim(queued.id)
-            return self._claimed(slot, current, exp, loop) if exp is not None else None
+            return self._register_claim(slot, current, exp, loop) if exp is not None else None
 
     def _open_sweeps(self) -> list[tuple[Sweep, bool]]:
         """The sweeps that may start an experiment now, each with whether it may ask for a
@@ -399,7 +400,7 @@ class SlotScheduler:
         open_sweeps = []
         # Only running sweeps: a year of finished nights is not read on every pick.
         for sweep in self.store.list_sweeps([SweepStatus.RUNNING]):
-            if self._only is not None and sweep.name not in self._only:
+            if self._only_sweeps is not None and sweep.name not in self._only_sweeps:
                 continue
             verdict = self._gate(sweep)
             if verdict.kind is GateKind.FINISH:
@@ -411,9 +412,9 @@ class SlotScheduler:
                 open_sweeps.append((sweep, True))
         return open_sweeps
 
-    def _choose_proposer(self, usable: list[tuple[Sweep, Any]]) -> tuple[Sweep, Any] | None:
+    def _choose_proposer(self, proposable: list[tuple[Sweep, Any]]) -> tuple[Sweep, Any] | None:
         """The first open sweep with a proposer that nobody is asking right now (marked busy)."""
-        for sweep, loop in usable:
+        for sweep, loop in proposable:
             if sweep.baseline_metric is None:
                 continue  # nothing is proposed before the baseline is in
             with self._state_lock:
@@ -426,8 +427,8 @@ class SlotScheduler:
             return sweep, loop
         return None
 
-    def _claimed(self, slot: int, sweep: Sweep, exp: Experiment,
-                 loop: Any) -> tuple[Sweep, Experiment, Any]:
+    def _register_claim(self, slot: int, sweep: Sweep, exp: Experiment,
+                        loop: Any) -> tuple[Sweep, Experiment, Any]:
         claim = _Claim(slot, loop)
         with self._state_lock:
             if exp.id in self._cancel_requests:  # cancelled between the claim and now
@@ -437,7 +438,7 @@ class SlotScheduler:
         logger.info("slot %d: experiment %s of %s", slot, exp.id, sweep.name)
         return sweep, exp, loop
 
-    def _pause(self, sweep: Sweep, why: str, exc: BaseException) -> None:
+    def _pause_sweep(self, sweep: Sweep, why: str, exc: BaseException) -> None:
         """A sweep that cannot run (target gone, proposer unloadable) waits for its owner
         instead of failing on every tick; resuming it tries again. A lack of space pauses
         nothing in the database: the engine waits it out (self.writes) and goes on by itself."""
@@ -455,7 +456,7 @@ class SlotScheduler:
         try:
             return self._loop(sweep, slot)
         except Exception as exc:
-            self._pause(sweep, f"cannot set up its runs: {exc}", exc)
+            self._pause_sweep(sweep, f"cannot set up its runs: {exc}", exc)
             return None
 
     def _loop(self, sweep: Sweep, slot: int) -> Any:

@@ -3,7 +3,7 @@
 APScheduler does only what it is for here: the start time is kept on the sweep row, so it
 survives restarts (every paused sweep with a `start_at` gets its job again when the service
 starts), and the job resumes the sweep and wakes the slots, then returns at once (on a full
-disk, once the write succeeds: `hold`, the engine's Writes.hold).
+disk, once the write succeeds: `retry_write`, the engine's Writes.retry_while_disk_full).
 """
 
 from __future__ import annotations
@@ -21,23 +21,23 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-def _now(fn: Callable[[], T], _what: str = "") -> T:
+def _call_once(fn: Callable[[], T], _what: str = "") -> T:
     return fn()
 
 
 class TimedStarts:
     def __init__(self, store: Store, wake: Callable[[], None],
-                 hold: Callable[[Callable[[], None], str], None] = _now) -> None:
-        self.store, self.wake, self.hold = store, wake, hold
-        self._aps: Any = None
+                 retry_write: Callable[[Callable[[], None], str], None] = _call_once) -> None:
+        self.store, self.wake, self.retry_write = store, wake, retry_write
+        self._job_scheduler: Any = None
 
     def start(self) -> None:
         """Start the job scheduler with a date job for every scheduled start on record."""
         from apscheduler.schedulers.background import BackgroundScheduler
 
-        self._aps = BackgroundScheduler(job_defaults={"coalesce": True, "max_instances": 1,
-                                                      "misfire_grace_time": None})
-        self._aps.start()
+        self._job_scheduler = BackgroundScheduler(job_defaults={
+            "coalesce": True, "max_instances": 1, "misfire_grace_time": None})
+        self._job_scheduler.start()
         for sweep in self.store.list_sweeps([SweepStatus.PAUSED]):
             if sweep.start_at is not None:
                 self._add_job(sweep.name, sweep.start_at)
@@ -45,25 +45,26 @@ class TimedStarts:
     @property
     def running(self) -> bool:
         """False once started and then stopped (or dead); True before start (nothing to run)."""
-        return self._aps is None or bool(self._aps.running)
+        return self._job_scheduler is None or bool(self._job_scheduler.running)
 
     def shutdown(self) -> None:
-        if self._aps is not None and self._aps.running:
-            self._aps.shutdown(wait=False)
+        if self._job_scheduler is not None and self._job_scheduler.running:
+            self._job_scheduler.shutdown(wait=False)
 
     def schedule(self, sweep_name: str, when: datetime) -> None:
         """Start (resume) a paused sweep at `when`; kept on the sweep row across restarts."""
-        if self._aps is None:
+        if self._job_scheduler is None:
             raise ConflictError("the scheduler is not running; cannot schedule a start")
         self.store.set_start_at(sweep_name, when)
         self._add_job(sweep_name, when)
 
     def _add_job(self, sweep_name: str, when: datetime) -> None:
-        self._aps.add_job(self._job, "date", run_date=max(when, utcnow()),
-                          args=[sweep_name], id=f"start:{sweep_name}", replace_existing=True)
+        self._job_scheduler.add_job(self._start_at_its_time, "date",
+                                    run_date=max(when, utcnow()), args=[sweep_name],
+                                    id=f"start:{sweep_name}", replace_existing=True)
 
-    def _job(self, sweep_name: str) -> None:
-        self.hold(lambda: self.start_now(sweep_name), f"the timed start of {sweep_name}")
+    def _start_at_its_time(self, sweep_name: str) -> None:
+        self.retry_write(lambda: self.start_now(sweep_name), f"the timed start of {sweep_name}")
 
     def scheduled(self) -> dict[str, datetime]:
         return {s.name: s.start_at for s in self.store.list_sweeps([SweepStatus.PAUSED])

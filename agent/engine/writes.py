@@ -1,19 +1,19 @@
-"""Writes that fail for lack of space: the engine's pause, held until they succeed again.
+"""Writes that fail for lack of space: the engine pauses and retries them until they succeed.
 
 A full disk (the database's, or the work dir's with the runs' logs and worktrees) is nobody's
 verdict: the engine holds one `Writes` state for it instead of failing the experiment, the sweep
 or the slot. Guaranteed:
-- `hold(fn)` runs a write the engine must not lose (a run's end, a verdict, a keep's branch
-  move, a retry row); while it fails for lack of space it is tried again with backoff (the result
-  waits in memory; the run's log and summary are on disk already) until it succeeds, or the
-  engine stops (then it raises, and restart recovery takes over).
+- `retry_while_disk_full(fn)` runs a write the engine must not lose (a run's end, a verdict, a
+  keep's branch move, a retry row); while it fails for lack of space it is tried again with
+  backoff (the result waits in memory; the run's log and summary are on disk already) until it
+  succeeds, or the engine stops (then it raises, and restart recovery takes over).
 - While failing, slots start nothing new (`wait_writable`): the state ends only when the probes
   (a write to the database and one to the work dir) succeed again, with a log line; no sweep is
   paused in the database, so nothing needs resuming by hand.
-- During a run (`unheld()`) writes are best effort: a run never waits on the disk.
-- `held_store` / `held_runner` wrap the engine's Store and Runner with these rules, so the loop
-  itself knows nothing of them; a run that failed while writes fail for lack of space raises
-  OutOfSpaceError (the disk ended it, not the change).
+- During a run (`best_effort()`) writes are best effort: a run never waits on the disk.
+- `space_waiting_store` / `space_checking_runner` wrap the engine's Store and Runner with these
+  rules, so the loop itself knows nothing of them; a run that failed while writes fail for lack
+  of space raises OutOfSpaceError (the disk ended it, not the change).
 """
 
 from __future__ import annotations
@@ -78,11 +78,11 @@ class Writes:
     def __init__(self, probes: Sequence[Probe] = (), first_wait_s: float = FIRST_WAIT_S,
                  max_wait_s: float = MAX_WAIT_S) -> None:
         self._probes = tuple(probes)
-        self._first, self._max = first_wait_s, max_wait_s
+        self._first_wait_s, self._max_wait_s = first_wait_s, max_wait_s
         self._lock = threading.Lock()
         self._failing: Failing | None = None
-        self._next_check = 0.0  # monotonic time of the next probe while failing
-        self._wait = first_wait_s
+        self._next_probe_at = 0.0  # monotonic time of the next probe while failing
+        self._wait_s = first_wait_s
         self._ended_at = -REENTRY_S  # monotonic time the state last ended
         self._stopped = threading.Event()
         self._local = threading.local()
@@ -97,7 +97,7 @@ class Writes:
         return self._stopped.is_set()
 
     def stop(self) -> None:
-        """The engine is stopping: held writes give up at their next failure."""
+        """The engine is stopping: retried writes give up at their next failure."""
         self._stopped.set()
 
     def failed(self, exc: BaseException, what: str = "", probe: bool = False) -> bool:
@@ -107,7 +107,7 @@ class Writes:
         (OvernightError: a conflict, a missing row) never need a probe."""
         if not is_out_of_space(exc) and not (
                 probe and isinstance(exc, Exception) and not isinstance(exc, OvernightError)
-                and not self.check(f"{what}: {exc}"[:200] if what else str(exc)[:200])):
+                and not self.probe_now(f"{what}: {exc}"[:200] if what else str(exc)[:200])):
             return False
         with self._lock:
             if self._failing is None:
@@ -115,24 +115,24 @@ class Writes:
                 self._failing = Failing(utcnow(), reason[:300])
                 now = time.monotonic()
                 if now - self._ended_at > REENTRY_S:
-                    self._wait = self._first
-                self._next_check = now + self._wait
+                    self._wait_s = self._first_wait_s
+                self._next_probe_at = now + self._wait_s
                 logger.error("writes fail for lack of space (%s); the engine keeps what it has "
                              "in memory, starts nothing new and goes on by itself once writes "
                              "succeed", reason[:300])
         return True
 
-    def recheck(self, force: bool = False) -> bool:
+    def probe_when_due(self, force: bool = False) -> bool:
         """While failing, run the probes when due (backoff); True once writes succeed."""
         with self._lock:
             failing = self._failing
             if failing is None:
                 return True
             now = time.monotonic()
-            if not force and now < self._next_check:
+            if not force and now < self._next_probe_at:
                 return False
-            self._next_check = now + self._wait
-            self._wait = min(self._wait * 2, self._max)
+            self._next_probe_at = now + self._wait_s
+            self._wait_s = min(self._wait_s * 2, self._max_wait_s)
         try:
             for probe in self._probes:
                 probe()
@@ -149,7 +149,7 @@ class Writes:
                                lasted)
         return True
 
-    def check(self, what: str = "") -> bool:
+    def probe_now(self, what: str = "") -> bool:
         """Probe now, whatever the backoff; False (and the state entered) when writes fail for
         lack of space. Other failures are not this state's business (True)."""
         try:
@@ -161,43 +161,43 @@ class Writes:
 
     def wait_writable(self, stop: threading.Event, poll_s: float = 1.0) -> None:
         """Return once writes succeed (or `stop` is set); an idle slot's wait while failing."""
-        while not stop.is_set() and not self.recheck():
-            stop.wait(max(0.05, min(poll_s, self._wait)))
+        while not stop.is_set() and not self.probe_when_due():
+            stop.wait(max(0.05, min(poll_s, self._wait_s)))
 
-    def hold(self, fn: Callable[[], T], what: str = "") -> T:
+    def retry_while_disk_full(self, fn: Callable[[], T], what: str = "") -> T:
         """`fn()`, tried again with backoff while it fails for lack of space (see the module
-        docstring); inside `unheld()` or once stopped, it fails at once (noted)."""
-        wait = self._first
+        docstring); inside `best_effort()` or once stopped, it fails at once (noted)."""
+        wait = self._first_wait_s
         tried = False
         while True:
             try:
                 value = fn()
             except Exception as exc:
                 if (not self.failed(exc, what, probe=True) or self._stopped.is_set()
-                        or getattr(self._local, "unheld", False)):
+                        or getattr(self._local, "best_effort", False)):
                     raise
                 logger.debug("holding %s until writes succeed: %s", what, exc)
                 if self._stopped.wait(wait):
                     raise
-                wait, tried = min(wait * 2, self._max), True
+                wait, tried = min(wait * 2, self._max_wait_s), True
                 continue
             if tried:
-                self.recheck(force=True)
+                self.probe_when_due(force=True)
             return value
 
     @contextlib.contextmanager
-    def unheld(self) -> Iterator[None]:
+    def best_effort(self) -> Iterator[None]:
         """Writes in this block (this thread) are best effort: a failure raises at once."""
-        before = getattr(self._local, "unheld", False)
-        self._local.unheld = True
+        before = getattr(self._local, "best_effort", False)
+        self._local.best_effort = True
         try:
             yield
         finally:
-            self._local.unheld = before
+            self._local.best_effort = before
 
 
-class _HeldStore:
-    """A Store whose every call waits out a lack of space (Writes.hold)."""
+class _SpaceWaitingStore:
+    """A Store whose every call waits out a lack of space (Writes.retry_while_disk_full)."""
 
     def __init__(self, store: Store, writes: Writes) -> None:
         self.inner, self._writes = store, writes
@@ -207,20 +207,20 @@ class _HeldStore:
         if not callable(value) or name == "reading":
             return value
 
-        def held(*args: Any, **kwargs: Any) -> Any:
-            return self._writes.hold(lambda: value(*args, **kwargs), name)
+        def retried(*args: Any, **kwargs: Any) -> Any:
+            return self._writes.retry_while_disk_full(lambda: value(*args, **kwargs), name)
 
-        return held
+        return retried
 
 
-def held_store(store: Store, writes: Writes) -> Store:
-    """`store` with every call held through a lack of space (reads never fail for it)."""
-    if isinstance(store, _HeldStore):
+def space_waiting_store(store: Store, writes: Writes) -> Store:
+    """`store` with every call retried through a lack of space (reads never fail for it)."""
+    if isinstance(store, _SpaceWaitingStore):
         return store
-    return cast(Store, _HeldStore(store, writes))
+    return cast(Store, _SpaceWaitingStore(store, writes))
 
 
-class _HeldRunner:
+class _SpaceCheckingRunner:
     """Runs with best-effort writes; a run that failed while writes fail for lack of space
     raises OutOfSpaceError."""
 
@@ -228,12 +228,12 @@ class _HeldRunner:
         self.inner, self._writes = runner, writes
 
     def run(self, argv: list[str], **kwargs: Any) -> RunResult:
-        with self._writes.unheld():
+        with self._writes.best_effort():
             result = self.inner.run(argv, **kwargs)
         if result.ok or result.outcome in (Outcome.STOPPED, Outcome.TIMED_OUT):
             return result
         said = says_out_of_space(result.error) or says_out_of_space(result.log_tail)
-        if said or self._writes.failing is not None or not self._writes.check("after a run"):
+        if said or self._writes.failing is not None or not self._writes.probe_now("after a run"):
             how = result.error or f"{result.outcome.value}, exit code {result.exit_code}"
             raise OutOfSpaceError(f"the run failed ({how}) while writes failed for lack of "
                                   "space")
@@ -243,5 +243,5 @@ class _HeldRunner:
         return getattr(self.inner, name)
 
 
-def held_runner(runner: Runner, writes: Writes) -> Runner:
-    return cast(Runner, _HeldRunner(runner, writes))
+def space_checking_runner(runner: Runner, writes: Writes) -> Runner:
+    return cast(Runner, _SpaceCheckingRunner(runner, writes))

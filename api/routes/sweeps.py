@@ -68,8 +68,8 @@ def create(body: SweepCreate, services: ServicesDep, _auth: WriteAuth) -> SweepP
     sched = services.scheduler
     if body.start_at is not None and sched is None:
         raise ConflictError("start_at needs the scheduler, which is not running in this server")
-    hold = sched.holding() if sched else contextlib.nullcontext()
-    with hold:  # a sweep created paused must not have its baseline picked in between
+    claims_paused = sched.claims_paused() if sched else contextlib.nullcontext()
+    with claims_paused:  # a sweep created paused must not have its baseline picked in between
         sweep = create_sweep(
             services.store, services.runtime.repo_at(target), target, name=body.name,
             proposer=body.proposer, config=config, max_experiments=body.max_experiments,

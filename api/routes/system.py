@@ -26,7 +26,7 @@ def health(services: ServicesDep) -> HealthPublic:
     except Exception as exc:  # the point of the route is to say so, not to fail
         db = f"error: {exc.__class__.__name__}"
     writes = services.runtime.writes
-    writes.recheck()  # while failing, a probe when one is due: current even with no engine
+    writes.probe_when_due()  # while failing, a probe when one is due: current even with no engine
     failing = writes.failing
     if db == "ok" and failing is not None:
         db = f"writes fail for lack of space: {failing.reason}"

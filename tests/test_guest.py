@@ -102,6 +102,8 @@ def test_missing_bwrap_is_refused_and_never_runs_unsandboxed(
         patch.setattr(shutil, "which", which_without_bwrap)
         with pytest.raises(ConfigError, match="bubblewrap"):
             create_sweep(store, GitRepo(target), target, name="nb", config=load_config(target))
+    if real_which("bwrap") is None:
+        pytest.skip("the rest needs bubblewrap installed (./dev.sh test installs it)")
     sweep = create_sweep(store, GitRepo(target), target, name="g", config=load_config(target))
     monkeypatch.setattr(shutil, "which", which_without_bwrap)  # uninstalled since
     done = make_loop(target).execute(sweep, store.claim_next(sweep.id))

@@ -137,7 +137,7 @@ def test_downsample_keeps_kept_points_and_the_envelope(n: int, buckets: int) -> 
 
 def test_a_small_plot_is_not_downsampled() -> None:
     points = _points(200, seed=1)
-    svg = str(progress_svg([p.exp for p in points], "m", 1.0))
+    svg = str(progress_svg([p.exp for p in points], "m"))
     runs = [p for p in points if p.exp.status in (S.KEPT, S.DISCARDED, S.CRASHED, S.TIMEOUT)]
     assert svg.count('class="pt ') == len(runs) and "envelope" not in svg
 

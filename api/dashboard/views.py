@@ -111,7 +111,7 @@ def sweep_summary(reads: Reads, sweep: Sweep) -> SweepSummary:
                           partial(fold.sweep_evidence, sweep))
         return SweepSummary(
             rollup=fold.rollup_now(), evidence=ev,
-            plot=draw_progress(fold.plot(), sweep.metric, sweep.baseline_metric, evidence=ev),
+            plot=draw_progress(fold.plot(), sweep.metric, evidence=ev),
             insights=insights)
 
     return SUMMARIES.get(reads, sweep.id, (experiments, runs, best), make)

@@ -166,7 +166,7 @@ def test_the_experiment_page_reads_its_own_rows(big: Path) -> None:
             html = c.get(f"/ui/experiments/{mid.id}").text
     assert f'href="/ui/experiments/{mid.id - 1}" rel="prev"' in html
     assert f'href="/ui/experiments/{mid.id + 1}" rel="next"' in html
-    assert f"<dt>Run</dt><dd>{run_no} of the sweep</dd>" in html and "(on 1 run" in html
+    assert f"<dt>Run order</dt><dd>{run_no} of the sweep</dd>" in html and "(on 1 run" in html
     assert check_plans(big, seen) >= 3
     reads = _reads(big, seen)
     assert reads and max(n for _, n in reads) <= 1, reads  # one row per lookup, no sweep

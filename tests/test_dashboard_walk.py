@@ -14,6 +14,7 @@ file checks their numbers.
 from __future__ import annotations
 
 import math
+import os
 import re
 import statistics
 from collections.abc import Callable
@@ -24,7 +25,7 @@ from typing import Any
 
 import pytest
 from browser_helpers import CHROMIUM_ARGS, SCREENSHOTS, make_app, require_chromium, serve
-from report_fixtures import Night, noisy_night
+from report_fixtures import noisy_night
 from scipy import stats
 
 pytestmark = pytest.mark.browser
@@ -32,10 +33,15 @@ RAN = ("kept", "discarded", "crashed", "timeout")  # the statuses that ran (plot
 
 
 @pytest.fixture(scope="module")
-def night(tmp_path_factory: pytest.TempPathFactory) -> Night:
+def night(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """The database and the sweep to walk: OVERNIGHT_WALK_DB and OVERNIGHT_WALK_SWEEP name a
+    recorded night (`overnight demo`'s, say) to walk instead of the fixture's."""
+    if os.environ.get("OVERNIGHT_WALK_DB"):
+        return Path(os.environ["OVERNIGHT_WALK_DB"]), os.environ["OVERNIGHT_WALK_SWEEP"]
     # seed noise of 0.03 around changes of ~0.05: runs spread past their means, as on a real
     # night; the best re-run after every second proposal, so kept values are re-measured
-    return noisy_night(tmp_path_factory.mktemp("walk"), incumbent_every=2, noise=0.03)
+    made = noisy_night(tmp_path_factory.mktemp("walk"), incumbent_every=2, noise=0.03)
+    return made.db, made.name
 
 
 @pytest.fixture(scope="module")
@@ -359,7 +365,8 @@ def walk_report(page: Any, rec: Records, statement: str) -> None:
         s["best_experiment_id"])
     head = " ".join(page.locator("#headline").inner_text().split())
     assert head == (f"{s['metric']} {f6(s['baseline_metric'])} → {f6(s['best_metric'])} "
-                    f"(lower is better; baseline n={base_n}, best n={best_n}): gain "
+                    f"({'lower' if s['direction'] == 'minimize' else 'higher'} is better; "
+                    f"baseline n={base_n}, best n={best_n}): gain "
                     f"{rec.gain:+.6f} ± {rec.gain_ci():.6f} "
                     f"({rec.gain / abs(s['baseline_metric']) * 100:+.2f} %)")
     assert page.locator("#statement").inner_text() == statement  # the sweep page's verdict
@@ -388,10 +395,11 @@ def walk_report(page: Any, rec: Records, statement: str) -> None:
         e["id"] for e in rec.ran]
 
 
-def test_every_number_on_every_page_is_the_records(night: Night, browser) -> None:
-    with serve(make_app(night.db)) as base:
+def test_every_number_on_every_page_is_the_records(night: tuple[Path, str], browser) -> None:
+    db, name = night
+    with serve(make_app(db)) as base:
         page = browser.new_page(viewport={"width": 1280, "height": 900})
-        rec = Records.read(lambda path: page.request.get(base + path).json(), night.name)
+        rec = Records.read(lambda path: page.request.get(base + path).json(), name)
         check_records(rec)
         assert {"kept", "discarded", "crashed", "timeout"} <= {
             e["status"] for e in rec.exps.values()}
@@ -399,8 +407,8 @@ def test_every_number_on_every_page_is_the_records(night: Night, browser) -> Non
 
         page.goto(base + "/")
         run_hours = walk_overview(page, rec)
-        page.locator("#sweeps").get_by_role("link", name=night.name).click()
-        page.wait_for_url(f"{base}/ui/sweeps/{night.name}")
+        page.locator("#sweeps").get_by_role("link", name=name).click()
+        page.wait_for_url(f"{base}/ui/sweeps/{name}")
         walk_sweep(page, rec, run_hours)
         statement = page.locator("#statement").inner_text()
         SCREENSHOTS.mkdir(parents=True, exist_ok=True)
@@ -414,8 +422,8 @@ def test_every_number_on_every_page_is_the_records(night: Night, browser) -> Non
             page.goto(base + href)
             reasons += walk_experiment(page, rec, rec.exps[int(Path(href).name)])
         assert reasons == sum(bool(rec.test(e)) for e in rec.exps.values())
-        page.goto(f"{base}/ui/sweeps/{night.name}")
+        page.goto(f"{base}/ui/sweeps/{name}")
         page.locator("#report-links").get_by_role("link", name="page").click()
-        page.wait_for_url(f"{base}/ui/sweeps/{night.name}/report")
+        page.wait_for_url(f"{base}/ui/sweeps/{name}/report")
         walk_report(page, rec, statement)
         page.close()

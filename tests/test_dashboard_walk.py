@@ -8,7 +8,8 @@ The night is the fake trainer's, run through the real loop as `overnight demo` r
 seed noise measured from the runs, the best re-run (its value re-measured after the keep),
 kept and discarded changes, a crash and a timeout (tests/report_fixtures.py).
 test_dashboard_browser.py checks the pages' behaviour (clicks, tooltips, live panels); this
-file checks their numbers.
+file checks their numbers. To walk a recorded night instead (a real `overnight demo`'s):
+OVERNIGHT_WALK_DB=path/to/overnight.db OVERNIGHT_WALK_SWEEP=demo-… pytest this file.
 """
 
 from __future__ import annotations

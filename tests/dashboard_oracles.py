@@ -17,14 +17,14 @@ from api.dashboard.rollup import Rollup
 from api.dashboard.views import insights_panel_of
 
 
-def progress_svg(experiments: Sequence[Experiment], metric_name: str, baseline: float | None,
+def progress_svg(experiments: Sequence[Experiment], metric_name: str,
                  href: str = "/ui/experiments/{id}#diff",
                  evidence: SweepEvidence | None = None) -> Markup:
     """The progress plot of `experiments`, folded in one pass."""
     fold = PlotFold()
     for e in experiments:
         fold.add(e)
-    return draw_progress(fold, metric_name, baseline, href, evidence)
+    return draw_progress(fold, metric_name, href, evidence)
 
 
 def rollup_of(experiments: Sequence[Experiment], running_time: bool = True) -> Rollup:

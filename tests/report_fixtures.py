@@ -37,11 +37,12 @@ class Night:
 
 
 def noisy_night(root: Path, name: str = "night", experiments: int = 9,
-                incumbent_every: int | None = None) -> Night:
-    """`incumbent_every`: re-run the best that often (else the target's setting)."""
+                incumbent_every: int | None = None, noise: float = 0.004) -> Night:
+    """`incumbent_every`: re-run the best that often (else the target's setting); `noise`: the
+    seed noise added to each run's metric."""
     target = make_target(root)
     train = target / "train.py"
-    train.write_text(train.read_text().replace("NOISE = 0.0", "NOISE = 0.004"))
+    train.write_text(train.read_text().replace("NOISE = 0.0", f"NOISE = {noise}"))
     toml = target / "overnight.toml"  # seed noise now: measured, not the stated print precision
     text = measured_noise_toml(toml.read_text())
     if incumbent_every is not None:

@@ -332,12 +332,12 @@ def test_progress_svg_marks_clipping_and_escaping() -> None:
         _exp(6, "queued", None, None),
         _exp(7, "rejected", None, None),
     ]
-    svg = str(progress_svg(exps, "val_bpb", 1.0))
+    svg = str(progress_svg(exps, "val_bpb"))
     assert svg.count('class="pt ') == 5  # queued and rejected are not runs
     assert "<script>" not in svg and "&lt;script&gt;" in svg
     assert 'data-n="5"' in svg and "l5,9h-10z" in svg  # the outlier is a clipped triangle
     assert "delta -0.100000" in svg
-    assert "No finished runs" in str(progress_svg([], "val_bpb", None))
+    assert "No finished runs" in str(progress_svg([], "val_bpb"))
 
 
 def test_runs_off_the_axis_sit_on_its_edge_marked() -> None:
@@ -349,7 +349,7 @@ def test_runs_off_the_axis_sit_on_its_edge_marked() -> None:
     evidence = SweepEvidence(None, 0, None, None, None, 0, 0, {
         i: ExperimentEvidence(len(v), sum(v) / len(v), None, None, None, v)
         for i, v in runs.items()})
-    svg = str(progress_svg(exps, "val_bpb", 1.1, evidence=evidence))
+    svg = str(progress_svg(exps, "val_bpb", evidence=evidence))
     clipped = re.findall(r'<path class="run clipped" data-id="(\d)" d="M[\d.]+,([\d.]+)l3,'
                          r'(-?)5h-6z"><title>run: (\S+) \(off the axis\)', svg)
     assert sorted((i, sign, v) for i, _, sign, v in clipped) == [
@@ -357,6 +357,35 @@ def test_runs_off_the_axis_sit_on_its_edge_marked() -> None:
     ys = [float(c[1]) for c in sorted(clipped)]
     dots = [float(y) for y in re.findall(r'<circle class="run" [^>]*cy="([\d.]+)"', svg)]
     assert len(dots) == 4 and ys[0] >= max(dots) and ys[1] <= min(dots)  # on the edges
+
+
+def test_the_y_axis_spans_the_runs_and_leaves_out_only_far_outliers() -> None:
+    """Runs spread around their means are drawn at their value (the axis spans them); a run
+    past Tukey's far-out fences is an edge triangle; a kept mean is always on the axis."""
+    from agent.analysis.evidence import ExperimentEvidence, SweepEvidence
+    from api.dashboard.plot import y_range
+
+    means = [1.0, 1.02, 0.98, 1.01]
+    runs = [0.9, 1.1, 0.92, 1.12, 0.88, 1.08, 0.95, 1.07]  # ±0.1 around the means
+    lo, hi = y_range([*means, *runs], [1.0])
+    assert lo < 0.88 and hi > 1.12
+    lo, hi = y_range([*means, *runs, 40.0, -30.0], [1.0])  # crash-level values: left out
+    assert 0.8 < lo < 0.88 and 1.12 < hi < 1.2
+    assert y_range([1.0, 1.0, 1.0, 1.0, 5.0], [])[1] > 5.0  # no spread to judge by: spanned
+    assert y_range([*means, *runs, 40.0], [40.0])[1] > 40.0  # a kept mean stays on the axis
+
+    exps = [_exp(1, "kept", 1.0, None), _exp(2, "discarded", 1.02, 1.0),
+            _exp(3, "discarded", 0.98, 1.0), _exp(4, "discarded", -30.0, 1.0)]
+    values = {1: (0.9, 1.1, 1.0), 2: (0.92, 1.12), 3: (0.88, 1.08), 4: (-30.0,)}
+    evidence = SweepEvidence(None, 0, None, None, None, 0, 0, {
+        i: ExperimentEvidence(len(v), sum(v) / len(v), None, None, None, v)
+        for i, v in values.items()})
+    svg = str(progress_svg(exps, "val_bpb", evidence=evidence))
+    assert svg.count('<circle class="run"') == 7  # every ordinary run at its value
+    assert re.findall(r'class="run clipped" data-id="(\d)"', svg) == ["4"]
+    # the far mean is a triangle on the bottom edge, pointing out
+    assert re.search(r'data-id="4" data-n="4"><title>[^<]*</title><path d="M[\d.]+,[\d.]+'
+                     r'l5,-9h-10z"/>', svg)
 
 
 def test_loss_svg() -> None:

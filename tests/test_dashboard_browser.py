@@ -296,14 +296,15 @@ def test_progress_plot_shows_every_run_and_the_best_with_its_band(tmp_path, brow
         page = browser.new_page(viewport={"width": 1280, "height": 900})
         page.goto(base + "/ui/sweeps/noisy")
         plot = page.locator("svg.progress")
-        # a dot per run of each experiment (a run off the y-axis: a triangle on its edge); the
-        # incumbent's re-runs (after each proposal here) count in its mean and band, not as dots
-        # of their own
+        # a dot per run of each experiment, each at its value: the y-axis spans the runs (none
+        # is far enough out to be an edge triangle); the incumbent's re-runs (after each
+        # proposal here) count in its mean and band, not as dots of their own
         own = [r for r in runs if r.role is not RunRole.INCUMBENT]
         assert len(own) < len(runs)
-        expect(plot.locator(".run")).to_have_count(len(own))
+        expect(plot.locator("circle.run")).to_have_count(len(own))
+        expect(plot.locator(".run.clipped")).to_have_count(0)
         mine = [r for r in own if r.experiment_id == kept.id]
-        expect(plot.locator(f".run[data-id='{kept.id}']")).to_have_count(len(mine))
+        expect(plot.locator(f"circle.run[data-id='{kept.id}']")).to_have_count(len(mine))
         band = plot.locator(f"rect.best-band[data-id='{kept.id}']")
         expect(band).to_have_count(1)
         assert float(band.get_attribute("height") or 0) > 1.0

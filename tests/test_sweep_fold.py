@@ -93,13 +93,12 @@ class Sweep:
         h = self.history.get(self.reads, self.sid, self.reads.sweep_version(self.sid))
         self.fold = fold = advance(self.fold, sweep, h)
         ev = fold.sweep_evidence(sweep)
-        plot = views.draw_progress(fold.plot(), sweep.metric, sweep.baseline_metric,
+        plot = views.draw_progress(fold.plot(), sweep.metric,
                                    evidence=ev)  # works out the drawn runs' evidence
         assert fold.insights(sweep) == digest(sweep, h.experiments)
         whole_ev = sweep_evidence(sweep, h.experiments, h.runs)
         assert ev == whole_ev and dict(ev.experiments) == dict(whole_ev.experiments)
-        assert plot == progress_svg(h.experiments, sweep.metric, sweep.baseline_metric,
-                                    evidence=whole_ev)
+        assert plot == progress_svg(h.experiments, sweep.metric, evidence=whole_ev)
         assert fold.rollup_now() == rollup_of(h.experiments, running_time=False)
         return fold
 
@@ -218,12 +217,12 @@ def test_a_fold_is_left_as_it_was_when_the_next_one_is_made(sweep: Sweep) -> Non
     assert before.folds == 0
     swept = sweep.store.get_sweep_by_id(sweep.sid)
     seen = (before.insights(swept), before.sweep_evidence(swept), before.rollup_now(),
-            views.draw_progress(before.plot(), swept.metric, swept.baseline_metric))
+            views.draw_progress(before.plot(), swept.metric))
     for i in range(8):  # knobs, areas, crashes, commits and stretches added to in the copies
         _ordinary(sweep, i)
         sweep.step()
     assert seen == (before.insights(swept), before.sweep_evidence(swept), before.rollup_now(),
-                    views.draw_progress(before.plot(), swept.metric, swept.baseline_metric))
+                    views.draw_progress(before.plot(), swept.metric))
 
 
 def test_an_ordered_list_takes_values_in_any_order() -> None:

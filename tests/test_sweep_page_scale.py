@@ -137,7 +137,7 @@ def test_downsample_keeps_kept_points_and_the_envelope(n: int, buckets: int) -> 
 
 def test_a_small_plot_is_not_downsampled() -> None:
     points = _points(200, seed=1)
-    svg = str(progress_svg([p.exp for p in points], "m", 1.0))
+    svg = str(progress_svg([p.exp for p in points], "m"))
     runs = [p for p in points if p.exp.status in (S.KEPT, S.DISCARDED, S.CRASHED, S.TIMEOUT)]
     assert svg.count('class="pt ') == len(runs) and "envelope" not in svg
 
@@ -166,7 +166,7 @@ def test_the_experiment_page_reads_its_own_rows(big: Path) -> None:
             html = c.get(f"/ui/experiments/{mid.id}").text
     assert f'href="/ui/experiments/{mid.id - 1}" rel="prev"' in html
     assert f'href="/ui/experiments/{mid.id + 1}" rel="next"' in html
-    assert f"<dt>Run</dt><dd>{run_no} of the sweep</dd>" in html and "(on 1 run" in html
+    assert f"<dt>Run order</dt><dd>{run_no} of the sweep</dd>" in html and "(on 1 run" in html
     assert check_plans(big, seen) >= 3
     reads = _reads(big, seen)
     assert reads and max(n for _, n in reads) <= 1, reads  # one row per lookup, no sweep

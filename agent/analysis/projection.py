@@ -114,6 +114,8 @@ class RunView(BaseModel):
     slurm_job_id: str | None = Field(None, description="the Slurm job that ran it (executor "
                                      "slurm; the same job on a run that adopted it after a "
                                      "restart)")
+    pair_run_id: int | None = Field(None, description="an incumbent run started beside a "
+                                    "change's run (in the same machine conditions): that run")
 
     @classmethod
     def of(cls, r: Run) -> RunView:
@@ -121,7 +123,8 @@ class RunView(BaseModel):
         return cls(id=r.id, role=r.role.value, seed=r.seed, status=r.status.value,
                    metric=r.metric, training_seconds=r.training_s, throughput=r.throughput,
                    throughput_unit=r.throughput_unit, stop_reason=r.note if pruned else None,
-                   note=None if pruned else r.note, slurm_job_id=r.slurm_job_id)
+                   note=None if pruned else r.note, slurm_job_id=r.slurm_job_id,
+                   pair_run_id=r.pair_run_id)
 
 
 class ExperimentView(BaseModel):

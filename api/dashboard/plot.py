@@ -5,7 +5,8 @@ escaped. Not guaranteed: pretty ticks for every range (they are evenly spaced, n
 Above MAX_MARKS runs the progress plot is downsampled (plot_data.downsample): every kept run
 stays a mark; the rest keep, per bucket of consecutive runs, their lowest and highest metric
 and their first crash and timeout, and a grey band draws each bucket's min–max envelope. The
-plot is drawn from a PlotFold (plot_data.py), which a finish adds its point to.
+y-axis spans what is drawn, the runs' dots included, past Tukey's far-out fences only
+(y_range). The plot is drawn from a PlotFold (plot_data.py), which a finish adds its point to.
 """
 
 from __future__ import annotations
@@ -62,14 +63,22 @@ def nice_ticks(lo: float, hi: float, target: int = 5) -> list[tuple[float, str]]
     return ticks
 
 
-def _y_range(ordered: Sequence[float], baseline: float | None) -> tuple[float, float]:
-    """Span the kept/discarded metrics (sorted), but don't let one wild outlier flatten the
-    rest."""
-    lo, hi = ordered[0], ordered[-1]
-    p90 = ordered[int(0.9 * (len(ordered) - 1))]
-    cap = max(p90, baseline if baseline is not None else p90)
-    if hi > cap + (cap - lo) * 0.5:
-        hi = cap + (cap - lo) * 0.15
+FENCE_IQR = 3.0  # Tukey's far-out fences: a value this many IQRs past a quartile is an outlier
+
+
+def y_range(values: Sequence[float], kept: Sequence[float]) -> tuple[float, float]:
+    """The y-axis: every kept mean and every value (each mean and each run drawn) within
+    FENCE_IQR × IQR of the quartiles (Tukey's far-out fences), plus 6 % padding; a value
+    outside is drawn as a triangle on the edge it passed, so one crash-level run cannot
+    flatten the rest. With no spread in the middle half, no fence: every value is spanned."""
+    ordered = sorted(v for v in values if math.isfinite(v))
+    if not ordered:
+        return 0.0, 1.0
+    q1, q3 = ordered[(len(ordered) - 1) // 4], ordered[3 * (len(ordered) - 1) // 4]
+    fence = FENCE_IQR * (q3 - q1) if q3 > q1 else math.inf
+    inside = [v for v in ordered if q1 - fence <= v <= q3 + fence]
+    inside += [v for v in kept if math.isfinite(v)]
+    lo, hi = min(inside), max(inside)
     if hi - lo < 1e-12:
         lo, hi = lo - 0.5 * max(abs(lo) * 0.01, 1e-6), hi + 0.5 * max(abs(hi) * 0.01, 1e-6)
     pad = (hi - lo) * 0.06
@@ -98,8 +107,7 @@ def _label(p: PlotPoint, metric_name: str) -> str:
     return " · ".join(parts)
 
 
-def draw_progress(fold: PlotFold, metric_name: str, baseline: float | None,
-                  href: str = "/ui/experiments/{id}#diff",
+def draw_progress(fold: PlotFold, metric_name: str, href: str = "/ui/experiments/{id}#diff",
                   evidence: SweepEvidence | None = None) -> Markup:
     """The progress plot of the runs folded into `fold` (a PlotFold of the sweep's
     experiments): x = run number, y = metric (the mean of the experiment's runs); kept green on
@@ -109,8 +117,18 @@ def draw_progress(fold: PlotFold, metric_name: str, baseline: float | None,
     points = fold.points
     if not points:
         return Markup('<p class="empty">No finished runs yet.</p>')
-    metrics = fold.scored.values()
-    lo, hi = _y_range(metrics, baseline) if metrics else (0.0, 1.0)
+    kept = fold.kept
+    last_n, total = points[-1].n, len(points)
+    downsampled = total > MAX_MARKS
+    envelopes: list[Envelope] = []
+    if downsampled:
+        points, envelopes = fold.buckets.drawn(fold.kept_all)
+    scored = [p for p in points if is_scored(p)]
+    # a downsampled plot skips lone runs' dots (each is under its experiment's mark)
+    dots = _dot_values(scored, evidence, min_runs=2 if downsampled else 1)
+    means = [p.exp.metric for p in scored if p.exp.metric is not None]
+    lo, hi = y_range([*means, *(v for _, vs in dots for v in vs)],
+                     [p.exp.metric for p in kept if p.exp.metric is not None])
     x0, x1 = MARGIN_L, PLOT_W - MARGIN_R
     y_top, y_bot = MARGIN_T, PLOT_H - MARGIN_B - CRASH_BAND_PX
     n_max = max(points[-1].n, 2)
@@ -122,25 +140,20 @@ def draw_progress(fold: PlotFold, metric_name: str, baseline: float | None,
         return y_bot - (min(max(v, lo), hi) - lo) / (hi - lo) * (y_bot - y_top)
 
     out = _frame(metric_name, n_max, lo, hi, sx, sy)
-    kept = fold.kept
-    last_n, total = points[-1].n, len(points)
-    downsampled = total > MAX_MARKS
     if downsampled:
-        points, envelopes = fold.buckets.drawn(fold.kept_all)
         out.append(_envelope_path(envelopes, sx, sy))
         out.append(f'<text class="tick note" x="{x1}" y="{y_top - 4}" text-anchor="end">'
                    f"{len(points):,} of {total:,} runs drawn: every kept one; of the rest, "
                    "each stretch's lowest and highest (band) and first crash</text>")
-    scored = [p for p in points if is_scored(p)]
     if evidence is not None:
         out.extend(_load_shifts(points, sx, y_top, evidence))
         out.extend(_best_band(kept, last_n, sx, sy, evidence, one_path=downsampled))
-        out.extend(_run_dots(scored, sx, sy, lo, hi, evidence, min_runs=2 if downsampled else 1))
+        out.extend(_run_dots(dots, sx, sy, lo, hi))
     out.extend(_best_line(kept, last_n, sx, sy))
     # Discarded first so that kept marks are drawn on top.
     order = sorted(points, key=lambda p: p.exp.status is ExperimentStatus.KEPT)
     for p in order:
-        out.append(_mark(p, sx(p.n), sy, y_bot, hi, _label_of(fold, p, metric_name), href))
+        out.append(_mark(p, sx(p.n), sy, y_bot, lo, hi, _label_of(fold, p, metric_name), href))
     out.append("</svg>")
     return Markup("".join(out))
 
@@ -241,17 +254,28 @@ def _load_shifts(points, sx, y_top: float, evidence: SweepEvidence) -> list[str]
     return out
 
 
-def _run_dots(scored, sx, sy, lo: float, hi: float, evidence: SweepEvidence,  # type: ignore[no-untyped-def]
-              min_runs: int = 1) -> list[str]:
-    """Every run of every scored experiment with at least `min_runs` runs as a small dot at
-    the experiment's x (a downsampled plot skips lone runs: their dot is under the mark); a
-    run off the y-axis is a small triangle on the edge it passed, pointing out."""
+def _dot_values(scored: Sequence[PlotPoint], evidence: SweepEvidence | None, min_runs: int = 1
+                ) -> list[tuple[PlotPoint, tuple[float, ...]]]:
+    """Each scored point with the finite values of its runs, for those with at least
+    `min_runs` runs (none without evidence)."""
+    if evidence is None:
+        return []
     out = []
     for p in scored:
         ev = evidence.experiments.get(p.exp.id)
-        runs = ev.runs if ev is not None and len(ev.runs) >= min_runs else ()
+        if ev is not None and len(ev.runs) >= min_runs:
+            out.append((p, tuple(v for v in ev.runs if math.isfinite(v))))
+    return out
+
+
+def _run_dots(dots, sx, sy, lo: float, hi: float) -> list[str]:  # type: ignore[no-untyped-def]
+    """Every run of every scored experiment (`dots`: _dot_values) as a small dot at the
+    experiment's x; a run off the y-axis (y_range's outliers) is a small triangle on the edge
+    it passed, pointing out."""
+    out = []
+    for p, values in dots:
         x = sx(p.n)
-        for v in (v for v in runs if math.isfinite(v)):
+        for v in values:
             if lo <= v <= hi:
                 out.append(f'<circle class="run" data-id="{p.exp.id}" cx="{x:.1f}" '
                            f'cy="{sy(v):.1f}" r="2"><title>run: {_fmt(v)}</title></circle>')
@@ -267,6 +291,7 @@ def _mark(
     x: float,
     sy: Callable[[float], float],
     y_bot: float,
+    lo: float,
     hi: float,
     label: str,  # the tooltip, escaped
     href: str,
@@ -286,9 +311,12 @@ def _mark(
             f'<path d="M{x - 4:.1f},{y - 4:.1f}l8,8m0,-8l-8,8"/>'
             f'<rect class="hit" x="{x - 6:.1f}" y="{y - 6:.1f}" width="12" height="12"/>'
         )
-    elif e.metric > hi:  # clipped outlier: a triangle at the top edge
+    elif e.metric > hi:  # an outlier (y_range): a triangle on the top edge, pointing out
         y = sy(hi)
         shape = f'<path d="M{x:.1f},{y - 1:.1f}l5,9h-10z"/>'
+    elif e.metric < lo:  # ... or on the bottom edge
+        y = sy(lo)
+        shape = f'<path d="M{x:.1f},{y + 1:.1f}l5,-9h-10z"/>'
     else:
         r = 5.5 if e.status is ExperimentStatus.KEPT else 3.8
         shape = f'<circle cx="{x:.1f}" cy="{sy(e.metric):.1f}" r="{r}"/>'

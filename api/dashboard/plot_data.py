@@ -13,7 +13,6 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from agent.analysis.folds import Ordered
 from agent.core.domain import RAN_STATUSES, Experiment, ExperimentStatus
 
 BUCKETS = 160  # buckets of consecutive runs when downsampled (~5.5 px each)
@@ -155,14 +154,13 @@ def downsample(points: Sequence[PlotPoint], buckets: int = BUCKETS
 class PlotFold:
     """What the progress plot draws of a sweep, as running state: `add` finished experiments in
     id order (others are skipped), `copy` before adding to one that is shared. The run numbers,
-    kept points, sorted scored metrics and buckets of the rest only grow, so a finish costs its
+    kept points and buckets of the rest only grow, so a finish costs its
     own points, not the sweep's."""
 
     def __init__(self) -> None:
         self.points: list[PlotPoint] = []
         self.kept: list[PlotPoint] = []  # scored kept points
         self.kept_all: list[PlotPoint] = []  # every kept point, scored or not
-        self.scored = Ordered()  # scored metrics
         self.buckets = Buckets()
         self.labels: dict[int, tuple[str, str]] = {}  # id → (metric name, tooltip): plot.py
 
@@ -173,10 +171,8 @@ class PlotFold:
         self.points.append(p)
         if e.status is ExperimentStatus.KEPT:
             self.kept_all.append(p)
-        if scored(p) and e.metric is not None:
-            self.scored.add(e.metric)
-            if e.status is ExperimentStatus.KEPT:
-                self.kept.append(p)
+        if scored(p) and e.status is ExperimentStatus.KEPT:
+            self.kept.append(p)
         self.buckets.add(p)
 
     def copy(self) -> PlotFold:
@@ -184,6 +180,5 @@ class PlotFold:
         out.labels = self.labels  # shared: a finished experiment's label does not change
         out.points, out.kept, out.kept_all = list(self.points), list(self.kept), \
             list(self.kept_all)
-        out.scored = self.scored.copy()
         out.buckets = self.buckets.copy()
         return out

@@ -54,8 +54,7 @@ def progress_svg(report: Report) -> Markup:
     fold = PlotFold()
     for e in report.experiments:
         fold.add(e)
-    return draw_progress(fold, report.headline.metric, report.headline.baseline,
-                         href="#exp-{id}", evidence=report.evidence)
+    return draw_progress(fold, report.headline.metric, href="#exp-{id}", evidence=report.evidence)
 
 
 def render_html(report: Report) -> str:

@@ -111,7 +111,7 @@ def sweep_summary(reads: Reads, sweep: Sweep) -> SweepSummary:
                           partial(fold.sweep_evidence, sweep))
         return SweepSummary(
             rollup=fold.rollup_now(), evidence=ev,
-            plot=draw_progress(fold.plot(), sweep.metric, sweep.baseline_metric, evidence=ev),
+            plot=draw_progress(fold.plot(), sweep.metric, evidence=ev),
             insights=insights)
 
     return SUMMARIES.get(reads, sweep.id, (experiments, runs, best), make)
@@ -179,9 +179,11 @@ def sweep_page(service: Service, reads: Reads, sweep: Sweep, status: str, page: 
         "span": span,
         "filters": list(FILTERS),
         "kept": [
-            {"exp": e, "lines": view_lines(e.diff), "stats": diff_stats(e.diff)}
+            {"exp": e, "lines": view_lines(e.diff), "stats": diff_stats(e.diff),
+             "ev": ev.experiments.get(e.id)}
             for e in reversed(kept)
         ],
+        "runs_ended": sum(n for _, n, _ in reads.sweep_version(sweep.id)[1]),
         "kept_total": r.counts[S.KEPT.value],
         "best_files": best_files(service, sweep),
         "running": [live_run(reads, sweep, e, with_points=False) for e in running],

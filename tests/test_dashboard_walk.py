@@ -1,0 +1,492 @@
+"""A demo-like night walked in a real browser, every number on every page checked against the
+records: Debian's Chromium (Playwright) opens the overview, follows its link to the sweep page,
+from there every experiment's page and the morning report, and compares each number shown with
+what the REST API records (GET /sweeps/{name}, /experiments/{id} with its runs), worked out here
+independently of the pages' code. One number per fact: the same fact reads the same everywhere.
+
+The night is the fake trainer's, run through the real loop as `overnight demo` runs its target:
+seed noise measured from the runs, the best re-run (its value re-measured after the keep),
+kept and discarded changes, a crash and a timeout (tests/report_fixtures.py).
+test_dashboard_browser.py checks the pages' behaviour (clicks, tooltips, live panels); this
+file checks their numbers. To walk a recorded night instead (a real `overnight demo`'s):
+OVERNIGHT_WALK_DB=path/to/overnight.db OVERNIGHT_WALK_SWEEP=demo-… pytest this file.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import pytest
+from browser_helpers import CHROMIUM_ARGS, SCREENSHOTS, make_app, require_chromium, serve
+from report_fixtures import noisy_night
+from scipy import stats
+
+pytestmark = pytest.mark.browser
+RAN = ("kept", "discarded", "crashed", "timeout")  # the statuses that ran (plotted, counted)
+
+
+@pytest.fixture(scope="module")
+def night(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """The database and the sweep to walk: OVERNIGHT_WALK_DB and OVERNIGHT_WALK_SWEEP name a
+    recorded night (`overnight demo`'s, say) to walk instead of the fixture's."""
+    if os.environ.get("OVERNIGHT_WALK_DB"):
+        return Path(os.environ["OVERNIGHT_WALK_DB"]), os.environ["OVERNIGHT_WALK_SWEEP"]
+    # seed noise of 0.03 around changes of ~0.05: runs spread past their means, as on a real
+    # night; the best re-run after every second proposal, so kept values are re-measured
+    made = noisy_night(tmp_path_factory.mktemp("walk"), incumbent_every=2, noise=0.03)
+    return made.db, made.name
+
+
+@pytest.fixture(scope="module")
+def browser():
+    chromium = require_chromium()
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=str(chromium), args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+def f6(v: float | None) -> str:
+    return "–" if v is None else f"{v:.6f}"
+
+
+def signed(v: float | None) -> str:
+    return "" if v is None else f"{v:+.6f}"
+
+
+ANY_N, ANY_CI = "⟨n⟩", "⟨ci⟩"  # in an expected text: a count, an interval the records lack
+
+
+def count(n: int | None) -> str:
+    return ANY_N if n is None else str(n)
+
+
+def ci_text(ci: float | None, fmt: str) -> str:
+    return ANY_CI if ci is None else format(ci, fmt)
+
+
+def same(shown: str, want: str, how: str = "fullmatch") -> bool:
+    """`shown` is `want` (how="match": starts with it, "search": holds it), ANY_N and ANY_CI
+    standing for any count and any interval."""
+    pattern = re.escape(want).replace(re.escape(ANY_N), r"\d+").replace(re.escape(ANY_CI),
+                                                                         r"[\d.]+")
+    return getattr(re, how)(pattern, shown) is not None
+
+
+@dataclass
+class Records:
+    """The night as the REST API records it, and the figures worked out from the records."""
+
+    sweep: dict[str, Any]
+    exps: dict[int, dict[str, Any]]  # id → GET /experiments/{id} (with run_records)
+
+    @classmethod
+    def read(cls, get: Callable[[str], Any], name: str) -> Records:
+        sweep = get(f"/sweeps/{name}")
+        listed = get(f"/experiments?sweep={name}&limit=100")["data"]
+        return cls(sweep, {e["id"]: get(f"/experiments/{e['id']}") for e in listed})
+
+    @cached_property
+    def ran(self) -> list[dict[str, Any]]:
+        """The experiments that ran, in run order (the plot's x)."""
+        return [self.exps[i] for i in sorted(self.exps) if self.exps[i]["status"] in RAN]
+
+    def order(self, exp_id: int) -> int:
+        return [e["id"] for e in self.ran].index(exp_id) + 1
+
+    @property
+    def count(self) -> dict[str, int]:
+        return {s: sum(e["status"] == s for e in self.exps.values()) for s in RAN}
+
+    @staticmethod
+    def ok(e: dict[str, Any], own: bool = True) -> list[float]:
+        """Its OK runs' values: its own, or (own=False) with the incumbent's re-runs of the
+        commit it made, recorded under it."""
+        return [r["metric"] for r in e["run_records"] if r["status"] == "ok"
+                and r["metric"] is not None and (not own or r["role"] != "incumbent")]
+
+    @cached_property
+    def sigma(self) -> tuple[float, int]:
+        """σ̂: the pooled within-commit sd of the OK runs (a commit's runs are all recorded
+        under the experiment that made it), and its degrees of freedom."""
+        groups = [g for g in (self.ok(e, own=False) for e in self.exps.values()) if len(g) > 1]
+        ss = sum(sum((v - statistics.fmean(g)) ** 2 for v in g) for g in groups)
+        df = sum(len(g) - 1 for g in groups)
+        return math.sqrt(ss / df), df
+
+    def ci(self, n: int) -> float:
+        sd, df = self.sigma
+        return float(stats.t.ppf(0.975, df)) * sd / math.sqrt(n)
+
+    @staticmethod
+    def test(e: dict[str, Any]) -> dict[str, Any]:
+        return e["meta"].get("test") or {}
+
+    def n(self, e: dict[str, Any]) -> int:
+        """The runs the keep rule's decision rested on (its record), else its OK runs."""
+        return int(self.test(e).get("n") or len(self.ok(e)))
+
+    @cached_property
+    def shifted(self) -> bool:
+        """Some run ran in other machine conditions (set aside, or compared beside the
+        incumbent there): a commit's value is then its runs in its usual condition, which the
+        records do not say apart from the sweep's baseline and best."""
+        return any(r["status"] == "suspect" or r["note"]
+                   for e in self.exps.values() for r in e["run_records"])
+
+    def now(self, e: dict[str, Any]) -> tuple[float, int | None] | None:
+        """A kept commit's value now and its runs, when it was re-run after the decision (the
+        number of runs unknown (None) on a night with load shifts)."""
+        every = self.ok(e, own=False)
+        if e["status"] != "kept" or len(every) == len(self.ok(e)):
+            return None
+        return self.value_of(e["id"])
+
+    def value_of(self, exp_id: int | None) -> tuple[float, int | None]:
+        e = self.exps[exp_id or 0]
+        every = self.ok(e, own=False)
+        if not self.shifted:
+            return statistics.fmean(every), len(every)
+        if e["is_baseline"]:
+            return self.sweep["baseline_metric"], None
+        if e["id"] == self.sweep["best_experiment_id"]:
+            return self.sweep["best_metric"], None
+        pytest.skip("a kept commit re-run on a night with load shifts: its value now is not "
+                    "in the records")
+
+    @cached_property
+    def baseline(self) -> dict[str, Any]:
+        return next(e for e in self.exps.values() if e["is_baseline"])
+
+    @property
+    def gain(self) -> float:
+        sign = 1.0 if self.sweep["direction"] == "minimize" else -1.0
+        return sign * (self.sweep["baseline_metric"] - self.sweep["best_metric"])
+
+    def gain_ci(self) -> float | None:
+        (_, base_n), (_, best_n) = self.value_of(self.baseline["id"]), self.value_of(
+            self.sweep["best_experiment_id"])
+        if base_n is None or best_n is None:
+            return None
+        return self.ci(1) * math.sqrt(1 / base_n + 1 / best_n)
+
+    @cached_property
+    def load_shifted(self) -> set[int]:
+        """The experiments with runs in other machine conditions: one of its own runs set
+        aside (suspect), or an incumbent run started beside one of its runs."""
+        beside = {r["pair_run_id"] for x in self.exps.values() for r in x["run_records"]
+                  if r["pair_run_id"]}
+        return {i for i, e in self.exps.items() if any(
+            r["id"] in beside or (r["role"] != "incumbent" and r["status"] == "suspect")
+            for r in e["run_records"])}
+
+    @property
+    def supported(self) -> int:
+        """Kept changes the keep rule's test kept (its p recorded), the baseline left out."""
+        return sum(e["status"] == "kept" and not e["is_baseline"] and
+                   self.test(e).get("p") is not None for e in self.exps.values())
+
+    @property
+    def runs(self) -> int:
+        return sum(len(e["run_records"]) for e in self.exps.values())
+
+
+def cells(row: Any) -> list[str]:  # a Playwright locator of a <tr>
+    return [" ".join(t.split()) for t in row.locator("th, td").all_inner_texts()]
+
+
+def facts(page: Any, where: str = "dl.facts") -> dict[str, str]:
+    """A page's facts: each <dt>'s text (as written, not as styled) → its <dd>'s text."""
+    out = {}
+    for div in page.locator(f"{where} > div").all():
+        out[div.locator("dt").text_content().strip()] = " ".join(
+            div.locator("dd").inner_text().split())
+    return out
+
+
+def check_records(rec: Records) -> None:
+    """The records agree with themselves: the sweep's baseline and best are their commits'
+    runs now."""
+    assert rec.sweep["baseline_metric"] == pytest.approx(rec.value_of(rec.baseline["id"])[0])
+    assert rec.sweep["best_metric"] == pytest.approx(
+        rec.value_of(rec.sweep["best_experiment_id"])[0])
+    for s, n in rec.count.items():
+        assert rec.sweep["counts"].get(s, 0) == n, s
+
+
+def walk_overview(page: Any, rec: Records) -> str:
+    """The overview's row of the sweep; returns its run hours (no record has them: the sweep
+    page must read the same)."""
+    s, c = rec.sweep, rec.count
+    row = cells(page.locator("#sweeps tbody tr", has_text=s["name"]))
+    heads = cells(page.locator("#sweeps thead tr"))
+    got = dict(zip(heads, row, strict=True))
+    done = len(rec.ran) - 1
+    assert got["Done / limit"] == f"{done} / {s['max_experiments']}"
+    assert got["Kept"] == str(c["kept"] - 1)  # the baseline left out
+    assert got["Discarded"] == str(c["discarded"])
+    assert got["Crashed / timeout"] == f"{c['crashed']} / {c['timeout']}"
+    assert got["Keep rate"] == f"{(c['kept'] - 1) / done * 100:.0f}%"
+    assert got["Baseline → best"] == (f"{f6(s['baseline_metric'])} → {f6(s['best_metric'])} "
+                                     f"{s['metric']}")
+    assert got["Improvement"] == f"{rec.gain / abs(s['baseline_metric']):+.2%}"
+    return got["Run hours"]
+
+
+def walk_sweep(page: Any, rec: Records, run_hours: str) -> None:
+    s, c = rec.sweep, rec.count
+    sd, df = rec.sigma
+    got = facts(page)
+    assert got[f"{s['metric']} ({s['direction']})"] == (
+        f"{f6(s['baseline_metric'])} → {f6(s['best_metric'])}")
+    assert got["Improvement"] == f"{rec.gain / abs(s['baseline_metric']):+.2%}"
+    assert got["Done / limit"] == (f"{len(rec.ran) - 1} / {s['max_experiments']} (after the "
+                                   f"baseline; {rec.runs} runs)")
+    assert got["Changes kept / discarded / crashed / timeout"] == (
+        f"{c['kept'] - 1} / {c['discarded']} / {c['crashed']} / {c['timeout']}")
+    assert got["Keep rate"] == f"{(c['kept'] - 1) / (len(rec.ran) - 1) * 100:.0f}%"
+    assert got["Run hours"] == run_hours  # the overview's
+    assert got["Budget"] == f"{s['budget_s']:g} s (hard limit {s['timeout_s']:g} s)"
+    ev = facts(page, "#evidence")
+    assert ev["Noise (run-to-run sd)"] == f"{sd:.4g} ({df} df)"
+    assert same(ev["Improvement ± 95 % CI"], f"{rec.gain:+.4g} ± {ci_text(rec.gain_ci(), '.3g')}")
+    plural = "s" if rec.supported != 1 else ""
+    assert ev["Verdict"] == f"{rec.supported} change{plural} kept by the test (σ̂ = {sd:.3g})"
+    speeds = any(r["throughput"] is not None for e in rec.exps.values()
+                 for r in e["run_records"])
+    shifted = len(rec.load_shifted)
+    assert ev["Machine's load"] == (
+        f"checked: {shifted} experiment{'s' if shifted != 1 else ''} ran in other machine "
+        "conditions" if speeds else "cannot be checked: no run reports its throughput (a "
+        "num_steps or total_tokens_M summary key, or progress lines with a step and an "
+        "elapsed time)")
+
+    # the table: one row per experiment, newest first
+    rows = page.locator("#experiments tbody tr")
+    assert [int(t) for t in rows.locator("td:first-child").all_inner_texts()] == sorted(
+        rec.exps, reverse=True)
+    for i in range(rows.count()):
+        row = cells(rows.nth(i))
+        e = rec.exps[int(row[0])]
+        assert row[1].split()[0] == e["status"], row
+        ran = e["status"] in ("kept", "discarded")
+        n = rec.n(e) if ran else 0
+        now = rec.now(e)
+        assert same(row[2], f6(e["metric"]) + (f" now {f6(now[0])} on {count(now[1])}" if now
+                                               else "")), row
+        assert row[3] == (f"± {rec.ci(n):.4f}" if n else ""), row
+        assert row[4] == (str(n) if n else ""), row
+        p = rec.test(e).get("p_better")
+        assert row[5] == ("" if p is None else f"{p:.2f}"), row
+        assert row[6] == signed(e["delta"]), row
+        assert row[7] == (f"{e['memory_gb']:.1f}" if e["summary"] else ""), row
+        secs = e["training_seconds"]
+        assert row[8] == ("" if secs is None else f"{secs:.1f}"), row
+
+    # the kept stack, baseline → best
+    stack = page.locator("ol.stack > li summary").all_inner_texts()
+    kept = [e for i, e in sorted(rec.exps.items()) if e["status"] == "kept"]
+    assert len(stack) == len(kept)
+    for text, e in zip(stack, kept, strict=True):
+        now = rec.now(e)
+        want = f"#{e['id']} {f6(e['metric'])}" + (f" {signed(e['delta'])}" if e["delta"]
+                                                   is not None else "")
+        if now:
+            want += f" now {f6(now[0])} on {count(now[1])}"
+        assert same(" ".join(text.split()), f"{want} {e['description']}", "match"), (text, want)
+
+    # the digest's head line: the same baseline and best, and the experiments by status (the
+    # baseline not among the kept: no change of its own)
+    better = "lower" if s["direction"] == "minimize" else "higher"
+    tally = ", ".join(f"{n} {k}" for k, n in sorted({**c, "kept": c["kept"] - 1}.items()) if n)
+    assert page.locator("#insights .insight-lines li").first.inner_text() == (
+        f"{s['metric']} ({better} is better): baseline {s['baseline_metric']:.6g}, best "
+        f"{s['best_metric']:.6g}; runs: {tally}")
+
+    walk_plot(page, rec)
+
+
+def walk_plot(page: Any, rec: Records) -> None:
+    """Each mark at its experiment's run order with its status, value and delta; each run a
+    dot with its value, at its value (none of this night's runs is far enough out to be an
+    edge triangle)."""
+    plot = page.locator("svg.progress")
+    marks = plot.locator("a.pt")
+    assert marks.count() == len(rec.ran)
+    for i in range(marks.count()):
+        m = marks.nth(i)
+        e = rec.exps[int(m.get_attribute("data-id") or 0)]
+        assert m.get_attribute("class") == f"pt {e['status']}"
+        assert int(m.get_attribute("data-n") or 0) == rec.order(e["id"])
+        title = m.locator("title").text_content() or ""
+        if e["metric"] is not None:
+            assert f"{s_metric(rec)} {e['metric']:.4f}" in title, title
+        if e["delta"] is not None:
+            assert f"delta {e['delta']:+.6f}" in title, title
+    assert plot.locator(".run.clipped").count() == 0
+    # the load-shift stripes sit over exactly the experiments the header counts
+    striped = set()
+    for title in plot.locator("rect.load title").all_text_contents():
+        a, _, b = re.search(r"runs? ([\d–]+)", title)[1].partition("–")  # type: ignore[index]
+        striped |= set(range(int(a), int(b or a) + 1))
+    assert striped == {rec.order(i) for i in rec.load_shifted}
+    for e in rec.ran:
+        dots = plot.locator(f"circle.run[data-id='{e['id']}'] title").all_text_contents()
+        want = [f"run: {v:.4f}" for v in rec.ok(e)] if e["status"] in ("kept",
+                                                                        "discarded") else []
+        assert sorted(dots) == sorted(want), (e["id"], dots, want)
+
+
+def s_metric(rec: Records) -> str:
+    return str(rec.sweep["metric"])
+
+
+REASON = re.compile(r"(?P<value>\S+) vs best (?P<best>\S+) on (?P<n>\d+) runs? "
+                    r"\(σ̂ (?P<sigma>\S+), (?P<df>\S+) df\): t \S+, p \S+, level (?P<level>\S+)")
+
+
+def walk_experiment(page: Any, rec: Records, e: dict[str, Any]) -> bool:
+    """One experiment's page; whether it had a keep rule's reason to check."""
+    assert " ".join(page.locator("h1").inner_text().split()) == (
+        f"#{e['id']} {' '.join(e['description'].split())}")
+    got = facts(page)
+    assert got["Status"].split()[0] in (e["status"], "stopped")
+    value = f6(e["metric"])
+    n = rec.n(e) if e["status"] in ("kept", "discarded") else 0
+    if n:
+        p = rec.test(e).get("p_better")
+        runs = f"on {n} run{'s' if n > 1 else ''}" + ("" if p is None else
+                                                     f", P(better) {p:.2f}")
+        value += f" ± {rec.ci(n):.4f} ({runs})"
+        now = rec.now(e)
+        if now:
+            verb = "measured" if e["is_baseline"] else "kept"
+            value += (f" {verb} at {f6(e['metric'])} on {n} run{'s' if n > 1 else ''}; now "
+                      f"{f6(now[0])} on {count(now[1])}")
+    assert same(got[rec.sweep["metric"]], value), (got, value)
+    assert got["Δ vs best at the time"] == (signed(e["delta"]) or "–")
+    assert got["Best before"] == f6(e["best_before"])
+    if e["status"] in RAN:
+        assert got["Run order"] == f"{rec.order(e['id'])} of the sweep"  # the plot's data-n
+    assert got["Commit"] == (e["commit"] or "")[:10] or "–"
+
+    # the keep rule's reason: its numbers are its record's
+    test = rec.test(e)
+    m = REASON.search(e["reason"] or "")
+    if test and m:
+        assert float(m["value"]) == pytest.approx(e["metric"], rel=1e-5)
+        assert float(m["best"]) == pytest.approx(e["best_before"], rel=1e-5)
+        assert int(m["n"]) == int(test["n"])
+        assert m["sigma"] == f"{test['sigma']:.3g}" and m["df"] == str(test["df"] or "∞")
+        assert m["level"] == f"{test['level']:.2g}"
+        # (its p is the look's own p-value; the record's p is that p over the share of the
+        # level the look spent: two p's of one test, see the keep rule)
+        assert page.locator(".reason-box").first.inner_text() == f"Why: {e['reason']}"
+
+    # its runs: exactly its run records and the incumbent runs started beside them (recorded
+    # under the commit they re-ran), each with its numbers
+    rows = page.locator("#runs tbody tr")
+    own = {r["id"] for r in e["run_records"]}
+    records = {r["id"]: r for x in rec.exps.values() for r in x["run_records"]
+               if r["id"] in own or r["pair_run_id"] in own}
+    assert [int(t) for t in rows.locator("td:first-child").all_inner_texts()] == sorted(records)
+    for i in range(rows.count()):
+        row = cells(rows.nth(i))
+        r = records[int(row[0])]
+        beside = f" beside run {r['pair_run_id']}" if r["pair_run_id"] else ""
+        assert row[1] == r["role"] + beside and row[2] == str(r["seed"]), row
+        assert row[3] == r["status"] and row[4] == f6(r["metric"]), row
+        speed = r["throughput"]
+        assert row[5] == ("" if speed is None else f"{speed:.4g} {r['throughput_unit']}"), row
+    # the summary block and the log tail are of one run, named, and show its value
+    named = re.search(r"of run (\d+)", page.locator("#sum-h").inner_text())
+    if named and records[int(named[1])]["metric"] is not None:
+        r = records[int(named[1])]
+        assert page.locator("#log-h").inner_text().endswith(f"of run {r['id']}")
+        summary = dict(cells(tr) for tr in page.locator("table.kv tr").all())
+        metric = rec.sweep["metric"]
+        assert float(summary[metric]) == pytest.approx(r["metric"], abs=5e-7)
+        logged = re.findall(rf"^{metric}:\s+(\S+)", page.locator("pre.log").inner_text(),
+                            re.M)
+        assert logged and float(logged[-1]) == pytest.approx(r["metric"], abs=5e-7)
+    return bool(test and m)
+
+
+def walk_report(page: Any, rec: Records, statement: str) -> None:
+    s, c = rec.sweep, rec.count
+    (_, base_n), (_, best_n) = rec.value_of(rec.baseline["id"]), rec.value_of(
+        s["best_experiment_id"])
+    head = " ".join(page.locator("#headline").inner_text().split())
+    assert same(head, f"{s['metric']} {f6(s['baseline_metric'])} → {f6(s['best_metric'])} "
+                    f"({'lower' if s['direction'] == 'minimize' else 'higher'} is better; "
+                    f"baseline n={count(base_n)}, best n={count(best_n)}): gain "
+                    f"{rec.gain:+.6f} ± {ci_text(rec.gain_ci(), '.6f')} "
+                    f"({rec.gain / abs(s['baseline_metric']) * 100:+.2f} %)")
+    assert page.locator("#statement").inner_text() == statement  # the sweep page's verdict
+    shown = [f"{c[k]} {k}" + (" (the baseline included)" if k == "kept" else "")
+             for k in RAN if c[k]]
+    assert f"{sum(c.values())} experiments: {', '.join(shown)}" in page.locator(
+        "#facts").inner_text()
+    rows = page.locator("#kept tbody tr")
+    kept = [e for i, e in sorted(rec.exps.items()) if e["status"] == "kept"
+            and not e["is_baseline"]]
+    assert rows.count() == len(kept)
+    for i, e in enumerate(kept):
+        row = cells(rows.nth(i))
+        n = rec.n(e)
+        assert row[0] == str(e["id"])
+        assert row[2].startswith(f"{f6(e['metric'])} ± {rec.ci(n):.6f}"), row
+        now = rec.now(e)
+        if now:
+            assert same(row[2], f"now {f6(now[0])} on {count(now[1])}", "search"), row
+        assert row[3] == str(n) and row[4] == signed(e["delta"]), row
+        assert row[5].startswith(f"{rec.test(e)['p_better']:.3f}"), row
+    cost = page.locator("table", has_text="incumbent re-runs").locator("tr", has_text="total")
+    assert cells(cost)[1] == str(rec.runs)
+    marks = page.locator("svg.progress a.pt")
+    assert sorted(int(m.get_attribute("data-id") or 0) for m in marks.all()) == [
+        e["id"] for e in rec.ran]
+
+
+def test_every_number_on_every_page_is_the_records(night: tuple[Path, str], browser) -> None:
+    db, name = night
+    with serve(make_app(db)) as base:
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        rec = Records.read(lambda path: page.request.get(base + path).json(), name)
+        check_records(rec)
+        if not os.environ.get("OVERNIGHT_WALK_DB"):  # the fixture's night has every kind
+            assert set(RAN) <= {e["status"] for e in rec.exps.values()}
+            assert any(rec.now(e) for e in rec.exps.values() if not e["is_baseline"])
+
+        page.goto(base + "/")
+        run_hours = walk_overview(page, rec)
+        page.locator("#sweeps").get_by_role("link", name=name).click()
+        page.wait_for_url(f"{base}/ui/sweeps/{name}")
+        walk_sweep(page, rec, run_hours)
+        statement = page.locator("#statement").inner_text()
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(SCREENSHOTS / "walk-sweep.png"), full_page=True)
+
+        links = page.locator("#experiments tbody tr td:first-child a")
+        hrefs = [a.get_attribute("href") or "" for a in links.all()]
+        assert len(hrefs) == len(rec.exps)
+        reasons = 0
+        for href in hrefs:
+            page.goto(base + href)
+            reasons += walk_experiment(page, rec, rec.exps[int(Path(href).name)])
+        assert reasons == sum(bool(rec.test(e)) for e in rec.exps.values())
+        page.goto(f"{base}/ui/sweeps/{name}")
+        page.locator("#report-links").get_by_role("link", name="page").click()
+        page.wait_for_url(f"{base}/ui/sweeps/{name}/report")
+        walk_report(page, rec, statement)
+        page.close()

@@ -16,7 +16,7 @@ def _exp(status: ExperimentStatus, reason: str | None) -> Experiment:
     (ExperimentStatus.KEPT, "better: 3.41 vs best 3.52 on 2 runs (σ̂ 0.02, 9 df): t 3.1, "
      "p 0.0003, level 0.0004"),
     (ExperimentStatus.DISCARDED, "not better: 3.6 vs best 3.52 on 1 run (σ̂ 0.02, 9 df): "
-     "t -1.2, p 0.87, level 0"),
+     "t -1.2, a first run keeps nothing"),
     (ExperimentStatus.DISCARDED, "not better: 3.50 vs best 3.52 on 4 runs (σ̂ 0.02, 9 df): "
      "t 1.2, p 0.13, level 0.003"),
     (ExperimentStatus.DISCARDED, None),

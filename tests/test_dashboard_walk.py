@@ -352,7 +352,8 @@ def s_metric(rec: Records) -> str:
 
 
 REASON = re.compile(r"(?P<value>\S+) vs best (?P<best>\S+) on (?P<n>\d+) runs? "
-                    r"\(σ̂ (?P<sigma>\S+), (?P<df>\S+) df\): t \S+, p \S+, level (?P<level>\S+)")
+                    r"\(σ̂ (?P<sigma>\S+), (?P<df>\S+) df\): t \S+, "
+                    r"(?:p (?P<p>\S+), level (?P<level>\S+)|a first run keeps nothing)")
 
 
 def walk_experiment(page: Any, rec: Records, e: dict[str, Any]) -> bool:
@@ -388,9 +389,10 @@ def walk_experiment(page: Any, rec: Records, e: dict[str, Any]) -> bool:
         assert float(m["best"]) == pytest.approx(e["best_before"], rel=1e-5)
         assert int(m["n"]) == int(test["n"])
         assert m["sigma"] == f"{test['sigma']:.3g}" and m["df"] == str(test["df"] or "∞")
-        assert m["level"] == f"{test['level']:.2g}"
-        # (its p is the look's own p-value; the record's p is that p over the share of the
-        # level the look spent: two p's of one test, see the keep rule)
+        if m["p"] is None:  # one run: its look spends nothing, so the ledger's p is 1
+            assert test["p"] == 1.0 and int(test["n"]) == 1
+        else:
+            assert (m["p"], m["level"]) == (f"{test['p']:.2g}", f"{test['level']:.2g}")
         assert page.locator(".reason-box").first.inner_text() == f"Why: {e['reason']}"
 
     # its runs: exactly its run records and the incumbent runs started beside them (recorded

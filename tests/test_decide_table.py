@@ -98,10 +98,13 @@ def test_a_keep_states_its_test_and_the_numbers_are_the_models():
     t = (1.0 - 0.305) / se
     assert (v.sigma, v.df, v.n) == (pytest.approx(sigma), df, 2) and df == 5
     assert v.p_better == pytest.approx(stats.t.cdf(t, df))
-    assert v.level == pytest.approx(fdr.level((), 0.2) * share(2, 4))
-    assert v.p_value == pytest.approx(stats.t.sf(t, df) / share(2, 4))
+    assert v.level == pytest.approx(fdr.level((), 0.2))  # the night's level α_t
+    assert v.p_value == pytest.approx(stats.t.sf(t, df) / share(2, 4))  # kept: p ≤ α_t
+    assert v.p_value <= v.level
     assert v.metric == pytest.approx(0.305)  # the best (1.0) less the gain
-    assert "σ̂" in v.reason and "level" in v.reason and v.reason.startswith("better")
+    # the reason prints the record's pair: one p, one level
+    assert v.reason.startswith("better") and f"σ̂ {sigma:.3g}" in v.reason
+    assert f"p {v.p_value:.2g}, level {v.level:.2g}" in v.reason
 
 
 def test_the_levels_spent_by_look_sum_to_one_and_none_on_the_first():

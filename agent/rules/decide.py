@@ -86,8 +86,8 @@ class Verdict:
     p_better: float | None = None  # P(T ≤ gain / se): the confidence that it is better
     sigma: float | None = None
     df: int = 0
-    p_value: float | None = None  # the test's p-value for the night's FDR ledger
-    level: float | None = None  # the level this look needed (α_t times its share)
+    p_value: float | None = None  # the look's p over its share: the night's FDR ledger's
+    level: float | None = None  # the night's level α_t: kept when p_value ≤ it
     suspect: tuple[bool, ...] = field(default_factory=tuple)  # per run: not in the usual
     notes: tuple[str, ...] = ()  # per run of `runs`: how it was placed
     best_notes: tuple[str, ...] = ()  # per run of `best`
@@ -336,14 +336,14 @@ def _test(ev: Evidence, rule: Rule, pl: Placement, keys: Sequence[Key], cmp: Com
     """Look k of the sequential test: discard, balance the latest condition, keep, or run."""
     assert cmp.se is not None
     k, K = min(len(ev.runs), rule.max_runs), rule.max_runs
-    spent = share(k, K)
-    level = fdr.level(ev.tests, rule.fdr) * spent
+    spent, level = share(k, K), fdr.level(ev.tests, rule.fdr)
     t = t_score(cmp.gain - rule.min_delta, cmp.se)
-    p = t_sf(t, cmp.df or None)
+    p = min(1.0, t_sf(t, cmp.df or None) / spent) if spent else 1.0  # the look's p over its share
     base = replace(base, p_better=1.0 - t_sf(t_score(cmp.gain, cmp.se), cmp.df or None),
-                   p_value=min(1.0, p / spent) if spent else 1.0, level=level)
+                   p_value=p, level=level)
     text = (f"{base.metric:.6g} vs best {cmp.best:.6g} on {cmp.n} run{'s' if cmp.n > 1 else ''}"
-            f" (σ̂ {cmp.sigma:.3g}, {cmp.df or '∞'} df): t {t:.2f}, p {p:.2g}, level {level:.2g}")
+            f" (σ̂ {cmp.sigma:.3g}, {cmp.df or '∞'} df): t {t:.2f}, " + (
+                f"p {p:.2g}, level {level:.2g}" if spent else "a first run keeps nothing"))
     if t < rule.discard_below * k:
         return replace(base, status=ExperimentStatus.DISCARDED, reason=f"{NOT_BETTER}: {text}")
     if _incumbent_short(ev, pl, keys) and pl.beside < rule.max_runs and not ev.head_moved:

@@ -311,7 +311,7 @@ def walk_sweep(page: Any, rec: Records, run_hours: str) -> None:
     tally = ", ".join(f"{n} {k}" for k, n in sorted({**c, "kept": c["kept"] - 1}.items()) if n)
     assert page.locator("#insights .insight-lines li").first.inner_text() == (
         f"{s['metric']} ({better} is better): baseline {s['baseline_metric']:.6g}, best "
-        f"{s['best_metric']:.6g}; runs: {tally}")
+        f"{s['best_metric']:.6g}; experiments: {tally}")
 
     walk_plot(page, rec)
 

@@ -141,7 +141,9 @@ def near_miss_text(found: list[Trial], generation: int) -> list[str]:
     out = []
     for t in found:
         older = " (head has moved since: worth a re-test)" if t.generation < generation else ""
-        out.append(f"#{t.id} {t.description[:70]}: {t.gain or 0.0:+.4g}{older}")
+        gain = t.gain or 0.0
+        out.append(f"#{t.id} {t.description[:70]}: {'better' if gain >= 0 else 'worse'} than "
+                   f"the best by {abs(gain):.6f}{older}")
     return out
 
 
@@ -225,7 +227,7 @@ def sections(ins: Insights) -> list[tuple[str, list[str]]]:
     runs = ", ".join(f"{n} {s}" for s, n in sorted(ins.counts.items())) or "none yet"
     better = "lower" if ins.direction == "minimize" else "higher"
     head = [f"{ins.metric} ({better} is better): baseline {_fmt(ins.baseline)}, best "
-            f"{_fmt(ins.best)}; runs: {runs}", ins.plateau, *ins.notes]
+            f"{_fmt(ins.best)}; experiments: {runs}", ins.plateau, *ins.notes]
     cats = [f"- {c.category}: {c.runs} runs ({c.share:.0%}), {c.kept} kept"
             + (f" — {c.note}" if c.note else "") for c in ins.categories]
     areas = [f"- {a.category}: {a.runs} runs, {a.kept} kept, {a.crashed} crashed"

@@ -140,7 +140,8 @@ LONGEST_FIRST = ("test_cli.py", "test_eval_salvage.py", "test_chaos.py", "test_l
                  "test_track.py", "test_ray_executor.py", "test_gpt_target.py",
                  "test_schemathesis.py", "test_docs.py", "test_service_server.py",
                  "test_report.py", "test_early_stop.py", "test_runs.py",
-                 "test_dashboard_browser.py", "test_notify.py", "test_gc.py",
+                 "test_dashboard_browser.py", "test_dashboard_walk.py", "test_notify.py",
+                 "test_gc.py",
                  "test_early_stop_after_keep.py", "test_api_hardening.py")
 
 

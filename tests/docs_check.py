@@ -272,7 +272,7 @@ def check_toml_blocks(tmp: Path, group: Any) -> list[str]:
     overnight command parses."""
     from agent.core.config import load_config
     from agent.core.errors import ConfigError
-    from agent.proposers.llm_config import parse_profile
+    from agent.proposers.llm_backends import parse_profile
 
     problems = []
     for page in PAGES:

@@ -94,7 +94,7 @@ def confirm_sweep(db: str | None, work_dir: Path | None, name: str, at: ConfirmA
 
 
 def print_confirmation(store: Store, name: str) -> None:
-    from agent.analysis.morning_scale import confirmation_markdown
+    from agent.analysis.morning_md import confirmation_markdown
     from agent.ops.morning import report_of
 
     found = report_of(store, name).confirmation

@@ -22,7 +22,7 @@ from agent.analysis.ablation import ablated_sweep
 from agent.analysis.confirm import confirmed_sweep
 from agent.core.domain import Sweep
 from agent.core.errors import NotFoundError, OvernightError
-from agent.core.ports import Proposer, Runner
+from agent.core.ports import Proposer, Runner, Store
 from agent.engine.ablation import AblationLoop
 from agent.engine.attempt import EventFn, LoopSettings
 from agent.engine.devices import slot_env
@@ -232,8 +232,6 @@ class Runtime:
         background, so the API still answers meanwhile."""
         self.hold_lock(lock, hint)
         if self.notify is not None and self.notify.targets:
-            from overnight.notifications import make_notifier
-
             self.notifier = make_notifier(self.store, self.notify)
         if self.track != OFF:  # sweeps with their own [track] may come at any time
             self.start_mirror()
@@ -355,3 +353,18 @@ def service_app(settings: Settings, *, lock: DatabaseLock | None = None,
     runtime.notify, runtime.track = notify, track
     runtime.dashboard_url = dashboard_url or runtime.dashboard_url
     return create_app(settings, runtime, lock=lock)
+
+
+def make_notifier(store: Store, config: NotifyConfig) -> Notifier | None:
+    """A started Notifier for `config`, or None when it names no URL."""
+    if not config.targets:
+        return None
+    from agent.ops.morning import headline_of
+    from agent.ops.notify import Notifier
+
+    def headline(name: str) -> str:
+        return headline_of(store, name).text()
+
+    logger.info("notifications to %s", ", ".join(str(t) for t in config.targets))
+    return Notifier(config.targets, store, headline=headline,
+                    crash_streak=config.crash_streak).start()

@@ -88,8 +88,7 @@ if TYPE_CHECKING:
     from agent.engine.attempt import EventFn
     from agent.engine.scheduler import SchedulerSettings
     from agent.git.repo import GitRepo
-    from agent.ops.notify import Notifier
-    from agent.ops.notify_config import NotifyConfig
+    from agent.ops.notify import Notifier, NotifyConfig
     from agent.ops.track import Choice
 
 AT_HELP = ("the larger setting: budget=SECONDS, device=NAME (OVERNIGHT_DEVICE) or a size "

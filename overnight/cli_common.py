@@ -19,7 +19,7 @@ from rich.markup import escape
 from sqlalchemy.exc import OperationalError
 
 from agent.core.private import owner_only
-from agent.ops.notify_config import NotifyConfig, load_notify_config, target_of
+from agent.ops.notify import NotifyConfig, load_notify_config, target_of
 from db.location import DbLocation, DbLocationError
 from overnight.environment import default_db, environment, notify_config_path
 from overnight.runtime import Runtime

@@ -51,8 +51,7 @@ from overnight.environment import llm_config_path
 if TYPE_CHECKING:
     from fastapi import FastAPI
 
-    from agent.ops.notify import Notifier
-    from agent.ops.notify_config import NotifyConfig
+    from agent.ops.notify import Notifier, NotifyConfig
     from api.settings import Settings
 
 logger = logging.getLogger(__name__)

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from agent.analysis.ablation import ablated_sweep
 from agent.analysis.confirm import confirmed_sweep
 from agent.core.domain import Sweep
-from agent.core.errors import NotFoundError, OvernightError
+from agent.core.errors import ConfigError, NotFoundError, OvernightError
 from agent.core.ports import Proposer, Runner, Store
 from agent.engine.ablation import AblationLoop
 from agent.engine.attempt import EventFn, LoopSettings
@@ -38,7 +38,6 @@ from agent.git.repo import GitError, GitRepo
 from agent.ops.retention import GcReport, RetentionPolicy, collect_garbage
 from agent.ops.service import Service
 from agent.ops.track import DEFAULT_DASHBOARD, OFF, Choice, Mirror
-from agent.proposers.factory import make_proposer
 from db.engine import open_database
 from db.location import DbLocation
 from db.lock import instance_lock
@@ -56,6 +55,26 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 RETENTION_EVERY_S = 6 * 3600.0  # how often `serve --retention` prunes
+
+
+def make_proposer(spec: str, seed: int, store: Store | None = None,
+                  **kwargs: Any) -> Proposer | None:
+    """`knobs` (the learning search), `queue` (external proposals only → None) or
+    `llm:<profile>`.
+
+    `store` lets a language-model proposer record spend that no proposal carries."""
+    if spec == "knobs":
+        from agent.proposers.knobs import KnobsProposer
+
+        return KnobsProposer(seed=seed)
+    if spec == "queue":
+        return None
+    if spec.startswith("llm:"):
+        from agent.proposers.llm import make_llm_proposer
+
+        return make_llm_proposer(spec.split(":", 1)[1], seed=seed, store=store, **kwargs)
+    raise ConfigError(f"proposer: unknown proposer {spec!r} "
+                      "(use knobs, queue or llm:<profile>)")
 
 
 def compile_cache_env(work_dir: Path, sweep: Sweep) -> dict[str, str]:

@@ -869,7 +869,7 @@ class LLMProposer:
 def make_llm_proposer(profile: str, *, seed: int = 42, config_path: Path | str | None = None,
                       store: Any = None, backend: ChatBackend | None = None,
                       **overrides: Any) -> LLMProposer:
-    """Build the proposer for `llm:<profile>` (wired by agent.proposers.factory).
+    """Build the proposer for `llm:<profile>` (wired by overnight.runtime.make_proposer).
 
     `overrides` replace profile fields (e.g. max_llm_usd=2.0) for this sweep only.
     """

@@ -475,10 +475,8 @@ def confirm(
 def confirm_sweep(db: str | None, work_dir: Path | None, name: str, at: ConfirmAt,
                   seeds: int, slots: int | None, devices: str | None) -> None:
     """Hold the lock, build the confirmation sweep of `name` at `at`, run it, print it."""
-    from agent.core.errors import OvernightError
     from agent.engine.scheduler import SchedulerSettings
     from agent.ops.confirm import night_device, prepare_confirm
-    from overnight.runtime import open_target
 
     rt = runtime_for(db, work_dir)
     found = find_sweep(rt.store, name, None, db_location(db))
@@ -529,10 +527,7 @@ def check_confirm_at(text: str | None, target: Path) -> ConfirmAt | None:
     if text is None:
         return None
     from agent.analysis.confirm import parse_at
-    from agent.core.config import load_config
-    from agent.core.errors import OvernightError
     from agent.ops.confirm import find_knob
-    from overnight.runtime import open_target
 
     try:
         at = parse_at(text)
@@ -564,11 +559,9 @@ def finalize(
     """The kept chain as a new branch (one commit per kept change on the baseline, each with its
     evidence); the sweep's and your branches do not move. --ablate: leave-one-out runs that
     attribute the night's gain to each kept change."""
-    from agent.core.errors import OvernightError
     from agent.engine.scheduler import SchedulerSettings
     from agent.ops.finalize import finalize as replay
     from agent.ops.finalize import prepare_ablation
-    from overnight.runtime import open_target
 
     rt = runtime_for(db, work_dir)
     found = find_sweep(rt.store, sweep, None, db_location(db))
@@ -600,8 +593,6 @@ def finalize(
 
 
 def print_finalized(done, sweep) -> None:  # type: ignore[no-untyped-def]
-    from rich.markup import escape
-
     console.print(f"{len(done.commits)} kept change(s) replayed on the baseline "
                   f"{done.base[:7]} (sweep {sweep.name}; its branch {sweep.branch} did not move):")
     for i, sha in done.commits:

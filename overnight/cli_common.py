@@ -19,8 +19,9 @@ from rich.markup import escape
 from sqlalchemy.exc import OperationalError
 
 from agent.core.private import owner_only
+from agent.ops.notify import NotifyConfig, load_notify_config, target_of
 from db.location import DbLocation, DbLocationError
-from overnight.environment import default_db, environment
+from overnight.environment import default_db, environment, notify_config_path
 from overnight.runtime import Runtime
 
 app = typer.Typer(
@@ -233,3 +234,28 @@ def token_command(where: DbLocation, work_dir: Path | None = None) -> str:
 def fail(message: str) -> NoReturn:
     err.print(f"[red]error:[/red] {escape(message)}")
     raise typer.Exit(2)
+
+
+# --- --notify and --notify-config (overnight run and serve) --------------------------------
+NotifyOpt = Annotated[list[str] | None, typer.Option(
+    "--notify", help="POST an event to this URL on a keep, a crash streak, a plateau, a pause "
+    "and the end of the night (repeatable; slack+URL / ntfy+URL name the body, else it is read "
+    "off the host)")]
+NotifyConfigOpt = Annotated[Path | None, typer.Option(
+    help="notify file with \\[\\[notify]] tables (default $OVERNIGHT_NOTIFY_CONFIG, else "
+    "~/.overnight/notify.toml when it exists)")]
+
+
+def notify_targets(urls: list[str] | None, path: Path | None) -> NotifyConfig:
+    """The notify file's targets (if any) and the --notify URLs; ConfigError on bad input."""
+    file, named = notify_config_path(path)
+    found = load_notify_config(file) if named or file.is_file() else NotifyConfig([])
+    targets = [*found.targets, *(target_of(u) for u in urls or ())]
+    return NotifyConfig(targets, found.crash_streak)
+
+
+def announce(config: NotifyConfig, console: Console) -> None:
+    """Say where notifications go (each URL redacted: its secret is never printed)."""
+    if config.targets:
+        console.print("notifications to " + ", ".join(str(t) for t in config.targets),
+                      soft_wrap=True, markup=False)

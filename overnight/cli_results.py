@@ -1,5 +1,6 @@
-"""`overnight results` and `overnight status`, and the end-of-night summary a foreground run
-prints: a sweep's results as a table, results.tsv or JSON, with its evidence and digest.
+"""Reading a night: `overnight results` (a sweep's results as a table, results.tsv or JSON, with
+its evidence), `overnight status` (one line per sweep), `overnight report` (the morning report as
+Markdown or one self-contained HTML file), and the end-of-night summary a foreground run prints.
 
 Registers its commands on `overnight.cli_common.app` when imported (overnight.cli imports it).
 """
@@ -21,7 +22,14 @@ from agent.core.domain import ExperimentStatus as S
 from agent.core.errors import NotFoundError
 from agent.core.ports import Store
 from db.location import DbLocation
-from overnight.cli_common import DbOpt, app, console, db_location, fail, runtime_for
+from overnight.cli_common import (
+    DbOpt,
+    app,
+    console,
+    db_location,
+    fail,
+    runtime_for,
+)
 
 
 def closing_line(sweep: Sweep, exps: list) -> str:  # type: ignore[type-arg]
@@ -124,8 +132,6 @@ def confirmation_json(store, sweep: Sweep) -> dict | None:  # type: ignore[no-un
 
 def print_summary(sweep: Sweep, store) -> None:  # type: ignore[no-untyped-def]
     """The end-of-night summary: what was learned (the digest), then the results table."""
-    from rich.markup import escape
-
     from agent.analysis.insights import render
     from agent.analysis.insights_fold import digest
 
@@ -222,3 +228,48 @@ def status(
                 console.print(f"{s.name}: tracker {p.line()} (overnight export --sweep "
                               f"{s.name} --to {p.destination.split()[0]} back-fills it)",
                               soft_wrap=True, markup=False)
+
+
+# --- report: the morning report, as Markdown or HTML ------------------------------------------
+FORMATS = ("md", "html")
+
+
+@app.command()
+def report(
+    sweep: Annotated[str, typer.Option(help="sweep name")],
+    format: Annotated[str, typer.Option("--format", help="md | html (one self-contained "
+                                        "page, the progress plot inlined)")] = "md",
+    output: Annotated[Path | None, typer.Option(help="write it to this file (default: "
+                                                "stdout)")] = None,
+    db: DbOpt = None,
+) -> None:
+    """The morning report of a sweep: headline, kept changes with their evidence, what was
+    learned, crashes, cost, the attribution of an ablation and what to try next."""
+    if format not in FORMATS:
+        fail(f"--format must be md or html, got {format!r}")
+    store = runtime_for(db).store
+    try:
+        text = report_text(store, sweep, format)
+    except NotFoundError as exc:
+        fail(str(exc))
+    if output is None:
+        sys.stdout.write(text)
+        return
+    try:
+        output.expanduser().write_text(text, encoding="utf-8")
+    except OSError as exc:
+        fail(f"--output {output}: {exc.strerror or exc}")
+    console.print(f"report of sweep {sweep} written to {output}", soft_wrap=True)
+
+
+def report_text(store, sweep: str, fmt: str) -> str:  # type: ignore[no-untyped-def]
+    """The report of `sweep` as Markdown or HTML."""
+    from agent.analysis.morning_md import render_markdown
+    from agent.ops.morning import report_of
+
+    model = report_of(store, sweep)
+    if fmt == "html":
+        from api.dashboard.report_html import render_html
+
+        return render_html(model)
+    return render_markdown(model)

@@ -1,7 +1,14 @@
-"""`overnight serve`: the long-running service (uvicorn + APScheduler in one process)."""
+"""The long-running and agent-facing entry points: `overnight serve` (the REST API, the dashboard
+and the experiment scheduler: uvicorn + APScheduler in one process), `overnight token`, and for
+coding agents `overnight mcp` (the agent tools over MCP stdio on a Runtime, optionally executing
+the queue), `overnight tools` and `overnight agent-instructions`.
+
+Registers its commands on `overnight.cli_common.app` when imported (overnight.cli imports it).
+"""
 
 from __future__ import annotations
 
+import json
 import logging
 import socket
 import sys
@@ -12,11 +19,13 @@ import typer
 from rich.markup import escape
 
 from db.location import DbLocation
-from overnight import cli_track, notifications
+from overnight import cli_track
 from overnight.cli_common import (
     DbOpt,
     DevicesOpt,
     ExecutorOpt,
+    NotifyConfigOpt,
+    NotifyOpt,
     RayAddressOpt,
     RayCpusOpt,
     RayGpusOpt,
@@ -29,6 +38,7 @@ from overnight.cli_common import (
     SlurmPartitionOpt,
     SlurmQosOpt,
     WorkDirOpt,
+    announce,
     app,
     console,
     db_location,
@@ -36,19 +46,23 @@ from overnight.cli_common import (
     executor_options,
     executor_slots,
     fail,
+    notify_targets,
+    runtime_for,
     slurm_options,
     token_command,
     work_dir_of,
 )
 from overnight.environment import environment
-from overnight.notifications import NotifyConfigOpt, NotifyOpt
+from overnight.runtime import Runtime
 
 if TYPE_CHECKING:
     from agent.engine.recovery import DatabaseLock
+    from agent.engine.scheduler import SchedulerSettings
 
 logger = logging.getLogger(__name__)
 
 
+# --- serve and token: the service -------------------------------------------------------------
 @app.command()
 def serve(
     db: DbOpt = None,
@@ -108,10 +122,10 @@ def serve(
 
     where = db_location(db)
     work = work_dir_of(where, work_dir)
-    notifying = notifications.notify_config(notify, notify_config)
+    notifying = notify_targets(notify, notify_config)
     if notifying.targets and no_engine:
         fail("--notify needs the engine: the service that runs the engine sends them")
-    notifications.announce(notifying, console)
+    announce(notifying, console)
     tracking = cli_track.track_choice(track)
     if track is not None and no_engine:
         fail("--track needs the engine: the service that runs the engine mirrors the night")
@@ -253,3 +267,96 @@ def _bind(host: str, port: int) -> socket.socket:
     sock.bind((host, port))
     sock.set_inheritable(True)
     return sock
+
+
+# --- mcp, tools, agent-instructions: the coding agents' entry points --------------------------
+@app.command("mcp")
+def mcp_command(
+    db: DbOpt = None,
+    run: Annotated[bool, typer.Option("--run", help="also execute queued experiments in this "
+                                      "process (when no `overnight serve` uses the database)")]
+    = False,
+    slots: SlotsOpt = None,
+    devices: DevicesOpt = None,
+    executor: ExecutorOpt = "local",
+    ray_address: RayAddressOpt = None,
+    ray_gpus: RayGpusOpt = 1.0,
+    ray_cpus: RayCpusOpt = 1.0,
+    ray_resource: RayResourceOpt = None,
+    slurm_partition: SlurmPartitionOpt = None,
+    slurm_account: SlurmAccountOpt = None,
+    slurm_qos: SlurmQosOpt = None,
+    slurm_gpus: SlurmGpusOpt = 1,
+    slurm_gres: SlurmGresOpt = None,
+    slurm_option: SlurmOptionOpt = None,
+    work_dir: WorkDirOpt = None,
+) -> None:
+    """Serve the agent tools over MCP stdio (for Claude Code, Codex and other MCP clients).
+
+    With --run, the slot options are those of `overnight run` and `serve`: one slot per GPU by
+    default, or runs as tasks on a Ray cluster with --executor ray."""
+    from agent.engine.scheduler import SchedulerSettings
+
+    runs_on = executor_options(executor, ray_address, ray_gpus, ray_cpus, ray_resource,
+                               slurm_options(slurm_partition, slurm_account, slurm_qos,
+                                             slurm_gpus, slurm_gres, slurm_option))
+    given = [name for name, chosen in (("--slots", slots is not None),
+                                       ("--devices", devices is not None),
+                                       ("--executor", executor != "local")) if chosen]
+    if given and not run:
+        fail(f"{', '.join(given)}: only with --run (without it, the service that uses the "
+             "database executes the queue)")
+    settings = None
+    if run:
+        n, found = executor_slots(slots, devices, runs_on)
+        settings = SchedulerSettings(slots=n, devices=found, poll_interval_s=0.5, **runs_on)
+    # stdout is the protocol channel: everything else goes to stderr.
+    logging.getLogger().setLevel(logging.WARNING)
+    where = db_location(db)
+    serve_stdio(where, settings, work_dir=work_dir_of(where, work_dir))
+
+
+@app.command("tools")
+def tools_command(
+    format: Annotated[str, typer.Option("--format", help="openai | anthropic")] = "openai",
+) -> None:
+    """Print the agent tools as JSON function-calling schemas."""
+    from api.mcp.server import tool_schemas
+
+    if format not in ("openai", "anthropic"):
+        fail(f"--format must be openai or anthropic, got {format!r}")
+    sys.stdout.write(json.dumps(tool_schemas(format), indent=2) + "\n")
+
+
+@app.command("agent-instructions")
+def agent_instructions_command(
+    sweep: Annotated[str, typer.Option(help="sweep name")],
+    db: DbOpt = None,
+) -> None:
+    """Print a program.md-style brief telling a coding agent how to run the loop via the tools."""
+    from api.mcp.tools import AgentTools, agent_instructions
+
+    sys.stdout.write(agent_instructions(AgentTools(runtime_for(db).service), sweep))
+
+
+RUN_HINT = " (or drop --run and let that service execute)"
+
+
+def serve_stdio(db: DbLocation, engine: SchedulerSettings | None = None,
+                work_dir: Path | None = None) -> None:
+    """The tools over stdio on the database `db` (worktrees and logs in `work_dir`).
+
+    With `engine` settings, this process also executes queued experiments (the service's slot
+    scheduler, restart recovery and single-instance lock, without HTTP), for when no
+    `overnight serve` uses the database.
+    """
+    from api.mcp.server import build_server
+    from api.mcp.tools import AgentTools
+
+    runtime = Runtime(db, work_dir=work_dir)
+    try:
+        if engine is not None:
+            runtime.start_engine(engine, hint=RUN_HINT)
+        build_server(AgentTools(runtime.service), log_level="WARNING").run("stdio")
+    finally:
+        runtime.close(timeout_s=15)

@@ -13,7 +13,7 @@ from agent.core.domain import Sweep, SweepStatus
 from agent.core.errors import ConfigError
 from agent.core.tracking import TrackTable, dashboard_url, tracker_name
 from agent.ops.track import OFF, Choice, make_tracker
-from agent.ops.track_sync import TrackerError
+from agent.ops.track_record import TrackerError
 from db.reads import Reads
 from overnight.cli_common import DbOpt, app, console, fail, runtime_for
 

@@ -67,7 +67,7 @@ def default_db() -> DbLocation:
 
 def llm_config_path(explicit: Path | str | None = None) -> Path:
     """--llm-config, else $OVERNIGHT_LLM_CONFIG, else ~/.overnight/llm.toml."""
-    from agent.proposers.llm_config import config_path
+    from agent.proposers.llm_backends import config_path
 
     return config_path(explicit or environment().llm_config)
 

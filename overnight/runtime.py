@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any
 from agent.analysis.ablation import ablated_sweep
 from agent.analysis.confirm import confirmed_sweep
 from agent.core.domain import Sweep
-from agent.core.errors import NotFoundError, OvernightError
-from agent.core.ports import Proposer, Runner
+from agent.core.errors import ConfigError, NotFoundError, OvernightError
+from agent.core.ports import Proposer, Runner, Store
 from agent.engine.ablation import AblationLoop
 from agent.engine.attempt import EventFn, LoopSettings
 from agent.engine.devices import slot_env
@@ -38,7 +38,6 @@ from agent.git.repo import GitError, GitRepo
 from agent.ops.retention import GcReport, RetentionPolicy, collect_garbage
 from agent.ops.service import Service
 from agent.ops.track import DEFAULT_DASHBOARD, OFF, Choice, Mirror
-from agent.proposers.factory import make_proposer
 from db.engine import open_database
 from db.location import DbLocation
 from db.lock import instance_lock
@@ -51,12 +50,31 @@ from overnight.environment import llm_config_path
 if TYPE_CHECKING:
     from fastapi import FastAPI
 
-    from agent.ops.notify import Notifier
-    from agent.ops.notify_config import NotifyConfig
+    from agent.ops.notify import Notifier, NotifyConfig
     from api.settings import Settings
 
 logger = logging.getLogger(__name__)
 RETENTION_EVERY_S = 6 * 3600.0  # how often `serve --retention` prunes
+
+
+def make_proposer(spec: str, seed: int, store: Store | None = None,
+                  **kwargs: Any) -> Proposer | None:
+    """`knobs` (the learning search), `queue` (external proposals only → None) or
+    `llm:<profile>`.
+
+    `store` lets a language-model proposer record spend that no proposal carries."""
+    if spec == "knobs":
+        from agent.proposers.knobs import KnobsProposer
+
+        return KnobsProposer(seed=seed)
+    if spec == "queue":
+        return None
+    if spec.startswith("llm:"):
+        from agent.proposers.llm import make_llm_proposer
+
+        return make_llm_proposer(spec.split(":", 1)[1], seed=seed, store=store, **kwargs)
+    raise ConfigError(f"proposer: unknown proposer {spec!r} "
+                      "(use knobs, queue or llm:<profile>)")
 
 
 def compile_cache_env(work_dir: Path, sweep: Sweep) -> dict[str, str]:
@@ -232,8 +250,6 @@ class Runtime:
         background, so the API still answers meanwhile."""
         self.hold_lock(lock, hint)
         if self.notify is not None and self.notify.targets:
-            from overnight.notifications import make_notifier
-
             self.notifier = make_notifier(self.store, self.notify)
         if self.track != OFF:  # sweeps with their own [track] may come at any time
             self.start_mirror()
@@ -355,3 +371,18 @@ def service_app(settings: Settings, *, lock: DatabaseLock | None = None,
     runtime.notify, runtime.track = notify, track
     runtime.dashboard_url = dashboard_url or runtime.dashboard_url
     return create_app(settings, runtime, lock=lock)
+
+
+def make_notifier(store: Store, config: NotifyConfig) -> Notifier | None:
+    """A started Notifier for `config`, or None when it names no URL."""
+    if not config.targets:
+        return None
+    from agent.ops.morning import headline_of
+    from agent.ops.notify import Notifier
+
+    def headline(name: str) -> str:
+        return headline_of(store, name).text()
+
+    logger.info("notifications to %s", ", ".join(str(t) for t in config.targets))
+    return Notifier(config.targets, store, headline=headline,
+                    crash_streak=config.crash_streak).start()

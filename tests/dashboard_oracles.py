@@ -11,9 +11,9 @@ from markupsafe import Markup
 from agent.analysis.evidence import SweepEvidence
 from agent.analysis.insights_fold import digest
 from agent.core.domain import Experiment, ExperimentStatus, Sweep, utcnow
+from api.dashboard.fold import Rollup
 from api.dashboard.plot import draw_progress
 from api.dashboard.plot_data import PlotFold
-from api.dashboard.rollup import Rollup
 from api.dashboard.views import insights_panel_of
 
 

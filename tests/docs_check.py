@@ -272,7 +272,7 @@ def check_toml_blocks(tmp: Path, group: Any) -> list[str]:
     overnight command parses."""
     from agent.core.config import load_config
     from agent.core.errors import ConfigError
-    from agent.proposers.llm_config import parse_profile
+    from agent.proposers.llm_backends import parse_profile
 
     problems = []
     for page in PAGES:
@@ -288,8 +288,8 @@ def check_toml_blocks(tmp: Path, group: Any) -> list[str]:
                 elif "profiles" in data:
                     for name, table_ in data["profiles"].items():
                         parse_profile(name, table_, source=where)
-                elif "notify" in data:  # a notify file (agent/ops/notify_config.py)
-                    from agent.ops.notify_config import load_notify_config
+                elif "notify" in data:  # a notify file (agent/ops/notify.py)
+                    from agent.ops.notify import load_notify_config
 
                     file = tmp / f"{page.stem}-{n}-notify.toml"
                     file.write_text(block.text)

@@ -26,7 +26,7 @@ from agent.analysis.ablation import (
 from agent.analysis.morning_md import attribution_markdown
 from agent.core.config import Direction, TargetConfig
 from agent.core.domain import Experiment, ExperimentStatus, Sweep, SweepStatus
-from agent.ops.notify_watch import Watch
+from agent.ops.notify import Watch
 
 S = ExperimentStatus
 

@@ -175,7 +175,7 @@ def test_doctor_catches_the_package_imported_from_outside_the_worktree(tmp_path:
 
 
 def test_the_fix_puts_the_right_folder_first_on_the_path(tmp_path: Path):
-    from agent.ops.doctor_imports import (
+    from agent.ops.doctor import (
         ImportFacts,
         check_imports,
         repo_packages,

@@ -12,9 +12,20 @@ import pytest
 from agent.core.config import parse_config
 from agent.core.errors import ConfigError
 from agent.git.repo import init_repo
-from agent.ops.adopt import PROGRESS_FORMATS, untracked_data
-from agent.ops.adopt_command import hydra_files, pick_command, readme_commands, split_command
-from agent.ops.adopt_contract import find_metrics, lightning_todos, loop_todos, trainer_todos
+from agent.ops.adopt import (
+    hydra_files,
+    pick_command,
+    readme_commands,
+    split_command,
+    untracked_data,
+)
+from agent.ops.adopt_contract import (
+    PROGRESS_FORMATS,
+    find_metrics,
+    lightning_todos,
+    loop_todos,
+    trainer_todos,
+)
 
 
 @pytest.mark.parametrize("line,name,expr", [
@@ -181,7 +192,7 @@ def test_the_direction_comes_from_the_metric_s_name_and_says_which_word(metric, 
 
 
 def test_a_progress_regex_is_made_only_from_lines_the_script_printed():
-    from agent.ops.adopt_progress import fit_progress
+    from agent.ops.adopt_contract import fit_progress
 
     lines = ["trainer:", "    learning_rate: 0.0005", "iter_dt 0.00ms; iter 0: train loss 4.49",
              "iter_dt 52.1ms; iter 10: train loss 3.71", "iter 10: test acc 0.25",

@@ -23,7 +23,7 @@ from conftest import FIXTURES, commit_all
 
 from agent.core.config import TargetConfig
 from agent.git.repo import init_repo
-from agent.proposers.llm_config import LLMProfile
+from agent.proposers.llm_backends import LLMProfile
 
 README = dc.ROOT / "README.md"
 DOCS = dc.ROOT / "docs"

@@ -30,7 +30,7 @@ from agent.executors.local import SubprocessRunner
 from agent.git.repo import GitRepo
 from agent.ops.morning import report_of
 from agent.ops.sweeps import create_sweep
-from agent.proposers.llm_prompt import propose_prompt, repair_prompt
+from agent.proposers.llm import propose_prompt, repair_prompt
 from api.dashboard.report_html import render_html
 from api.mcp.tools import AgentTools
 from db.engine import open_database

@@ -18,7 +18,7 @@ from agent.core.errors import Interrupted
 from db.engine import open_database
 from db.models import SweepRow
 from db.store import SqlStore
-from overnight.cli_foreground import interrupt_handlers
+from overnight.cli import interrupt_handlers
 
 
 @pytest.fixture

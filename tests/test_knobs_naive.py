@@ -123,7 +123,7 @@ def test_specs_name_the_proposers():
     import pytest
 
     from agent.core.errors import ConfigError
-    from agent.proposers.factory import make_proposer
+    from overnight.runtime import make_proposer
 
     assert make_proposer("knobs", 1).name == "knobs"
     with pytest.raises(ConfigError, match="use knobs, queue or llm"):

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from agent.core.errors import AdmissionError, ConfigError
-from agent.proposers.llm_config import load_profile, parse_profile
-from agent.proposers.llm_parse import parse_answer
+from agent.proposers.llm import parse_answer
+from agent.proposers.llm_backends import load_profile, parse_profile
 
 FILE = "import os\n\nLR = 0.01\nWIDTH = 64\n\n\ndef main():\n    print(LR * WIDTH)\n"
 FILES = {"train.py": FILE}
@@ -65,7 +65,7 @@ def test_history_table_keeps_kept_and_recent_within_budget():
 
     from agent.core.config import TargetConfig
     from agent.core.domain import Experiment, ExperimentStatus, Sweep, SweepStatus
-    from agent.proposers.llm_prompt import estimate_tokens, history_table
+    from agent.proposers.llm import estimate_tokens, history_table
 
     sweep = Sweep(1, "s", "/t", "overnight/s", SweepStatus.RUNNING, "llm:x",
                   TargetConfig(command="python train.py", editable=("train.py",),
@@ -144,7 +144,7 @@ def test_the_json_edit_replaces_whole_lines_and_keeps_the_indentation():
 
 
 def test_the_schema_offers_only_lines_that_exist_once():
-    from agent.proposers.llm_formats import edit_schema
+    from agent.proposers.llm_backends import edit_schema
 
     files = {"train.py": 'x = 1\n\nx = 1\ny = 2\nprint("hi")\n'}
     search = edit_schema(files)["properties"]["edits"]["items"]["properties"]["search"]
@@ -152,7 +152,7 @@ def test_the_schema_offers_only_lines_that_exist_once():
 
 
 def test_length_errors_name_the_context_and_the_meter_learns():
-    from agent.proposers.llm_budget import TokenMeter, context_in_error, history_budget
+    from agent.proposers.llm_backends import TokenMeter, context_in_error, history_budget
 
     assert context_in_error("This model's maximum context length is 8192 tokens. However, "
                             "you requested 8268 tokens") == 8192

@@ -15,10 +15,10 @@ from agent.engine.loop import Loop, LoopSettings
 from agent.executors.local import SubprocessRunner
 from agent.git.repo import GitRepo, init_repo
 from agent.ops.sweeps import create_sweep
-from agent.proposers.factory import make_proposer
 from db.engine import open_database
 from db.models import ExperimentRow
 from db.store import SqlStore
+from overnight.runtime import make_proposer
 
 FIXTURE = Path(__file__).parent / "fixtures" / "fake_target"
 KEY = "sk-test-0123456789-do-not-store"

@@ -30,9 +30,16 @@ from agent.engine.scheduler import SchedulerSettings, SlotScheduler
 from agent.executors.local import SubprocessRunner
 from agent.git.repo import GitRepo
 from agent.ops.morning import headline_of
-from agent.ops.notify import Event, Notifier, Outbox, urllib_post
-from agent.ops.notify_config import load_notify_config, redact, target_of
-from agent.ops.notify_watch import Notice
+from agent.ops.notify import (
+    Event,
+    Notice,
+    Notifier,
+    Outbox,
+    load_notify_config,
+    redact,
+    target_of,
+    urllib_post,
+)
 from agent.ops.sweeps import create_sweep
 from db.engine import open_database
 from db.store import SqlStore

@@ -253,7 +253,7 @@ def cli(night: Night, *args: str) -> str:
 
 
 def test_the_cost_is_in_gpu_hours_only_when_every_run_held_a_gpu():
-    from agent.analysis.morning_model import Cost
+    from agent.analysis.morning import Cost
 
     def unit(devices: tuple[str, ...]) -> str:
         return Cost([], 0.0, 0, devices, 0, 0, 0.0).unit

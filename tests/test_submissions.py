@@ -21,7 +21,7 @@ from sqlalchemy import event
 from agent.core.diff import PathChange
 from agent.git.repo import GitRepo
 from agent.ops.sweeps import create_sweep
-from api.admissions import ADMISSIONS_PER_SWEEP
+from api.deps import ADMISSIONS_PER_SWEEP
 from api.main import create_app
 from api.settings import Settings
 from overnight.runtime import Runtime

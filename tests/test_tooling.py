@@ -170,7 +170,7 @@ def test_the_service_runs_without_the_trackers():
         "sys.modules['mlflow'] = sys.modules['wandb'] = None  # as if not installed\n"
         "from agent.core.tracking import TrackTable\n"
         "from agent.ops.track import make_tracker\n"
-        "from agent.ops.track_sync import TrackerError\n"
+        "from agent.ops.track_record import TrackerError\n"
         "for to in ('mlflow', 'wandb'):\n"
         "    try:\n"
         "        make_tracker(TrackTable(to=to))\n"

@@ -44,7 +44,7 @@ from agent.executors.local import SubprocessRunner
 from agent.git.repo import GitRepo
 from agent.ops.sweeps import create_sweep
 from agent.ops.track import Mirror
-from agent.ops.track_sync import TrackerError
+from agent.ops.track_record import TrackerError
 from db.engine import open_database
 from db.reads import Reads
 from db.store import SqlStore

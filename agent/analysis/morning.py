@@ -4,32 +4,30 @@ ablation and what to try next. `overnight report` renders it as Markdown (mornin
 self-contained HTML page (api.dashboard.report_html); the dashboard and MCP show the same.
 
 Pure: built from the records (a Sweep, its experiments and runs, its LLM usage) by
-`build_report`; agent.ops.morning reads them from the store. Nothing here is worked out twice:
-the evidence is agent.analysis.evidence's, the digest agent.analysis.insights', the attribution
-agent.analysis.ablation's.
+`build_report` as plain frozen dataclasses; agent.ops.morning reads them from the store. Nothing
+here is worked out twice: the evidence is agent.analysis.evidence's, the digest
+agent.analysis.insights', the attribution agent.analysis.ablation's.
+
+What to try next is read off the report and the sweep's digest: a few plain sentences, most
+pressing first (the attribution's flags, weak keeps, a gain inside the noise, near-misses,
+promising directions, the plateau, crash regions). Two checks reach beyond the night: does the
+gain hold at a larger setting (`overnight confirm`), and validation vs the sealed holdout metric
+(built from the runs).
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
-from agent.analysis.ablation import Attribution
+from agent.analysis.ablation import HELPS, UNMEASURED, Attribution
+from agent.analysis.confirm import FLIPS, SHRINKS, Confirmation
 from agent.analysis.evidence import SweepEvidence, recorded_value, sweep_evidence
-from agent.analysis.insights import sections
+from agent.analysis.insights import Insights, sections
 from agent.analysis.insights_fold import digest
-from agent.analysis.morning_model import (
-    INCUMBENT_BUCKET,
-    Cost,
-    CostLine,
-    CrashGroup,
-    Headline,
-    KeptChange,
-    Report,
-)
-from agent.analysis.morning_next import next_steps
+from agent.analysis.trials import PLATEAU_AFTER
 from agent.core.diff import diff_stats, parse
 from agent.core.domain import (
     RAN_STATUSES,
@@ -43,6 +41,143 @@ from agent.core.domain import (
 )
 from agent.core.errors import AdmissionError
 
+# --- the model --------------------------------------------------------------------------------
+INCUMBENT_BUCKET = "incumbent re-runs"  # cost of re-measuring the best, apart from the changes
+
+
+@dataclass(frozen=True)
+class Headline:
+    metric: str
+    direction: str
+    baseline: float | None  # the baseline as the keep rule records it (the sweep's)
+    baseline_n: int  # its runs in its usual machine condition
+    best: float | None  # the best as the keep rule records it (the sweep's)
+    best_n: int
+    improvement: float | None  # better = positive
+    improvement_ci: float | None
+    relative: float | None  # improvement / |baseline|
+    kept: int
+    supported: int  # kept by the test (the others: one run each, the noise not measured)
+    sigma: float | None
+    statement: str  # evidence's honest line
+    set_aside: int = 0  # runs marked suspect (they measured the machine): in no mean
+
+    def text(self) -> str:
+        """One line for a chat message or a notification."""
+        if self.baseline is None:
+            return f"{self.metric}: no baseline yet; {self.statement}"
+        best = self.best if self.best is not None else self.baseline
+        gain = ""
+        if self.improvement is not None:
+            ci = f" ± {self.improvement_ci:.3g}" if self.improvement_ci is not None else ""
+            rel = f", {self.relative:+.2%}" if self.relative is not None else ""
+            gain = f" (gain {self.improvement:+.4g}{ci}{rel})"
+        return (f"{self.metric} {self.baseline:.6g} → {best:.6g}{gain}; {self.statement}")
+
+
+@dataclass(frozen=True)
+class KeptChange:
+    id: int
+    description: str
+    commit: str
+    mean: float | None  # its value as the keep rule decided it (the experiment's metric)
+    ci: float | None
+    n: int
+    p_better: float | None
+    delta: float | None  # metric − best before it (signed as the metric)
+    added: int
+    removed: int
+    files: tuple[str, ...]
+    proposer: str
+    reason: str
+    supported: bool
+    now: str = ""  # "kept at 3.309 on 2 runs; now 3.256 on 3" when measured again since
+
+
+@dataclass(frozen=True)
+class CrashGroup:
+    status: str  # crashed | timeout
+    kind: str  # trivial | fundamental | timeout
+    cause: str
+    count: int
+    ids: tuple[int, ...]  # the first few
+    example: str  # the first line of one reason
+
+
+@dataclass(frozen=True)
+class CostLine:
+    status: str  # the experiment's status, or INCUMBENT_BUCKET
+    runs: int
+    hours: float
+
+
+@dataclass(frozen=True)
+class Cost:
+    lines: list[CostLine]
+    hours: float
+    runs: int
+    devices: tuple[str, ...]  # what the runs ran on, as recorded (empty: not recorded)
+    llm_tokens_in: int
+    llm_tokens_out: int
+    llm_usd: float
+
+    @property
+    def unit(self) -> str:
+        """"GPU-hours" when every run held a GPU (a CUDA device recorded), else "Run hours"."""
+        gpu = bool(self.devices) and all(d.startswith("cuda") for d in self.devices)
+        return "GPU-hours" if gpu else "Run hours"
+
+
+@dataclass(frozen=True)
+class HoldoutRow:
+    """One commit's validation metric and sealed holdout metric, means of its good runs."""
+
+    label: str  # "baseline" | "best"
+    commit: str
+    validation: float | None
+    validation_n: int
+    holdout: float | None
+    holdout_n: int
+
+
+@dataclass(frozen=True)
+class Holdout:
+    """Validation vs the sealed holdout (TargetConfig.holdout_metric), shown after the night."""
+
+    metric: str
+    holdout_metric: str
+    rows: tuple[HoldoutRow, ...]
+    sealed: bool = False  # the sweep still runs: the holdout stays unread
+
+
+@dataclass(frozen=True)
+class Report:
+    sweep: str
+    status: str
+    target: str
+    branch: str
+    proposer: str
+    budget_s: float
+    created_at: datetime
+    last_finish: datetime | None
+    counts: dict[str, int]  # experiments by status (the baseline included)
+    headline: Headline
+    kept: list[KeptChange]
+    learned: list[tuple[str, list[str]]]  # the digest's sections after its headline
+    plateau: str
+    crashes: list[CrashGroup]
+    cost: Cost
+    next_steps: list[str]
+    attribution: Attribution | None = None
+    # For the HTML page's plot (the same records, drawn): the sweep's finished runs and evidence.
+    experiments: tuple[Experiment, ...] = field(default=(), repr=False)
+    evidence: SweepEvidence | None = field(default=None, repr=False)
+    ablation_cost: int = 0  # runs an ablation of this sweep would take (k seeds each)
+    confirmation: Confirmation | None = None  # `overnight confirm`: the gain at a larger setting
+    holdout: Holdout | None = None  # a target with a holdout_metric: validation vs holdout
+
+
+# --- the report built from the records --------------------------------------------------------
 S = ExperimentStatus
 MAX_CRASH_IDS = 6
 
@@ -152,3 +287,139 @@ def cost_of(exps: Sequence[Experiment], runs: Sequence[Run],
     lines = [CostLine(b, counted[b], hours[b]) for b in order if counted[b]]
     devices = tuple(sorted({r.device for r in runs if r.device}))
     return Cost(lines, sum(hours.values()), sum(counted.values()), devices, *llm_usage)
+
+
+# --- what to try next -------------------------------------------------------------------------
+MAX_STEPS = 8
+MAX_DIRECTIONS = 2
+
+
+def next_steps(report: Report, ins: Insights) -> list[str]:
+    """At most MAX_STEPS suggestions for the next night."""
+    steps = [*_from_attribution(report), *_from_evidence(report), *_from_digest(ins),
+             *_from_crashes(report)]
+    if not steps:
+        steps.append("nothing stands out: another night with the same search, or a bigger "
+                     "budget to tell smaller effects apart")
+    return steps[:MAX_STEPS]
+
+
+def _from_attribution(report: Report) -> list[str]:
+    a = report.attribution
+    if a is None:
+        if len(report.kept) >= 2:
+            return [f"attribute the gain to each kept change: `overnight finalize --sweep "
+                    f"{report.sweep} --ablate` ({report.ablation_cost} runs)"]
+        return []
+    out = []
+    for c in a.changes:
+        if c.verdict in (HELPS, UNMEASURED):
+            continue
+        out.append(f"#{c.id} {c.description[:60]}: {c.verdict} ({_pm(c.gain, c.ci)}); "
+                   + ("consider dropping it before merging" if c.gain is not None
+                      and c.ci is not None and c.gain - c.ci <= 0 else
+                      "keep it together with the changes it works with"))
+    if a.additive is False:
+        out.append("the kept changes interact (their leave-one-out gains do not add up): "
+                   "merge them as one chain, not one by one")
+    return out
+
+
+def _from_evidence(report: Report) -> list[str]:
+    h = report.headline
+    out = []
+    weak = [k for k in report.kept if not k.supported]
+    if weak:
+        ids = ", ".join(f"#{k.id}" for k in weak[:4])
+        out.append(f"confirm the keeps on weak evidence ({ids}): re-run them with more seeds "
+                   "before relying on them")
+    if h.improvement is not None and h.improvement_ci is not None and h.kept and \
+            h.improvement - h.improvement_ci <= 0:
+        out.append("the night's gain is within the noise: more runs per change (max_runs) or a "
+                   "longer budget")
+    return out
+
+
+def _from_digest(ins: Insights) -> list[str]:
+    out = []
+    if ins.near_misses:
+        shown = ", ".join(n.split(":")[0] for n in ins.near_misses[:4])
+        out.append(f"re-test or combine the near-misses ({shown}: discarded within the noise "
+                   "of the best)")
+    found = []
+    for k in ins.knobs:
+        for e in k.effects:
+            err = e.stderr or 0.0
+            if e.mean_gain > 0 and e.mean_gain > err and e.kept < e.runs:
+                measured = e.runs - e.stopped  # a stopped change has no gain
+                found.append(f"{k.name} {e.direction} ({e.mean_gain:+.3g} over {measured} run"
+                             f"{'s' if measured > 1 else ''})")
+    if found:
+        out.append("push further where the effect was positive: "
+                   + ", ".join(found[:MAX_DIRECTIONS]))
+    if ins.plateau.startswith("plateau"):
+        out.append(f"the search ended on a plateau (over {PLATEAU_AFTER} runs without a keep): "
+                   "another area, bigger steps, or a language-model proposer")
+    return out
+
+
+def _from_crashes(report: Report) -> list[str]:
+    ran = sum(report.counts.get(s, 0) for s in ("kept", "discarded", "crashed", "timeout"))
+    crashed = sum(g.count for g in report.crashes)
+    if not ran or crashed / ran < 0.25:
+        return []
+    top = report.crashes[0]
+    return [f"{crashed} of {ran} runs crashed or timed out (most: {top.cause}, "
+            f"{top.count}×): fix that before the next night"]
+
+
+def _pm(value: float | None, ci: float | None) -> str:
+    if value is None:
+        return "not measured"
+    return f"{value:+.4g}" + (f" ± {ci:.2g}" if ci is not None else "")
+
+
+# --- beyond the night: the confirmation and the holdout ---------------------------------------
+def scale_steps(sweep: str, kept: int, budget_s: float, c: Confirmation | None,
+                h: Holdout | None) -> tuple[list[str], list[str]]:
+    """What to try next from the confirmation and the holdout: (pressing, later)."""
+    first, later = [], []
+    if c is not None and c.verdict in (SHRINKS, FLIPS):
+        first.append(f"the gain {c.verdict} at `{c.at}` ({c.reason}): check it at the "
+                     "setting you will train at before merging")
+    elif c is None and kept:
+        later.append(f"check that the gain holds at a longer budget: `overnight confirm "
+                     f"--sweep {sweep} --at budget={budget_s * 10:g}` (2 × 3 runs)")
+    rows = {r.label: r for r in (h.rows if h is not None else ())}
+    a, b = rows.get("baseline"), rows.get("best")
+    if a and b and None not in (a.validation, b.validation, a.holdout, b.holdout):
+        assert a.validation is not None and b.validation is not None
+        assert a.holdout is not None and b.holdout is not None
+        val, hold = b.validation - a.validation, b.holdout - a.holdout
+        if val and (hold == 0 or (hold > 0) != (val > 0)):
+            first.append(f"the holdout does not share the validation gain ({val:+.6f} vs "
+                         f"{hold:+.6f}): the night fitted its validation slice")
+    return first, later
+
+
+def holdout_of(sweep: Sweep, baseline_commit: str | None, runs: Sequence[Run]) -> Holdout | None:
+    """Validation vs holdout for the baseline and the best (None: the target names no
+    holdout_metric). Sealed, with no numbers, while the sweep has not finished."""
+    key = sweep.config.holdout_metric
+    if not key:
+        return None
+    if not sweep.status.is_finished():
+        return Holdout(sweep.metric, key, (), sealed=True)
+    rows = []
+    for label, commit in (("baseline", baseline_commit), ("best", sweep.best_commit)):
+        if not commit:
+            continue
+        good = [r for r in runs if r.commit == commit and r.status is RunStatus.OK]
+        val = [r.metric for r in good if r.metric is not None]
+        hold = [r.holdout for r in good if r.holdout is not None]
+        rows.append(HoldoutRow(label, commit[:7], _mean(val), len(val), _mean(hold), len(hold)))
+    return Holdout(sweep.metric, key, tuple(rows))
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return sum(values) / len(values) if values else None

@@ -1,5 +1,6 @@
 """The morning report as Markdown (for a pull request, a chat or a terminal): one page, the
-same model the HTML page draws (agent.analysis.morning_model).
+same model the HTML page draws (agent.analysis.morning), with the confirmation at a larger
+setting and the validation vs holdout table.
 
 Pure. Metric-scale numbers are written with six decimals (as `overnight results` writes them),
 Hours to four significant digits, dollars with four decimals, so a reader can check them
@@ -9,10 +10,11 @@ against the records.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 from agent.analysis.ablation import Attribution
-from agent.analysis.morning_model import Cost, CrashGroup, KeptChange, Report
-from agent.analysis.morning_scale import confirmation_markdown, holdout_markdown
+from agent.analysis.confirm import FLIPS, HOLDS, SHRINKS, Confirmation
+from agent.analysis.morning import Cost, CrashGroup, Holdout, HoldoutRow, KeptChange, Report
 
 RUNS_STATUSES = ("kept", "discarded", "crashed", "timeout", "rejected", "cancelled",
                  "interrupted", "queued", "running")
@@ -179,3 +181,67 @@ def _cost(c: Cost) -> str:
 
 def _next(r: Report) -> str:
     return "\n".join(["## What to try next", "", *[f"- {s}" for s in r.next_steps]])
+
+
+# --- the confirmation and the holdout ---------------------------------------------------------
+VERDICT_WORDS = {HOLDS: "the gain holds", SHRINKS: "the gain shrinks",
+                 FLIPS: "the gain flips", "unclear": "unclear"}
+
+
+
+def _num(v: float | None) -> str:
+    return "–" if v is None else f"{v:.6f}"
+
+
+def relative(v: float | None, ci: float | None) -> str:
+    if v is None:
+        return "–"
+    return f"{v:+.2%}" + (f" ± {ci:.2%}" if ci is not None else "")
+
+
+def _gain(v: float | None, ci: float | None) -> str:
+    return "–" if v is None else f"{v:+.6f}" + (f" ± {ci:.6f}" if ci is not None else "")
+
+
+def confirmation_markdown(c: Confirmation) -> str:
+    gain = _gain(c.gain, c.gain_ci)
+    lines = [f"## Does the gain hold at scale? (`{c.at}`, sweep `{c.sweep}`, {c.seeds} seeds "
+             f"each, {c.runs} runs)", "",
+             f"**{VERDICT_WORDS.get(c.verdict, c.verdict)}**: {c.reason}.", "",
+             "| setting | baseline | best | gain (± 95 %) | relative gain (± 95 %) |",
+             "| --- | --- | --- | --- | --- |",
+             f"| the night | {_num(c.night_baseline)} | – | "
+             f"{_gain(c.night_gain, c.night_gain_ci)} | "
+             f"{relative(c.night_relative, c.night_relative_ci)} |",
+             f"| `{c.at}` | {_num(c.baseline)} (n={c.baseline_n}) | {_num(c.best)} "
+             f"(n={c.best_n}) | {gain} | {relative(c.relative, c.relative_ci)} |", "",
+             "Relative gains are against each setting's own baseline (a larger setting moves "
+             "the metric's scale)."]
+    return "\n".join(lines)
+
+
+def holdout_markdown(h: Holdout) -> str:
+    lines = [f"## Validation vs holdout (`{h.metric}` vs sealed `{h.holdout_metric}`)", ""]
+    if h.sealed:
+        return "\n".join([*lines, "Sealed while the sweep runs: shown once it has ended."])
+    lines += [f"| commit | {h.metric} (validation) | {h.holdout_metric} (holdout) |",
+              "| --- | --- | --- |"]
+    lines += [f"| {r.label} `{r.commit}` | {_num(r.validation)} (n={r.validation_n}) | "
+              f"{_num(r.holdout)} (n={r.holdout_n}) |" for r in h.rows]
+    gap = _gaps(h.rows)
+    if gap:
+        lines += ["", gap]
+    lines += ["", "No proposer saw the holdout during the night; a gain on validation that "
+              "is absent on the holdout was fitted to the validation slice."]
+    return "\n".join(lines)
+
+
+def _gaps(rows: Sequence[HoldoutRow]) -> str:
+    by = {r.label: r for r in rows}
+    a, b = by.get("baseline"), by.get("best")
+    if a is None or b is None or None in (a.validation, b.validation, a.holdout, b.holdout):
+        return ""
+    assert a.validation is not None and b.validation is not None
+    assert a.holdout is not None and b.holdout is not None
+    return (f"Baseline → best: validation {b.validation - a.validation:+.6f}, holdout "
+            f"{b.holdout - a.holdout:+.6f}.")

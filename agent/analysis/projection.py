@@ -27,7 +27,7 @@ def memory_gb(exp: Experiment) -> float:
     return round(mb / 1024, 1)
 
 
-CONVERSATION_KEY = "llm_conversation"  # in meta (agent.proposers.llm_record); shown as llm
+CONVERSATION_KEY = "llm_conversation"  # in meta (agent.proposers.llm); shown as llm
 
 
 class LLMTurn(BaseModel):

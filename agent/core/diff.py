@@ -1,7 +1,7 @@
 """The one unified-diff module: read diffs as git does, write them, and read git's own view.
 
 Pure: stdlib only; imports nothing but agent.core.errors. Used by admission (agent.rules.admit), the
-LLM answer parser (agent.proposers.llm_parse), the proposers that write diffs and the dashboard's
+LLM answer parser (agent.proposers.llm), the proposers that write diffs and the dashboard's
 diff view. Lines end at "\\n" only, as in git: "\\r", "\\x1c", "\\x85", "\\u2028" and the other
 characters str.splitlines() also breaks at are part of a line, so no file header can hide behind
 one. Guaranteed: `parse` raises AdmissionError for anything it does not understand; `view_lines` and

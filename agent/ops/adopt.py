@@ -1,56 +1,423 @@
 """`overnight adopt`: turn an existing training repository into a target with few edits.
 
-Finds the training entry point (agent.ops.adopt_repo: one that prints the metric), the command
-the user really runs (`--command`, else the README's; `python -m pkg.script` when the script
-imports a package at the repository's root, so runs import the worktree's copy), its local
-imports (the script's folder and the repository's packages; evaluation and data modules are
-protected), the config files the command or hydra selects, the command's flags (moved to an
-editable args_file so that a sweep can search them), git-ignored data as assets, the metric
-and which way is better from its name, counts live and dead knobs
-(agent.proposers.knob_chain), and says what the script still lacks of the contract with the
-lines to add and where (agent.ops.adopt_contract, adopt_library for a loop in a library
-module). With a probe (agent.ops.adopt_probe) it runs the command briefly from a throw-away
-worktree and offers a progress_regex only if it fits lines the script printed. The CLI asks
-the questions and writes.
+Finds the training entry point (one that prints the metric), the command the user really runs
+(`--command`, else the README's; `python -m pkg.script` when the script imports a package at
+the repository's root, so runs import the worktree's copy), its local imports (the script's
+folder and the repository's packages; evaluation and data modules are protected), the config
+files the command or hydra selects, the command's flags (moved to an editable args_file so that
+a sweep can search them), git-ignored data as assets, the metric and which way is better from
+its name, counts live and dead knobs (agent.proposers.knob_chain), and says what the script
+still lacks of the contract with the lines to add and where (agent.ops.adopt_contract). With a
+probe it runs the command briefly from a throw-away worktree and offers a progress_regex only
+if it fits lines the script printed. The CLI asks the questions and writes.
+
+The command (pure text rules): the README's own `python <script> ...` lines are the best guess
+of how a script is run (on a machine without a GPU, a line that mentions `cpu` first). The
+words after the script split in two: the files it names (a Python config file exec'd over the
+globals, a JSON file of arguments, which stay in `command`) and the flags (which go to the
+`args_file`, one a line, so that a sweep can search them; bookkeeping ones are marked `knobs:
+skip`). Hydra scripts: the config files their defaults list selects.
+
+The repository: its training entry point, the modules it imports, data outside git, the
+packages this interpreter lacks (files read, and git's list of ignored paths).
+
+The probe: the committed HEAD is checked out in a temporary worktree (the data adopt found
+outside git linked in, as for a sweep's runs) and the full command runs there with
+`OVERNIGHT_BUDGET_S` set to the probe's seconds. It is stopped after a few lines with a
+training loss, at the end of its wall limit, or when it ends. What it printed decides the
+progress_regex adopt offers; where it imported the repository's own packages from
+(agent.ops.doctor) decides the command; a failure is reported with its last traceback line.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import posixpath
 import re
 import shlex
+import subprocess
 import sys
+import tempfile
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from agent.core.config import CONFIG_FILE, args_words
-from agent.ops import adopt_command as cmdline
+from agent.git.repo import GitRepo
 from agent.ops.adopt_contract import (
     Metric,
     Todo,
     find_metrics,
+    fit_progress,
     free_name,
     imports_todo,
+    library_todos,
     lightning_todos,
     loop_todos,
+    loss_lines,
     seed_todos,
     trainer_todos,
     training_loss,
 )
-from agent.ops.adopt_library import library_todos
-from agent.ops.adopt_probe import Probe, probe
-from agent.ops.adopt_progress import PROGRESS_FORMATS, fit_progress
-from agent.ops.adopt_repo import (
-    find_entry,
-    local_imports,
-    metric_sources,
-    missing_imports,
-    sibling_imports,
-    texts_of,
-    untracked_data,
+from agent.ops.doctor import (
+    ImportFacts,
+    check_imports,
+    import_facts,
+    repo_packages,
+    worktree_command,
 )
-from agent.ops.doctor_imports import check_imports, repo_packages, worktree_command
-from agent.proposers.knob_chain import resolve
+from agent.proposers.knob_chain import PLUMBING, flag_key, resolve, script_word, takes_value
+from runner.process import resolve_command, run_command
+from runner.result import Outcome
 
+# --- the command a user really runs, and the files it names -----------------------------------
+ARGS_FILE = "overnight.args"
+# Trainer arguments whose defaults live in the library: written out so a sweep can search them.
+TRAINER_DEFAULTS = ("--learning_rate 5e-05", "--weight_decay 0.0", "--warmup_steps 0",
+                    "--adam_beta2 0.999")
+_FENCE_CMD = re.compile(r"^\s*(?:\$\s*)?((?:python3?|torchrun\b[^\n]*?)\s+\S+\.py\b[^\n`]*)", re.M)
+_HYDRA_MAIN = re.compile(r"@hydra\.main\(([^)]*)\)")
+_SKIP_GROUPS = {"hydra", "paths", "extras", "logger", "callbacks", "debug", "local",
+                "experiment", "hparams_search", "launcher", "sweeper"}
+
+
+def readme_commands(root: Path, script: str) -> list[str]:
+    """`python <script> ...` lines of the repository's README, in order."""
+    found: list[str] = []
+    for readme in sorted(root.glob("README*")):
+        for m in _FENCE_CMD.finditer(readme.read_text(errors="replace")):
+            words = m.group(1).strip().split()
+            at = next((i for i, w in enumerate(words) if w == script or w.endswith("/" + script)
+                       or script.endswith("/" + w)), None)
+            if at is None:
+                continue
+            words[at] = script  # run from the repository root, as the target's command is
+            line = " ".join(words)
+            if line not in found:
+                found.append(line)
+    return found
+
+
+def pick_command(candidates: list[str], has_gpu: bool) -> str | None:
+    if not candidates:
+        return None
+    if not has_gpu:
+        cpu = [c for c in candidates if re.search(r"\bcpu\b", c)]
+        if cpu:
+            return cpu[0]
+    return candidates[0]
+
+
+def _is_file_word(word: str) -> bool:
+    return not word.startswith("-") and "=" not in word and \
+        word.endswith((".py", ".json", ".yaml", ".yml", ".toml"))
+
+
+def split_command(command: str) -> tuple[str, list[str]]:
+    """(`command` keeping the script and the files it names, the flags as args_file lines).
+
+    A file named by a flag (`--config conf/a.yaml`) stays in the command with its flag.
+    """
+    words = shlex.split(command)
+    found = script_word(words)
+    if found is None:
+        return command, []
+    at = found[0]
+    head, rest = words[: at + 1], words[at + 1:]
+    files: list[str] = []
+    lines: list[str] = []
+    i = 0
+    while i < len(rest):
+        word = rest[i]
+        nxt = rest[i + 1] if i + 1 < len(rest) else None
+        if _is_file_word(word):
+            files.append(word)
+        elif word.startswith("-") and "=" not in word and _is_file_word(nxt or ""):
+            files += [word, nxt or ""]
+            i += 1
+        elif word.startswith("-") and "=" not in word and takes_value(word, nxt):
+            lines.append(f"{word} {shlex.quote(nxt or '')}")
+            i += 1
+        else:
+            lines.append(word)
+        i += 1
+    marked = [f"{line}  # knobs: skip" if PLUMBING.match(
+        flag_key(line.split("=", 1)[0].split(" ", 1)[0]).rsplit(".", 1)[-1].lower())
+        else line for line in lines]
+    return shlex.join(head + files), marked
+
+
+def command_files(command: str, root: Path) -> list[str]:
+    """Repository files the command names after its script (config files)."""
+    words = shlex.split(command)
+    at = (script_word(words) or (len(words), ""))[0]
+    return [posixpath.normpath(w) for w in words[at + 1:]
+            if _is_file_word(w) and (root / w).is_file()]
+
+
+def hydra_files(root: Path, script: str, overrides: list[str]) -> list[str]:
+    """The group config files a hydra script's defaults list (and `group=option` overrides)
+    selects, except bookkeeping groups (paths, logger, callbacks, hydra, ...)."""
+    m = _HYDRA_MAIN.search((root / script).read_text(errors="replace"))
+    if not m:
+        return []
+    args = dict(re.findall(r"(\w+)\s*=\s*[\"']([^\"']+)[\"']", m.group(1)))
+    base = posixpath.normpath(posixpath.join(posixpath.dirname(script),
+                                             args.get("config_path", ".")))
+    name = args.get("config_name", "config")
+    primary = root / base / (name if name.endswith(".yaml") else name + ".yaml")
+    if not primary.is_file():
+        return []
+    chosen = dict(re.findall(r"^\s*-\s*([\w/]+)\s*:\s*([\w/.-]+)\s*(?:#.*)?$",
+                             primary.read_text(errors="replace"), re.M))
+    for word in overrides:
+        group, _, option = word.partition("=")
+        if option and "." not in group and not group.startswith(("-", "+")):
+            chosen[group] = option
+    found = []
+    for group, option in chosen.items():
+        path = f"{base}/{group}/{option.removesuffix('.yaml')}.yaml"
+        if group not in _SKIP_GROUPS and option != "null" and (root / path).is_file():
+            found.append(path)
+    return found
+
+
+def with_trainer_defaults(lines: list[str], text: str) -> list[str]:
+    """HfArgumentParser with TrainingArguments: its hyper-parameters not given yet, as lines."""
+    if "TrainingArguments" not in text or "HfArgumentParser" not in text:
+        return lines
+    given = {flag_key(line.split()[0].split("=")[0]) for line in lines if line.strip()}
+    return lines + [f"{d}  # Trainer default, written here so a sweep can search it"
+                    for d in TRAINER_DEFAULTS if flag_key(d.split()[0]) not in given]
+
+
+def with_hydra_contract(lines: list[str]) -> list[str]:
+    """A Lightning + hydra script needs no code for the budget and the seed: two overrides."""
+    keys = {line.split("=", 1)[0].lstrip("+") for line in lines}
+    extra = []
+    if "trainer.max_time" not in keys:
+        extra.append("++trainer.max_time=00:00:00:${oc.env:OVERNIGHT_BUDGET_S}  # the budget")
+    if "trainer.min_epochs" not in keys:  # fit ignores max_time until min_epochs are done
+        extra.append("++trainer.min_epochs=0  # knobs: skip (else max_time waits for an epoch)")
+    if "seed" not in keys:
+        extra.append("seed=${oc.env:OVERNIGHT_SEED}  # the run's seed")
+    return lines + extra
+
+
+def args_file_text(lines: list[str], script: str) -> str:
+    head = ("# Arguments appended to `command` for every run (overnight.toml: args_file).\n"
+            "# A sweep may change the numbers below; `knobs: skip` keeps a line as it is.\n")
+    return head + "".join(f"{line}\n" for line in lines)
+
+
+# --- what the repository holds ----------------------------------------------------------------
+SKIP_DIRS = {".git", ".venv", "venv", "env", "__pycache__", "node_modules", "build", "dist",
+             "tests", "test", ".tox", ".mypy_cache", ".pytest_cache"}
+NOT_DATA = re.compile(r"(^|/)(out[\w-]*|logs?|wandb|runs|outputs|lightning_logs|checkpoints|"
+                      r"\.ipynb_checkpoints|\.idea|\.vscode|__pycache__|[^/]*\.egg-info|"
+                      r"\.DS_Store|[^/]*\.pyc|venv|\.venv|env|\.env)(/|$)")
+DATA_NAMES = ("data", "datasets", "dataset")
+_IMPORT = re.compile(r"^\s*(?:from\s+([\w.]+)\s+import|import\s+([\w., ]+))", re.MULTILINE)
+_TARGET = re.compile(r"_target_:\s*([\w.]+)\.\w+")
+
+
+def _python_files(root: Path) -> list[Path]:
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root)
+        if not SKIP_DIRS.intersection(rel.parts[:-1]):
+            found.append(path)
+    return found
+
+
+def entry_score(text: str, name: str = "") -> int:
+    """How much a file looks like a training entry point."""
+    score = 3 * ("__main__" in text) + 2 * ("argparse" in text or "add_argument" in text)
+    score += 2 * bool(re.search(r"\.backward\(|optimizer\.step\(|\bfor\s+epoch\b", text))
+    score += 2 * bool(re.search(r"@hydra\.main|\btrainer\.(fit|train)\(|\bTrainer\(", text))
+    score += 2 * bool(re.search(r"^(while|for)\b", text, re.M) and ".backward(" in text)
+    score += bool(re.search(r"\btrain", text)) + bool(re.match(r"(train|main|run)\w*\.py$", name))
+    return score
+
+
+def prints_metric(text: str, metric: str | None) -> bool:
+    """Does this code print `metric` (any metric when None)?"""
+    found = find_metrics(text)
+    if metric is None:
+        return bool(found)
+    printed = r"[ _/]".join(re.escape(w) for w in re.split(r"[ _/]", metric))
+    return any(m.name == metric for m in found) or bool(re.search(rf"\b{printed}\b", text))
+
+
+def find_entry(root: Path, metric: str | None = None) -> Path | None:
+    """The training entry point: of the files that look like one, one that prints the metric."""
+    scored = []
+    for path in _python_files(root):
+        text = path.read_text(errors="replace")
+        score = entry_score(text, path.name)
+        if score >= 4:
+            sources = [text, *texts_of(root, sibling_imports(root, path)).values()]
+            scored.append((any(prints_metric(s, metric) for s in sources), score,
+                           -len(path.parts), path))
+    return max(scored)[3] if scored else None
+
+
+def _imported(text: str) -> set[str]:
+    """Dotted module names a file imports (`from a.b import c` also gives `a.b.c`)."""
+    names = set()
+    for line in text.splitlines():
+        m = re.match(r"\s*from\s+([\w.]+)\s+import\s+([\w, ]+)", line)
+        if m:
+            names |= {m.group(1)} | {f"{m.group(1)}.{n.strip().split(' ')[0]}"
+                                     for n in m.group(2).split(",") if n.strip()}
+            continue
+        m = re.match(r"\s*import\s+([\w., ]+)", line)
+        if m:
+            names |= {n.strip().split(" ")[0] for n in m.group(1).split(",") if n.strip()}
+    return names
+
+
+def sibling_imports(root: Path, script: Path) -> list[str]:
+    """Repository-relative paths of the modules the script imports from its own folder."""
+    names = {n.split(".")[0] for n in _imported(script.read_text(errors="replace"))}
+    paths = [script.parent / f"{n}.py" for n in sorted(names) if n]
+    return [p.relative_to(root).as_posix() for p in paths if p.is_file() and p != script]
+
+
+def local_imports(root: Path, script: Path, limit: int = 30) -> list[str]:
+    """The modules of the repository the script imports: from its own folder, and the modules
+    of the repository's packages (`from mylib.trainer import Trainer`), followed through them."""
+    found = sibling_imports(root, script)
+    todo = [script]
+    seen = {script}
+    while todo and len(found) < limit:
+        text = todo.pop(0).read_text(errors="replace")
+        for name in sorted(_imported(text)):
+            for path in (root / (name.replace(".", "/") + ".py"),
+                         root / "src" / (name.replace(".", "/") + ".py")):
+                if path.is_file() and path not in seen and path.stat().st_size > 0:
+                    seen.add(path)
+                    todo.append(path)
+                    rel = path.relative_to(root).as_posix()
+                    if rel not in found and not SKIP_DIRS.intersection(Path(rel).parts[:-1]):
+                        found.append(rel)
+    return found
+
+
+def _git_paths(root: Path, *args: str) -> list[str]:
+    out = subprocess.run(["git", "ls-files", "--others", "--directory", *args], cwd=root,
+                         capture_output=True, text=True).stdout
+    return [line.rstrip("/") for line in out.splitlines() if line.strip()]
+
+
+def untracked_data(root: Path, text: str) -> list[str]:
+    """Data outside git that the run reads: git-ignored paths (inside tracked folders too)
+    named in the script, its configs or its command, and untracked `data/` folders."""
+    ignored = _git_paths(root, "--ignored", "--exclude-standard")
+    untracked = _git_paths(root, "--exclude-standard")
+    found = []
+    for path in ignored + untracked:
+        if NOT_DATA.search(path) or path in (CONFIG_FILE, ARGS_FILE):
+            continue
+        top, base = path.split("/")[0], path.rsplit("/", 1)[-1]
+        if top in DATA_NAMES or re.search(rf"(?<![\w.-]){re.escape(base)}(?![\w-])", text):
+            found.append(path)
+    return sorted(set(found))
+
+
+def missing_imports(root: Path, script: Path, text: str) -> list[str]:
+    """Top-level packages the script imports that this interpreter cannot find (nor the repo)."""
+    names = {(a or b).split(",")[0].strip().split(" ")[0].split(".")[0]
+             for a, b in _IMPORT.findall(text)}
+    local = {p.name.removesuffix(".py") for p in [*script.parent.iterdir(), *root.iterdir()]}
+    missing = []
+    for name in sorted(n for n in names if n and n not in local):
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            missing.append(name)
+    return missing
+
+
+def texts_of(root: Path, paths: list[str]) -> dict[str, str]:
+    return {p: (root / p).read_text(errors="replace") for p in paths if (root / p).is_file()}
+
+
+def metric_sources(root: Path, script: Path, texts: dict[str, str]) -> list[str]:
+    """The script, its local imports, and the modules hydra configs instantiate (`_target_`)."""
+    modules = {m for t in texts.values() for m in _TARGET.findall(t)}
+    paths = [p for m in sorted(modules) for p in (m.replace(".", "/") + ".py",)
+             if (root / p).is_file()]
+    return [script.relative_to(root).as_posix(), *local_imports(root, script), *paths]
+
+
+# --- the probe: the command run briefly -------------------------------------------------------
+PROBE_S = 60.0  # the wall limit of the probe run
+ENOUGH_LINES = 3  # lines with a loss: enough to fit a progress_regex
+
+
+@dataclass(frozen=True)
+class Probe:
+    """What the probe run printed and how it ended."""
+
+    lines: list[str]
+    wall_s: float
+    ended: str  # how: stopped after enough lines, stopped at the limit, finished, failed
+    error: str | None = None
+    imports: ImportFacts | None = None
+
+
+def _link(worktree: Path, root: Path, assets: list[str]) -> None:
+    for asset in assets:
+        if Path(asset).is_absolute():
+            continue
+        link = worktree / asset
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(root / asset)
+
+
+def probe(root: Path, command: str, assets: list[str], seconds: float = PROBE_S) -> Probe:
+    """Run `command` (as the user runs it, flags included) from a worktree of HEAD."""
+    repo = GitRepo(root)
+    head = repo.head("HEAD")
+    stop = threading.Event()
+    losses: list[str] = []
+
+    def on_line(line: str) -> None:
+        losses.extend(loss_lines([line]))
+        if len(losses) >= ENOUGH_LINES:
+            stop.set()
+
+    with tempfile.TemporaryDirectory(prefix="overnight-adopt-") as tmp:
+        worktree = Path(tmp) / "wt"
+        repo.add_worktree(worktree, head)
+        try:
+            _link(worktree, root, assets)
+            argv = resolve_command(command)
+            env = {"OVERNIGHT_BUDGET_S": f"{seconds:g}", "OVERNIGHT_SEED": "42",
+                   "OVERNIGHT_EXPERIMENT_ID": "adopt-probe"}
+            imports = import_facts(argv, worktree, worktree, env, command)
+            result = run_command(argv, cwd=worktree, log_path=Path(tmp) / "probe.log",
+                                 timeout_s=seconds, env=env, grace_s=2.0, on_line=on_line,
+                                 stop_event=stop)
+            lines = (Path(tmp) / "probe.log").read_text(errors="replace").splitlines()
+        finally:
+            repo.remove_worktree(worktree)
+    if stop.is_set():
+        ended = f"stopped after {ENOUGH_LINES} lines with a loss"
+    elif result.outcome is Outcome.TIMED_OUT:
+        ended = f"stopped at the probe's {seconds:g} s limit"
+    elif result.exit_code == 0:
+        ended = "finished"
+    else:
+        ended = "failed"
+    error = (result.error or f"exit code {result.exit_code}") if ended == "failed" else None
+    return Probe(lines, result.wall_s, ended, error, imports)
+
+
+# --- adopt ------------------------------------------------------------------------------------
 PROTECTED_HINT = re.compile(r"eval|metric|score|data|prepare|dataset|corpus", re.IGNORECASE)
 # Words of a metric's name that say which way is better (the last such word decides).
 MAXIMIZE = frozenset({"acc", "accuracy", "f1", "bleu", "rouge", "rougel", "reward", "rewards",
@@ -59,8 +426,6 @@ MAXIMIZE = frozenset({"acc", "accuracy", "f1", "bleu", "rouge", "rougel", "rewar
                       "correct", "win", "exact"})
 MINIMIZE = frozenset({"loss", "error", "err", "perplexity", "ppl", "bpb", "bpc", "nll", "mse",
                       "mae", "rmse", "wer", "cer", "fid", "regret", "cost", "distance"})
-__all__ = ["PROGRESS_FORMATS", "Adoption", "adopt", "missing_imports", "render_toml",
-           "untracked_data"]
 
 
 @dataclass
@@ -150,20 +515,20 @@ def adopt(root: Path, script: Path | None = None, command: str | None = None,
                          "loop, argparse, hydra or `if __name__ == '__main__'`); pass --script")
     text = script.read_text(errors="replace")
     rel = script.relative_to(root).as_posix()
-    commands = cmdline.readme_commands(root, rel)
-    full = command or cmdline.pick_command(commands, has_gpu) or f"python {rel}"
-    base, arg_lines = cmdline.split_command(full)
-    arg_lines = cmdline.with_trainer_defaults(arg_lines, text)
+    commands = readme_commands(root, rel)
+    full = command or pick_command(commands, has_gpu) or f"python {rel}"
+    base, arg_lines = split_command(full)
+    arg_lines = with_trainer_defaults(arg_lines, text)
     if "@hydra.main" in text and "lightning" in text and "OVERNIGHT_BUDGET_S" not in text:
-        arg_lines = cmdline.with_hydra_contract(arg_lines)
+        arg_lines = with_hydra_contract(arg_lines)
     imports = local_imports(root, script)
     base, notes = _from_worktree(root, rel, text, base)
     protected = [p for p in imports if PROTECTED_HINT.search(Path(p).stem)]
-    configs = cmdline.command_files(base, root) + cmdline.hydra_files(root, rel, arg_lines)
-    args_file = cmdline.ARGS_FILE if arg_lines else None
+    configs = command_files(base, root) + hydra_files(root, rel, arg_lines)
+    args_file = ARGS_FILE if arg_lines else None
     editable = [rel, *(p for p in imports if p not in protected), *configs,
                 *([args_file] if args_file else [])]
-    args_text = cmdline.args_file_text(arg_lines, rel) if arg_lines else ""
+    args_text = args_file_text(arg_lines, rel) if arg_lines else ""
     files = {**texts_of(root, editable), **({args_file: args_text} if args_file else {})}
     found = [m for p in metric_sources(root, script, files)
              for m in find_metrics(files.get(p) or (root / p).read_text(errors="replace"))]

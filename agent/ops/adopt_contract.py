@@ -1,4 +1,5 @@
-"""What a training script lacks of the contract, as lines to add and where: pure, over its text.
+"""What a training script lacks of the contract, as lines to add and where, and the progress
+regex that fits what it printed. Pure, over the files' text.
 
 Finds the metric the script prints (`val loss 1.2`, `val_loss: 1.2`, `val_loss=1.2`, a dict key
 `"eval_loss"`, Lightning's `self.log("val/acc", ...)`) and the expression holding its value, the
@@ -7,6 +8,23 @@ counter, the seeding calls, and then says: where to read the budget (names that 
 with the script's own), where to stop, the final evaluation when the metric is only computed
 inside the loop, the summary block (metric, training_seconds, num_steps), and the seed.
 Scripts driven by a trainer object (Hugging Face `Trainer`, Lightning) get that trainer's way.
+
+A training loop in a library module of the repository (minGPT's shape:
+`projects/chargpt/chargpt.py` builds a `Trainer` from `mingpt/trainer.py` and calls
+`trainer.run()`, whose `while True:` is the training loop): the budget is read and kept in the
+library (before its loop, and a `break` as the loop body's last statement, with the imports
+that file lacks), and a method notes its training time on its object as the loop ends
+(`self.overnight_trained_s`; a plain function is timed around its call in the script instead);
+after the call that runs the loop, the script evaluates once more when it computes the metric
+only in a callback, and prints the summary block (the training time and the step counter read
+from the trainer object, e.g. `trainer.iter_num`).
+
+The progress regex: the lines with a training loss (`loss` and a number) are tried, in order,
+against the default progress format (`step 120 | loss 3.41 | elapsed 31.2s`: no regex needed),
+the formats of well-known scripts, and regexes made from such lines themselves: a line's step
+counter (`iter 10`, `step 10`, `batch 10`) and its loss, the literal text between them kept. The
+one that parses the most of those lines wins (the default format on a tie), and only when it
+parses at least half of them.
 """
 
 from __future__ import annotations
@@ -15,6 +33,9 @@ import ast
 import re
 from dataclasses import dataclass, field
 
+from runner.summary import SUMMARY_SEPARATOR, parse_custom_progress, parse_progress
+
+# --- the script's own training loop -----------------------------------------------------------
 _KIND = r"(?:loss|ppl|perplexity|bpb|acc\w*|error|f1|score)"
 METRIC_TEXT = re.compile(rf"\b((?:val|valid|validation|test|eval)[ _/]?{_KIND})\b", re.I)
 TRAIN_LOSS_TEXT = re.compile(r"\b((?:train|training)[ _/]?loss)\b", re.I)
@@ -299,3 +320,230 @@ def seed_todos(text: str) -> list[Todo]:
                           else f"int(os.environ.get('OVERNIGHT_SEED', {arg}))"],
                          f"in place of `{arg}` on line {node.lineno}")]
     return []
+
+
+# --- a training loop in a library module ------------------------------------------------------
+def _in(path: str, todo: Todo) -> Todo:
+    return Todo(todo.what, todo.lines, f"in {path}, {todo.where}" if todo.where else f"in {path}")
+
+
+def _owner(tree: ast.Module, loop: ast.AST) -> ast.FunctionDef | None:
+    """The innermost function whose body holds the loop."""
+    found = None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef) and any(n is loop for n in ast.walk(node)):
+            found = node if found is None or node.lineno > found.lineno else found
+    return found
+
+
+def _counter(loop: ast.For | ast.While) -> str | None:
+    """`self.iter_num += 1` in the loop body: the attribute that counts steps."""
+    for stmt in loop.body:
+        if isinstance(stmt, ast.AugAssign) and isinstance(stmt.target, ast.Attribute) and \
+                isinstance(stmt.target.value, ast.Name) and stmt.target.value.id == "self":
+            return stmt.target.attr
+    return None
+
+
+def _the_call(tree: ast.Module, name: str) -> tuple[ast.stmt, str | None] | None:
+    """The script's statement that calls `<obj>.name(...)` (or `name(...)`), and `obj`."""
+    for stmt in ast.walk(tree):
+        if not isinstance(stmt, ast.Expr | ast.Assign) or not isinstance(stmt.value, ast.Call):
+            continue
+        func = stmt.value.func
+        if isinstance(func, ast.Attribute) and func.attr == name:
+            return stmt, func.value.id if isinstance(func.value, ast.Name) else None
+        if isinstance(func, ast.Name) and func.id == name:
+            return stmt, None
+    return None
+
+
+def _computed_in_function(tree: ast.Module, name: str) -> tuple[ast.Assign, str] | None:
+    """An assignment to `name` inside a function of the script (a callback), and its name."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef):
+            for inner in ast.walk(node):
+                if isinstance(inner, ast.Assign) and any(
+                        isinstance(t, ast.Name) and t.id == name for t in inner.targets):
+                    return inner, node.name
+    return None
+
+
+def _library_loop(library: dict[str, str]) -> tuple[str, str, ast.Module, ast.For | ast.While
+                                                   ] | None:
+    for path, text in library.items():
+        try:
+            tree = ast.parse(text)
+        except SyntaxError:
+            continue
+        loop = training_loop(tree)
+        if loop is not None:
+            return path, text, tree, loop
+    return None
+
+
+def library_todos(text: str, library: dict[str, str], metric: Metric | None) -> list[Todo]:
+    """Budget lines for the library's loop, timing and summary lines for the script."""
+    found = _library_loop(library)
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return []
+    if found is None:
+        return []
+    path, lib, lib_tree, loop = found
+    owner = _owner(lib_tree, loop)
+    call = _the_call(tree, owner.name) if owner is not None else None
+    if call is None:
+        return []
+    lib_lines, lines = lib.splitlines(), text.splitlines()
+    t0, budget = free_name(lib, "overnight_t0"), free_name(lib, "overnight_budget_s")
+    pad, inner = indent_of(lib_lines, loop.lineno), indent_of(lib_lines, loop.body[0].lineno)
+    todos = [_in(path, t) for t in imports_todo(lib)] + [
+        _in(path, Todo("read the training budget just before the training loop",
+                       [f"{pad}{budget} = float(os.environ.get('OVERNIGHT_BUDGET_S', 'inf'))",
+                        f"{pad}{t0} = time.time()"],
+                       f"before line {loop.lineno}, `{lib_lines[loop.lineno - 1].strip()}`")),
+        _in(path, Todo("stop when it is spent, as the last statement of the loop body",
+                       [f"{inner}if time.time() - {t0} > {budget}:", f"{inner}    break"],
+                       f"after line {loop.body[-1].end_lineno}"))]
+    stmt, obj = call
+    s_pad = indent_of(lines, stmt.lineno)
+    after = f"after line {stmt.end_lineno}, where `{lines[stmt.lineno - 1].strip()}` ends"
+    method = owner is not None and bool(owner.args.args) and owner.args.args[0].arg == "self"
+    if method and obj:  # the library notes its own training time on the object
+        attr = free_name(lib, "overnight_trained_s")
+        todos.append(_in(path, Todo("note the training time as soon as the loop ends",
+                                    [f"{pad}self.{attr} = time.time() - {t0}"],
+                                    f"after line {loop.end_lineno}, where the loop ends")))
+        trained = f"{obj}.{attr}"
+    else:
+        s_t0, trained = free_name(text, "overnight_t0"), free_name(text, "overnight_trained_s")
+        todos += [*imports_todo(text, ("time",)),
+                  Todo(f"time the training: line {stmt.lineno} runs the loop of {path}",
+                       [f"{s_pad}{s_t0} = time.time()"],
+                       f"before line {stmt.lineno}, `{lines[stmt.lineno - 1].strip()}`"),
+                  Todo("note the training time as soon as it returns",
+                       [f"{s_pad}{trained} = time.time() - {s_t0}"], after)]
+        after = "next"
+    todos += _summary(tree, text, metric, s_pad, trained,
+                      f"{obj}.{_counter(loop)}" if obj and _counter(loop) else None, after)
+    return todos
+
+
+def _summary(tree: ast.Module, text: str, metric: Metric | None, pad: str, trained: str,
+             steps: str | None, where: str) -> list[Todo]:
+    todos = []
+    if metric and metric.expr:
+        root = re.match(r"[A-Za-z_]\w*", metric.expr)
+        inside = _computed_in_function(tree, root.group(0)) if root else None
+        if inside is not None:
+            assign, func = inside
+            todos.append(Todo(f"the final evaluation: the script computes {metric.printed} only "
+                              f"in {func} (line {assign.lineno}), so evaluate once more",
+                              [pad + (ast.get_source_segment(text, assign) or "").strip()],
+                              where))
+            where = "next"
+        q = '"' if "'" in metric.expr else "'"
+        value = f"{pad}print(f{q}{metric.name}: {{{metric.expr}:.6f}}{q})"
+    else:
+        value = f"{pad}print(f'{metric.name if metric else '<metric>'}: {{<its value>:.6f}}')"
+    block = [f"{pad}print('---')", value, f"{pad}print(f'training_seconds: {{{trained}:.1f}}')"]
+    if steps:
+        block.append(f"{pad}print(f'num_steps: {{{steps}}}')  # throughput: steps per run")
+    return [*todos, Todo("print the summary block after the final evaluation", block, where)]
+
+
+# --- the progress regex that fits the printed lines -------------------------------------------
+# Progress formats of well-known scripts: (a marker in the script's code, its progress_regex).
+PROGRESS_FORMATS = (
+    (r"iter \{\w+\}: loss", r"iter (?P<step>\d+): loss (?P<loss>[\d.]+)"),  # nanoGPT
+    (r"\bTrainer\(", r"\{'loss': '?(?P<loss>[\d.]+)'?"),  # Hugging Face Trainer's dict lines
+    # Lightning's bars (tqdm: `train/loss=0.51`, rich: `train/loss: 0.51`) and tqdm postfixes
+    (r"lightning|set_postfix|tqdm",
+     r".*(?<![\d/])(?P<step>\d+)/\d+ .*?(?<![\w/])(?:train[/_])?loss[=:]\s*(?P<loss>[\d.]+)"),
+    (r"\| epoch", r"(?P<step>\d+)/\s*\d+ batches .*loss\s+(?P<loss>[\d.]+)"),
+    (r"Train Epoch:", r"Train Epoch: \d+ \[(?P<step>\d+)/\d+.*Loss: (?P<loss>[\d.]+)"),
+)
+NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
+_LOSS = re.compile(rf"(?<![\w.])(?:\w+[ _/])?loss\b[\s:=]{{0,3}}({NUMBER}|nan|inf)(?![\w.])",
+                   re.IGNORECASE)
+_STEP = re.compile(r"(?<![\w.])(step|iter|iteration|it|batch)\b[\s:=#]{0,3}(\d+)(?![\d.]|ms)",
+                   re.IGNORECASE)
+_ANY_NUMBER = re.compile(NUMBER)
+
+
+@dataclass(frozen=True)
+class ProgressFit:
+    """How a script's progress lines can be read: `regex` None with `default` True needs no
+    progress_regex; None and not default: nothing fits (or no line has a loss)."""
+
+    regex: str | None
+    default: bool
+    matched: int  # loss lines parsed
+    lines: int  # loss lines printed
+    example: str = ""
+
+
+def loss_lines(lines: list[str]) -> list[str]:
+    """The printed lines with a training loss and a number, before any `---` summary block."""
+    found = []
+    for line in lines:
+        if line.strip() == SUMMARY_SEPARATOR:
+            break
+        if _LOSS.search(line) and not re.match(r"\s*(val|valid|test|eval)", line, re.I):
+            found.append(line.rstrip("\n"))
+    return found
+
+
+def _parsed(lines: list[str], pattern: re.Pattern[str]) -> list[str]:
+    return [line for line in lines if parse_custom_progress(line, pattern) is not None]
+
+
+def made_from(line: str) -> str | None:
+    """A regex made from one line: its step counter and its loss, the text between them kept."""
+    loss = _LOSS.search(line)
+    if loss is None:
+        return None
+    step = _STEP.search(line)
+    parts = [(loss.start(1), loss.end(1), f"(?P<loss>{NUMBER})")]
+    if step is not None:
+        parts.append((step.start(2), step.end(2), r"(?P<step>\d+)"))
+    start = min(loss.start(), step.start() if step else loss.start())
+    out, at = [], start
+    for begin, end, group in sorted(parts):
+        out.append(_literal(line[at:begin]))
+        out.append(group)
+        at = end
+    return "".join(out)
+
+
+def _literal(text: str) -> str:
+    """Text between the groups: numbers become NUMBER, runs of spaces `\\s+`, the rest escaped."""
+    out, at = [], 0
+    for m in _ANY_NUMBER.finditer(text):
+        out.append(re.escape(text[at:m.start()]))
+        out.append(f"(?:{NUMBER})")
+        at = m.end()
+    out.append(re.escape(text[at:]))
+    return re.sub(r"(?:\\ )+", r"\\s+", "".join(out))
+
+
+def fit_progress(lines: list[str]) -> ProgressFit:
+    """The best way to read these printed lines' losses (see the module docstring)."""
+    losses = loss_lines(lines)
+    if not losses:
+        return ProgressFit(None, False, 0, 0)
+    need = max(1, (len(losses) + 1) // 2)
+    default = [line for line in losses if parse_progress(line) is not None]
+    made = {rx for line in losses[:20] if (rx := made_from(line)) is not None}
+    best: tuple[int, str, list[str]] | None = None
+    for rx in [*(rx for _, rx in PROGRESS_FORMATS), *sorted(made)]:
+        hits = _parsed(losses, re.compile(rx))
+        if hits and (best is None or len(hits) > best[0]):
+            best = (len(hits), rx, hits)
+    if len(default) >= need and (best is None or len(default) >= best[0]):
+        return ProgressFit(None, True, len(default), len(losses), default[0])
+    if best is not None and best[0] >= need:
+        return ProgressFit(best[1], False, best[0], len(losses), best[2][0])
+    return ProgressFit(None, False, 0, len(losses), losses[0])

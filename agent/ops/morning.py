@@ -26,11 +26,15 @@ from agent.analysis.ablation import (
     variant_keys,
 )
 from agent.analysis.evidence import sweep_evidence
-from agent.analysis.morning import build_report
+from agent.analysis.morning import (
+    MAX_STEPS,
+    Headline,
+    Report,
+    build_report,
+    holdout_of,
+    scale_steps,
+)
 from agent.analysis.morning import headline_of as headline
-from agent.analysis.morning_model import Headline, Report
-from agent.analysis.morning_next import MAX_STEPS
-from agent.analysis.morning_scale import holdout_of, scale_steps
 from agent.core.domain import (
     Experiment,
     ExperimentStatus,

@@ -1,15 +1,28 @@
-"""Notifications over HTTP: each notice (agent.ops.notify_watch) POSTed to every URL that asked
-for its event, as overnight's JSON event, a Slack incoming-webhook body or an ntfy message, with
-the sweep's report headline.
+"""Notifications: when to notify, where to, and the delivery over HTTP.
 
-Never blocks the engine: `on_event` (the engine's event callback) only puts a finished
-experiment on a bounded queue; a full queue drops it, and says so once. One worker thread reads
-the queue, polls the sweeps' statuses every `poll_s` (a pause or the end of the night) and works
-out the headline; each URL has its own Outbox (a bounded queue and a thread), so a dead receiver
-delays only itself. A POST is retried with exponential backoff (agent.core.retry) on a
-transport error, a timeout, 408, 425, 429 or 5xx; `close` waits a bounded time for what is
-queued. A URL's secret never reaches a log: only its scheme and host are written (`redact`), and
-a failing URL is logged once until it works again. HTTP through the standard library (urllib).
+When (pure state, no I/O): a keep, a crash streak, a plateau, a paused sweep and the end of the
+night, read off the engine's finished experiments and the sweeps' statuses. `Watch.finished`
+and `Watch.status` take what happened and return the notices it calls for, each at most once
+per occurrence (a streak is announced when it reaches its length, a plateau when it sets in;
+both again only after a keep or a run that ends them).
+
+Where: `--notify URL` values and the `[[notify]]` tables of a notify file (default
+~/.overnight/notify.toml), checked, with each URL's format (json, slack, ntfy) and the events it
+wants; and `redact`, the only form of a URL that is ever logged or printed. A URL's format is
+named by a prefix (`slack+https://…`, `ntfy+https://…`, `json+https://…`) or the file's `format`
+key, else read off the host (hooks.slack.com: slack; a host with "ntfy" in it: ntfy; anything
+else: overnight's JSON event). Bad input is one ConfigError naming it (the URL redacted).
+
+Delivery: each notice POSTed to every URL that asked for its event, as overnight's JSON event,
+a Slack incoming-webhook body or an ntfy message, with the sweep's report headline. Never
+blocks the engine: `on_event` (the engine's event callback) only puts a finished experiment on
+a bounded queue; a full queue drops it, and says so once. One worker thread reads the queue,
+polls the sweeps' statuses every `poll_s` (a pause or the end of the night) and works out the
+headline; each URL has its own Outbox (a bounded queue and a thread), so a dead receiver delays
+only itself. A POST is retried with exponential backoff (agent.core.retry) on a transport
+error, a timeout, 408, 425, 429 or 5xx; `close` waits a bounded time for what is queued. A URL's
+secret never reaches a log: only its scheme and host are written (`redact`), and a failing URL
+is logged once until it works again. HTTP through the standard library (urllib).
 """
 
 from __future__ import annotations
@@ -20,20 +33,236 @@ import logging
 import queue
 import threading
 import time
+import tomllib
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
-from agent.core.domain import Experiment, SweepStatus, utcnow
+from agent.analysis.ablation import ablated_sweep
+from agent.analysis.confirm import confirmed_sweep
+from agent.analysis.trials import PLATEAU_AFTER
+from agent.core.domain import Experiment, ExperimentStatus, Sweep, SweepStatus, utcnow
+from agent.core.errors import ConfigError
 from agent.core.ports import Store
 from agent.core.retry import retry
-from agent.ops.notify_config import NotifyTarget, redact
-from agent.ops.notify_watch import CRASH_STREAK_DEFAULT, Notice, Watch
 
+# --- when to notify ---------------------------------------------------------------------------
+S = ExperimentStatus
+KEEP, CRASH_STREAK, PLATEAU, PAUSED, DONE = "keep", "crash_streak", "plateau", "paused", "done"
+EVENTS = (KEEP, CRASH_STREAK, PLATEAU, PAUSED, DONE)
+CRASH_STREAK_DEFAULT = 3
+
+
+@dataclass(frozen=True)
+class Notice:
+    """One thing worth a message: what happened, to which sweep, in a title and a line."""
+
+    event: str
+    sweep: str
+    title: str
+    text: str
+    experiment: dict[str, Any] | None = None
+    status: str = ""  # the sweep's status when it was noticed
+
+
+@dataclass
+class _State:
+    streak: list[Experiment] = field(default_factory=list)  # crashes in a row
+    stall: int = 0  # runs since the last keep
+    last_keep: int | None = None
+    status: SweepStatus | None = None
+
+
+def _brief(e: Experiment) -> dict[str, Any]:
+    return {"id": e.id, "description": e.description, "status": e.status.value,
+            "metric": e.metric, "delta": e.delta, "crash_kind":
+            e.crash_kind.value if e.crash_kind else None, "crash_cause": e.crash_cause}
+
+
+class Watch:
+    def __init__(self, crash_streak: int = CRASH_STREAK_DEFAULT,
+                 plateau_after: int = PLATEAU_AFTER) -> None:
+        self.crash_streak, self.plateau_after = crash_streak, plateau_after
+        self.sweeps: dict[str, _State] = {}
+
+    def knows(self, name: str) -> bool:
+        return name in self.sweeps
+
+    def seed(self, sweep: Sweep, history: Iterable[Experiment]) -> None:
+        """Start following `sweep` where its history (finished experiments) left it."""
+        state = self.sweeps.setdefault(sweep.name, _State(status=sweep.status))
+        for e in history:
+            self._count(state, e)
+
+    def finished(self, sweep: Sweep, e: Experiment) -> list[Notice]:
+        state = self.sweeps.setdefault(sweep.name, _State(status=sweep.status))
+        if ablated_sweep(sweep.proposer) is not None or \
+                confirmed_sweep(sweep.proposer) is not None:
+            return []  # an ablation measures, keeps nothing: only its end is news
+        before_streak, before_stall = len(state.streak), state.stall
+        if not self._count(state, e):
+            return []
+        if e.status is S.KEPT:
+            what = f"{sweep.metric} {e.metric:.6g}" if e.metric is not None else "kept"
+            delta = f" ({e.delta:+.4g} vs the best before)" if e.delta is not None else ""
+            return [Notice(KEEP, sweep.name, f"{sweep.name}: kept #{e.id} {e.description[:80]}",
+                           f"{what}{delta}", _brief(e), sweep.status.value)]
+        out = []
+        if len(state.streak) == self.crash_streak > before_streak:
+            causes = ", ".join(f"#{x.id} {x.crash_cause or x.status.value}"
+                               for x in state.streak)
+            out.append(Notice(CRASH_STREAK, sweep.name,
+                              f"{sweep.name}: {self.crash_streak} crashes in a row",
+                              causes, _brief(e), sweep.status.value))
+        if state.stall == self.plateau_after > before_stall:
+            last = f"last keep #{state.last_keep}" if state.last_keep else "nothing kept yet"
+            out.append(Notice(PLATEAU, sweep.name, f"{sweep.name}: on a plateau",
+                              f"{state.stall} runs without a keep ({last})", _brief(e),
+                              sweep.status.value))
+        return out
+
+    def _count(self, state: _State, e: Experiment) -> bool:
+        """Fold one finished experiment in; False when it says nothing (the baseline, a
+        refusal, a cancel)."""
+        if e.is_baseline or e.status not in (S.KEPT, S.DISCARDED, S.CRASHED, S.TIMEOUT):
+            return False
+        if e.status is S.KEPT:
+            state.streak, state.stall, state.last_keep = [], 0, e.id
+            return True
+        state.stall += 1
+        state.streak = [*state.streak, e] if e.status in (S.CRASHED, S.TIMEOUT) else []
+        return True
+
+    def status(self, sweep: Sweep) -> list[Notice]:
+        """A sweep's status as read now: a notice when it just paused or ended."""
+        state = self.sweeps.setdefault(sweep.name, _State())
+        was, state.status = state.status, sweep.status
+        if was is sweep.status or was is None and sweep.status is not SweepStatus.RUNNING:
+            return []
+        if sweep.status is SweepStatus.PAUSED:
+            return [Notice(PAUSED, sweep.name, f"{sweep.name}: paused",
+                           "the sweep is paused: the service's log says why; resume it "
+                           f"(POST /sweeps/{sweep.name}/resume or overnight run --resume)",
+                           status=sweep.status.value)]
+        if sweep.status.is_finished():
+            return [Notice(DONE, sweep.name, f"{sweep.name}: the night is over "
+                           f"({sweep.status.value})", f"overnight report --sweep {sweep.name}",
+                           status=sweep.status.value)]
+        return []
+
+
+# --- where notifications go -------------------------------------------------------------------
+FORMATS = ("json", "slack", "ntfy")
+FILE_KEYS = {"crash_streak", "notify"}
+TARGET_KEYS = {"url", "format", "events"}
+
+
+def redact(url: str) -> str:
+    """scheme://host[:port] and "/…" for any path: userinfo, path, query and fragment can all
+    carry a secret (Slack's webhook path is the token, an ntfy topic is its password)."""
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or "?"
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:
+        return "(an unreadable URL)"
+    host = f"[{host}]" if ":" in host else host
+    rest = "/…" if parts.path.strip("/") or parts.query or parts.fragment else ""
+    return f"{parts.scheme or '?'}://{host}{port}{rest}"
+
+
+@dataclass(frozen=True)
+class NotifyTarget:
+    url: str
+    format: str = "json"
+    events: frozenset[str] = field(default_factory=lambda: frozenset(EVENTS))
+
+    def __str__(self) -> str:  # what a log line or a listing may show
+        return f"{self.format} {redact(self.url)}"
+
+
+@dataclass(frozen=True)
+class NotifyConfig:
+    targets: list[NotifyTarget]
+    crash_streak: int = CRASH_STREAK_DEFAULT
+
+
+def target_of(spec: str, fmt: str | None = None,
+              events: frozenset[str] | None = None) -> NotifyTarget:
+    """One URL (with an optional `format+` prefix) as a target; ConfigError if it is not one."""
+    spec = spec.strip()
+    head, plus, rest = spec.partition("+")
+    if plus and head in FORMATS and rest.startswith(("http://", "https://")):
+        fmt, spec = fmt or head, rest
+    try:
+        parts = urlsplit(spec)
+        parts.port  # noqa: B018 - raises on a bad port
+    except ValueError as exc:
+        raise ConfigError(f"notify: {redact(spec)} is not a URL ({exc})") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(f"notify: {redact(spec)} is not an http:// or https:// URL")
+    if fmt is not None and fmt not in FORMATS:
+        raise ConfigError(f"notify: format {fmt!r} for {redact(spec)}: use one of "
+                          f"{', '.join(FORMATS)}")
+    return NotifyTarget(spec, fmt or _guess(parts.hostname), events or frozenset(EVENTS))
+
+
+def _guess(host: str) -> str:
+    if host == "hooks.slack.com":
+        return "slack"
+    return "ntfy" if "ntfy" in host else "json"
+
+
+def load_notify_config(path: Path) -> NotifyConfig:
+    """The notify file: `crash_streak = N` and `[[notify]]` tables (url, format, events)."""
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read it: {exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    unknown = set(data) - FILE_KEYS
+    if unknown:
+        raise ConfigError(f"{path}: unknown key(s) {', '.join(sorted(unknown))} (known: "
+                          f"{', '.join(sorted(FILE_KEYS))})")
+    streak = data.get("crash_streak", CRASH_STREAK_DEFAULT)
+    if not isinstance(streak, int) or isinstance(streak, bool) or not 1 <= streak <= 100:
+        raise ConfigError(f"{path}: crash_streak must be a whole number from 1 to 100")
+    tables = data.get("notify", [])
+    if not isinstance(tables, list):
+        raise ConfigError(f"{path}: write each URL as a [[notify]] table")
+    return NotifyConfig([_table(path, i, t) for i, t in enumerate(tables)], streak)
+
+
+def _table(path: Path, i: int, t: Any) -> NotifyTarget:
+    where = f"{path}: [[notify]] #{i + 1}"
+    if not isinstance(t, dict):
+        raise ConfigError(f"{where} is not a table")
+    unknown = set(t) - TARGET_KEYS
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
+    if not isinstance(t.get("url"), str):
+        raise ConfigError(f"{where}: needs url = \"https://…\"")
+    events = t.get("events")
+    if events is not None:
+        if not isinstance(events, list) or not events or any(e not in EVENTS for e in events):
+            raise ConfigError(f"{where}: events must list some of {', '.join(EVENTS)}")
+        events = frozenset(events)
+    fmt = t.get("format")
+    if fmt is not None and not isinstance(fmt, str):
+        raise ConfigError(f"{where}: format must be one of {', '.join(FORMATS)}")
+    try:
+        return target_of(t["url"], fmt, events)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+
+
+# --- the delivery over HTTP -------------------------------------------------------------------
 logger = logging.getLogger(__name__)
 QUEUE_SIZE = 256
 USER_AGENT = "overnight-notify/1"

@@ -27,8 +27,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
-from agent.ops.track_record import TAG, ExperimentRecord, SweepRecord
-from agent.ops.track_sync import TrackerError
+from agent.ops.track_record import TAG, ExperimentRecord, SweepRecord, TrackerError
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")

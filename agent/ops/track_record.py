@@ -7,7 +7,8 @@ params; each of its own runs' metric with the run's seed as the step; the verdic
 dashboard shows it (the recorded mean, the 95 % interval and P(better) of the evidence, the
 delta, n); commit, parent commit, status, crash class, proposer, sweep and the link to its
 page as tags; the diff and the run logs as artifacts. Both trackers write these, and
-`verdict` is what is compared to tell whether a mirrored verdict moved since.
+`verdict` is what is compared to tell whether a mirrored verdict moved since. A tracker call
+that fails raises TrackerError, the one error both trackers raise.
 """
 
 from __future__ import annotations
@@ -30,6 +31,15 @@ PARAM_MAX = 500  # a param value's length at most (MLflow's limit is higher; W&B
 RUN_END = {S.KEPT: "FINISHED", S.DISCARDED: "FINISHED", S.CRASHED: "FAILED",
            S.TIMEOUT: "FAILED", S.REJECTED: "FAILED", S.CANCELLED: "KILLED",
            S.INTERRUPTED: "KILLED"}
+
+
+class TrackerError(Exception):
+    """A tracker call that failed; `retry`: worth trying again (the tracker is down or slow,
+    not refusing what it was sent)."""
+
+    def __init__(self, why: str, retry: bool = True) -> None:
+        super().__init__(why)
+        self.retry = retry
 
 
 @dataclass(frozen=True)

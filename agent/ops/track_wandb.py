@@ -22,8 +22,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from agent.ops.track_record import TAG, ExperimentRecord, SweepRecord
-from agent.ops.track_sync import TrackerError
+from agent.ops.track_record import TAG, ExperimentRecord, SweepRecord, TrackerError
 
 logger = logging.getLogger(__name__)
 

@@ -2,35 +2,90 @@
 so that the first view after a finish costs the finish, not the sweep.
 
 A SweepFold holds what those parts sum over the sweep's finished experiments and ended runs
-(agent.analysis.insights_fold, agent.analysis.evidence.EvidenceFold, plot.PlotFold, the rollup) and
-which rows are still open. `advance` takes the next SweepHistory: the rows that finished since are
-folded into a copy (the previous fold is left as it was) in id order; one that finished while a
-lower id is still open waits in `pending` (drawn from a copy with it added, folded in once the rows
-below it finish). Nothing folded depends on the sweep's best or baseline (gains are against each
-run's own best_before; the parts read the best when drawn), so a keep folds in like any finish. A
-history read again in full (a flipped verdict, a row gone), an open row that went away or another
-direction make a new fold from the whole history (`build`). Either way the parts equal what the
-whole-sweep functions compute from the same rows (tests/test_sweep_fold.py).
+(agent.analysis.insights_fold, agent.analysis.evidence.EvidenceFold, plot.PlotFold, the Rollup of
+counts and training time) and which rows are still open. `advance` takes the next SweepHistory: the
+rows that finished since are folded into a copy (the previous fold is left as it was) in id order;
+one that finished while a lower id is still open waits in `pending` (drawn from a copy with it
+added, folded in once the rows below it finish). Nothing folded depends on the sweep's best or
+baseline (gains are against each run's own best_before; the parts read the best when drawn), so a
+keep folds in like any finish. A history read again in full (a flipped verdict, a row gone), an
+open row that went away or another direction make a new fold from the whole history (`build`).
+Either way the parts equal what the whole-sweep functions compute from the same rows
+(tests/test_sweep_fold.py).
 """
 
 from __future__ import annotations
 
 import bisect
 import functools
+from collections import Counter
 from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, TypeVar
 
 from agent.analysis.evidence import EvidenceFold, SweepEvidence
 from agent.analysis.insights import Insights
 from agent.analysis.insights_fold import DigestFold
-from agent.core.domain import Experiment, ExperimentStatus, Run, RunStatus, Sweep, utcnow
+from agent.core.domain import (
+    RAN_STATUSES,
+    Experiment,
+    ExperimentStatus,
+    Run,
+    RunStatus,
+    Sweep,
+    utcnow,
+)
 
 from .history import SweepHistory
 from .plot_data import PlotFold
-from .rollup import Rollup
 
 S = ExperimentStatus
+
+
+# --- a sweep's counts and training time, summed or kept as running state ----------------------
+RUNS = RAN_STATUSES
+
+
+@dataclass
+class Rollup:
+    """Counts and time used by one sweep."""
+
+    counts: Counter[str] = field(default_factory=Counter)
+    train_s: float = 0.0
+
+    @property
+    def runs(self) -> int:
+        return sum(self.counts[s.value] for s in RUNS)
+
+    @property
+    def crashed(self) -> int:
+        return self.counts[S.CRASHED.value] + self.counts[S.TIMEOUT.value]
+
+    @property
+    def kept_changes(self) -> int:
+        """Kept changes: the baseline (always kept, once it ran) left out."""
+        return max(0, self.counts[S.KEPT.value] - 1)
+
+    @property
+    def keep_rate(self) -> float | None:
+        # The baseline is always kept; it is not an idea, so leave it out of the rate.
+        tried = self.runs - 1
+        return (self.counts[S.KEPT.value] - 1) / tried if tried > 0 else None
+
+    @property
+    def gpu_hours(self) -> float:
+        return self.train_s / 3600
+
+    def add(
+        self, status: str, started: datetime | None, ended: datetime | None, now: datetime
+    ) -> None:
+        self.counts[status] += 1
+        if started is not None and (ended is not None or status == S.RUNNING.value):
+            self.train_s += max(0.0, ((ended or now) - started).total_seconds())
+
+
+# --- the fold ---------------------------------------------------------------------------------
 Row = TypeVar("Row", Experiment, Run)
 
 

@@ -2,7 +2,7 @@
 progress plot (api.dashboard.plot's SVG) inlined, no script, no link to anything outside the
 page, so the file opens anywhere (a mail, an artefact store, an offline laptop).
 
-Renders agent.analysis.morning_model's Report, the model `overnight report --format md` writes
+Renders agent.analysis.morning's Report, the model `overnight report --format md` writes
 as Markdown. Pure apart from reading this package's template and stylesheet.
 """
 
@@ -14,9 +14,18 @@ from pathlib import Path
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from markupsafe import Markup
 
-from agent.analysis.morning_md import counts_line, hours, metric, pm, set_aside, signed, span
-from agent.analysis.morning_model import Report
-from agent.analysis.morning_scale import VERDICT_WORDS, relative
+from agent.analysis.morning import Report
+from agent.analysis.morning_md import (
+    VERDICT_WORDS,
+    counts_line,
+    hours,
+    metric,
+    pm,
+    relative,
+    set_aside,
+    signed,
+    span,
+)
 
 from .plot import draw_progress
 from .plot_data import PlotFold

@@ -27,11 +27,20 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from agent.core.domain import stopped_text, utcnow
 from agent.core.errors import NotFoundError
 from agent.ops.service import holdout_key, read_log
-from api.deps import TOKEN_COOKIE, ServicesDep, safe_next, token_matches
+from api.deps import (
+    TOKEN_COOKIE,
+    LoginRequired,
+    PageAuth,
+    ReadAuth,
+    ReadsDep,
+    ServiceDep,
+    ServicesDep,
+    safe_next,
+    token_matches,
+)
 from api.docs import MAX_ID, ExperimentId
 
 from . import views
-from ._deps import LoginRequired, PageAuth, ReadAuth, ReadsDep, ServiceDep
 from .window import parse_window
 
 logger = logging.getLogger(__name__)

@@ -3,22 +3,32 @@
 A sweep page's whole-sweep parts (counts, plot, evidence, digest) come from its experiments'
 plot fields and diffs and its runs' metrics (history.py: after a finish it reads only the rows
 that changed), kept as running state that a finish adds to (fold.py) and cached under the
-sweep's version (cache.py) so a page view between two finishes derives none of it; the table
+sweep's version (SweepCache) so a page view between two finishes derives none of it; the table
 is one keyset page (`before`/`after` cursors, PAGE_SIZE rows), the kept stack the latest
 KEPT_SHOWN keeps, the live panel the running rows. The overview and experiment pages read
 counts and index lookups, not sweeps. No HTML here (templates do).
+
+The cache: the plot, counts, evidence and digest of a sweep read every experiment (the digest
+every diff): ~1 s at 10,000 experiments, while the table, kept stack and live panel read a page
+each. Those derived parts depend on the sweep's finished work (queued and running rows are not
+drawn, and the page reads their counts and times afresh): `Store.sweep_version` changes
+whenever an experiment or run finishes, so a value cached under it (and the sweep's best, which
+the page also shows) is the value the page would compute now. Entries are keyed weakly by the
+store (a store that goes away takes its entries with it).
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import threading
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+from weakref import WeakKeyDictionary
 
 from markupsafe import Markup
 
@@ -33,13 +43,49 @@ from db.reads import Reads
 from runner.summary import parse_progress
 
 from .band import band_svg, incumbent_runs
-from .cache import SweepCache
-from .fold import SweepFold, advance, fold_key
+from .fold import RUNS, Rollup, SweepFold, advance, fold_key
 from .history import HistoryCache, SweepHistory
 from .plot import draw_progress, loss_svg
-from .rollup import RUNS, Rollup
 from .window import TimeWindow
 
+# --- what a sweep page derives from the whole sweep, cached per store under its version -------
+T = TypeVar("T")
+PER_STORE = 16  # sweeps remembered per store
+
+
+class SweepCache:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._by_store: WeakKeyDictionary[Any, dict[int, tuple[Hashable, Any]]] = (
+            WeakKeyDictionary())
+
+    def get(self, store: Any, sweep_id: int, version: Hashable, make: Callable[[], T]) -> T:
+        """The value cached for the sweep at `version`, else `make()` (then cached)."""
+        hit = self.peek(store, sweep_id, version)
+        return hit if hit is not None else self.put(store, sweep_id, version, make())
+
+    def peek(self, store: Any, sweep_id: int, version: Hashable) -> Any | None:
+        """The value cached for the sweep at `version`, or None."""
+        with self._lock:
+            hit = self._by_store.setdefault(store, {}).get(sweep_id)
+        return hit[1] if hit is not None and hit[0] == version else None
+
+    def latest(self, store: Any, sweep_id: int) -> tuple[Hashable, Any] | None:
+        """(version, value) last cached for the sweep, whatever its version."""
+        with self._lock:
+            return self._by_store.setdefault(store, {}).get(sweep_id)
+
+    def put(self, store: Any, sweep_id: int, version: Hashable, value: T) -> T:
+        with self._lock:
+            entries = self._by_store.setdefault(store, {})
+            entries.pop(sweep_id, None)
+            entries[sweep_id] = (version, value)
+            while len(entries) > PER_STORE:
+                entries.pop(next(iter(entries)))
+        return value
+
+
+# --- the pages --------------------------------------------------------------------------------
 logger = logging.getLogger(__name__)
 S = ExperimentStatus
 PAGE_SIZE = 50

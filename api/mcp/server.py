@@ -3,7 +3,7 @@
 `build_server(tools)` registers every tool as an async function that runs the blocking
 store/git work in a worker thread, so a long `wait_for_experiment` never stalls the event
 loop (it polls the database with async sleeps). `overnight mcp` serves it over stdio
-(overnight.mcp_stdio); the HTTP service mounts the same server under /mcp (api.mcp.http).
+(overnight.cli_service); the HTTP service mounts the same server under /mcp (api.mcp.http).
 """
 
 from __future__ import annotations

@@ -424,3 +424,28 @@ def test_five_rejected_proposals_in_a_row_end_the_sweep(store, target, make_loop
     # and the last row says what ended the sweep
     assert exps[-1].reason == ("5 proposals in a row were refused: the proposer counts as out "
                                "of ideas") and exps[-1].proposer == "scripted"
+
+
+def test_a_discard_the_rule_gives_no_value_is_recorded_without_one(store, target, make_loop,
+                                                                   monkeypatch):
+    """A change never compared at one speed (the machine moved under every pair: made here by
+    the rule's own unjudged verdict, as a busy machine makes it) has no value on any screen: not
+    the last run's printed metric."""
+    from dataclasses import replace
+
+    import agent.engine.loop as loop_module
+    from agent.rules.decide import decide
+
+    def unsteady(ev, rule):  # type: ignore[no-untyped-def]
+        v = decide(ev, rule)
+        if ev.is_baseline or v.status is None:
+            return v
+        return replace(v, status=ExperimentStatus.DISCARDED, keep=False, metric=None, p_value=None,
+                       reason="not judged: the machine's speed kept changing around its runs")
+
+    monkeypatch.setattr(loop_module, "decide", unsteady)
+    sweep = start(store, target)
+    run_sweep(make_loop(target, Scripted([("lr 0.02", "LR = 0.01", "LR = 0.02")])), sweep.name)
+    change = store.list_experiments(sweep.id)[-1]
+    assert change.status is ExperimentStatus.DISCARDED and change.reason.startswith("not judged")
+    assert change.metric is None and change.delta is None

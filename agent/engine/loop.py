@@ -363,8 +363,9 @@ class Loop:
         assert verdict.status is not None
         raw = result.summary.get(sweep.config.metric)
         metric = verdict.metric
-        if metric is None and isinstance(raw, int | float):  # a crash's own printed metric
-            metric = float(raw)
+        if metric is None and verdict.status in (ExperimentStatus.CRASHED, ExperimentStatus.TIMEOUT
+                                                 ) and isinstance(raw, int | float):
+            metric = float(raw)  # a crash's own printed metric (a discard with none has none)
         best = None if exp.is_baseline else self.store.get_sweep(sweep.name).best_metric
         finish = Finish(
             verdict.status,

@@ -12,6 +12,7 @@ as its best and baseline), so the improvement is the sweep's baseline less its b
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 import threading
@@ -30,7 +31,7 @@ from agent.core.domain import (
     Sweep,
 )
 from agent.rules import fdr
-from agent.rules.conditions import GOOD, recorded_best
+from agent.rules.conditions import GOOD, recorded_best, runs_tolerance
 from agent.rules.decide import share
 from agent.rules.noise import group_squares, mean, pooled_of, t_sf
 
@@ -212,7 +213,7 @@ class EvidenceFold:
                                 1.0 if sweep.direction is Direction.MINIMIZE else -1.0,
                                 self._carried(sigma, df, open_experiments, sweep),
                                 self.marked, self.commit_of, self.tests, df,
-                                Recorded.of(sweep, self.good.get(0, []), baseline))
+                                self._recorded(sweep, baseline))
             self.last, self.changed = per, set()
         order = sorted(self.ledger, key=lambda t: (t[2] is None, str(t[2]), t[3]))
         level = fdr.level([(p, k) for p, k, _, _ in order], config.fdr) * last_share(config)
@@ -220,6 +221,16 @@ class EvidenceFold:
         seen, fast = self.speeds
         return replace(ev, load_checked=bool(fast) if seen else None, load_shifts=sum(
             1 for e in ev.experiments.values() if e.suspect or e.pairs))
+
+    def _recorded(self, sweep: Sweep, baseline: tuple[int, str] | None) -> Recorded:
+        """The record of the best, the last one while no good run came and the sweep's best
+        and baseline are the same (its per-commit values are worked out once)."""
+        good = self.good.get(0, [])
+        last = self.last.recorded if self.last is not None else None
+        if last is not None and len(last.good) == len(good) and last.key == Recorded.key_of(
+                sweep) and last.base_commit == (baseline[1] if baseline else ""):
+            return last
+        return Recorded.of(sweep, tuple(good), baseline)
 
     def _pooled(self) -> tuple[float | None, int]:
         """pooled_sigma of the runs per commit, each group's squares worked out once per
@@ -305,7 +316,29 @@ class Recorded:
         return (self.best_commit or None, self.best, self.base)
 
     def value(self, commit: str) -> tuple[float | None, int]:
-        return recorded_value(self.good, commit)
+        """recorded_value(self.good, commit), each commit worked out once: a page of a sweep
+        with hundreds of keeps asks for each (the tolerance and the grouping are the sweep's)."""
+        if not commit:
+            return None, 0
+        if commit not in self._values:
+            value, _, off = recorded_best(self._by_commit.get(commit, ()), commit, self._tolerance)
+            self._values[commit] = value, sum(not o for o in off)
+        return self._values[commit]
+
+    @functools.cached_property
+    def _tolerance(self) -> float:
+        return runs_tolerance(self.good)
+
+    @functools.cached_property
+    def _by_commit(self) -> dict[str, list[Run]]:
+        out: dict[str, list[Run]] = {}
+        for r in self.good:
+            out.setdefault(r.commit or "", []).append(r)
+        return out
+
+    @functools.cached_property
+    def _values(self) -> dict[str, tuple[float | None, int]]:
+        return {}
 
 
 def recorded_value(runs: Sequence[Run], commit: str | None) -> tuple[float | None, int]:

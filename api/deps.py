@@ -34,7 +34,7 @@ from agent.core.domain import Sweep
 from agent.core.ports import Proposer, Repo
 from agent.engine.recovery import DatabaseLock, RecoveryReport
 from agent.engine.scheduler import SchedulerSettings, SlotScheduler
-from agent.engine.writes import Writes
+from agent.engine.writes import DiskSpaceWatch
 from agent.ops.retention import RetentionPolicy
 from agent.ops.service import Service
 from api.settings import Settings
@@ -95,7 +95,7 @@ class Runtime(Protocol):
     service: Service
     scheduler: SlotScheduler | None
     recovery: RecoveryReport | None
-    writes: Writes  # whether writes fail for lack of space (/health, the 503s)
+    disk_space: DiskSpaceWatch  # whether writes fail for lack of space (/health, the 503s)
 
     def repo_for(self, sweep: Sweep) -> Repo: ...
 

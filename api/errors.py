@@ -63,10 +63,10 @@ def _plain_handler(status: int, code: str) -> Any:
 
 def _no_space(request: Request, exc: Exception) -> JSONResponse:
     """503 for a write that failed for lack of space; /health says so too (the engine's
-    Writes state, which also probes for the space coming back)."""
+    DiskSpaceWatch, which also probes for the space coming back)."""
     services = getattr(request.app.state, "services", None)
     if services is not None:
-        services.runtime.writes.failed(exc, f"{request.method} {request.url.path}")
+        services.runtime.disk_space.note_failure(exc, f"{request.method} {request.url.path}")
     return _json(503, "no_space", f"{exc}; nothing was changed: try again once space is freed "
                  "(the service goes on by itself)")
 

@@ -33,7 +33,7 @@ from agent.analysis.confirm import DEFAULT_SEEDS as CONFIRM_SEEDS
 from agent.core.config import load_config
 from agent.core.domain import Sweep
 from agent.core.errors import INTERRUPT_PREFIX, Interrupted, OvernightError
-from agent.engine.interrupts import deliver
+from agent.engine.interrupts import raise_when_safe
 from agent.ops.track import OFF
 from db.location import DbLocation
 from db.reads import Reads
@@ -298,10 +298,10 @@ def interrupt_handlers() -> dict[int, Any]:
         return {}
 
     def on_int(_signum: int, _frame: Any) -> None:
-        deliver(KeyboardInterrupt())
+        raise_when_safe(KeyboardInterrupt())
 
     def on_term(_signum: int, _frame: Any) -> None:
-        deliver(Interrupted("SIGTERM"))
+        raise_when_safe(Interrupted("SIGTERM"))
 
     return {signal.SIGINT: signal.signal(signal.SIGINT, on_int),
             signal.SIGTERM: signal.signal(signal.SIGTERM, on_term)}
@@ -435,7 +435,7 @@ def _drive(rt: Runtime, sweep: Sweep, target: Path, settings: SchedulerSettings,
 
     engine = SlotScheduler(rt.store, settings, rt.loop_factory(
         settings, on_event=on_event if hear else None, proposer_kwargs=proposer_kwargs),
-        writes=rt.writes)
+        disk_space=rt.disk_space)
     since = utcnow()
     try:
         if quiet or isinstance(view, LineLog):

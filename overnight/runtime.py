@@ -29,7 +29,7 @@ from agent.engine.devices import slot_env
 from agent.engine.loop import Loop
 from agent.engine.recovery import DatabaseLock, InstanceLockError, RecoveryReport, recover
 from agent.engine.scheduler import SchedulerSettings, SlotScheduler
-from agent.engine.writes import Writes, check_folder
+from agent.engine.writes import DiskSpaceWatch, probe_folder
 from agent.executors.local import SubprocessRunner
 from agent.executors.ray import RayExecutor, RaySettings
 from agent.executors.slurm import SlurmExecutor, SlurmSettings
@@ -100,8 +100,8 @@ class Runtime:
         self.service = Service(self.store, self.repo_for, stop_running=self.stop_running)
         # Whether writes fail for lack of space, probed by a write to the database and one to
         # the work dir (logs, worktrees): the engine's pause, and what /health reports.
-        self.writes = Writes(probes=(self.store.check_writes,
-                                     lambda: check_folder(self.work_dir)))
+        self.disk_space = DiskSpaceWatch(probes=(self.store.check_writes,
+                                                 lambda: probe_folder(self.work_dir)))
         self.lock: DatabaseLock | None = None
         self.recovery: RecoveryReport | None = None
         self.scheduler: SlotScheduler | None = None
@@ -210,7 +210,7 @@ class Runtime:
                                     on_event=on_event)
             proposer = self.make_proposer(sweep.proposer, sweep.seed, **(proposer_kwargs or {}))
             return Loop(self.store, self.repo_for(sweep), runner, loop_settings,
-                        proposer=proposer, on_event=on_event, writes=self.writes)
+                        proposer=proposer, on_event=on_event, disk_space=self.disk_space)
 
         return make
 
@@ -257,11 +257,11 @@ class Runtime:
                             self.mirror.on_event if self.mirror else None)
         self.scheduler = SlotScheduler(self.store, settings,
                                        self.loop_factory(settings, on_event=on_event),
-                                       writes=self.writes)
+                                       disk_space=self.disk_space)
         try:
             self.recover(settings)
         except Exception as exc:
-            if not self.writes.failed(exc, "restart recovery"):
+            if not self.disk_space.note_failure(exc, "restart recovery"):
                 raise
             self.scheduler.start_when_writable(lambda: self.recover(settings))
             return self.scheduler

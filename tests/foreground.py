@@ -15,7 +15,7 @@ def run_sweep(loop: Any, name: str, settings: SchedulerSettings | None = None) -
     disk: a claim must not wait in the pick)."""
     store = getattr(loop.store, "inner", loop.store)
     engine = SlotScheduler(store, settings or SchedulerSettings(), lambda _s, _n: loop,
-                           writes=loop.writes)
+                           disk_space=loop.disk_space)
     engine.run_burst([name])
     done: Sweep = loop.store.get_sweep(name)
     return done

@@ -1,5 +1,5 @@
 """A lack of space: how it is recognised (a real full SQLite database, errno, git's words) and
-the engine's Writes state (agent.engine.writes): held writes, best-effort ones, the probes."""
+the engine's DiskSpaceWatch (agent.engine.writes): held writes, best-effort ones, the probes."""
 
 from __future__ import annotations
 
@@ -17,7 +17,12 @@ from agent.core.config import TargetConfig
 from agent.core.domain import ExperimentStatus, Proposal
 from agent.core.errors import ConflictError, OutOfSpaceError, StoreError, is_out_of_space
 from agent.core.ports import SweepSpec
-from agent.engine.writes import Writes, check_folder, space_checking_runner, space_waiting_store
+from agent.engine.writes import (
+    DiskSpaceWatch,
+    probe_folder,
+    space_checking_runner,
+    space_waiting_store,
+)
 from agent.executors.local import SubprocessRunner
 from agent.git.repo import GitError
 from db.engine import open_database
@@ -95,47 +100,48 @@ def test_a_held_write_waits_out_the_lack_of_space(caplog: pytest.LogCaptureFixtu
         if probe_full[0]:
             raise FULL
 
-    writes = Writes(probes=[probe], first_wait_s=0.01, max_wait_s=0.02)
+    disk_space = DiskSpaceWatch(probes=[probe], first_wait_s=0.01, max_wait_s=0.02)
     seen: list[object] = []
     with caplog.at_level(logging.INFO, logger="agent.engine.writes"):
-        assert writes.retry_while_disk_full(
-            lambda: (seen.append(writes.failing), write())[1], "a run's end") == 7
+        assert disk_space.retry_while_disk_full(
+            lambda: (seen.append(disk_space.failing), write())[1], "a run's end") == 7
         assert len(tries) == 3 and seen[1] is not None  # failing while it waited
-        assert writes.failing is not None  # the probe still fails
-        assert not writes.probe_when_due(force=True)
+        assert disk_space.failing is not None  # the probe still fails
+        assert not disk_space.probe_when_due(force=True)
         probe_full[0] = False
-        assert writes.probe_when_due(force=True) and writes.failing is None
+        assert disk_space.probe_when_due(force=True) and disk_space.failing is None
     assert "writes fail for lack of space (a run's end" in caplog.text
     assert "writes succeed again" in caplog.text
 
 
 def test_other_errors_pass_at_once_and_a_stop_ends_the_wait() -> None:
-    writes = Writes(first_wait_s=0.01, max_wait_s=0.05)
+    disk_space = DiskSpaceWatch(first_wait_s=0.01, max_wait_s=0.05)
     with pytest.raises(ConflictError):
-        writes.retry_while_disk_full(lambda: (_ for _ in ()).throw(ConflictError("finished")))
-    assert writes.failing is None
+        disk_space.retry_while_disk_full(
+            lambda: (_ for _ in ()).throw(ConflictError("finished")))
+    assert disk_space.failing is None
     failed: list[BaseException] = []
 
     def hold_forever() -> None:
         try:
-            writes.retry_while_disk_full(lambda: (_ for _ in ()).throw(FULL))
+            disk_space.retry_while_disk_full(lambda: (_ for _ in ()).throw(FULL))
         except OSError as exc:
             failed.append(exc)
 
     t = threading.Thread(target=hold_forever)
     t.start()
-    while writes.failing is None:  # wait on state: it entered the wait
+    while disk_space.failing is None:  # wait on state: it entered the wait
         t.join(0.01)
-    writes.stop()
+    disk_space.stop()
     t.join(60)
     assert not t.is_alive() and failed == [FULL]
 
 
 def test_best_effort_writes_fail_at_once_and_are_noted() -> None:
-    writes = Writes(first_wait_s=10.0)
-    with writes.best_effort(), pytest.raises(OSError):
-        writes.retry_while_disk_full(lambda: (_ for _ in ()).throw(FULL), "a loss point")
-    assert writes.failing is not None and "a loss point" in writes.failing.reason
+    disk_space = DiskSpaceWatch(first_wait_s=10.0)
+    with disk_space.best_effort(), pytest.raises(OSError):
+        disk_space.retry_while_disk_full(lambda: (_ for _ in ()).throw(FULL), "a loss point")
+    assert disk_space.failing is not None and "a loss point" in disk_space.failing.reason
 
 
 def test_the_engines_store_holds_every_call(tmp_path: Path) -> None:
@@ -143,14 +149,14 @@ def test_the_engines_store_holds_every_call(tmp_path: Path) -> None:
     wrapped store's errors other than a lack of space pass as they are."""
     store, cap = _capped_store(tmp_path)
     sweep = store.create_sweep(_spec())
-    writes = Writes(first_wait_s=0.01, max_wait_s=0.05)
-    held = space_waiting_store(store, writes)
+    disk_space = DiskSpaceWatch(first_wait_s=0.01, max_wait_s=0.05)
+    held = space_waiting_store(store, disk_space)
     cap[0] = 1
     done: list[object] = []
     t = threading.Thread(target=lambda: done.append(held.add_experiment(
         sweep.id, Proposal("a change " + "x" * 20000, "diff " * 20000, "queue"))))
     t.start()
-    while writes.failing is None:
+    while disk_space.failing is None:
         t.join(0.01)
     assert t.is_alive() and store.count_experiments(sweep.id) == 0
     cap[0] = 0
@@ -170,8 +176,8 @@ def test_a_run_that_failed_while_writes_fail_is_an_interruption(tmp_path: Path) 
         if full[0]:
             raise FULL
 
-    writes = Writes(probes=[probe])
-    runner = space_checking_runner(SubprocessRunner(grace_s=1.0), writes)
+    disk_space = DiskSpaceWatch(probes=[probe])
+    runner = space_checking_runner(SubprocessRunner(grace_s=1.0), disk_space)
     argv = [sys.executable, "-c", "raise SystemExit(1)"]
 
     def run() -> object:
@@ -179,15 +185,15 @@ def test_a_run_that_failed_while_writes_fail_is_an_interruption(tmp_path: Path) 
 
     with pytest.raises(OutOfSpaceError):
         run()
-    assert writes.failing is not None
+    assert disk_space.failing is not None
     full[0] = False
-    assert writes.probe_when_due(force=True)
+    assert disk_space.probe_when_due(force=True)
     result = run()
     assert result.exit_code == 1  # type: ignore[attr-defined]
 
 
 def test_the_folder_probe_leaves_nothing(tmp_path: Path) -> None:
-    check_folder(tmp_path / "work")
+    probe_folder(tmp_path / "work")
     assert list((tmp_path / "work").iterdir()) == []
 
 
@@ -246,14 +252,15 @@ def test_an_error_that_does_not_say_why_counts_when_the_probes_find_no_space() -
         if full[0]:
             raise FULL
 
-    writes = Writes(probes=[probe])
+    disk_space = DiskSpaceWatch(probes=[probe])
     vague = GitError("git worktree: error: unable to write file train.py")
-    assert not writes.failed(vague) and not probes
-    assert not writes.failed(vague, probe=True) and writes.failing is None
+    assert not disk_space.note_failure(vague) and not probes
+    assert not disk_space.note_failure(vague, probe=True) and disk_space.failing is None
     full[0] = True
-    assert not writes.failed(ConflictError("already kept"), probe=True) and len(probes) == 1
-    assert writes.failed(vague, "adding a worktree", probe=True)
-    assert writes.failing is not None and "adding a worktree" in writes.failing.reason
+    assert not disk_space.note_failure(ConflictError("already kept"), probe=True)
+    assert len(probes) == 1
+    assert disk_space.note_failure(vague, "adding a worktree", probe=True)
+    assert disk_space.failing is not None and "adding a worktree" in disk_space.failing.reason
 
 
 def test_a_foreground_run_waits_out_a_full_disk_and_finishes(tmp_path: Path) -> None:
@@ -286,14 +293,14 @@ def test_a_foreground_run_waits_out_a_full_disk_and_finishes(tmp_path: Path) -> 
             settings = SchedulerSettings(poll_interval_s=0.05,
                                          extra_env={"FAKE_RUN_LOG": str(runs_file)})
             engine = SlotScheduler(rt.store, settings, rt.loop_factory(settings),
-                                   writes=rt.writes)
+                                   disk_space=rt.disk_space)
             night = threading.Thread(target=engine.run_burst, args=(["f"],))
             os.environ["FAKE_RUN_LOG"] = str(runs_file)  # pass_env reads it from here
             night.start()
             while not any(e == 3 for e, _ in read_run_log(runs_file)):  # K1's run started
                 night.join(0.02)
             filler = fill(disk)
-            while rt.writes.failing is None:  # wait on state: the engine noticed
+            while rt.disk_space.failing is None:  # wait on state: the engine noticed
                 assert night.is_alive()
                 night.join(0.05)
             assert night.is_alive() and rt.store.get_sweep("f").status.value == "running"
@@ -301,7 +308,7 @@ def test_a_foreground_run_waits_out_a_full_disk_and_finishes(tmp_path: Path) -> 
             night.join(600)
             assert not night.is_alive()
             exps = rt.store.list_experiments(sweep.id)
-            assert rt.writes.failing is None
+            assert rt.disk_space.failing is None
             assert all(e.status.is_finished() for e in exps), [(e.id, e.status) for e in exps]
             follow = {e.retry_of for e in exps if e.retry_of}
             assert all(e.id in follow for e in exps if e.status is ExperimentStatus.INTERRUPTED)

@@ -43,7 +43,7 @@ from agent.engine.gather import earlier_tests, gather, sample, write_run_statuse
 from agent.engine.incumbent import Incumbent, decision_lock
 from agent.engine.recovery import baseline_pause_reason, requeue_once
 from agent.engine.salvage import training_finished
-from agent.engine.writes import Writes, space_checking_runner, space_waiting_store
+from agent.engine.writes import DiskSpaceWatch, space_checking_runner, space_waiting_store
 from agent.git.repo import hash_worktree_files
 from agent.ops.admission import admit, queue, reject
 from agent.ops.sweeps import link_assets, proposal_context
@@ -86,17 +86,17 @@ class Loop:
         settings: LoopSettings,
         proposer: Proposer | None = None,
         on_event: EventFn | None = None,
-        writes: Writes | None = None,
+        disk_space: DiskSpaceWatch | None = None,
     ) -> None:
         # A lack of space is waited out, not judged (agent.engine.writes): the loop's store
         # retries each call through it, and its runs never wait on the disk.
-        self.writes = writes or Writes()
-        store = space_waiting_store(store, self.writes)
+        self.disk_space = disk_space or DiskSpaceWatch()
+        store = space_waiting_store(store, self.disk_space)
         self.store, self.repo, self.runner = store, repo, runner
         self.settings, self.proposer = settings, proposer
         self.on_event = on_event
-        self.training = TrainingRuns(store, space_checking_runner(runner, self.writes), settings,
-                                     self.emit)
+        self.training = TrainingRuns(store, space_checking_runner(runner, self.disk_space),
+                                     settings, self.emit)
         self.incumbent = Incumbent(store, repo, settings, self.training)
         self._stops: dict[int, threading.Event] = {}
         self._lock = threading.Lock()
@@ -179,8 +179,8 @@ class Loop:
         except WorkerLostError as exc:
             return self._interrupt_and_requeue(exp, f"{LOST_PREFIX}{exc}")
         except BaseException as exc:
-            if not self.writes.stopped and self.writes.failed(exc, f"experiment {exp.id}",
-                                                              probe=True):
+            if not self.disk_space.stopped and self.disk_space.note_failure(
+                    exc, f"experiment {exp.id}", probe=True):
                 return self._interrupt_and_requeue(exp, f"{NO_SPACE_PREFIX}{exc}")
             self._record_failure(exp, exc)
             raise
@@ -390,7 +390,7 @@ class Loop:
         # incumbent), which its later runs move; the verdict's value stays on the experiment
         self.incumbent.record_best(sweep, commit)
         if not exp.is_baseline:
-            self.writes.retry_while_disk_full(
+            self.disk_space.retry_while_disk_full(
                 lambda: self.repo.advance_branch(sweep.branch, commit, head), "moving the branch")
         return done
 

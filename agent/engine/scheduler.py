@@ -39,7 +39,7 @@ from agent.engine.claims import (
 from agent.engine.devices import DeviceWatch
 from agent.engine.recovery import SHUTDOWN_REASON
 from agent.engine.timed_starts import TimedStarts
-from agent.engine.writes import Writes
+from agent.engine.writes import DiskSpaceWatch
 from agent.rules.classify import is_device_failure
 from agent.rules.gate import Gate, GateKind, SweepFacts, gate
 
@@ -94,12 +94,12 @@ class SlotScheduler:
     """N slots; each runs one experiment at a time, taking queued work first, then proposals."""
 
     def __init__(self, store: Store, settings: SchedulerSettings, loop_factory: LoopFactory,
-                 clock: Clock | None = None, writes: Writes | None = None) -> None:
+                 clock: Clock | None = None, disk_space: DiskSpaceWatch | None = None) -> None:
         self.store, self.settings, self.loop_factory = store, settings, loop_factory
         self.clock: Clock = clock or SystemClock()
         # Whether writes fail for lack of space (shared with the loops): while they do, no
         # slot starts anything, and none of it pauses a sweep (agent.engine.writes).
-        self.writes = writes or Writes()
+        self.disk_space = disk_space or DiskSpaceWatch()
         self._pick_lock = threading.Lock()
         self._state_lock = threading.Lock()
         self._loops: dict[tuple[int, int], Any] = {}
@@ -111,7 +111,7 @@ class SlotScheduler:
         self._wake = threading.Condition()
         self._threads: list[threading.Thread] = []
         self.timed_starts = TimedStarts(store, self.wake,
-                                        retry_write=self.writes.retry_while_disk_full)
+                                        retry_write=self.disk_space.retry_while_disk_full)
         self.devices = DeviceWatch(settings.devices)
         self.retired = self.devices.retired  # slot -> why it was taken out
 
@@ -133,13 +133,13 @@ class SlotScheduler:
 
         def wait() -> None:
             while not self._stopping.is_set():
-                self.writes.wait_writable(self._stopping, self.settings.poll_interval_s)
+                self.disk_space.wait_writable(self._stopping, self.settings.poll_interval_s)
                 if self._stopping.is_set():
                     return
                 try:
                     prepare()
                 except Exception as exc:
-                    if self.writes.failed(exc, "restart recovery"):
+                    if self.disk_space.note_failure(exc, "restart recovery"):
                         continue
                     logger.exception("restart recovery failed; the engine does not start")
                     return
@@ -182,7 +182,7 @@ class SlotScheduler:
         They are re-queued by restart recovery (a clean shutdown is not the proposal's fault).
         """
         self._stopping.set()
-        self.writes.stop()  # a write retried through a full disk gives up: recovery takes over
+        self.disk_space.stop()  # a write retried through a full disk gives up: recovery takes over
         self.wake()
         if self._pick_lock.acquire(timeout=timeout_s):  # let a claim in progress register
             self._pick_lock.release()
@@ -216,26 +216,26 @@ class SlotScheduler:
 
     def _serve_slot(self, slot: int) -> None:
         while not self._stopping.is_set() and slot not in self.retired:
-            self.writes.wait_writable(self._stopping, self.settings.poll_interval_s)
+            self.disk_space.wait_writable(self._stopping, self.settings.poll_interval_s)
             try:
                 if self.run_slot(slot):
                     continue
             except Exception as exc:  # a slot must outlive any one bad pick
-                if not self.writes.failed(exc, f"slot {slot}"):
+                if not self.disk_space.note_failure(exc, f"slot {slot}"):
                     logger.exception("slot %d: picking work failed", slot)
             with self._wake:
                 self._wake.wait(self.settings.poll_interval_s)
 
     def _burst_slot(self, slot: int) -> None:
         while not self._stopping.is_set() and slot not in self.retired:
-            self.writes.wait_writable(self._stopping, self.settings.poll_interval_s)
+            self.disk_space.wait_writable(self._stopping, self.settings.poll_interval_s)
             try:
                 if self.run_slot(slot):
                     continue
             except Exception as exc:
-                if not self.writes.failed(exc, f"slot {slot}"):
+                if not self.disk_space.note_failure(exc, f"slot {slot}"):
                     raise
-            if self.writes.failing is not None:
+            if self.disk_space.failing is not None:
                 continue  # it stopped for the disk, not for want of work
             with self._state_lock:
                 idle = not self._running and not self._proposing
@@ -291,7 +291,7 @@ class SlotScheduler:
         """Run experiments back to back until there is nothing to start; how many ran."""
         done = 0
         while not self._stopping.is_set() and slot not in self.retired:
-            if self.writes.failing is not None:
+            if self.disk_space.failing is not None:
                 break  # the slot's loop waits until writes succeed again
             picked = self.pick(slot)
             if picked is None:
@@ -311,7 +311,7 @@ class SlotScheduler:
             logger.info("experiment %s ended elsewhere: %s", exp.id, exc)
             return
         except Exception as exc:  # the loop recorded the row; do not burn the queue on it
-            if not self.writes.failed(exc, f"experiment {exp.id}"):
+            if not self.disk_space.note_failure(exc, f"experiment {exp.id}"):
                 logger.exception("slot %d: experiment %s failed unexpectedly", slot, exp.id)
             self._pause_sweep(sweep, f"experiment {exp.id} failed unexpectedly: {exc}", exc)
             return
@@ -373,7 +373,7 @@ class SlotScheduler:
         try:
             queued = loop.propose(sweep)
         except Exception as exc:  # nothing was queued or claimed
-            if not self.writes.failed(exc, f"sweep {sweep.name}'s proposer"):
+            if not self.disk_space.note_failure(exc, f"sweep {sweep.name}'s proposer"):
                 logger.exception("sweep %s: asking its proposer failed", sweep.name)
             self._pause_sweep(sweep, f"asking its proposer failed: {exc}", exc)
             return None
@@ -441,8 +441,10 @@ class SlotScheduler:
     def _pause_sweep(self, sweep: Sweep, why: str, exc: BaseException) -> None:
         """A sweep that cannot run (target gone, proposer unloadable) waits for its owner
         instead of failing on every tick; resuming it tries again. A lack of space pauses
-        nothing in the database: the engine waits it out (self.writes) and goes on by itself."""
-        if self._stopping.is_set() or self.writes.failed(exc, f"sweep {sweep.name}", probe=True):
+        nothing in the database: the engine waits it out (self.disk_space) and goes on by
+        itself."""
+        if self._stopping.is_set() or self.disk_space.note_failure(exc, f"sweep {sweep.name}",
+                                                                   probe=True):
             return  # a shutdown's side effects (or a full disk) are not the sweep's fault
         logger.error("sweep %s paused: %s; fix the problem, then resume the sweep", sweep.name,
                      why)

@@ -3,7 +3,8 @@
 APScheduler does only what it is for here: the start time is kept on the sweep row, so it
 survives restarts (every paused sweep with a `start_at` gets its job again when the service
 starts), and the job resumes the sweep and wakes the slots, then returns at once (on a full
-disk, once the write succeeds: `retry_write`, the engine's Writes.retry_while_disk_full).
+disk, once the write succeeds: `retry_write`, the engine's
+DiskSpaceWatch.retry_while_disk_full).
 """
 
 from __future__ import annotations

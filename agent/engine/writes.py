@@ -1,8 +1,8 @@
 """Writes that fail for lack of space: the engine pauses and retries them until they succeed.
 
 A full disk (the database's, or the work dir's with the runs' logs and worktrees) is nobody's
-verdict: the engine holds one `Writes` state for it instead of failing the experiment, the sweep
-or the slot. Guaranteed:
+verdict: the engine holds one `DiskSpaceWatch` for it instead of failing the experiment, the
+sweep or the slot. Guaranteed:
 - `retry_while_disk_full(fn)` runs a write the engine must not lose (a run's end, a verdict, a
   keep's branch move, a retry row); while it fails for lack of space it is tried again with
   backoff (the result waits in memory; the run's log and summary are on disk already) until it
@@ -57,7 +57,7 @@ class Failing:
     reason: str
 
 
-def check_folder(folder: Path) -> None:
+def probe_folder(folder: Path) -> None:
     """Write (and delete) PROBE_BYTES in `folder`: OSError (ENOSPC) when it cannot."""
     folder.mkdir(parents=True, exist_ok=True)
     probe = folder / f"{PROBE_NAME}-{os.getpid()}-{threading.get_ident()}"
@@ -72,7 +72,7 @@ def check_folder(folder: Path) -> None:
             probe.unlink()
 
 
-class Writes:
+class DiskSpaceWatch:
     """Whether the engine's writes fail for lack of space, and the waiting that follows."""
 
     def __init__(self, probes: Sequence[Probe] = (), first_wait_s: float = FIRST_WAIT_S,
@@ -100,7 +100,7 @@ class Writes:
         """The engine is stopping: retried writes give up at their next failure."""
         self._stopped.set()
 
-    def failed(self, exc: BaseException, what: str = "", probe: bool = False) -> bool:
+    def note_failure(self, exc: BaseException, what: str = "", probe: bool = False) -> bool:
         """Note a failed write; True when it failed for lack of space (the state is entered).
         With `probe`, an error that does not say why (git's "unable to write file" says no
         more) counts when the probes fail for lack of space now; the service's own errors
@@ -156,7 +156,7 @@ class Writes:
             for probe in self._probes:
                 probe()
         except Exception as exc:  # noqa: BLE001 - a probe may fail in any way
-            return not self.failed(exc, what)
+            return not self.note_failure(exc, what)
         return True
 
     def wait_writable(self, stop: threading.Event, poll_s: float = 1.0) -> None:
@@ -173,7 +173,7 @@ class Writes:
             try:
                 value = fn()
             except Exception as exc:
-                if (not self.failed(exc, what, probe=True) or self._stopped.is_set()
+                if (not self.note_failure(exc, what, probe=True) or self._stopped.is_set()
                         or getattr(self._local, "best_effort", False)):
                     raise
                 logger.debug("holding %s until writes succeed: %s", what, exc)
@@ -197,10 +197,11 @@ class Writes:
 
 
 class _SpaceWaitingStore:
-    """A Store whose every call waits out a lack of space (Writes.retry_while_disk_full)."""
+    """A Store whose every call waits out a lack of space
+    (DiskSpaceWatch.retry_while_disk_full)."""
 
-    def __init__(self, store: Store, writes: Writes) -> None:
-        self.inner, self._writes = store, writes
+    def __init__(self, store: Store, disk_space: DiskSpaceWatch) -> None:
+        self.inner, self._disk_space = store, disk_space
 
     def __getattr__(self, name: str) -> Any:
         value = getattr(self.inner, name)
@@ -208,32 +209,33 @@ class _SpaceWaitingStore:
             return value
 
         def retried(*args: Any, **kwargs: Any) -> Any:
-            return self._writes.retry_while_disk_full(lambda: value(*args, **kwargs), name)
+            return self._disk_space.retry_while_disk_full(lambda: value(*args, **kwargs), name)
 
         return retried
 
 
-def space_waiting_store(store: Store, writes: Writes) -> Store:
+def space_waiting_store(store: Store, disk_space: DiskSpaceWatch) -> Store:
     """`store` with every call retried through a lack of space (reads never fail for it)."""
     if isinstance(store, _SpaceWaitingStore):
         return store
-    return cast(Store, _SpaceWaitingStore(store, writes))
+    return cast(Store, _SpaceWaitingStore(store, disk_space))
 
 
 class _SpaceCheckingRunner:
     """Runs with best-effort writes; a run that failed while writes fail for lack of space
     raises OutOfSpaceError."""
 
-    def __init__(self, runner: Runner, writes: Writes) -> None:
-        self.inner, self._writes = runner, writes
+    def __init__(self, runner: Runner, disk_space: DiskSpaceWatch) -> None:
+        self.inner, self._disk_space = runner, disk_space
 
     def run(self, argv: list[str], **kwargs: Any) -> RunResult:
-        with self._writes.best_effort():
+        with self._disk_space.best_effort():
             result = self.inner.run(argv, **kwargs)
         if result.ok or result.outcome in (Outcome.STOPPED, Outcome.TIMED_OUT):
             return result
         said = says_out_of_space(result.error) or says_out_of_space(result.log_tail)
-        if said or self._writes.failing is not None or not self._writes.probe_now("after a run"):
+        watch = self._disk_space
+        if said or watch.failing is not None or not watch.probe_now("after a run"):
             how = result.error or f"{result.outcome.value}, exit code {result.exit_code}"
             raise OutOfSpaceError(f"the run failed ({how}) while writes failed for lack of "
                                   "space")
@@ -243,5 +245,5 @@ class _SpaceCheckingRunner:
         return getattr(self.inner, name)
 
 
-def space_checking_runner(runner: Runner, writes: Writes) -> Runner:
-    return cast(Runner, _SpaceCheckingRunner(runner, writes))
+def space_checking_runner(runner: Runner, disk_space: DiskSpaceWatch) -> Runner:
+    return cast(Runner, _SpaceCheckingRunner(runner, disk_space))

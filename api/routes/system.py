@@ -25,9 +25,9 @@ def health(services: ServicesDep) -> HealthPublic:
         db = "ok"
     except Exception as exc:  # the point of the route is to say so, not to fail
         db = f"error: {exc.__class__.__name__}"
-    writes = services.runtime.writes
-    writes.probe_when_due()  # while failing, a probe when one is due: current even with no engine
-    failing = writes.failing
+    disk_space = services.runtime.disk_space
+    disk_space.probe_when_due()  # while failing, a probe when due: current even with no engine
+    failing = disk_space.failing
     if db == "ok" and failing is not None:
         db = f"writes fail for lack of space: {failing.reason}"
     sched = services.scheduler

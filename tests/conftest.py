@@ -142,7 +142,12 @@ LONGEST_FIRST = ("test_cli.py", "test_eval_salvage.py", "test_chaos.py", "test_l
                  "test_report.py", "test_early_stop.py", "test_runs.py",
                  "test_dashboard_browser.py", "test_dashboard_walk.py", "test_notify.py",
                  "test_gc.py",
-                 "test_early_stop_after_keep.py", "test_api_hardening.py")
+                 "test_early_stop_after_keep.py", "test_api_hardening.py",
+                 # not long, but left out of the quick tier so that it stays under 5 minutes
+                 "test_confirm.py", "test_llm_robust.py", "test_cli_interrupt.py",
+                 "test_doctor.py", "test_postgres.py", "test_store_pages.py",
+                 "test_llm_proposer.py", "test_adopt_follow.py", "test_finalize.py",
+                 "test_shared_machine.py")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -7,6 +7,7 @@ import math
 import random
 import re
 import sqlite3
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -53,6 +54,26 @@ def test_the_page_renders_small_with_every_kept_point(big: Path) -> None:
     assert len(table_ids(html)) == PAGE_SIZE and f"page 1 of {math.ceil(N / PAGE_SIZE)}" in html
     stack = html.split('<ol class="stack">')[1].split("</ol>")[0]
     assert stack.count("<li>") == KEPT_SHOWN and f"of {len(kept)} kept changes" in html
+
+
+def test_a_fresh_page_works_out_each_commits_value_once(big: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first view folds the whole sweep: a commit's recorded value (its runs in their
+    machine conditions) is worked out once, not once for every experiment that shares it
+    (here all 10,000 do)."""
+    import agent.analysis.evidence as evidence
+
+    calls: list[str] = []
+    real = evidence.recorded_best
+
+    def counted(runs, commit, *args):  # type: ignore[no-untyped-def]
+        calls.append(commit)
+        return real(runs, commit, *args)
+
+    monkeypatch.setattr(evidence, "recorded_best", counted)
+    with TestClient(make_app(big)) as c:
+        c.get("/ui/sweeps/big").raise_for_status()
+    assert calls and len(calls) == len(set(calls)), Counter(calls).most_common(2)
 
 
 def test_cursor_pages_walk_the_table_both_ways(big: Path) -> None:

@@ -298,6 +298,8 @@ class Recorded:
     base: float | None
     best_n: int = 0
     base_n: int = 0
+    _values: dict[str, tuple[float | None, int]] = field(  # per commit, kept by replace()
+        default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def of(cls, sweep: Sweep, good: Sequence[Run], baseline: tuple[int, str] | None
@@ -336,9 +338,6 @@ class Recorded:
             out.setdefault(r.commit or "", []).append(r)
         return out
 
-    @functools.cached_property
-    def _values(self) -> dict[str, tuple[float | None, int]]:
-        return {}
 
 
 def recorded_value(runs: Sequence[Run], commit: str | None) -> tuple[float | None, int]:

@@ -191,7 +191,8 @@ class BudgetNight(Night):
             points.append((f, m + e + rng.gauss(0, w.point_noise)))
         return points, e
 
-    def measure(self, c: Commit, seed: int, pair_of: int | None = None) -> Sample:
+    def measure(self, c: Commit, seed: int, pair_of: int | None = None,
+                beside: Commit | None = None) -> Sample:
         if self.spent >= self.cw.budget:
             raise _Spent
         points, e = self.curve(c)

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field, replace
 
 from agent.core.domain import ExperimentStatus
 from agent.rules.conditions import Sample, best_of
-from agent.rules.decide import Evidence, Rule, decide, incumbent_due
+from agent.rules.decide import Evidence, Rule, Verdict, decide, incumbent_due
 from agent.rules.noise import speed_noise, speed_tolerance, squares
 
 PROPOSALS = 100
@@ -76,6 +76,8 @@ class Tally:
     gains: list[float] = field(default_factory=list)
     biases: list[float] = field(default_factory=list)
     nights: list[tuple[int, int]] = field(default_factory=list)
+    lost: list[tuple[Verdict, int]] = field(default_factory=list)  # ≥ 3σ gains not kept:
+    # the final verdict, and how many of the runs it rested on met a busy phase
 
     def fdr(self) -> float:
         """E[false keeps / max(keeps, 1)] over the nights."""
@@ -126,6 +128,7 @@ class Commit:
     scale: float = 1.0  # its seed noise's σ, in units of the world's
     runs: list[Sample] = field(default_factory=list)
     suspect: list[bool] = field(default_factory=list)  # per run: its status in the store
+    busy: int = 0  # its runs, and incumbent runs beside it, that met a busy phase
     # who it is: id() is reused once a retired commit is freed (two commits then one, and the
     # night's numbers vary with the allocator); replace() keeps it (the same commit)
     key: int = field(default_factory=itertools.count().__next__)
@@ -148,9 +151,12 @@ class Night:
         self.started: list[tuple[str, str | None, float | None]] = []  # commit, device, speed
         self.offset = 0.0  # the slow drift's current offset, in σ
         self.tests: list[tuple[float, bool]] = []  # the night's FDR ledger (p-value, kept)
+        self.verdict: Verdict | None = None  # the latest experiment's final verdict
 
-    def measure(self, c: Commit, seed: int, pair_of: int | None = None) -> Sample:
+    def measure(self, c: Commit, seed: int, pair_of: int | None = None,
+                beside: Commit | None = None) -> Sample:
         shift, factor = self.machine.tick()
+        (beside or c).busy += shift > 0
         if self.world.drift:
             self.offset += self.rng.gauss(0.0, self.world.drift)
         noise = _noise(self.rng, self.world.noise) * c.scale
@@ -184,13 +190,14 @@ class Night:
             verdict = decide(ev, rule)
             c.suspect = list(verdict.suspect)
             if verdict.status is not None:
+                self.verdict = verdict
                 kept = verdict.status is ExperimentStatus.KEPT
                 if verdict.p_value is not None:
                     self.tests.append((verdict.p_value, kept))
                 return kept
             seed = verdict.seed if verdict.seed is not None else rule.seed + len(c.runs)
             if verdict.incumbent:
-                self.head.runs.append(self.measure(self.head, seed, verdict.pair_of))
+                self.head.runs.append(self.measure(self.head, seed, verdict.pair_of, c))
                 self.head.suspect.append(False)
                 self.beside += 1
             else:
@@ -237,7 +244,10 @@ class Night:
             scale *= self.effects.lognormvariate(0.0, self.world.noise_spread)
         change = Commit(self.head.truth + effect, speed, scale)
         kept = self.settle(change, baseline=False)
-        tally.count(effect, -effect >= 3 * self.world.sigma, kept)
+        big = -effect >= 3 * self.world.sigma
+        tally.count(effect, big, kept)
+        if big and not kept and self.verdict is not None:
+            tally.lost.append((self.verdict, change.busy))
         if kept:
             self.retire(self.head)
             self.head = replace(change, runs=list(change.runs), suspect=list(change.suspect))
@@ -273,7 +283,7 @@ def _noise(rng: random.Random, shape: str) -> float:
     """One run's seed noise in σ: normal, Student t with 3 df scaled to unit variance, or
     normal with a loss spike (a worse metric) in 3 % of runs."""
     if shape == "t3":
-        return rng.gauss(0.0, 1.0) / (rng.gammavariate(1.5, 2.0) / 3.0) ** 0.5 / 3 ** 0.5
+        return float(rng.gauss(0.0, 1.0) / (rng.gammavariate(1.5, 2.0) / 3.0) ** 0.5 / 3 ** 0.5)
     if shape == "spikes":
         spike = rng.uniform(3.0, 10.0) if rng.random() < 0.03 else 0.0
         return rng.gauss(0.0, 1.0) + spike

@@ -202,3 +202,27 @@ def test_the_keep_worlds_are_seeded_and_the_held_out_ones_differ(
     assert max(spiky) > 3.0 and sum(v > 3 for v in spiky) < 400
 
 
+
+
+def test_keep_lost_sorts_every_unkept_clear_gain_by_how_it_ended(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    kl = importlib.import_module("keep_lost")
+    kw = importlib.import_module("keep_world")
+    from agent.core.domain import ExperimentStatus
+    from agent.rules.decide import Rule, Verdict
+
+    discard = ExperimentStatus.DISCARDED
+    assert kl.ending(Verdict(discard, "a first run keeps nothing", n=1)) == "first run"
+    assert kl.ending(Verdict(discard, "not better", n=4, p_value=0.01, level=0.002)) == "level"
+    assert kl.ending(Verdict(discard, "not better", n=4, p_value=0.3, level=0.02)) == "weak test"
+    assert kl.ending(Verdict(discard, "not judged: better beside the incumbent", n=4)) == \
+        "not judged"
+    for world, busy in ((kw.World("quiet"), False), (kw.World("busy", shifting=True), True)):
+        tally, rng = kw.Tally(), __import__("random").Random(3)
+        for _ in range(30):
+            kw.Night(Rule(), world, rng).run(tally)
+        assert len(tally.lost) == tally.big - tally.big_keeps > 0  # each unkept one, once
+        assert any(b > 0 for _, b in tally.lost) is busy  # a quiet machine is never busy
+    row = kl.lost_table(kw.World("quiet"), 3, seed=1)
+    assert row.startswith("| quiet |") and row.count("%") == 5

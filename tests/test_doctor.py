@@ -170,3 +170,37 @@ def test_a_value_the_run_prints_differently_is_overridden_somewhere(tmp_path: Pa
     proc = doctor(target(tmp_path, train), "--runs", "1")
     warned = lines_with(proc.stdout, "! effective config")
     assert len(warned) == 1 and "LR (train.py:3 says 0.01, the run printed 0.5)" in warned[0]
+
+
+def test_the_baseline_overhead_is_one_runs_not_the_span_of_all_its_runs(tmp_path: Path):
+    from datetime import UTC, datetime, timedelta
+
+    from test_store_contract import spec
+
+    from agent.core.domain import ExperimentStatus, Finish, Proposal, RunEnd, RunRole, RunSpec
+    from agent.core.domain import RunStatus
+    from db.engine import open_database
+    from db.models import RunRow
+    from db.reads import Reads
+    from db.store import SqlStore
+    from overnight.cli_setup import baseline_checks
+
+    store = SqlStore(open_database(tmp_path / "o.db"))
+    sweep = store.create_sweep(spec())
+    base = store.add_experiment(sweep.id, Proposal("baseline", ""), is_baseline=True)
+    store.claim(base.id)
+    summary = {"val_bpb": 1.0, "training_seconds": 9.0}
+    t0 = datetime(2026, 12, 1, 22, tzinfo=UTC)
+    for i, wall in enumerate((19.0, 20.0, 21.0, 20.0, 20.0)):  # a minute apart, 9 s training
+        run = store.start_run(RunSpec(sweep.id, base.id, "c0", 42 + i, RunRole.BASELINE))
+        store.end_run(run.id, RunEnd(RunStatus.OK, metric=1.0, summary=summary, training_s=9.0))
+        with store.session("dating a run") as s:
+            row = s.get(RunRow, run.id)
+            assert row is not None
+            row.started_at = t0 + timedelta(minutes=i)
+            row.ended_at = row.started_at + timedelta(seconds=wall)
+    store.finish(base.id, Finish(ExperimentStatus.KEPT, metric=1.0, summary=summary,
+                                 run_started_at=t0, run_ended_at=t0 + timedelta(seconds=260)))
+    (overhead,) = [c for c in baseline_checks(Reads(store), store.get_sweep_by_id(sweep.id))
+                   if c.name == "start-up overhead"]
+    assert overhead.detail == "55% of 20.0 s wall time is not training"  # not 97% of 260 s

@@ -17,8 +17,9 @@ the recorded best (recorded − true, in σ).
     .venv/bin/python benchmarks/keep_rule.py --night budget  # a fixed-budget night on curves
 
 `--heldout`: heavy-tailed noise, loss spikes, changes that change the noise, a slow drift the
-throughput does not show, a night of rare small gains, another mix of changes, and rare gains
-with heavy tails on a shifting machine; the targets there are FDR ≤ 20 % and null keeps ≤ 3 %.
+throughput does not show, a night of rare small gains, another mix of changes, rare gains
+with heavy tails on a shifting machine, and a graded load (busy spells of 0.5–5σ whose speed
+moves only 3 % a σ, so the mild ones hide in the speed's noise); the targets there are FDR ≤ 20 % and null keeps ≤ 3 %.
 
 `--night budget` (benchmarks/curve_world.py): every rule gets the same GPU-seconds (100 full
 runs); a run stopped early (agent.rules.prune) costs the share it trained.
@@ -77,6 +78,8 @@ def heldout() -> list[World]:
         World("rare small gains", mix="rare"),
         World("another mix of changes", mix="fresh"),
         World("rare gains, t3, shifting", noise="t3", mix="rare", shifting=True),
+        World("graded load (0.5–5σ, 3 % speed a σ)", shifting=True, load=(0.5, 5.0),
+              speed_per_sigma=0.03),
     ]
 
 

@@ -5,7 +5,7 @@ A world is stationary (every run: truth + N(0, σ)) or shifting: the machine alt
 and busy phases of random length (busy 3–24 runs, i.e. several proposals; quiet spells twice
 as long on average, so a third of the night is busy, or half in the harsh variant); a busy
 phase of
-intensity k ~ U(2, 5) makes every run k·σ worse and its throughput k·`speed_per_sigma`
+intensity k ~ U(`load`), U(2, 5) at the default, makes every run k·σ worse and its throughput k·`speed_per_sigma`
 slower (2–5σ and 10–25 % at the defaults). Throughput = the commit's speed × the machine's
 factor × e^N(0, tp_noise); 30 % of the changes that do something also change the speed
 (×U(0.7, 1.3)), as a change of model size does. The throughput reaches the rule from the
@@ -46,6 +46,7 @@ class World:
     speed_per_sigma: float = 0.05  # throughput lost per σ of a busy phase's metric shift
     speed_changes: float = 0.3  # share of the changes with an effect that change the speed
     busy_share: float = 1 / 3  # of the night's runs, on average
+    load: tuple[float, float] = (2.0, 5.0)  # a busy phase's metric shift in σ: U(low, high)
     # held-out shapes (benchmarks/keep_rule.py --heldout; never tuned against): the seed
     # noise's shape ("normal", "t3": Student t with 3 df scaled to σ, "spikes": normal plus,
     # in 3 % of runs, a loss spike U(3, 10)σ worse), changes that change the noise (each
@@ -101,7 +102,7 @@ class Machine:
         self.world, self.rng = world, rng
         self.busy = rng.random() < world.busy_share
         self.left = self._length()
-        self.k = rng.uniform(2.0, 5.0)
+        self.k = rng.uniform(*world.load)
 
     def _length(self) -> int:
         """A phase's length in runs: busy 3–24; quiet as long on average as busy_share says."""
@@ -113,7 +114,7 @@ class Machine:
         if not self.world.shifting:
             return 0.0, 1.0
         if self.left <= 0:
-            self.busy, self.k = not self.busy, self.rng.uniform(2.0, 5.0)
+            self.busy, self.k = not self.busy, self.rng.uniform(*self.world.load)
             self.left = self._length()
         self.left -= 1
         if not self.busy:

@@ -19,7 +19,8 @@ the recorded best (recorded − true, in σ).
 `--heldout`: heavy-tailed noise, loss spikes, changes that change the noise, a slow drift the
 throughput does not show, a night of rare small gains, another mix of changes, rare gains
 with heavy tails on a shifting machine, and a graded load (busy spells of 0.5–5σ whose speed
-moves only 3 % a σ, so the mild ones hide in the speed's noise); the targets there are FDR ≤ 20 % and null keeps ≤ 3 %.
+moves only 3 % a σ, so the mild ones hide in the speed's noise); the targets there are FDR
+≤ 20 % and null keeps ≤ 3 %.
 
 `--night budget` (benchmarks/curve_world.py): every rule gets the same GPU-seconds (100 full
 runs); a run stopped early (agent.rules.prune) costs the share it trained.

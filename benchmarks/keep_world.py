@@ -4,13 +4,13 @@ load may change, and the loop's order of runs, all decided by the real agent.rul
 A world is stationary (every run: truth + N(0, σ)) or shifting: the machine alternates quiet
 and busy phases of random length (busy 3–24 runs, i.e. several proposals; quiet spells twice
 as long on average, so a third of the night is busy, or half in the harsh variant); a busy
-phase of
-intensity k ~ U(`load`), U(2, 5) at the default, makes every run k·σ worse and its throughput k·`speed_per_sigma`
-slower (2–5σ and 10–25 % at the defaults). Throughput = the commit's speed × the machine's
-factor × e^N(0, tp_noise); 30 % of the changes that do something also change the speed
-(×U(0.7, 1.3)), as a change of model size does. The throughput reaches the rule from the
-summary block, from progress lines (steps per second of the last line: up to 2 s of a 300 s
-budget after it unseen, elapsed printed to 0.1 s) or not at all.
+phase of intensity k ~ U(`load`), U(2, 5) by default, makes every run k·σ worse and its
+throughput k·`speed_per_sigma` slower (2–5σ and 10–25 % at the defaults). Throughput = the
+commit's speed × the machine's factor × e^N(0, tp_noise); 30 % of the changes that do
+something also change the speed (×U(0.7, 1.3)), as a change of model size does. The
+throughput reaches the rule from the summary block, from progress lines (steps per second of
+the last line: up to 2 s of a 300 s budget after it unseen, elapsed printed to 0.1 s) or not
+at all.
 
 The night is driven as agent.loop drives it: each experiment runs until decide() gives a
 verdict; "run the incumbent beside run r" runs the best commit with run r's seed; run

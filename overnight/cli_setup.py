@@ -11,8 +11,8 @@ import shlex
 import shutil
 import sys
 from dataclasses import replace
-from statistics import median
 from pathlib import Path
+from statistics import median
 from typing import Annotated
 
 import typer

@@ -177,8 +177,15 @@ def test_the_baseline_overhead_is_one_runs_not_the_span_of_all_its_runs(tmp_path
 
     from test_store_contract import spec
 
-    from agent.core.domain import ExperimentStatus, Finish, Proposal, RunEnd, RunRole, RunSpec
-    from agent.core.domain import RunStatus
+    from agent.core.domain import (
+        ExperimentStatus,
+        Finish,
+        Proposal,
+        RunEnd,
+        RunRole,
+        RunSpec,
+        RunStatus,
+    )
     from db.engine import open_database
     from db.models import RunRow
     from db.reads import Reads

@@ -81,3 +81,15 @@ def test_a_change_stopped_early_has_no_gain_in_the_digest():
     assert (down.runs, down.stopped) == (1, 1)
     text = render(found)
     assert "down: stopped early over 1 (not measured)" in text and "down +0 " not in text
+
+
+def test_a_free_form_change_is_better_or_worse_than_the_best_in_words_not_a_signed_gain():
+    from agent.analysis.insights import area_insight
+    from agent.analysis.trials import Trial
+    from agent.core.domain import ExperimentStatus
+
+    trial = Trial(12, ExperimentStatus.DISCARDED, "use SwiGLU", (), False, 0.009345, None, 0, {})
+    area = area_insight("architecture", 3, 0, 0, trial)
+    assert area.best == "#12 use SwiGLU (better than the best by 0.009345)"  # not "+0.009345"
+    worse = area_insight("architecture", 3, 0, 0, replace(trial, gain=-0.02))
+    assert worse.best == "#12 use SwiGLU (worse than the best by 0.020000)"

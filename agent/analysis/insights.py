@@ -58,7 +58,7 @@ class AreaInsight:
     runs: int
     kept: int
     crashed: int
-    best: str | None  # the best of them: "#12 use SwiGLU (+0.0031)"
+    best: str | None  # the best of them: "#12 use SwiGLU (better than the best by 0.003100)"
 
 
 @dataclass(frozen=True)
@@ -132,18 +132,21 @@ def _knob(name: str, items: list[Trial], scale: float | None) -> KnobInsight:
 
 def area_insight(category: str, runs: int, kept: int, crashed: int, top: Trial | None
                  ) -> AreaInsight:
-    best = f"#{top.id} {top.description[:60]} ({top.gain:+.4g})" if top and top.gain is not \
-        None else None
+    best = f"#{top.id} {top.description[:60]} ({against_best(top.gain)})" if top and \
+        top.gain is not None else None
     return AreaInsight(category, runs, kept, crashed, best)
+
+
+def against_best(gain: float) -> str:
+    """A gain (> 0: improved the metric) in words, as every digest line says it."""
+    return f"{'better' if gain >= 0 else 'worse'} than the best by {abs(gain):.6f}"
 
 
 def near_miss_text(found: list[Trial], generation: int) -> list[str]:
     out = []
     for t in found:
         older = " (head has moved since: worth a re-test)" if t.generation < generation else ""
-        gain = t.gain or 0.0
-        out.append(f"#{t.id} {t.description[:70]}: {'better' if gain >= 0 else 'worse'} than "
-                   f"the best by {abs(gain):.6f}{older}")
+        out.append(f"#{t.id} {t.description[:70]}: {against_best(t.gain or 0.0)}{older}")
     return out
 
 
@@ -200,7 +203,7 @@ def scale_notes(scale: float | None, tolerance: float) -> list[str]:
     if scale is None:
         return []
     return [f"gain scale (robust spread of run-to-run deltas) ~{scale:.3g}; near-miss = "
-            f"discarded within {tolerance:.3g} of the best"]
+            f"discarded, yet better than the best or worse by at most {tolerance:.3g}"]
 
 
 def _fmt(value: float | None) -> str:

@@ -151,7 +151,7 @@ def test_a_suspect_run_is_set_aside_and_said(night: Night, tmp_path: Path):
     assert float(head[1]) == pytest.approx(want["baseline"], abs=5e-7)
     before = sum(r.status is RunStatus.SUSPECT for r in night.store.list_runs(sweep_id=sweep.id))
     runs = "1 run" if before == 0 else f"{before + 1} runs"  # the load may have marked some
-    assert f"\n{runs} set aside as suspect (a throughput that says the machine's load" in md
+    assert f"\n{runs} set aside as suspect (its speed says the machine's load changed" in md
     assert ("set aside as suspect" in report(night).stdout) is (before > 0)
     out = tmp_path / "r.html"
     assert report(shadow, "--format", "html", "--output", str(out)).returncode == 0

@@ -68,8 +68,8 @@ def span(r: Report) -> str:
 def set_aside(n: int) -> str:
     """The runs the evidence left out because their throughput said they measured the load."""
     runs = "1 run" if n == 1 else f"{n} runs"
-    return (f"{runs} set aside as suspect (a throughput that says the machine's load was "
-            "measured, not the change): in no mean, interval or n here")
+    return (f"{runs} set aside as suspect (its speed says the machine's load changed, so it "
+            "measured the load, not the change): in no mean, interval or n here")
 
 
 def render_markdown(r: Report) -> str:

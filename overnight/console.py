@@ -12,7 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from agent.analysis.evidence import ExperimentEvidence, SweepEvidence
-from agent.analysis.projection import memory_gb
+from agent.analysis.projection import reported_memory_gb
 from agent.analysis.report import fmt_delta, fmt_metric, shown_status
 from agent.core.domain import Experiment, ExperimentStatus, Sweep, stopped_at
 from agent.rules.decide import NOT_BETTER
@@ -53,7 +53,7 @@ def results_table(
             fmt_metric(exp.metric),
             *stats,
             fmt_delta(exp.delta),
-            f"{memory_gb(exp):.1f}",
+            "" if (gb := reported_memory_gb(exp)) is None else f"{gb:.1f}",
             f"{secs:.1f}" if isinstance(secs, float) else "",
             Text(describe(exp, ev)),  # plain text: a reason in brackets is not rich markup
         )

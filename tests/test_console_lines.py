@@ -69,3 +69,28 @@ def test_a_discard_with_no_value_is_not_written_as_a_crash_in_results_tsv():
     rows = [line.split("\t") for line in tsv.splitlines()[1:]]
     assert rows[0][1:4] == ["", "0.0", "discard"] and rows[1][1:4] == ["0.000000", "0.0", "crash"]
     assert describe(unjudged).endswith("×2.4, ×1.3)]")
+
+
+def test_the_results_table_leaves_memory_blank_when_the_script_reported_none() -> None:
+    """A CPU script that prints no peak_memory_mb ran with memory: not "0.0" (results.tsv
+    keeps autoresearch's 0.0)."""
+    from dataclasses import replace
+    from datetime import UTC, datetime
+
+    from rich.console import Console
+    from test_store_contract import CONFIG
+
+    from agent.analysis.report import results_tsv
+    from agent.core.domain import Sweep, SweepStatus
+    from overnight.console import results_table
+
+    sweep = Sweep(1, "s", "/t", "overnight/s", SweepStatus.DONE, "knobs", CONFIG, None, 1.0,
+                  1.0, None, None, datetime(2026, 12, 1, tzinfo=UTC))
+    cpu = replace(_exp(ExperimentStatus.DISCARDED, None), summary={"val_bpb": 1.1})
+    gpu = replace(cpu, id=2, description="DEPTH 4 -> 8", summary={"peak_vram_mb": 2048.0})
+    out = Console(width=200, record=True)
+    out.print(results_table(sweep, [cpu, gpu]))
+    rows = {line.split("│")[1].strip(): [c.strip() for c in line.split("│")]
+            for line in out.export_text().splitlines() if line.startswith("│")}
+    assert rows["1"][6] == "" and rows["2"][6] == "2.0", rows
+    assert results_tsv(sweep, [cpu]).splitlines()[1].split("\t")[2] == "0.0"

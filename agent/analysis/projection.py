@@ -19,12 +19,18 @@ from pydantic import BaseModel, Field
 from agent.core.domain import Experiment, Run, RunStatus
 
 
-def memory_gb(exp: Experiment) -> float:
-    """Peak memory in GB (one decimal) from the summary's peak_memory_mb or peak_vram_mb."""
+def reported_memory_gb(exp: Experiment) -> float | None:
+    """Peak memory in GB (one decimal) from the summary's peak_memory_mb or peak_vram_mb; None
+    when the script reported none (the screens leave it blank)."""
     mb = exp.summary.get("peak_memory_mb", exp.summary.get("peak_vram_mb"))
     if not isinstance(mb, int | float) or not math.isfinite(mb):
-        return 0.0
+        return None
     return round(mb / 1024, 1)
+
+
+def memory_gb(exp: Experiment) -> float:
+    """The same, 0.0 when not reported: autoresearch's results.tsv column (and its JSON)."""
+    return reported_memory_gb(exp) or 0.0
 
 
 CONVERSATION_KEY = "llm_conversation"  # in meta (agent.proposers.llm); shown as llm

@@ -34,7 +34,7 @@ from markupsafe import Markup
 
 from agent.analysis.evidence import ExperimentEvidence, SweepEvidence
 from agent.analysis.insights import Insights, sections
-from agent.analysis.projection import LLMView, memory_gb
+from agent.analysis.projection import LLMView, reported_memory_gb
 from agent.analysis.report import evidence_header, improvement
 from agent.core.diff import diff_stats, view_lines
 from agent.core.domain import Experiment, ExperimentStatus, Run, RunRole, Sweep, utcnow
@@ -291,7 +291,7 @@ def table_row(e: Experiment, ev: ExperimentEvidence | None = None) -> dict[str, 
     return {
         "exp": e,
         "ev": ev,
-        "memory_gb": memory_gb(e) if e.summary else None,
+        "memory_gb": reported_memory_gb(e),
         "train_s": secs if isinstance(secs, int | float) else None,
     }
 

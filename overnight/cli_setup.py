@@ -226,6 +226,11 @@ def baseline_checks(reads: Reads, sweep: Sweep) -> list[Check]:
                      progress_points=len(reads.loss_points(base.id)),
                      error=base.reason if base.status is ExperimentStatus.CRASHED else None)
     checks = [*check_run(sweep.config, facts), *repeat_checks(reads.store, sweep, base.id)]
+    if facts.error:
+        from agent.ops.doctor import missing_dependency  # doctor's imports, only when needed
+        hint = missing_dependency(sweep.config, facts.error, Path(sweep.target_path))
+        if hint:
+            checks = [replace(c, fix=hint) if c.name == "runs" else c for c in checks]
     return [c for c in checks if c.status in ("warn", "fail")]
 
 

@@ -211,3 +211,44 @@ def test_the_baseline_overhead_is_one_runs_not_the_span_of_all_its_runs(tmp_path
     (overhead,) = [c for c in baseline_checks(Reads(store), store.get_sweep_by_id(sweep.id))
                    if c.name == "start-up overhead"]
     assert overhead.detail == "55% of 20.0 s wall time is not training"  # not 97% of 260 s
+
+
+def test_a_module_the_interpreter_lacks_gets_the_pip_line_for_that_interpreter(tmp_path: Path):
+    import sys
+
+    train = "import overnight_absent_dependency\n" + GOOD  # e.g. tensorboard, not installed
+    out = " ".join(doctor(target(tmp_path, train), "--runs", "1").stdout.split())
+    assert ("✗ runs: the run failed: ModuleNotFoundError: No module named "
+            "'overnight_absent_dependency'") in out, out
+    assert (f"fix: overnight_absent_dependency is not installed for the interpreter the command "
+            f"runs with ({sys.executable}): install it there, e.g. `{sys.executable} -m pip "
+            "install overnight_absent_dependency`") in out, out
+    assert "run the command by hand" not in out
+
+
+def test_the_pip_line_names_the_distribution_and_a_wrapper_gets_no_pip_line(tmp_path: Path):
+    from agent.core.config import TargetConfig
+    from agent.ops.doctor import missing_dependency
+
+    error = "ModuleNotFoundError: No module named 'cv2'"
+    config = TargetConfig(command="/opt/env/bin/python3 train.py", editable=("train.py",),
+                          metric="val_loss")
+    assert "`/opt/env/bin/python3 -m pip install opencv-python`" in str(
+        missing_dependency(config, error, tmp_path))
+    wrapped = missing_dependency(TargetConfig(command="bash run.sh", editable=("train.py",),
+                                              metric="val_loss"), error, tmp_path)
+    assert wrapped is not None and "pip install" not in wrapped and "`bash run.sh`" in wrapped
+    assert missing_dependency(config, "NameError: name 'x' is not defined", tmp_path) is None
+    (tmp_path / "src" / "cv2").mkdir(parents=True)  # the repository's own: not a pip install
+    assert missing_dependency(config, error, tmp_path) is None
+
+
+def test_run_gives_the_same_pip_line_when_the_baseline_lacks_a_module(tmp_path: Path):
+    import sys
+
+    root = target(tmp_path, "import overnight_absent_dependency\n" + GOOD)
+    proc = run("run", "--target", str(root), "--budget", "1", "--experiments", "1",
+               "--db", str(tmp_path / "o.db"), check=False)
+    out = " ".join(proc.stdout.split())
+    assert "✗ runs: the run failed: missing import before training: ModuleNotFoundError" in out
+    assert f"`{sys.executable} -m pip install overnight_absent_dependency`" in out, out

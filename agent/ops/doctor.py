@@ -226,6 +226,34 @@ def missing_own_package(facts: ImportFacts | None, error: str | None) -> str | N
             f"`{facts.script}` puts only its own folder on sys.path: {_fix(facts, [name])}")
 
 
+# Import names whose distribution on PyPI is called something else.
+_DISTRIBUTIONS = {"cv2": "opencv-python", "PIL": "pillow", "sklearn": "scikit-learn",
+                  "skimage": "scikit-image", "yaml": "pyyaml", "bs4": "beautifulsoup4",
+                  "attr": "attrs", "google.protobuf": "protobuf", "dotenv": "python-dotenv"}
+
+
+def missing_dependency(config: TargetConfig, error: str | None, repo: Path) -> str | None:
+    """The fix for a run that failed with ModuleNotFoundError of another project's module: it
+    is not installed for the interpreter the command runs with. None for a module of `repo`
+    itself (missing_own_package's case)."""
+    m = _NOT_FOUND.search(error or "")
+    if m is None:
+        return None
+    name = m.group(1)
+    top = name.split(".")[0]
+    if any((repo / base / top).is_dir() or (repo / base / f"{top}.py").is_file()
+           for base in ("", "src")):
+        return None
+    dist = _DISTRIBUTIONS.get(name) or _DISTRIBUTIONS.get(top) or top
+    python = resolve_command(config.command)[0]
+    if not os.path.basename(python).startswith("python"):  # a wrapper: bash run.sh, uv run, ...
+        return (f"{name} is not installed in the Python environment `{config.command}` runs "
+                f"in: install {dist} there (its name on PyPI may differ from the module's)")
+    return (f"{name} is not installed for the interpreter the command runs with ({python}): "
+            f"install it there, e.g. `{shlex.quote(python)} -m pip install {dist}` (its name "
+            "on PyPI may differ from the module's)")
+
+
 # --- the knob checks --------------------------------------------------------------------------
 _MISSING = re.compile(r"No such file or directory: '([^']+)'")
 _NUM = r"[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?)"
@@ -432,7 +460,7 @@ def _first_run_checks(target: Path, config: TargetConfig, files: dict[str, str],
     the regex that reads them, which also turns the early stop on), and printed values."""
     checks = check_run(config, facts_of(result, meter.lines))
     hint = ignored_missing(target, config, result.error) or missing_own_package(
-        imports, result.error)
+        imports, result.error) or missing_dependency(config, result.error, target)
     if hint:
         checks = [replace(c, fix=hint) if c.name == "runs" else c for c in checks]
     text = log.read_text(errors="replace") if log.is_file() else ""

@@ -252,3 +252,4 @@ def test_run_gives_the_same_pip_line_when_the_baseline_lacks_a_module(tmp_path: 
     out = " ".join(proc.stdout.split())
     assert "✗ runs: the run failed: missing import before training: ModuleNotFoundError" in out
     assert f"`{sys.executable} -m pip install overnight_absent_dependency`" in out, out
+    assert out.endswith("nothing compared: the baseline has no value"), out  # not "…the noise"

@@ -76,9 +76,12 @@ class SweepEvidence:
     # experiments with runs in other machine conditions: set aside, or compared beside the
     # incumbent there (the sweep plot's load-shift stripes)
     load_shifts: int = 0
+    compared: bool = True  # the baseline has a value: changes could be compared with it
 
     def statement(self) -> str:
         """One honest line for the morning: how many keeps the noise supports."""
+        if not self.compared:
+            return "nothing compared: the baseline has no value"
         sigma = f"σ̂ = {self.sigma:.3g}" if self.sigma is not None else "σ̂ not measured"
         weak = self.kept - self.supported
         if self.supported:
@@ -282,7 +285,8 @@ def _sweep_evidence(sweep: Sweep, per: PerExperiment, baseline: tuple[int, str] 
         detectable = t_quantile(level, df or None) * sigma * math.sqrt(
             1 / looks + 1 / rec.best_n) + sweep.min_delta
     supported = sum(1 for i in kept if per.passed(i))
-    return SweepEvidence(sigma, df, detectable, improvement, ci, len(kept), supported, per)
+    return SweepEvidence(sigma, df, detectable, improvement, ci, len(kept), supported, per,
+                         compared=sweep.baseline_metric is not None)
 
 
 @dataclass(frozen=True)

@@ -253,3 +253,29 @@ def test_run_gives_the_same_pip_line_when_the_baseline_lacks_a_module(tmp_path: 
     assert "✗ runs: the run failed: missing import before training: ModuleNotFoundError" in out
     assert f"`{sys.executable} -m pip install overnight_absent_dependency`" in out, out
     assert out.endswith("nothing compared: the baseline has no value"), out  # not "…the noise"
+
+
+def test_a_script_that_reads_the_budget_but_times_out_is_told_where_the_time_went(
+        tmp_path: Path):
+    """nanoGPT-style: the loop evaluates from step 0, and on this machine that outlasts the
+    timeout; "read the budget" would be the wrong fix, the script does."""
+    train = HEAD + BUDGET + (
+        "class Opt:\n    def step(self):\n        pass\n"
+        "def estimate_loss():\n    time.sleep(30)\n"
+        "opt = Opt()\nstart = time.time()\n"
+        "for step in range(1000):\n"
+        "    if step % 500 == 0:\n        print('evaluating', flush=True)\n"
+        "        estimate_loss()\n"
+        "    opt.step()\n"
+        "    if time.time() - start > budget:\n        break\n"
+        "trained = time.time() - start\n") + BLOCK
+    root = target(tmp_path, train)
+    proc = run("doctor", "--target", str(root), "--budget", "1", "--timeout", "3", "--runs",
+               "1", check=False)
+    out = " ".join(proc.stdout.split())
+    assert "✗ budget honoured: killed at the 3 s timeout with a 1 s budget" in out, out
+    line = train.splitlines().index("    if step % 500 == 0:") + 1
+    assert ("fix: the script reads OVERNIGHT_BUDGET_S, so the time went elsewhere: its last "
+            f"line was `evaluating`; the training loop evaluates at train.py:{line} (`if step "
+            "% 500 == 0:`), which counts as training") in out, out
+    assert "fix: read the budget" not in out

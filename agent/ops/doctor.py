@@ -363,6 +363,41 @@ def _loop_at(files: dict[str, str]) -> str:
     return ""
 
 
+_EVAL_CALL = re.compile(r"eval|valid|estimate|test", re.I)
+
+
+def _loop_evaluation(files: dict[str, str]) -> str | None:
+    """`path:line` and the condition of an evaluation inside the training loop (a call named
+    like eval/valid/estimate/test under an `if` in the loop), else None."""
+    for path, text in files.items():
+        try:
+            loop = training_loop(ast.parse(text)) if path.endswith(".py") else None
+        except SyntaxError:
+            continue
+        for node in ast.walk(loop) if loop is not None else ():
+            if isinstance(node, ast.If) and any(
+                    isinstance(c, ast.Call) and _EVAL_CALL.search(
+                        getattr(c.func, "id", "") or getattr(c.func, "attr", ""))
+                    for b in node.body for c in ast.walk(b)):
+                return f"{path}:{node.lineno} (`{text.splitlines()[node.lineno - 1].strip()}`)"
+    return None
+
+
+def timeout_fix(files: dict[str, str], log_lines: list[str]) -> str | None:
+    """For a run killed at the timeout by a script that does read OVERNIGHT_BUDGET_S: where
+    the time went instead (None: the generic fix, read the budget, is the right one)."""
+    if not any("OVERNIGHT_BUDGET_S" in t for t in files.values()):
+        return None
+    printed = [line.strip() for line in log_lines if line.strip()]
+    last = f"its last line was `{printed[-1][:120]}`" if printed else "it printed nothing"
+    where = _loop_evaluation(files)
+    inside = (f"; the training loop evaluates at {where}, which counts as training and may "
+              "run from the first step" if where else "")
+    return (f"the script reads OVERNIGHT_BUDGET_S, so the time went elsewhere: {last}{inside}. "
+            "Make what runs besides training cheaper at this budget (fewer evaluation "
+            "batches, no evaluation at step 0), or raise timeout_s")
+
+
 def progress_fix(files: dict[str, str], lines: list[str]) -> str | None:
     """For a run none of whose lines gave a progress point: the progress_regex that reads the
     lines it printed, or what to print and where (None: nothing to add to the generic fix)."""
@@ -464,6 +499,9 @@ def _first_run_checks(target: Path, config: TargetConfig, files: dict[str, str],
     if hint:
         checks = [replace(c, fix=hint) if c.name == "runs" else c for c in checks]
     text = log.read_text(errors="replace") if log.is_file() else ""
+    late = timeout_fix(files, text.splitlines()) if result.outcome is Outcome.TIMED_OUT else None
+    if late:
+        checks = [replace(c, fix=late) if c.name == "budget honoured" else c for c in checks]
     timed = meter.last_timed
     stop = check_early_stop(config, meter.lines, timed.elapsed_s if timed is not None else None)
     failed = any(c.name == "runs" and c.status == "fail" for c in checks)

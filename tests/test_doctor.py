@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from test_cli import run
@@ -279,3 +280,16 @@ def test_a_script_that_reads_the_budget_but_times_out_is_told_where_the_time_wen
             f"line was `evaluating`; the training loop evaluates at train.py:{line} (`if step "
             "% 500 == 0:`), which counts as training") in out, out
     assert "fix: read the budget" not in out
+
+
+def test_work_after_the_summary_block_is_named_as_the_overhead(tmp_path: Path):
+    """ng-video-lecture samples 500 tokens after its last print: "raise budget_s" would not
+    help; skipping that work under overnight does."""
+    train = GOOD + "time.sleep(10)  # sampling from the model, after the summary\n"
+    proc = run("doctor", "--target", str(target(tmp_path, train)), "--budget", "1",
+               "--timeout", "60", "--runs", "1", check=False)
+    out = " ".join(proc.stdout.split())
+    assert re.search(r"! start-up overhead: \d+% of [\d.]+ s wall time is not training, "
+                     r"(1\d|[2-9]\d)\.\d s of it after the summary block", out), out
+    assert ("fix: a run ends when the script exits, and nothing after the summary block is "
+            "read: skip that work") in out and "raise budget_s" not in out, out

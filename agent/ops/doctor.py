@@ -434,10 +434,12 @@ class Diagnosis:
         return any(c.status == "fail" for c in self.checks)
 
 
-def facts_of(result: RunResult, progress_points: int) -> RunFacts:
+def facts_of(result: RunResult, progress_points: int, after_summary_s: float | None = None
+             ) -> RunFacts:
     return RunFacts(timed_out=result.outcome is Outcome.TIMED_OUT, exit_code=result.exit_code,
                     wall_s=result.wall_s, summary=result.summary,
-                    progress_points=progress_points, error=result.error)
+                    progress_points=progress_points, error=result.error,
+                    after_summary_s=after_summary_s)
 
 
 def _env(config: TargetConfig, seed: int) -> dict[str, str]:
@@ -446,12 +448,16 @@ def _env(config: TargetConfig, seed: int) -> dict[str, str]:
 
 
 def _run_once(config: TargetConfig, worktree: Path, log: Path, seed: int
-              ) -> tuple[RunResult, ProgressMeter, Sample | None]:
-    """One run: its result, its progress lines' meter, and (with a metric) its sample."""
+              ) -> tuple[RunResult, ProgressMeter, Sample | None, float | None]:
+    """One run: its result, its progress lines' meter, (with a metric) its sample, and the
+    seconds from its summary block's `---` line to its exit (None: it printed none)."""
     pattern = re.compile(config.progress_regex) if config.progress_regex else None
     meter = ProgressMeter()
+    summary_at: list[float] = []
 
     def on_line(line: str) -> None:
+        if line.strip() == "---":
+            summary_at.append(time.monotonic())
         point = parse_progress(line, pattern)
         if point is not None:
             meter.add(point.step if point.step >= 0 else meter.lines + 1, point.elapsed_s,
@@ -461,9 +467,10 @@ def _run_once(config: TargetConfig, worktree: Path, log: Path, seed: int
     result = run_command(argv, cwd=worktree / config.workdir,
                          log_path=log, timeout_s=config.timeout_s, env=_env(config, seed),
                          grace_s=2.0, on_line=on_line)
+    after = time.monotonic() - summary_at[-1] if summary_at and result.summary else None
     metric, found = _metric(result, config), speed(result.summary, meter)
     got = None if metric is None else Sample(metric, found.value, seed=seed, source=found.source)
-    return result, meter, got
+    return result, meter, got, after
 
 
 def target_files(repo: GitRepo, head: str, config: TargetConfig) -> dict[str, str]:
@@ -489,11 +496,12 @@ def static_checks(repo: GitRepo, config: TargetConfig) -> list[Check]:
 
 def _first_run_checks(target: Path, config: TargetConfig, files: dict[str, str],
                       result: RunResult, meter: ProgressMeter, log: Path,
-                      imports: ImportFacts | None) -> list[Check]:
+                      imports: ImportFacts | None, after_summary_s: float | None = None
+                      ) -> list[Check]:
     """check_run and the early stop's check, with the fix for what the log shows (a missing
     git-ignored file, the repository's own package not found, progress lines no regex reads:
     the regex that reads them, which also turns the early stop on), and printed values."""
-    checks = check_run(config, facts_of(result, meter.lines))
+    checks = check_run(config, facts_of(result, meter.lines, after_summary_s))
     hint = ignored_missing(target, config, result.error) or missing_own_package(
         imports, result.error) or missing_dependency(config, result.error, target)
     if hint:
@@ -542,13 +550,15 @@ def diagnose(target: Path, config: TargetConfig, runs: int = 2,
             link_assets(worktree, target, config)
             imports = import_facts(resolve_command(config.command), worktree / config.workdir,
                                    worktree, _env(config, config.seed), config.command)
-            first, meter, one = _run_once(config, worktree, tmp / "run1.log", config.seed)
+            first, meter, one, after = _run_once(config, worktree, tmp / "run1.log",
+                                                 config.seed)
             results.append(first)
             checks += _import_checks(imports, config, first)
             checks += _first_run_checks(target, config, files, first, meter,
-                                        tmp / "run1.log", imports)
+                                        tmp / "run1.log", imports, after)
             if runs > 1 and not any(c.status == "fail" for c in checks):
-                second, _, two = _run_once(config, worktree, tmp / "run2.log", config.seed + 1)
+                second, _, two, _ = _run_once(config, worktree, tmp / "run2.log",
+                                              config.seed + 1)
                 results.append(second)
                 checks += _second_run_checks(config, second, [one, two])
             elif one is not None:

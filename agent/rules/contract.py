@@ -47,6 +47,7 @@ class RunFacts:
     summary: Mapping[str, float | str]
     progress_points: int
     error: str | None = None
+    after_summary_s: float | None = None  # from the summary block's `---` to the exit
 
 
 @dataclass(frozen=True)
@@ -120,13 +121,24 @@ def check_progress(config: TargetConfig, run: RunFacts) -> Check:
                  r"'(?P<step>\d+)/\s*\d+ batches.*loss\s+(?P<loss>[\d.]+)'")
 
 
+AFTER_SUMMARY_FIX = (
+    "a run ends when the script exits, and nothing after the summary block is read: skip that "
+    "work (sampling, saving, plotting) under overnight, e.g. `if 'OVERNIGHT_BUDGET_S' in "
+    "os.environ: raise SystemExit` right after the block")
+
+
 def check_overhead(run: RunFacts) -> Check:
     trained = _number(run.summary, "training_seconds")
     if trained is None or run.wall_s <= 0:
         return Check("start-up overhead", "info", "unknown (no training_seconds)")
     share = max(0.0, 1.0 - trained / run.wall_s)
     detail = f"{share:.0%} of {run.wall_s:.1f} s wall time is not training"
+    after = run.after_summary_s
+    if after is not None and after >= 1.0:
+        detail += f", {after:.1f} s of it after the summary block"
     if share > MAX_OVERHEAD_SHARE:
+        if after is not None and after > (run.wall_s - trained) / 2:
+            return Check("start-up overhead", "warn", detail, AFTER_SUMMARY_FIX)
         return Check("start-up overhead", "warn", detail,
                      "raise budget_s so that training dominates each run")
     return Check("start-up overhead", "ok", detail)

@@ -363,7 +363,7 @@ def _loop_at(files: dict[str, str]) -> str:
     return ""
 
 
-_EVAL_CALL = re.compile(r"eval|valid|estimate|test", re.I)
+_EVAL_CALL = re.compile(r"eval|valid|estimate|(?:^|_)test", re.I)  # not latest()
 
 
 def _loop_evaluation(files: dict[str, str]) -> str | None:

@@ -40,6 +40,7 @@ import shlex
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -351,35 +352,42 @@ def ignored_missing(target: Path, config: TargetConfig, error: str | None) -> st
 PROGRESS_LINE = "`step 120 | loss 3.41 | elapsed 31.2s`"
 
 
-def _loop_at(files: dict[str, str]) -> str:
-    """` in the training loop (path:line)`, from the first file that has one."""
+def _training_loops(files: dict[str, str]) -> Iterator[tuple[str, str, ast.For | ast.While]]:
+    """(path, text, its training loop) for each Python file that parses and has one."""
     for path, text in files.items():
         try:
             loop = training_loop(ast.parse(text)) if path.endswith(".py") else None
         except SyntaxError:
             continue
         if loop is not None:
-            return f" in the training loop ({path}:{loop.lineno})"
+            yield path, text, loop
+
+
+def _loop_at(files: dict[str, str]) -> str:
+    """` in the training loop (path:line)`, from the first file that has one."""
+    for path, _, loop in _training_loops(files):
+        return f" in the training loop ({path}:{loop.lineno})"
     return ""
 
 
 _EVAL_CALL = re.compile(r"eval|valid|estimate|(?:^|_)test", re.I)  # not latest()
 
 
+def _evaluates(node: ast.If) -> bool:
+    """Whether an `if`'s body calls something named like eval/valid/estimate/test."""
+    return any(
+        isinstance(c, ast.Call) and bool(_EVAL_CALL.search(
+            getattr(c.func, "id", "") or getattr(c.func, "attr", "")))
+        for b in node.body for c in ast.walk(b))
+
+
 def _loop_evaluation(files: dict[str, str]) -> str | None:
-    """`path:line` and the condition of an evaluation inside the training loop (a call named
-    like eval/valid/estimate/test under an `if` in the loop), else None."""
-    for path, text in files.items():
-        try:
-            loop = training_loop(ast.parse(text)) if path.endswith(".py") else None
-        except SyntaxError:
-            continue
-        for node in ast.walk(loop) if loop is not None else ():
-            if isinstance(node, ast.If) and any(
-                    isinstance(c, ast.Call) and _EVAL_CALL.search(
-                        getattr(c.func, "id", "") or getattr(c.func, "attr", ""))
-                    for b in node.body for c in ast.walk(b)):
-                return f"{path}:{node.lineno} (`{text.splitlines()[node.lineno - 1].strip()}`)"
+    """`path:line` and the condition of an evaluation inside the training loop, else None."""
+    for path, text, loop in _training_loops(files):
+        node = next((n for n in ast.walk(loop) if isinstance(n, ast.If) and _evaluates(n)),
+                    None)
+        if node is not None:
+            return f"{path}:{node.lineno} (`{text.splitlines()[node.lineno - 1].strip()}`)"
     return None
 
 

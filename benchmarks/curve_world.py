@@ -25,7 +25,7 @@ The night is keep_world's (the real agent.rules.decide.decide drives every verdi
 budget: it ends when the GPU-seconds are spent (an undecided experiment is not kept); a change's
 run may be stopped at agent.rules.prune's checks (`check`: clearly behind; `futile`: not ahead
 enough to be kept), which discards the change; incumbent and baseline runs are never stopped.
-As in the engine, the spread pools the earlier incumbents' curves (PrunePolicy.pool_earlier).
+As in the engine, the spread pools every earlier incumbent's curves.
 With `Policy.learn` (the simulation only; the engine does not learn yet) a category is exempted
 for the rest of the night once a change of it crossed late on a completed run
 (agent.rules.prune.late_crossing).
@@ -46,7 +46,6 @@ from agent.rules.decide import Rule, incumbent_due, stop_level
 from agent.rules.noise import speed_tolerance
 from agent.rules.prune import PrunePolicy, check, loss_at
 
-MAX_PAST = 8  # earlier incumbents' curves kept (a policy pools at most its pool_earlier)
 SCHEDULE = Category.DATA_SCHEDULE.value
 OTHERS = tuple(c.value for c in Category if c is not Category.DATA_SCHEDULE)
 
@@ -295,7 +294,7 @@ class BudgetNight(Night):
         if kept:
             self.retire(self.head)
             old = self.head.key
-            self.past = [self.curves.get(old, []), *self.past][:MAX_PAST]
+            self.past = [self.curves.get(old, []), *self.past]
             self.head = c
             for d in (self.means, self.curves, self.serial):
                 d.pop(old, None)

@@ -15,7 +15,7 @@ from agent.engine.early_stop import earlier_curves, loss_pairs
 from agent.engine.scheduler import SchedulerSettings, SlotScheduler
 from agent.git.repo import init_repo
 from agent.ops.sweeps import create_sweep
-from agent.rules.prune import PrunePolicy, check
+from agent.rules.prune import check
 from overnight.runtime import Runtime
 
 LEVEL = 0.001  # about what agent.rules.decide.stop_level gives early in a night
@@ -58,14 +58,13 @@ def test_the_first_challenger_after_a_keep_is_judged(tmp_path: Path) -> None:
     mine = [r for r in store.list_runs(sweep_id=sweep.id)
             if r.commit == gain.commit and r.id < run.id and r.status is RunStatus.OK]
     assert len(mine) == 2 and all(r.curve for r in mine)
-    before, base = earlier_curves(store, sweep.id, gain.commit, 3)  # newest first
+    before, base = earlier_curves(store, sweep.id, gain.commit)  # every earlier one, newest first
     assert len(before) == len([r for r in store.list_runs(experiment_id=first.id)
                                if r.commit == first.commit and r.status is RunStatus.OK])
     assert len(before) >= 2 and len(base) >= 3
-    assert earlier_curves(store, sweep.id, gain.commit, 1) == [before]
     # alone, the new incumbent's 2 curves calibrate nothing: the blind spot this closes
     theirs = [loss_pairs(r.curve) for r in mine if r.curve]
-    alone = check(loss_pairs(run.curve), theirs, 0, LEVEL, PrunePolicy(pool_earlier=0))
+    alone = check(loss_pairs(run.curve), theirs, 0, LEVEL)
     pooled = check(loss_pairs(run.curve), theirs, 0, LEVEL,
                    earlier=[[loss_pairs(c) for c in g] for g in (before, base)])
     assert pooled.stop and alone.se != pooled.se  # pooled: more degrees of freedom
@@ -83,8 +82,7 @@ def test_earlier_curves_are_each_kept_commit_but_the_incumbent(tmp_path: Path) -
     SlotScheduler(store, settings, runtime.loop_factory(settings)).run_burst(["n"])
     (baseline,) = store.list_experiments(sweep.id)
     assert baseline.is_baseline and baseline.commit is not None
-    (group,) = earlier_curves(store, sweep.id, "another commit", 3)
+    (group,) = earlier_curves(store, sweep.id, "another commit")
     assert len(group) == len([r for r in store.list_runs(experiment_id=baseline.id)
                               if r.status is RunStatus.OK])
-    assert earlier_curves(store, sweep.id, baseline.commit, 3) == []
-    assert earlier_curves(store, sweep.id, "another commit", 0) == []
+    assert earlier_curves(store, sweep.id, baseline.commit) == []

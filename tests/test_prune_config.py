@@ -34,17 +34,16 @@ def write(tmp: Path, prune: str | None) -> Path:
 
 def test_a_prune_table_sets_the_policy_and_round_trips(tmp_path: Path) -> None:
     cfg = load_config(write(tmp_path, 'checks = [0.25, 0.6]\nwindow = 0.1\n'
-                                      'exempt = ["data/schedule", "optimizer"]\n'
-                                      'pool_earlier = 0'))
+                                      'exempt = ["data/schedule", "optimizer"]'))
     policy = cfg.prune_policy.policy()
     assert policy == PrunePolicy(checks=(0.25, 0.6), window=0.1,
-                                 exempt=frozenset({"data/schedule", "optimizer"}), pool_earlier=0)
+                                 exempt=frozenset({"data/schedule", "optimizer"}))
     assert parse_config(cfg.to_dict()) == cfg and hash(cfg)
     assert load_config(write(tmp_path, None)).prune_policy.policy() == PrunePolicy()
     assert load_config(write(tmp_path, "")).prune_policy == PruneTable()
     # a key left out keeps the default
-    assert load_config(write(tmp_path, "pool_earlier = 5")).prune_policy.policy() == \
-        PrunePolicy(pool_earlier=5)
+    assert load_config(write(tmp_path, "window = 0.1")).prune_policy.policy() == \
+        PrunePolicy(window=0.1)
 
 
 @pytest.mark.parametrize("body, says", [
@@ -56,7 +55,8 @@ def test_a_prune_table_sets_the_policy_and_round_trips(tmp_path: Path) -> None:
     ('window = "wide"', "[prune] window: must be a number"),
     ("window = 0", "window must be positive"),
     ('exempt = ["schedule"]', "[prune] exempt: must be a list of categories"),
-    ("pool_earlier = -1", "pool_earlier must be ≥ 0, got -1"),
+    ("pool_earlier = 3", "pool_earlier: no longer settings: the early stop is the keep rule's own "
+                         "test at a fraction of the budget, its spread pooled over every earlier"),
     ("speed = 0.2", "[prune] speed: Extra inputs are not permitted"),
 ])
 def test_a_bad_prune_value_names_the_key_and_changes_nothing(tmp_path: Path, body: str,

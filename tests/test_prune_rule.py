@@ -87,8 +87,16 @@ def test_a_new_incumbent_with_two_runs_judges_with_the_earlier_incumbents_spread
     far = [[(f, v + 10.0) for f, v in c] for c in INCUMBENTS]
     near, away = (check(curve(seed=7), NEW, 1, LEVEL, earlier=[g]) for g in (INCUMBENTS, far))
     assert near.se == pytest.approx(away.se)
-    alone = check(loser, NEW, 0, LEVEL, PrunePolicy(pool_earlier=0), earlier=EARLIER)
-    assert alone.se != call.se  # pool_earlier = 0: the new incumbent's two curves alone
+    alone = check(loser, NEW, 0, LEVEL)
+    assert alone.se != call.se  # the new incumbent's two curves alone
+
+
+def test_the_spread_pools_every_earlier_incumbent_as_the_keep_rules_noise_pools_the_night() -> None:
+    """Not the latest few: the fifth incumbent back counts as the first does (one σ a night)."""
+    groups = [[curve(seed=10 * g + s, noise=0.01 * (g + 1)) for s in range(3)] for g in range(5)]
+    every = check(curve(seed=99), NEW, 1, LEVEL, earlier=groups)
+    latest = check(curve(seed=99), NEW, 1, LEVEL, earlier=groups[:3])
+    assert every.se is not None and latest.se is not None and every.se != latest.se
 
 
 def test_loss_at_and_next_check() -> None:
@@ -104,7 +112,7 @@ def test_loss_at_and_next_check() -> None:
 
 
 @pytest.mark.parametrize("kwargs", [dict(checks=(0.5, 0.3)), dict(checks=(0.0,)),
-                                    dict(window=0.0), dict(pool_earlier=-1)])
+                                    dict(window=0.0)])
 def test_a_bad_policy_is_refused_by_name(kwargs: dict[str, object]) -> None:
     with pytest.raises(ValueError, match="prune policy"):
         PrunePolicy(**kwargs)  # type: ignore[arg-type]

@@ -37,7 +37,7 @@ MAX_CONFIRM_RUNS = 10
 # keys of an earlier keep rule: a config that still sets one is told what replaced it
 REMOVED_KEYS = frozenset({"keep_z", "discard_z", "futility", "throughput_tolerance"})
 REMOVED_PRUNE_KEYS = frozenset({"z", "min_curves", "floor_rel", "speed_tol", "spread_upper",
-                                "futile_z", "futile_runs"})
+                                "futile_z", "futile_runs", "pool_earlier"})
 # Early stop of clearly losing runs (agent.rules.prune): "auto" judges a change's runs against
 # the incumbent's curves at the policy's checks, "off" never stops one. The default is one
 # constant so a measurement can flip it in one place.
@@ -93,7 +93,6 @@ class PruneTable(BaseModel):
     checks: tuple[float, ...] | None = None
     exempt: tuple[str, ...] | None = None  # categories never stopped early
     window: float | None = None
-    pool_earlier: StrictInt | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -101,7 +100,8 @@ class PruneTable(BaseModel):
         gone = sorted(set(data) & REMOVED_PRUNE_KEYS) if isinstance(data, dict) else []
         if gone:
             raise ValueError(f"{', '.join(gone)}: no longer settings: the early stop is the keep "
-                             "rule's own test at a fraction of the budget (docs/keep-rule.md)")
+                             "rule's own test at a fraction of the budget, its spread pooled "
+                             "over every earlier incumbent (docs/keep-rule.md#the-early-stop)")
         return data
 
     @field_validator("checks", mode="before")

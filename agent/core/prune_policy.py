@@ -15,7 +15,6 @@ class PrunePolicy:
     checks: tuple[float, ...] = (0.3, 0.5, 0.7)  # fractions of the budget where a run is judged
     window: float = 0.05  # the loss at f is the median of the curve's points in [f − window, f]
     exempt: frozenset[str] = field(default_factory=lambda: frozenset({"data/schedule"}))
-    pool_earlier: int = 3  # the earlier incumbents whose curves pool into the spread
 
     def __post_init__(self) -> None:
         if not self.checks or any(not 0 < f < 1 for f in self.checks) or \
@@ -24,5 +23,3 @@ class PrunePolicy:
                              f"got {self.checks}")
         if not self.window > 0:
             raise ValueError(f"prune policy: window must be positive, got {self.window}")
-        if self.pool_earlier < 0:
-            raise ValueError(f"prune policy: pool_earlier must be ≥ 0, got {self.pool_earlier}")

@@ -319,7 +319,7 @@ class TrainingRuns:
                 if now.best_commit == base and now.best_experiment_id is not None
                 else self.store.list_runs(sweep_id=sweep.id))
         policy = sweep.config.prune_policy.policy()
-        earlier = earlier_curves(self.store, sweep.id, base, policy.pool_earlier)
+        earlier = earlier_curves(self.store, sweep.id, base)
         rule = Rule.of(sweep.config)
         level = stop_level(earlier_tests(self.store, sweep.id), rule)
         speed = speed_tolerance(sweep_speed_noise(

@@ -5,9 +5,9 @@ Used by agent.engine.attempt. Not retention (db/pruning.py, `pruned_at`: old log
 this stops a live run. Guaranteed: only a change's own runs (screen, confirm) of a target with
 `prune = "auto"` are judged, never the baseline's, the incumbent's or an evaluation re-run; the
 incumbent's curves are read once, before the run starts, so the line callback never waits on
-the store; the spread also pools the curves of the sweep's earlier incumbents (the policy's
-`pool_earlier` latest kept commits before the current one: `earlier_curves`), so a new
-incumbent with its 2 runs judges its first challengers; the bar is the keep rule's
+the store; the spread also pools the curves of every earlier incumbent of the sweep (each
+kept commit before the current one: `earlier_curves`), as the keep rule's σ̂ pools the night,
+so a new incumbent with its 2 runs judges its first challengers; the bar is the keep rule's
 (agent.rules.decide.stop_level, from the night's tests before the run starts); a stop sets the
 run's own stop event (the runner then ends its process tree) and leaves the experiment's stop
 event alone (a stop asked by a person stays a cancel).
@@ -136,20 +136,16 @@ def build_reference(exp: Experiment, runs: Sequence[Run], seed: int,
                      earlier=tuple(tuple(g) for g in earlier if g))
 
 
-def earlier_curves(store: Store, sweep_id: int, incumbent_commit: str | None,
-                   limit: int) -> list[tuple[CurvePoints, ...]]:
-    """The completed runs' curves of the sweep's latest `limit` kept commits other than the
-    incumbent's, one group per commit, newest first (each read from the experiment that kept
-    it: a few experiments' runs, not the sweep's)."""
-    if limit <= 0:
-        return []
+def earlier_curves(store: Store, sweep_id: int,
+                   incumbent_commit: str | None) -> list[tuple[CurvePoints, ...]]:
+    """The completed runs' curves of the sweep's kept commits other than the incumbent's, one
+    group per commit, newest first (each read from the experiment that kept it: the keeps'
+    runs, not the sweep's)."""
     kept = store.list_experiments(sweep_id=sweep_id, statuses=[ExperimentStatus.KEPT],
-                                  limit=2 * limit + 2, newest_first=True)
+                                  newest_first=True)
     groups: list[tuple[CurvePoints, ...]] = []
     seen = {incumbent_commit}
     for e in kept:
-        if len(groups) >= limit:
-            break
         if e.commit is None or e.commit in seen:
             continue
         seen.add(e.commit)

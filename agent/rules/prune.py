@@ -99,7 +99,7 @@ def check(challenger: Curve, incumbents: Sequence[Curve], index: int, level: flo
         return PruneCall(False, fraction, "no progress line near this point")
     incumbent_losses = _column(incumbents, fraction, policy.window)
     groups = [incumbent_losses,
-              *(_column(g, fraction, policy.window) for g in earlier[:policy.pool_earlier])]
+              *(_column(g, fraction, policy.window) for g in earlier)]
     sd, df = pooled_of([squares([g]) for g in groups])
     if not incumbent_losses or sd is None:
         return PruneCall(False, fraction, "the incumbent's curves show no spread here yet")

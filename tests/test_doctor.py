@@ -293,3 +293,25 @@ def test_work_after_the_summary_block_is_named_as_the_overhead(tmp_path: Path):
                      r"(1\d|[2-9]\d)\.\d s of it after the summary block", out), out
     assert ("fix: a run ends when the script exits, and nothing after the summary block is "
             "read: skip that work") in out and "raise budget_s" not in out, out
+
+
+def test_a_run_past_its_budget_by_one_step_is_told_why():
+    """makemore at a 20 s budget trained 23.8 s in 3.8 s steps: honest, and doctor says so."""
+    from agent.core.config import parse_config
+    from agent.rules.contract import RunFacts, check_budget
+
+    config = parse_config({"command": "python x.py", "editable": ["x.py"], "metric": "m",
+                           "budget_s": 20})
+
+    def told(summary: dict[str, float]) -> str:
+        call = check_budget(config, RunFacts(False, 0, 30.0, summary, 0))
+        assert call.status == "ok", call
+        return call.detail
+
+    assert told({"training_seconds": 23.8, "num_steps": 6}) == (
+        "trained 23.8 s of 20 s (over by 3.8 s, within its last step: 3.97 s a step, and the "
+        "loop reads the clock between steps)")
+    assert told({"training_seconds": 23.8, "num_steps": 60}) == (
+        "trained 23.8 s of 20 s (over by 3.8 s, more than its 0.397 s a step)")
+    assert told({"training_seconds": 23.8}) == "trained 23.8 s of 20 s (over by 3.8 s)"
+    assert told({"training_seconds": 19.5, "num_steps": 6}) == "trained 19.5 s of 20 s"

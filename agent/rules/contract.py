@@ -107,7 +107,23 @@ def check_budget(config: TargetConfig, run: RunFacts) -> Check:
     if trained < budget * BUDGET_FLOOR:
         return Check("budget honoured", "warn", f"trained only {trained:g} s of a {budget:g} s "
                      "budget (a fixed number of steps?)", BUDGET_FIX)
-    return Check("budget honoured", "ok", f"trained {trained:g} s of {budget:g} s")
+    return Check("budget honoured", "ok", f"trained {trained:g} s of {budget:g} s"
+                 + _overrun(trained, budget, _number(run.summary, "num_steps")))
+
+
+def _overrun(trained: float, budget: float, steps: float | None) -> str:
+    """Why a run trained past its budget, when one step explains it: the loop reads the clock
+    between steps, so the last step that starts before the budget ends finishes after it."""
+    over = trained - budget
+    if over <= 0:
+        return ""
+    if steps is None or steps < 1:
+        return f" (over by {over:.3g} s)"
+    step = trained / steps
+    if over > step:
+        return f" (over by {over:.3g} s, more than its {step:.3g} s a step)"
+    return (f" (over by {over:.3g} s, within its last step: {step:.3g} s a step, and the loop "
+            "reads the clock between steps)")
 
 
 def check_progress(config: TargetConfig, run: RunFacts) -> Check:

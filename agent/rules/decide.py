@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field, replace
+from statistics import fmean
 
 from agent.core.config import Direction, TargetConfig
 from agent.core.domain import CrashKind, ExperimentStatus
@@ -243,8 +244,7 @@ def compare(runs: Sequence[Sample], best: Sequence[Sample], pl: Placement,
         change_values = [r.metric for r, k in zip(runs, pl.keys, strict=True) if k == key]
         incumbent_values = [b.metric for b, k in zip(best, keys, strict=True) if k == key]
         w = 1.0 / (1.0 / len(change_values) + 1.0 / len(incumbent_values))
-        gain = sum(incumbent_values) / len(incumbent_values) - sum(change_values) / len(
-            change_values)
+        gain = fmean(incumbent_values) - fmean(change_values)
         total += w * sign * gain
         weight += w
         groups.append(change_values)
@@ -273,15 +273,9 @@ def _change(ev: Evidence, rule: Rule) -> Verdict:
     if not ev.best:
         return replace(base, status=ExperimentStatus.DISCARDED, metric=mean(
             [r.metric for r in ev.runs]), reason="no incumbent runs to compare with")
-    if pl.pending:
+    cmp = None if pl.pending else compare(ev.runs, ev.best, pl, keys, ev.others, rule, tol)
+    if cmp is None:
         return _unplaced(ev, rule, pl, base)
-    cmp = compare(ev.runs, ev.best, pl, keys, ev.others, rule, tol)
-    if cmp is None:  # its runs were left out: the next gets an incumbent run beside it
-        if ev.head_moved:
-            return _branch_moved(ev, base)
-        if len(ev.runs) >= rule.max_runs:
-            return _speed_kept_changing(pl, base)
-        return replace(base, seed=next_seed({r.seed for r in ev.runs}, rule))
     sign = 1.0 if rule.direction is Direction.MINIMIZE else -1.0
     base = replace(base, metric=cmp.best - sign * cmp.gain, n=cmp.n, sigma=cmp.sigma,
                    df=cmp.df)
@@ -291,12 +285,15 @@ def _change(ev: Evidence, rule: Rule) -> Verdict:
 
 
 def _unplaced(ev: Evidence, rule: Rule, pl: Placement, base: Verdict) -> Verdict:
-    """The latest run has no condition yet: the incumbent runs beside it, with its seed."""
+    """Not compared: its latest run has no condition yet (pending: the incumbent runs beside
+    it, with its seed), or every run was left out (its next run gets an incumbent run beside)."""
     if ev.head_moved:
         return _branch_moved(ev, base)
-    if pl.beside >= rule.max_runs:
+    if (pl.beside if pl.pending else len(ev.runs)) >= rule.max_runs:
         return _speed_kept_changing(pl, base)
-    return _incumbent_beside(ev, rule, base, pl.notes[-1] or "the incumbent runs next to it")
+    if pl.pending:
+        return _incumbent_beside(ev, rule, base, pl.notes[-1] or "the incumbent runs next to it")
+    return replace(base, seed=next_seed({r.seed for r in ev.runs}, rule))
 
 
 def _incumbent_beside(ev: Evidence, rule: Rule, base: Verdict, why: str) -> Verdict:
@@ -334,35 +331,39 @@ def _without_noise(ev: Evidence, rule: Rule, cmp: Comparison, base: Verdict) -> 
 def _test(ev: Evidence, rule: Rule, pl: Placement, keys: Sequence[Key], cmp: Comparison,
           base: Verdict) -> Verdict:
     """Look k of the sequential test: discard, balance the latest condition, keep, or run."""
-    assert cmp.se is not None
-    k, K = min(len(ev.runs), rule.max_runs), rule.max_runs
-    spent, level = share(k, K), fdr.level(ev.tests, rule.fdr)
-    t = t_score(cmp.gain - rule.min_delta, cmp.se)
-    p = min(1.0, t_sf(t, cmp.df or None) / spent) if spent else 1.0  # the look's p over its share
-    base = replace(base, p_better=1.0 - t_sf(t_score(cmp.gain, cmp.se), cmp.df or None),
-                   p_value=p, level=level)
-    text = (f"{base.metric:.6g} vs best {cmp.best:.6g} on {cmp.n} run{'s' if cmp.n > 1 else ''}"
-            f" (σ̂ {cmp.sigma:.3g}, {cmp.df or '∞'} df): t {t:.2f}, " + (
-                f"p {p:.2g}, level {level:.2g}" if spent else "a first run keeps nothing"))
-    if t < rule.discard_below * k:
+    t, base, text = _look(ev, rule, cmp, base)
+    if t < rule.discard_below * min(len(ev.runs), rule.max_runs):
         return replace(base, status=ExperimentStatus.DISCARDED, reason=f"{NOT_BETTER}: {text}")
     if _incumbent_short(ev, pl, keys) and pl.beside < rule.max_runs and not ev.head_moved:
         return _incumbent_beside(ev, rule, base, "the incumbent has fewer runs than this change "
                                  "at this speed, so it runs once more before the decision")
-    better = spent > 0 and p <= level
-    if better and pl.ratio_confirmed:
-        if ev.head_moved:
-            return _branch_moved(ev, base)
-        return replace(base, status=ExperimentStatus.KEPT, reason=f"better: {text}", keep=True)
-    if len(ev.runs) >= K:
-        if better:
-            return _speed_kept_changing(pl, base, text)
-        return replace(base, status=ExperimentStatus.DISCARDED, reason=f"{NOT_BETTER}: {text}")
-    if ev.head_moved:
+    better = base.p_value is not None and base.level is not None and base.p_value <= base.level
+    last = len(ev.runs) >= rule.max_runs
+    if ev.head_moved and (not last or better and pl.ratio_confirmed):
         return _branch_moved(ev, base)
-    if better:
-        text += "; its effect on speed is not confirmed yet, so it runs once more"
+    if better and pl.ratio_confirmed:
+        return replace(base, status=ExperimentStatus.KEPT, reason=f"better: {text}", keep=True)
+    if last:
+        return _speed_kept_changing(pl, base, text) if better else replace(
+            base, status=ExperimentStatus.DISCARDED, reason=f"{NOT_BETTER}: {text}")
+    text += "; its effect on speed is not confirmed yet, so it runs once more" if better else ""
     return replace(base, seed=next_seed({r.seed for r in ev.runs}, rule), reason=text)
+
+
+def _look(ev: Evidence, rule: Rule, cmp: Comparison, base: Verdict) -> tuple[float, Verdict, str]:
+    """The look's t, the verdict carrying its p (over the look's share of the level; 1 at the
+    first look, which keeps nothing) and the night's level, and the reason's text."""
+    assert cmp.se is not None
+    spent, level = share(min(len(ev.runs), rule.max_runs), rule.max_runs), fdr.level(
+        ev.tests, rule.fdr)
+    t = t_score(cmp.gain - rule.min_delta, cmp.se)
+    p = min(1.0, t_sf(t, cmp.df or None) / spent) if spent else 1.0
+    base = replace(base, p_better=1.0 - t_sf(t_score(cmp.gain, cmp.se), cmp.df or None),
+                   p_value=p, level=level)
+    return t, base, (
+        f"{base.metric:.6g} vs best {cmp.best:.6g} on {cmp.n} run{'s' if cmp.n > 1 else ''} "
+        f"(σ̂ {cmp.sigma:.3g}, {cmp.df or '∞'} df): t {t:.2f}, "
+        + (f"p {p:.2g}, level {level:.2g}" if spent else "a first run keeps nothing"))
 
 
 def _incumbent_short(ev: Evidence, pl: Placement, keys: Sequence[Key]) -> bool:

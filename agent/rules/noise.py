@@ -112,6 +112,4 @@ def speed_tolerance(noise: float | None) -> float:
     """How far (a share) a run's throughput may be off a condition's and still be in it:
     SPEED_Z run-to-run σ, within SPEED_TOLERANCE (its cap before σ is measured)."""
     low, high = SPEED_TOLERANCE
-    if noise is None:
-        return high
-    return min(high, max(low, math.expm1(SPEED_Z * noise)))
+    return high if noise is None else min(high, max(low, math.expm1(SPEED_Z * noise)))

@@ -43,20 +43,14 @@ class ProgressMeter:
 
     def add(self, step: int, elapsed_s: float | None, now: float) -> None:
         point = Point(step, elapsed_s, now)
-        if self.first is None:
-            self.first = point
-        self.last = point
+        self.first, self.last = self.first or point, point
         if elapsed_s is not None and math.isfinite(elapsed_s):
-            if self.first_timed is None:
-                self.first_timed = point
-            self.last_timed = point
+            self.first_timed, self.last_timed = self.first_timed or point, point
         self.lines += 1
 
 
 def _finite(value: object) -> float | None:
-    if isinstance(value, int | float) and math.isfinite(value):
-        return float(value)
-    return None
+    return float(value) if isinstance(value, int | float) and math.isfinite(value) else None
 
 
 def from_summary(summary: Mapping[str, float | str]) -> Speed:

@@ -6,7 +6,9 @@ keep or not. ADDIS sets test t's level α_t from those before it so that the exp
 keeps that are not real gains (FDR) stays at most `fdr` for independent tests, whatever the mix
 of changes: a test with p above τ costs nothing, a near-miss (p ≤ τλ) does not age the level,
 each keep earns the next tests more. The paper's parameters, not fitted to any simulation:
-τ = 0.5, λ = 0.25, initial wealth τλα (its largest), γ_j = 0.4375 / j^1.6 (which sums to 1).
+τ = 0.5, λ = 0.25, initial wealth τλα (its largest); γ_j = 1/(j(j + 1)), which sums to 1 with no
+constant to choose (the paper's 0.4375 / j^1.6 kept 0–2 points fewer clear gains on every world
+of benchmarks/keep_rule.py, FDR within 20 % with either).
 """
 
 from __future__ import annotations
@@ -14,11 +16,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 TAU, LAMBDA = 0.5, 0.25  # discard above τ; a candidate at most τλ (Tian and Ramdas's choice)
-_GAMMA_SCALE, _GAMMA_POWER = 0.4374901658, 1.6  # γ_j = 0.4375 j^-1.6: Σγ = 1
 
 
 def _gamma(j: int) -> float:
-    return float(_GAMMA_SCALE / (j + 1) ** _GAMMA_POWER)  # j counts from 0
+    return 1.0 / ((j + 1) * (j + 2))  # γ_{j+1} = 1/((j + 1)(j + 2)): j counts from 0, Σγ = 1
 
 
 def level(tests: Sequence[tuple[float, bool]], fdr: float) -> float:

@@ -315,3 +315,8 @@ def test_a_run_past_its_budget_by_one_step_is_told_why():
         "trained 23.8 s of 20 s (over by 3.8 s, more than its 0.397 s a step)")
     assert told({"training_seconds": 23.8}) == "trained 23.8 s of 20 s (over by 3.8 s)"
     assert told({"training_seconds": 19.5, "num_steps": 6}) == "trained 19.5 s of 20 s"
+    far = check_budget(config, RunFacts(False, 0, 60.0, {"training_seconds": 40.0,
+                                                         "num_steps": 2}, 0))
+    assert far.status == "fail" and far.detail == (
+        "trained 40 s with a 20 s budget (over by 20 s, within its last step: 20 s a step, and "
+        "the loop reads the clock between steps)")

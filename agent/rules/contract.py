@@ -103,23 +103,29 @@ def check_budget(config: TargetConfig, run: RunFacts) -> Check:
                      BUDGET_FIX)
     if trained > budget * BUDGET_SLACK + 1.0:
         return Check("budget honoured", "fail", f"trained {trained:g} s with a {budget:g} s "
-                     "budget", BUDGET_FIX)
+                     "budget" + _overrun(trained, budget, run.summary),
+                     BUDGET_FIX)
     if trained < budget * BUDGET_FLOOR:
         return Check("budget honoured", "warn", f"trained only {trained:g} s of a {budget:g} s "
                      "budget (a fixed number of steps?)", BUDGET_FIX)
     return Check("budget honoured", "ok", f"trained {trained:g} s of {budget:g} s"
-                 + _overrun(trained, budget, _number(run.summary, "num_steps")))
+                 + _overrun(trained, budget, run.summary))
 
 
-def _overrun(trained: float, budget: float, steps: float | None) -> str:
+def _step_s(trained: float, summary: Mapping[str, float | str]) -> float | None:
+    """A run's seconds a step, from the summary's num_steps (None without it)."""
+    steps = _number(summary, "num_steps")
+    return trained / steps if steps is not None and steps >= 1 else None
+
+
+def _overrun(trained: float, budget: float, summary: Mapping[str, float | str]) -> str:
     """Why a run trained past its budget, when one step explains it: the loop reads the clock
     between steps, so the last step that starts before the budget ends finishes after it."""
-    over = trained - budget
+    over, step = trained - budget, _step_s(trained, summary)
     if over <= 0:
         return ""
-    if steps is None or steps < 1:
+    if step is None:
         return f" (over by {over:.3g} s)"
-    step = trained / steps
     if over > step:
         return f" (over by {over:.3g} s, more than its {step:.3g} s a step)"
     return (f" (over by {over:.3g} s, within its last step: {step:.3g} s a step, and the loop "
@@ -233,9 +239,13 @@ def contract_warnings(summary: Mapping[str, float | str], budget_s: float) -> li
         return ["the summary has no training_seconds: the budget cannot be checked"] \
             if summary else []
     if seconds > budget_s * (1 + BUDGET_OVERSHOOT):
+        step = _step_s(seconds, summary)
         return [f"trained {seconds:g} s for a {budget_s:g} s budget "
-                f"({seconds / budget_s - 1:.0%} over): runs are not comparable; does the "
-                "script stop at OVERNIGHT_BUDGET_S?"]
+                f"({seconds / budget_s - 1:.0%} over): runs are not comparable; " + (
+                    f"its last step ran past the budget ({step:.3g} s a step, and the loop "
+                    "reads the clock between steps)" if step is not None
+                    and seconds - budget_s <= step else
+                    "does the script stop at OVERNIGHT_BUDGET_S?")]
     if seconds < budget_s * BUDGET_UNDERSHOOT:
         return [f"trained {seconds:g} s of a {budget_s:g} s budget: does the script read "
                 "OVERNIGHT_BUDGET_S?"]

@@ -296,9 +296,9 @@ def test_contract_warnings():
     assert "over" in contract_warnings({"training_seconds": 330.0}, 300)[0]
     # the demo beside a hog: 11 s for 6 s in 2 steps is its last step, not an ignored budget
     (slow,) = contract_warnings({"training_seconds": 11.0, "num_steps": 2}, 6)
-    assert slow == ("trained 11 s for a 6 s budget (83% over): runs are not comparable; its last "
-                    "step ran past the budget (5.5 s a step, and the loop reads the clock "
-                    "between steps)")
+    assert slow == ("trained 11 s for a 6 s budget (83% over): its last step ran past it (5.5 s "
+                    "a step, and the loop reads the clock between steps), so runs train a whole "
+                    "number of steps and one more or less is 92% of the budget")
     assert contract_warnings({"training_seconds": 11.0, "num_steps": 30}, 6)[0].endswith(
         "does the script stop at OVERNIGHT_BUDGET_S?")
     assert "OVERNIGHT_BUDGET_S" in contract_warnings({"training_seconds": 20.0}, 300)[0]

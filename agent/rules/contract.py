@@ -31,8 +31,9 @@ NONE_FIX = (
 
 
 Status = Literal["ok", "warn", "fail", "info"]
-BUDGET_SLACK = 1.25  # training_seconds may overrun the budget by this factor (+1 s) ...
-BUDGET_FLOOR = 0.5  # ... and should use at least this share of it
+BUDGET_SLACK = 1.25  # doctor fails a run past this factor (+1 s) that one step does not explain
+BUDGET_OVERSHOOT = 0.05  # past this share over the budget a run is warned (doctor and the loop)
+BUDGET_UNDERSHOOT = 0.5  # a script that stops before this share of the budget ignores it
 MAX_OVERHEAD_SHARE = 0.5
 NOISE_MARGIN = 2.0  # suggested min_delta = this many run-to-run sigmas
 
@@ -101,15 +102,17 @@ def check_budget(config: TargetConfig, run: RunFacts) -> Check:
     if trained is None:
         return Check("budget honoured", "fail", "no training_seconds in the summary block",
                      BUDGET_FIX)
-    if trained > budget * BUDGET_SLACK + 1.0:
-        return Check("budget honoured", "fail", f"trained {trained:g} s with a {budget:g} s "
-                     "budget" + _overrun(trained, budget, run.summary),
-                     BUDGET_FIX)
-    if trained < budget * BUDGET_FLOOR:
-        return Check("budget honoured", "warn", f"trained only {trained:g} s of a {budget:g} s "
-                     "budget (a fixed number of steps?)", BUDGET_FIX)
-    return Check("budget honoured", "ok", f"trained {trained:g} s of {budget:g} s"
-                 + _overrun(trained, budget, run.summary))
+    late = overrun(trained, budget, run.summary)
+    if late is not None:
+        step = _step_s(trained, run.summary)
+        one_step = step is not None and trained - budget <= step
+        ignored = not one_step and trained > budget * BUDGET_SLACK + 1.0
+        return Check("budget honoured", "fail" if ignored else "warn", late,
+                     "raise budget_s so that a run trains many steps" if one_step else BUDGET_FIX)
+    short = underrun(trained, budget)
+    if short is not None:
+        return Check("budget honoured", "warn", short, BUDGET_FIX)
+    return Check("budget honoured", "ok", f"trained {trained:g} s of {budget:g} s")
 
 
 def _step_s(trained: float, summary: Mapping[str, float | str]) -> float | None:
@@ -118,18 +121,27 @@ def _step_s(trained: float, summary: Mapping[str, float | str]) -> float | None:
     return trained / steps if steps is not None and steps >= 1 else None
 
 
-def _overrun(trained: float, budget: float, summary: Mapping[str, float | str]) -> str:
-    """Why a run trained past its budget, when one step explains it: the loop reads the clock
-    between steps, so the last step that starts before the budget ends finishes after it."""
-    over, step = trained - budget, _step_s(trained, summary)
-    if over <= 0:
-        return ""
-    if step is None:
-        return f" (over by {over:.3g} s)"
-    if over > step:
-        return f" (over by {over:.3g} s, more than its {step:.3g} s a step)"
-    return (f" (over by {over:.3g} s, within its last step: {step:.3g} s a step, and the loop "
-            "reads the clock between steps)")
+def overrun(trained: float, budget: float, summary: Mapping[str, float | str]) -> str | None:
+    """The one sentence that doctor and the loop both say of a run that trained more than
+    BUDGET_OVERSHOOT past its budget; None when it did not."""
+    if trained <= budget * (1 + BUDGET_OVERSHOOT):
+        return None
+    head = f"trained {trained:g} s for a {budget:g} s budget ({trained / budget - 1:.0%} over)"
+    step = _step_s(trained, summary)
+    if step is not None and trained - budget <= step:
+        return (f"{head}: its last step ran past it ({step:.3g} s a step, and the loop reads "
+                f"the clock between steps), so runs train a whole number of steps and one more "
+                f"or less is {step / budget:.0%} of the budget")
+    return f"{head}: runs are not comparable; does the script stop at OVERNIGHT_BUDGET_S?"
+
+
+def underrun(trained: float, budget: float) -> str | None:
+    """What doctor and the loop both say of a run that stopped before BUDGET_UNDERSHOOT of its
+    budget; None when it did not."""
+    if trained >= budget * BUDGET_UNDERSHOOT:
+        return None
+    return (f"trained only {trained:g} s of a {budget:g} s budget: a fixed number of steps? "
+            "does the script read OVERNIGHT_BUDGET_S?")
 
 
 def check_progress(config: TargetConfig, run: RunFacts) -> Check:
@@ -228,28 +240,14 @@ def check_evaluation(config: TargetConfig, files: Mapping[str, str]) -> Check:
                  "e.g. prepare.py, and import it from the script")
 
 
-BUDGET_OVERSHOOT = 0.05  # a run's training may run this share over the budget
-BUDGET_UNDERSHOOT = 0.5  # a script that stops before this share of the budget ignores it
-
-
 def contract_warnings(summary: Mapping[str, float | str], budget_s: float) -> list[str]:
     """Problems with one run's summary that make runs incomparable (none: an empty list)."""
     seconds = summary.get("training_seconds")
     if not isinstance(seconds, int | float) or not math.isfinite(seconds):
         return ["the summary has no training_seconds: the budget cannot be checked"] \
             if summary else []
-    if seconds > budget_s * (1 + BUDGET_OVERSHOOT):
-        step = _step_s(seconds, summary)
-        return [f"trained {seconds:g} s for a {budget_s:g} s budget "
-                f"({seconds / budget_s - 1:.0%} over): runs are not comparable; " + (
-                    f"its last step ran past the budget ({step:.3g} s a step, and the loop "
-                    "reads the clock between steps)" if step is not None
-                    and seconds - budget_s <= step else
-                    "does the script stop at OVERNIGHT_BUDGET_S?")]
-    if seconds < budget_s * BUDGET_UNDERSHOOT:
-        return [f"trained {seconds:g} s of a {budget_s:g} s budget: does the script read "
-                "OVERNIGHT_BUDGET_S?"]
-    return []
+    said = overrun(float(seconds), budget_s, summary) or underrun(float(seconds), budget_s)
+    return [said] if said else []
 
 
 # --- repeats: the seed and the speed ---------------------------------------------------

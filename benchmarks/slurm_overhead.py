@@ -53,7 +53,6 @@ from agent.core.domain import ExperimentStatus, Proposal, RunStatus, utcnow  # n
 from agent.engine.scheduler import SchedulerSettings  # noqa: E402
 from agent.executors.slurm import work_key  # noqa: E402
 from agent.executors.slurm_cli import jobs  # noqa: E402
-from agent.git.repo import IDENTITY  # noqa: E402
 from agent.ops.sweeps import create_sweep  # noqa: E402
 from db.location import DbLocation  # noqa: E402
 from overnight.runtime import Runtime  # noqa: E402
@@ -97,11 +96,6 @@ def kills(tmp: Path, n: int, count: int, budget: float, seed: int,
           keeps: bool) -> dict[str, object]:
     rng = random.Random(seed)
     target, train = make_target(tmp / "kills" / "target", n, budget, keeps)
-    if keeps:  # the sleep trainer's metric is exact: say so, or no keep rule can keep
-        with (target / "overnight.toml").open("a") as toml:
-            toml.write("noise_sigma = 0.000001\n")
-        subprocess.run(["git", "-C", str(target), "commit", "-qam", "exact metric"],
-                       check=True, env={**os.environ, **IDENTITY})
     db = tmp / "kills" / "o.db"
     runtime = Runtime(db)
     sweep = create_sweep(runtime.store, runtime.repo_at(target), target, name="k",

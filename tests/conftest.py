@@ -28,12 +28,6 @@ def make_target(
     return dest
 
 
-def measured_noise_toml(toml: str) -> str:
-    """A target's overnight.toml without its stated `noise_sigma`: for a fixture given seed
-    noise, which the runs then measure (the fake target states its print precision)."""
-    return "".join(line for line in toml.splitlines(True) if not line.startswith("noise_sigma"))
-
-
 def commit_all(repo_path: Path, message: str) -> None:
     """Commit every tracked change in a test target with the service's fixed identity."""
     import git

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 from browser_helpers import ScriptedProposer, make_target
-from conftest import measured_noise_toml
 from foreground import run_sweep
 from scipy import stats
 
@@ -43,8 +42,8 @@ def noisy_night(root: Path, name: str = "night", experiments: int = 9,
     target = make_target(root)
     train = target / "train.py"
     train.write_text(train.read_text().replace("NOISE = 0.0", f"NOISE = {noise}"))
-    toml = target / "overnight.toml"  # seed noise now: measured, not the stated print precision
-    text = measured_noise_toml(toml.read_text())
+    toml = target / "overnight.toml"  # seed noise now: σ̂ is measured
+    text = toml.read_text()
     if incumbent_every is not None:
         text = text.replace("[target]\n", f"[target]\nincumbent_every = {incumbent_every}\n", 1)
     toml.write_text(text)

@@ -132,3 +132,24 @@ def test_a_sweep_stored_by_the_earlier_keep_rule_still_loads():
     assert config.fdr == 0.2 and config.prune_policy.policy().checks == (0.3, 0.5, 0.7)
     with pytest.raises(ConfigError, match="keep_z"):
         parse_config(stored)
+
+
+def test_a_stated_noise_sigma_is_refused_with_why_and_a_stored_one_still_loads():
+    """σ is measured from the night's runs: a stated σ that is off voids the FDR the rule holds
+    (benchmarks/known_sigma.py), so `noise_sigma` is no longer a setting. A sweep stored with
+    it loads, and goes on with σ measured."""
+    from agent.core.config import TargetConfig, parse_config
+    from agent.core.errors import ConfigError
+
+    stored = {"command": "python t.py", "editable": ["t.py"], "metric": "m", "budget_s": 10,
+              "noise_sigma": 0.01}
+    assert "noise_sigma" not in TargetConfig.from_dict(stored).model_dump()
+    with pytest.raises(ConfigError) as refused:
+        parse_config(stored)
+    text = str(refused.value)
+    assert "noise_sigma: no longer a setting: σ is measured from the night's own runs" in text
+    assert "28 %" in text and "OVERNIGHT_SEED" in text
+    with pytest.raises(ConfigError) as both:
+        parse_config({**stored, "keep_z": 1.75, "futility": 0.5})
+    assert "futility, keep_z: no longer settings: the keep rule's level" in str(both.value)
+    assert "; noise_sigma: no longer a setting" in str(both.value)

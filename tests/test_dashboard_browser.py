@@ -262,7 +262,6 @@ def test_progress_plot_shows_every_run_and_the_best_with_its_band(tmp_path, brow
     """Seeded noise (σ̂ from three baseline runs): every run is a dot, the kept mean carries
     its 95 % band, and the header states σ̂ and how many keeps the noise supports."""
     from conftest import make_target as make_git_target
-    from conftest import measured_noise_toml
     from foreground import run_sweep
     from playwright.sync_api import expect
 
@@ -277,8 +276,8 @@ def test_progress_plot_shows_every_run_and_the_best_with_its_band(tmp_path, brow
 
     fixture = Path(__file__).parent / "fixtures" / "fake_target"
     train = (fixture / "train.py").read_text().replace("NOISE = 0.0", "NOISE = 0.1")
-    # seed noise now: measured from the runs, not the fake target's stated print precision
-    toml = measured_noise_toml((fixture / "overnight.toml").read_text()) + \
+    # seed noise now: σ̂ measured from the runs
+    toml = (fixture / "overnight.toml").read_text() + \
         "incumbent_every = 1\n"  # the best re-run after each proposal
     target = make_git_target(tmp_path / "t", edits={"train.py": train, "overnight.toml": toml})
     db = tmp_path / "o.db"

@@ -63,8 +63,6 @@ def crash(**kw):
          None, False),
         ("min_delta eats the gain", ev([0.3, 0.31]), Rule(min_delta=0.8), S.DISCARDED, None,
          False),
-        ("noise_sigma stands in for σ̂ (identical repeats)", ev([0.3, 0.31], best=SAME),
-         Rule(noise_sigma=0.05), S.KEPT, None, True),
         ("maximize: higher is better", ev([1.7, 1.69]), MAX, S.KEPT, None, True),
         ("maximize: lower is worse", ev([0.8]), MAX, S.DISCARDED, None, False),
         # no σ̂ (a script that ignores its seed): the single comparison, one run

@@ -76,7 +76,6 @@ assets = ["data"]
 metric = "val_bpb"
 budget_s = 1
 timeout_s = {timeout}
-noise_sigma = 0.000001  # a deterministic metric: its print precision
 '''
 
 

@@ -304,7 +304,7 @@ seed = int(os.environ["OVERNIGHT_SEED"])
 if LR == 2 and seed != 42:  # the change's confirmation run hangs
     time.sleep(120)
 print("---")
-print(f"val_bpb: {1.0 if LR == 1 else 0.5}")
+print(f"val_bpb: {(1.0 if LR == 1 else 0.5) + seed * 1e-4}")
 """
 
 DRIVER = """\
@@ -331,9 +331,9 @@ run_sweep(Loop(store, repo, SubprocessRunner(grace_s=0.5), LoopSettings(work_dir
 
 
 def test_recovery_kills_an_orphaned_confirmation_run(tmp_path):
+    # Its metric moves with the seed, so σ̂ is measured and a better first run runs again.
     toml = ('[target]\ncommand = "python train.py"\neditable = ["train.py"]\n'
-            'protected = ["overnight.toml"]\nmetric = "val_bpb"\nbudget_s = 1\ntimeout_s = 300\n'
-            'noise_sigma = 0.1\n')  # a known σ: the change gets a second (confirmation) run
+            'protected = ["overnight.toml"]\nmetric = "val_bpb"\nbudget_s = 1\ntimeout_s = 300\n')
     target = make_target(tmp_path / "t", edits={"train.py": HANGS_ON_CONFIRM,
                                                  "overnight.toml": toml})
     diff = make_diff("train.py", HANGS_ON_CONFIRM, HANGS_ON_CONFIRM.replace("LR = 1", "LR = 2"))

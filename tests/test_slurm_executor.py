@@ -81,7 +81,6 @@ assets = ["data"]
 metric = "val_bpb"
 budget_s = 1
 timeout_s = {timeout}
-noise_sigma = 0.000001  # a deterministic metric: its print precision
 '''
 PROPOSALS = [("tamper", 'MODE = "normal"', 'MODE = "tamper"'),
              ("K1 helps", "K1 = 0\n", "K1 = 1\n"), ("K2 hurts", "K2 = 0\n", "K2 = -1\n"),

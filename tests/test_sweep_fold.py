@@ -45,11 +45,10 @@ KNOBS = ("LR", "WIDTH", "DEPTH", "DROPOUT")
 class Sweep:
     """A sweep in a real SQLite file, its experiments finished one by one through the store."""
 
-    def __init__(self, path: Path, sigma: float | None) -> None:
+    def __init__(self, path: Path) -> None:
         self.store = SqlStore(open_database(path / "fold.db"))
         self.reads = Reads(self.store)
-        config = CONFIG.model_copy(update={"noise_sigma": sigma})
-        self.sid = self.store.create_sweep(replace(spec(), config=config)).id
+        self.sid = self.store.create_sweep(replace(spec(), config=CONFIG)).id
         self.rng, self.n, self.best = random.Random(7), 0, "c0"
         self.history = HistoryCache()
         self.fold: SweepFold | None = None
@@ -103,9 +102,9 @@ class Sweep:
         return fold
 
 
-@pytest.fixture(params=[None, 0.02], ids=["measured-sigma", "known-sigma"])
-def sweep(tmp_path: Path, request: pytest.FixtureRequest) -> Sweep:
-    s = Sweep(tmp_path, request.param)
+@pytest.fixture
+def sweep(tmp_path: Path) -> Sweep:
+    s = Sweep(tmp_path)
     base = s.start(baseline=True)
     s.run(base, f"c{base}", 1.0, RunRole.BASELINE)
     s.finish(base, S.KEPT, 1.0)
@@ -260,3 +259,18 @@ def test_a_kept_commit_re_run_as_the_incumbent_shows_all_its_runs(sweep: Sweep) 
     row = next(line for line in out.export_text().splitlines() if "baseline" in line or
                f"│ {base.id} " in line)
     assert "1.066667" in row and "2 +1 re-run" in row, row
+
+
+def test_identical_repeats_measure_no_sigma_on_any_screen(sweep: Sweep) -> None:
+    """A script that ignores its seed repeats its metric to the digit: the keep rule leaves those
+    runs out of σ̂ (agent.rules.noise.squares), and so does the evidence every screen reads,
+    which would otherwise say "σ̂ 0 (2 df)" beside keeps "on one run: the noise was not
+    measured". Runs that differ measure it, in the fold and in the whole-sweep evidence alike."""
+    base = sweep.store.list_experiments(sweep.sid)[0]
+    for _ in range(2):
+        sweep.run(base.id, base.commit or "", 1.0, RunRole.INCUMBENT)
+    ev = sweep.step().sweep_evidence(sweep.store.get_sweep_by_id(sweep.sid))
+    assert (ev.sigma, ev.df) == (None, 0)
+    sweep.run(base.id, base.commit or "", 1.3, RunRole.INCUMBENT)
+    ev = sweep.step().sweep_evidence(sweep.store.get_sweep_by_id(sweep.sid))
+    assert ev.df == 4 and ev.sigma == pytest.approx((0.072 / 4) ** 0.5)  # 1.0 ×4 and 1.3

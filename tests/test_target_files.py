@@ -21,7 +21,6 @@ protected = [{protected}]
 metric    = "val_bpb"
 budget_s  = 1
 timeout_s = 30
-noise_sigma = 0.000001  # a deterministic metric: its repeats measure no noise
 {extra}
 """
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 from browser_helpers import crash_diff, make_app
-from conftest import make_target, measured_noise_toml
+from conftest import make_target
 from fastapi.testclient import TestClient
 from notify_receiver import closed_port
 from tracker_fixtures import (
@@ -58,7 +58,7 @@ def noisy_target(dest: Path, track: str = "") -> Path:
     """The fake trainer with seed noise (seed 42 is lucky): intervals and P(better) that are
     not degenerate; `track`: a [track] table for its overnight.toml."""
     train = (FIXTURES / "train.py").read_text().replace("NOISE = 0.0", "NOISE = 0.01")
-    toml = measured_noise_toml((FIXTURES / "overnight.toml").read_text()) + track
+    toml = (FIXTURES / "overnight.toml").read_text() + track
     return make_target(dest, edits={"train.py": train, "overnight.toml": toml})
 
 

@@ -203,8 +203,6 @@ class EvidenceFold:
         sweep = sweep or self.sweep
         config = sweep.config
         sigma, df = self._pooled()
-        if config.noise_sigma is not None:  # a known σ: the normal, no degrees of freedom
-            sigma, df = config.noise_sigma, 0
         bases = dict(self.bases)
         baseline = self.baseline
         for e in open_experiments:
@@ -237,14 +235,16 @@ class EvidenceFold:
 
     def _pooled(self) -> tuple[float | None, int]:
         """pooled_sigma of the runs per commit, each group's squares worked out once per
-        length (its runs only grow) and summed in the commits' order."""
+        length (its runs only grow) and summed in the commits' order; identical repeats left
+        out, as the keep rule leaves them (agent.rules.noise.squares)."""
         parts = []
         for c in sorted(self.multi, key=self.pos.__getitem__):
             values = self.by_commit[c]
             n, squares = self.multi[c]
             if n != len(values):
                 n, squares = self.multi[c] = (len(values), group_squares(values))
-            parts.append((squares, n - 1))
+            if any(v != values[0] for v in values):
+                parts.append((squares, n - 1))
         return pooled_of(parts)
 
     def _carried(self, sigma: float | None, df: int, open_experiments: list[Experiment],

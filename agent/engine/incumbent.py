@@ -89,8 +89,7 @@ class Incumbent:
         for r in runs:
             if r.status is RunStatus.OK and r.metric is not None:
                 groups.setdefault(r.commit, []).append(r.metric)
-        noise_measured = rule.noise_sigma is not None or pooled_sigma(
-            list(groups.values()))[0] is not None
+        noise_measured = pooled_sigma(list(groups.values()))[0] is not None
         with _claim_rerun_if_due(sweep, decided, reruns, rule, noise_measured) as due:
             if not due:
                 return

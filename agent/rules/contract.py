@@ -207,7 +207,8 @@ def check_noise(config: TargetConfig, first: float | None, second: float | None)
     checks: list[Check] = []
     if sigma == 0:
         checks.append(Check("noise", "info", "not measured: the two runs printed the same "
-                            f"{config.metric}; set noise_sigma in {CONFIG_FILE} if you know it"))
+                            f"{config.metric}, so each change runs once and is kept when better by "
+                            "more than min_delta"))
     elif config.decision == "sequential":  # the keep rule measures σ̂ as the sweep goes
         checks.append(Check("noise", "ok", f"seed-to-seed sigma ~ {sigma:.4g} (2 runs); the "
                             "sequential keep rule measures it as the sweep goes"))
@@ -280,7 +281,7 @@ def seed_ignored(runs: Sequence[Sample], metric: str) -> str | None:
     return (f"the {same[0]} runs with seeds {', '.join(map(str, seeds))} printed the same "
             f"{metric} {same[1]:.6g}: the script ignores OVERNIGHT_SEED, so its repeats say "
             f"nothing about the noise: each change runs once and is kept when better by more "
-            f"than min_delta (a `noise_sigma` in overnight.toml makes the test judge). "
+            f"than min_delta. "
             f"Fix: {SEED_FIX}")
 
 

@@ -34,7 +34,6 @@ class Rule:
     discard_below: float = 0.5
     max_runs: int = 4
     baseline_runs: int = 5
-    noise_sigma: float | None = None
     incumbent_every: int = 8
     confirm_runs: int = 0  # strict only: extra runs of a would-be keep and of the baseline
 
@@ -42,7 +41,7 @@ class Rule:
     def of(cls, config: TargetConfig) -> Rule:
         return cls(Direction(config.direction), config.decision, config.min_delta, config.seed,
                    config.fdr, config.discard_below, config.max_runs, config.baseline_runs,
-                   config.noise_sigma, config.incumbent_every, config.confirm_runs)
+                   config.incumbent_every, config.confirm_runs)
 
 
 @dataclass(frozen=True)
@@ -252,8 +251,7 @@ def compare(runs: Sequence[Sample], best: Sequence[Sample], pl: Placement,
         return None
     for key in dict.fromkeys(keys):  # the incumbent's runs per condition
         groups.append([b.metric for b, k in zip(best, keys, strict=True) if k == key])
-    sigma, df = (rule.noise_sigma, 0) if rule.noise_sigma else pooled_of([squares(groups)],
-                                                                        others)
+    sigma, df = pooled_of([squares(groups)], others)
     value = best_of(best, tol)[0]
     assert value is not None
     se = None if sigma is None else sigma / math.sqrt(weight)

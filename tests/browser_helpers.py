@@ -57,10 +57,13 @@ SLEEP_LINE = "    time.sleep(min(SLEEP_S, budget) / 3)"
 TIMEOUT_S = 4  # the copy's hard limit: a timed-out run costs this plus the grace period
 
 
-def make_target(root: Path, timeout_s: int = TIMEOUT_S) -> Path:
-    """A git copy of the fake trainer with budget 1 s and a short hard limit."""
+def make_target(root: Path, timeout_s: int = TIMEOUT_S, noise: float = 0.0) -> Path:
+    """A git copy of the fake trainer with budget 1 s and a short hard limit (`noise`: its seed
+    noise; at 0 it ignores its seed, so each change runs once)."""
     target = root / "target"
     shutil.copytree(FAKE_TARGET, target, ignore=shutil.ignore_patterns("__pycache__"))
+    train = target / "train.py"
+    train.write_text(train.read_text().replace("NOISE = 0.0", f"NOISE = {noise}"))
     toml = target / "overnight.toml"
     lines = [
         f"timeout_s = {timeout_s}" if ln.startswith("timeout_s") else ln
@@ -164,10 +167,11 @@ class Filled:
         return replace(sweep, config=config)
 
 
-def fill_sweep(root: Path, name: str = "night", experiments: int = 8, seed: int = 7) -> Filled:
+def fill_sweep(root: Path, name: str = "night", experiments: int = 8, seed: int = 7,
+               noise: float = 0.0) -> Filled:
     """A sweep run through the real loop on the fake trainer: baseline, kept and discarded knob
     changes, one fundamental crash and one timeout."""
-    target = make_target(root)
+    target = make_target(root, noise=noise)
     db = root / "overnight.db"
     store = SqlStore(open_database(db))
     repo = GitRepo(target)

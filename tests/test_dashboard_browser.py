@@ -33,7 +33,8 @@ pytestmark = pytest.mark.browser
 
 @pytest.fixture(scope="module")
 def filled(tmp_path_factory: pytest.TempPathFactory) -> Filled:
-    return fill_sweep(tmp_path_factory.mktemp("dash-browser"))
+    # seed noise: σ̂ is measured and keeps rest on runs, so a change's page has a band to show
+    return fill_sweep(tmp_path_factory.mktemp("dash-browser"), noise=0.01)
 
 
 @pytest.fixture(scope="module")

@@ -39,7 +39,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sweeps", type=int, default=200)
     ap.add_argument("--seed", type=int, default=7)
-    ap.add_argument("--stated", default="1.0,0.8,0.6", help="stated σ, in units of the world's noise scale σ")
+    ap.add_argument("--stated", default="1.0,0.8,0.6",
+                    help="stated σ, in units of the world's noise scale σ")
     args = ap.parse_args()
     names = ("heavy tails", "rare small gains", "slow drift")
     worlds = [World("stationary σ=1", sigma=1.0, source=None),

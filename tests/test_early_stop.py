@@ -359,5 +359,5 @@ def test_the_keys_of_the_earlier_rule_are_refused_with_what_replaced_them() -> N
 
     table = {"command": "python t.py", "editable": ["t.py"], "metric": "m", "budget_s": 10}
     for key, value in (("futility", 0.5), ("keep_z", 1.75), ("discard_z", 0.6)):
-        with pytest.raises(ConfigError, match=f"{key}: no longer settings.*fdr"):
+        with pytest.raises(ConfigError, match=f"{key}: no longer a setting: .*fdr"):
             parse_config({**table, key: value})

@@ -271,6 +271,7 @@ def test_identical_repeats_measure_no_sigma_on_any_screen(sweep: Sweep) -> None:
         sweep.run(base.id, base.commit or "", 1.0, RunRole.INCUMBENT)
     ev = sweep.step().sweep_evidence(sweep.store.get_sweep_by_id(sweep.sid))
     assert (ev.sigma, ev.df) == (None, 0)
+    assert ev.experiments[base.id].ci is None  # not "± 0": identical repeats measure no width
     sweep.run(base.id, base.commit or "", 1.3, RunRole.INCUMBENT)
     ev = sweep.step().sweep_evidence(sweep.store.get_sweep_by_id(sweep.sid))
     assert ev.df == 4 and ev.sigma == pytest.approx((0.072 / 4) ** 0.5)  # 1.0 ×4 and 1.3

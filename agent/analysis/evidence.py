@@ -421,9 +421,10 @@ def _one(values: list[float], sigma: float | None, df: int, marked: Sequence[Run
 
 def _ci95(n: int, sigma: float | None, df: int, sd: float | None) -> float | None:
     """Half-width of the 95 % interval of the value: t(0.975)·s/√n, on σ̂ and its degrees of
-    freedom when there is one, else on the runs' own sd."""
+    freedom when there is one, else on the runs' own sd (none when they are identical: a zero
+    width would claim what identical repeats cannot measure)."""
     if sigma is None:
-        sigma, df = sd, n - 1
+        sigma, df = (sd, n - 1) if sd else (None, 0)
     if sigma is None or not n:
         return None
     return t_quantile(0.025, df or None) * sigma / math.sqrt(n)

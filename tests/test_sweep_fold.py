@@ -275,3 +275,23 @@ def test_identical_repeats_measure_no_sigma_on_any_screen(sweep: Sweep) -> None:
     sweep.run(base.id, base.commit or "", 1.3, RunRole.INCUMBENT)
     ev = sweep.step().sweep_evidence(sweep.store.get_sweep_by_id(sweep.sid))
     assert ev.df == 4 and ev.sigma == pytest.approx((0.072 / 4) ** 0.5)  # 1.0 ×4 and 1.3
+
+
+def test_a_kept_value_that_is_not_its_value_now_says_so_without_a_re_run(sweep: Sweep) -> None:
+    """A change kept on runs compared across machine conditions: its value then (the best less
+    its gain) is not its value now (its own runs in its usual condition), re-run or not. Every
+    screen says both (demo beside a hog: kept at 5.447475; the summary's best 5.031793)."""
+    eid = sweep.start()
+    sweep.run(eid, f"c{eid}", 0.9)
+    sweep.finish(eid, S.KEPT, 0.95)  # its keep-time value; its runs are 0.9 and 0.95
+    sweep.step()
+    s = sweep.store.get_sweep_by_id(sweep.sid)
+    ev = sweep_evidence(s, sweep.store.list_experiments(sweep.sid),
+                        sweep.store.list_runs(sweep_id=sweep.sid)).experiments[eid]
+    assert ev.reruns == 0
+    assert ev.remeasured(0.95) == "kept at 0.950000 on 2 runs; now 0.925000 on 2"
+    assert ev.remeasured(0.925) == ""  # the same value: nothing to say
+    base = sweep.store.list_experiments(sweep.sid)[0]
+    base_ev = sweep_evidence(s, sweep.store.list_experiments(sweep.sid),
+                             sweep.store.list_runs(sweep_id=sweep.sid)).experiments[base.id]
+    assert base_ev.remeasured(base.metric) == ""  # the baseline: its value is its mean

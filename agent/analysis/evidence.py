@@ -54,9 +54,11 @@ class ExperimentEvidence:
     commit_n: int = 0
 
     def remeasured(self, value: float | None, verb: str = "kept") -> str:
-        """"kept at 3.309303 on 2 runs; now 3.255591 on 3" when its commit was measured again
-        after the decision (`value`: its value then), else ""."""
-        if not self.reruns or self.commit_mean is None or value is None:
+        """"kept at 3.309303 on 2 runs; now 3.255591 on 3" when its commit's value now (the keep
+        rule's record of it) is not its value then (`value`): measured again since, or its
+        runs in its own machine condition are not the comparison it was kept on; else ""."""
+        if self.commit_mean is None or value is None or \
+                f"{value:.6f}" == f"{self.commit_mean:.6f}":
             return ""
         return (f"{verb} at {value:.6f} on {self.n} run{'s' if self.n != 1 else ''}; now "
                 f"{self.commit_mean:.6f} on {self.commit_n}")
@@ -382,11 +384,10 @@ class PerExperiment(Mapping[int, ExperimentEvidence]):
             hit = _one(own, self.sigma, self.df, self._marked.get(key, []),
                        test.get("p_better"), _count(test.get("n")))
             commit = self._commit_of.get(key, "")
-            whole = self._by_commit.get(commit, [])
-            if len(whole) > len(own):
+            if commit:  # a kept commit (or a baseline): its value now, as the rule records it
                 value, n = self.recorded.value(commit)
-                hit = replace(hit, reruns=len(whole) - len(own), commit_mean=value,
-                              commit_n=n)
+                hit = replace(hit, reruns=max(0, len(self._by_commit.get(commit, [])) - len(own)),
+                              commit_mean=value, commit_n=n)
             self.done[key] = hit
         return hit
 

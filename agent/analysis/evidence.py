@@ -33,7 +33,7 @@ from agent.core.domain import (
 from agent.rules import fdr
 from agent.rules.conditions import GOOD, recorded_best, runs_tolerance
 from agent.rules.decide import share
-from agent.rules.noise import group_squares, mean, pooled_of, t_sf
+from agent.rules.noise import group_squares, informative, mean, pooled_of, t_sf
 
 
 @dataclass(frozen=True)
@@ -238,14 +238,14 @@ class EvidenceFold:
     def _pooled(self) -> tuple[float | None, int]:
         """pooled_sigma of the runs per commit, each group's squares worked out once per
         length (its runs only grow) and summed in the commits' order; identical repeats left
-        out, as the keep rule leaves them (agent.rules.noise.squares)."""
+        out, as the keep rule leaves them (agent.rules.noise.informative)."""
         parts = []
         for c in sorted(self.multi, key=self.pos.__getitem__):
             values = self.by_commit[c]
             n, squares = self.multi[c]
             if n != len(values):
                 n, squares = self.multi[c] = (len(values), group_squares(values))
-            if any(v != values[0] for v in values):
+            if informative(values):
                 parts.append((squares, n - 1))
         return pooled_of(parts)
 

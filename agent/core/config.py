@@ -220,11 +220,12 @@ class TargetConfig(BaseModel):
     def _removed(cls, data: Any) -> Any:
         gone = sorted(set(data) & set(REMOVED_KEYS)) if isinstance(data, dict) else []
         if gone:
-            why = dict.fromkeys(REMOVED_KEYS[k] for k in gone)  # one reason, its keys in front
+            keys_of: dict[str, list[str]] = {}  # each reason once, its keys in front of it
+            for k in gone:
+                keys_of.setdefault(REMOVED_KEYS[k], []).append(k)
             raise ValueError("; ".join(
-                f"{', '.join(k for k in gone if REMOVED_KEYS[k] == w)}: no longer "
-                f"{'settings' if sum(REMOVED_KEYS[k] == w for k in gone) > 1 else 'a setting'}: "
-                f"{w}" for w in why))
+                f"{', '.join(keys)}: no longer {'settings' if len(keys) > 1 else 'a setting'}: "
+                f"{why}" for why, keys in keys_of.items()))
         return data
 
     @model_validator(mode="before")

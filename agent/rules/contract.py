@@ -104,8 +104,7 @@ def check_budget(config: TargetConfig, run: RunFacts) -> Check:
                      BUDGET_FIX)
     late = overrun(trained, budget, run.summary)
     if late is not None:
-        step = _step_s(trained, run.summary)
-        one_step = step is not None and trained - budget <= step
+        one_step = _last_step(trained, budget, run.summary) is not None
         ignored = not one_step and trained > budget * BUDGET_SLACK + 1.0
         return Check("budget honoured", "fail" if ignored else "warn", late,
                      "raise budget_s so that a run trains many steps" if one_step else BUDGET_FIX)
@@ -115,10 +114,14 @@ def check_budget(config: TargetConfig, run: RunFacts) -> Check:
     return Check("budget honoured", "ok", f"trained {trained:g} s of {budget:g} s")
 
 
-def _step_s(trained: float, summary: Mapping[str, float | str]) -> float | None:
-    """A run's seconds a step, from the summary's num_steps (None without it)."""
+def _last_step(trained: float, budget: float, summary: Mapping[str, float | str]
+               ) -> float | None:
+    """A run's seconds a step (from the summary's num_steps) when its overrun is within its
+    last step: the loop reads the clock between steps. None without num_steps or when the
+    overrun is longer than a step."""
     steps = _number(summary, "num_steps")
-    return trained / steps if steps is not None and steps >= 1 else None
+    step = trained / steps if steps is not None and steps >= 1 else None
+    return step if step is not None and trained - budget <= step else None
 
 
 def overrun(trained: float, budget: float, summary: Mapping[str, float | str]) -> str | None:
@@ -127,8 +130,8 @@ def overrun(trained: float, budget: float, summary: Mapping[str, float | str]) -
     if trained <= budget * (1 + BUDGET_OVERSHOOT):
         return None
     head = f"trained {trained:g} s for a {budget:g} s budget ({trained / budget - 1:.0%} over)"
-    step = _step_s(trained, summary)
-    if step is not None and trained - budget <= step:
+    step = _last_step(trained, budget, summary)
+    if step is not None:
         return (f"{head}: its last step ran past it ({step:.3g} s a step, and the loop reads "
                 f"the clock between steps), so runs train a whole number of steps and one more "
                 f"or less is {step / budget:.0%} of the budget")

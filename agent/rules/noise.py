@@ -25,12 +25,17 @@ def group_squares(g: Sequence[float]) -> float:
     return sum((v - m) ** 2 for v in g)
 
 
+def informative(g: Sequence[float]) -> bool:
+    """Whether a commit's runs measure the noise: two or more, not all identical (identical
+    repeats, a script that ignores OVERNIGHT_SEED, are no evidence of zero noise)."""
+    return len(g) >= 2 and any(v != g[0] for v in g)
+
+
 def squares(groups: Sequence[Sequence[float]]) -> tuple[float, int]:
-    """(Σ squared deviations from each group's mean, degrees of freedom) over the groups of two
-    runs or more that are not all identical (identical repeats, a script that ignores
-    OVERNIGHT_SEED, are no evidence of zero noise)."""
-    informative = [g for g in groups if len(g) >= 2 and any(v != g[0] for v in g)]
-    return sum(map(group_squares, informative)), sum(len(g) - 1 for g in informative)
+    """(Σ squared deviations from each group's mean, degrees of freedom) over the informative
+    groups."""
+    measured = [g for g in groups if informative(g)]
+    return sum(map(group_squares, measured)), sum(len(g) - 1 for g in measured)
 
 
 def pooled_of(parts: Iterable[tuple[float, int]], prior: tuple[float, int] = (0.0, 0)

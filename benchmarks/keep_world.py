@@ -15,7 +15,7 @@ at all.
 The night is driven as agent.loop drives it: each experiment runs until decide() gives a
 verdict; "run the incumbent beside run r" runs the best commit with run r's seed; run
 statuses follow the verdict's suspect flags (the loop writes them to the store); σ̂'s prior is
-the other commits' non-suspect runs; every `incumbent_every` proposals the best is re-run
+the other commits' runs per condition; every `incumbent_every` proposals the best is re-run
 (agent.engine.incumbent; the runs beside a change count), and the recorded best is the mean
 of its runs in its usual condition.
 """
@@ -28,9 +28,9 @@ import statistics
 from dataclasses import dataclass, field, replace
 
 from agent.core.domain import ExperimentStatus
-from agent.rules.conditions import Sample, best_of
+from agent.rules.conditions import Sample, best_of, within
 from agent.rules.decide import Evidence, Rule, Verdict, decide, incumbent_due
-from agent.rules.noise import speed_noise, speed_tolerance, squares
+from agent.rules.noise import speed_noise, speed_tolerance
 
 PROPOSALS = 100
 BUDGET_S, LINE_EVERY_S = 300.0, 2.0
@@ -147,7 +147,7 @@ class Night:
         self.effects = effects or rng
         self.machine = Machine(world, machine or rng)
         self.head = Commit(0.0)
-        self.others = (0.0, 0)  # squares() of retired commits' non-suspect runs
+        self.others = (0.0, 0)  # squares() of retired commits' runs per condition
         self.next_id, self.runs, self.beside, self.periodic = 1, 0, 0, 0
         self.started: list[tuple[str, str | None, float | None]] = []  # commit, device, speed
         self.offset = 0.0  # the slow drift's current offset, in σ
@@ -256,10 +256,11 @@ class Night:
             self.retire(change)
 
     def retire(self, c: Commit) -> None:
+        """σ̂'s prior gains the commit's runs per condition (agent.rules.conditions.within, at
+        the tolerance when it retires; the loop works it out again at each decision)."""
         if c is self.head:
             c.suspect = best_of(c.runs, self.tolerance())[1]
-        good = [r.metric for r, s in zip(c.runs, c.suspect, strict=False) if not s]
-        ss, df = squares([good])
+        ss, df = within(c.runs, self.tolerance())
         self.others = (self.others[0] + ss, self.others[1] + df)
 
 

@@ -26,7 +26,7 @@ from agent.rules.decide import (
     share,
     stop_level,
 )
-from agent.rules.noise import pooled_sigma, speed_noise, speed_tolerance, squares, t_sf
+from agent.rules.noise import pooled_of, speed_noise, speed_tolerance, squares, t_sf
 
 SEQ = Rule()  # defaults: fdr 0.2, discard below 0.5·k, 4 looks, 5 baseline runs
 MAX = Rule(direction=Direction.MAXIMIZE)
@@ -91,7 +91,7 @@ def test_a_keep_states_its_test_and_the_numbers_are_the_models():
     """t = gain / (σ̂·√(1/n + 1/m)) on the pooled σ̂'s degrees of freedom; kept when
     P(T ≥ t) ≤ α_t · share(k); P(better) is P(T ≤ t) (Student's t, not Φ)."""
     v = decide(ev([0.3, 0.31]), SEQ)
-    sigma, df = pooled_sigma([[b.metric for b in BASE], [0.3, 0.31]])
+    sigma, df = pooled_of([squares([[b.metric for b in BASE], [0.3, 0.31]])])
     se = sigma * math.sqrt(1 / 2 + 1 / 5)
     t = (1.0 - 0.305) / se
     assert (v.sigma, v.df, v.n) == (pytest.approx(sigma), df, 2) and df == 5
@@ -259,10 +259,10 @@ def test_a_later_baseline_run_failing_fails_the_baseline():
 
 
 def test_noise_helpers():
-    assert pooled_sigma([[1.0], [2.0]]) == (None, 0)
-    sigma, df = pooled_sigma([[1.0, 3.0]], prior=squares([[0.0, 2.0, 4.0]]))
+    assert pooled_of([squares([[1.0], [2.0]])]) == (None, 0)
+    sigma, df = pooled_of([squares([[1.0, 3.0]])], prior=squares([[0.0, 2.0, 4.0]]))
     assert df == 3 and sigma == pytest.approx(math.sqrt(10 / 3))
-    assert pooled_sigma([[1.0, 1.0], [2.0, 2.0, 2.0]]) == (None, 0)  # identical: no evidence
+    assert pooled_of([squares([[1.0, 1.0], [2.0, 2.0, 2.0]])]) == (None, 0)  # identical
     for t, df in ((0.3, 1), (-2.0, 3), (4.2, 7), (1.5, 100)):
         assert t_sf(t, df) == pytest.approx(stats.t.sf(t, df), abs=1e-12)
     assert t_sf(1.0, None) == pytest.approx(stats.norm.sf(1.0)) and t_sf(math.inf, 3) == 0

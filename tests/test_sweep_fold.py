@@ -31,6 +31,8 @@ from agent.core.domain import (
     RunStatus,
     utcnow,
 )
+from agent.engine.gather import night_noise
+from agent.rules.noise import pooled_of
 from api.dashboard import views
 from api.dashboard.fold import SweepFold, advance
 from api.dashboard.history import HistoryCache
@@ -275,6 +277,27 @@ def test_identical_repeats_measure_no_sigma_on_any_screen(sweep: Sweep) -> None:
     sweep.run(base.id, base.commit or "", 1.3, RunRole.INCUMBENT)
     ev = sweep.step().sweep_evidence(sweep.store.get_sweep_by_id(sweep.sid))
     assert ev.df == 4 and ev.sigma == pytest.approx((0.072 / 4) ** 0.5)  # 1.0 ×4 and 1.3
+
+
+def test_the_headers_sigma_is_the_keep_rules_per_machine_condition(sweep: Sweep) -> None:
+    """σ̂ on every screen is the keep rule's (agent.engine.gather.night_noise): each commit's
+    good runs per machine condition. Runs the machine slowed (suspect: another condition) add
+    their own spread: not left out, which put the header on fewer degrees of freedom than the
+    decision before it (demo beside a hog: 0.848 on 4 df, the discard's reason 0.788 on 5), and
+    not pooled with the fast runs, which would count the machine as noise."""
+    base = sweep.store.list_experiments(sweep.sid)[0]
+    for metric, speed, status in ((1.2, 100.0, RunStatus.OK), (1.1, 100.0, RunStatus.OK),
+                                  (2.0, 50.0, RunStatus.SUSPECT), (2.2, 50.0, RunStatus.SUSPECT)):
+        rid = sweep.store.start_run(RunSpec(sweep.sid, base.id, base.commit or "", 42,
+                                            RunRole.INCUMBENT)).id
+        sweep.store.end_run(rid, RunEnd(status, metric=metric, throughput=speed,
+                                        throughput_unit="steps/s", training_s=1.0))
+    ev = sweep.step().sweep_evidence(sweep.store.get_sweep_by_id(sweep.sid))
+    # 1.0 twice (the baseline's runs, speed unknown), 1.2 and 1.1 at 100 steps/s: squares
+    # 0.0275 on 3 df; 2.0 and 2.2 at 50 steps/s: 0.02 on 1
+    assert ev.df == 4 and ev.sigma == pytest.approx((0.0475 / 4) ** 0.5)
+    ss, df = night_noise(sweep.store.run_metrics(sweep.sid))
+    assert (ev.sigma, ev.df) == pooled_of([(ss, df)])
 
 
 def test_a_kept_value_that_is_not_its_value_now_says_so_without_a_re_run(sweep: Sweep) -> None:

@@ -31,9 +31,9 @@ from agent.core.domain import (
     Sweep,
 )
 from agent.rules import fdr
-from agent.rules.conditions import GOOD, recorded_best, runs_tolerance
+from agent.rules.conditions import GOOD, recorded_best, runs_tolerance, sample, within
 from agent.rules.decide import share
-from agent.rules.noise import group_squares, informative, mean, pooled_of, t_sf
+from agent.rules.noise import mean, pooled_of, t_sf
 
 
 @dataclass(frozen=True)
@@ -66,7 +66,7 @@ class ExperimentEvidence:
 
 @dataclass(frozen=True)
 class SweepEvidence:
-    sigma: float | None  # pooled within-commit standard deviation of the sweep's runs
+    sigma: float | None  # the keep rule's σ̂: pooled within commits and machine conditions
     df: int
     detectable: float | None  # the true gain kept half the time by the last look, now
     improvement: float | None  # baseline mean − best mean, better = positive
@@ -120,8 +120,8 @@ class EvidenceFold:
         self.by_exp: dict[int, list[float]] = {}  # good non-incumbent runs' per experiment
         self.bases: dict[int, str | None] = {}  # base commit ("" if none); None: a baseline
         self.based_on: dict[str, list[int]] = {}
-        self.pos: dict[str, int] = {}  # each commit's place in by_commit
-        self.multi: dict[str, tuple[int, float]] = {}  # commits with 2+ runs: (n, squares)
+        # per commit: σ̂'s part (agent.rules.conditions.within) and the (runs, tolerance) it is of
+        self.parts: dict[str, tuple[tuple[int, float], tuple[float, int]]] = {}
         self.baseline: tuple[int, str] | None = None  # the first baseline: id, commit
         self.commit_of: dict[int, str] = {}  # kept experiments and baselines → their commit
         self.kept: list[int] = []  # kept changes (not the baseline)
@@ -141,7 +141,7 @@ class EvidenceFold:
         out.by_commit, out.by_exp, out.bases = dict(self.by_commit), dict(self.by_exp), \
             dict(self.bases)
         out.based_on = dict(self.based_on)  # lists replaced before adding (agent.analysis.folds)
-        out.pos, out.multi = dict(self.pos), dict(self.multi)
+        out.parts = dict(self.parts)
         out.baseline, out.kept, out.changed = self.baseline, list(self.kept), set(self.changed)
         out.tests, out.ledger = dict(self.tests), list(self.ledger)
         out.commit_of = dict(self.commit_of)
@@ -159,11 +159,7 @@ class EvidenceFold:
             appended(self.good, self.owned, "good", 0, r)
         if r.status is not RunStatus.OK or r.metric is None:
             return
-        if r.commit not in self.by_commit:
-            self.pos[r.commit] = len(self.pos)
-        values = appended(self.by_commit, self.owned, "commit", r.commit, r.metric)
-        if len(values) == 2:
-            self.multi[r.commit] = (0, 0.0)  # worked out when asked
+        appended(self.by_commit, self.owned, "commit", r.commit, r.metric)
         self.changed.update(self.based_on.get(r.commit, ()))
         if r.role is not RunRole.INCUMBENT:
             appended(self.by_exp, self.owned, "exp", r.experiment_id, r.metric)
@@ -204,7 +200,6 @@ class EvidenceFold:
         sweep as it is now (its best), else as given when this fold was made."""
         sweep = sweep or self.sweep
         config = sweep.config
-        sigma, df = self._pooled()
         bases = dict(self.bases)
         baseline = self.baseline
         for e in open_experiments:
@@ -212,11 +207,12 @@ class EvidenceFold:
             if e.is_baseline and (baseline is None or e.id < baseline[0]):
                 baseline = (e.id, e.commit or "")
         with self._lock:  # what was worked out, and what changed since, read as one
+            recorded = self._recorded(sweep, baseline)
+            sigma, df = self._pooled(recorded)
             per = PerExperiment(bases, self.by_exp, self.by_commit, sigma,
                                 1.0 if sweep.direction is Direction.MINIMIZE else -1.0,
                                 self._carried(sigma, df, open_experiments, sweep),
-                                self.marked, self.commit_of, self.tests, df,
-                                self._recorded(sweep, baseline))
+                                self.marked, self.commit_of, self.tests, df, recorded)
             self.last, self.changed = per, set()
         order = sorted(self.ledger, key=lambda t: (t[2] is None, str(t[2]), t[3]))
         level = fdr.level([(p, k) for p, k, _, _ in order], config.fdr) * last_share(config)
@@ -235,18 +231,18 @@ class EvidenceFold:
             return last
         return Recorded.of(sweep, tuple(good), baseline)
 
-    def _pooled(self) -> tuple[float | None, int]:
-        """pooled_sigma of the runs per commit, each group's squares worked out once per
-        length (its runs only grow) and summed in the commits' order; identical repeats left
-        out, as the keep rule leaves them (agent.rules.noise.informative)."""
+    def _pooled(self, recorded: Recorded) -> tuple[float | None, int]:
+        """σ̂ as the keep rule pools it (agent.engine.gather.night_noise): each commit's good
+        runs per machine condition (agent.rules.conditions.within; identical repeats left
+        out), at the sweep's speed tolerance. A commit's part is worked out again only when its
+        runs (they only grow) or the tolerance moved; summed in the commits' order."""
         parts = []
-        for c in sorted(self.multi, key=self.pos.__getitem__):
-            values = self.by_commit[c]
-            n, squares = self.multi[c]
-            if n != len(values):
-                n, squares = self.multi[c] = (len(values), group_squares(values))
-            if informative(values):
-                parts.append((squares, n - 1))
+        for c, runs in recorded.by_commit.items():
+            key = (len(runs), recorded.tolerance)
+            hit = self.parts.get(c)
+            if hit is None or hit[0] != key:
+                hit = self.parts[c] = (key, within([sample(r) for r in runs], key[1]))
+            parts.append(hit[1])
         return pooled_of(parts)
 
     def _carried(self, sigma: float | None, df: int, open_experiments: list[Experiment],
@@ -329,16 +325,16 @@ class Recorded:
         if not commit:
             return None, 0
         if commit not in self._values:
-            value, _, off = recorded_best(self._by_commit.get(commit, ()), commit, self._tolerance)
+            value, _, off = recorded_best(self.by_commit.get(commit, ()), commit, self.tolerance)
             self._values[commit] = value, sum(not o for o in off)
         return self._values[commit]
 
     @functools.cached_property
-    def _tolerance(self) -> float:
+    def tolerance(self) -> float:
         return runs_tolerance(self.good)
 
     @functools.cached_property
-    def _by_commit(self) -> dict[str, list[Run]]:
+    def by_commit(self) -> dict[str, list[Run]]:
         out: dict[str, list[Run]] = {}
         for r in self.good:
             out.setdefault(r.commit or "", []).append(r)

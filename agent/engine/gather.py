@@ -1,32 +1,32 @@
 """What the keep rule sees of a sweep, read from the store, and each run's status written back.
 
 The change's good runs and its incumbent's (the runs of the commit it was built on, those
-started paired with it included) as agent.rules.conditions Samples; the other commits' OK runs
-as σ̂'s prior; the night's earlier tests (for the false-discovery-rate level); after the
-verdict, each run's status (ok or suspect) and the rule's note on how it was placed. Talks to
-the Store port only.
+started paired with it included) as agent.rules.conditions Samples; the other commits' good
+runs, per machine condition, as σ̂'s prior; the night's earlier tests (for the
+false-discovery-rate level); after the verdict, each run's status (ok or suspect) and the
+rule's note on how it was placed. Talks to the Store port only.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
 from agent.core.domain import TEST_KEY, Experiment, ExperimentStatus, Run, RunRole, RunStatus
 from agent.core.ports import Store
-from agent.rules.conditions import GOOD, sample
+from agent.rules.conditions import GOOD, Sample, runs_tolerance, sample, within
 from agent.rules.decide import Verdict
-from agent.rules.noise import speed_noise, squares
+from agent.rules.noise import speed_noise
 
-__all__ = ["GOOD", "GatheredRuns", "earlier_tests", "gather", "sample", "sweep_speed_noise",
-           "write_run_statuses"]
+__all__ = ["GOOD", "GatheredRuns", "earlier_tests", "gather", "night_noise", "sample",
+           "sweep_speed_noise", "write_run_statuses"]
 
 
 @dataclass(frozen=True)
 class GatheredRuns:
     change_runs: list[Run]  # the change's good runs, oldest first
     incumbent_runs: list[Run]  # its incumbent's (none for a baseline)
-    others: tuple[float, int]  # squares() of the other commits' ok runs
+    others: tuple[float, int]  # night_noise of the other commits
     speed_noise: float | None  # noise.speed_noise of the sweep's good runs
     incumbent_seeds: frozenset[int]  # seeds the incumbent's runs started with, finished or not
 
@@ -38,13 +38,21 @@ def gather(store: Store, sweep_id: int, exp: Experiment, head: str, commit: str)
     change_runs = [r for r in good
                    if r.experiment_id == exp.id and r.role is not RunRole.INCUMBENT]
     incumbent_runs = [] if exp.is_baseline else [r for r in good if r.commit == head]
-    groups: dict[str, list[float]] = {}
-    for r in runs:
-        if r.status is RunStatus.OK and r.commit not in (head, commit):
-            groups.setdefault(r.commit, []).append(r.metric)  # type: ignore[arg-type]
     seeds = frozenset(r.seed for r in every if r.commit == head and r.seed is not None)
-    return GatheredRuns(change_runs, incumbent_runs, squares(list(groups.values())),
+    return GatheredRuns(change_runs, incumbent_runs, night_noise(good, (head, commit)),
                         sweep_speed_noise(good), seeds)
+
+
+def night_noise(runs: Sequence[Run], leave_out: Collection[str | None] = ()) -> tuple[float, int]:
+    """σ̂'s parts from the good runs of every commit but `leave_out`: each one's runs per
+    machine condition (agent.rules.conditions.within), at the sweep's speed tolerance."""
+    commits: dict[str | None, list[Sample]] = {}
+    for r in runs:
+        if r.status in GOOD and r.metric is not None and r.commit not in leave_out:
+            commits.setdefault(r.commit, []).append(sample(r))
+    tol = runs_tolerance(runs)
+    parts = [within(c, tol) for c in commits.values()]
+    return sum(ss for ss, _ in parts), sum(df for _, df in parts)
 
 
 def earlier_tests(store: Store, sweep_id: int) -> tuple[tuple[float, bool], ...]:

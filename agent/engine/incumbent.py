@@ -23,10 +23,10 @@ from pathlib import Path
 from agent.core.domain import Experiment, ExperimentStatus, Run, RunRole, RunSpec, RunStatus, Sweep
 from agent.core.ports import Repo, Store
 from agent.engine.attempt import LoopSettings, TrainingRuns
+from agent.engine.gather import night_noise
 from agent.ops.sweeps import link_assets
 from agent.rules.conditions import recorded_best
 from agent.rules.decide import Rule, incumbent_due, next_seed
-from agent.rules.noise import pooled_sigma
 
 _DECISION_LOCKS: dict[tuple[str, str], threading.Lock] = {}
 _DECISION_LOCKS_GUARD = threading.Lock()
@@ -85,11 +85,7 @@ class Incumbent:
             sweep.id, [ExperimentStatus.KEPT, ExperimentStatus.DISCARDED], is_baseline=False
         )
         reruns = sum(r.role is RunRole.INCUMBENT for r in runs)
-        groups: dict[str, list[float]] = {}
-        for r in runs:
-            if r.status is RunStatus.OK and r.metric is not None:
-                groups.setdefault(r.commit, []).append(r.metric)
-        noise_measured = pooled_sigma(list(groups.values()))[0] is not None
+        noise_measured = night_noise(runs)[1] > 0
         with _claim_rerun_if_due(sweep, decided, reruns, rule, noise_measured) as due:
             if not due:
                 return

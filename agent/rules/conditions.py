@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from statistics import median
 
 from agent.core.domain import Run, RunStatus
-from agent.rules.noise import speed_noise, speed_tolerance
+from agent.rules.noise import speed_noise, speed_tolerance, squares
 
 Key = tuple[str | None, int]  # (device, the incumbent's condition on it)
 GOOD = (RunStatus.OK, RunStatus.SUSPECT)  # runs with a metric the rule decides on
@@ -151,6 +151,17 @@ def runs_tolerance(runs: Sequence[Run]) -> float:
     return speed_tolerance(speed_noise([(r.commit, r.device, r.throughput) for r in good]))
 
 
+def blocks(runs: Sequence[Sample], keys: Sequence[Key | None]) -> list[list[float]]:
+    """The runs' metrics per condition (those in none left out)."""
+    return [[r.metric for r, k in zip(runs, keys, strict=True) if k == key]
+            for key in dict.fromkeys(k for k in keys if k is not None)]
+
+
+def within(runs: Sequence[Sample], tolerance: float) -> tuple[float, int]:
+    """A commit's part of σ̂: squares() of its runs per condition (docs/keep-rule.md#the-model)."""
+    return squares(blocks(runs, conditions(runs, tolerance)))
+
+
 def place(runs: Sequence[Sample], best: Sequence[Sample], tolerance: float) -> Placement:
     """The change's runs placed in the incumbent's conditions (docs/keep-rule.md#the-model)."""
     inc = _Incumbent.of(best, tolerance)
@@ -159,26 +170,23 @@ def place(runs: Sequence[Sample], best: Sequence[Sample], tolerance: float) -> P
             if b.pair_of in change_ids}
     usual_key = usual(inc.keys)
     seen_apart = {k for b, k in zip(best, inc.keys, strict=True) if b.pair_of not in change_ids}
-    ratio = _own_ratio(runs, pair, seen_apart, tolerance)
+    ratios = {r.run_id: x for r in runs if r.run_id in pair
+              and (x := _ratio(r, pair[r.run_id][0])) is not None}
+    ratio = _own_ratio(ratios, pair, seen_apart, tolerance)
     placed = [_place_one(r, pair.get(r.run_id), ratio, inc, tolerance) for r in runs]
     level = _median_speed(inc.speeds.get(usual_key, [])) if usual_key is not None else None
     notes = [n or ("" if k in (None, usual_key) else _other_speed_note(r, level))
              for r, (k, n) in zip(runs, placed, strict=True)]
     pending = bool(runs) and placed[-1][0] is None and runs[-1].run_id not in pair
-    ratios = tuple(x for r in runs if r.run_id in pair
-                   and (x := _ratio(r, pair[r.run_id][0])) is not None)
     return Placement(tuple(k for k, _ in placed), tuple(notes), pending, ratio is not None,
-                     len(pair), ratios)
+                     len(pair), tuple(ratios.values()))
 
 
-def _own_ratio(runs: Sequence[Sample], pair: dict[int, tuple[Sample, Key]],
+def _own_ratio(ratios: dict[int, float], pair: dict[int, tuple[Sample, Key]],
                seen_apart: set[Key], tolerance: float) -> float | None:
-    """The change's speed over the incumbent's beside it: the median of its pairs whose
-    incumbent run is in a condition known from runs not beside this change (else the machine
-    may have moved between the two), once two of them agree on it; ~1 when every pair says so;
-    None while it is not confirmed."""
-    ratios = {r.run_id: x for r in runs if r.run_id in pair
-              and (x := _ratio(r, pair[r.run_id][0])) is not None}
+    """The change's speed over the incumbent's beside it: the median of `ratios` (per pair)
+    whose incumbent run is in a condition known from runs not beside this change (else the
+    machine may have moved between the two), once two agree; ~1 when every pair says so."""
     measured = [x for i, x in ratios.items() if pair[i][1] in seen_apart]
     ratio = median(measured) if measured else 1.0
     if all(agrees(x, 1.0, tolerance) for x in ratios.values()) or sum(

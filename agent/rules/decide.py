@@ -14,7 +14,7 @@ from agent.core.config import Direction, TargetConfig
 from agent.core.domain import CrashKind, ExperimentStatus
 from agent.rules import fdr
 from agent.rules.classify import CrashFacts, classify
-from agent.rules.conditions import Key, Placement, Sample, best_of, conditions, place, usual
+from agent.rules.conditions import Key, Placement, Sample, best_of, blocks, conditions, place, usual
 from agent.rules.noise import mean, pooled_of, speed_tolerance, squares, t_score, t_sf
 
 SEQUENTIAL, STRICT = "sequential", "strict"
@@ -62,7 +62,7 @@ class Evidence:
     is_baseline: bool
     runs: tuple[Sample, ...]  # this experiment's good runs, oldest first
     best: tuple[Sample, ...] = ()  # the good runs of the commit it was built on
-    others: tuple[float, int] = (0.0, 0)  # noise.squares() of the night's other commits
+    others: tuple[float, int] = (0.0, 0)  # σ̂'s parts from other commits (conditions.within)
     failed: RunFailure | None = None  # the latest run, when it produced no metric
     speed_noise: float | None = None  # run-to-run σ of log throughput (noise.speed_noise)
     head_moved: bool = False  # another slot kept a change since this one started
@@ -132,10 +132,9 @@ def next_seed(used: Collection[int | None], rule: Rule, prefer: int | None = Non
 
 def incumbent_due(decided: int, incumbent_runs: int, rule: Rule,
                   noise_measured: bool = True) -> bool:
-    """Whether the incumbent runs again before the next proposal: once every
-    `incumbent_every` decided proposals (its runs beside changes count), so that the reference
-    follows a machine that drifts. Never with the strict rule, `incumbent_every` 0, or noise
-    that is not measured (identical repeats: repeating says nothing)."""
+    """Whether the incumbent runs again before the next proposal: once every `incumbent_every`
+    decided proposals (its runs beside changes count), to follow a machine that drifts. Never
+    with the strict rule, `incumbent_every` 0, or unmeasured noise (repeats say nothing)."""
     if rule.decision == STRICT or rule.incumbent_every <= 0 or not noise_measured:
         return False
     return decided // rule.incumbent_every > incumbent_runs
@@ -148,9 +147,8 @@ def stop_level(tests: Sequence[tuple[float, bool]], rule: Rule) -> float:
 
 
 def share(k: int, looks: int) -> float:
-    """The share of the test's level spent at look k of `looks`: none at the first (one run
-    can be a loss spike or a heavy tail the model does not describe), then (j/J)³ spent by
-    look j + 1 of the J = looks − 1 that can keep."""
+    """The level's share spent at look k of `looks`: none at the first (one run can be a spike
+    or a heavy tail), then (j/J)³ spent by look j + 1 of the J = looks − 1 that can keep."""
     if k < 2:
         return 0.0
     j, last = k - 1, looks - 1
@@ -237,7 +235,6 @@ def compare(runs: Sequence[Sample], best: Sequence[Sample], pl: Placement,
     """The change against its incumbent within conditions (docs/keep-rule.md#the-model);
     None when none of its runs is placed."""
     sign = 1.0 if rule.direction is Direction.MINIMIZE else -1.0
-    groups: list[list[float]] = []
     total = weight = 0.0
     for key in dict.fromkeys(k for k in pl.keys if k is not None):
         change_values = [r.metric for r, k in zip(runs, pl.keys, strict=True) if k == key]
@@ -246,12 +243,10 @@ def compare(runs: Sequence[Sample], best: Sequence[Sample], pl: Placement,
         gain = fmean(incumbent_values) - fmean(change_values)
         total += w * sign * gain
         weight += w
-        groups.append(change_values)
     if not weight:
         return None
-    for key in dict.fromkeys(keys):  # the incumbent's runs per condition
-        groups.append([b.metric for b, k in zip(best, keys, strict=True) if k == key])
-    sigma, df = pooled_of([squares(groups)], others)
+    sigma, df = pooled_of([squares(blocks(runs, pl.keys) + blocks(best, keys))],
+                          others)
     value = best_of(best, tol)[0]
     assert value is not None
     se = None if sigma is None else sigma / math.sqrt(weight)

@@ -46,13 +46,6 @@ def pooled_of(parts: Iterable[tuple[float, int]], prior: tuple[float, int] = (0.
     return (math.sqrt(ss / df), int(df)) if df else (None, 0)
 
 
-def pooled_sigma(groups: Sequence[Sequence[float]], prior: tuple[float, int] = (0.0, 0)
-                 ) -> tuple[float | None, int]:
-    """The pooled within-group standard deviation of the informative groups (and `prior`,
-    squares() of groups summed elsewhere), with its degrees of freedom."""
-    return pooled_of([squares([g]) for g in groups], prior)
-
-
 def t_score(gain: float, se: float) -> float:
     """gain / its standard error; ±inf when that is 0, 0 at 0."""
     if se > 0:

@@ -100,7 +100,7 @@ def check(challenger: Curve, incumbents: Sequence[Curve], index: int, level: flo
     incumbent_losses = _column(incumbents, fraction, policy.window)
     groups = [incumbent_losses,
               *(_column(g, fraction, policy.window) for g in earlier)]
-    sd, df = pooled_of([squares([g]) for g in groups])
+    sd, df = pooled_of([squares(groups)])
     if not incumbent_losses or sd is None:
         return PruneCall(False, fraction, "the incumbent's curves show no spread here yet")
     reference = statistics.fmean(incumbent_losses)

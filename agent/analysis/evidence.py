@@ -235,9 +235,12 @@ class EvidenceFold:
         """σ̂ as the keep rule pools it (agent.engine.gather.night_noise): each commit's good
         runs per machine condition (agent.rules.conditions.within; identical repeats left
         out), at the sweep's speed tolerance. A commit's part is worked out again only when its
-        runs (they only grow) or the tolerance moved; summed in the commits' order."""
+        runs (they only grow) or the tolerance moved; summed in the commits' order. A commit
+        with one run has no part (most of a long night's)."""
         parts = []
         for c, runs in recorded.by_commit.items():
+            if len(runs) < 2:
+                continue
             key = (len(runs), recorded.tolerance)
             hit = self.parts.get(c)
             if hit is None or hit[0] != key:
@@ -427,9 +430,11 @@ def _ci95(n: int, sigma: float | None, df: int, sd: float | None) -> float | Non
     return t_quantile(0.025, df or None) * sigma / math.sqrt(n)
 
 
+@functools.lru_cache(maxsize=1024)
 def t_quantile(p: float, df: float | None) -> float:
     """The t with P(T ≥ t) = p (bisection on agent.rules.noise.t_sf; the normal's when df is
-    None)."""
+    None). Remembered: every row of a long night asks for the same one (σ̂'s df), and each
+    costs a hundred incomplete beta functions."""
     if df is None:
         return statistics.NormalDist().inv_cdf(1.0 - p)
     lo, hi = -1e3, 1e3

@@ -72,11 +72,9 @@ class CurveWorld:
     budget: float = 100.0  # GPU-seconds, in full runs
     grid: tuple[float, ...] = (0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)  # where checks may sit
 
-    def fractions(self, window: float) -> tuple[float, ...]:
-        """The logged fractions the simulation needs: each check's window, and the end."""
-        k = round(window / self.step)
-        pts = {round(c - j * self.step, 6) for c in self.grid for j in range(k + 1)}
-        return tuple(sorted(p for p in pts if p > 0)) + (1.0,)
+    def fractions(self) -> tuple[float, ...]:
+        """The logged fractions: a progress line every `step` of the budget, to the end."""
+        return tuple(round(j * self.step, 6) for j in range(1, round(1 / self.step) + 1))
 
 
 @dataclass(frozen=True)
@@ -162,7 +160,7 @@ class BudgetNight(Night):
         self.serial: dict[int, int] = {self.head.key: 0}
         self.cw, self.policy = world, policy
         self.window = policy.prune.window if policy.prune else 0.05
-        self.grid = world.fractions(self.window)
+        self.grid = world.fractions()
         self.base = [self._level(f) for f in self.grid]
         self.spent, self.kind = 0.0, "incumbent"
         self.curves: dict[int, list[list[tuple[float, float]]]] = {}  # commit key: its curves

@@ -36,7 +36,7 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from keep_world import Commit, Night, Tally, World, _effect
 
@@ -44,7 +44,7 @@ from agent.rules.categories import Category
 from agent.rules.conditions import Sample
 from agent.rules.decide import Rule, incumbent_due, stop_level
 from agent.rules.noise import speed_tolerance
-from agent.rules.prune import PrunePolicy, check, loss_at
+from agent.rules.prune import PrunePolicy, check, loss_over
 
 SCHEDULE = Category.DATA_SCHEDULE.value
 OTHERS = tuple(c.value for c in Category if c is not Category.DATA_SCHEDULE)
@@ -70,7 +70,7 @@ class CurveWorld:
     null_humps: float = 0.2  # nulls that are schedule knobs with a hump
     broken: float = 0.0  # of the harmful changes, those broken (20–200σ worse from the start)
     budget: float = 100.0  # GPU-seconds, in full runs
-    grid: tuple[float, ...] = (0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)  # where checks may sit
+    grid: tuple[float, ...] = (0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)  # where "behind" is tallied
 
     def fractions(self) -> tuple[float, ...]:
         """The logged fractions: a progress line every `step` of the budget, to the end."""
@@ -159,7 +159,8 @@ class BudgetNight(Night):
         self.key = key * 1_000_000
         self.serial: dict[int, int] = {self.head.key: 0}
         self.cw, self.policy = world, policy
-        self.window = policy.prune.window if policy.prune else 0.05
+        if policy.prune is not None:  # as the engine: the budget in max_runs parts
+            self.policy = replace(policy, prune=replace(policy.prune, looks=rule.max_runs))
         self.grid = world.fractions()
         self.base = [self._level(f) for f in self.grid]
         self.spent, self.kind = 0.0, "incumbent"
@@ -233,8 +234,8 @@ class BudgetNight(Night):
         if self.change is None or self.change.effect >= 0 or len(incumbents) < 2:
             return
         for f in self.cw.grid:
-            mine = loss_at(points, f, self.window)
-            ref = [v for c in incumbents if (v := loss_at(c, f, self.window)) is not None]
+            mine = loss_over(points, (f - 0.05, f))  # the points of the 5 % before f
+            ref = [v for c in incumbents if (v := loss_over(c, (f - 0.05, f))) is not None]
             if mine is not None and ref:
                 for what in ("all", self.change.shape):
                     seen = self.tally.behind.setdefault((what, f), [0, 0])

@@ -24,7 +24,7 @@ early stop (a harmful change's run then says what it saved against its budget).
     .venv/bin/python benchmarks/prune_loop.py --target gpt --budget 60 --modes auto
 
 `--prune-table` appends a [prune] table to the target's overnight.toml (docs/target.md), e.g.
-`--prune-table "checks = [0.5]"`: the early stop at half the budget only.
+`--prune-table 'exempt = []'`: every kind of change may be stopped early.
 """
 
 from __future__ import annotations
@@ -164,7 +164,7 @@ def main() -> None:
     ap.add_argument("--target", choices=("curves", "gpt"), default="curves")
     ap.add_argument("--modes", nargs="+", choices=("off", "auto"), default=["off", "auto"])
     ap.add_argument("--prune-table", default="",
-                    help='a [prune] table\'s body for the target, e.g. "checks = [0.5]"')
+                    help='a [prune] table\'s body for the target, e.g. "exempt = []"')
     ap.add_argument("--checks", action="store_true",
                     help="print every early-stop check (stopped or not, and why)")
     args = ap.parse_args()

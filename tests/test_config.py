@@ -126,10 +126,11 @@ def test_a_sweep_stored_by_the_earlier_keep_rule_still_loads():
     stored = {"command": "python t.py", "editable": ["t.py"], "metric": "m", "budget_s": 10,
               "keep_z": 1.75,
               "discard_z": 0.6, "futility": 0.5, "throughput_tolerance": None,
-              "prune_policy": {"checks": [0.3, 0.5, 0.7], "z": [5.0, 4.0, 3.5],
+              "prune_policy": {"checks": [0.3, 0.5, 0.7], "window": 0.05, "z": [5.0, 4.0, 3.5],
                                "min_curves": 3, "floor_rel": 0.01, "speed_tol": 0.15}}
     config = TargetConfig.from_dict(stored)
-    assert config.fdr == 0.2 and config.prune_policy.policy().checks == (0.3, 0.5, 0.7)
+    # a sweep stored with the [prune] keys since removed: dropped, the checks from max_runs
+    assert config.fdr == 0.2 and config.early_stop_policy().checks == (0.25, 0.5, 0.75)
     with pytest.raises(ConfigError, match="keep_z"):
         parse_config(stored)
 

@@ -7,7 +7,7 @@ import math
 import re
 
 from agent.core.domain import Run, RunRole, RunStatus
-from agent.rules.prune import PruneCall, PrunePolicy, check, loss_at, reason_fraction
+from agent.rules.prune import PruneCall, PrunePolicy, check, loss_over, reason_fraction
 from api.dashboard.band import band_svg
 
 
@@ -55,29 +55,31 @@ def test_the_stop_marker_is_at_the_check_that_stopped_the_run_not_its_end() -> N
     assert mark["data-loss"] == float(f"{call.loss:.6g}")
     xs = grid_x(svg)
     assert mark["cx"] == xs[1]  # on the 50 % check's line, left of the curve's end
-    (dot,) = attrs(svg, "check")  # the 30 % check it passed
-    assert dot["data-fraction"] == 0.3 and dot["cx"] == xs[0]
-    v = loss_at([(f, x) for f, x, _ in loser], 0.3, 0.05)
+    (dot,) = attrs(svg, "check")  # the 25 % check it passed, at the loss it read there
+    assert dot["data-fraction"] == 0.25 and dot["cx"] == xs[0]
+    v = loss_over([(f, x) for f, x, _ in loser], PrunePolicy().part(0))
     assert v is not None and dot["data-loss"] == float(f"{v:.6g}")
     assert "stopped at 50 % of the budget" in svg
 
 
 def test_a_run_that_went_on_has_a_dot_at_each_check_and_no_marker() -> None:
     svg = str(band_svg([run(9, curve(0.0, 5))], THEIRS))
-    assert [d["data-fraction"] for d in attrs(svg, "check")] == [0.3, 0.5, 0.7]
+    assert [d["data-fraction"] for d in attrs(svg, "check")] == [0.25, 0.5, 0.75]
     assert '<g class="stopped">' not in svg
     off = str(band_svg([run(9, curve(0.0, 5))], THEIRS, judged=False))
     assert attrs(off, "check") == []  # prune = "off": nothing was checked
 
 
 def test_the_checks_drawn_are_the_target_policy() -> None:
-    policy = PrunePolicy(checks=(0.25, 0.6))
+    policy = PrunePolicy(looks=5)  # max_runs 5: checks at 20, 40, 60 and 80 %
     loser = curve(1.0, 7, until=0.62)
     call = PruneCall(True, 0.6, "clearly behind", 4.0, 3.0, 0.1, 0.0001)
     svg = str(band_svg([run(9, loser, RunStatus.PRUNED, call.reason())], THEIRS, policy=policy))
     (mark,) = attrs(svg, "stopped")
-    assert mark["data-fraction"] == 0.6 and mark["cx"] == grid_x(svg)[1]
-    assert [d["data-fraction"] for d in attrs(svg, "check")] == [0.25]
+    assert mark["data-fraction"] == 0.6 and mark["cx"] == grid_x(svg)[2]
+    v = loss_over([(f, x) for f, x, _ in loser], (0.4, 0.6))
+    assert v is not None and mark["data-loss"] == float(f"{v:.6g}")
+    assert [d["data-fraction"] for d in attrs(svg, "check")] == [0.2, 0.4]
 
 
 def test_a_pruned_run_whose_note_names_no_check_is_marked_at_its_end() -> None:

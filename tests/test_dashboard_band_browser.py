@@ -12,7 +12,7 @@ from test_early_stop import night
 
 from agent.core.domain import RunStatus
 from agent.engine.early_stop import loss_pairs
-from agent.rules.prune import PrunePolicy, loss_at, reason_fraction
+from agent.rules.prune import PrunePolicy, loss_over, reason_fraction
 
 # far behind at every check, whatever the timing of its lines (A_SHIFT 0.3 sits near the
 # margin of a single 50 % check on 3 curves)
@@ -53,7 +53,7 @@ def test_the_marker_sits_on_the_check_that_stopped_the_run(tmp_path: Path) -> No
     assert float(got["data-fraction"] or "nan") == stop
     assert float(got["cx"] or "nan") == grid[checks.index(stop)]  # on its check's line
     assert float(got["cx"] or "nan") <= end_x  # not where the process ended
-    v = loss_at(loss_pairs(run.curve), stop, PrunePolicy().window)
+    v = loss_over(loss_pairs(run.curve), PrunePolicy().part(checks.index(stop)))
     assert v is not None and float(got["data-loss"] or "nan") == pytest.approx(v, rel=1e-5)
     assert dots == [f"{f:g}" for f in checks if f < stop]  # each check made before it
     assert box is not None and frame is not None

@@ -51,7 +51,7 @@ def test_the_first_challenger_after_a_keep_is_judged(tmp_path: Path) -> None:
     first, gain, losing = (store.get_experiment(i) for i in ids)
     assert first.status is gain.status is ExperimentStatus.KEPT, (first.reason, gain.reason)
     assert losing.status is ExperimentStatus.DISCARDED
-    assert losing.reason is not None and losing.reason.startswith("stopped at 30 % "), losing
+    assert losing.reason is not None and losing.reason.startswith("stopped at 25 % "), losing
     (run,) = store.list_runs(experiment_id=losing.id)
     assert run.status is RunStatus.PRUNED and run.curve is not None
     # when it ran, the new incumbent had its own 2 runs (the earlier ones theirs)

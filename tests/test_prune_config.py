@@ -33,30 +33,34 @@ def write(tmp: Path, prune: str | None) -> Path:
 
 
 def test_a_prune_table_sets_the_policy_and_round_trips(tmp_path: Path) -> None:
-    cfg = load_config(write(tmp_path, 'checks = [0.25, 0.6]\nwindow = 0.1\n'
-                                      'exempt = ["data/schedule", "optimizer"]'))
-    policy = cfg.prune_policy.policy()
-    assert policy == PrunePolicy(checks=(0.25, 0.6), window=0.1,
-                                 exempt=frozenset({"data/schedule", "optimizer"}))
+    cfg = load_config(write(tmp_path, 'exempt = ["data/schedule", "optimizer"]'))
+    policy = cfg.early_stop_policy()
+    assert policy == PrunePolicy(exempt=frozenset({"data/schedule", "optimizer"}))
     assert parse_config(cfg.to_dict()) == cfg and hash(cfg)
-    assert load_config(write(tmp_path, None)).prune_policy.policy() == PrunePolicy()
+    assert load_config(write(tmp_path, None)).early_stop_policy() == PrunePolicy()
     assert load_config(write(tmp_path, "")).prune_policy == PruneTable()
-    # a key left out keeps the default
-    assert load_config(write(tmp_path, "window = 0.1")).prune_policy.policy() == \
-        PrunePolicy(window=0.1)
+    assert load_config(write(tmp_path, "exempt = []")).early_stop_policy() == \
+        PrunePolicy(exempt=frozenset())
+
+
+def test_the_checks_are_the_keep_rules_looks(tmp_path: Path) -> None:
+    """No [prune] number: `max_runs` cuts the budget into its parts, as it makes the looks."""
+    (tmp_path / "overnight.toml").write_text(TARGET + "max_runs = 5\n")
+    assert load_config(tmp_path).early_stop_policy().checks == (0.2, 0.4, 0.6, 0.8)
+    assert load_config(write(tmp_path, None)).early_stop_policy().checks == (0.25, 0.5, 0.75)
 
 
 @pytest.mark.parametrize("body, says", [
-    ("checks = [0.5, 0.3]", "checks must be increasing fractions in (0, 1)"),
-    ("checks = [0.3, 1.0, 0.7]", "checks must be increasing fractions"),
-    ('checks = [0.3, "0.5"]', "[prune] checks: must be a list of numbers"),
+    ("checks = [0.3, 0.5, 0.7]", "[prune]: checks: no longer settings: the early stop is the "
+                                 "keep rule's own test, taken at the end of each of `max_runs` "
+                                 "equal parts of the budget but the last on the loss over that "
+                                 "part"),
+    ("window = 0.05", "[prune]: window: no longer settings"),
     ("z = [5, 4, 3]", "[prune]: z: no longer settings: the early stop is the keep rule's own"),
     ("min_curves = 3\nfloor_rel = 0.1", "min_curves: no longer settings"),
-    ('window = "wide"', "[prune] window: must be a number"),
-    ("window = 0", "window must be positive"),
     ('exempt = ["schedule"]', "[prune] exempt: must be a list of categories"),
     ("pool_earlier = 3", "pool_earlier: no longer settings: the early stop is the keep rule's own "
-                         "test at a fraction of the budget, its spread pooled over every earlier"),
+                         "test"),
     ("speed = 0.2", "[prune] speed: Extra inputs are not permitted"),
 ])
 def test_a_bad_prune_value_names_the_key_and_changes_nothing(tmp_path: Path, body: str,
@@ -85,22 +89,26 @@ def test_the_table_is_its_own_not_a_key_of_target(tmp_path: Path) -> None:
 
 
 def test_the_doctor_check_reads_the_target_policy(tmp_path: Path) -> None:
-    cfg = load_config(write(tmp_path, "checks = [0.2, 0.9]"))
-    got = check_early_stop(cfg, 10, 9.5)  # a line every 10 % of the budget: too few for 90 %
-    assert got.status == "warn" and "the checks at 20%, 90% of the budget" in got.detail
-    assert check_early_stop(cfg, 19, 9.5).status == "ok"
-    assert check_early_stop(load_config(write(tmp_path, None)), 15, 9.5).status == "ok"
+    (tmp_path / "overnight.toml").write_text(TARGET + "max_runs = 10\n")
+    cfg = load_config(tmp_path)
+    got = check_early_stop(cfg, 9, 9.5)  # a line every 11 % of the budget: a part without one
+    assert got.status == "warn" and "the checks at 10%, 20%, 30%" in got.detail
+    assert "a line at least every 10% of it (≥ 10)" in got.detail
+    assert check_early_stop(cfg, 10, 9.5).status == "ok"
+    default = load_config(write(tmp_path, None))
+    assert check_early_stop(default, 3, 9.5).status == "warn"
+    assert check_early_stop(default, 4, 9.5).status == "ok"
 
 
-def test_the_engine_stops_at_the_target_checks(tmp_path: Path) -> None:
+def test_the_engine_stops_at_the_checks_of_the_targets_max_runs(tmp_path: Path) -> None:
     target = make_target(tmp_path / "target", "auto")
     toml = target / "overnight.toml"
-    toml.write_text(toml.read_text() + "\n[prune]\nchecks = [0.5]\n")
-    subprocess.run(["git", "commit", "-qam", "prune table"], cwd=target, check=True)
+    toml.write_text(toml.read_text().replace("[target]\n", "[target]\nmax_runs = 2\n"))
+    subprocess.run(["git", "commit", "-qam", "max_runs 2"], cwd=target, check=True)
     runtime = Runtime(tmp_path / "o.db")
     sweep = create_sweep(runtime.store, runtime.repo_at(target), target, name="n",
                          proposer="queue")
-    assert sweep.config.prune_policy.policy().checks == (0.5,)
+    assert sweep.config.early_stop_policy().checks == (0.5,)
     name, value, what = LOSING
     losing_id = runtime.store.add_experiment(
         sweep.id, Proposal(f"{name} = {value}: {what}", knob_diff(target, name, value))).id

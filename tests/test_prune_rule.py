@@ -1,5 +1,5 @@
-"""agent.rules.prune: a run is stopped early only when the keep rule's test, taken on its loss at
-a fraction of the budget, says it is clearly worse; the spread pools the earlier incumbents."""
+"""agent.rules.prune: a run is stopped early only when the keep rule's test, taken on its loss over
+a part of the budget, says it is clearly worse; the spread pools the earlier incumbents."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import random
 import pytest
 from scipy import stats
 
-from agent.rules.prune import PrunePolicy, check, loss_at, next_check
+from agent.rules.prune import PrunePolicy, check, loss_over, next_check
 
 LEVEL = 0.001  # what agent.rules.decide.stop_level gives early in a night, about
 
@@ -41,10 +41,10 @@ def test_the_test_is_the_keep_rules_t_on_the_curves_spread() -> None:
     on their degrees of freedom."""
     loser = curve(offset=0.1, seed=9)
     call = check(loser, INCUMBENTS, 1, 0.5)
-    here = [loss_at(c, 0.5, 0.05) for c in INCUMBENTS]
+    here = [loss_over(c, (0.25, 0.5)) for c in INCUMBENTS]  # the part since the check before
     ref = sum(here) / 5  # type: ignore[arg-type]
     s = stats.tstd(here)
-    t = (ref - loss_at(loser, 0.5, 0.05)) / (s * math.sqrt(1 + 1 / 5))  # type: ignore[operator]
+    t = (ref - loss_over(loser, (0.25, 0.5))) / (s * math.sqrt(1 + 1 / 5))  # type: ignore[operator]
     assert call.reference == pytest.approx(ref) and call.p_worse == pytest.approx(
         stats.t.cdf(t, 4))
 
@@ -62,9 +62,9 @@ def test_it_is_not_judged_without_a_spread_or_points() -> None:
     assert not one.stop and "no spread" in one.why
     same = [curve(seed=1, noise=0.0)] * 3  # a script that ignores its seed: no spread
     assert not check(loser, same, 0, LEVEL).stop
-    short = check([(0.05, 9.0)], INCUMBENTS, 0, LEVEL)
-    assert not short.stop and "no progress line" in short.why
-    assert "not judged at 30 % of the budget" in short.reason()
+    short = check([(0.05, 9.0)], INCUMBENTS, 1, LEVEL)  # no line in (25 %, 50 %]
+    assert not short.stop and "no progress line since the check before" in short.why
+    assert "not judged at 50 % of the budget" in short.reason()
 
 
 def test_exempt_categories_and_a_departed_speed_are_not_judged() -> None:
@@ -79,7 +79,7 @@ def test_a_new_incumbent_with_two_runs_judges_with_the_earlier_incumbents_spread
     loser = curve(offset=0.7, seed=9)  # behind the new incumbent by 1.0
     call = check(loser, NEW, 0, LEVEL, earlier=EARLIER)
     assert call.stop, call.reason()
-    here = [loss_at(c, 0.3, 0.05) or math.nan for c in NEW]
+    here = [loss_over(c, PrunePolicy().part(0)) or math.nan for c in NEW]
     assert call.reference == pytest.approx(sum(here) / 2)  # its own level, not the earlier's
     level = check(curve(offset=-0.3, seed=7), NEW, 1, LEVEL, earlier=EARLIER)
     assert level.loss is not None and not level.stop
@@ -99,20 +99,31 @@ def test_the_spread_pools_every_earlier_incumbent_as_the_keep_rules_noise_pools_
     assert every.se is not None and latest.se is not None and every.se != latest.se
 
 
-def test_loss_at_and_next_check() -> None:
-    c = [(0.1, 5.0), (0.26, 4.0), (0.28, float("nan")), (0.3, 3.0), (0.31, 1.0)]
-    assert loss_at(c, 0.3, 0.05) == 3.5
-    assert loss_at(c, 0.2, 0.05) is None
+def test_the_checks_cut_the_budget_into_the_keep_rules_looks() -> None:
+    """No number of its own: max_runs = K parts, judged at the end of each but the last, each
+    on the points since the check before (a point on a check belongs to the part it ends)."""
+    assert PrunePolicy().checks == (0.25, 0.5, 0.75)  # max_runs 4, the default
+    assert PrunePolicy(looks=2).checks == (0.5,)
+    assert PrunePolicy(looks=5).checks == (0.2, 0.4, 0.6, 0.8)
+    policy = PrunePolicy()
+    assert [policy.part(i) for i in range(3)] == [(-math.inf, 0.25), (0.25, 0.5), (0.5, 0.75)]
+    c = [(0.0, 9.0), (0.1, 5.0), (0.25, 7.0), (0.26, 4.0), (0.4, float("nan")), (0.5, 3.0),
+         (0.51, 1.0)]
+    assert loss_over(c, policy.part(0)) == 7.0  # 9, 5, 7: from the run's start
+    assert loss_over(c, policy.part(1)) == 3.5  # 4 and 3; the nan left out
+    assert loss_over(c, (0.51, 0.75)) is None
+
+
+def test_next_check() -> None:
     policy = PrunePolicy()
     assert next_check(0.2, 0, policy) is None
-    assert next_check(0.3, 0, policy) == 0
+    assert next_check(0.25, 0, policy) == 0
     assert next_check(0.55, 0, policy) == 1  # two passed at once: the latest
     assert next_check(0.55, 2, policy) is None
     assert next_check(1.0, 3, policy) is None
 
 
-@pytest.mark.parametrize("kwargs", [dict(checks=(0.5, 0.3)), dict(checks=(0.0,)),
-                                    dict(window=0.0)])
+@pytest.mark.parametrize("kwargs", [dict(looks=1), dict(looks=True), dict(looks=2.5)])
 def test_a_bad_policy_is_refused_by_name(kwargs: dict[str, object]) -> None:
     with pytest.raises(ValueError, match="prune policy"):
         PrunePolicy(**kwargs)  # type: ignore[arg-type]

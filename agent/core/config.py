@@ -44,7 +44,7 @@ _SIGMA_WHY = ("σ is measured from the night's own runs, which is what holds the
 REMOVED_KEYS = {"keep_z": _RULE_WHY, "discard_z": _RULE_WHY, "futility": _RULE_WHY,
                 "throughput_tolerance": _RULE_WHY, "noise_sigma": _SIGMA_WHY}
 REMOVED_PRUNE_KEYS = frozenset({"z", "min_curves", "floor_rel", "speed_tol", "spread_upper",
-                                "futile_z", "futile_runs", "pool_earlier"})
+                                "futile_z", "futile_runs", "pool_earlier", "checks", "window"})
 # Early stop of clearly losing runs (agent.rules.prune): "auto" judges a change's runs against
 # the incumbent's curves at the policy's checks, "off" never stops one. The default is one
 # constant so a measurement can flip it in one place.
@@ -97,9 +97,7 @@ class PruneTable(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    checks: tuple[float, ...] | None = None
     exempt: tuple[str, ...] | None = None  # categories never stopped early
-    window: float | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -107,24 +105,11 @@ class PruneTable(BaseModel):
         gone = sorted(set(data) & REMOVED_PRUNE_KEYS) if isinstance(data, dict) else []
         if gone:
             raise ValueError(f"{', '.join(gone)}: no longer settings: the early stop is the keep "
-                             "rule's own test at a fraction of the budget, its spread pooled "
-                             "over every earlier incumbent (docs/keep-rule.md#the-early-stop)")
+                             "rule's own test, taken at the end of each of `max_runs` equal "
+                             "parts of the budget but the last on the loss over that part, its "
+                             "spread pooled over every earlier incumbent "
+                             "(docs/keep-rule.md#the-early-stop)")
         return data
-
-    @field_validator("checks", mode="before")
-    @classmethod
-    def _numbers(cls, v: Any) -> Any:
-        if v is not None and (not isinstance(v, list | tuple) or any(
-                isinstance(x, bool) or not isinstance(x, int | float) for x in v)):
-            raise ValueError(f"must be a list of numbers such as [0.3, 0.5, 0.7], got {v!r}")
-        return v
-
-    @field_validator("window", mode="before")
-    @classmethod
-    def _number(cls, v: Any) -> Any:
-        if v is not None and (isinstance(v, bool) or not isinstance(v, int | float)):
-            raise ValueError(f"must be a number, got {v!r}")
-        return v
 
     @field_validator("exempt", mode="before")
     @classmethod
@@ -136,17 +121,12 @@ class PruneTable(BaseModel):
                              f"got {v!r}")
         return tuple(sorted(set(v)))
 
-    @model_validator(mode="after")
-    def _valid(self) -> PruneTable:
-        try:
-            self.policy()
-        except ValueError as exc:  # PrunePolicy's own check names the keys
-            raise ValueError(str(exc).removeprefix("prune policy: ")) from None
-        return self
-
-    def policy(self) -> PrunePolicy:
-        """The PrunePolicy this table asks for (PrunePolicy's defaults for keys left out)."""
-        given = {k: v for k, v in self.model_dump().items() if v is not None}
+    def policy(self, looks: int | None = None) -> PrunePolicy:
+        """The PrunePolicy this table asks for, with `looks` parts of the budget (the keep
+        rule's max_runs; PrunePolicy's defaults for what is left out)."""
+        given: dict[str, Any] = {k: v for k, v in self.model_dump().items() if v is not None}
+        if looks is not None:
+            given["looks"] = looks
         if "exempt" in given:
             given["exempt"] = frozenset(given["exempt"])
         return PrunePolicy(**given)
@@ -324,6 +304,10 @@ class TargetConfig(BaseModel):
             raise ValueError(f"timeout_s: must be greater than budget_s ({self.budget_s:g}), "
                              f"got {self.timeout_s:g}")
         return self
+
+    def early_stop_policy(self) -> PrunePolicy:
+        """The early stop's policy: the [prune] table's, its budget cut into `max_runs` parts."""
+        return self.prune_policy.policy(self.max_runs)
 
     def to_dict(self) -> dict[str, Any]:
         return self.model_dump(mode="json")

@@ -1,5 +1,5 @@
 """The early stop's policy (where agent.rules.prune judges a run), validated on construction: a
-target's `[prune]` table (agent.core.config) is one of these.
+target's `[prune]` table (agent.core.config) and its `max_runs` make one of these.
 
 Pure: the stdlib only. Here, not in agent/rules, so the config can build and validate it
 (core imports nothing above it); agent.rules.prune re-exports it.
@@ -7,19 +7,30 @@ Pure: the stdlib only. Here, not in agent/rules, so the config can build and val
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
 class PrunePolicy:
-    checks: tuple[float, ...] = (0.3, 0.5, 0.7)  # fractions of the budget where a run is judged
-    window: float = 0.05  # the loss at f is the median of the curve's points in [f − window, f]
+    """A run's budget is cut into `looks` equal parts, as a change's runs are the keep test's
+    `looks` (its `max_runs`); the run is judged at the end of each part but the last, on its
+    loss over that part. No number of its own."""
+
+    looks: int = 4  # the keep rule's max_runs
     exempt: frozenset[str] = field(default_factory=lambda: frozenset({"data/schedule"}))
 
     def __post_init__(self) -> None:
-        if not self.checks or any(not 0 < f < 1 for f in self.checks) or \
-                list(self.checks) != sorted(self.checks):
-            raise ValueError(f"prune policy: checks must be increasing fractions in (0, 1), "
-                             f"got {self.checks}")
-        if not self.window > 0:
-            raise ValueError(f"prune policy: window must be positive, got {self.window}")
+        if isinstance(self.looks, bool) or not isinstance(self.looks, int) or self.looks < 2:
+            raise ValueError(f"prune policy: looks must be a whole number ≥ 2 (the keep rule's "
+                             f"max_runs), got {self.looks!r}")
+
+    @property
+    def checks(self) -> tuple[float, ...]:
+        """The fractions of the budget where a run is judged: 1/K, 2/K, …, (K − 1)/K."""
+        return tuple(j / self.looks for j in range(1, self.looks))
+
+    def part(self, index: int) -> tuple[float, float]:
+        """The stretch of the budget check `index` reads, (start, end]: from the check before
+        it (the run's start for the first) to its own fraction."""
+        return (index / self.looks if index else -math.inf), self.checks[index]

@@ -318,7 +318,7 @@ class TrainingRuns:
         runs = (self.store.list_runs(experiment_id=now.best_experiment_id)
                 if now.best_commit == base and now.best_experiment_id is not None
                 else self.store.list_runs(sweep_id=sweep.id))
-        policy = sweep.config.prune_policy.policy()
+        policy = sweep.config.early_stop_policy()
         earlier = earlier_curves(self.store, sweep.id, base)
         rule = Rule.of(sweep.config)
         level = stop_level(earlier_tests(self.store, sweep.id), rule)

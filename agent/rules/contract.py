@@ -337,19 +337,20 @@ def check_early_stop(config: TargetConfig, lines: int, last_elapsed_s: float | N
     policy is the target's [prune] table's unless given. What it lacks is a warning when the
     target asks for the early stop, a note when it is the default (the night runs as well
     without it, only without its savings)."""
-    policy = policy or config.prune_policy.policy()
+    policy = policy or config.early_stop_policy()
     chosen = "prune" in config.model_fields_set
     state = f'prune = "{config.prune}"' + ("" if chosen else " (the default)")
     short: Literal["warn", "info"] = "warn" if config.prune == "auto" and chosen else "info"
     if lines == 0:
         return Check(EARLY_STOP, short,
                      f"{state}, but it cannot work: no progress line with a loss", LINE_FIX)
-    needed = int(policy.checks[-1] / policy.window) + 1  # a line in each check's window
+    needed = policy.looks  # evenly spaced, at least one line in each part of the budget
     if lines < needed:
         return Check(EARLY_STOP, short,
                      f"{state}: {lines} progress lines per run; the checks at "
-                     f"{', '.join(f'{f:.0%}' for f in policy.checks)} of the budget need a line "
-                     f"at least every {policy.window:.0%} of it (≥ {needed})",
+                     f"{', '.join(f'{f:.0%}' for f in policy.checks)} of the budget each read "
+                     f"the lines since the one before: a line at least every "
+                     f"{1 / policy.looks:.0%} of it (≥ {needed})",
                      "print a progress line more often")
     if last_elapsed_s is None:
         return Check(EARLY_STOP, "info", f"{state}: can work on the service's clock (start-up "

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from agent.core.prune_policy import PrunePolicy
 from agent.rules.noise import pooled_of, squares, t_score, t_sf
 
-__all__ = ["PruneCall", "PrunePolicy", "check", "loss_at", "next_check", "reason_fraction"]
+__all__ = ["PruneCall", "PrunePolicy", "check", "loss_over", "next_check", "reason_fraction"]
 Curve = Sequence[tuple[float, float]]
 
 
@@ -61,12 +61,13 @@ def _fmt(x: float | None) -> str:
     return f"{x:.2f}" if abs(x) >= 1 else f"{x:.3f}"
 
 
-def loss_at(curve: Curve, fraction: float, window: float) -> float | None:
-    """The median loss of the points in [fraction − window, fraction]; None if there are none
-    (non-finite losses are left out)."""
-    lo = fraction - window - 1e-9
-    in_window = [loss for f, loss in curve if lo <= f <= fraction + 1e-9 and math.isfinite(loss)]
-    return statistics.median(in_window) if in_window else None
+def loss_over(curve: Curve, part: tuple[float, float]) -> float | None:
+    """The median loss of the points in the part (start, end] of the budget; None if there are
+    none (non-finite losses are left out)."""
+    start, end = part
+    here = [loss for f, loss in curve
+            if start + 1e-9 < f <= end + 1e-9 and math.isfinite(loss)]
+    return statistics.median(here) if here else None
 
 
 def next_check(fraction_now: float, judged: int, policy: PrunePolicy) -> int | None:
@@ -82,11 +83,12 @@ def next_check(fraction_now: float, judged: int, policy: PrunePolicy) -> int | N
 def check(challenger: Curve, incumbents: Sequence[Curve], index: int, level: float,
           policy: PrunePolicy = PrunePolicy(), *, category: str | None = None,
           speed_off: bool = False, earlier: Sequence[Sequence[Curve]] = ()) -> PruneCall:
-    """Judge the run at ``policy.checks[index]``: its loss there (the median over the window)
-    against the mean of the incumbent's curves, the spread pooled with ``earlier`` (the
-    earlier incumbents' curves, one group per commit), on Student's t; stopped when worse with
-    P(T ≤ t) ≤ ``level``. Not judged: an exempt category, ``speed_off`` (its speed so far is off
-    the incumbent's), no point near the check, curves with no spread."""
+    """Judge the run at ``policy.checks[index]``: its loss over the part of the budget since
+    the check before (the median of its points there) against the mean of the incumbent's
+    curves over the same part, the spread pooled with ``earlier`` (the earlier incumbents'
+    curves, one group per commit), on Student's t; stopped when worse with P(T ≤ t) ≤
+    ``level``. Not judged: an exempt category, ``speed_off`` (its speed so far is off the
+    incumbent's), no point in the part, curves with no spread."""
     fraction = policy.checks[index]
     if category is not None and category in policy.exempt:
         return PruneCall(False, fraction, f"{category} changes are not stopped early "
@@ -94,12 +96,12 @@ def check(challenger: Curve, incumbents: Sequence[Curve], index: int, level: flo
     if speed_off:
         return PruneCall(False, fraction, "its speed so far differs from the incumbent's, so "
                                           "its loss curve measures the machine")
-    loss = loss_at(challenger, fraction, policy.window)
+    part = policy.part(index)
+    loss = loss_over(challenger, part)
     if loss is None:
-        return PruneCall(False, fraction, "no progress line near this point")
-    incumbent_losses = _column(incumbents, fraction, policy.window)
-    groups = [incumbent_losses,
-              *(_column(g, fraction, policy.window) for g in earlier)]
+        return PruneCall(False, fraction, "no progress line since the check before")
+    incumbent_losses = _column(incumbents, part)
+    groups = [incumbent_losses, *(_column(g, part) for g in earlier)]
     sd, df = pooled_of([squares(groups)])
     if not incumbent_losses or sd is None:
         return PruneCall(False, fraction, "the incumbent's curves show no spread here yet")
@@ -111,6 +113,6 @@ def check(challenger: Curve, incumbents: Sequence[Curve], index: int, level: flo
     return PruneCall(stop, fraction, why, loss, reference, se, p_worse)
 
 
-def _column(curves: Sequence[Curve], fraction: float, window: float) -> list[float]:
-    """The curves' losses at `fraction` (those that reach it)."""
-    return [v for c in curves if (v := loss_at(c, fraction, window)) is not None]
+def _column(curves: Sequence[Curve], part: tuple[float, float]) -> list[float]:
+    """The curves' losses over `part` (those that reach it)."""
+    return [v for c in curves if (v := loss_over(c, part)) is not None]

@@ -17,12 +17,13 @@ from markupsafe import Markup, escape
 
 from agent.core.domain import CurvePoints, Experiment, ExperimentStatus, Run, RunStatus, Sweep
 from agent.engine.early_stop import REFERENCE_STATUSES
-from agent.rules.prune import PrunePolicy, loss_at, reason_fraction
+from agent.rules.prune import PrunePolicy, loss_over, reason_fraction
 from db.reads import Reads
 
 GRID = 60  # fractions of the budget the band is drawn at
 REFERENCE = REFERENCE_STATUSES
 FROM_F = 0.15  # the y axis fits the curves from this fraction of the budget on
+SMOOTH = 0.05  # the band: each curve's median over this much of the budget (drawing only)
 
 
 def incumbent_runs(reads: Reads, sweep: Sweep, e: Experiment) -> list[Run]:
@@ -38,13 +39,14 @@ def incumbent_runs(reads: Reads, sweep: Sweep, e: Experiment) -> list[Run]:
     return [r for r in runs if r.commit == e.base_commit and r.status in REFERENCE and r.curve]
 
 
-def band(curves: Sequence[CurvePoints], window: float) -> list[tuple[float, float, float]]:
-    """(fraction, min, max) of the curves' loss at each grid fraction reached by two or more."""
+def band(curves: Sequence[CurvePoints]) -> list[tuple[float, float, float]]:
+    """(fraction, min, max) of the curves' loss at each grid fraction reached by two or more
+    (each curve's median over the SMOOTH before it)."""
     out = []
     for i in range(1, GRID + 1):
         f = i / GRID
-        here = [v for c in curves if (v := loss_at([(p[0], p[1]) for p in c], f, window))
-                is not None]
+        here = [v for c in curves if (v := loss_over([(p[0], p[1]) for p in c],
+                                                     (f - SMOOTH, f))) is not None]
         if len(here) >= 2:
             out.append((f, min(here), max(here)))
     return out
@@ -57,7 +59,7 @@ def band_svg(mine: Sequence[Run], theirs: Sequence[Run], width: int = 640,
     (when its runs were `judged`: `prune = "auto"`) and a marker at the check that stopped
     one. None when there is nothing to compare (no curve, or fewer than two incumbent runs)."""
     policy = policy or PrunePolicy()
-    zone = band([r.curve for r in theirs if r.curve], policy.window)
+    zone = band([r.curve for r in theirs if r.curve])
     lines = [r for r in mine if r.curve]
     if not zone or not lines:
         return None
@@ -109,15 +111,17 @@ def _checks(r: Run, policy: PrunePolicy, judged: bool, sx: Callable[[float], flo
     stop = None if named is None else _snap(named, policy.checks)
     last = curve[-1][0] if curve else 0.0
     out = []
-    for f in policy.checks if judged else ():
-        v = loss_at(curve, f, policy.window)
+    for i, f in enumerate(policy.checks if judged else ()):
+        v = loss_over(curve, policy.part(i))
         if v is None or f > (stop if stop is not None else last) + 1e-9 or f == stop:
             continue
         out.append(f'<circle class="check" data-fraction="{f:g}" data-loss="{v:.6g}" '
                    f'cx="{sx(f):.1f}" cy="{sy(v):.1f}" r="2.5"><title>run {r.id}: checked at '
-                   f'{round(f * 100)} % of the budget, loss {v:.4g}; went on</title></circle>')
+                   f'{round(f * 100)} % of the budget, its loss since the check before '
+                   f'{v:.4g}; went on</title></circle>')
     if r.status is RunStatus.PRUNED and curve:
-        v = loss_at(curve, stop, policy.window) if stop is not None else None
+        v = (loss_over(curve, policy.part(policy.checks.index(stop)))
+             if stop in policy.checks else None)
         f, v = (stop, v) if stop is not None and v is not None else curve[-1]
         out.append(f'<g class="stopped"><line x1="{sx(f):.1f}" x2="{sx(f):.1f}" y1="{ys[0]}" '
                    f'y2="{ys[1]}"/><circle data-fraction="{f:g}" data-loss="{v:.6g}" '

@@ -398,7 +398,7 @@ def experiment_page(reads: Reads, e: Experiment) -> dict[str, Any]:
         "against": band_svg([r for r in own if r.experiment_id == e.id
                              and r.role is not RunRole.INCUMBENT],
                             incumbent_runs(reads, sweep, e),
-                            policy=sweep.config.prune_policy.policy(),
+                            policy=sweep.config.early_stop_policy(),
                             judged=sweep.config.prune == "auto"),
         "log": tail(text, 200),
         "has_log_file": bool(e.log_path and Path(e.log_path).is_file()),

@@ -17,6 +17,8 @@ from dashboard_oracles import insights_panel, progress_svg, rollup_of
 from test_store_contract import CONFIG, spec
 
 import agent.analysis.evidence as evidence_module
+import agent.engine.gather as gather_module
+import agent.rules.conditions as conditions_module
 from agent.analysis.evidence import sweep_evidence
 from agent.analysis.folds import Ordered
 from agent.analysis.insights_fold import digest
@@ -32,8 +34,8 @@ from agent.core.domain import (
     RunStatus,
     utcnow,
 )
-from agent.engine.gather import night_noise
-from agent.rules.noise import pooled_of
+from agent.engine.gather import gather, night_noise
+from agent.rules.noise import pooled_of, speed_noise
 from api.dashboard import views
 from api.dashboard.fold import SweepFold, advance
 from api.dashboard.history import HistoryCache
@@ -299,6 +301,30 @@ def test_the_headers_sigma_is_the_keep_rules_per_machine_condition(sweep: Sweep)
     assert ev.df == 4 and ev.sigma == pytest.approx((0.0475 / 4) ** 0.5)
     ss, df = night_noise(sweep.store.run_metrics(sweep.sid))
     assert (ev.sigma, ev.df) == pooled_of([(ss, df)])
+
+
+def test_a_decision_measures_the_sweeps_speed_noise_once(sweep: Sweep,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rule's tolerance and σ̂'s come from one measurement of the sweep's speed noise (it
+    was measured twice per decision: once for the rule, once inside night_noise)."""
+    base = sweep.store.list_experiments(sweep.sid)[0]
+    for metric, speed in ((1.2, 100.0), (1.1, 101.0), (2.0, 50.0), (2.2, 51.0)):
+        rid = sweep.store.start_run(RunSpec(sweep.sid, base.id, base.commit or "", 42,
+                                            RunRole.INCUMBENT)).id
+        sweep.store.end_run(rid, RunEnd(RunStatus.OK, metric=metric, throughput=speed,
+                                        throughput_unit="steps/s", training_s=1.0))
+    calls: list[int] = []
+
+    def counted(rows):  # type: ignore[no-untyped-def]
+        calls.append(len(rows))
+        return speed_noise(rows)
+
+    monkeypatch.setattr(gather_module, "speed_noise", counted)
+    monkeypatch.setattr(conditions_module, "speed_noise", counted)
+    head = base.commit or ""
+    got = gather(sweep.store, sweep.sid, base, head, "a change")
+    assert len(calls) == 1
+    assert got.others == night_noise(sweep.store.run_metrics(sweep.sid), (head, "a change"))
 
 
 def test_a_kept_value_that_is_not_its_value_now_says_so_without_a_re_run(sweep: Sweep) -> None:

@@ -16,7 +16,7 @@ from agent.core.domain import TEST_KEY, Experiment, ExperimentStatus, Run, RunRo
 from agent.core.ports import Store
 from agent.rules.conditions import GOOD, Sample, runs_tolerance, sample, within
 from agent.rules.decide import Verdict
-from agent.rules.noise import speed_noise
+from agent.rules.noise import speed_noise, speed_tolerance
 
 __all__ = ["GOOD", "GatheredRuns", "earlier_tests", "gather", "night_noise", "sample",
            "sweep_speed_noise", "write_run_statuses"]
@@ -39,18 +39,21 @@ def gather(store: Store, sweep_id: int, exp: Experiment, head: str, commit: str)
                    if r.experiment_id == exp.id and r.role is not RunRole.INCUMBENT]
     incumbent_runs = [] if exp.is_baseline else [r for r in good if r.commit == head]
     seeds = frozenset(r.seed for r in every if r.commit == head and r.seed is not None)
-    return GatheredRuns(change_runs, incumbent_runs, night_noise(good, (head, commit)),
-                        sweep_speed_noise(good), seeds)
+    speed = sweep_speed_noise(good)  # measured once: the rule's and σ̂'s tolerance
+    return GatheredRuns(change_runs, incumbent_runs,
+                        night_noise(good, (head, commit), speed_tolerance(speed)), speed, seeds)
 
 
-def night_noise(runs: Sequence[Run], leave_out: Collection[str | None] = ()) -> tuple[float, int]:
+def night_noise(runs: Sequence[Run], leave_out: Collection[str | None] = (),
+                tolerance: float | None = None) -> tuple[float, int]:
     """σ̂'s parts from the good runs of every commit but `leave_out`: each one's runs per
-    machine condition (agent.rules.conditions.within), at the sweep's speed tolerance."""
+    machine condition (agent.rules.conditions.within), at the sweep's speed tolerance (worked
+    out from `runs` unless given)."""
     commits: dict[str | None, list[Sample]] = {}
     for r in runs:
         if r.status in GOOD and r.metric is not None and r.commit not in leave_out:
             commits.setdefault(r.commit, []).append(sample(r))
-    tol = runs_tolerance(runs)
+    tol = runs_tolerance(runs) if tolerance is None else tolerance
     parts = [within(c, tol) for c in commits.values()]
     return sum(ss for ss, _ in parts), sum(df for _, df in parts)
 

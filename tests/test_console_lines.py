@@ -28,8 +28,8 @@ def test_a_plain_keep_or_not_better_shows_the_description_alone(
 
 @pytest.mark.parametrize("status, reason", [
     (ExperimentStatus.DISCARDED, "run 2 (seed 43) failed: timed out after 12 s"),
-    (ExperimentStatus.DISCARDED, "stopped at 30 % of the budget: loss 4.31 vs the incumbent's "
-                                 "4.01 ± 0.030 at the same point"),
+    (ExperimentStatus.DISCARDED, "stopped at 25 % of the budget: loss 4.31 over 0–25 % vs the "
+                                 "incumbent's 4.01 ± 0.030 there"),
     (ExperimentStatus.DISCARDED, "not judged: the machine's speed kept changing around its runs"),
     (ExperimentStatus.CRASHED, "NameError: name 'x' is not defined"),
 ])

@@ -241,10 +241,10 @@ def test_a_restart_treats_a_pruned_run_as_finished(tmp_path: Path) -> None:
     exp = store.add_experiment(sweep.id, Proposal("A_SHIFT", knob_diff(target, *LOSING[:2])))
     assert store.claim(exp.id) is not None
     run = store.start_run(RunSpec(sweep.id, exp.id, "c0ffee", 42, RunRole.SCREEN))
-    why = ("stopped at 30 % of the budget: loss 3.91 vs the incumbent's 3.60 ± 0.01 at the "
-           "same point")
+    why = ("stopped at 25 % of the budget: loss 3.91 over 0–25 % vs the incumbent's 3.60 ± 0.01 "
+           "there")
     store.end_run(run.id, RunEnd(RunStatus.PRUNED, note=why, training_s=0.4,
-                                 curve=((0.1, 4.5, 20.0), (0.3, 3.9, 70.0))))
+                                 curve=((0.1, 4.5, 20.0), (0.25, 3.9, 70.0))))
     def repo_of(s):  # type: ignore[no-untyped-def]
         return runtime.repo_at(Path(s.target_path))
 
@@ -257,7 +257,7 @@ def test_a_restart_treats_a_pruned_run_as_finished(tmp_path: Path) -> None:
     assert all(e.is_baseline for e in queued)  # only the baseline waits: no re-run of it
     (again,) = store.list_runs(experiment_id=exp.id)
     assert again.status is RunStatus.PRUNED
-    assert again.curve == ((0.1, 4.5, 20.0), (0.3, 3.9, 70.0))
+    assert again.curve == ((0.1, 4.5, 20.0), (0.25, 3.9, 70.0))
     again_report = recover(store, repo_of, tmp_path / "o.db.work")  # idempotent
     assert again_report.requeued == {} and store.retry_of(exp.id) == follow
 

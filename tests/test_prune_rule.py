@@ -33,7 +33,10 @@ def test_a_clearly_losing_run_is_stopped_with_a_reason_a_person_can_read() -> No
     assert call.p_worse is not None and call.p_worse <= LEVEL
     text = call.reason()
     assert text.startswith("stopped at 50 % of the budget: loss ")
-    assert "vs the incumbent's" in text and " ± " in text and text.endswith("at the same point")
+    assert "over 25–50 % vs the incumbent's" in text and " ± " in text and text.endswith(" there")
+    first = check(curve(offset=1.0, seed=9), INCUMBENTS, 0, LEVEL).reason()
+    assert first.startswith("stopped at 25 % of the budget: loss ")
+    assert " over 0–25 % vs the incumbent's" in first  # the first part: from the run's start
 
 
 def test_the_test_is_the_keep_rules_t_on_the_curves_spread() -> None:

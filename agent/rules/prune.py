@@ -29,17 +29,19 @@ class PruneCall:
     reference: float | None = None
     se: float | None = None
     p_worse: float | None = None
+    start: float = 0.0  # where the part the check read begins (the check before it)
 
     def reason(self) -> str:
-        """For a person: ``stopped at 50 % of the budget: loss 3.41 vs the incumbent's 3.12 ±
-        0.05 at the same point`` (or why it was not stopped)."""
+        """For a person: ``stopped at 50 % of the budget: loss 3.41 over 25–50 % vs the
+        incumbent's 3.12 ± 0.05 there`` (or why it was not stopped)."""
         at = f"{round(self.fraction * 100)} % of the budget"
         if self.loss is None or self.reference is None:
             return f"not judged at {at}: {self.why}"
         se = f" ± {_fmt(self.se)}" if self.se is not None else ""
         head = "stopped" if self.stop else "went on"
-        text = (f"{head} at {at}: loss {_fmt(self.loss)} vs the incumbent's "
-                f"{_fmt(self.reference)}{se} at the same point")
+        text = (f"{head} at {at}: loss {_fmt(self.loss)} over {round(self.start * 100)}–"
+                f"{round(self.fraction * 100)} % vs the incumbent's {_fmt(self.reference)}{se} "
+                "there")
         return text + ("" if self.stop else f" ({self.why})")
 
 
@@ -110,7 +112,7 @@ def check(challenger: Curve, incumbents: Sequence[Curve], index: int, level: flo
     p_worse = 1.0 - t_sf(t_score(reference - loss, se), df)
     stop = p_worse <= level
     why = "clearly behind" if stop else f"not clearly behind (P {p_worse:.2g} > {level:.2g})"
-    return PruneCall(stop, fraction, why, loss, reference, se, p_worse)
+    return PruneCall(stop, fraction, why, loss, reference, se, p_worse, max(part[0], 0.0))
 
 
 def _column(curves: Sequence[Curve], part: tuple[float, float]) -> list[float]:

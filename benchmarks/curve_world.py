@@ -23,12 +23,10 @@ are schedule knobs with a hump and no effect at the end.
 
 The night is keep_world's (the real agent.rules.decide.decide drives every verdict) with a
 budget: it ends when the GPU-seconds are spent (an undecided experiment is not kept); a change's
-run may be stopped at agent.rules.prune's checks (`check`: clearly behind; `futile`: not ahead
-enough to be kept), which discards the change; incumbent and baseline runs are never stopped.
-As in the engine, the spread pools every earlier incumbent's curves.
-With `Policy.learn` (the simulation only; the engine does not learn yet) a category is exempted
-for the rest of the night once a change of it crossed late on a completed run
-(agent.rules.prune.late_crossing).
+run may be stopped at agent.rules.prune's checks (clearly behind over a part of the budget, the
+budget cut into the rule's max_runs parts as in the engine), which discards the change;
+incumbent and baseline runs are never stopped. As in the engine, the spread pools every earlier
+incumbent's curves.
 """
 
 from __future__ import annotations

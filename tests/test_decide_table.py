@@ -97,7 +97,8 @@ def test_a_keep_states_its_test_and_the_numbers_are_the_models():
     assert (v.sigma, v.df, v.n) == (pytest.approx(sigma), df, 2) and df == 5
     assert v.p_better == pytest.approx(stats.t.cdf(t, df))
     assert v.level == pytest.approx(fdr.level((), 0.2))  # the night's level α_t
-    assert v.p_value == pytest.approx(stats.t.sf(t, df) / share(2, 4))  # kept: p ≤ α_t
+    spent = share(2, 4, v.level)
+    assert v.p_value == pytest.approx(stats.t.sf(t, df) / spent)  # kept: p ≤ α_t
     assert v.p_value <= v.level
     assert v.metric == pytest.approx(0.305)  # the best (1.0) less the gain
     # the reason prints the record's pair: one p, one level
@@ -105,11 +106,37 @@ def test_a_keep_states_its_test_and_the_numbers_are_the_models():
     assert f"p {v.p_value:.2g}, level {v.level:.2g}" in v.reason
 
 
-def test_the_levels_spent_by_look_sum_to_one_and_none_on_the_first():
-    assert share(1, 4) == 0.0
-    assert sum(share(k, 4) for k in range(1, 5)) == pytest.approx(1.0)
-    assert [round(share(k, 4), 4) for k in range(2, 5)] == [0.037, 0.2593, 0.7037]
-    assert stop_level((), SEQ) == pytest.approx(fdr.level((), 0.2) * share(2, 4))
+def obrien_fleming(s: float, alpha: float) -> float:
+    """Lan and DeMets's O'Brien–Fleming-type spending function, by scipy."""
+    return 2 * stats.norm.sf(stats.norm.isf(alpha / 2) / math.sqrt(s))
+
+
+@pytest.mark.parametrize("alpha", [0.0125, 1e-3, 1e-6])
+@pytest.mark.parametrize("looks", [2, 3, 4, 6])
+def test_the_levels_spent_by_look_are_obrien_flemings_and_none_on_the_first(alpha, looks):
+    """Look k of K spends α(k/K) − α((k−1)/K) of the level (its share of the change's runs as
+    the information); look 1 keeps nothing and leaves its α(1/K) to look 2; 1 in all."""
+    assert share(1, looks, alpha) == 0.0
+    assert sum(share(k, looks, alpha) for k in range(1, looks + 1)) == pytest.approx(1.0)
+    for k in range(2, looks + 1):
+        before = obrien_fleming((k - 1) / looks, alpha) if k > 2 else 0.0
+        want = (obrien_fleming(k / looks, alpha) - before) / alpha
+        assert share(k, looks, alpha) == pytest.approx(want, rel=1e-4, abs=1e-12)
+    assert share(looks + 1, looks, alpha) == share(looks, looks, alpha)  # past K: look K
+
+
+def test_a_smaller_level_spends_less_early():
+    assert share(2, 4, 1e-4) < share(2, 4, 1e-2) < share(2, 4, 0.1)
+    assert [round(share(k, 4, 0.0125), 4) for k in range(2, 5)] == [0.033, 0.2811, 0.686]
+
+
+def test_the_early_stop_is_clearly_worse_at_one_runs_level():
+    """A run stopped early is at most one of the change's K runs: its bar is α(1/K)."""
+    alpha = fdr.level((), 0.2)
+    assert stop_level((), SEQ) == pytest.approx(obrien_fleming(1 / 4, alpha), rel=1e-4)
+    assert stop_level((), Rule(max_runs=2)) == pytest.approx(obrien_fleming(1 / 2, alpha),
+                                                             rel=1e-4)
+    assert stop_level((), Rule(max_runs=2)) < alpha * share(2, 2, alpha)  # below any keep's
 
 
 def test_the_night_level_is_addis():

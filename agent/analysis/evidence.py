@@ -20,7 +20,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from agent.analysis.folds import appended
-from agent.core.config import Direction, TargetConfig
+from agent.core.config import Direction
 from agent.core.domain import (
     TEST_KEY,
     Experiment,
@@ -215,7 +215,8 @@ class EvidenceFold:
                                 self.marked, self.commit_of, self.tests, df, recorded)
             self.last, self.changed = per, set()
         order = sorted(self.ledger, key=lambda t: (t[2] is None, str(t[2]), t[3]))
-        level = fdr.level([(p, k) for p, k, _, _ in order], config.fdr) * last_share(config)
+        alpha = fdr.level([(p, k) for p, k, _, _ in order], config.fdr)
+        level = alpha * share(config.max_runs, config.max_runs, alpha)
         ev = _sweep_evidence(sweep, per, baseline, self.by_commit, self.kept, df, level)
         seen, fast = self.speeds
         return replace(ev, load_checked=bool(fast) if seen else None, load_shifts=sum(
@@ -256,11 +257,6 @@ class EvidenceFold:
             return {}
         gone = self.changed | {e.id for e in open_experiments}
         return {k: v for k, v in last.done.items() if k not in gone}
-
-
-def last_share(config: TargetConfig) -> float:
-    """The share of a test's level its last look spends (agent.rules.decide's spending)."""
-    return share(config.max_runs, config.max_runs)
 
 
 def _sweep_evidence(sweep: Sweep, per: PerExperiment, baseline: tuple[int, str] | None,

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field, replace
-from statistics import fmean
+from statistics import NormalDist, fmean
 
 from agent.core.config import Direction, TargetConfig
 from agent.core.domain import CrashKind, ExperimentStatus
@@ -18,7 +18,6 @@ from agent.rules.conditions import Key, Placement, Sample, best_of, blocks, cond
 from agent.rules.noise import mean, pooled_of, speed_tolerance, squares, t_score, t_sf
 
 SEQUENTIAL, STRICT = "sequential", "strict"
-SPENDING_POWER = 3  # α spent by look k: α·(k/K)³, little early (O'Brien–Fleming-like)
 NOT_BETTER = "not better"  # how a discard judged on its runs starts (console, reports)
 
 
@@ -141,18 +140,24 @@ def incumbent_due(decided: int, incumbent_runs: int, rule: Rule,
 
 
 def stop_level(tests: Sequence[tuple[float, bool]], rule: Rule) -> float:
-    """The early stop's bar (agent.rules.prune): the level a keep on one run would need, which
-    a run must fail in the other direction (clearly worse) to be stopped."""
-    return fdr.level(tests, rule.fdr) * share(2, rule.max_runs)
+    """The early stop's bar (agent.rules.prune), which a run clearly worse fails: α(1/K), the
+    level of one run of the change's K, which the first look leaves to the second."""
+    return spent(1 / rule.max_runs, fdr.level(tests, rule.fdr))
 
 
-def share(k: int, looks: int) -> float:
-    """The level's share spent at look k of `looks`: none at the first (one run can be a spike
-    or a heavy tail), then (j/J)³ spent by look j + 1 of the J = looks − 1 that can keep."""
-    if k < 2:
+def share(k: int, looks: int, alpha: float) -> float:
+    """s_k, the share of α spent at look k of K = `looks`, α(k/K) by look k; they sum to 1. The
+    first keeps nothing (one run can be a spike or a heavy tail): its part goes to the second."""
+    k = min(k, looks)
+    if k < 2 or alpha <= 0:
         return 0.0
-    j, last = k - 1, looks - 1
-    return (j / last) ** SPENDING_POWER - ((j - 1) / last) ** SPENDING_POWER
+    return (spent(k / looks, alpha) - (spent((k - 1) / looks, alpha) if k > 2 else 0.0)) / alpha
+
+
+def spent(s: float, alpha: float) -> float:
+    """Lan and DeMets's O'Brien–Fleming-type spending function: α(s) = 2 − 2Φ(Φ⁻¹(1 − α/2)/√s)
+    spent by information fraction s. It has no constant and spends less early the smaller α."""
+    return math.erfc(-NormalDist().inv_cdf(alpha / 2) / math.sqrt(2 * s)) if alpha > 0 else 0.0
 
 
 def _failure(ev: Evidence, rule: Rule) -> Verdict:
@@ -347,8 +352,8 @@ def _look(ev: Evidence, rule: Rule, cmp: Comparison, base: Verdict) -> tuple[flo
     """The look's t, the verdict carrying its p (over the look's share of the level; 1 at the
     first look, which keeps nothing) and the night's level, and the reason's text."""
     assert cmp.se is not None
-    spent, level = share(min(len(ev.runs), rule.max_runs), rule.max_runs), fdr.level(
-        ev.tests, rule.fdr)
+    level = fdr.level(ev.tests, rule.fdr)
+    spent = share(len(ev.runs), rule.max_runs, level)
     t = t_score(cmp.gain - rule.min_delta, cmp.se)
     p = min(1.0, t_sf(t, cmp.df or None) / spent) if spent else 1.0
     base = replace(base, p_better=1.0 - t_sf(t_score(cmp.gain, cmp.se), cmp.df or None),
@@ -356,7 +361,7 @@ def _look(ev: Evidence, rule: Rule, cmp: Comparison, base: Verdict) -> tuple[flo
     return t, base, (
         f"{base.metric:.6g} vs best {cmp.best:.6g} on {cmp.n} run{'s' if cmp.n > 1 else ''} "
         f"(σ̂ {cmp.sigma:.3g}, {cmp.df or '∞'} df): t {t:.2f}, "
-        + (f"p {p:.2g}, level {level:.2g}" if spent else "a first run keeps nothing"))
+        + (f"p {p:.2g}, level {level:.2g}" if len(ev.runs) > 1 else "a first run keeps nothing"))
 
 
 def _incumbent_short(ev: Evidence, pl: Placement, keys: Sequence[Key]) -> bool:

@@ -353,9 +353,9 @@ def _look(ev: Evidence, rule: Rule, cmp: Comparison, base: Verdict) -> tuple[flo
     first look, which keeps nothing) and the night's level, and the reason's text."""
     assert cmp.se is not None
     level = fdr.level(ev.tests, rule.fdr)
-    spent = share(len(ev.runs), rule.max_runs, level)
+    s_k = share(len(ev.runs), rule.max_runs, level)
     t = t_score(cmp.gain - rule.min_delta, cmp.se)
-    p = min(1.0, t_sf(t, cmp.df or None) / spent) if spent else 1.0
+    p = min(1.0, t_sf(t, cmp.df or None) / s_k) if s_k else 1.0
     base = replace(base, p_better=1.0 - t_sf(t_score(cmp.gain, cmp.se), cmp.df or None),
                    p_value=p, level=level)
     return t, base, (

@@ -226,3 +226,17 @@ def test_keep_lost_sorts_every_unkept_clear_gain_by_how_it_ended(
         assert any(b > 0 for _, b in tally.lost) is busy  # a quiet machine is never busy
     row = kl.lost_table(kw.World("quiet"), 3, seed=1)
     assert row.startswith("| quiet |") and row.count("%") == 5
+
+
+def test_the_addis_ablation_runs_each_variant_and_puts_the_papers_values_back(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    ap = importlib.import_module("addis_params")
+    from agent.rules import fdr
+
+    monkeypatch.setattr(sys, "argv", ["addis_params.py", "--sweeps", "2"])
+    assert ap.main() == 0
+    lines = capsys.readouterr().out.splitlines()[2:]
+    assert len(lines) == len(ap.worlds()) * len(ap.VARIANTS) == 15
+    assert all("%" in line for line in lines)
+    assert (fdr.TAU, fdr.LAMBDA) == (0.5, 0.25)

@@ -5,7 +5,7 @@ A night is a stream of tests, one per change decided on its runs, each ending wi
 keep or not. ADDIS sets test t's level α_t from those before it so that the expected share of
 keeps that are not real gains (FDR) stays at most `fdr` for independent tests, whatever the mix
 of changes: a test with p above τ costs nothing, a near-miss (p ≤ τλ) does not age the level,
-each keep earns the next tests more. The paper's parameters, not fitted to any simulation:
+each keep earns the next tests more. The paper's parameters (benchmarks/addis_params.py):
 τ = 0.5, λ = 0.25, initial wealth τλα (its largest); γ_j = 1/(j(j + 1)), which sums to 1 with no
 constant to choose (the paper's 0.4375 / j^1.6 does no better: on the 12 worlds of
 benchmarks/keep_rule.py the clear gains kept differ by −1.6 to +2.2 points, FDR within 20 %).

@@ -289,8 +289,12 @@ def test_work_after_the_summary_block_is_named_as_the_overhead(tmp_path: Path):
     proc = run("doctor", "--target", str(target(tmp_path, train)), "--budget", "1",
                "--timeout", "60", "--runs", "1", check=False)
     out = " ".join(proc.stdout.split())
-    assert re.search(r"! start-up overhead: \d+% of [\d.]+ s wall time is not training, "
-                     r"(1\d|[2-9]\d)\.\d s of it after the summary block", out), out
+    m = re.search(r"! start-up overhead: \d+% of ([\d.]+) s wall time is not training, "
+                  r"([\d.]+) s of it after the summary block", out)
+    assert m, out
+    # the 10 s sleep, less however late a loaded machine saw the summary line: most of it
+    wall, after = float(m.group(1)), float(m.group(2))
+    assert 5.0 <= after <= wall, out
     assert ("fix: a run ends when the script exits, and nothing after the summary block is "
             "read: skip that work") in out and "raise budget_s" not in out, out
 

@@ -29,10 +29,13 @@ runs); a run stopped early (agent.rules.prune) costs the share it trained.
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import sys
 import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import TypeVar
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -40,6 +43,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from keep_world import PROPOSALS, Tally, World, simulate  # noqa: E402
 
 from agent.rules.decide import Rule  # noqa: E402
+
+V = TypeVar("V")
 
 STATIONARY = {"null_keep": 0.03, "fdr": 0.20, "big_kept": 0.95, "runs": 1.5, "bias": 0.5}
 SHIFTING = {"null_keep": 0.03, "fdr": 0.20, "big_kept": 0.95, "runs": 1.7}
@@ -98,6 +103,23 @@ def row(t: Tally) -> dict[str, float]:
         "gain": statistics.fmean(t.gains),
         "bias": statistics.fmean(t.biases),
     }
+
+
+def ablation(worlds: list[World], variants: Mapping[str, V], use: Callable[[V], None],
+             sweeps: int, seed: int, label: str) -> None:
+    """The default rule's row in each world under each variant, `use` putting it in place (the
+    caller puts the default back): benchmarks/speed_guards.py, benchmarks/addis_params.py."""
+    w, v = max(len(x.name) for x in worlds) + 2, max(len(n) for n in variants) + 2
+    print(f"{sweeps} nights × {PROPOSALS} proposals a world and {label}")
+    print(f"{'world':<{w}}{label:<{v}}{'null keeps':>11}{'FDR':>7}{'≥3σ kept':>10}"
+          f"{'runs/prop':>10}{'true gain':>10}")
+    for world in worlds:
+        for name, variant in variants.items():
+            use(variant)
+            r = row(simulate(Rule(), world, sweeps, seed))
+            kept = "–" if math.isnan(r["big_kept"]) else f"{r['big_kept']:.1%}"
+            print(f"{world.name:<{w}}{name:<{v}}{r['null_keep']:>11.1%}{r['fdr']:>7.1%}"
+                  f"{kept:>10}{r['runs']:>10.2f}{r['gain']:>10.2f}", flush=True)
 
 
 def main() -> int:

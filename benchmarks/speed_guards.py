@@ -20,13 +20,12 @@ import math
 from collections.abc import Callable
 
 import keep_world
-from keep_rule import row
-from keep_world import World, simulate
+from keep_rule import ablation
+from keep_world import World
 
 import agent.rules.conditions as conditions
 import agent.rules.decide as decide
 import agent.rules.noise as noise
-from agent.rules.decide import Rule
 
 WORLDS = (World("steady GPU (speed 0.5 %)", shifting=True, tp_noise=0.005),
           World("noisy shared box (speed 10 %)", shifting=True, tp_noise=0.10,
@@ -58,17 +57,9 @@ def main() -> int:
     ap.add_argument("--sweeps", type=int, default=300)
     ap.add_argument("--seed", type=int, default=1)
     args = ap.parse_args()
-    print(f"{args.sweeps} nights × 100 proposals a world and tolerance")
-    print(f"{'world':<32}{'tolerance':<19}{'null keeps':>11}{'FDR':>7}{'≥3σ kept':>10}"
-          f"{'runs/prop':>10}{'true gain':>10}")
     original = noise.speed_tolerance
     try:
-        for world in WORLDS:
-            for name, tolerance in VARIANTS.items():
-                use(tolerance)
-                r = row(simulate(Rule(), world, args.sweeps, args.seed))
-                print(f"{world.name:<32}{name:<19}{r['null_keep']:>11.1%}{r['fdr']:>7.1%}"
-                      f"{r['big_kept']:>10.1%}{r['runs']:>10.2f}{r['gain']:>10.2f}", flush=True)
+        ablation(list(WORLDS), VARIANTS, use, args.sweeps, args.seed, "tolerance")
     finally:
         use(original)
     return 0

@@ -28,13 +28,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from keep_rule import heldout  # noqa: E402
 from keep_world import Night, Tally, World  # noqa: E402
 
+from agent.core.record import Ending  # noqa: E402
 from agent.rules.decide import Rule, Verdict  # noqa: E402
 
 ENDINGS = ("first run", "level", "weak test", "not judged")
 
 
 def ending(v: Verdict) -> str:
-    if v.reason.startswith("not judged"):
+    if v.ending is Ending.NOT_JUDGED:
         return "not judged"
     if v.n <= 1:
         return "first run"

@@ -13,11 +13,11 @@ from sqlalchemy.orm import Session
 
 from agent.core.domain import (
     FINISH_AS_IS,
-    CrashKind,
     Experiment,
     ExperimentStatus,
     Finish,
     Proposal,
+    born,
     check_finish,
     check_started,
     finished_meta,
@@ -50,28 +50,23 @@ class ExperimentWrites(StoreBase):
         sweep_id: int,
         proposal: Proposal,
         *,
-        status: ExperimentStatus = ExperimentStatus.QUEUED,
-        reason: str | None = None,
+        ended: Finish | None = None,
         is_baseline: bool = False,
         attempt: int = 0,
         priority: int = 0,
         base_commit: str | None = None,
         retry_of: int | None = None,
-        crash_kind: CrashKind | None = None,
     ) -> Experiment:
-        """Insert one experiment (and count it) in one transaction; the row as stored.
+        """Insert one experiment (and count it) in one transaction; the row as stored. Queued,
+        or `ended` (born finished: a refusal, a verdict reached without a run).
 
         A Core INSERT, not an ORM object: the row is known from its values and its new id,
         so nothing is flushed through the unit of work or read back (POST /experiments at
         agent speed spends most of its database time here)."""
         now = utcnow()
-        exp = Experiment(
-            id=0, sweep_id=sweep_id, status=status, description=proposal.description,
-            diff=proposal.diff, proposer=proposal.proposer, parent_id=proposal.parent_id,
-            retry_of=retry_of, attempt=attempt, is_baseline=is_baseline, priority=priority,
-            base_commit=base_commit, reason=reason, meta=dict(proposal.meta), summary={},
-            crash_kind=crash_kind, created_at=now,
-            finished_at=now if status.is_finished() else None)
+        exp = born(sweep_id, proposal, ended, now, is_baseline=is_baseline, attempt=attempt,
+                   priority=priority, base_commit=base_commit, retry_of=retry_of)
+        status, crash_kind = exp.status, exp.crash_kind
         try:
             with self.session("queueing an experiment") as s:
                 self._check_new(s, sweep_id, retry_of)
@@ -96,7 +91,7 @@ class ExperimentWrites(StoreBase):
     def _insert_experiment(s: Session, exp: Experiment) -> int:
         """INSERT the row of `exp` (its id aside); the new id. DuplicateError when the same
         change is already active in the sweep (the unique partial index on diff_key)."""
-        values = {
+        values: dict[str, Any] = {
             "sweep_id": exp.sweep_id, "parent_id": exp.parent_id, "retry_of": exp.retry_of,
             "attempt": exp.attempt, "is_baseline": exp.is_baseline, "priority": exp.priority,
             "proposer": exp.proposer, "description": exp.description, "diff": exp.diff,
@@ -105,6 +100,9 @@ class ExperimentWrites(StoreBase):
             "base_commit": exp.base_commit, "meta": exp.meta, "summary": exp.summary,
             "created_at": exp.created_at, "finished_at": exp.finished_at,
         }
+        if exp.status.is_finished():  # born ended: what its verdict recorded
+            values |= {"metric": exp.metric, "best_before": exp.best_before,
+                       "crash_cause": exp.crash_cause}
         try:
             res = s.execute(_INSERT, values)
             return int(res.inserted_primary_key[0])  # type: ignore[attr-defined]
@@ -201,15 +199,15 @@ class ExperimentWrites(StoreBase):
                 setattr(row, name, getattr(finish, name))
             row.summary = dict(finish.summary)
             row.finished_at = utcnow()
-            if finish.warnings or finish.test or finish.stopped:
+            if finish.warnings or finish.record is not None:
                 row.meta = finished_meta(row.meta, finish)
             if keep_commit is not None:
                 row.commit = keep_commit
                 sweep = s.get(SweepRow, row.sweep_id)
                 assert sweep is not None
                 if row.is_baseline:
-                    sweep.baseline_metric = finish.metric
-                sweep.best_metric, sweep.best_commit = finish.metric, keep_commit
+                    sweep.baseline_metric = finish.best
+                sweep.best_metric, sweep.best_commit = finish.best, keep_commit
                 sweep.best_experiment_id = row.id
                 sweep.updated_at = utcnow()
             return to_experiment(row)

@@ -233,6 +233,9 @@ class RunRow(Base):
     holdout: Mapped[float | None] = mapped_column(Float)
     # The Slurm job that ran it, executor 'slurm' (migration run_slurm_job).
     slurm_job_id: Mapped[str | None] = mapped_column(String(64))
+    # A pruned run: the share of its budget at which the early stop ended it (migration
+    # run_stop_fraction).
+    stop_fraction: Mapped[float | None] = mapped_column(Float)
 
 
 class RunCountRow(Base):

@@ -23,15 +23,16 @@ from typing import Any
 from sqlalchemy import DateTime, func, select, type_coerce
 from sqlalchemy.orm import Session
 
+from agent.analysis.counts import Counts
 from agent.core.domain import (
     RAN_STATUSES,
-    STOPPED_KEY,
-    TEST_KEY,
     CrashKind,
     Experiment,
     ExperimentStatus,
+    RunRole,
     RunStatus,
 )
+from agent.core.record import RECORD_KEYS
 from db import counts
 from db.marks import newer_rows, read_rows
 from db.models import (
@@ -125,6 +126,29 @@ class ExperimentViews(ReadsBase):
         with self.session("counting experiments") as s:
             return counts.by_sweep(s)
 
+    def night_counts(self, sweep_ids: Collection[int]) -> dict[int, Counts]:
+        """Each sweep's counts as every screen defines them (agent.analysis.counts): from the
+        maintained counts of experiments and runs, its baseline's latest row and its re-runs."""
+        ids = list(sweep_ids)
+        if not ids:
+            return {}
+        with self.session("counting a night") as s:
+            by_status = counts.by_sweep(s)
+            runs: dict[int, dict[str, int]] = {}
+            for sweep_id, status, n in s.execute(select(N.sweep_id, N.status, N.n).where(
+                    N.sweep_id.in_(ids))):
+                runs.setdefault(sweep_id, {})[status] = int(n)
+            latest = select(E.sweep_id, func.max(E.id)).where(
+                E.is_baseline.is_(True), E.sweep_id.in_(ids)).group_by(E.sweep_id).subquery()
+            baseline = dict(s.execute(select(E.sweep_id, E.status).join(
+                latest, E.id == latest.c[1])).tuples().all())
+            reruns = dict(s.execute(select(R.sweep_id, func.count()).where(
+                R.sweep_id.in_(ids), R.role == RunRole.INCUMBENT.value,
+                R.metric.is_not(None)).group_by(R.sweep_id)).tuples().all())
+        return {i: Counts.of(by_status.get(i, {}), STATUS[baseline[i]] if i in baseline else None,
+                             runs.get(i, {}), int(reruns.get(i, 0)))
+                for i in ids}
+
     def timestamps(self, sweep_id: int) -> list[tuple[datetime | None, datetime | None]]:
         q = (
             select(ExperimentRow.run_started_at, ExperimentRow.run_ended_at)
@@ -163,11 +187,11 @@ MARK_COLUMNS = (E.id, E.status, E.crash_kind, E.metric, E.best_before, E.descrip
 
 
 def _test_only(meta: Any) -> dict[str, Any]:
-    """An experiment's meta cut down to the keep rule's test and where an early stop ended it
-    (the light rows carry no more)."""
+    """An experiment's meta cut down to its record (agent.core.record; the light rows carry no
+    more): the verdict, or, on rows from before it, the keep rule's test and early stop."""
     if not isinstance(meta, dict):
         return {}
-    return {k: meta[k] for k in (TEST_KEY, STOPPED_KEY) if isinstance(meta.get(k), dict)}
+    return {k: meta[k] for k in RECORD_KEYS if isinstance(meta.get(k), dict)}
 
 
 class SweepViews(ReadsBase):

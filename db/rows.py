@@ -117,6 +117,7 @@ def to_run(row: RunRow | Row[Any]) -> Run:
         curve=curve_of(row.curve),
         holdout=row.holdout,
         slurm_job_id=row.slurm_job_id,
+        stop_fraction=row.stop_fraction,
     )
 
 

@@ -72,6 +72,7 @@ class RunQueries(StoreBase):
             if end.note is not None:
                 row.note = end.note[:NOTE_CHARS] or None
             row.curve = [list(p) for p in end.curve] if end.curve else None
+            row.stop_fraction = end.stop_fraction
             row.ended_at = utcnow()
             return to_run(row)
 

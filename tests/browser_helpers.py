@@ -207,7 +207,8 @@ def fill_direct(root: Path, n: int, seed: int = 1, name: str = "bench") -> str:
     best = 1.3
     base = store.list_experiments(sweep.id)[0]
     store.claim(base.id)
-    store.finish(base.id, Finish(ExperimentStatus.KEPT, metric=best, summary={}), keep_commit=head)
+    store.finish(base.id, Finish(ExperimentStatus.KEPT, metric=best, summary={}, best=best),
+                 keep_commit=head)
     start = utcnow() - timedelta(hours=n / 12)
     for i in range(1, n):
         diff = (
@@ -239,6 +240,7 @@ def fill_direct(root: Path, n: int, seed: int = 1, name: str = "bench") -> str:
                     metric=metric,
                     best_before=best,
                     summary=summary,
+                    best=metric,
                     **common,
                 ),
                 keep_commit=head,

@@ -59,6 +59,20 @@ def _diff(i: int, rng: random.Random) -> tuple[str, str]:
     return f"{knob} {old} -> {new} (change {i})", diff
 
 
+def _record(i: int, status: str, metric: float | None, best: float) -> dict[str, Any]:
+    """Its verdict's record (agent.core.record), as the loop writes it: one run of its own,
+    compared with one run of the best."""
+    if metric is None:
+        return {"verdict": {"ending": status, "change": {"runs": [], "values": []}}}
+    if i == 0:
+        return {"verdict": {"ending": "baseline", "change": {"runs": [], "values": [metric]}}}
+    ending = "kept" if status == "kept" else "not better"
+    return {"verdict": {"ending": ending, "change": {"runs": [], "values": [metric]},
+                        "incumbent": {"runs": [], "values": [best]},
+                        "best": {"runs": [], "values": [best]}, "difference": metric - best,
+                        "se": 0.007}}
+
+
 def _rows(sweep_id: int, n: int, rng: random.Random, commit: str,
           start: datetime | None = None) -> Iterator[Row]:
     best = 1.3
@@ -79,7 +93,8 @@ def _rows(sweep_id: int, n: int, rng: random.Random, commit: str,
         summary = {} if metric is None else {"val_bpb": metric, "training_seconds": 300.1,
                                              "peak_memory_mb": 45060.2}
         yield (sweep_id, 0, i == 0, 0, "knobs", desc, diff, status, kind, reason, commit,
-               metric, None if i == 0 else best, json.dumps(summary), "{}", 0, 0, 0.0,
+               metric, None if i == 0 else best, json.dumps(summary),
+               json.dumps(_record(i, status, metric, best)), 0, 0, 0.0,
                t0.strftime(FMT), t0.strftime(FMT), t1.strftime(FMT), t0.strftime(FMT),
                t1.strftime(FMT))
         if status == "kept":

@@ -27,6 +27,7 @@ from agent.core.domain import (
     RunStatus,
     Sweep,
     SweepStatus,
+    born,
     check_finish,
     check_started,
     finished_meta,
@@ -144,30 +145,21 @@ class MemoryStore:
 
     # --- experiments ----------------------------------------------------------------------
     def add_experiment(self, sweep_id: int, proposal: Proposal, *,
-                       status: ExperimentStatus = ExperimentStatus.QUEUED,
-                       reason: str | None = None, is_baseline: bool = False, attempt: int = 0,
+                       ended: Finish | None = None, is_baseline: bool = False, attempt: int = 0,
                        priority: int = 0, base_commit: str | None = None,
-                       retry_of: int | None = None,
-                       crash_kind: CrashKind | None = None) -> Experiment:
+                       retry_of: int | None = None) -> Experiment:
         with self._lock:
             self.get_sweep_by_id(sweep_id)
             if retry_of is not None and self.retry_of(retry_of) is not None:
                 raise ConflictError(f"experiment {retry_of} already has a retry")
             key = diff_key(proposal.diff)
-            if key is not None and status in ACTIVE and any(
+            exp = replace(born(sweep_id, proposal, ended, utcnow(), is_baseline=is_baseline,
+                               attempt=attempt, priority=priority, base_commit=base_commit,
+                               retry_of=retry_of), id=len(self._exps) + 1)
+            if key is not None and exp.status in ACTIVE and any(
                     self._keys[e.id] == key and e.sweep_id == sweep_id and e.status in ACTIVE
                     for e in self._exps.values()):
                 raise DuplicateError("the same change is already queued or running in this sweep")
-            now = utcnow()
-            exp = Experiment(
-                id=len(self._exps) + 1, sweep_id=sweep_id, status=status,
-                description=proposal.description, diff=proposal.diff,
-                proposer=proposal.proposer, parent_id=proposal.parent_id, retry_of=retry_of,
-                attempt=attempt, is_baseline=is_baseline, priority=priority,
-                base_commit=base_commit, reason=reason, meta=dict(proposal.meta),
-                crash_kind=crash_kind, created_at=now,
-                finished_at=now if status.is_finished() else None,
-            )
             self._exps[exp.id] = exp
             self._keys[exp.id] = key
             return exp
@@ -273,8 +265,8 @@ class MemoryStore:
                 **{name: getattr(finish, name) for name in FINISH_AS_IS})
             self._exps[exp.id] = exp
             if keep_commit is not None:
-                assert finish.metric is not None
-                self.set_best(exp.sweep_id, exp.id, finish.metric, keep_commit,
+                assert finish.best is not None
+                self.set_best(exp.sweep_id, exp.id, finish.best, keep_commit,
                               baseline=exp.is_baseline)
             return exp
 
@@ -374,7 +366,7 @@ class MemoryStore:
                 throughput_source=end.throughput_source, holdout=end.holdout,
                 ended_at=utcnow(),
                 note=run.note if end.note is None else end.note[:500] or None,
-                curve=end.curve or None)
+                curve=end.curve or None, stop_fraction=end.stop_fraction)
             self._runs[run_id] = run
             return run
 

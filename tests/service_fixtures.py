@@ -245,10 +245,10 @@ def idle(client: httpx.Client) -> bool:
 
 
 def given_up(exp: dict[str, Any]) -> bool:
-    """The verdict of a change that was running each time the service died, past the cap."""
-    from agent.engine.recovery import GAVE_UP_CAUSE
-
-    return exp["status"] == "crashed" and (exp.get("reason") or "").startswith(GAVE_UP_CAUSE)
+    """The verdict of a change that was running each time the service died, past the cap: its
+    record's ending (agent.rules.endings.gave_up), not its reason's words."""
+    record = (exp.get("meta") or {}).get("verdict") or {}
+    return exp["status"] == "crashed" and record.get("ending") == "gave up"
 
 
 def check_invariants(exps: list[dict[str, Any]], runs: list[tuple[int, int]],
@@ -302,7 +302,7 @@ def given_up_problems(e: dict[str, Any], by_id: dict[int, dict[str, Any]], own_r
                       cut_off: dict[int, int] | None, records: dict[int, int]) -> list[str]:
     """A change given up (`crashed`, "took the service down") ran nothing itself, and (given
     `cut_off`) more than MAX_CRASH_RETRIES rows of its retry chain before it had a run cut off."""
-    from agent.engine.recovery import MAX_CRASH_RETRIES
+    from agent.rules.endings import MAX_CRASH_RETRIES
 
     problems = [f"given-up verdict {e['id']} ran itself"] if own_runs else []
     if cut_off is None:

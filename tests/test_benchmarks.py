@@ -210,13 +210,20 @@ def test_keep_lost_sorts_every_unkept_clear_gain_by_how_it_ended(
     kl = importlib.import_module("keep_lost")
     kw = importlib.import_module("keep_world")
     from agent.core.domain import ExperimentStatus
+    from agent.core.record import Ending, Measured
     from agent.rules.decide import Rule, Verdict
 
-    discard = ExperimentStatus.DISCARDED
-    assert kl.ending(Verdict(discard, "a first run keeps nothing", n=1)) == "first run"
-    assert kl.ending(Verdict(discard, "not better", n=4, p_value=0.01, level=0.002)) == "level"
-    assert kl.ending(Verdict(discard, "not better", n=4, p_value=0.3, level=0.02)) == "weak test"
-    assert kl.ending(Verdict(discard, "not judged: better beside the incumbent", n=4)) == \
+    discard, one, four = ExperimentStatus.DISCARDED, Measured((1,), (1.0,)), Measured(
+        (1, 2, 3, 4), (1.0,) * 4)
+    no = Ending.NOT_BETTER
+    assert kl.ending(Verdict(discard, "a first run keeps nothing", ending=no, change=one)) == \
+        "first run"
+    assert kl.ending(Verdict(discard, "x", ending=no, change=four, p_value=0.01,
+                             level=0.002)) == "level"
+    assert kl.ending(Verdict(discard, "x", ending=no, change=four, p_value=0.3,
+                             level=0.02)) == "weak test"
+    # by its ending, whatever its reason says
+    assert kl.ending(Verdict(discard, "x", ending=Ending.NOT_JUDGED, change=four)) == \
         "not judged"
     for world, busy in ((kw.World("quiet"), False), (kw.World("busy", shifting=True), True)):
         tally, rng = kw.Tally(), __import__("random").Random(3)

@@ -11,6 +11,7 @@ from scipy import stats
 from agent.analysis.evidence import t_quantile
 from agent.core.domain import CrashKind, Direction
 from agent.core.domain import ExperimentStatus as S
+from agent.core.record import Ending
 from agent.rules import fdr
 from agent.rules.classify import CrashFacts
 from agent.rules.contract import contract_warnings
@@ -234,8 +235,8 @@ def test_a_speed_ratio_is_measured_only_beside_incumbent_runs_in_a_known_conditi
 
 def test_a_change_whose_pairs_never_agree_on_its_speed_is_not_judged_not_called_worse():
     # a demo night beside other jobs: each run of the change won its pair by ~2 units, but the
-    # load moved between a run and its pair (ratios 2.4, 1.6, 1.7, 1.3): a value in the usual
-    # condition would be the best less a gain measured elsewhere (1.28 against 3.49)
+    # load moved between a run and its pair (ratios 2.4, 1.6, 1.7, 1.3): its value is what its
+    # runs measured, never the best less a gain measured elsewhere (1.28 against 3.49)
     pairs = [(4.2, 6308.0, 7.40, 2632.0), (5.83, 3623.0, 7.38, 2273.0),
              (5.10, 4462.0, 7.41, 2632.0), (5.59, 3788.0, 7.39, 2857.0)]
     inc = tuple(run(3.5 + d, 16400.0, i + 1, seed=42 + i)
@@ -248,7 +249,9 @@ def test_a_change_whose_pairs_never_agree_on_its_speed_is_not_judged_not_called_
         assert not v.keep
         if k < 3:
             assert v.status is None and not v.reason.startswith(NOT_BETTER)
-    assert v.status is S.DISCARDED and v.metric is None and v.p_value is None
+    assert v.status is S.DISCARDED and v.ending is Ending.NOT_JUDGED and v.p_value is None
+    assert set(v.change.values) <= {m for m, *_ in pairs} and v.n + len(v.set_aside) == 4
+    assert v.metric == pytest.approx(sum(v.change.values) / v.n)  # measured, not 1.28
     assert v.reason.startswith("not judged: better beside the incumbent")
     assert "×2.4" in v.reason and "the machine's speed kept changing" in v.reason
 

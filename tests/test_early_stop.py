@@ -20,6 +20,7 @@ import pytest
 from service_fixtures import ServerProcess
 
 from agent.core.domain import ExperimentStatus, Proposal, RunEnd, RunRole, RunSpec, RunStatus
+from agent.core.record import Ending, StopPoint
 from agent.engine.early_stop import EarlyStop, Reference, RunCurve, loss_pairs, step_at
 from agent.engine.recovery import recover
 from agent.engine.scheduler import SchedulerSettings, SlotScheduler
@@ -101,11 +102,11 @@ def test_a_clearly_losing_change_is_stopped_and_its_process_is_gone(auto_night) 
     assert run.pgid is not None and gone(run.pgid)
     assert run.curve is not None and run.curve[-1][0] < 1.0  # it did not train to the end
     assert run.training_s is not None and run.training_s < sweep.config.budget_s
-    # stopped is not crashed: the record keeps where it was stopped
-    from agent.rules.prune import reason_fraction
-
-    assert losing.meta["stopped"] == {"run": run.id, "fraction": reason_fraction(losing.reason),
-                                      "step": int(run.curve[-1][2])}
+    # stopped is not crashed: the record keeps where it was stopped, as the run recorded it
+    assert run.stop_fraction in PrunePolicy().checks
+    record = losing.record
+    assert record is not None and record.ending is Ending.STOPPED_EARLY
+    assert record.stopped == StopPoint(run.id, run.stop_fraction, int(run.curve[-1][2]))
 
 
 def test_a_null_and_a_crossing_change_run_to_the_end(auto_night) -> None:  # type: ignore[no-untyped-def]
@@ -187,7 +188,7 @@ def test_each_run_is_listed_by_the_api_and_results_json(auto_night) -> None:  # 
     # stopped is not crashed: its own status in results.tsv and the table, with its point,
     # and no value (never 0.000000) nor delta
     losing = runtime.store.get_experiment(ids[LOSING[2]])
-    point = losing.meta["stopped"]
+    point = losing.meta["verdict"]["stopped"]  # its record keeps where it was stopped
     at = (f"stopped early at {round(point['fraction'] * 100)} % of the budget "
           f"(step {point['step']})")
     tsv = subprocess.run([cli, "results", "--sweep", "n", "--format", "tsv", "--db",

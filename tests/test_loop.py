@@ -243,7 +243,7 @@ def test_confirm_runs_keep_real_gains_and_drop_lucky_seeds(tmp_path, store, make
     assert abs(base.metric - (1.3 + 0.1 / 3)) < 1e-6 and "mean of 3 runs" in base.reason
     # its first run (1.2047) beat the baseline; the mean of three (1.338) does not
     assert lucky.status is ExperimentStatus.DISCARDED and lucky.metric > base.metric
-    assert "mean of 3 runs" in lucky.reason
+    assert f"mean {lucky.metric:.6f} of 3 runs" in lucky.reason
     assert real.status is ExperimentStatus.KEPT and abs(real.metric - (1.2 + 0.1 / 3)) < 1e-6
     assert store.get_sweep("noisy").best_metric == real.metric
     logs = sorted(p.name for p in (tmp_path / "work" / "logs" / "noisy").iterdir())
@@ -428,19 +428,22 @@ def test_five_rejected_proposals_in_a_row_end_the_sweep(store, target, make_loop
 
 def test_a_discard_the_rule_gives_no_value_is_recorded_without_one(store, target, make_loop,
                                                                    monkeypatch):
-    """A change never compared at one speed (the machine moved under every pair: made here by
-    the rule's own unjudged verdict, as a busy machine makes it) has no value on any screen: not
-    the last run's printed metric."""
+    """A change none of whose runs was placed in a machine condition (the machine moved under
+    every pair: made here by the rule's own unjudged verdict, as a busy machine makes it) has no
+    value on any screen: not the last run's printed metric."""
     from dataclasses import replace
 
     import agent.engine.loop as loop_module
+    from agent.core.record import Ending, Measured
     from agent.rules.decide import decide
 
     def unsteady(ev, rule):  # type: ignore[no-untyped-def]
         v = decide(ev, rule)
         if ev.is_baseline or v.status is None:
             return v
-        return replace(v, status=ExperimentStatus.DISCARDED, keep=False, metric=None, p_value=None,
+        return replace(v, status=ExperimentStatus.DISCARDED, keep=False, change=Measured(),
+                       set_aside=tuple(r.run_id for r in ev.runs), p_value=None,
+                       ending=Ending.NOT_JUDGED, compared_with=None, difference=None,
                        reason="not judged: the machine's speed kept changing around its runs")
 
     monkeypatch.setattr(loop_module, "decide", unsteady)

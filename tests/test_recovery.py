@@ -24,7 +24,6 @@ from agent.core.domain import (
 from agent.core.ports import SweepSpec
 from agent.engine.loop import Loop, LoopSettings
 from agent.engine.recovery import (
-    MAX_CRASH_RETRIES,
     SHUTDOWN_REASON,
     InstanceLock,
     InstanceLockError,
@@ -34,6 +33,7 @@ from agent.executors.local import SubprocessRunner
 from agent.git.repo import GitRepo
 from agent.ops.service import Service
 from agent.ops.sweeps import create_sweep
+from agent.rules.endings import MAX_CRASH_RETRIES
 from db.engine import open_database
 from db.store import SqlStore
 from runner.groups import process_group_alive
@@ -97,6 +97,7 @@ def test_reap_kill_requeue_once_and_prune(world) -> None:  # type: ignore[no-unt
     assert verdict is not None and verdict.status is ExperimentStatus.CRASHED
     assert verdict.crash_kind is CrashKind.FUNDAMENTAL and verdict.reason is not None
     assert verdict.reason.startswith("took the service down") and verdict.diff == exp.diff
+    assert verdict.record is not None and verdict.record.ending.value == "gave up"
     assert store.count_experiments(statuses=[ExperimentStatus.QUEUED]) == 0
     quiet = recover(store, lambda s: repo, work)  # followed up once: nothing at later starts
     assert quiet.not_requeued == [] and quiet.requeued == {}
@@ -185,7 +186,7 @@ def test_branch_repaired_from_the_database(world) -> None:  # type: ignore[no-un
     exp = store.claim(exp.id)
     head = repo.head(sweep.branch)
     commit = repo.commit_proposal(head, exp.diff, "K4")[0]
-    store.finish(exp.id, Finish(ExperimentStatus.KEPT, metric=1.0, best_before=1.3),
+    store.finish(exp.id, Finish(ExperimentStatus.KEPT, metric=1.0, best_before=1.3, best=1.0),
                  keep_commit=commit)
     assert repo.head(sweep.branch) == head
     report = recover(store, lambda s: repo, work)

@@ -143,8 +143,8 @@ class _GoodThenNull(Ideas):
 
 def test_one_best_the_kept_value_and_the_recorded_best_are_the_rules(tmp_path, store, make_loop):
     """A change 10σ better is kept on its second run (no keep on one run); its recorded value
-    is the best before it less its gain, which on one machine condition is the mean of its
-    runs, and the recorded best is the same number, re-read as its later runs come in."""
+    is the mean of its own runs (its record names them), and the recorded best is that
+    commit's value by the one definition, re-read as its later runs come in."""
     steady = NOISY.replace('{trained:.3f}")', '{budget:.3f}")', 1)  # one speed: no runs beside
     good = steady.replace("IDEA = 0", "IDEA = 0\nGOOD = 0", 1).replace(
         "{1.0 + rng.gauss", "{1.0 - 0.5 * GOOD + rng.gauss", 1)
@@ -156,10 +156,12 @@ def test_one_best_the_kept_value_and_the_recorded_best_are_the_rules(tmp_path, s
     exps = store.list_experiments(sweep.id)
     kept = exps[1]
     assert kept.status is ExperimentStatus.KEPT and kept.description == "good", kept.reason
-    assert kept.meta["test"]["n"] == 2 and kept.meta["test"]["p"] <= 1.0  # its test, recorded
+    record = kept.record
+    assert record is not None and record.n == 2 and record.p is not None and record.p <= 1.0
     runs = store.list_runs(sweep_id=sweep.id)
-    own = [r.metric for r in runs if r.experiment_id == kept.id and r.role is not RunRole.INCUMBENT]
-    assert len(own) == 2 and abs(kept.metric - sum(own) / 2) < 1e-9
+    own = [r for r in runs if r.experiment_id == kept.id and r.role is not RunRole.INCUMBENT]
+    assert [r.id for r in own] == list(record.change.runs)  # the runs its value rests on
+    assert len(own) == 2 and abs(kept.metric - sum(r.metric for r in own) / 2) < 1e-9
     mine = [r.metric for r in runs if r.commit == kept.commit and r.status is RunStatus.OK]
     assert len(mine) > 2  # re-run once every proposal here
     best = store.get_sweep("best")

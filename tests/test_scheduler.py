@@ -275,7 +275,8 @@ def test_a_stale_sweep_read_never_stops_a_sweep_whose_baseline_just_ended(setup)
     store.claim(1)  # another slot took the baseline
     assert claim_queued(store, stale) is None
     assert store.get_sweep("race").status is SweepStatus.RUNNING
-    store.finish(1, Finish(ExperimentStatus.KEPT, metric=1.0), keep_commit=repo.head(stale.branch))
+    store.finish(1, Finish(ExperimentStatus.KEPT, metric=1.0, best=1.0),
+                 keep_commit=repo.head(stale.branch))
     claimed = claim_queued(store, stale)  # the baseline was kept meanwhile
     assert claimed is not None and claimed.id == queued.id
     assert store.get_sweep("race").status is SweepStatus.RUNNING

@@ -158,12 +158,13 @@ def test_a_given_up_change_is_judged_by_its_chain() -> None:
     """A change recovery gave up ("took the service down") is a verdict row that never ran: fine
     when more than MAX_CRASH_RETRIES rows before it had a run cut off, a problem otherwise or
     when the verdict row itself ran."""
-    from agent.engine.recovery import GAVE_UP_CAUSE, MAX_CRASH_RETRIES
+    from agent.rules.endings import GAVE_UP_CAUSE, MAX_CRASH_RETRIES
 
     n = MAX_CRASH_RETRIES + 1
     chain = [{"id": i, "status": "interrupted", "metric": None,
               "meta": {"retry_of": i - 1} if i > 1 else {}} for i in range(1, n + 1)]
-    verdict = {"id": n + 1, "status": "crashed", "metric": None, "meta": {"retry_of": n},
+    verdict = {"id": n + 1, "status": "crashed", "metric": None,
+               "meta": {"retry_of": n, "verdict": {"ending": "gave up"}},
                "reason": f"{GAVE_UP_CAUSE}: its run was cut off each of the {n} times"}
     exps = [*chain, verdict]
     runs = [(i, 42) for i in range(1, n + 1)]

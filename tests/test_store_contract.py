@@ -25,6 +25,8 @@ from agent.core.domain import (
 )
 from agent.core.errors import ConflictError, DuplicateError, NotFoundError
 from agent.core.ports import Store, SweepSpec
+from agent.core.record import Ending
+from agent.rules.endings import finish_of, refused
 from db.engine import open_database
 from db.reads import Reads
 from db.store import SqlStore
@@ -158,12 +160,12 @@ def test_finish_follows_the_transition_table_and_records_the_best(store: Store):
     sweep = store.create_sweep(spec())
     base = store.add_experiment(sweep.id, Proposal("baseline", ""), is_baseline=True)
     with pytest.raises(ConflictError, match="cannot become kept"):
-        store.finish(base.id, Finish(S.KEPT, metric=1.0), keep_commit="abc")  # queued
+        store.finish(base.id, Finish(S.KEPT, metric=1.0, best=1.0), keep_commit="abc")  # queued
     assert store.get_experiment(base.id).status is S.QUEUED  # nothing written
     store.claim(base.id)
     store.mark_started(base.id, commit="abc", pgid=4242, log_path="/l")
-    done = store.finish(base.id, Finish(S.KEPT, metric=1.5, summary={"val_bpb": 1.5}),
-                        keep_commit="abc")
+    done = store.finish(base.id, Finish(S.KEPT, metric=1.5, summary={"val_bpb": 1.5},
+                                        best=1.5), keep_commit="abc")
     assert (done.status, done.commit, done.pgid, done.summary) == (S.KEPT, "abc", 4242,
                                                                   {"val_bpb": 1.5})
     assert done.finished_at is not None
@@ -171,9 +173,13 @@ def test_finish_follows_the_transition_table_and_records_the_best(store: Store):
     assert (s.baseline_metric, s.best_metric, s.best_commit, s.best_experiment_id) == (
         1.5, 1.5, "abc", base.id)
     second = running(store, sweep.id, "b", "d2")
-    store.finish(second, Finish(S.KEPT, metric=1.2, best_before=1.5), keep_commit="def")
+    # the best written is the value the engine gives for the new best (its commit's runs in
+    # their usual condition), not the change's own mean: one writer of the best's value
+    store.finish(second, Finish(S.KEPT, metric=1.2, best_before=1.5, best=1.25),
+                 keep_commit="def")
     s = store.get_sweep("s")
-    assert (s.baseline_metric, s.best_metric, s.best_commit) == (1.5, 1.2, "def")
+    assert (s.baseline_metric, s.best_metric, s.best_commit) == (1.5, 1.25, "def")
+    assert store.get_experiment(second).metric == 1.2
     with pytest.raises(ConflictError, match="already kept"):
         store.finish(second, Finish(S.DISCARDED))
     with pytest.raises(ConflictError):
@@ -181,10 +187,25 @@ def test_finish_follows_the_transition_table_and_records_the_best(store: Store):
     with pytest.raises(ValueError):
         store.finish(second, Finish(S.RUNNING))
     third = running(store, sweep.id, "c", "d3")
-    with pytest.raises(ValueError, match="metric"):
-        store.finish(third, Finish(S.KEPT), keep_commit="x")
+    with pytest.raises(ValueError, match="new best's value"):
+        store.finish(third, Finish(S.KEPT, metric=1.0), keep_commit="x")
+    assert store.get_experiment(third).status is S.RUNNING  # nothing written
     with pytest.raises(ValueError, match="unknown field"):
         store.mark_started(third, colour="red")
+
+
+def test_a_row_born_ended_keeps_its_record_and_counts_once(store: Store):
+    """A verdict reached without a run (a refusal, the crash cap) is written with the row, the
+    record included, by the same rule a finish writes (agent.core.domain.born)."""
+    sweep = store.create_sweep(spec())
+    row = store.add_experiment(sweep.id, Proposal("r", "d"), ended=finish_of(refused("no")))
+    got = store.get_experiment(row.id)
+    assert (got.status, got.reason, got.finished_at is not None) == (S.REJECTED, "no", True)
+    assert got.record is not None and got.record.ending is Ending.REFUSED
+    assert store.count_experiments(sweep.id, [S.REJECTED]) == 1
+    with pytest.raises(ValueError, match="finished status"):
+        store.add_experiment(sweep.id, Proposal("q", "d2"), ended=Finish(S.QUEUED))
+    assert store.count_experiments(sweep.id) == 1  # nothing written
 
 
 def test_queued_may_be_cancelled_or_rejected_but_not_interrupted(store: Store):
@@ -200,7 +221,7 @@ def test_duplicates_ignore_rejected_rows_and_whitespace(store: Store):
     sweep = store.create_sweep(spec())
     diff = "--- a/train.py\n+++ b/train.py\n@@ -1 +1 @@\n-LR = 1\n+LR = 2\n"
     assert store.has_diff(sweep.id, diff) is None
-    store.add_experiment(sweep.id, Proposal("r", diff), status=S.REJECTED, reason="no")
+    store.add_experiment(sweep.id, Proposal("r", diff), ended=finish_of(refused("no")))
     assert store.has_diff(sweep.id, diff) is None
     kept = store.add_experiment(sweep.id, Proposal("q", diff))
     spaced = diff.replace("+LR = 2", "+LR = 2   ")
@@ -220,7 +241,7 @@ def test_one_queued_or_running_row_per_change(store: Store):
             store.add_experiment(sweep.id, Proposal("again", diff.replace("2\n", "2  \n")))
         if state == "queued":
             assert store.claim(first.id) is not None
-    store.add_experiment(sweep.id, Proposal("r", diff), status=S.REJECTED, reason="dup")
+    store.add_experiment(sweep.id, Proposal("r", diff), ended=finish_of(refused("dup")))
     store.add_experiment(store.create_sweep(spec("t")).id, Proposal("other sweep", diff))
     store.add_experiment(sweep.id, Proposal("baseline", ""), is_baseline=True)
     store.add_experiment(sweep.id, Proposal("baseline", ""), is_baseline=True)
@@ -264,7 +285,7 @@ def test_counts_and_listing_filters(store: Store):
     other = store.create_sweep(spec("t"))
     base = store.add_experiment(sweep.id, Proposal("baseline", ""), is_baseline=True)
     store.claim(base.id)
-    store.finish(base.id, Finish(S.KEPT, metric=1.0), keep_commit="a")
+    store.finish(base.id, Finish(S.KEPT, metric=1.0, best=1.0), keep_commit="a")
     crash = running(store, sweep.id, "c", "d1")
     store.finish(crash, Finish(S.CRASHED, CrashKind.TRIVIAL, "typo"))
     queued = store.add_experiment(sweep.id, Proposal("q", "d2")).id

@@ -29,6 +29,7 @@ from agent.core.domain import (
 )
 from agent.core.errors import ConflictError, DuplicateError
 from agent.core.ports import Store
+from agent.rules.endings import finish_of, refused
 from db.keyset import CLOCK_SLACK
 from db.models import ExperimentRow
 from db.reads import Reads
@@ -67,10 +68,10 @@ def _workload(store: Store, steps: int = 260, seed: int = 3) -> list[int]:
     for step in range(steps):
         sid, roll = rng.choice(sweeps), rng.random()
         if roll < 0.4:
-            status = S.REJECTED if rng.random() < 0.1 else S.QUEUED
+            ended = finish_of(refused("no")) if rng.random() < 0.1 else None
             try:
                 store.add_experiment(sid, Proposal(f"e{step}", f"d{rng.randrange(40)}"),
-                                     status=status, is_baseline=rng.random() < 0.05)
+                                     ended=ended, is_baseline=rng.random() < 0.05)
             except DuplicateError:
                 pass
         elif roll < 0.6:
@@ -120,7 +121,7 @@ def test_a_refused_write_changes_no_count(store: Store):
     with pytest.raises(DuplicateError):
         store.add_experiment(sid, Proposal("b", "same"))
     store.claim(first.id)
-    store.finish(first.id, Finish(S.KEPT, metric=1.0), keep_commit="c")
+    store.finish(first.id, Finish(S.KEPT, metric=1.0, best=1.0), keep_commit="c")
     with pytest.raises(ConflictError):
         store.finish(first.id, Finish(S.DISCARDED, metric=2.0))
     assert store.claim(first.id) is None
@@ -268,7 +269,7 @@ def test_marks_are_the_listing_with_only_the_plot_fields(sql_store: SqlStore):
     run = store.start_run(RunSpec(sid, base.id, "c0", 42, RunRole.BASELINE, "/l"))
     store.end_run(run.id, RunEnd(RunStatus.OK, metric=1.5, summary={"x": 1}))
     store.finish(base.id, Finish(S.KEPT, metric=1.5, summary={"val_bpb": 1.5},
-                                 run_ended_at=utcnow()), keep_commit="c0")
+                                 run_ended_at=utcnow(), best=1.5), keep_commit="c0")
     crash = store.add_experiment(sid, Proposal("boom", "d1"))
     store.claim(crash.id)
     store.finish(crash.id, Finish(S.CRASHED, CrashKind.FUNDAMENTAL, "oom", log_tail="t"))
@@ -311,7 +312,7 @@ def test_sweep_version_moves_when_work_finishes(sql_store: SqlStore):
     store.mark_started(exp.id, commit="c1", base_commit="c0")
     run = store.start_run(RunSpec(sid, exp.id, "c1", 42, RunRole.SCREEN))
     changed(False)
-    store.add_experiment(other, Proposal("elsewhere", "d1"), status=S.REJECTED)
+    store.add_experiment(other, Proposal("elsewhere", "d1"), ended=finish_of(refused("no")))
     changed(False)  # another sweep
     store.end_run(run.id, RunEnd(RunStatus.OK, metric=1.0))
     changed()
@@ -319,7 +320,7 @@ def test_sweep_version_moves_when_work_finishes(sql_store: SqlStore):
     changed()
     store.finish(exp.id, Finish(S.DISCARDED, metric=1.0))
     changed()
-    store.add_experiment(sid, Proposal("refused", "d2"), status=S.REJECTED)
+    store.add_experiment(sid, Proposal("refused", "d2"), ended=finish_of(refused("no")))
     changed()
     second = store.add_experiment(sid, Proposal("b", "d3"))
     store.claim(second.id)

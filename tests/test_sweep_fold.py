@@ -35,6 +35,7 @@ from agent.core.domain import (
     utcnow,
 )
 from agent.engine.gather import gather, night_noise
+from agent.rules.endings import finish_of, refused
 from agent.rules.noise import pooled_of, speed_noise
 from api.dashboard import views
 from api.dashboard.fold import SweepFold, advance
@@ -87,7 +88,8 @@ class Sweep:
         keep = f"c{eid}" if status is S.KEPT else None
         self.store.finish(eid, Finish(status, kind, reason, metric, best_before=1.0,
                                       run_started_at=utcnow() - timedelta(seconds=20),
-                                      run_ended_at=utcnow()), keep_commit=keep)
+                                      run_ended_at=utcnow(), best=metric if keep else None),
+                          keep_commit=keep)
         if keep:
             self.best = keep
 
@@ -137,8 +139,8 @@ def test_finishes_fold_in_and_equal_the_whole_sweep(sweep: Sweep) -> None:
         _ordinary(sweep, i)
         fold = sweep.step()
         assert fold.folds == i + 1  # folded in, not rebuilt
-    rejected = sweep.store.add_experiment(sweep.sid, Proposal("bad", "x"), status=S.REJECTED,
-                                          reason="does not apply")
+    rejected = sweep.store.add_experiment(sweep.sid, Proposal("bad", "x"),
+                                          ended=finish_of(refused("does not apply")))
     assert sweep.step().folds == 41 and rejected.id > queued.id
     assert sweep.step().exps.pending  # finished above a queued row: drawn, not folded yet
     sweep.store.finish(queued.id, Finish(S.CANCELLED, reason="cancelled"))  # the old open row

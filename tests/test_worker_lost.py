@@ -14,15 +14,11 @@ from service_fixtures import knob_diff, make_counting_target
 from agent.core.domain import ExperimentStatus, Proposal, RunStatus
 from agent.core.errors import WorkerLostError
 from agent.engine.loop import Loop, LoopSettings
-from agent.engine.recovery import (
-    GAVE_UP_CAUSE,
-    MAX_CRASH_RETRIES,
-    RecoveryReport,
-    requeue_interrupted,
-)
+from agent.engine.recovery import RecoveryReport, requeue_interrupted
 from agent.executors.local import SubprocessRunner
 from agent.git.repo import GitRepo
 from agent.ops.sweeps import create_sweep
+from agent.rules.endings import GAVE_UP_CAUSE, MAX_CRASH_RETRIES
 from db.engine import open_database
 from db.store import SqlStore
 
@@ -59,6 +55,7 @@ def test_a_lost_worker_interrupts_and_requeues_once_per_loss(tmp_path: Path):
     verdict = store.retry_of(lost[-1].id)
     assert verdict is not None and verdict.status is ExperimentStatus.CRASHED
     assert verdict.reason is not None and verdict.reason.startswith(GAVE_UP_CAUSE)
+    assert verdict.record is not None and verdict.record.ending.value == "gave up"
     # a restart's recovery queues nothing more: each interrupted row has its follow-up already
     report = RecoveryReport()
     requeue_interrupted(store, report)

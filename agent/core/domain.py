@@ -9,13 +9,15 @@ store (`check_started`, `check_finish`).
 from __future__ import annotations
 
 import enum
+import functools
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from datetime import UTC, datetime
 from typing import Any
 
 from agent.core.config import Direction, TargetConfig
 from agent.core.errors import ConflictError
+from agent.core.record import RECORD_KEY, StopPoint, VerdictRecord
 
 
 def utcnow() -> datetime:
@@ -133,8 +135,8 @@ def check_finish(experiment_id: int, current: ExperimentStatus, finish: Finish,
     finished: finished is read-only; or a transition the lifecycle does not allow)."""
     if not finish.status.is_finished():
         raise ValueError(f"finish needs a finished status, got {finish.status.value}")
-    if keeps and finish.metric is None:
-        raise ValueError("keep_commit needs a metric")
+    if keeps and finish.best is None:
+        raise ValueError("keep_commit needs the new best's value (Finish.best)")
     if current.is_finished():
         raise ConflictError(f"experiment {experiment_id} is already {current.value}")
     if not can_transition(current, finish.status):
@@ -251,11 +253,16 @@ class Experiment:
     run_ended_at: datetime | None = None
     pruned_at: datetime | None = None  # when `overnight gc` removed its log files
 
+    @functools.cached_property
+    def record(self) -> VerdictRecord | None:
+        """Every number its verdict rested on (agent.core.record); None before it finished."""
+        return VerdictRecord.of(self.meta)
+
     @property
     def delta(self) -> float | None:
-        if self.metric is None or self.best_before is None:
-            return None
-        return self.metric - self.best_before
+        """Inferred: its difference from the incumbent runs it was compared with, within machine
+        conditions, signed as the metric (change − incumbent); None when not compared."""
+        return self.record.difference if self.record is not None else None
 
 
 class RunRole(str, enum.Enum):
@@ -311,6 +318,7 @@ class RunEnd:
     note: str | None = None  # a pruned run: why it was stopped (PruneCall.reason())
     curve: CurvePoints | None = None  # its loss by fraction of the budget (None: no lines)
     holdout: float | None = None  # the sealed holdout metric (TargetConfig.holdout_metric)
+    stop_fraction: float | None = None  # pruned: the share of the budget its early stop read
 
 
 @dataclass(frozen=True)
@@ -341,61 +349,74 @@ class Run:
     curve: CurvePoints | None = None  # its loss by fraction of the budget (migration run_pruning)
     holdout: float | None = None  # the sealed holdout metric: for the report after the night
     slurm_job_id: str | None = None  # the Slurm job that ran it (executor 'slurm')
+    stop_fraction: float | None = None  # pruned: the share of the budget its early stop read
 
 
 @dataclass(frozen=True)
 class Finish:
-    """Everything recorded when an experiment reaches a finished status."""
+    """Everything recorded when an experiment reaches a finished status: made from the rule's
+    verdict in one place (agent.rules.endings.finish_of)."""
 
     status: ExperimentStatus
     crash_kind: CrashKind | None = None
     reason: str | None = None
-    metric: float | None = None
-    best_before: float | None = None
+    metric: float | None = None  # measured: the mean of the runs its record names
+    best_before: float | None = None  # the best at its verdict (its record's `best`)
     summary: dict[str, Any] = field(default_factory=dict)
     log_tail: str | None = None
     run_started_at: datetime | None = None
     run_ended_at: datetime | None = None
     warnings: tuple[str, ...] = ()  # contract problems (budget ignored or overshot), kept in meta
     crash_cause: str | None = None  # classification's fine cause, recorded once
-    # the keep rule's test as decided (p-value, level, P(better), σ̂, df, n), kept in meta
-    test: Mapping[str, Any] | None = None
-    # stopped early (agent.engine.early_stop): where its run was stopped (run, fraction of
-    # the budget, step), kept in meta
-    stopped: Mapping[str, Any] | None = None
+    # every number its verdict rested on (agent.core.record), kept in meta["verdict"]
+    record: VerdictRecord | None = None
+    # a keep: the sweep's best from now on, its value as agent.engine.incumbent works it out
+    best: float | None = None
 
 
 # The fields of a Finish that every store records on the experiment as they are (the status,
 # crash kind, summary, warnings and the run's start are written by each store's own rule).
 FINISH_AS_IS = tuple(f.name for f in fields(Finish) if f.name not in {
-    "status", "crash_kind", "summary", "warnings", "run_started_at", "test", "stopped"})
+    "status", "crash_kind", "summary", "warnings", "run_started_at", "record", "best"})
 
 
-TEST_KEY = "test"  # where a finished experiment's meta keeps the keep rule's test
-STOPPED_KEY = "stopped"  # where it keeps the point an early-stopped change's run ended at
+def born(sweep_id: int, proposal: Proposal, ended: Finish | None, now: datetime, *,
+         is_baseline: bool = False, attempt: int = 0, priority: int = 0,
+         base_commit: str | None = None, retry_of: int | None = None) -> Experiment:
+    """A new experiment as every store inserts it: queued, or born finished with `ended`."""
+    if ended is not None and not ended.status.is_finished():
+        raise ValueError(f"a row born ended needs a finished status, got {ended.status.value}")
+    exp = Experiment(
+        id=0, sweep_id=sweep_id, status=ExperimentStatus.QUEUED,
+        description=proposal.description, diff=proposal.diff, proposer=proposal.proposer,
+        parent_id=proposal.parent_id, retry_of=retry_of, attempt=attempt,
+        is_baseline=is_baseline, priority=priority, base_commit=base_commit,
+        meta=dict(proposal.meta), summary={}, created_at=now)
+    if ended is None:
+        return exp
+    return replace(exp, status=ended.status, crash_kind=ended.crash_kind, reason=ended.reason,
+                   crash_cause=ended.crash_cause, metric=ended.metric,
+                   best_before=ended.best_before, meta=finished_meta(exp.meta, ended),
+                   finished_at=now)
 
 
-def stopped_at(meta: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
-    """Where an early-stopped change was stopped ({run, fraction, step}); None if it was not."""
-    found = (meta or {}).get(STOPPED_KEY)
-    return found if isinstance(found, Mapping) else None
+def record_of(exp: Experiment) -> VerdictRecord | None:
+    """An experiment's record (None: it ended before records, or has not ended)."""
+    return VerdictRecord.of(exp.meta)
 
 
-def stopped_text(point: Mapping[str, Any]) -> str:
-    """"stopped early at 30 % of the budget (step 120)"."""
-    fraction, step = point.get("fraction"), point.get("step")
-    at = f" at {round(float(fraction) * 100)} % of the budget" if fraction is not None else ""
-    return f"stopped early{at}" + (f" (step {int(step)})" if step is not None else "")
+def stopped_at(meta: Mapping[str, Any] | None) -> StopPoint | None:
+    """Where an early-stopped change was stopped; None if it was not."""
+    record = VerdictRecord.of(meta)
+    return record.stopped if record is not None else None
 
 
 def finished_meta(meta: Mapping[str, Any] | None, finish: Finish) -> dict[str, Any]:
-    """An experiment's meta once finished: with the contract warnings, the keep rule's test and
-    where an early stop ended it (every store writes it so)."""
+    """An experiment's meta once finished: with the contract warnings and its record (every
+    store writes it so)."""
     out = dict(meta or {})
     if finish.warnings:
         out["warnings"] = list(finish.warnings)
-    if finish.test:
-        out[TEST_KEY] = dict(finish.test)
-    if finish.stopped:
-        out[STOPPED_KEY] = dict(finish.stopped)
+    if finish.record is not None:
+        out[RECORD_KEY] = finish.record.to_json()
     return out

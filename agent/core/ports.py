@@ -92,18 +92,17 @@ class Store(Protocol):
         sweep_id: int,
         proposal: Proposal,
         *,
-        status: ExperimentStatus = ExperimentStatus.QUEUED,
-        reason: str | None = None,
+        ended: Finish | None = None,
         is_baseline: bool = False,
         attempt: int = 0,
         priority: int = 0,
         base_commit: str | None = None,
         retry_of: int | None = None,
-        crash_kind: CrashKind | None = None,
     ) -> Experiment:
-        """Insert a queued (or directly rejected, or given-up `crashed` with `crash_kind`)
-        experiment. With `retry_of`, the row re-runs
-        that interrupted experiment; ConflictError if it already has a retry.
+        """Insert a queued experiment, or one born finished with `ended` (a refusal, the crash
+        cap's verdict: agent.rules.endings.finish_of; agent.core.domain.born builds the row).
+        With `retry_of`, the row re-runs that interrupted experiment; ConflictError if it
+        already has a retry.
 
         Raises DuplicateError when a queued or running experiment of the sweep already has the
         same normalized diff (checked by the insert itself, so concurrent callers cannot both
@@ -178,8 +177,9 @@ class Store(Protocol):
     ) -> Experiment:
         """Move a queued/running experiment to a finished status. ConflictError if finished.
 
-        With `keep_commit`, the sweep's best (and baseline, for the baseline) is updated in the
-        same transaction."""
+        With `keep_commit`, the sweep's best (and baseline, for the baseline) becomes that
+        commit with `finish.best` as its value, in the same transaction (ValueError without
+        one)."""
 
     def run_metrics(self, sweep_id: int, after_id: int | None = None,
                     ids: Collection[int] = ()) -> list[Run]:

@@ -18,23 +18,16 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from agent.core.domain import (
-    CrashKind,
-    Experiment,
-    ExperimentStatus,
-    Finish,
-    RunRole,
-    RunSpec,
-    RunStatus,
-    Sweep,
-    utcnow,
-)
+from agent.core.domain import Experiment, Run, RunRole, RunSpec, RunStatus, Sweep, utcnow
+from agent.core.errors import interrupt_reason
 from agent.core.ports import Repo, Runner, Store
 from agent.engine.attempt import EventFn, LoopSettings, TrainingRuns, emit_to
 from agent.git.repo import hash_worktree_files
 from agent.ops.sweeps import link_assets
-from agent.rules.classify import CrashFacts, classify
-from agent.rules.noise import mean
+from agent.rules.classify import CrashFacts
+from agent.rules.conditions import runs_tolerance, sample
+from agent.rules.decide import Evidence, Rule, RunFailure, Verdict, decide
+from agent.rules.endings import cancelled, finish_of, interrupted, measured_variant, refused
 from runner.result import Outcome, RunResult
 
 logger = logging.getLogger(__name__)
@@ -79,8 +72,7 @@ class AblationLoop:
             if isinstance(commit, Experiment):
                 return commit
             if stop.is_set():
-                return self._finish(exp, Finish(ExperimentStatus.CANCELLED,
-                                                reason="cancelled before it started"))
+                return self._end(exp, cancelled("cancelled before it started"))
             self.repo.add_worktree(wt, commit)
             added_worktree = True
             link_assets(wt, Path(sweep.target_path), sweep.config)
@@ -101,8 +93,7 @@ class AblationLoop:
         commit = exp.base_commit if exp.is_baseline else (
             variant.get("commit") if isinstance(variant, dict) else None)
         if not commit or not self.repo.has_ref(str(commit)):
-            return self._finish(exp, Finish(ExperimentStatus.REJECTED,
-                                            reason=f"ablation variant without a commit: {commit}"))
+            return self._end(exp, refused(f"ablation variant without a commit: {commit}"))
         commit = str(commit)
         ref = f"refs/overnight/{sweep.name}/{exp.id}"
         self.repo.set_ref(ref, commit)
@@ -110,64 +101,66 @@ class AblationLoop:
         actual = self.repo.file_hashes(commit, sweep.config.protected)
         changed = sorted(p for p in sweep.config.protected if actual.get(p) != expected.get(p))
         if changed:
-            return self._finish(exp, Finish(ExperimentStatus.REJECTED, reason="protected "
-                                            f"file(s) differ: {', '.join(changed)}"))
+            return self._end(exp, refused(f"protected file(s) differ: {', '.join(changed)}"))
         self.store.mark_started(exp.id, commit=commit, ref=ref, base_commit=exp.base_commit)
         return commit
 
     def _measure(self, sweep: Sweep, exp: Experiment, commit: str, wt: Path,
                  stop: threading.Event) -> Experiment:
         config = sweep.config
-        values: list[float] = []
+        runs: list[Run] = []
         result: RunResult | None = None
         for k in range(config.baseline_runs):
             role = RunRole.BASELINE if exp.is_baseline else (
                 RunRole.SCREEN if k == 0 else RunRole.CONFIRM)
             spec = RunSpec(sweep.id, exp.id, commit, config.seed + k, role)
             result, started, run = self.training.run(sweep, exp, wt, stop, spec)
-            failed = self._finish_if_failed(sweep, wt, result, started, run.status, k)
+            failed = self._failed(sweep, wt, result, started, run, runs)
             if failed is not None:
-                return self._finish(exp, failed)
-            assert run.metric is not None
-            values.append(run.metric)
+                return self._end(exp, failed, log_tail=result.log_tail)
+            runs.append(run)
         assert result is not None
-        mean_metric = mean(values)
         what = "the best (every kept change)" if exp.is_baseline else exp.description
-        kind = sweep.proposer.partition(":")[0]  # "ablation" or "confirm"
-        finish = Finish(ExperimentStatus.KEPT if exp.is_baseline else ExperimentStatus.DISCARDED,
-                        reason=f"{kind}: {what}: mean of {len(values)} runs", metric=mean_metric,
-                        best_before=None if exp.is_baseline else sweep.best_metric,
-                        summary=result.summary, log_tail=result.log_tail, run_ended_at=utcnow())
-        return self._finish(exp, finish, keep_commit=commit if exp.is_baseline else None)
+        kind = "confirm" if isinstance(exp.meta.get("confirm"), dict) else "ablation"
+        tolerance = runs_tolerance(self.store.run_metrics(sweep.id))
+        verdict = measured_variant([sample(r) for r in runs], tolerance, kind, what,
+                                   best=exp.is_baseline)
+        return self._end(exp, verdict, summary=result.summary, log_tail=result.log_tail,
+                         keep_commit=commit if exp.is_baseline else None,
+                         best=verdict.metric if exp.is_baseline else None)
 
-    def _finish_if_failed(self, sweep: Sweep, wt: Path, result: RunResult, started: bool,
-                          status: RunStatus, k: int) -> Finish | None:
-        """How the variant ends when its latest run gave no usable metric (None: it did)."""
-        if result.outcome is Outcome.STOPPED:
-            return Finish(ExperimentStatus.CANCELLED, reason=f"cancelled during run {k + 1}")
+    def _failed(self, sweep: Sweep, wt: Path, result: RunResult, started: bool, run: Run,
+                before: list[Run]) -> Verdict | None:
+        """How the variant ends when its latest run gave no usable metric (None: it did): the
+        keep rule's own verdict on a failed run (agent.rules.decide)."""
+        failure: RunFailure | None = None
         expected = self.store.protected_hashes(sweep.id)
         watched = [*sweep.config.protected, *sweep.config.assets]
         actual = hash_worktree_files(wt, watched)
         tampered = sorted(p for p in watched if p in expected and actual.get(p) != expected[p])
-        if tampered:
-            return Finish(ExperimentStatus.CRASHED, CrashKind.FUNDAMENTAL,
-                          f"the run modified protected file(s): {', '.join(tampered)}")
-        if status is RunStatus.OK:
+        if result.outcome is Outcome.STOPPED:
+            failure = RunFailure(stopped=True)
+        elif tampered:
+            failure = RunFailure(tampered=tuple(tampered))
+        elif run.status is not RunStatus.OK:
+            failure = RunFailure(facts=CrashFacts(
+                timed_out=result.outcome is Outcome.TIMED_OUT, fail_marker=result.fail_marker,
+                exit_code=result.exit_code,
+                signal=result.signal if result.outcome is Outcome.SIGNALED else None,
+                error=result.error, log_tail=result.log_tail, training_started=started,
+                has_metric=False), error=result.error or result.outcome.value)
+        if failure is None:
             return None
-        crash = classify(CrashFacts(
-            timed_out=result.outcome is Outcome.TIMED_OUT, fail_marker=result.fail_marker,
-            exit_code=result.exit_code,
-            signal=result.signal if result.outcome is Outcome.SIGNALED else None,
-            error=result.error, log_tail=result.log_tail, training_started=started,
-            has_metric=False))
-        crash_status = ExperimentStatus.TIMEOUT if crash.kind is CrashKind.TIMEOUT else \
-            ExperimentStatus.CRASHED
-        return Finish(crash_status, crash.kind, f"run {k + 1}: {crash.reason}",
-                      log_tail=result.log_tail, crash_cause=crash.cause or None)
+        # a variant is a commit measured k times: any failed run ends it as the first would
+        return decide(Evidence(is_baseline=False, runs=(), failed=failure), Rule())
 
-    def _finish(self, exp: Experiment, finish: Finish,
-                keep_commit: str | None = None) -> Experiment:
-        done = self.store.finish(exp.id, finish, keep_commit=keep_commit)
+    def _end(self, exp: Experiment, verdict: Verdict, *, keep_commit: str | None = None,
+             summary: dict[str, Any] | None = None, log_tail: str | None = None,
+             best: float | None = None) -> Experiment:
+        """The one place this loop writes a variant's end (agent.rules.endings.finish_of)."""
+        done = self.store.finish(exp.id, finish_of(
+            verdict, summary=summary, log_tail=log_tail, run_ended_at=utcnow(), best=best),
+            keep_commit=keep_commit)
         self.emit("finished", done)
         return done
 
@@ -176,10 +169,9 @@ class AblationLoop:
         try:
             if self.store.get_experiment(exp.id).status.is_finished():
                 return
-            from agent.core.errors import interrupt_reason
-
+            asked = isinstance(exc, KeyboardInterrupt)
             reason = (interrupt_reason(exc) if isinstance(exc, KeyboardInterrupt)
                       else f"service error: {exc!r}"[:500])
-            self.store.finish(exp.id, Finish(ExperimentStatus.INTERRUPTED, reason=reason))
+            self.store.finish(exp.id, finish_of(interrupted(reason, on_purpose=asked)))
         except Exception:
             logger.exception("could not record the failure of experiment %s", exp.id)

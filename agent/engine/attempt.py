@@ -30,6 +30,7 @@ from agent.core.domain import Experiment, Run, RunEnd, RunSpec, RunStatus, Sweep
 from agent.core.errors import ConfigError, OutOfSpaceError, StoreError, WorkerLostError
 from agent.core.ports import Runner, Store
 from agent.core.private import DIR_MODE
+from agent.core.record import StopPoint
 from agent.engine.early_stop import (
     EarlyStop,
     RunCurve,
@@ -50,7 +51,6 @@ from agent.engine.salvage import (
 from agent.rules.decide import Rule, stop_level
 from agent.rules.holdout import redact, redact_bytes, seal_summary
 from agent.rules.noise import speed_tolerance
-from agent.rules.prune import reason_fraction
 from agent.rules.throughput import ProgressMeter, speed
 from runner.process import resolve_command
 from runner.result import Outcome, RunResult
@@ -415,26 +415,22 @@ def run_end(result: RunResult, metric_key: str, meter: ProgressMeter | None = No
 def pruned_end(end: RunEnd, early_stop: EarlyStop, budget_s: float) -> RunEnd:
     """A run the early stop ended: `pruned`, no metric, why in its note, the training seconds
     it had when stopped."""
-    assert early_stop.stopping_check is not None
-    return replace(end, status=RunStatus.PRUNED, metric=None,
-                   note=early_stop.stopping_check.reason(),
+    check = early_stop.stopping_check
+    assert check is not None
+    return replace(end, status=RunStatus.PRUNED, metric=None, note=check.reason(),
+                   stop_fraction=check.fraction,
                    training_s=(end.training_s
                                or round(early_stop.curve.last_fraction * budget_s, 3)))
 
 
-def stop_point(run: Run, budget_s: float | None = None) -> dict[str, float | int]:
-    """Where an early stop ended `run` (recorded on its experiment, meta["stopped"]): its id,
-    the fraction of the budget (the check's, else its training seconds') and the step of its
-    curve's last point."""
-    fraction = reason_fraction(run.note)
+def stop_point(run: Run, budget_s: float | None = None) -> StopPoint:
+    """Where an early stop ended `run` (its experiment's record keeps it): its id, the fraction
+    of the budget (its check's, else its training seconds') and the step of its curve's last
+    point."""
+    fraction = run.stop_fraction
     if fraction is None and run.training_s is not None and budget_s:
         fraction = round(run.training_s / budget_s, 3)
-    point: dict[str, float | int] = {"run": run.id}
-    if fraction is not None:
-        point["fraction"] = fraction
-    if run.curve:
-        point["step"] = int(run.curve[-1][2])
-    return point
+    return StopPoint(run.id, fraction, int(run.curve[-1][2]) if run.curve else None)
 
 
 def sealed_lines(on_line: Callable[[str], None], key: str | None) -> Callable[[str], None]:

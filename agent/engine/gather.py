@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
-from agent.core.domain import TEST_KEY, Experiment, ExperimentStatus, Run, RunRole, RunStatus
+from agent.core.domain import Experiment, ExperimentStatus, Run, RunRole, RunStatus
 from agent.core.ports import Store
 from agent.rules.conditions import GOOD, Sample, runs_tolerance, sample, within
 from agent.rules.decide import Verdict
@@ -60,12 +60,11 @@ def night_noise(runs: Sequence[Run], leave_out: Collection[str | None] = (),
 
 def earlier_tests(store: Store, sweep_id: int) -> tuple[tuple[float, bool], ...]:
     """The night's tests so far, (p-value, kept), in the order they were decided."""
-    done = [e for e in store.list_experiments(sweep_id, [ExperimentStatus.KEPT,
-                                                         ExperimentStatus.DISCARDED])
-            if isinstance(e.meta.get(TEST_KEY), dict) and e.meta[TEST_KEY].get("p") is not None]
-    done.sort(key=lambda e: (e.finished_at is None, e.finished_at, e.id))
-    return tuple((float(e.meta[TEST_KEY]["p"]), e.status is ExperimentStatus.KEPT)
-                 for e in done)
+    done = [(e, e.record.p) for e in store.list_experiments(
+        sweep_id, [ExperimentStatus.KEPT, ExperimentStatus.DISCARDED])
+        if e.record is not None and e.record.p is not None]
+    done.sort(key=lambda d: (d[0].finished_at is None, d[0].finished_at, d[0].id))
+    return tuple((p, e.status is ExperimentStatus.KEPT) for e, p in done)
 
 
 def sweep_speed_noise(runs: Sequence[Run]) -> float | None:

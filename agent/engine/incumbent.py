@@ -99,12 +99,18 @@ class Incumbent:
         with decision_lock(sweep.branch, sweep.target_path):
             self.record_best(sweep, head)
 
+    def value_of(self, sweep: Sweep, commit: str) -> float | None:
+        """The value `commit` has as the best: the keep rule's one value of a commit (agent.
+        rules.conditions.usual_runs: the mean of its good runs in its usual machine condition).
+        A keep writes it with the verdict; `record_best` writes it again as re-runs come."""
+        return recorded_best(self.store.run_metrics(sweep.id), commit)[0]
+
     def record_best(self, sweep: Sweep, head: str) -> None:
-        """The recorded best: the keep rule's value of the best commit (agent.rules.conditions.
-        best_of: the mean of its good runs in its most common speed group). Each re-run of it
-        (role incumbent) is OK in that group, else suspect (this is the only writer of
-        their status; its own runs keep what its verdict gave them: a finished record is never
-        edited). Call under the decision lock, after every decision."""
+        """The recorded best, the one writer of its value after a keep: `value_of` the best
+        commit. Each re-run of it (role incumbent) is OK in its usual condition, else suspect
+        (this is the only writer of their status; its own runs keep what its verdict gave them:
+        a finished record is never edited). Call under the decision lock, after every
+        decision."""
         current = self.store.get_sweep(sweep.name)
         if current.best_commit != head or current.best_experiment_id is None:
             return

@@ -18,7 +18,6 @@ from agent.core.domain import (
     CONTINUATION_PRIORITY,
     Experiment,
     ExperimentStatus,
-    Finish,
     Proposal,
     Run,
     RunRole,
@@ -51,6 +50,7 @@ from agent.rules.admit import check_changes
 from agent.rules.classify import CrashFacts
 from agent.rules.contract import baseline_warnings, contract_warnings
 from agent.rules.decide import Evidence, Rule, RunFailure, Verdict, decide
+from agent.rules.endings import cancelled, finish_of, interrupted, refused
 from runner.result import Outcome, RunResult
 
 logger = logging.getLogger(__name__)
@@ -65,16 +65,6 @@ def _refused_by_git(changes: list[PathChange], config: TargetConfig) -> str | No
     except AdmissionError as exc:
         return f"refused after applying: {exc.message}"
     return None
-
-
-def _test_record(verdict: Verdict) -> dict[str, float | int] | None:
-    """The keep rule's numbers as decided, for the record (meta[TEST_KEY]): the one place every
-    screen reads P(better), the level and σ̂ from."""
-    if verdict.p_better is None and verdict.sigma is None:
-        return None
-    got = {"p": verdict.p_value, "level": verdict.level, "p_better": verdict.p_better,
-           "sigma": verdict.sigma, "df": verdict.df, "n": verdict.n}
-    return {k: v for k, v in got.items() if v is not None}
 
 
 class Loop:
@@ -136,7 +126,7 @@ class Loop:
         logger.warning("sweep %s: %s", sweep.name, why)
         row = self.store.add_experiment(
             sweep.id, Proposal("the proposer has nothing to propose", "", self.proposer.name),
-            status=ExperimentStatus.REJECTED, reason=why)
+            ended=finish_of(refused(why)))
         self.emit("finished", row)
 
     def cancel(self, experiment_id: int) -> bool:
@@ -167,9 +157,7 @@ class Loop:
             if isinstance(prepared, Experiment):
                 return prepared
             if prepared is None or stop.is_set():
-                return self._finish(
-                    exp, Finish(ExperimentStatus.CANCELLED, reason="cancelled before it started")
-                )
+                return self._end(exp, cancelled("cancelled before it started"))
             head, commit = prepared
             added_worktree = True  # a half-made one (the disk filled) is removed too
             self.repo.add_worktree(wt, commit)
@@ -202,25 +190,20 @@ class Loop:
                 commit, changes = self.repo.commit_proposal(head, exp.diff, message)
             except PatchError as exc:
                 why = f"diff no longer applies to the sweep head {head[:7]}: {exc}"
-                return self._finish(exp, Finish(ExperimentStatus.REJECTED, reason=why))
+                return self._end(exp, refused(why))
         ref = f"refs/overnight/{sweep.name}/{exp.id}"
         self.repo.set_ref(ref, commit)
         config = sweep.config
         if not exp.is_baseline:
-            refused = _refused_by_git(changes, config)
-            if refused:
-                return self._finish(exp, Finish(ExperimentStatus.REJECTED, reason=refused))
+            not_admitted = _refused_by_git(changes, config)
+            if not_admitted:
+                return self._end(exp, refused(not_admitted))
         expected = self.store.protected_hashes(sweep.id)
         actual = self.repo.file_hashes(commit, config.protected)
         changed = sorted(p for p in config.protected if actual.get(p) != expected.get(p))
         if changed:
-            return self._finish(
-                exp,
-                Finish(
-                    ExperimentStatus.REJECTED,
-                    reason=(f"protected file(s) changed on the sweep branch: {', '.join(changed)}"),
-                ),
-            )
+            return self._end(exp, refused(
+                f"protected file(s) changed on the sweep branch: {', '.join(changed)}"))
         self.store.mark_started(exp.id, commit=commit, ref=ref, base_commit=head)
         return head, commit
 
@@ -245,8 +228,6 @@ class Loop:
             else:
                 spec = RunSpec(sweep.id, exp.id, commit, seed, role)
                 result, started, run = self.training.run(sweep, exp, wt, stop, spec)
-                if run.status is RunStatus.PRUNED:  # clearly behind: no more runs of it
-                    return self._pruned(sweep, exp, run, result)
                 failed = self._run_failure(sweep, config, wt, result, started, run)
             # Slots of one process each have their own Loop: decisions on a sweep take turns
             # so that reading the best, recording a keep and moving the branch are one step.
@@ -272,18 +253,6 @@ class Loop:
             self._requeue(sweep, exp, now_head)
         return done
 
-    def _pruned(self, sweep: Sweep, exp: Experiment, run: Run, result: RunResult) -> Experiment:
-        """A run of the change was stopped early (agent.engine.early_stop): the change is
-        discarded, not crashed, with the check's reason; the metric of its runs so far, if any."""
-        done = [r.metric for r in self.store.list_runs(experiment_id=exp.id)
-                if r.status is RunStatus.OK and r.metric is not None]
-        best = self.store.get_sweep(sweep.name).best_metric
-        return self._finish(exp, Finish(
-            ExperimentStatus.DISCARDED, reason=run.note or "stopped early: behind the incumbent",
-            metric=sum(done) / len(done) if done else None, best_before=best,
-            summary=result.summary, log_tail=result.log_tail, run_ended_at=utcnow(),
-            stopped=stop_point(run, sweep.budget_s)))
-
     def _run_failure(
         self,
         sweep: Sweep,
@@ -294,6 +263,8 @@ class Loop:
         run: Run,
     ) -> RunFailure | None:
         """The latest run as a failure, or None when it produced a usable metric."""
+        if run.status is RunStatus.PRUNED:  # clearly behind: the rule discards it
+            return RunFailure(early_stop=stop_point(run, sweep.budget_s), error=run.note or "")
         if result.outcome is Outcome.STOPPED:
             return RunFailure(stopped=True)
         tampered = self._changed_protected_files(sweep, config, wt)
@@ -358,37 +329,22 @@ class Loop:
         commit: str,
         change_runs: list[Run],
     ) -> Experiment:
-        """Record the verdict; a keep is recorded first, then the branch moves. The baseline
-        also says when its repeats cannot measure the noise or the load."""
-        assert verdict.status is not None
+        """Write the verdict; a keep is recorded first (with the new best's value, worked out
+        by agent.engine.incumbent), then the branch moves. The baseline also says when its
+        repeats cannot measure the noise or the load."""
         raw = result.summary.get(sweep.config.metric)
-        metric = verdict.metric
-        if metric is None and verdict.status in (ExperimentStatus.CRASHED, ExperimentStatus.TIMEOUT
-                                                 ) and isinstance(raw, int | float):
-            metric = float(raw)  # a crash's own printed metric (a discard with none has none)
-        best = None if exp.is_baseline else self.store.get_sweep(sweep.name).best_metric
-        finish = Finish(
-            verdict.status,
-            verdict.crash_kind,
-            verdict.reason or None,
-            metric=metric,
-            best_before=best,
-            summary=result.summary,
-            log_tail=result.log_tail,
-            run_ended_at=utcnow(),
-            warnings=tuple(contract_warnings(result.summary, sweep.budget_s)) + (
-                baseline_warnings([sample(r) for r in change_runs], sweep.config.metric)
-                if exp.is_baseline else ()),
-            crash_cause=verdict.crash_cause,
-            test=_test_record(verdict),
-        )
+        warnings = tuple(contract_warnings(result.summary, sweep.budget_s)) + (
+            baseline_warnings([sample(r) for r in change_runs], sweep.config.metric)
+            if exp.is_baseline else ())
+        printed = float(raw) if isinstance(raw, int | float) else None
         if not verdict.keep:
-            return self._finish(exp, finish)
+            return self._end(exp, verdict, summary=result.summary, log_tail=result.log_tail,
+                             warnings=warnings, printed=printed)
         # The DB learns first: a kill before the branch moves is repaired from the DB on start.
-        done = self._finish(exp, finish, keep_commit=commit)
-        # the recorded best is the keep rule's value of the new best's runs (agent.engine.
-        # incumbent), which its later runs move; the verdict's value stays on the experiment
-        self.incumbent.record_best(sweep, commit)
+        done = self._end(exp, verdict, summary=result.summary, log_tail=result.log_tail,
+                         warnings=warnings, keep_commit=commit,
+                         best=self.incumbent.value_of(sweep, commit))
+        self.incumbent.record_best(sweep, commit)  # its re-runs' statuses (the value is set)
         if not exp.is_baseline:
             self.disk_space.retry_while_disk_full(
                 lambda: self.repo.advance_branch(sweep.branch, commit, head), "moving the branch")
@@ -434,9 +390,14 @@ class Loop:
         except AdmissionError as refusal:
             return reject(self.store, sweep, proposal, refusal, attempt=attempt)
 
-    def _finish(
-        self, exp: Experiment, finish: Finish, keep_commit: str | None = None
-    ) -> Experiment:
+    def _end(self, exp: Experiment, verdict: Verdict, *, keep_commit: str | None = None,
+             summary: dict[str, Any] | None = None, log_tail: str | None = None,
+             warnings: tuple[str, ...] = (), printed: float | None = None,
+             best: float | None = None) -> Experiment:
+        """The one place this loop writes an experiment's end: the verdict as its record
+        (agent.rules.endings.finish_of)."""
+        finish = finish_of(verdict, summary=summary, log_tail=log_tail, run_ended_at=utcnow(),
+                           warnings=warnings, printed=printed, best=best)
         done = self.store.finish(exp.id, finish, keep_commit=keep_commit)
         self.emit("finished", done)
         return done
@@ -446,7 +407,7 @@ class Loop:
         the experiment is `interrupted` (once writes succeed) and queued again exactly once
         (the store refuses a second retry row)."""
         logger.warning("experiment %s: %s", exp.id, why)
-        done = self._finish(exp, Finish(ExperimentStatus.INTERRUPTED, reason=why[:500]))
+        done = self._end(exp, interrupted(why[:500]))
         follow_up = requeue_once(self.store, done)  # its retry, or its verdict past the cap
         if follow_up is not None:
             self.emit("finished" if follow_up.status.is_finished() else "queued", follow_up)
@@ -464,12 +425,10 @@ class Loop:
             current = self.store.get_experiment(exp.id)
             if current.status.is_finished():
                 return
-            reason = (
-                interrupt_reason(exc)  # Ctrl-C/SIGTERM: an interruption, re-run on resume
-                if isinstance(exc, KeyboardInterrupt)
-                else f"service error: {exc!r}"[:500]
-            )
-            self.store.finish(exp.id, Finish(ExperimentStatus.INTERRUPTED, reason=reason))
+            asked = isinstance(exc, KeyboardInterrupt)  # Ctrl-C/SIGTERM: re-run on resume
+            reason = (interrupt_reason(exc) if isinstance(exc, KeyboardInterrupt)
+                      else f"service error: {exc!r}"[:500])
+            self.store.finish(exp.id, finish_of(interrupted(reason, on_purpose=asked)))
         except Exception as failed:
             if not is_out_of_space(failed):
                 logger.exception("could not record the failure of experiment %s", exp.id)

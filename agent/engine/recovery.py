@@ -23,8 +23,6 @@ from pathlib import Path
 from typing import IO, Protocol
 
 from agent.core.domain import (
-    STOPPED_KEY,
-    CrashKind,
     Experiment,
     ExperimentStatus,
     Proposal,
@@ -33,21 +31,23 @@ from agent.core.domain import (
     Sweep,
     SweepStatus,
 )
-from agent.core.errors import INTERRUPT_PREFIX, ConflictError
+from agent.core.errors import ConflictError
 from agent.core.ports import Repo, Store
 from agent.core.private import private_file
 from agent.engine.attempt import run_id_prefix, stop_point
+from agent.rules.endings import (
+    MAX_CRASH_RETRIES,
+    finish_of,
+    gave_up,
+    on_purpose,
+    stopped_before_restart,
+)
 
 logger = logging.getLogger(__name__)
 
 # An interrupted run whose reason is this was stopped by a clean shutdown; such interruptions
-# do not count towards MAX_CRASH_RETRIES.
+# do not count towards the crash cap (agent.rules.endings.gave_up).
 SHUTDOWN_REASON = "the service shut down while this experiment was running"
-# A change that was running (its code, not only its queue row) each time the service died, this
-# many times in a row, is given up with a verdict: it may be what takes the service down. Kills
-# before its code ran never count, and a baseline is never given up (its sweep pauses instead).
-MAX_CRASH_RETRIES = 3
-GAVE_UP_CAUSE = "took the service down"
 # The refs the service writes (a kill during `git update-ref` can leave their `.lock` behind).
 SERVICE_REFS = ("refs/heads/overnight", "refs/overnight")
 
@@ -217,7 +217,7 @@ def baseline_pause_reason(retry: Experiment) -> str | None:
 def requeue_once(store: Store, exp: Experiment) -> Experiment | None:
     """The one follow-up of an interrupted experiment, a new row linked by retry_of: its
     retry, or, once its code was running each of more than MAX_CRASH_RETRIES service deaths,
-    its verdict (`crashed`, fundamental, GAVE_UP_CAUSE). A baseline is always queued again.
+    its verdict (agent.rules.endings.gave_up). A baseline is always queued again.
     Only interruptions while its code ran count; a clean stop or Ctrl-C/SIGTERM never does.
 
     Returns None when the experiment already has its follow-up (the store refuses a second:
@@ -227,24 +227,19 @@ def requeue_once(store: Store, exp: Experiment) -> Experiment | None:
                    if r.status is RunStatus.PRUNED), None)
     if pruned is not None and not exp.is_baseline:  # it ended before the service did
         return _pruned_follow_up(store, exp, pruned)
-    stopped_on_purpose = exp.reason == SHUTDOWN_REASON or (exp.reason or "").startswith(
-        INTERRUPT_PREFIX)
-    counts_as_crash = not stopped_on_purpose and ran_when_interrupted(store, exp)
+    counts_as_crash = not on_purpose(exp.record) and ran_when_interrupted(store, exp)
     crashes = int(exp.meta.get("crash_retries", 0)) + counts_as_crash
     proposal = Proposal(exp.description, exp.diff, exp.proposer, parent_id=exp.id,
                         meta={**exp.meta, "retry_of": exp.id, "crash_retries": crashes})
-    given_up = crashes > MAX_CRASH_RETRIES and not exp.is_baseline
-    why = (f"{GAVE_UP_CAUSE}: its run was cut off each of the {crashes} times the service "
-           "or its worker died, so it is given up") if given_up else None
+    given_up = None if exp.is_baseline else gave_up(crashes)
     try:
         follow_up = store.add_experiment(
             exp.sweep_id, proposal, is_baseline=exp.is_baseline, attempt=exp.attempt,
             priority=exp.priority, base_commit=exp.base_commit, retry_of=exp.id,
-            status=ExperimentStatus.CRASHED if given_up else ExperimentStatus.QUEUED,
-            crash_kind=CrashKind.FUNDAMENTAL if given_up else None, reason=why)
+            ended=finish_of(given_up) if given_up is not None else None)
     except ConflictError:
         return None  # followed up already (by another caller)
-    if given_up:
+    if given_up is not None:
         logger.error("experiment %d: its run was cut off each of the %d times the service or "
                      "its worker died; recorded as crashed (%d)", exp.id, crashes, follow_up.id)
     else:
@@ -256,12 +251,12 @@ def _pruned_follow_up(store: Store, exp: Experiment, run: Run) -> Experiment | N
     """An experiment whose run had been stopped early (a finished run) when the service went:
     its follow-up is its verdict, `discarded` with the stop's reason, never another run."""
     proposal = Proposal(exp.description, exp.diff, exp.proposer, parent_id=exp.id,
-                        meta={**exp.meta, "retry_of": exp.id, STOPPED_KEY: stop_point(run)})
+                        meta={**exp.meta, "retry_of": exp.id})
     try:
         follow_up = store.add_experiment(
             exp.sweep_id, proposal, attempt=exp.attempt, priority=exp.priority,
-            base_commit=exp.base_commit, retry_of=exp.id, status=ExperimentStatus.DISCARDED,
-            reason=run.note or "stopped early: behind the incumbent")
+            base_commit=exp.base_commit, retry_of=exp.id,
+            ended=finish_of(stopped_before_restart(run.note, stop_point(run))))
     except ConflictError:
         return None
     logger.warning("experiment %d: its run %d had been stopped early; recorded as discarded "

@@ -22,7 +22,6 @@ from typing import Any
 from agent.core.domain import (
     Experiment,
     ExperimentStatus,
-    Finish,
     Sweep,
     SweepStatus,
     utcnow,
@@ -41,6 +40,7 @@ from agent.engine.recovery import SHUTDOWN_REASON
 from agent.engine.timed_starts import TimedStarts
 from agent.engine.writes import DiskSpaceWatch
 from agent.rules.classify import is_device_failure
+from agent.rules.endings import finish_of, interrupted
 from agent.rules.gate import Gate, GateKind, SweepFacts, gate
 
 logger = logging.getLogger(__name__)
@@ -190,8 +190,8 @@ class SlotScheduler:
             running = dict(self._running)
         for exp_id, claim in running.items():
             try:
-                self.store.finish(exp_id, Finish(ExperimentStatus.INTERRUPTED,
-                                                 reason=SHUTDOWN_REASON))
+                self.store.finish(exp_id, finish_of(interrupted(SHUTDOWN_REASON,
+                                                                on_purpose=True)))
             except (ConflictError, NotFoundError):
                 continue  # it finished on its own meanwhile
             except StoreError as exc:  # e.g. no space: the next start's recovery records it

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from agent.core.domain import Experiment, ExperimentStatus, Proposal, Sweep
+from agent.core.domain import Experiment, Proposal, Sweep
 from agent.core.errors import AdmissionError, DuplicateError, PatchError
 from agent.core.ports import Repo, Store
 from agent.rules.admit import check_changes, check_proposal, clean_description
+from agent.rules.endings import finish_of, refused
 
 
 @dataclass(frozen=True)
@@ -98,8 +99,7 @@ def reject(store: Store, sweep: Sweep, proposal: Proposal, refusal: AdmissionErr
     rejected = replace(proposal, description=description,
                        meta={**proposal.meta, "rejection": refusal.code})
     return _record_usage(store, store.add_experiment(
-        sweep.id, rejected, status=ExperimentStatus.REJECTED, reason=refusal.message,
-        attempt=attempt))
+        sweep.id, rejected, ended=finish_of(refused(refusal.message)), attempt=attempt))
 
 
 def _record_usage(store: Store, exp: Experiment) -> Experiment:

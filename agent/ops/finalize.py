@@ -18,11 +18,13 @@ from typing import Protocol
 
 from agent.analysis.ablation import ABLATION_PREFIX, BASELINE, BEST, MINUS
 from agent.analysis.evidence import ExperimentEvidence, sweep_evidence
+from agent.analysis.report import comparison_line
 from agent.core.config import TargetConfig
 from agent.core.domain import Experiment, ExperimentStatus, Proposal, Sweep
 from agent.core.errors import ConflictError, NotFoundError, PatchError
 from agent.core.ports import Repo, Store
 from agent.ops.sweeps import BRANCH_PREFIX, create_sweep
+from agent.rules.endings import finish_of, refused
 
 logger = logging.getLogger(__name__)
 FINAL_PREFIX = "overnight-final/"  # finalized branches (not under overnight/: sweeps live there)
@@ -91,16 +93,12 @@ def commit_message(e: Experiment, sweep: Sweep, ev: ExperimentEvidence | None) -
     lines = [e.description.strip().splitlines()[0] if e.description.strip() else
              f"overnight experiment {e.id}", ""]
     if ev is not None and e.metric is not None:
-        # the keep rule's numbers as recorded with its verdict (the experiment's value, n and
-        # P(better)), as every screen shows them
-        ci = f" ± {ev.ci:.6f}" if ev.ci is not None else ""
+        # its record as every screen shows it: what its runs measured, its difference from the
+        # incumbent runs it was compared with (inferred) and P(better)
         p = f"; P(better) {ev.p_better:.3f}" if ev.p_better is not None else ""
-        delta = (f", {e.delta:+.6f} vs the best before ({e.best_before:.6f})"
-                 if e.delta is not None and e.best_before is not None else "")
         now = ev.remeasured(e.metric)
-        lines.append(f"Evidence: {sweep.metric} {e.metric:.6f}{ci} (95 %) over {ev.n} run"
-                     f"{'s' if ev.n != 1 else ''}{delta}{p}" + (f"; {now}" if now else "")
-                     + ".")
+        lines.append(f"Evidence: {sweep.metric} {comparison_line(e, sweep.direction)}{p}"
+                     + (f"; {now}" if now else "") + ".")
     if e.reason:
         lines.append(f"Decision: {e.reason}")
     lines += ["", f"Overnight-Sweep: {sweep.name}", f"Overnight-Experiment: {e.id}",
@@ -198,8 +196,8 @@ def prepare_ablation(store: Store, repo: ChainRepo, sweep: Sweep, done: Finalize
         diff = repo.diff(done.tip, v.commit) if v.commit else ""
         proposal = Proposal(v.description, diff, "ablation", meta=meta)
         if v.commit is None:
-            store.add_experiment(abl.id, proposal, status=ExperimentStatus.REJECTED,
-                                 reason=f"cannot be built: {v.why}", base_commit=done.tip)
+            store.add_experiment(abl.id, proposal, ended=finish_of(refused(
+                f"cannot be built: {v.why}")), base_commit=done.tip)
             continue
         row = store.add_experiment(abl.id, proposal, base_commit=done.tip)
         repo.set_ref(f"refs/overnight/{abl.name}/{row.id}", v.commit)

@@ -19,7 +19,6 @@ from agent.core.domain import (
     USED_STATUSES,
     Experiment,
     ExperimentStatus,
-    Finish,
     Proposal,
     Sweep,
     SweepStatus,
@@ -28,6 +27,7 @@ from agent.core.errors import ConflictError
 from agent.core.ports import Repo, Store
 from agent.ops.admission import place, queue, screen
 from agent.ops.retention import pruned_log_note
+from agent.rules.endings import cancelled, finish_of
 from agent.rules.holdout import redact
 from runner.logtail import read_log_end
 
@@ -150,8 +150,7 @@ class Service:
                                 "records cannot be changed")
         # Claim first (a guarded update) so no slot can start it while we cancel it.
         if exp.status is ExperimentStatus.QUEUED and self.store.claim(exp.id) is not None:
-            return self.store.finish(exp.id, Finish(ExperimentStatus.CANCELLED,
-                                                    reason=reason)), False
+            return self.store.finish(exp.id, finish_of(cancelled(reason))), False
         if self.stop_running is not None and self.stop_running(exp.id):
             # Durable before the answer: a service that dies before the run stops still ends
             # it cancelled on restart (recovery), never re-queued.

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from statistics import median
 
 from agent.core.domain import Run, RunStatus
+from agent.core.record import Measured
 from agent.rules.noise import speed_noise, speed_tolerance, squares
 
 Key = tuple[str | None, int]  # (device, the incumbent's condition on it)
@@ -96,13 +97,21 @@ def usual(keys: Sequence[Key]) -> Key | None:
     return max(dict.fromkeys(keys), key=keys.count) if keys else None
 
 
-def best_of(best: Sequence[Sample], tolerance: float) -> tuple[float | None, list[bool]]:
-    """The incumbent's value, the mean of its runs in its usual condition, and per run
-    whether it is off that condition."""
+def usual_runs(best: Sequence[Sample], tolerance: float) -> tuple[Measured, list[bool]]:
+    """The one definition of a commit's value (the best's, the baseline's): its runs in its
+    usual condition, measured; and per run whether it is off that condition (set aside)."""
     keys = conditions(best, tolerance)
     usual_key = usual(keys)
-    values = [b.metric for b, k in zip(best, keys, strict=True) if k == usual_key]
-    return (sum(values) / len(values) if values else None), [k != usual_key for k in keys]
+    on = [(b.run_id, b.metric) for b, k in zip(best, keys, strict=True) if k == usual_key]
+    return (Measured(tuple(i for i, _ in on), tuple(v for _, v in on)),
+            [k != usual_key for k in keys])
+
+
+def best_of(best: Sequence[Sample], tolerance: float) -> tuple[float | None, list[bool]]:
+    """The incumbent's value, the mean of its runs in its usual condition (usual_runs), and per
+    run whether it is off that condition."""
+    runs, off = usual_runs(best, tolerance)
+    return runs.mean, off
 
 
 @dataclass(frozen=True)

@@ -12,13 +12,24 @@ from statistics import NormalDist, fmean
 
 from agent.core.config import Direction, TargetConfig
 from agent.core.domain import CrashKind, ExperimentStatus
+from agent.core.record import Ending, Measured, StopPoint, VerdictRecord
 from agent.rules import fdr
 from agent.rules.classify import CrashFacts, classify
-from agent.rules.conditions import Key, Placement, Sample, best_of, blocks, conditions, place, usual
-from agent.rules.noise import mean, pooled_of, speed_tolerance, squares, t_score, t_sf
+from agent.rules.conditions import (
+    Key,
+    Placement,
+    Sample,
+    blocks,
+    conditions,
+    place,
+    usual,
+    usual_runs,
+)
+from agent.rules.noise import pooled_of, speed_tolerance, squares, t_score, t_sf
+from agent.rules.wording import comparison
 
 SEQUENTIAL, STRICT = "sequential", "strict"
-NOT_BETTER = "not better"  # how a discard judged on its runs starts (console, reports)
+NOT_BETTER = "not better"  # how a discard judged on its runs starts (its reason's first words)
 
 
 @dataclass(frozen=True)
@@ -52,6 +63,7 @@ class RunFailure:
     tampered: tuple[str, ...] = ()
     facts: CrashFacts | None = None
     error: str = ""  # one line: why, for later runs
+    early_stop: StopPoint | None = None  # its run was stopped early (agent.engine.early_stop)
 
 
 @dataclass(frozen=True)
@@ -72,6 +84,9 @@ class Evidence:
 
 @dataclass(frozen=True)
 class Verdict:
+    """What the rule says after a run: a finished experiment's ending (status, ending, reason and
+    every number it rested on, the record) or what runs next (seed, the incumbent beside)."""
+
     status: ExperimentStatus | None  # None: not finished, run again
     reason: str = ""
     crash_kind: CrashKind | None = None
@@ -80,24 +95,52 @@ class Verdict:
     seed: int | None = None  # the seed of the next run (the change's, or the incumbent's)
     requeue: bool = False  # measured on a stale head: queue the same diff on the new head
     repair: bool = False  # a trivial crash: ask the proposer for a fix
-    metric: float | None = None  # the change's value: the best less its gain
-    n: int = 0  # the change's runs the comparison rests on
+    ending: Ending | None = None  # how it ended (set with status)
+    change: Measured = field(default_factory=Measured)  # its runs its value rests on (measured)
+    set_aside: tuple[int, ...] = ()  # its runs left out: another machine speed
+    compared_with: Measured | None = None  # the incumbent runs it was compared with (measured)
+    best: Measured | None = None  # the best at this moment: its runs in its usual condition
+    difference: float | None = None  # change − incumbent within conditions (inferred)
+    se: float | None = None
     p_better: float | None = None  # P(T ≤ gain / se): the confidence that it is better
     sigma: float | None = None
     df: int = 0
     p_value: float | None = None  # the look's p over its share: the night's FDR ledger's
     level: float | None = None  # the night's level α_t: kept when p_value ≤ it
-    suspect: tuple[bool, ...] = field(default_factory=tuple)  # per run: not in the usual
+    stopped: StopPoint | None = None  # an early stop: where its run ended
+    beside: bool = False  # each incumbent run compared with ran beside one of its runs
+    blocks: tuple[tuple[Measured, Measured], ...] = ()  # per machine condition compared in
+    suspect: tuple[bool, ...] = field(default_factory=tuple)  # per run: set aside (no value)
     notes: tuple[str, ...] = ()  # per run of `runs`: how it was placed
     best_notes: tuple[str, ...] = ()  # per run of `best`
     incumbent: bool = False  # the next run is the incumbent's, beside run `pair_of`
     pair_of: int | None = None
 
+    @property
+    def metric(self) -> float | None:
+        """The change's value: the mean of its runs it rests on (measured, never inferred)."""
+        return self.change.mean
+
+    @property
+    def n(self) -> int:
+        return self.change.n
+
+    def record(self) -> VerdictRecord:
+        """The numbers it decided on, as written with the experiment's end."""
+        assert self.ending is not None, "only a finished verdict has a record"
+        return VerdictRecord(self.ending, self.change, self.set_aside, self.compared_with,
+                             self.best, self.difference, self.se, self.sigma, self.df,
+                             self.p_value, self.level, self.p_better, self.stopped,
+                             self.beside, self.blocks)
+
 
 def decide(ev: Evidence, rule: Rule) -> Verdict:
     """The verdict after the latest run of an experiment."""
     if ev.failed is not None:
-        return _failure(ev, rule)
+        v = _failure(ev, rule)
+        if ev.best and not ev.is_baseline:  # the best then, for its record
+            v = replace(v, best=usual_runs(ev.best, speed_tolerance(ev.speed_noise))[0])
+        return v
     if ev.is_baseline:
         return _baseline(ev, rule)
     if rule.decision == STRICT:
@@ -160,31 +203,43 @@ def spent(s: float, alpha: float) -> float:
     return math.erfc(-NormalDist().inv_cdf(alpha / 2) / math.sqrt(2 * s)) if alpha > 0 else 0.0
 
 
+def _own(runs: Sequence[Sample]) -> Measured:
+    return Measured(tuple(r.run_id for r in runs), tuple(r.metric for r in runs))
+
+
 def _failure(ev: Evidence, rule: Rule) -> Verdict:
     f = ev.failed
     assert f is not None
     k = len(ev.runs)
-    metric = mean([r.metric for r in ev.runs])
+    so_far = _own(ev.runs)  # its runs before the one that failed: measured
     if f.stopped:
         why = f"cancelled during a confirmation run (run {k + 1})" if k else \
             "cancelled while running"
-        return Verdict(ExperimentStatus.CANCELLED, why)
+        return Verdict(ExperimentStatus.CANCELLED, why, ending=Ending.CANCELLED, change=so_far)
     if f.tampered:
         why = f"the run modified protected file(s): {', '.join(f.tampered)}"
-        return Verdict(ExperimentStatus.CRASHED, why, CrashKind.FUNDAMENTAL)
+        return Verdict(ExperimentStatus.CRASHED, why, CrashKind.FUNDAMENTAL,
+                       ending=Ending.TAMPERED)
+    if f.early_stop is not None and not ev.is_baseline:
+        return Verdict(ExperimentStatus.DISCARDED, f.error or "stopped early: behind the "
+                       "incumbent", ending=Ending.STOPPED_EARLY, change=so_far,
+                       stopped=f.early_stop)
     if f.incumbent:
         why = f"the incumbent's run beside it failed ({f.error}): no comparison"
-        return Verdict(ExperimentStatus.DISCARDED, why, metric=metric, n=k)
+        return Verdict(ExperimentStatus.DISCARDED, why, ending=Ending.NO_COMPARISON,
+                       change=so_far)
     if k == 0 and f.facts is not None:  # the first run: classify the crash
         crash = classify(f.facts)
         timeout = crash.kind is CrashKind.TIMEOUT
         return Verdict(ExperimentStatus.TIMEOUT if timeout else ExperimentStatus.CRASHED,
                        crash.reason, crash.kind, crash_cause=crash.cause or None,
-                       repair=crash.kind is CrashKind.TRIVIAL)
+                       repair=crash.kind is CrashKind.TRIVIAL,
+                       ending=Ending.TIMEOUT if timeout else Ending.CRASHED)
     why = f"its run {k + 1} failed: {f.error}"
     if ev.is_baseline:
-        return Verdict(ExperimentStatus.CRASHED, why, CrashKind.FUNDAMENTAL, metric=metric, n=k)
-    return Verdict(ExperimentStatus.DISCARDED, why, metric=metric, n=k)
+        return Verdict(ExperimentStatus.CRASHED, why, CrashKind.FUNDAMENTAL,
+                       ending=Ending.RUN_FAILED, change=so_far)
+    return Verdict(ExperimentStatus.DISCARDED, why, ending=Ending.RUN_FAILED, change=so_far)
 
 
 def _baseline(ev: Evidence, rule: Rule) -> Verdict:
@@ -192,36 +247,43 @@ def _baseline(ev: Evidence, rule: Rule) -> Verdict:
     when the first repeats are identical; its value is the mean in its usual condition."""
     n = len(ev.runs)
     want = rule.baseline_runs if rule.decision == SEQUENTIAL else 1 + rule.confirm_runs
-    value, other_speed = best_of(ev.runs, speed_tolerance(ev.speed_noise))
-    base = Verdict(None, metric=value, n=n - sum(other_speed), suspect=tuple(other_speed),
+    usual_of, other_speed = usual_runs(ev.runs, speed_tolerance(ev.speed_noise))
+    base = Verdict(None, change=usual_of, suspect=tuple(other_speed),
+                   set_aside=tuple(r.run_id for r, o in zip(ev.runs, other_speed, strict=True)
+                                   if o),
                    notes=tuple("ran at another speed than most of the baseline's runs, so it is "
                                "left out of its value" if o else "" for o in other_speed))
     if n < want:
         return replace(base, seed=next_seed({r.seed for r in ev.runs}, rule))
     why = f"baseline: the mean of {base.n} run{'s' if base.n > 1 else ''}"
     if any(other_speed):
-        why += f" ({sum(other_speed)} more ran at another speed: left out)"
+        why += f" ({sum(other_speed)} more ran at another speed: set aside)"
     if n >= 2 and len({r.metric for r in ev.runs}) == 1:
         why += " (identical repeats: the noise cannot be measured)"
-    return replace(base, status=ExperimentStatus.KEPT, reason=why, keep=True)
+    return replace(base, status=ExperimentStatus.KEPT, reason=why, keep=True,
+                   ending=Ending.BASELINE)
 
 
 def _strict(ev: Evidence, rule: Rule) -> Verdict:
     """autoresearch's rule: one run, strictly better than the best by more than min_delta
-    (with `confirm_runs`, a would-be keep runs again and the mean is judged)."""
-    n, m = len(ev.runs), mean([r.metric for r in ev.runs])
-    best = mean([b.metric for b in ev.best])
-    base = Verdict(None, metric=m, n=n, suspect=(False,) * n)
-    text = f"{m:.6g}" + (f" (mean of {n} runs)" if n > 1 else "") + f" vs best {best}"
-    if not is_improvement(m, best, rule.direction, rule.min_delta):
-        return replace(base, status=ExperimentStatus.DISCARDED,
+    (with `confirm_runs`, a would-be keep runs again and the mean is judged); the best is the
+    rule's one value of it (its runs in its usual condition)."""
+    own = _own(ev.runs)
+    best = usual_runs(ev.best, speed_tolerance(ev.speed_noise))[0]
+    m, b = own.mean, best.mean
+    base = Verdict(None, change=own, compared_with=best, best=best,
+                   difference=None if m is None or b is None else m - b,
+                   suspect=(False,) * own.n)
+    text = compared_text(base, rule.direction)
+    if not is_improvement(m, b, rule.direction, rule.min_delta):
+        return replace(base, status=ExperimentStatus.DISCARDED, ending=Ending.NOT_BETTER,
                        reason=f"{NOT_BETTER} (strict): {text}")
-    if n < 1 + rule.confirm_runs:
+    if own.n < 1 + rule.confirm_runs:
         return replace(base, seed=next_seed({r.seed for r in ev.runs}, rule))
     if ev.head_moved:
         return _branch_moved(ev, base)
     return replace(base, status=ExperimentStatus.KEPT, reason=f"better (strict): {text}",
-                   keep=True)
+                   keep=True, ending=Ending.KEPT)
 
 
 @dataclass(frozen=True)
@@ -230,8 +292,11 @@ class Comparison:
     se: float | None  # None: no σ̂
     sigma: float | None
     df: int
-    n: int  # the change's runs placed
-    best: float  # the incumbent's value (usual condition)
+    change: Measured  # the change's runs placed in a condition
+    compared_with: Measured  # the incumbent's runs in those conditions
+    best: Measured  # the incumbent's value: its runs in its usual condition
+    beside: bool  # each of those incumbent runs ran beside one of the change's
+    blocks: tuple[tuple[Measured, Measured], ...] = ()  # per condition: (its runs, the incumbent's)
 
 
 def compare(runs: Sequence[Sample], best: Sequence[Sample], pl: Placement,
@@ -241,7 +306,8 @@ def compare(runs: Sequence[Sample], best: Sequence[Sample], pl: Placement,
     None when none of its runs is placed."""
     sign = 1.0 if rule.direction is Direction.MINIMIZE else -1.0
     total = weight = 0.0
-    for key in dict.fromkeys(k for k in pl.keys if k is not None):
+    used = list(dict.fromkeys(k for k in pl.keys if k is not None))
+    for key in used:
         change_values = [r.metric for r, k in zip(runs, pl.keys, strict=True) if k == key]
         incumbent_values = [b.metric for b, k in zip(best, keys, strict=True) if k == key]
         w = 1.0 / (1.0 / len(change_values) + 1.0 / len(incumbent_values))
@@ -252,10 +318,16 @@ def compare(runs: Sequence[Sample], best: Sequence[Sample], pl: Placement,
         return None
     sigma, df = pooled_of([squares(blocks(runs, pl.keys) + blocks(best, keys))],
                           others)
-    value = best_of(best, tol)[0]
-    assert value is not None
+    value = usual_runs(best, tol)[0]
+    assert value.n
     se = None if sigma is None else sigma / math.sqrt(weight)
-    return Comparison(total / weight, se, sigma, df, sum(k is not None for k in pl.keys), value)
+    placed = [r for r, k in zip(runs, pl.keys, strict=True) if k is not None]
+    against = [b for b, k in zip(best, keys, strict=True) if k in used]
+    ids = {r.run_id for r in runs if r.run_id}
+    per = tuple((_own([r for r, k in zip(runs, pl.keys, strict=True) if k == key]),
+                 _own([b for b, k in zip(best, keys, strict=True) if k == key])) for key in used)
+    return Comparison(total / weight, se, sigma, df, _own(placed), _own(against), value,
+                      bool(ids) and all(b.pair_of in ids for b in against), per)
 
 
 def _change(ev: Evidence, rule: Rule) -> Verdict:
@@ -264,19 +336,26 @@ def _change(ev: Evidence, rule: Rule) -> Verdict:
     pl = place(ev.runs, ev.best, tol)
     keys = conditions(ev.best, tol)
     usual_key = usual(keys)
-    base = Verdict(None, suspect=tuple(k is None or k != usual_key for k in pl.keys),
+    base = Verdict(None, suspect=tuple(k is None for k in pl.keys),  # set aside: in no value
+                   change=_own([r for r, k in zip(ev.runs, pl.keys, strict=True)
+                                if k is not None]),
+                   set_aside=tuple(r.run_id for r, k in zip(ev.runs, pl.keys, strict=True)
+                                   if k is None),
+                   best=usual_runs(ev.best, tol)[0] if ev.best else None,
                    notes=pl.notes, best_notes=tuple(
                        "" if k == usual_key else "ran at another speed than the incumbent's "
                        "usual one" for k in keys))
     if not ev.best:
-        return replace(base, status=ExperimentStatus.DISCARDED, metric=mean(
-            [r.metric for r in ev.runs]), reason="no incumbent runs to compare with")
+        return replace(base, status=ExperimentStatus.DISCARDED, ending=Ending.NO_COMPARISON,
+                       change=_own(ev.runs), set_aside=(),
+                       reason="no incumbent runs to compare with")
     cmp = None if pl.pending else compare(ev.runs, ev.best, pl, keys, ev.others, rule, tol)
     if cmp is None:
         return _unplaced(ev, rule, pl, base)
     sign = 1.0 if rule.direction is Direction.MINIMIZE else -1.0
-    base = replace(base, metric=cmp.best - sign * cmp.gain, n=cmp.n, sigma=cmp.sigma,
-                   df=cmp.df)
+    base = replace(base, change=cmp.change, compared_with=cmp.compared_with, best=cmp.best,
+                   difference=-sign * cmp.gain, se=cmp.se, sigma=cmp.sigma, df=cmp.df,
+                   beside=cmp.beside, blocks=cmp.blocks)
     if cmp.se is None:
         return _without_noise(ev, rule, cmp, base)
     return _test(ev, rule, pl, keys, cmp, base)
@@ -304,13 +383,13 @@ def _incumbent_beside(ev: Evidence, rule: Rule, base: Verdict, why: str) -> Verd
 
 def _speed_kept_changing(pl: Placement, base: Verdict, text: str = "") -> Verdict:
     """Never compared at one speed (no condition, or pairs that never agree on its speed):
-    discarded unjudged, with no value and no test in the night's ledger."""
+    discarded unjudged, with no test in the night's ledger; its value is its placed runs'."""
     why = (f"not judged: better beside the incumbent ({text}), but " if text else
            "not judged: ") + "the machine's speed kept changing around its runs" + (
         f" (its speed over the incumbent's: {', '.join(f'×{x:.2g}' for x in pl.ratios)})"
         if pl.ratios else "")
-    return replace(base, status=ExperimentStatus.DISCARDED, reason=why, metric=None,
-                   p_value=None, p_better=None)
+    return replace(base, status=ExperimentStatus.DISCARDED, reason=why,
+                   ending=Ending.NOT_JUDGED, p_value=None, p_better=None)
 
 
 def _without_noise(ev: Evidence, rule: Rule, cmp: Comparison, base: Verdict) -> Verdict:
@@ -318,12 +397,14 @@ def _without_noise(ev: Evidence, rule: Rule, cmp: Comparison, base: Verdict) -> 
     why = ("the noise is not measured (the baseline's repeats were identical: does the script "
            "ignore OVERNIGHT_SEED?)" if rule.baseline_runs >= 2 else
            "the noise is not measured (baseline_runs = 1)")
-    text = f"{base.metric:.6g} vs best {cmp.best:.6g} on one run; {why}"
+    text = f"{compared_text(base, rule.direction)}; {why}"
     if cmp.gain - rule.min_delta <= 0:
-        return replace(base, status=ExperimentStatus.DISCARDED, reason=f"{NOT_BETTER}: {text}")
+        return replace(base, status=ExperimentStatus.DISCARDED, reason=f"{NOT_BETTER}: {text}",
+                       ending=Ending.NOT_BETTER)
     if ev.head_moved:
         return _branch_moved(ev, base)
-    return replace(base, status=ExperimentStatus.KEPT, reason=f"better: {text}", keep=True)
+    return replace(base, status=ExperimentStatus.KEPT, reason=f"better: {text}", keep=True,
+                   ending=Ending.KEPT)
 
 
 def _test(ev: Evidence, rule: Rule, pl: Placement, keys: Sequence[Key], cmp: Comparison,
@@ -331,7 +412,8 @@ def _test(ev: Evidence, rule: Rule, pl: Placement, keys: Sequence[Key], cmp: Com
     """Look k of the sequential test: discard, balance the latest condition, keep, or run."""
     t, base, text = _look(ev, rule, cmp, base)
     if t < rule.discard_below * min(len(ev.runs), rule.max_runs):
-        return replace(base, status=ExperimentStatus.DISCARDED, reason=f"{NOT_BETTER}: {text}")
+        return replace(base, status=ExperimentStatus.DISCARDED, reason=f"{NOT_BETTER}: {text}",
+                       ending=Ending.NOT_BETTER)
     if _incumbent_short(ev, pl, keys) and pl.beside < rule.max_runs and not ev.head_moved:
         return _incumbent_beside(ev, rule, base, "the incumbent has fewer runs than this change "
                                  "at this speed, so it runs once more before the decision")
@@ -340,10 +422,12 @@ def _test(ev: Evidence, rule: Rule, pl: Placement, keys: Sequence[Key], cmp: Com
     if ev.head_moved and (not last or better and pl.ratio_confirmed):
         return _branch_moved(ev, base)
     if better and pl.ratio_confirmed:
-        return replace(base, status=ExperimentStatus.KEPT, reason=f"better: {text}", keep=True)
+        return replace(base, status=ExperimentStatus.KEPT, reason=f"better: {text}", keep=True,
+                       ending=Ending.KEPT)
     if last:
         return _speed_kept_changing(pl, base, text) if better else replace(
-            base, status=ExperimentStatus.DISCARDED, reason=f"{NOT_BETTER}: {text}")
+            base, status=ExperimentStatus.DISCARDED, reason=f"{NOT_BETTER}: {text}",
+            ending=Ending.NOT_BETTER)
     text += "; its effect on speed is not confirmed yet, so it runs once more" if better else ""
     return replace(base, seed=next_seed({r.seed for r in ev.runs}, rule), reason=text)
 
@@ -359,8 +443,8 @@ def _look(ev: Evidence, rule: Rule, cmp: Comparison, base: Verdict) -> tuple[flo
     base = replace(base, p_better=1.0 - t_sf(t_score(cmp.gain, cmp.se), cmp.df or None),
                    p_value=p, level=level)
     return t, base, (
-        f"{base.metric:.6g} vs best {cmp.best:.6g} on {cmp.n} run{'s' if cmp.n > 1 else ''} "
-        f"(σ̂ {cmp.sigma:.3g}, {cmp.df or '∞'} df): t {t:.2f}, "
+        f"{compared_text(base, rule.direction)} (σ̂ {cmp.sigma:.3g}, "
+        f"{cmp.df or '∞'} df): t {t:.2f}, "
         + (f"p {p:.2g}, level {level:.2g}" if len(ev.runs) > 1 else "a first run keeps nothing"))
 
 
@@ -376,4 +460,12 @@ def _incumbent_short(ev: Evidence, pl: Placement, keys: Sequence[Key]) -> bool:
 def _branch_moved(ev: Evidence, base: Verdict) -> Verdict:
     why = (f"promising, but conflicts with the change kept meanwhile: {ev.conflict}" if ev.conflict
            else "promising, but the branch moved while it ran; re-queued on the new head")
-    return replace(base, status=ExperimentStatus.DISCARDED, reason=why, requeue=not ev.conflict)
+    return replace(base, status=ExperimentStatus.DISCARDED, reason=why, requeue=not ev.conflict,
+                   ending=Ending.CONFLICT if ev.conflict else Ending.REQUEUED)
+
+
+def compared_text(v: Verdict, direction: Direction) -> str:
+    """The comparison as a reason says it: what its own runs measured, then its difference from
+    the incumbent runs it was compared with, naming them (agent.rules.wording.comparison)."""
+    return comparison(v.change, v.compared_with, v.difference, v.se, direction, v.beside,
+                      len(v.blocks))

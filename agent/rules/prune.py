@@ -6,7 +6,6 @@ the metric's direction. Not guaranteed: that a stopped change would have lost at
 from __future__ import annotations
 
 import math
-import re
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -14,7 +13,7 @@ from dataclasses import dataclass
 from agent.core.prune_policy import PrunePolicy
 from agent.rules.noise import pooled_of, squares, t_score, t_sf
 
-__all__ = ["PruneCall", "PrunePolicy", "check", "loss_over", "next_check", "reason_fraction"]
+__all__ = ["PruneCall", "PrunePolicy", "check", "loss_over", "next_check"]
 Curve = Sequence[tuple[float, float]]
 
 
@@ -43,16 +42,6 @@ class PruneCall:
                 f"{round(self.fraction * 100)} % vs the incumbent's {_fmt(self.reference)}{se} "
                 "there")
         return text + ("" if self.stop else f" ({self.why})")
-
-
-def reason_fraction(text: str | None) -> float | None:
-    """The check's fraction a ``PruneCall.reason()`` names ("stopped at 50 % of the budget: …"
-    → 0.5); None for any other text."""
-    m = _REASON.match(text or "")
-    return int(m.group(1)) / 100 if m else None
-
-
-_REASON = re.compile(r"(?:stopped|went on) at (\d+) % of the budget")
 
 
 def _fmt(x: float | None) -> str:

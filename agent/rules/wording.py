@@ -1,0 +1,71 @@
+"""The keep rule's numbers as a person reads them: what runs measured (a mean and its n), what the
+rule inferred (a difference ± its standard error), and the reference each comparison is against,
+named. The reasons the rule writes and every screen use these, so one fact reads one way.
+
+Pure: the stdlib, config and the record only.
+"""
+
+from __future__ import annotations
+
+from agent.core.config import Direction
+from agent.core.record import Measured
+
+
+def runs_word(n: int) -> str:
+    return f"{n} run{'s' if n != 1 else ''}"
+
+
+def metric_text(value: float) -> str:
+    """A metric's value as every screen writes it: six decimals ("3.375499")."""
+    return f"{value:.6f}"
+
+
+def value_text(m: Measured | None) -> str:
+    """"3.375499 on 1 run" / "mean 6.050750 of 4 runs" / "no run measured it"."""
+    if m is None or m.mean is None:
+        return "no run measured it"
+    if m.n == 1:
+        return f"{metric_text(m.mean)} on 1 run"
+    return f"mean {metric_text(m.mean)} of {m.n} runs"
+
+
+def reference_text(compared: Measured, beside: bool, conditions: int = 1) -> str:
+    """The incumbent runs a change was compared with: "the incumbent's run beside it (3.5515)",
+    "the incumbent's 3 runs at its speed (mean 6.05583)"; compared in several machine
+    conditions, no single mean stands for them: "the incumbent's 8 runs at its speed, in 2
+    machine conditions (within each)"."""
+    which = "beside it" if beside else "at its speed"
+    if conditions > 1:
+        return (f"the incumbent's {compared.n} runs {which}, in {conditions} machine conditions "
+                "(within each)")
+    assert compared.mean is not None
+    if compared.n == 1:
+        return f"the incumbent's run {which} ({metric_text(compared.mean)})"
+    return f"the incumbent's {compared.n} runs {which} (mean {metric_text(compared.mean)})"
+
+
+def gain_text(difference: float, se: float | None, direction: Direction) -> tuple[str, str]:
+    """("better", "by 0.176 ± 0.302") from a difference (change − reference, signed as the
+    metric) and its standard error."""
+    gain = -difference if direction is Direction.MINIMIZE else difference
+    word = "better than" if gain > 0 else "worse than" if gain < 0 else "equal to"
+    by = "" if gain == 0 else f" by {abs(gain):.3g}" + (f" ± {se:.3g}" if se is not None else "")
+    return word, by
+
+
+def comparison(change: Measured, compared: Measured | None, difference: float | None,
+               se: float | None, direction: Direction, beside: bool = False,
+               conditions: int = 1) -> str:
+    """"3.3755 on 1 run: better than the incumbent's run beside it (3.5515) by 0.176 ± 0.302"."""
+    own = value_text(change)
+    if compared is None or compared.mean is None or difference is None:
+        return own
+    word, by = gain_text(difference, se, direction)
+    return f"{own}: {word} {reference_text(compared, beside, conditions)}{by}"
+
+
+def best_then_text(best: Measured | None) -> str:
+    """"the best then, 6.05583 on 3 runs"."""
+    if best is None or best.mean is None:
+        return "no best then"
+    return f"the best then, {value_text(best)}"

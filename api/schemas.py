@@ -108,8 +108,11 @@ class Page(BaseModel, Generic[T]):
 class KeptChange(BaseModel):
     id: int
     description: str
-    metric: float | None
-    delta: float | None
+    metric: float | None = Field(description="measured: the mean of the runs its value rests on")
+    n: int = Field(0, description="how many runs `metric` is the mean of")
+    delta: float | None = Field(description="inferred: its difference from the incumbent runs "
+                                "it was compared with, signed as the metric")
+    delta_se: float | None = Field(None, description="the standard error of `delta`")
     commit: str | None
     diff: str
 

@@ -32,7 +32,7 @@ from agent.analysis.ablation import DEFAULT_SEEDS as ABLATION_SEEDS
 from agent.analysis.confirm import DEFAULT_SEEDS as CONFIRM_SEEDS
 from agent.core.config import load_config
 from agent.core.domain import Sweep
-from agent.core.errors import INTERRUPT_PREFIX, Interrupted, OvernightError
+from agent.core.errors import Interrupted, OvernightError
 from agent.engine.interrupts import raise_when_safe
 from agent.ops.track import OFF
 from db.location import DbLocation
@@ -312,13 +312,13 @@ def _interrupted(rt: Runtime, sweep: Sweep, target: Path, exc: KeyboardInterrupt
     """Say what a Ctrl-C/SIGTERM did and how to resume; pause the sweep so that a service on
     the same database does not carry on with it. Exits 130 (SIGINT) or 143 (SIGTERM)."""
     from agent.core.domain import ExperimentStatus, SweepStatus
+    from agent.rules.endings import on_purpose
 
     store = rt.store
     if store.get_sweep(sweep.name).status is SweepStatus.RUNNING:
         store.set_sweep_status(sweep.name, SweepStatus.PAUSED)
     hit = [e for e in store.list_experiments(sweep.id, [ExperimentStatus.INTERRUPTED])
-           if (e.reason or "").startswith(INTERRUPT_PREFIX) and e.finished_at
-           and e.finished_at >= since][-1:]
+           if on_purpose(e.record) and e.finished_at and e.finished_at >= since][-1:]
     what = "no run was in flight"
     if hit:
         label = "the baseline" if hit[0].is_baseline else repr(hit[0].description)

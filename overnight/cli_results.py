@@ -9,16 +9,18 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.markup import escape
 
+from agent.analysis.counts import Counts
+from agent.analysis.evidence import recorded_value
 from agent.analysis.projection import ExperimentView, LLMSpend
 from agent.analysis.report import improvement, results_tsv
-from agent.core.domain import RAN_STATUSES, Run, Sweep
-from agent.core.domain import ExperimentStatus as S
+from agent.core.domain import Run, Sweep
 from agent.core.errors import NotFoundError
 from agent.core.ports import Store
 from db.location import DbLocation
@@ -32,22 +34,31 @@ from overnight.cli_common import (
 )
 
 
-def closing_line(sweep: Sweep, exps: list) -> str:  # type: ignore[type-arg]
-    """One honest sentence: how many changes were tried and kept, and what they bought."""
-    tried = [e for e in exps if not e.is_baseline and e.status is not S.REJECTED]
-    kept = [e for e in tried if e.status is S.KEPT]
+def closing_line(sweep: Sweep, exps: list, runs: list | None = None  # type: ignore[type-arg]
+                 ) -> str:
+    """One honest sentence: how many changes were tried and kept (agent.analysis.counts), and
+    the baseline and the best as the rule records them now, each on its runs."""
+    counts = Counts.of_records(exps)
     if sweep.baseline_metric is None or sweep.best_metric is None:
-        return f"no baseline metric: {len(tried)} change(s) tried, nothing compared"
+        return f"no baseline metric: {counts.tried} change(s) tried, nothing compared"
     base = next((e for e in exps if e.is_baseline and e.metric is not None), None)
-    # the baseline as the rule records it now; its first value too when re-measured since
-    then = (f" (first {base.metric:.6f}, re-measured since)" if base is not None
+    every = runs or []
+    base_n = recorded_value(every, base.commit if base else None)[1] if every else 0
+    best_n = recorded_value(every, sweep.best_commit)[1] if every else 0
+    # the baseline as the rule records it now; its value at its verdict too when re-measured
+    then = (f", {base.metric:.6f} at its verdict" if base is not None
             and abs(base.metric - sweep.baseline_metric) > 1e-12 else "")
-    if not kept:
-        return (f"no change beat the baseline {sweep.metric} {sweep.baseline_metric:.6f}{then} "
-                f"({len(tried)} tried); the branch is unchanged")
+    now = "now, " if then else ""
+    baseline = f"baseline {sweep.baseline_metric:.6f}" + (
+        f" ({now}on {base_n} run{'s' if base_n != 1 else ''}{then})" if base_n else
+        (f" (now{then})" if then else ""))
+    if not counts.kept:
+        return (f"no change beat the baseline: {sweep.metric} {baseline}; "
+                f"{counts.kept_text()}; the branch is unchanged")
     rel = improvement(sweep)
-    return (f"{len(kept)} of {len(tried)} change(s) kept: {sweep.metric} "
-            f"baseline {sweep.baseline_metric:.6f}{then} -> best {sweep.best_metric:.6f}"
+    best = f"best {sweep.best_metric:.6f}" + (f" (on {best_n} run{'s' if best_n != 1 else ''})"
+                                              if best_n else "")
+    return (f"{counts.kept_text()}: {sweep.metric} {baseline} -> {best}"
             + (f" ({rel:+.2%})" if rel is not None else ""))
 
 
@@ -91,6 +102,7 @@ def print_results(sweep: Sweep, store, fmt: str,  # type: ignore[no-untyped-def]
                     "best": sweep.best_metric,
                     "best_commit": sweep.best_commit,
                     "evidence": sweep_evidence_row(ev),
+                    "counts": asdict(Counts.of_records(exps, runs)),
                     "runs_by_status": runs_by_status(runs),
                     "llm": LLMSpend.of(store.llm_usage(sweep.id)).model_dump(),
                     "confirmation": confirmation_json(store, sweep),
@@ -101,7 +113,7 @@ def print_results(sweep: Sweep, store, fmt: str,  # type: ignore[no-untyped-def]
         )
     elif fmt == "table":
         console.print(results_table(sweep, exps, evidence=ev))
-        console.print(closing_line(sweep, exps))
+        console.print(closing_line(sweep, exps, runs))
         console.print(evidence_header(ev, sweep.metric))
         warned: dict[str, list[int]] = {}
         for e in exps:
@@ -196,25 +208,26 @@ def status(
     store, reads = rt.store, rt.reads
     sweeps = store.list_sweeps()
     shown = sweeps if all_ else sweeps[-STATUS_LATEST:]
-    counted = reads.status_counts_by_sweep()  # the maintained counts: one read for all
+    counted = reads.night_counts([s.id for s in shown])  # the maintained counts
     table = Table(title=f"sweeps in {db_location(db)}")
-    for col in ("sweep", "status", "runs", "kept", "discarded", "crashed", "baseline", "best",
-                "gain", "supported", "target"):
+    for col in ("sweep", "status", "changes tried", "kept (baseline aside)", "discarded",
+                "crashed", "runs", "baseline", "best", "gain", "supported", "target"):
         table.add_column(col)
     for s in shown:
-        n = counted.get(s.id, {})
+        n = counted[s.id]
         rel = improvement(s)
         # The light rows the dashboard's evidence reads (no summaries, diffs or logs).
         ev = sweep_evidence(s, reads.experiment_marks(s.id), store.run_metrics(s.id))
         table.add_row(
             s.name,
             s.status.value,
-            str(sum(n.get(st.value, 0) for st in RAN_STATUSES)),
-            str(n.get(S.KEPT.value, 0)),
-            str(n.get(S.DISCARDED.value, 0)),
-            str(n.get(S.CRASHED.value, 0) + n.get(S.TIMEOUT.value, 0)),
-            f"{s.baseline_metric:.4f}" if s.baseline_metric is not None else "-",
-            f"{s.best_metric:.4f}" if s.best_metric is not None else "-",
+            str(n.tried),
+            str(n.kept),
+            str(n.discarded),
+            str(n.crashed),
+            str(n.runs) + (f" ({n.set_aside} set aside)" if n.set_aside else ""),
+            f"{s.baseline_metric:.6f}" if s.baseline_metric is not None else "-",
+            f"{s.best_metric:.6f}" if s.best_metric is not None else "-",
             f"{rel:+.2%}" if rel is not None else "",
             f"{ev.supported} of {ev.kept} keeps",
             s.target_path,

@@ -13,9 +13,15 @@ from rich.text import Text
 
 from agent.analysis.evidence import ExperimentEvidence, SweepEvidence
 from agent.analysis.projection import reported_memory_gb
-from agent.analysis.report import fmt_delta, fmt_metric, shown_status
-from agent.core.domain import Experiment, ExperimentStatus, Sweep, stopped_at
-from agent.rules.decide import NOT_BETTER
+from agent.analysis.report import (
+    comparison_line,
+    difference_cell,
+    fmt_metric,
+    runs_cell,
+    shown_status,
+)
+from agent.core.domain import Experiment, ExperimentStatus, Sweep
+from agent.core.record import Ending
 
 STYLE = {
     ExperimentStatus.KEPT: "green",
@@ -34,25 +40,26 @@ def results_table(
     title: str | None = None,
     evidence: SweepEvidence | None = None,
 ) -> Table:
-    """One row per experiment; with `evidence`, its n, 95 % CI and P(better) too."""
+    """One row per experiment: its value (the mean of the runs its record names: measured) and
+    those runs, its difference from the incumbent runs it was compared with ± se (inferred) and
+    P(better); a kept commit measured again since says its value now."""
     table = Table(title=title or f"sweep {sweep.name} ({sweep.metric}, {sweep.direction.value})")
-    cols = ["#", "commit", "status", sweep.metric, "delta", "mem GB", "train s", "description"]
-    if evidence is not None:
-        cols[4:4] = ["± 95% CI", "n", "P(better)"]
+    cols = ["#", "commit", "status", f"{sweep.metric} (measured)", "runs",
+            "Δ vs its incumbent runs (inferred)", "P(better)", "mem GB", "train s",
+            "description"]
     for col in cols:
         table.add_column(col, overflow="fold")
     for exp in experiments:
         ev = evidence.experiments.get(exp.id) if evidence is not None else None
-        stats = _stats(ev) if evidence is not None else []
-        status = shown_status(exp)
         secs = exp.summary.get("training_seconds")
         table.add_row(
             str(exp.id),
             (exp.commit or "")[:7],
-            Text(status, style=STYLE.get(exp.status, "")),
+            Text(shown_status(exp), style=STYLE.get(exp.status, "")),
             fmt_metric(exp.metric),
-            *stats,
-            fmt_delta(exp.delta),
+            runs_cell(exp, ev),
+            difference_cell(exp),
+            f"{ev.p_better:.2f}" if ev is not None and ev.p_better is not None else "",
             "" if (gb := reported_memory_gb(exp)) is None else f"{gb:.1f}",
             f"{secs:.1f}" if isinstance(secs, float) else "",
             Text(describe(exp, ev)),  # plain text: a reason in brackets is not rich markup
@@ -60,36 +67,22 @@ def results_table(
     return table
 
 
-def _stats(ev: ExperimentEvidence | None) -> list[str]:
-    """CI, n and P(better); runs measured in other machine conditions (compared beside the
-    incumbent there) are counted as "+k elsewhere", a kept commit's re-runs as the incumbent
-    as "+k re-run" (its description then says its value now, the one the later changes were
-    compared with)."""
-    extra = []
-    if ev is not None and ev.reruns:
-        extra.append(f"+{ev.reruns} re-run")
-    if ev is not None and ev.suspect:
-        extra.append(f"+{len(ev.suspect)} elsewhere")
-    if ev is None or not ev.n:
-        return ["", " ".join(extra), ""]
-    ci = f"± {ev.ci:.4f}" if ev.ci is not None else ""
-    p = f"{ev.p_better:.2f}" if ev.p_better is not None else ""
-    return [ci, " ".join([str(ev.n), *extra]), p]
-
-
 def describe(exp: Experiment, ev: ExperimentEvidence | None = None) -> str:
     """The description, with the reason of an experiment that was not simply kept or judged
     not better (a crash, a failed or stopped run, a machine that would not hold still), and
     a kept commit's value now when it was measured again since ("kept at …; now …")."""
-    plain = exp.status is ExperimentStatus.KEPT or (
-        exp.status is ExperimentStatus.DISCARDED and (exp.reason or "").startswith(NOT_BETTER))
-    now = ev.remeasured(exp.metric) if ev is not None else ""
+    record = exp.record
+    plain = record is not None and record.ending in (Ending.KEPT, Ending.NOT_BETTER,
+                                                     Ending.BASELINE)
+    now = ev.remeasured(exp.metric, "measured" if exp.is_baseline else "kept") \
+        if ev is not None else ""
     return (exp.description + (f"  [{exp.reason}]" if exp.reason and not plain else "")
             + (f"  [{now}]" if now else ""))
 
 
 class LineLog:
-    """Off a terminal (piped, logged): one plain line per finished experiment, as it happens."""
+    """Off a terminal (piped, logged): one plain line per finished experiment, as it happens:
+    what its runs measured and how it compared, each reference named."""
 
     def __init__(self, console: Console, sweep: Sweep) -> None:
         self.console, self.sweep = console, sweep
@@ -99,9 +92,9 @@ class LineLog:
             return
         secs = exp.summary.get("training_seconds")
         trained = f"train {secs:.1f}s" if isinstance(secs, float) else ""
-        status = "stopped" if stopped_at(exp.meta) is not None else exp.status.value
-        line = (f"#{exp.id} {status:<9} {self.sweep.metric} {fmt_metric(exp.metric)} "
-                f"{fmt_delta(exp.delta)} {trained}  {describe(exp)}")
+        compared = comparison_line(exp, self.sweep.direction)
+        line = (f"#{exp.id} {shown_status(exp):<9} {self.sweep.metric} {compared or '-'}  "
+                f"{trained}  {describe(exp)}")
         self.console.print(Text(" ".join(line.split(" ")).rstrip()), soft_wrap=True)
         self.console.file.flush()
 

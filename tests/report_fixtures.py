@@ -136,13 +136,24 @@ def expected(night: Night) -> dict[str, object]:
 
 
 def kept_row(e: Experiment, runs: list[Run]) -> dict[str, object]:
-    mine = [r.metric for r in runs if r.experiment_id == e.id and r.role is not
-            RunRole.INCUMBENT and r.status is RunStatus.OK and r.metric is not None]
+    """A kept change as the report should show it, from the run records its record names: the
+    mean of its own runs, their n, and the difference from the incumbent runs it was compared
+    with (each machine condition's difference of means, weighted 1/(1/n_change + 1/n_inc))."""
+    by_id = {r.id: r for r in runs}
     lines = e.diff.splitlines()
     added = sum(ln.startswith("+") and not ln.startswith("+++") for ln in lines)
     removed = sum(ln.startswith("-") and not ln.startswith("---") for ln in lines)
-    assert e.metric is not None and e.best_before is not None
-    test = e.meta.get("test") or {}  # the keep rule's record: the value and n it decided on
-    return {"id": e.id, "mean": e.metric, "n": int(test.get("n") or len(mine)),
-            "delta": e.metric - e.best_before, "added": added, "removed": removed,
+    record = e.record
+    assert record is not None and record.change.n
+    mine = [by_id[i].metric for i in record.change.runs]
+    assert all(by_id[i].experiment_id == e.id for i in record.change.runs)
+    total = weight = 0.0
+    for change, incumbent in record.conditions:
+        a = [by_id[i].metric for i in change.runs]
+        b = [by_id[i].metric for i in incumbent.runs]
+        w = 1.0 / (1.0 / len(a) + 1.0 / len(b))
+        total += w * (sum(a) / len(a) - sum(b) / len(b))  # type: ignore[arg-type]
+        weight += w
+    return {"id": e.id, "mean": sum(mine) / len(mine), "n": len(mine),  # type: ignore[arg-type]
+            "delta": total / weight, "added": added, "removed": removed,
             "commit": (e.commit or "")[:7]}

@@ -41,13 +41,13 @@ def test_run_results_and_status(tmp_path: Path, target: Path):
     summary = out.split("# Sweep night1: what has been learned")[1]
     assert "val_bpb (lower is better): baseline 1.3" in summary
     assert "## Knobs tried" in summary and summary.index("## Knobs tried") < summary.index(
-        "baseline 1.300000 ->")
+        "val_bpb baseline 1.300000 (on 5 runs) -> best")
     # the fake trainer reports 0.0 s of training for a 1 s budget: a contract warning
     assert "warning #1, #2, #3, #4, #5 … (6): trained only 0 s of a 1 s budget" in out
     # the noise-free fake trainer ignores its seed: σ̂ is not measured (no interval claims a
     # width its identical repeats cannot show), and every gain is kept on one run, saying so
     assert re.search(r"\nσ̂ not measured; improvement \+0\.\d+ val_bpb\n", out), out
-    assert "│ 1.300000 │          │ 5 │" in out  # the baseline: 5 runs, no interval
+    assert "│ 1.300000           │ 5    │" in out  # the baseline: the mean of its 5 runs
     statement = re.fullmatch(r"(\d+) change\(s\) kept on one run each: the noise was not "
                              r"measured \(identical repeats\), so no keep is a tested claim",
                              out.strip().splitlines()[-1])
@@ -72,7 +72,8 @@ def test_run_results_and_status(tmp_path: Path, target: Path):
     assert base["warnings"] and all(e["n"] >= 1 for e in data["experiments"])
     full = run("results", "--sweep", "night1", "--format", "tsv-full", "--db", db).stdout
     header, first = full.splitlines()[0].split("\t"), full.splitlines()[1].split("\t")
-    assert header[5:] == ["n", "sd", "p_better", "runs"] and header[:5] == lines[0].split("\t")
+    assert header[5:] == ["n", "sd", "p_better", "runs", "difference", "se"]
+    assert header[:5] == lines[0].split("\t")
     assert first[5] == "5" and first[8] == ",".join(["1.300000"] * 5)
     status = run("status", "--db", db).stdout
     assert "night1" in status and "keeps" in status

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from record_fixtures import record, recorded
 
 from agent.core.domain import Experiment, ExperimentStatus
+from agent.core.record import Ending
 from overnight.console import describe
 
 
@@ -12,18 +14,20 @@ def _exp(status: ExperimentStatus, reason: str | None) -> Experiment:
     return Experiment(1, 1, status, "D_MODEL 128 -> 256", "", "knobs", reason=reason)
 
 
-@pytest.mark.parametrize("status, reason", [
-    (ExperimentStatus.KEPT, "better: 3.41 vs best 3.52 on 2 runs (σ̂ 0.02, 9 df): t 3.1, "
+@pytest.mark.parametrize("status, ending, reason", [
+    (ExperimentStatus.KEPT, Ending.KEPT, "better: mean 3.41 of 2 runs: better than the "
+     "incumbent's 2 runs at its speed (mean 3.52) by 0.11 ± 0.02 (σ̂ 0.02, 9 df): t 3.1, "
      "p 0.0003, level 0.0004"),
-    (ExperimentStatus.DISCARDED, "not better: 3.6 vs best 3.52 on 1 run (σ̂ 0.02, 9 df): "
-     "t -1.2, a first run keeps nothing"),
-    (ExperimentStatus.DISCARDED, "not better: 3.50 vs best 3.52 on 4 runs (σ̂ 0.02, 9 df): "
-     "t 1.2, p 0.13, level 0.003"),
-    (ExperimentStatus.DISCARDED, None),
+    (ExperimentStatus.DISCARDED, Ending.NOT_BETTER, "not better: 3.6 on 1 run: worse than …"),
+    (ExperimentStatus.DISCARDED, Ending.NOT_BETTER, "not better: t 1.2, p 0.13, level 0.003"),
+    (ExperimentStatus.KEPT, Ending.BASELINE, "baseline: the mean of 5 runs"),
 ])
 def test_a_plain_keep_or_not_better_shows_the_description_alone(
-        status: ExperimentStatus, reason: str | None) -> None:
-    assert describe(_exp(status, reason)) == "D_MODEL 128 -> 256"
+        status: ExperimentStatus, ending: Ending, reason: str) -> None:
+    # plain: the record says so (its ending), not the reason's first words
+    exp = recorded(_exp(status, reason), record(ending, [3.41]))
+    assert describe(exp) == "D_MODEL 128 -> 256"
+    assert describe(_exp(status, reason)) == f"D_MODEL 128 -> 256  [{reason}]"  # no record
 
 
 @pytest.mark.parametrize("status, reason", [
@@ -36,6 +40,9 @@ def test_a_plain_keep_or_not_better_shows_the_description_alone(
 def test_any_other_outcome_names_its_reason(status: ExperimentStatus, reason: str) -> None:
     # e.g. a discard whose second run timed out: its delta alone looks like a gain
     assert describe(_exp(status, reason)) == f"D_MODEL 128 -> 256  [{reason}]"
+    for ending in (Ending.RUN_FAILED, Ending.STOPPED_EARLY, Ending.NOT_JUDGED, Ending.CRASHED):
+        exp = recorded(_exp(status, reason), record(ending, [3.41]))
+        assert describe(exp) == f"D_MODEL 128 -> 256  [{reason}]"
 
 
 def test_the_closing_line_says_when_the_baseline_was_re_measured():
@@ -47,13 +54,15 @@ def test_the_closing_line_says_when_the_baseline_was_re_measured():
         return SimpleNamespace(metric="val_bpb", baseline_metric=baseline, best_metric=best,
                                direction=SimpleNamespace(value="minimize"))
 
-    base = SimpleNamespace(is_baseline=True, status=ExperimentStatus.KEPT, metric=6.702885)
+    base = SimpleNamespace(is_baseline=True, status=ExperimentStatus.KEPT, metric=6.702885,
+                           commit=None)
     tried = SimpleNamespace(is_baseline=False, status=ExperimentStatus.DISCARDED, metric=5.4)
     line = closing_line(sweep(6.222968, 6.222968), [base, tried])  # type: ignore[arg-type]
-    assert line == ("no change beat the baseline val_bpb 6.222968 (first 6.702885, re-measured "
-                    "since) (1 tried); the branch is unchanged")
+    assert line == ("no change beat the baseline: val_bpb baseline 6.222968 (now, 6.702885 at "
+                    "its verdict); 0 of 1 change kept (the baseline aside); the branch is "
+                    "unchanged")
     line = closing_line(sweep(6.702885, 6.702885), [base, tried])  # type: ignore[arg-type]
-    assert "first" not in line and "val_bpb 6.702885 (1 tried)" in line
+    assert "verdict" not in line and "baseline 6.702885; 0 of 1 change kept" in line
 
 
 def test_a_discard_with_no_value_is_not_written_as_a_crash_in_results_tsv():
@@ -92,5 +101,5 @@ def test_the_results_table_leaves_memory_blank_when_the_script_reported_none() -
     out.print(results_table(sweep, [cpu, gpu]))
     rows = {line.split("│")[1].strip(): [c.strip() for c in line.split("│")]
             for line in out.export_text().splitlines() if line.startswith("│")}
-    assert rows["1"][6] == "" and rows["2"][6] == "2.0", rows
+    assert rows["1"][8] == "" and rows["2"][8] == "2.0", rows
     assert results_tsv(sweep, [cpu]).splitlines()[1].split("\t")[2] == "0.0"

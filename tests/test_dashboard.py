@@ -18,10 +18,12 @@ from browser_helpers import (
 )
 from dashboard_oracles import progress_svg
 from fastapi.testclient import TestClient
+from record_fixtures import record, recorded
 
 from agent.core.diff import diff_stats
 from agent.core.diff import view_lines as parse_diff
 from agent.core.domain import Experiment, ExperimentStatus, Proposal, utcnow
+from agent.core.record import Ending
 from api.dashboard.plot import loss_svg
 from api.dashboard.views import PAGE_SIZE
 
@@ -310,7 +312,7 @@ def test_parse_diff_kinds_and_line_numbers() -> None:
 def _exp(
     i: int, status: str, metric: float | None, best: float | None, desc: str = "d"
 ) -> Experiment:
-    return Experiment(
+    exp = Experiment(
         id=i,
         sweep_id=1,
         status=ExperimentStatus(status),
@@ -320,6 +322,10 @@ def _exp(
         metric=metric,
         best_before=best,
     )
+    if metric is None or best is None:
+        return exp
+    ending = Ending.KEPT if status == "kept" else Ending.NOT_BETTER
+    return recorded(exp, record(ending, [metric], compared=[best], se=0.02))
 
 
 def test_progress_svg_marks_clipping_and_escaping() -> None:
@@ -336,7 +342,10 @@ def test_progress_svg_marks_clipping_and_escaping() -> None:
     assert svg.count('class="pt ') == 5  # queued and rejected are not runs
     assert "<script>" not in svg and "&lt;script&gt;" in svg
     assert 'data-n="5"' in svg and "l5,9h-10z" in svg  # the outlier is a clipped triangle
-    assert "delta -0.100000" in svg
+    # its own run's value and n (measured), its difference from the run it was compared
+    # with ± se (inferred), each labelled
+    assert "val_bpb 0.900000 (measured on 1 run) · Δ -0.100000 ± 0.02 vs its incumbent runs " \
+        "(inferred)" in svg
     assert "No finished runs" in str(progress_svg([], "val_bpb"))
 
 
@@ -353,7 +362,7 @@ def test_runs_off_the_axis_sit_on_its_edge_marked() -> None:
     clipped = re.findall(r'<path class="run clipped" data-id="(\d)" d="M[\d.]+,([\d.]+)l3,'
                          r'(-?)5h-6z"><title>run: (\S+) \(off the axis\)', svg)
     assert sorted((i, sign, v) for i, _, sign, v in clipped) == [
-        ("2", "-", "-40.0000"), ("3", "", "60.0000")], clipped
+        ("2", "-", "-40.000000"), ("3", "", "60.000000")], clipped
     ys = [float(c[1]) for c in sorted(clipped)]
     dots = [float(y) for y in re.findall(r'<circle class="run" [^>]*cy="([\d.]+)"', svg)]
     assert len(dots) == 4 and ys[0] >= max(dots) and ys[1] <= min(dots)  # on the edges

@@ -7,7 +7,7 @@ import math
 import re
 
 from agent.core.domain import Run, RunRole, RunStatus
-from agent.rules.prune import PruneCall, PrunePolicy, check, loss_over, reason_fraction
+from agent.rules.prune import PruneCall, PrunePolicy, check, loss_over
 from api.dashboard.band import band_svg
 
 
@@ -23,8 +23,8 @@ def curve(offset: float, seed: int, until: float = 1.0) -> tuple[tuple[float, fl
 
 
 def run(rid: int, points, status: RunStatus = RunStatus.OK, note: str | None = None,
-        role: RunRole = RunRole.SCREEN) -> Run:  # type: ignore[no-untyped-def]
-    return Run(rid, 1, 2, "c", 42, role, status, curve=points, note=note)
+        role: RunRole = RunRole.SCREEN, stop: float | None = None) -> Run:  # type: ignore[no-untyped-def]
+    return Run(rid, 1, 2, "c", 42, role, status, curve=points, note=note, stop_fraction=stop)
 
 
 THEIRS = [run(i, curve(0.0, i), role=RunRole.BASELINE) for i in range(3)]
@@ -49,7 +49,8 @@ def test_the_stop_marker_is_at_the_check_that_stopped_the_run_not_its_end() -> N
     call = check([(f, v) for f, v, _ in loser], [[(f, v) for f, v, _ in c.curve or ()]
                                                   for c in THEIRS], 1, 0.001)
     assert call.stop
-    svg = str(band_svg([run(9, loser, RunStatus.PRUNED, call.reason())], THEIRS))
+    svg = str(band_svg([run(9, loser, RunStatus.PRUNED, call.reason(), stop=call.fraction)],
+                       THEIRS))
     (mark,) = attrs(svg, "stopped")
     assert mark["data-fraction"] == 0.5
     assert mark["data-loss"] == float(f"{call.loss:.6g}")
@@ -74,7 +75,8 @@ def test_the_checks_drawn_are_the_target_policy() -> None:
     policy = PrunePolicy(looks=5)  # max_runs 5: checks at 20, 40, 60 and 80 %
     loser = curve(1.0, 7, until=0.62)
     call = PruneCall(True, 0.6, "clearly behind", 4.0, 3.0, 0.1, 0.0001)
-    svg = str(band_svg([run(9, loser, RunStatus.PRUNED, call.reason())], THEIRS, policy=policy))
+    svg = str(band_svg([run(9, loser, RunStatus.PRUNED, call.reason(), stop=0.6)], THEIRS,
+                       policy=policy))
     (mark,) = attrs(svg, "stopped")
     assert mark["data-fraction"] == 0.6 and mark["cx"] == grid_x(svg)[2]
     v = loss_over([(f, x) for f, x, _ in loser], (0.4, 0.6))
@@ -82,16 +84,17 @@ def test_the_checks_drawn_are_the_target_policy() -> None:
     assert [d["data-fraction"] for d in attrs(svg, "check")] == [0.2, 0.4]
 
 
-def test_a_pruned_run_whose_note_names_no_check_is_marked_at_its_end() -> None:
+def test_a_pruned_run_with_no_recorded_stop_is_marked_at_its_end() -> None:
     loser = curve(1.0, 7, until=0.42)
     svg = str(band_svg([run(9, loser, RunStatus.PRUNED, "stopped")], THEIRS))
     (mark,) = attrs(svg, "stopped")
     assert mark["data-fraction"] == loser[-1][0]
 
 
-def test_reason_fraction_reads_every_reason_it_writes() -> None:
-    for stop in (True, False):
-        call = PruneCall(stop, 0.7, "x", 3.5, 3.1, 0.05, 0.2)
-        assert reason_fraction(call.reason()) == 0.7
-    assert reason_fraction(PruneCall(False, 0.3, "no progress line").reason()) is None
-    assert reason_fraction(None) is None and reason_fraction("a crash") is None
+def test_the_marker_reads_the_recorded_stop_not_the_notes_words() -> None:
+    # the note's sentence says 50 %; the record says 75 %: the record is what is drawn
+    loser = curve(1.0, 7, until=0.8)
+    note = PruneCall(True, 0.5, "clearly behind", 4.0, 3.0, 0.1, 0.0001).reason()
+    svg = str(band_svg([run(9, loser, RunStatus.PRUNED, note, stop=0.75)], THEIRS))
+    (mark,) = attrs(svg, "stopped")
+    assert mark["data-fraction"] == 0.75 and mark["cx"] == grid_x(svg)[2]

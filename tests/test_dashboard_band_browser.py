@@ -12,7 +12,7 @@ from test_early_stop import night
 
 from agent.core.domain import RunStatus
 from agent.engine.early_stop import loss_pairs
-from agent.rules.prune import PrunePolicy, loss_over, reason_fraction
+from agent.rules.prune import PrunePolicy, loss_over
 
 # far behind at every check, whatever the timing of its lines (A_SHIFT 0.3 sits near the
 # margin of a single 50 % check on 3 curves)
@@ -26,7 +26,7 @@ def test_the_marker_sits_on_the_check_that_stopped_the_run(tmp_path: Path) -> No
     runtime, sweep, ids = night(tmp_path, "auto", 1, [LOSING])
     (run,) = runtime.store.list_runs(experiment_id=ids[LOSING[2]])
     assert run.status is RunStatus.PRUNED and run.curve is not None
-    stop = reason_fraction(run.note)
+    stop = run.stop_fraction
     assert stop in PrunePolicy().checks
     from playwright.sync_api import sync_playwright
 

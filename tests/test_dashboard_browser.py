@@ -76,12 +76,15 @@ def test_overview_sweep_and_experiment_pages(filled: Filled, browser) -> None:
         plot = page.locator("svg.progress")
         for status in ("kept", "discarded", "crashed", "timeout"):
             assert plot.locator(f"a.pt.{status}").count() >= 1, status
-        # Hover a kept point: the tooltip shows its description and delta.
+        # Hover a kept point: the tooltip shows its description, its measured value and its
+        # inferred difference, each labelled.
         kept = plot.locator("a.pt.kept").nth(1)
         kept.hover()
         tip = page.locator("#tip")
         expect(tip).to_be_visible()
-        expect(tip).to_contain_text("delta -")
+        expect(tip).to_contain_text("(measured")
+        expect(tip).to_contain_text("Δ -")
+        expect(tip).to_contain_text("vs its incumbent runs (inferred)")
         _shot(page, "sweep")
 
         # Click a discarded point: it opens that experiment's diff.
@@ -313,20 +316,26 @@ def test_progress_plot_shows_every_run_and_the_best_with_its_band(tmp_path, brow
         ev = sweep_evidence(sweep, store.list_experiments(sweep.id), store.list_runs(
             sweep_id=sweep.id))
         assert ev.sigma is not None and 0.05 < ev.sigma < 0.2  # the fixture's noise, 0.1
-        expect(page.locator("#sigma")).to_contain_text(f"{ev.sigma:.4g} ({ev.df} df)")
+        expect(page.locator("#sigma")).to_contain_text(f"{ev.sigma:.3g} ({ev.df} df)")
         expect(page.locator("#statement")).to_contain_text("1 change kept by the test")
         row = page.locator("#experiments tbody tr", has_text="lr 0.04")
         expect(row).to_contain_text("± 0.")
         _shot(page, "sweep-evidence")
 
         page.goto(base + f"/ui/experiments/{kept.id}")
-        # its own runs, and the incumbent's re-runs recorded under it (after each proposal)
-        theirs = [r for r in runs if r.experiment_id == kept.id and r.role is RunRole.INCUMBENT]
+        # its own runs, the incumbent's re-runs recorded under it (after each proposal) and the
+        # incumbent runs it was compared with (its record names them)
+        record = kept.record
+        assert record is not None and record.incumbent is not None
+        theirs = {r.id for r in runs if r.experiment_id == kept.id
+                  and r.role is RunRole.INCUMBENT} | set(record.incumbent.runs)
         expect(page.locator("#runs tbody tr")).to_have_count(len(mine) + len(theirs))
-        expect(page.locator("#runs tbody tr", has_text="incumbent")).to_have_count(len(theirs))
-        # its value and n as the keep rule recorded them, and its value now (re-measured)
-        n = int(kept.meta["test"]["n"]) if "test" in kept.meta else len(mine)
-        expect(page.locator(".facts")).to_contain_text(f"on {n} runs")
+        expect(page.locator("#runs tbody tr", has_text="compared with")).to_have_count(
+            record.incumbent.n)
+        # its value and the runs it is the mean of, as its record says, and its value now
+        n = record.n
+        expect(page.locator("#value")).to_contain_text(f"(the mean of {n} runs: " + ", ".join(
+            str(i) for i in record.change.runs))
         if theirs:
             words = ev.experiments[kept.id].remeasured(kept.metric)
             assert words.startswith(f"kept at {kept.metric:.6f} on {n} runs; now ")

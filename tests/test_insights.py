@@ -41,7 +41,8 @@ def test_digest_of_a_recorded_sweep():
     assert found.crash_lessons == ["LR ≥ 0.024: nan (#4); avoid it",
                                    "D_MODEL ≥ 256: oom (#5, #6); avoid it"]
     assert len(found.near_misses) == 1 and found.near_misses[0].startswith(
-        "#7 set {'WARMUP': '0.2'}: worse than the best by 0.000500")
+        "#7 set {'WARMUP': '0.2'}: worse than the incumbent runs it was compared with by "
+        "0.0005")
     cats = {c.category: c for c in found.categories}
     assert cats["architecture"].runs == 8 and cats["architecture"].note.startswith(
         "over-explored")
@@ -73,8 +74,9 @@ def test_a_change_stopped_early_has_no_gain_in_the_digest():
     h = recorded()
     h.run({"WARMUP": "0.01"}, D, gain=-0.001)
     stopped = h.exps[-1]
-    h.exps[-1] = replace(stopped, metric=None, meta={"stopped": {"run": 9, "fraction": 0.3,
-                                                                 "step": 120}})
+    h.exps[-1] = replace(stopped, metric=None, meta={"verdict": {
+        "ending": "stopped early", "change": {"runs": [], "values": []},
+        "stopped": {"run": 9, "fraction": 0.3, "step": 120}}})
     found = digest(replace(sweep(), best_metric=h.best, name="nov30"), h.exps)
     warmup = next(k for k in found.knobs if k.name == "WARMUP")
     down = next(e for e in warmup.effects if e.direction == "down")
@@ -83,13 +85,17 @@ def test_a_change_stopped_early_has_no_gain_in_the_digest():
     assert "down: stopped early over 1 (not measured)" in text and "down +0 " not in text
 
 
-def test_a_free_form_change_is_better_or_worse_than_the_best_in_words_not_a_signed_gain():
+def test_a_free_form_change_is_better_or_worse_than_its_incumbent_runs_in_words():
     from agent.analysis.insights import area_insight
     from agent.analysis.trials import Trial
     from agent.core.domain import ExperimentStatus
 
-    trial = Trial(12, ExperimentStatus.DISCARDED, "use SwiGLU", (), False, 0.009345, None, 0, {})
+    trial = Trial(12, ExperimentStatus.DISCARDED, "use SwiGLU", (), False, 0.009345, None, 0, {},
+                  se=0.004)
     area = area_insight("architecture", 3, 0, 0, trial)
-    assert area.best == "#12 use SwiGLU (better than the best by 0.009345)"  # not "+0.009345"
-    worse = area_insight("architecture", 3, 0, 0, replace(trial, gain=-0.02))
-    assert worse.best == "#12 use SwiGLU (worse than the best by 0.020000)"
+    # not "+0.009345", and not "than the best": the reference it was compared with, named
+    assert area.best == ("#12 use SwiGLU (better than the incumbent runs it was compared with "
+                         "by 0.009345 ± 0.004)")
+    worse = area_insight("architecture", 3, 0, 0, replace(trial, gain=-0.02, se=None))
+    assert worse.best == ("#12 use SwiGLU (worse than the incumbent runs it was compared with "
+                          "by 0.02)")

@@ -4,11 +4,13 @@ import math
 from dataclasses import replace
 
 import pytest
+from record_fixtures import record, recorded
 
 from agent.core.config import TargetConfig
 from agent.core.diff import make_diff
 from agent.core.domain import CrashKind, Experiment, ExperimentStatus, Sweep, SweepStatus, utcnow
 from agent.core.ports import ProposalContext
+from agent.core.record import Ending
 from agent.proposers.effects import NOISE_SHARE, Effect, Switch
 from agent.proposers.knobs import KnobsProposer, find_knobs
 from agent.rules.knob_space import KnobValue, moved, parse_literal
@@ -63,6 +65,9 @@ class History:
                          metric=None if crash else self.best - gain)
         if crash:
             exp = replace(exp, crash_kind=CrashKind.FUNDAMENTAL, reason=crash, log_tail=crash)
+        else:  # its record: one run against one run of the best
+            ending = Ending.KEPT if status is ExperimentStatus.KEPT else Ending.NOT_BETTER
+            exp = recorded(exp, record(ending, [self.best - gain], compared=[self.best]))
         if status is ExperimentStatus.KEPT:
             self.src, self.best = new, self.best - gain
         self.exps.append(exp)

@@ -45,16 +45,23 @@ def test_the_machines_speed_is_not_credited_to_a_null_change(night):
     assert not any("cannot be checked" in w for w in baseline.meta.get("warnings", []))
 
 
-def test_results_json_names_the_pairs_and_why_a_run_was_suspect(night):
+def test_results_json_names_the_pairs_and_why_a_run_was_set_aside(night):
     store, sweep_id, db = night
     rows = json.loads(run("results", "--sweep", "load", "--format", "json", "--db",
                           str(db)).stdout)["experiments"]
     pairs = [p for r in rows for p in r["pairs"]]
-    suspect = [s for r in rows for s in r["suspect"]]
     assert pairs and all(set(p) == {"run", "incumbent_run"} for p in pairs)
     by_id = {r.id: r for r in store.list_runs(sweep_id=sweep_id)}
     assert all(by_id[p["incumbent_run"]].pair_run_id == p["run"] for p in pairs)
-    assert suspect and all("/s" in s["why"] for s in suspect)  # its throughput and the reference
+    # a run set aside (in no value) says why, and it is the runs the store marks suspect: one
+    # definition of "set aside" on every screen
+    aside = {s["run"]: s["why"] for r in rows for s in r["set_aside"]}
+    assert set(aside) == {r.id for r in by_id.values() if r.status is RunStatus.SUSPECT
+                          and r.role is not RunRole.INCUMBENT}
+    assert all("/s" in why or "speed" in why for why in aside.values())
+    # a run compared in another machine condition says so in its note, its throughput named
+    noted = [run for r in rows for run in r["run_records"] if run["note"]]
+    assert noted and any("/s" in run["note"] for run in noted)
 
 
 def test_the_dashboard_marks_the_load_shifts(night):

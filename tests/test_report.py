@@ -56,15 +56,16 @@ def test_the_markdown_numbers_are_the_records(night: Night):
     assert float(head[5]) == pytest.approx(want["gain"], abs=5e-7)
     assert float(head[6]) == pytest.approx(want["ci"], abs=5e-7)
     counts = want["counts"]
-    assert f"{sum(counts.values())} experiments: {counts['kept']} kept" in md
-    # Each kept change: mean, n, Δ vs the best before, diff stat, commit.
+    tried = sum(counts[s] for s in ("kept", "discarded", "crashed", "timeout")) - 1
+    assert f"{counts['kept'] - 1} of {tried} changes kept (the baseline aside)" in md
+    # Each kept change: the mean of its runs, n, Δ vs the runs it was compared with, diff stat.
     kept = rows(section(md, "Kept changes"))
     assert len(kept) == len(want["kept"]) >= 2
     for row, k in zip(kept, want["kept"], strict=True):
         assert int(row[0]) == k["id"] and f"(`{k['commit']}`)" in row[1]
-        assert float(row[2].split(" ± ")[0]) == pytest.approx(k["mean"], abs=5e-7)
+        assert float(row[2].split(" (")[0]) == pytest.approx(k["mean"], abs=5e-7)
         assert int(row[3]) == k["n"]
-        assert float(row[4]) == pytest.approx(k["delta"], abs=5e-7)
+        assert float(row[4].split(" ± ")[0]) == pytest.approx(k["delta"], abs=5e-7)
         assert row[6] == f"train.py +{k['added']} −{k['removed']}"
     # Crashes and timeouts by status, kind and cause.
     crashes = {(r[0], r[1], r[2]): int(r[3]) for r in rows(section(md, "Crashes and timeouts"))}
@@ -151,11 +152,11 @@ def test_a_suspect_run_is_set_aside_and_said(night: Night, tmp_path: Path):
     assert float(head[1]) == pytest.approx(want["baseline"], abs=5e-7)
     before = sum(r.status is RunStatus.SUSPECT for r in night.store.list_runs(sweep_id=sweep.id))
     runs = "1 run" if before == 0 else f"{before + 1} runs"  # the load may have marked some
-    assert f"\n{runs} set aside as suspect (its speed says the machine's load changed" in md
-    assert ("set aside as suspect" in report(night).stdout) is (before > 0)
+    assert f"\n{runs} set aside (a run's speed said the machine's load had changed" in md
+    assert ("set aside (a run's speed" in report(night).stdout) is (before > 0)
     out = tmp_path / "r.html"
     assert report(shadow, "--format", "html", "--output", str(out)).returncode == 0
-    assert f'<p class="muted" id="set-aside">{runs} set aside as suspect' in out.read_text()
+    assert f'<p class="muted" id="set-aside">{runs} set aside (a run' in out.read_text()
 
 
 @pytest.fixture(scope="module")
@@ -167,15 +168,16 @@ def remeasured(tmp_path_factory: pytest.TempPathFactory) -> Night:
 def test_every_screen_reads_one_number_per_fact(remeasured: Night):
     """The same night on the console lines, the results table, results.tsv, the JSON, the
     morning report and finalize's commit messages: each kept change's value, n, P(better) and
-    delta, and the baseline and the best, are one number each (the keep rule's record: the
-    experiment's value, meta["test"] and the recorded best), and a kept commit measured again
-    since its keep says so on every screen ("kept at …; now … on …")."""
+    difference, and the baseline and the best, are one number each (its record: the mean of
+    the runs it names, the difference from the incumbent runs it was compared with; the
+    recorded best), and a kept commit measured again since its keep says so on every screen
+    ("kept at …; now … on …")."""
     import json
 
     import git
     from rich.console import Console
 
-    from agent.core.domain import TEST_KEY, ExperimentStatus, RunRole
+    from agent.core.domain import ExperimentStatus, RunRole
     from agent.rules.conditions import recorded_best
     from overnight.console import LineLog
 
@@ -190,8 +192,7 @@ def test_every_screen_reads_one_number_per_fact(remeasured: Night):
     log = LineLog(out, sweep)
     for e in exps:
         log.on_event("finished", e, {})
-    lines = {int(m[1]): m for m in re.finditer(
-        r"^#(\d+) (\S+) +val_bpb (\S+) ?([+-]\d\.\d{6})?", out.export_text(), re.M)}
+    lines = {int(m[1]): m[0] for m in re.finditer(r"^#(\d+) .*$", out.export_text(), re.M)}
     tsv = cli(night, "results", "--format", "tsv").splitlines()[1:]
     by_commit = {row.split("\t")[0]: row.split("\t") for row in tsv}
     data = json.loads(cli(night, "results", "--format", "json"))
@@ -212,25 +213,29 @@ def test_every_screen_reads_one_number_per_fact(remeasured: Night):
     assert (data["baseline"], data["best"]) == pytest.approx((base_value, best_value))
     assert data["evidence"]["improvement"] == pytest.approx(base_value - best_value)
     assert f"**val_bpb {base_value:.6f} → {best_value:.6f}**" in md
-    assert f"baseline {base_value:.6f} -> best {best_value:.6f}" in table
+    assert f"baseline {base_value:.6f} (" in table and f"-> best {best_value:.6f} (on" in table
     remeasured = 0
     for e in kept[1:]:
-        test = e.meta[TEST_KEY]
-        value, n = e.metric, int(test["n"])
+        record = e.record
+        assert record is not None and record.p_better is not None
+        value, n, p_better = e.metric, record.n, record.p_better
         assert value is not None and e.delta is not None
-        assert float(lines[e.id][3]) == pytest.approx(value, abs=5e-7)  # the console line
-        assert float(lines[e.id][4]) == pytest.approx(e.delta, abs=5e-7)
+        # what its runs measured, then its gain over the runs it was compared with, named
+        said = f"{value:.6f} on 1 run" if n == 1 else f"mean {value:.6f} of {n} runs"
+        gain = f"better than the incumbent's {record.incumbent.n if record.incumbent else 0} " \
+            if record.incumbent and record.incumbent.n > 1 else "better than the incumbent's run"
+        assert f"val_bpb {said}: {gain}" in lines[e.id]  # the console line
+        assert f"by {abs(e.delta):.3g} ± {record.se:.3g}" in lines[e.id]
         assert float(by_commit[(e.commit or "")[:7]][1]) == pytest.approx(value, abs=5e-7)
         mine = rows_json[e.id]
-        assert (mine["metric"], mine["n"], mine["p_better"]) == (value, n, test["p_better"])
+        assert (mine["metric"], mine["n"], mine["p_better"]) == (value, n, p_better)
         row = kept_md[e.id]
         assert float(row[2].split()[0]) == pytest.approx(value, abs=5e-7) and int(row[3]) == n
-        assert float(row[4]) == pytest.approx(e.delta, abs=5e-7)
-        assert row[5].startswith(f"{test['p_better']:.3f}")
+        assert float(row[4].split(" ± ")[0]) == pytest.approx(e.delta, abs=5e-7)
+        assert row[5].startswith(f"{p_better:.3f}")
         message = by_exp[e.id]
-        assert f"Evidence: val_bpb {value:.6f}" in message and f"over {n} run" in message
-        assert f"P(better) {test['p_better']:.3f}" in message
-        assert f"{e.delta:+.6f} vs the best before" in message
+        assert f"Evidence: val_bpb {said}: {gain}" in message
+        assert f"P(better) {p_better:.3f}" in message
         reruns = sum(r.role is RunRole.INCUMBENT and r.commit == e.commit for r in runs)
         assert mine["reruns"] == reruns
         if reruns:  # measured again since the keep: every screen says so, in the same words

@@ -1,13 +1,15 @@
-"""The evidence behind a sweep's results: each experiment's mean ± 95 % CI and n, its P(better) as
-the keep rule decided it, which of its runs ran beside which incumbent runs and why a run was
-suspect (the keep rule's notes), the sweep's σ̂, the smallest effect it can detect, the
+"""The evidence behind a sweep's results: each experiment as its record says (agent.core.record:
+the runs its value rests on and their mean, measured; its difference from the incumbent runs it
+was compared with ± se, P(better) and whether the test kept it, inferred), which of its runs ran
+beside which incumbent runs and which were set aside (the keep rule's notes), a kept commit's
+re-runs and its value now; for the sweep, σ̂ now, the smallest effect it can detect, the
 improvement ± CI and an honest statement.
 
-Pure: stdlib, the domain, config and the rules. σ̂ is computed from the run records; P(better),
-n and whether a keep passed the test are the keep rule's own numbers, recorded with its verdict
-(meta["test"]), never computed again. The best, the baseline and a kept commit's value now are
-the keep rule's record of the best (agent.rules.conditions.recorded_best, stored on the sweep
-as its best and baseline), so the improvement is the sweep's baseline less its best.
+Pure: stdlib, the domain, config and the rules. An experiment's numbers are its record's, never
+computed again (one still running: its good runs so far). σ̂ now is pooled from the run records
+as the keep rule pools it. The best, the baseline and a kept commit's value now are the keep
+rule's one value of a commit (agent.rules.conditions.usual_runs, stored on the sweep as its best
+and baseline), so the improvement is the sweep's baseline less its best.
 """
 
 from __future__ import annotations
@@ -16,13 +18,13 @@ import functools
 import math
 import statistics
 import threading
+from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from agent.analysis.folds import appended
 from agent.core.config import Direction
 from agent.core.domain import (
-    TEST_KEY,
     Experiment,
     ExperimentStatus,
     Run,
@@ -30,6 +32,7 @@ from agent.core.domain import (
     RunStatus,
     Sweep,
 )
+from agent.core.record import JUDGED, VerdictRecord
 from agent.rules import fdr
 from agent.rules.conditions import GOOD, recorded_best, runs_tolerance, sample, within
 from agent.rules.decide import share
@@ -38,14 +41,15 @@ from agent.rules.noise import mean, pooled_of, t_sf
 
 @dataclass(frozen=True)
 class ExperimentEvidence:
-    n: int  # the runs the keep rule's comparison rested on (its record), else its OK runs
-    mean: float | None
-    sd: float | None
-    ci: float | None  # half-width of the 95 % interval of the mean (with σ̂)
+    n: int  # the runs its value rests on (its record; running: its good runs so far)
+    mean: float | None  # measured: their mean, the experiment's metric
+    sd: float | None  # their standard deviation (measured)
+    ci: float | None  # inferred: the 95 % half-width of that mean on σ̂ at its decision
     p_better: float | None  # the keep rule's, as it decided (None: not decided on a test)
-    runs: tuple[float, ...]
+    runs: tuple[float, ...]  # those runs' values
     pairs: tuple[tuple[int, int], ...] = ()  # (its run, the incumbent run beside it)
-    suspect: tuple[tuple[int, str], ...] = ()  # (its run off the usual conditions, the note)
+    set_aside: tuple[tuple[int, str], ...] = ()  # (its run in no value, why: the note)
+    record: VerdictRecord | None = None  # every number its verdict rested on
     # the commit it made, re-run as the incumbent: those runs, and its value now as the keep
     # rule records the best (agent.rules.conditions.recorded_best: what the later changes'
     # deltas are measured against) with the runs it rests on
@@ -79,6 +83,17 @@ class SweepEvidence:
     # incumbent there (the sweep plot's load-shift stripes)
     load_shifts: int = 0
     compared: bool = True  # the baseline has a value: changes could be compared with it
+
+    @property
+    def best_n(self) -> int:
+        """The runs the sweep's best rests on (its commit's runs in its usual condition)."""
+        per = self.experiments
+        return per.recorded.best_n if isinstance(per, PerExperiment) else 0
+
+    @property
+    def baseline_n(self) -> int:
+        per = self.experiments
+        return per.recorded.base_n if isinstance(per, PerExperiment) else 0
 
     def statement(self) -> str:
         """One honest line for the morning: how many keeps the noise supports."""
@@ -125,7 +140,8 @@ class EvidenceFold:
         self.baseline: tuple[int, str] | None = None  # the first baseline: id, commit
         self.commit_of: dict[int, str] = {}  # kept experiments and baselines → their commit
         self.kept: list[int] = []  # kept changes (not the baseline)
-        self.tests: dict[int, dict[str, float]] = {}  # the keep rule's test, per experiment
+        self.records: dict[int, VerdictRecord] = {}  # each finished experiment's record
+        self.reruns: Counter[int] = Counter()  # per kept experiment: its commit's later runs
         self.ledger: list[tuple[float, bool, object, int]] = []  # (p, kept, finished, id)
         self.run_exp: dict[int, int] = {}  # a change's run → its experiment
         self.marked: dict[int, list[Run]] = {}  # per experiment: runs paired or with a note
@@ -143,7 +159,8 @@ class EvidenceFold:
         out.based_on = dict(self.based_on)  # lists replaced before adding (agent.analysis.folds)
         out.parts = dict(self.parts)
         out.baseline, out.kept, out.changed = self.baseline, list(self.kept), set(self.changed)
-        out.tests, out.ledger = dict(self.tests), list(self.ledger)
+        out.records, out.ledger = dict(self.records), list(self.ledger)
+        out.reruns = Counter(self.reruns)
         out.commit_of = dict(self.commit_of)
         out.run_exp, out.marked = dict(self.run_exp), dict(self.marked)
         out.good = dict(self.good)
@@ -157,6 +174,8 @@ class EvidenceFold:
             self.speeds = (self.speeds[0] + 1, self.speeds[1] + (r.throughput is not None))
         if r.status in GOOD and r.metric is not None:
             appended(self.good, self.owned, "good", 0, r)
+            if r.role is RunRole.INCUMBENT:  # a run of a kept commit after its verdict
+                self.reruns[r.experiment_id] += 1
         if r.status is not RunStatus.OK or r.metric is None:
             return
         appended(self.by_commit, self.owned, "commit", r.commit, r.metric)
@@ -184,12 +203,12 @@ class EvidenceFold:
             self.baseline = (e.id, e.commit or "")
         if e.status is ExperimentStatus.KEPT and not e.is_baseline:
             self.kept.append(e.id)
-        test = e.meta.get(TEST_KEY)
-        if isinstance(test, dict):
-            self.tests[e.id] = test
-            if test.get("p") is not None:
-                self.ledger.append((float(test["p"]), e.status is ExperimentStatus.KEPT,
-                                    e.finished_at, e.id))
+        record = e.record
+        if record is not None:
+            self.records[e.id] = record
+            if record.p is not None:
+                self.ledger.append((record.p, e.status is ExperimentStatus.KEPT, e.finished_at,
+                                    e.id))
         if e.commit and (e.is_baseline or e.status is ExperimentStatus.KEPT):
             self.commit_of[e.id] = e.commit
         self.changed.add(e.id)
@@ -212,7 +231,8 @@ class EvidenceFold:
             per = PerExperiment(bases, self.by_exp, self.by_commit, sigma,
                                 1.0 if sweep.direction is Direction.MINIMIZE else -1.0,
                                 self._carried(sigma, df, open_experiments, sweep),
-                                self.marked, self.commit_of, self.tests, df, recorded)
+                                self.marked, self.commit_of, self.records, df, recorded,
+                                dict(self.reruns))
             self.last, self.changed = per, set()
         order = sorted(self.ledger, key=lambda t: (t[2] is None, str(t[2]), t[3]))
         alpha = fdr.level([(p, k) for p, k, _, _ in order], config.fdr)
@@ -220,7 +240,7 @@ class EvidenceFold:
         ev = _sweep_evidence(sweep, per, baseline, self.by_commit, self.kept, df, level)
         seen, fast = self.speeds
         return replace(ev, load_checked=bool(fast) if seen else None, load_shifts=sum(
-            1 for e in ev.experiments.values() if e.suspect or e.pairs))
+            1 for e in ev.experiments.values() if e.set_aside or e.pairs))
 
     def _recorded(self, sweep: Sweep, baseline: tuple[int, str] | None) -> Recorded:
         """The record of the best, the last one while no good run came and the sweep's best
@@ -361,34 +381,36 @@ class PerExperiment(Mapping[int, ExperimentEvidence]):
                  done: dict[int, ExperimentEvidence] | None = None,
                  marked: Mapping[int, list[Run]] | None = None,
                  commit_of: Mapping[int, str] | None = None,
-                 tests: Mapping[int, Mapping[str, float]] | None = None, df: int = 0,
-                 recorded: Recorded | None = None) -> None:
+                 records: Mapping[int, VerdictRecord] | None = None, df: int = 0,
+                 recorded: Recorded | None = None,
+                 reruns: Mapping[int, int] | None = None) -> None:
         self._bases, self._by_exp, self._by_commit = bases, by_exp, by_commit
         self.recorded = recorded or Recorded((), "", None, "", None)
         self._marked = marked or {}
         self._commit_of = commit_of or {}
-        self._tests = tests or {}
+        self._records = records or {}
+        self._reruns = reruns or {}
         self.sigma, self.sign, self.df = sigma, sign, df
         self.done: dict[int, ExperimentEvidence] = done or {}
 
     def __getitem__(self, key: int) -> ExperimentEvidence:
         hit = self.done.get(key)
         if hit is None:
-            own = self._by_exp.get(key, [])
-            test = self._tests.get(key, {})
-            hit = _one(own, self.sigma, self.df, self._marked.get(key, []),
-                       test.get("p_better"), _count(test.get("n")))
+            record = self._records.get(key)
+            hit = _one(record, self._by_exp.get(key, []), self._marked.get(key, []),
+                       self.sigma, self.df)
             commit = self._commit_of.get(key, "")
             if commit:  # a kept commit (or a baseline): its value now, as the rule records it
                 value, n = self.recorded.value(commit)
-                hit = replace(hit, reruns=max(0, len(self._by_commit.get(commit, [])) - len(own)),
-                              commit_mean=value, commit_n=n)
+                hit = replace(hit, reruns=self._reruns.get(key, 0), commit_mean=value,
+                              commit_n=n)
             self.done[key] = hit
         return hit
 
     def passed(self, key: int) -> bool:
-        """Whether the keep rule's test kept it (its p-value within its level)."""
-        return self._tests.get(key, {}).get("p") is not None
+        """Whether the keep rule's test decided it (a p-value, not one unmeasured run)."""
+        record = self._records.get(key)
+        return record is not None and record.tested
 
     def __iter__(self) -> Iterator[int]:
         return iter(self._bases)
@@ -397,22 +419,26 @@ class PerExperiment(Mapping[int, ExperimentEvidence]):
         return len(self._bases)
 
 
-def _count(n: object) -> int | None:
-    return int(n) if isinstance(n, int | float) and n > 0 else None
-
-
-def _one(values: list[float], sigma: float | None, df: int, marked: Sequence[Run] = (),
-         p_better: float | None = None, n: int | None = None) -> ExperimentEvidence:
-    """One experiment's runs: mean ± 95 % CI (σ̂ of the sweep on its degrees of freedom), with
-    the keep rule's P(better) and n as recorded (`n`: its runs the comparison rested on, a
-    suspect one compared in its own machine condition included; else its OK runs)."""
+def _one(record: VerdictRecord | None, so_far: list[float], marked: Sequence[Run] = (),
+         sigma_now: float | None = None, df_now: int = 0) -> ExperimentEvidence:
+    """One experiment: its record's runs, mean, P(better) and interval (on σ̂ at its decision);
+    without a record (still running, or from before records), its good runs so far on σ̂ now."""
     pairs = tuple((r.pair_run_id, r.id) for r in marked if r.pair_run_id)
-    suspect = tuple((r.id, r.note or "") for r in marked
-                    if r.status is RunStatus.SUSPECT and not r.pair_run_id)
+    aside = tuple((r.id, r.note or "") for r in marked
+                  if r.status is RunStatus.SUSPECT and not r.pair_run_id)
+    if record is not None and (record.change.n or record.ending not in JUDGED):
+        values = record.change.values
+        sigma, df = record.sigma, record.df
+        ids = set(record.set_aside)
+        aside = tuple((i, why) for i, why in aside if i in ids) + tuple(
+            (i, "") for i in record.set_aside if i not in {a for a, _ in aside})
+    else:
+        values, sigma, df = tuple(so_far), sigma_now, df_now
     sd = statistics.stdev(values) if len(values) > 1 else None
-    n = n or len(values)
+    n = len(values)
     return ExperimentEvidence(
-        n, mean(values), sd, _ci95(n, sigma, df, sd), p_better, tuple(values), pairs, suspect)
+        n, mean(values), sd, _ci95(n, sigma, df, sd),
+        record.p_better if record is not None else None, tuple(values), pairs, aside, record)
 
 
 def _ci95(n: int, sigma: float | None, df: int, sd: float | None) -> float | None:

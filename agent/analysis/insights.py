@@ -58,7 +58,7 @@ class AreaInsight:
     runs: int
     kept: int
     crashed: int
-    best: str | None  # the best of them: "#12 use SwiGLU (better than the best by 0.003100)"
+    best: str | None  # the best of them: "#12 use SwiGLU (better than the incumbent runs …)"
 
 
 @dataclass(frozen=True)
@@ -132,21 +132,27 @@ def _knob(name: str, items: list[Trial], scale: float | None) -> KnobInsight:
 
 def area_insight(category: str, runs: int, kept: int, crashed: int, top: Trial | None
                  ) -> AreaInsight:
-    best = f"#{top.id} {top.description[:60]} ({against_best(top.gain)})" if top and \
+    best = f"#{top.id} {top.description[:60]} ({against_incumbent(top)})" if top and \
         top.gain is not None else None
     return AreaInsight(category, runs, kept, crashed, best)
 
 
-def against_best(gain: float) -> str:
-    """A gain (> 0: improved the metric) in words, as every digest line says it."""
-    return f"{'better' if gain >= 0 else 'worse'} than the best by {abs(gain):.6f}"
+def against_incumbent(t: Trial) -> str:
+    """Its gain in words, the reference named, as every digest line says it: "better than
+    the incumbent runs it was compared with by 0.0031 ± 0.002" (inferred)."""
+    gain = t.gain or 0.0
+    se = f" ± {t.se:.2g}" if t.se is not None else ""
+    if gain == 0:
+        return f"equal to the incumbent runs it was compared with{se}"
+    return (f"{'better' if gain > 0 else 'worse'} than the incumbent runs it was compared "
+            f"with by {abs(gain):.4g}{se}")
 
 
 def near_miss_text(found: list[Trial], generation: int) -> list[str]:
     out = []
     for t in found:
         older = " (head has moved since: worth a re-test)" if t.generation < generation else ""
-        out.append(f"#{t.id} {t.description[:70]}: {against_best(t.gain or 0.0)}{older}")
+        out.append(f"#{t.id} {t.description[:70]}: {against_incumbent(t)}{older}")
     return out
 
 
@@ -202,8 +208,9 @@ def plateau_text(stall: int, last_kept: int | None) -> str:
 def scale_notes(scale: float | None, tolerance: float) -> list[str]:
     if scale is None:
         return []
-    return [f"gain scale (robust spread of run-to-run deltas) ~{scale:.3g}; near-miss = "
-            f"discarded, yet better than the best or worse by at most {tolerance:.3g}"]
+    return [f"near-miss = discarded, yet at most {tolerance:.3g} worse than the incumbent runs "
+            "it was compared with (half the spread of the night's gains: changes' effects and "
+            "noise together, not σ̂)"]
 
 
 def _fmt(value: float | None) -> str:
@@ -238,7 +245,8 @@ def sections(ins: Insights) -> list[tuple[str, list[str]]]:
     return [
         (f"Sweep {ins.sweep}: what has been learned", head),
         ("Crash lessons (do not go there again)", [f"- {c}" for c in ins.crash_lessons]),
-        ("Near-misses (discarded, but within noise of the best)",
+        ("Near-misses (discarded, but within the noise of the incumbent runs they were "
+         "compared with)",
          [f"- {n}" for n in ins.near_misses]),
         ("Knobs tried (gain > 0 improved the metric; ± is the standard error)",
          [_knob_line(k) for k in ins.knobs]),

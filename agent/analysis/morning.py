@@ -24,6 +24,7 @@ from datetime import datetime
 
 from agent.analysis.ablation import HELPS, UNMEASURED, Attribution
 from agent.analysis.confirm import FLIPS, SHRINKS, Confirmation
+from agent.analysis.counts import Counts
 from agent.analysis.evidence import SweepEvidence, recorded_value, sweep_evidence
 from agent.analysis.insights import Insights, sections
 from agent.analysis.insights_fold import digest
@@ -31,7 +32,6 @@ from agent.analysis.trials import PLATEAU_AFTER
 from agent.core.diff import diff_stats, parse
 from agent.core.domain import (
     RAN_STATUSES,
-    TEST_KEY,
     Experiment,
     ExperimentStatus,
     Run,
@@ -80,11 +80,12 @@ class KeptChange:
     id: int
     description: str
     commit: str
-    mean: float | None  # its value as the keep rule decided it (the experiment's metric)
+    mean: float | None  # measured: the mean of the runs its record names (its metric)
     ci: float | None
     n: int
     p_better: float | None
-    delta: float | None  # metric − best before it (signed as the metric)
+    delta: float | None  # inferred: its difference from the incumbent runs it was compared
+    se: float | None  # with (signed as the metric), and that difference's standard error
     added: int
     removed: int
     files: tuple[str, ...]
@@ -160,7 +161,7 @@ class Report:
     budget_s: float
     created_at: datetime
     last_finish: datetime | None
-    counts: dict[str, int]  # experiments by status (the baseline included)
+    counts: dict[str, int]  # experiments by status (the baseline's row included)
     headline: Headline
     kept: list[KeptChange]
     learned: list[tuple[str, list[str]]]  # the digest's sections after its headline
@@ -173,6 +174,7 @@ class Report:
     experiments: tuple[Experiment, ...] = field(default=(), repr=False)
     evidence: SweepEvidence | None = field(default=None, repr=False)
     ablation_cost: int = 0  # runs an ablation of this sweep would take (k seeds each)
+    night: Counts = field(default_factory=lambda: Counts(0, 0, 0, 0, 0))  # every screen's
     confirmation: Confirmation | None = None  # `overnight confirm`: the gain at a larger setting
     holdout: Holdout | None = None  # a target with a holdout_metric: validation vs holdout
 
@@ -201,7 +203,7 @@ def build_report(sweep: Sweep, experiments: Sequence[Experiment], runs: Sequence
         crashes=crash_groups(exps), cost=cost_of(exps, runs, llm_usage, now),
         next_steps=[], attribution=attribution,
         experiments=tuple(e for e in exps if e.status in RAN_STATUSES), evidence=ev,
-        ablation_cost=ablation_runs(len(kept), seeds))
+        ablation_cost=ablation_runs(len(kept), seeds), night=Counts.of_records(exps, runs))
     return replace(report, next_steps=next_steps(report, ins))
 
 
@@ -241,9 +243,9 @@ def kept_change(e: Experiment, ev: SweepEvidence) -> KeptChange:
     return KeptChange(
         id=e.id, description=e.description, commit=(e.commit or "")[:7],
         mean=e.metric, ci=one.ci if one else None, n=one.n if one else 0,
-        p_better=p, delta=e.delta, added=added, removed=removed, files=files,
-        proposer=e.proposer, reason=e.reason or "",
-        supported=isinstance(e.meta.get(TEST_KEY), dict) and "p" in e.meta[TEST_KEY],
+        p_better=p, delta=e.delta, se=e.record.se if e.record is not None else None,
+        added=added, removed=removed, files=files, proposer=e.proposer, reason=e.reason or "",
+        supported=e.record is not None and e.record.tested,
         now=one.remeasured(e.metric) if one else "")
 
 
@@ -345,7 +347,7 @@ def _from_digest(ins: Insights) -> list[str]:
     if ins.near_misses:
         shown = ", ".join(n.split(":")[0] for n in ins.near_misses[:4])
         out.append(f"re-test or combine the near-misses ({shown}: discarded within the noise "
-                   "of the best)")
+                   "of the incumbent runs they were compared with)")
     found = []
     for k in ins.knobs:
         for e in k.effects:
@@ -364,12 +366,11 @@ def _from_digest(ins: Insights) -> list[str]:
 
 
 def _from_crashes(report: Report) -> list[str]:
-    ran = sum(report.counts.get(s, 0) for s in ("kept", "discarded", "crashed", "timeout"))
-    crashed = sum(g.count for g in report.crashes)
-    if not ran or crashed / ran < 0.25:
+    ran, crashed = report.night.tried, report.night.crashed
+    if not ran or not report.crashes or crashed / ran < 0.25:
         return []
     top = report.crashes[0]
-    return [f"{crashed} of {ran} runs crashed or timed out (most: {top.cause}, "
+    return [f"{crashed} of {ran} changes tried crashed or timed out (most: {top.cause}, "
             f"{top.count}×): fix that before the next night"]
 
 

@@ -14,10 +14,8 @@ from collections.abc import Sequence
 
 from agent.analysis.ablation import Attribution
 from agent.analysis.confirm import FLIPS, HOLDS, SHRINKS, Confirmation
+from agent.analysis.counts import Counts
 from agent.analysis.morning import Cost, CrashGroup, Holdout, HoldoutRow, KeptChange, Report
-
-RUNS_STATUSES = ("kept", "discarded", "crashed", "timeout", "rejected", "cancelled",
-                 "interrupted", "queued", "running")
 
 
 def metric(v: float | None) -> str:
@@ -47,13 +45,16 @@ def cell(text: str) -> str:
     return " ".join(text.split()).replace("|", "\\|")
 
 
-def counts_line(counts: dict[str, int]) -> str:
-    """"7 experiments: 3 kept (the baseline included), 4 discarded"."""
-    shown = [f"{counts[s]} {s}" + (" (the baseline included)" if s == "kept" else "")
-             for s in RUNS_STATUSES if counts.get(s)]
-    total = sum(counts.values())
-    return f"{total} experiment{'s' if total != 1 else ''}: " + ", ".join(shown) if shown \
-        else "no experiments"
+def counts_line(n: Counts) -> str:
+    """"2 of 6 changes kept (the baseline aside), 3 discarded, 1 crashed; 17 runs, 4 set
+    aside": the counts every screen shares (agent.analysis.counts)."""
+    parts = [n.kept_text()]
+    parts += [f"{v} {word}" for v, word in ((n.discarded, "discarded"), (n.crashed, "crashed"),
+                                            (n.refused, "refused before running")) if v]
+    runs = f"{n.runs} run{'s' if n.runs != 1 else ''}" + (
+        f", {n.set_aside} set aside" if n.set_aside else "") + (
+        f", {n.reruns} of them re-runs of kept commits" if n.reruns else "")
+    return ", ".join(parts) + "; " + runs
 
 
 def span(r: Report) -> str:
@@ -66,9 +67,9 @@ def span(r: Report) -> str:
 
 
 def set_aside(n: int) -> str:
-    """The runs the evidence left out because their throughput said they measured the load."""
+    """The runs in no value because their throughput said they measured the load."""
     runs = "1 run" if n == 1 else f"{n} runs"
-    return (f"{runs} set aside as suspect (its speed says the machine's load changed, so it "
+    return (f"{runs} set aside (a run's speed said the machine's load had changed, so it "
             "measured the load, not the change): in no mean, interval or n here")
 
 
@@ -94,7 +95,7 @@ def _head(r: Report) -> str:
     if h.set_aside:
         lines += ["", f"{set_aside(h.set_aside)}."]
     lines += ["", f"**{h.statement}**", "",
-              f"Status {r.status}, {span(r)}; {counts_line(r.counts)}; budget {r.budget_s:g} s "
+              f"Status {r.status}, {span(r)}; {counts_line(r.night)}; budget {r.budget_s:g} s "
               f"per run; proposer `{r.proposer}`; branch `{r.branch}`; target `{r.target}`."]
     return "\n".join(lines)
 
@@ -103,22 +104,26 @@ def _kept(r: Report) -> str:
     lines = ["## Kept changes (baseline → best)", ""]
     if not r.kept:
         return "\n".join([*lines, "Nothing was kept: the branch is the baseline."])
-    lines += [f"| # | change | {r.headline.metric} (± 95 %) | n | Δ vs the best before | "
-              "P(better) | diff |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    lines += [f"| # | change | {r.headline.metric}: mean of its runs (measured) | n | "
+              "Δ vs the incumbent runs it was compared with (inferred, ± se) | P(better) | "
+              "diff |", "| --- | --- | --- | --- | --- | --- | --- |"]
     lines += [_kept_row(k) for k in r.kept]
-    lines += ["", "P(better) is the keep rule's, against the runs of the commit each change was "
-              "built on; ✓ marks a keep the test made at the night's false-discovery level (the "
-              "others were kept on one run, the noise not measured)."]
+    lines += ["", "The value is the mean of the change's own runs; Δ is the keep rule's estimate "
+              "of its difference from the incumbent runs it was compared with (within machine "
+              "conditions), ± its standard error. P(better) is the keep rule's; ✓ marks a keep "
+              "the test made at the night's false-discovery level (the others were kept on one "
+              "run, the noise not measured)."]
     return "\n".join(lines)
 
 
 def _kept_row(k: KeptChange) -> str:
-    mean = metric(k.mean) + (f" ± {k.ci:.6f}" if k.ci is not None else "") + (
-        f" ({k.now})" if k.now else "")
+    mean = metric(k.mean) + (f" ({k.now})" if k.now else "")
     p = "–" if k.p_better is None else f"{k.p_better:.3f}" + (" ✓" if k.supported else "")
     files = ", ".join(k.files) or "–"
+    delta = signed(k.delta) + (f" ± {k.se:.6f}" if k.delta is not None and k.se is not None
+                               else "")
     return (f"| {k.id} | {cell(k.description)} (`{k.commit}`) | {mean} | {k.n} | "
-            f"{signed(k.delta)} | {p} | {cell(files)} +{k.added} −{k.removed} |")
+            f"{delta} | {p} | {cell(files)} +{k.added} −{k.removed} |")
 
 
 def attribution_markdown(a: Attribution) -> str:

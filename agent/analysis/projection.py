@@ -109,14 +109,15 @@ class RunView(BaseModel):
     id: int
     role: str = Field(description="baseline | screen | confirm | incumbent")
     seed: int
-    status: str = Field(description="running | ok | suspect | failed | timeout | cancelled | "
+    status: str = Field(description="running | ok | suspect (set aside: in no value, it ran at "
+                        "another machine speed) | failed | timeout | cancelled | "
                         "interrupted | pruned (stopped early: behind the incumbent)")
     metric: float | None
     training_seconds: float | None
     throughput: float | None
     throughput_unit: str | None
     stop_reason: str | None = Field(description="a pruned run: why it was stopped early")
-    note: str | None = Field(description="how the keep rule placed it (why it is suspect)")
+    note: str | None = Field(description="how the keep rule placed it (why it was set aside)")
     slurm_job_id: str | None = Field(None, description="the Slurm job that ran it (executor "
                                      "slurm; the same job on a run that adopted it after a "
                                      "restart)")
@@ -142,9 +143,15 @@ class ExperimentView(BaseModel):
                                     "memory\", as classification named it")
     description: str
     diff: str | None = Field(None, description="only when one experiment is asked for")
-    metric: float | None = Field(description="the mean of the runs the decision rests on")
-    delta: float | None = Field(description="metric - best_before")
-    best_before: float | None
+    metric: float | None = Field(description="measured: the mean of the runs its value rests "
+                                 "on (meta.verdict.change names them)")
+    n: int = Field(0, description="how many runs `metric` is the mean of")
+    delta: float | None = Field(description="inferred: its difference from the incumbent runs "
+                                "it was compared with (meta.verdict.incumbent), within machine "
+                                "conditions, signed as the metric (change − incumbent)")
+    delta_se: float | None = Field(None, description="the standard error of `delta` (on σ̂)")
+    best_before: float | None = Field(description="the best when it was decided "
+                                      "(meta.verdict.best: a mean of the best commit's runs)")
     commit: str | None
     ref: str | None
     parent_id: int | None
@@ -179,8 +186,10 @@ class ExperimentView(BaseModel):
             id=e.id, sweep=sweep_name, status=e.status.value,
             crash_kind=e.crash_kind.value if e.crash_kind else None, crash_cause=e.crash_cause,
             description=e.description,
-            diff=e.diff if with_diff else None, metric=e.metric, delta=_round(e.delta),
-            best_before=e.best_before, commit=e.commit, ref=e.ref, parent_id=e.parent_id,
+            diff=e.diff if with_diff else None, metric=e.metric,
+            n=e.record.n if e.record is not None else 0, delta=_round(e.delta),
+            delta_se=e.record.se if e.record is not None else None, best_before=e.best_before,
+            commit=e.commit, ref=e.ref, parent_id=e.parent_id,
             attempt=e.attempt, is_baseline=e.is_baseline, priority=e.priority,
             proposer=e.proposer, reason=e.reason, summary=e.summary, memory_gb=memory_gb(e),
             training_seconds=float(seconds) if isinstance(seconds, int | float) else None,

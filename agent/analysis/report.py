@@ -6,7 +6,9 @@ from typing import Any
 
 from agent.analysis.evidence import ExperimentEvidence, SweepEvidence
 from agent.analysis.projection import memory_gb
-from agent.core.domain import Experiment, ExperimentStatus, Sweep, stopped_at, stopped_text
+from agent.core.config import Direction
+from agent.core.domain import Experiment, ExperimentStatus, Sweep, stopped_at
+from agent.rules.wording import comparison, metric_text
 
 TSV_HEADER = ("commit", "val_bpb", "memory_gb", "status", "description")
 _TSV_STATUS = {
@@ -23,17 +25,19 @@ def results_tsv(
     """autoresearch's results.tsv: only runs (kept, discarded, crashed); crash metric 0.000000.
 
     The second column is named after the sweep's metric (val_bpb for the gpt target); the
-    metric is the experiment's value as the keep rule decided it. A change the early stop
-    ended is `stopped`, its metric empty (it was never measured; the mean of its earlier runs
-    when it had some) and its description says where it was stopped; a discard with no value
-    (not judged: the machine moved under it) has its metric empty too. With `evidence`
-    (`--format tsv-full`), four more columns: n, sd, p_better and the runs' metrics
-    (comma-separated).
+    metric is the experiment's value: the mean of the runs its record names (measured). A
+    change the early stop ended is `stopped`, its metric empty (it was never measured; the mean
+    of its earlier runs when it had some) and its description says where it was stopped; a
+    discard with no run in its value (not judged: the machine moved under it) has its metric
+    empty too; a kept commit measured again since says its value now in its description. With
+    `evidence` (`--format tsv-full`), six more columns: n, sd, p_better, the runs' metrics
+    (comma-separated), and the inferred difference from the incumbent runs it was compared
+    with and its standard error.
     """
     header = list(TSV_HEADER)
     header[1] = sweep.metric
     if evidence is not None:
-        header += ["n", "sd", "p_better", "runs"]
+        header += ["n", "sd", "p_better", "runs", "difference", "se"]
     lines = ["\t".join(header)]
     for exp in experiments:
         status = _TSV_STATUS.get(exp.status)
@@ -45,32 +49,43 @@ def results_tsv(
         stop = stopped_at(exp.meta)
         if stop is not None:  # not a crash: never measured, so no value (not 0.000000)
             status, value = "stopped", "" if exp.metric is None else value
-            desc += f" [{stopped_text(stop)}]"
+            desc += f" [{stop.text()}]"
+        one = evidence.experiments.get(exp.id) if evidence is not None else None
+        now = one.remeasured(exp.metric, "measured" if exp.is_baseline else "kept") \
+            if one is not None else ""
+        desc += f" [{now}]" if now else ""
         cells = [(exp.commit or "")[:7], value, f"{memory_gb(exp):.1f}", status, desc]
         if evidence is not None:
-            cells += _full_cells(evidence.experiments.get(exp.id))
+            cells += _full_cells(one, exp)
         lines.append("\t".join(cells))
     return "\n".join(lines) + "\n"
 
 
-def _full_cells(ev: ExperimentEvidence | None) -> list[str]:
+def _full_cells(ev: ExperimentEvidence | None, exp: Experiment) -> list[str]:
+    record = exp.record
+    difference = "" if record is None else fmt_delta(record.difference)
+    se = "" if record is None or record.se is None else f"{record.se:.6f}"
     if ev is None:
-        return ["0", "", "", ""]
+        return ["0", "", "", "", difference, se]
     return [
         str(ev.n),
         "" if ev.sd is None else f"{ev.sd:.6f}",
         "" if ev.p_better is None else f"{ev.p_better:.3f}",
         ",".join(f"{v:.6f}" for v in ev.runs),
+        difference,
+        se,
     ]
 
 
 def evidence_row(ev: ExperimentEvidence | None) -> dict[str, Any]:
-    """n (the keep rule's), mean of its OK runs, sd, 95 % CI half-width, P(better), the OK
-    runs, the incumbent runs each ran beside, why a run was suspect, and a kept commit's
-    re-runs as the incumbent with its value now, JSON-ready."""
+    """n and the mean of the runs its value rests on (its record: measured), their sd, the 95 %
+    CI half-width on σ̂ at its decision and P(better) (inferred), those runs' values, the
+    incumbent runs each ran beside, the runs set aside (why), and a kept commit's re-runs as the
+    incumbent with its value now, JSON-ready."""
     if ev is None:
         return {"n": 0, "mean": None, "sd": None, "ci95": None, "p_better": None, "runs": [],
-                "pairs": [], "suspect": [], "reruns": 0, "commit_mean": None, "commit_n": 0}
+                "pairs": [], "set_aside": [], "reruns": 0, "commit_mean": None,
+                "commit_n": 0}
     return {
         "n": ev.n,
         "mean": ev.mean,
@@ -79,7 +94,7 @@ def evidence_row(ev: ExperimentEvidence | None) -> dict[str, Any]:
         "p_better": ev.p_better,
         "runs": list(ev.runs),
         "pairs": [{"run": c, "incumbent_run": b} for c, b in ev.pairs],
-        "suspect": [{"run": r, "why": why} for r, why in ev.suspect],
+        "set_aside": [{"run": r, "why": why} for r, why in ev.set_aside],
         "reruns": ev.reruns,  # the commit's runs as the incumbent, and the mean of all its runs
         "commit_mean": ev.commit_mean,  # its value now (the keep rule's record of it)
         "commit_n": ev.commit_n,
@@ -100,9 +115,10 @@ def sweep_evidence_row(ev: SweepEvidence) -> dict[str, Any]:
 
 
 def evidence_header(ev: SweepEvidence, metric: str) -> str:
-    """σ̂, the smallest detectable effect and the improvement ± CI, in one line."""
+    """σ̂ now, the smallest detectable effect and the improvement ± CI, in one line."""
     df = f"{ev.df} df" if ev.df else "known"
-    parts = [f"σ̂ {ev.sigma:.3g} ({df})" if ev.sigma is not None else "σ̂ not measured"]
+    parts = [f"σ̂ now {ev.sigma:.3g} ({df}; the run-to-run noise, pooled over the night)"
+             if ev.sigma is not None else "σ̂ not measured"]
     if ev.detectable is not None:
         parts.append(f"smallest detectable effect {ev.detectable:.3g}")
     if ev.improvement is not None and ev.kept:
@@ -120,11 +136,49 @@ def shown_status(exp: Experiment) -> str:
 
 
 def fmt_metric(value: float | None) -> str:
-    return "-" if value is None else f"{value:.6f}"
+    return "-" if value is None else metric_text(value)
 
 
 def fmt_delta(value: float | None) -> str:
-    return "" if value is None else f"{value:+.6f}"
+    """Signed to six decimals; a difference that rounds to zero reads 0.000000, not -0.000000."""
+    if value is None:
+        return ""
+    return f"{value:+.6f}" if round(value, 6) != 0 else "0.000000"
+
+
+def difference_cell(exp: Experiment) -> str:
+    """Inferred: its difference from the incumbent runs it was compared with, signed as the
+    metric, ± its standard error ("-0.175947 ± 0.302"); "" when it was not compared."""
+    record = exp.record
+    if record is None or record.difference is None:
+        return ""
+    return fmt_delta(record.difference) + (f" ± {record.se:.3g}" if record.se is not None else "")
+
+
+def runs_cell(exp: Experiment, ev: ExperimentEvidence | None) -> str:
+    """The runs its value rests on, then those set aside (another machine speed, in no value)
+    and, for a kept commit, its runs since as the incumbent: "3 +2 set aside +4 re-runs"."""
+    if ev is None:
+        return ""
+    parts = [str(ev.n)] if ev.n or exp.status.is_finished() else []
+    if ev.set_aside:
+        parts.append(f"+{len(ev.set_aside)} set aside")
+    if ev.reruns:
+        parts.append(f"+{ev.reruns} re-run{'s' if ev.reruns != 1 else ''}")
+    return " ".join(parts)
+
+
+def comparison_line(exp: Experiment, direction: Direction) -> str:
+    """What its runs measured and how it compared, each number's reference named (agent.rules.
+    wording): "3.3755 on 1 run: better than the incumbent's run beside it (3.5515) by 0.176 ±
+    0.302"; a baseline "mean 3.58402 of 3 runs"; "" when its record has no runs."""
+    record = exp.record
+    if record is None:
+        return "" if exp.metric is None else fmt_metric(exp.metric)
+    if not record.change.n:
+        return ""
+    return comparison(record.change, record.incumbent, record.difference, record.se, direction,
+                      record.beside, len(record.conditions))
 
 
 def improvement(sweep: Sweep) -> float | None:

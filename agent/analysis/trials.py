@@ -58,10 +58,11 @@ class Trial:
     description: str
     changes: tuple[Change, ...]
     pure: bool  # only constants changed (no other code)
-    gain: float | None  # improvement over the best it was judged against (> 0 is better)
+    gain: float | None  # inferred: better than the incumbent runs it was compared with (> 0)
     crash: str | None  # oom | nan | timeout | crash, for fundamental failures only
     generation: int  # how many keeps came before it (which head it ran on)
     meta: dict[str, object]
+    se: float | None = None  # the gain's standard error (None: the noise was not measured)
 
     @functools.cached_property  # read for every trial by several of a digest's sums
     def kept(self) -> bool:
@@ -112,10 +113,12 @@ def crash_class(exp: Experiment) -> str | None:
 
 
 def gain_of(exp: Experiment, direction: Direction) -> float | None:
-    if exp.metric is None or exp.best_before is None or not math.isfinite(exp.metric):
+    """Its gain over the incumbent runs it was compared with, as its record says (inferred;
+    > 0 is better); None when it was not compared."""
+    record = exp.record
+    if record is None or record.difference is None or not math.isfinite(record.difference):
         return None
-    delta = exp.metric - exp.best_before
-    return -delta if direction is Direction.MINIMIZE else delta
+    return record.gain(direction is Direction.MINIMIZE)
 
 
 # A sweep page's digest asks for every trial again after each finish, and its history hands
@@ -131,9 +134,10 @@ def trial(exp: Experiment, direction: Direction, generation: int) -> Trial:
     if hit is not None and hit[0]() is exp and hit[1] is direction and hit[2] == generation:
         return hit[3]
     changes, pure = constant_changes(exp.diff)
-    trial = Trial(exp.id, exp.status, exp.description, changes, pure,
-                  gain_of(exp, direction) if exp.status in RUN_STATUSES[:2] else None,
-                  crash_class(exp), generation, dict(exp.meta))
+    gain = gain_of(exp, direction) if exp.status in RUN_STATUSES[:2] else None
+    trial = Trial(exp.id, exp.status, exp.description, changes, pure, gain, crash_class(exp),
+                  generation, dict(exp.meta),
+                  exp.record.se if gain is not None and exp.record is not None else None)
     gone = functools.partial(_forget, key)
     _REMEMBERED[key] = (weakref.ref(exp, gone), direction, generation, trial)
     return trial

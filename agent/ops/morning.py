@@ -39,7 +39,6 @@ from agent.core.domain import (
     Experiment,
     ExperimentStatus,
     Run,
-    RunRole,
     RunStatus,
     Sweep,
     SweepStatus,
@@ -128,15 +127,11 @@ def _variants(store: Store, ablation: Sweep) -> tuple[
 
 
 def night_gain(e: Experiment, runs: Sequence[Run], sweep: Sweep) -> KeptChange:
-    """A kept change's gain over the head it was kept on, from the night's good runs."""
-    sign = 1.0 if sweep.direction.value == "minimize" else -1.0
-    mine = [r.metric for r in runs if r.experiment_id == e.id and r.role is not
-            RunRole.INCUMBENT and r.status is RunStatus.OK and r.metric is not None]
-    base = [r.metric for r in runs if e.base_commit and r.commit == e.base_commit
-            and r.status is RunStatus.OK and r.metric is not None]
-    gain = None
-    if mine and base:
-        gain = sign * (sum(base) / len(base) - sum(mine) / len(mine))
-    elif e.delta is not None:
-        gain = -sign * e.delta
-    return KeptChange(e.id, e.description, gain, max(len(mine), 1), max(len(base), 1))
+    """A kept change's gain when it was kept, as its record says (over the incumbent runs it
+    was compared with), and the runs on each side."""
+    record = e.record
+    if record is None:
+        return KeptChange(e.id, e.description, None, 1, 1)
+    gain = record.gain(sweep.direction.value == "minimize")
+    compared = record.incumbent.n if record.incumbent is not None else 0
+    return KeptChange(e.id, e.description, gain, max(record.n, 1), max(compared, 1))

@@ -45,6 +45,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 
 from agent.analysis.ablation import ablated_sweep
 from agent.analysis.confirm import confirmed_sweep
+from agent.analysis.report import comparison_line
 from agent.analysis.trials import PLATEAU_AFTER
 from agent.core.domain import Experiment, ExperimentStatus, Sweep, SweepStatus, utcnow
 from agent.core.errors import ConfigError
@@ -108,10 +109,9 @@ class Watch:
         if not self._count(state, e):
             return []
         if e.status is S.KEPT:
-            what = f"{sweep.metric} {e.metric:.6g}" if e.metric is not None else "kept"
-            delta = f" ({e.delta:+.4g} vs the best before)" if e.delta is not None else ""
+            what = f"{sweep.metric} {comparison_line(e, sweep.direction) or 'kept'}"
             return [Notice(KEEP, sweep.name, f"{sweep.name}: kept #{e.id} {e.description[:80]}",
-                           f"{what}{delta}", _brief(e), sweep.status.value)]
+                           what, _brief(e), sweep.status.value)]
         out = []
         if len(state.streak) == self.crash_streak > before_streak:
             causes = ", ".join(f"#{x.id} {x.crash_cause or x.status.value}"

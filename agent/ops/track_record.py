@@ -124,11 +124,14 @@ def knob_values(exp: Experiment) -> dict[str, str]:
 
 
 def verdict(sweep: Sweep, exp: Experiment, ev: ExperimentEvidence | None) -> dict[str, float]:
-    """The verdict as the dashboard's table shows it: the recorded mean, the evidence's 95 %
-    interval (half-width), P(better) and n, and the delta against the best then."""
+    """The verdict as the dashboard's table shows it: the mean of the runs its value rests on
+    and their n (measured), its interval, P(better), and its difference from the incumbent runs
+    it was compared with ± se (inferred)."""
     m = sweep.metric
+    record = exp.record
     numbers = {f"{m}_mean": exp.metric, f"{m}_ci95": ev.ci if ev else None,
                "p_better": ev.p_better if ev else None, f"{m}_delta": exp.delta,
+               f"{m}_delta_se": record.se if record is not None else None,
                "runs": ev.n if ev else 0}
     return {k: v for k, v in ((k, _number(v)) for k, v in numbers.items()) if v is not None}
 

@@ -17,7 +17,7 @@ from markupsafe import Markup, escape
 
 from agent.core.domain import CurvePoints, Experiment, ExperimentStatus, Run, RunStatus, Sweep
 from agent.engine.early_stop import REFERENCE_STATUSES
-from agent.rules.prune import PrunePolicy, loss_over, reason_fraction
+from agent.rules.prune import PrunePolicy, loss_over
 from db.reads import Reads
 
 GRID = 60  # fractions of the budget the band is drawn at
@@ -105,9 +105,9 @@ def band_svg(mine: Sequence[Run], theirs: Sequence[Run], width: int = 640,
 def _checks(r: Run, policy: PrunePolicy, judged: bool, sx: Callable[[float], float],
             sy: Callable[[float], float], ys: tuple[float, float]) -> list[str]:
     """The run's check dots and, for a pruned run, the marker of the check that stopped it
-    (at its curve's end when its note names no check: a run recorded before notes did)."""
+    (at its curve's end when its record names no check: a run recorded before it did)."""
     curve = [(p[0], p[1]) for p in r.curve or ()]
-    named = reason_fraction(r.note) if r.status is RunStatus.PRUNED else None
+    named = r.stop_fraction if r.status is RunStatus.PRUNED else None
     stop = None if named is None else _snap(named, policy.checks)
     last = curve[-1][0] if curve else 0.0
     out = []
@@ -131,7 +131,7 @@ def _checks(r: Run, policy: PrunePolicy, judged: bool, sx: Callable[[float], flo
 
 
 def _snap(named: float, checks: Sequence[float]) -> float:
-    """The policy's own check fraction a reason's rounded per cent names (else that per cent)."""
+    """The policy's own check fraction nearest the recorded one (else the recorded one)."""
     near = min(checks, key=lambda f: abs(f - named))
     return near if abs(near - named) < 0.006 else named
 

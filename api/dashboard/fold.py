@@ -55,25 +55,6 @@ class Rollup:
     train_s: float = 0.0
 
     @property
-    def runs(self) -> int:
-        return sum(self.counts[s.value] for s in RUNS)
-
-    @property
-    def crashed(self) -> int:
-        return self.counts[S.CRASHED.value] + self.counts[S.TIMEOUT.value]
-
-    @property
-    def kept_changes(self) -> int:
-        """Kept changes: the baseline (always kept, once it ran) left out."""
-        return max(0, self.counts[S.KEPT.value] - 1)
-
-    @property
-    def keep_rate(self) -> float | None:
-        # The baseline is always kept; it is not an idea, so leave it out of the rate.
-        tried = self.runs - 1
-        return (self.counts[S.KEPT.value] - 1) / tried if tried > 0 else None
-
-    @property
     def gpu_hours(self) -> float:
         return self.train_s / 3600
 

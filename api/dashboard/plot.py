@@ -100,20 +100,25 @@ def _label(p: PlotPoint, metric_name: str) -> str:
         f"#{e.id} ({e.status.value}{'/' + e.crash_kind.value if e.crash_kind else ''})",
         e.description,
     ]
+    record = e.record
     if e.metric is not None:
-        parts.append(f"{metric_name} {_fmt(e.metric)}")
+        n = record.n if record is not None else 0
+        parts.append(f"{metric_name} {e.metric:.6f}" + (
+            f" (measured: mean of {n} runs)" if n > 1 else " (measured on 1 run)" if n else ""))
     if e.delta is not None:
-        parts.append(f"delta {e.delta:+.6f}")
+        se = f" ± {record.se:.3g}" if record is not None and record.se is not None else ""
+        parts.append(f"Δ {e.delta:+.6f}{se} vs its incumbent runs (inferred)")
     return " · ".join(parts)
 
 
 def draw_progress(fold: PlotFold, metric_name: str, href: str = "/ui/experiments/{id}#diff",
-                  evidence: SweepEvidence | None = None) -> Markup:
+                  evidence: SweepEvidence | None = None, best: float | None = None) -> Markup:
     """The progress plot of the runs folded into `fold` (a PlotFold of the sweep's
-    experiments): x = run number, y = metric (the mean of the experiment's runs); kept green on
-    the running-best step line, discarded grey, crashes and timeouts as red/purple marks in the
-    bottom band. Each mark links to `href`. With `evidence`, every run is a small dot and the
-    best line carries its 95 % interval as a band."""
+    experiments): x = run number, y = metric (the mean of the experiment's runs); kept green,
+    discarded grey, crashes and timeouts as red/purple marks in the bottom band; the best line
+    steps to the best each experiment was compared with (its record's) and ends at `best`, the
+    sweep's best now. Each mark links to `href`. With `evidence`, every run is a small dot and
+    each kept mean carries its 95 % interval as a band."""
     points = fold.points
     if not points:
         return Markup('<p class="empty">No finished runs yet.</p>')
@@ -149,7 +154,7 @@ def draw_progress(fold: PlotFold, metric_name: str, href: str = "/ui/experiments
         out.extend(_load_shifts(points, sx, y_top, evidence))
         out.extend(_best_band(kept, last_n, sx, sy, evidence, one_path=downsampled))
         out.extend(_run_dots(dots, sx, sy, lo, hi))
-    out.extend(_best_line(kept, last_n, sx, sy))
+    out.extend(_best_line(fold.steps, last_n, sx, sy, best))
     # Discarded first so that kept marks are drawn on top.
     order = sorted(points, key=lambda p: p.exp.status is ExperimentStatus.KEPT)
     for p in order:
@@ -158,15 +163,21 @@ def draw_progress(fold: PlotFold, metric_name: str, href: str = "/ui/experiments
     return Markup("".join(out))
 
 
-def _best_line(kept, last_n: int, sx, sy) -> list[str]:  # type: ignore[no-untyped-def]
-    """The running best: flat until the next keep, then a step."""
-    if not kept:
+def _best_line(steps: Sequence[tuple[int, float]], last_n: int, sx, sy,  # type: ignore[no-untyped-def]
+               best: float | None) -> list[str]:
+    """The best as each experiment's comparison saw it (its record's best then), stepping
+    where that changed, then the best now (`best`) at the last run."""
+    if not steps:
         return []
-    d = [f"M{sx(kept[0].n):.1f},{sy(kept[0].exp.metric):.1f}"]
-    for p in kept[1:]:
-        d.append(f"H{sx(p.n):.1f}V{sy(p.exp.metric):.1f}")
+    d = [f"M{sx(steps[0][0]):.1f},{sy(steps[0][1]):.1f}"]
+    for n, v in steps[1:]:
+        d.append(f"H{sx(n):.1f}V{sy(v):.1f}")
     d.append(f"H{sx(last_n):.1f}")
-    return [f'<path class="best" d="{"".join(d)}"/>']
+    if best is not None and best != steps[-1][1]:
+        d.append(f"V{sy(best):.1f}")
+    end = f"{best if best is not None else steps[-1][1]:.6f}"
+    return [f'<path class="best" data-best="{end}" d="{"".join(d)}"><title>the best each '
+            f"experiment was compared with; the best now {end}</title></path>"]
 
 
 def _frame(metric_name: str, n_max: int, lo: float, hi: float, sx, sy) -> list[str]:  # type: ignore[no-untyped-def]
@@ -235,7 +246,7 @@ def _load_shifts(points, sx, y_top: float, evidence: SweepEvidence) -> list[str]
     spans: list[list[PlotPoint]] = []
     for p in points:
         ev = evidence.experiments.get(p.exp.id) if p.exp.status in RUNS else None
-        if ev is None or not (ev.suspect or ev.pairs):
+        if ev is None or not (ev.set_aside or ev.pairs):
             continue
         if spans and spans[-1][-1].n == p.n - 1:
             spans[-1].append(p)
@@ -278,11 +289,11 @@ def _run_dots(dots, sx, sy, lo: float, hi: float) -> list[str]:  # type: ignore[
         for v in values:
             if lo <= v <= hi:
                 out.append(f'<circle class="run" data-id="{p.exp.id}" cx="{x:.1f}" '
-                           f'cy="{sy(v):.1f}" r="2"><title>run: {_fmt(v)}</title></circle>')
+                           f'cy="{sy(v):.1f}" r="2"><title>run: {v:.6f}</title></circle>')
                 continue
             y, tip = (sy(lo), "l3,-5h-6z") if v < lo else (sy(hi), "l3,5h-6z")
             out.append(f'<path class="run clipped" data-id="{p.exp.id}" d="M{x:.1f},{y:.1f}'
-                       f'{tip}"><title>run: {_fmt(v)} (off the axis)</title></path>')
+                       f'{tip}"><title>run: {v:.6f} (off the axis)</title></path>')
     return out
 
 

@@ -35,6 +35,17 @@ class Envelope:
     hi: float
 
 
+def best_then(e: Experiment) -> float | None:
+    """The best an experiment's comparison was against (its record's), a baseline's own value
+    at its verdict; None when it has neither."""
+    if e.is_baseline:
+        return e.metric if e.status is ExperimentStatus.KEPT else None
+    record = e.record
+    if record is None or record.best is None:
+        return None
+    return record.best.mean
+
+
 def scored(p: PlotPoint) -> bool:
     m = p.exp.metric
     return m is not None and math.isfinite(m) and p.exp.status in (
@@ -159,6 +170,8 @@ class PlotFold:
 
     def __init__(self) -> None:
         self.points: list[PlotPoint] = []
+        # (run number, the best its comparison was against): where the best line steps
+        self.steps: list[tuple[int, float]] = []
         self.kept: list[PlotPoint] = []  # scored kept points
         self.kept_all: list[PlotPoint] = []  # every kept point, scored or not
         self.buckets = Buckets()
@@ -169,6 +182,9 @@ class PlotFold:
             return
         p = PlotPoint(len(self.points) + 1, e)
         self.points.append(p)
+        then = best_then(e)
+        if then is not None and (not self.steps or self.steps[-1][1] != then):
+            self.steps.append((p.n, then))
         if e.status is ExperimentStatus.KEPT:
             self.kept_all.append(p)
         if scored(p) and e.status is ExperimentStatus.KEPT:
@@ -180,5 +196,6 @@ class PlotFold:
         out.labels = self.labels  # shared: a finished experiment's label does not change
         out.points, out.kept, out.kept_all = list(self.points), list(self.kept), \
             list(self.kept_all)
+        out.steps = list(self.steps)
         out.buckets = self.buckets.copy()
         return out

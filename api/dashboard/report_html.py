@@ -63,7 +63,8 @@ def progress_svg(report: Report) -> Markup:
     fold = PlotFold()
     for e in report.experiments:
         fold.add(e)
-    return draw_progress(fold, report.headline.metric, href="#exp-{id}", evidence=report.evidence)
+    return draw_progress(fold, report.headline.metric, href="#exp-{id}", evidence=report.evidence,
+                         best=report.headline.best)
 
 
 def render_html(report: Report) -> str:

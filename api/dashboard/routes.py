@@ -24,7 +24,7 @@ from fastapi.responses import (
 )
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
-from agent.core.domain import stopped_text, utcnow
+from agent.core.domain import utcnow
 from agent.core.errors import NotFoundError
 from agent.ops.service import holdout_key, read_log
 from api.deps import (
@@ -62,8 +62,7 @@ def templates() -> Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters.update(metric=_metric, delta=_delta, pct=_pct, secs=_secs, ts=_ts, hours=_hours,
-                       stopped=stopped_text)
+    env.filters.update(metric=_metric, delta=_delta, pct=_pct, secs=_secs, ts=_ts, hours=_hours)
     return env
 
 

@@ -35,7 +35,7 @@ from markupsafe import Markup
 from agent.analysis.evidence import ExperimentEvidence, SweepEvidence
 from agent.analysis.insights import Insights, sections
 from agent.analysis.projection import LLMView, reported_memory_gb
-from agent.analysis.report import evidence_header, improvement
+from agent.analysis.report import difference_cell, evidence_header, improvement, runs_cell
 from agent.core.diff import diff_stats, view_lines
 from agent.core.domain import Experiment, ExperimentStatus, Run, RunRole, Sweep, utcnow
 from agent.ops.service import Service, read_log
@@ -119,7 +119,9 @@ def rollups(reads: Reads, sweeps: Sequence[Sweep]) -> dict[int, Rollup]:
 def overview(reads: Reads) -> list[dict[str, Any]]:
     sweeps = reads.store.list_sweeps()
     ups = rollups(reads, sweeps)
-    return [{"sweep": s, "r": ups[s.id], "improvement": improvement(s)} for s in reversed(sweeps)]
+    night = reads.night_counts([s.id for s in sweeps])
+    return [{"sweep": s, "r": ups[s.id], "night": night[s.id], "improvement": improvement(s)}
+            for s in reversed(sweeps)]
 
 
 # --- sweep page ----------------------------------------------------------------------------
@@ -157,7 +159,7 @@ def sweep_summary(reads: Reads, sweep: Sweep) -> SweepSummary:
                           partial(fold.sweep_evidence, sweep))
         return SweepSummary(
             rollup=fold.rollup_now(), evidence=ev,
-            plot=draw_progress(fold.plot(), sweep.metric, evidence=ev),
+            plot=draw_progress(fold.plot(), sweep.metric, evidence=ev, best=sweep.best_metric),
             insights=insights)
 
     return SUMMARIES.get(reads, sweep.id, (experiments, runs, best), make)
@@ -174,9 +176,12 @@ def _fold(reads: Reads, sweep: Sweep, history: SweepHistory) -> SweepFold:
 
 def runs_with_pairs(reads: Reads, sweep: Sweep, e: Experiment,
                     ev: ExperimentEvidence | None) -> list[Run]:
-    """The experiment's runs and the incumbent's runs started beside them, by id."""
+    """The experiment's runs and the incumbent's runs it was compared with (its record's) or
+    that were started beside them, by id."""
     own = reads.store.list_runs(experiment_id=e.id)
     beside = {b for _, b in ev.pairs} if ev is not None else set()
+    if e.record is not None and e.record.incumbent is not None:
+        beside |= set(e.record.incumbent.runs)
     if not beside:
         return own
     # those runs alone (not every run after them), as whole records (with their units)
@@ -185,6 +190,18 @@ def runs_with_pairs(reads: Reads, sweep: Sweep, e: Experiment,
              if r.id in beside]
     return sorted([*own, *(r for r in extra if r.id not in {x.id for x in own})],
                   key=lambda r: r.id)
+
+
+def runs_used(e: Experiment) -> dict[int, str]:
+    """What its record did with each run: in its value, set aside, or compared with."""
+    record = e.record
+    if record is None:
+        return {}
+    out = {i: "its value" for i in record.change.runs}
+    out.update({i: "set aside" for i in record.set_aside})
+    if record.incumbent is not None:
+        out.update({i: "compared with" for i in record.incumbent.runs})
+    return out
 
 
 def cached_evidence(reads: Reads, sweep: Sweep) -> SweepEvidence:
@@ -226,10 +243,11 @@ def sweep_page(service: Service, reads: Reads, sweep: Sweep, status: str, page: 
         "filters": list(FILTERS),
         "kept": [
             {"exp": e, "lines": view_lines(e.diff), "stats": diff_stats(e.diff),
-             "ev": ev.experiments.get(e.id)}
+             "ev": ev.experiments.get(e.id), "difference": difference_cell(e)}
             for e in reversed(kept)
         ],
         "runs_ended": sum(n for _, n, _ in reads.sweep_version(sweep.id)[1]),
+        "night": reads.night_counts([sweep.id])[sweep.id],
         "kept_total": r.counts[S.KEPT.value],
         "best_files": best_files(service, sweep),
         "running": [live_run(reads, sweep, e, with_points=False) for e in running],
@@ -291,6 +309,8 @@ def table_row(e: Experiment, ev: ExperimentEvidence | None = None) -> dict[str, 
     return {
         "exp": e,
         "ev": ev,
+        "runs": runs_cell(e, ev),
+        "difference": difference_cell(e),
         "memory_gb": reported_memory_gb(e),
         "train_s": secs if isinstance(secs, int | float) else None,
     }
@@ -389,6 +409,8 @@ def experiment_page(reads: Reads, e: Experiment) -> dict[str, Any]:
         "exp": e,
         "ev": ev,
         "runs": own,
+        "used": runs_used(e),
+        "difference": difference_cell(e),
         "warnings": e.meta.get("warnings", []),
         "lines": view_lines(e.diff),
         "stats": diff_stats(e.diff),

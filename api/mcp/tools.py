@@ -44,7 +44,8 @@ DESCRIPTIONS = {
     "propose_experiment": "Queue one experiment: a one-line description and a unified diff "
                           "against the current best files; refused at once with the reason.",
     "wait_for_experiment": "Block until an experiment finishes (or timeout_s passes); returns "
-                           "status, metric, delta vs best, crash class and the log tail.",
+                           "status, metric (the mean of its runs), delta vs the incumbent "
+                           "runs it was compared with, crash class and the log tail.",
     "list_experiments": "List the sweep's experiments, newest first (optionally one status, "
                         "or those created since/until a time).",
     "get_results_table": "The sweep's results as autoresearch's results.tsv, with baseline and "

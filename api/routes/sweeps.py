@@ -127,7 +127,9 @@ def best(name: str, services: ServicesDep, _auth: ReadAuth) -> BestPublic:
     """The best metric and commit, each editable file at that commit, the kept diffs."""
     sweep = services.store.get_sweep(name)
     _, files = services.service.best_files(sweep, sweep.best_commit)
-    kept = [KeptChange(id=e.id, description=e.description, metric=e.metric, delta=e.delta,
+    kept = [KeptChange(id=e.id, description=e.description, metric=e.metric,
+                       n=e.record.n if e.record is not None else 0, delta=e.delta,
+                       delta_se=e.record.se if e.record is not None else None,
                        commit=e.commit, diff=e.diff)
             for e in services.store.list_experiments(sweep.id, [ExperimentStatus.KEPT])
             if not e.is_baseline]

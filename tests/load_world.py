@@ -39,8 +39,10 @@ class Machine:
             self.runs += 1
 
 
-def load_night(root: Path, proposals: int = 12) -> tuple[SqlStore, int, Path]:
-    """The sweep "load" run to its end: (its store, sweep id, database file)."""
+def load_night(root: Path, proposals: int = 12, gains: dict[int, float] | None = None,
+               incumbent_every: int = 8) -> tuple[SqlStore, int, Path]:
+    """The sweep "load" run to its end: (its store, sweep id, database file). `gains`: the
+    proposals (by number) that really add work, and how much (the rest are null changes)."""
     machine = root / "machine.txt"
     toml = textwrap.dedent("""\
         [target]
@@ -51,8 +53,9 @@ def load_night(root: Path, proposals: int = 12) -> tuple[SqlStore, int, Path]:
         direction = "maximize"
         budget_s  = 0.05
         timeout_s = 30
-        """)
-    train = TRAINER.replace('MACHINE = "machine.txt"', f"MACHINE = {str(machine)!r}")
+        """) + f"incumbent_every = {incumbent_every}\n"
+    train = TRAINER.replace('MACHINE = "machine.txt"', f"MACHINE = {str(machine)!r}").replace(
+        "GAINS: dict[int, float] = {}", f"GAINS: dict[int, float] = {dict(gains or {})!r}")
     target = make_target(root / "target", edits={"train.py": train, "overnight.toml": toml})
     db = root / "overnight.db"
     store = SqlStore(open_database(db))

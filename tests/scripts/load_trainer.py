@@ -2,18 +2,20 @@
 the machine's current speed allows (read from MACHINE, a file the test rewrites between runs),
 and the metric is that work plus seed noise (higher is better).
 
-Its knob IDEA changes nothing (every proposal is a null change): on a time budget a faster
-stretch of the machine trains more steps and looks better, which is all a change's runs then
-measure. Same output contract as a real trainer: progress lines with elapsed seconds, then the
-summary block with num_steps.
+Its knob IDEA changes nothing (every proposal is a null change) unless the test names it in
+GAINS (the share of work it adds): on a time budget a faster stretch of the machine trains more
+steps and looks better, which is all a null change's runs then measure. Same output contract as
+a real trainer: progress lines with elapsed seconds, then the summary block with num_steps.
 """
 
 import os
 import random
 import time
 
-IDEA = 0  # proposals change this; the work done does not depend on it
+IDEA = 0  # proposals change this; the work done does not depend on it (but for GAINS)
 MACHINE = "machine.txt"  # the test writes its own path here: the machine's speed factor
+# the test writes real effects here: IDEA -> share of work added
+GAINS: dict[int, float] = {}
 STEPS = 1000  # steps per budget at speed 1
 NOISE = 0.01  # seed-to-seed spread of the metric, as a share of the work
 
@@ -23,7 +25,8 @@ with open(MACHINE) as fh:
     speed = float(fh.read())
 rng = random.Random(seed * 1_000_003 + IDEA)
 start = time.time()
-steps = int(STEPS * speed * (1 + rng.gauss(0.0, 0.002)))
+effect = 1 + GAINS.get(IDEA, 0.0)
+steps = int(STEPS * speed * effect * (1 + rng.gauss(0.0, 0.002)))
 for k in (1, 2, 3, 4):
     print(f"step {steps * k // 4} | loss {1000.0 / steps:.4f} | elapsed {budget * k / 4:.3f}s")
 time.sleep(budget)

@@ -191,6 +191,17 @@ def test_the_direction_comes_from_the_metric_s_name_and_says_which_word(metric, 
                                           "if higher is better)")
 
 
+def test_accuracy_spelled_out_is_maximized_and_decides_over_an_earlier_word():
+    from agent.ops.adopt import direction_for
+
+    assert direction_for("val_accuracy") == (
+        "maximize", "`accuracy` in `val_accuracy`: higher is better")
+    # the last word that says which way decides: `accuracy`, not `top1` before it
+    assert direction_for("top1_accuracy") == (
+        "maximize", "`accuracy` in `top1_accuracy`: higher is better")
+    assert direction_for("val_loss") == ("minimize", "`loss` in `val_loss`: lower is better")
+
+
 def test_a_progress_regex_is_made_only_from_lines_the_script_printed():
     from agent.ops.adopt_contract import fit_progress
 

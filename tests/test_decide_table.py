@@ -14,6 +14,7 @@ from agent.core.domain import ExperimentStatus as S
 from agent.core.record import Ending
 from agent.rules import fdr
 from agent.rules.classify import CrashFacts
+from agent.rules.conditions import conditions, place
 from agent.rules.contract import contract_warnings
 from agent.rules.decide import (
     NOT_BETTER,
@@ -231,6 +232,23 @@ def test_a_speed_ratio_is_measured_only_beside_incumbent_runs_in_a_known_conditi
     straddled = (*INC, run(3.0, 14.0, 11, pair_of=10), run(3.05, 14.1, 13, pair_of=12))
     v = decide(timed([run(1.0, 100.0, 10), run(1.02, 100.5, 12, seed=51)], straddled), SEQ)
     assert not v.keep and v.status is None
+
+
+def test_a_change_s_own_speed_ratio_is_confirmed_by_two_agreeing_pairs_not_by_one():
+    """The change runs twice as fast as the incumbent beside it, in the condition the
+    incumbent's earlier runs (none beside the change) know: two pairs at ×2 confirm the
+    ratio, and a run with no pair is then placed by it (199 ÷ 2 is about the usual 100)."""
+    tol = speed_tolerance(0.01)
+    fast = [run(0.6, 200.0, 10), run(0.62, 201.0, 12, seed=51), run(0.61, 199.0, 14, seed=52)]
+    beside = (*INC, run(1.0, 100.0, 11, pair_of=10), run(1.02, 100.5, 13, seed=51, pair_of=12))
+    two = place(fast, beside, tol)
+    assert two.ratios == pytest.approx((2.0, 2.0)) and two.beside == 2
+    assert two.ratio_confirmed and not two.pending
+    assert two.keys[2] == two.keys[0] == conditions(INC, tol)[0]
+    # one pair at ×2 is not yet the change's ratio: the unpaired run waits for an incumbent
+    one = place([fast[0], fast[2]], beside[:6], tol)
+    assert one.ratios == pytest.approx((2.0,)) and one.beside == 1
+    assert not one.ratio_confirmed and one.pending and one.keys[1] is None
 
 
 def test_a_change_whose_pairs_never_agree_on_its_speed_is_not_judged_not_called_worse():

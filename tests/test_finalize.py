@@ -206,3 +206,30 @@ def test_finalize_refuses_what_cannot_be_ablated(tmp_path):
         prepare_ablation(store, GitRepo(target), sweep, done, seeds=3)
     proc = cli("finalize", "--sweep", "nope", "--db", str(db), cwd=tmp_path)
     assert proc.returncode == 2 and "nope" in proc.stderr
+
+
+def test_finalize_refuses_a_replayed_chain_that_does_not_end_on_the_best_commit(tmp_path):
+    """The store's best is a commit the kept changes do not replay to (one more edit than the
+    chain has): finalize says so and makes no branch, rather than hand over another tree."""
+    from agent.core.errors import ConflictError
+
+    target, _, store = night(tmp_path, FIXTURES / "fake_target",
+                             [("LR up", "LR = 0.01", "LR = 0.02")])
+    sweep = store.get_sweep("night")
+    repo = GitRepo(target)
+    kept = [e for e in store.list_experiments(sweep.id, [ExperimentStatus.KEPT])
+            if not e.is_baseline]
+    assert [e.description for e in kept] == ["LR up"] and kept[0].commit == sweep.best_commit
+    text = repo.read_file(sweep.best_commit or "", "train.py")
+    elsewhere, _ = repo.commit_proposal(
+        sweep.best_commit or "",
+        make_diff("train.py", text, text.replace("USE_TRICK = False", "USE_TRICK = True")),
+        "not a kept change")
+    store.set_best(sweep.id, kept[0].id, kept[0].metric or 0.0, elsewhere, baseline=False)
+    sweep = store.get_sweep("night")
+    assert sweep.best_commit == elsewhere
+    with pytest.raises(ConflictError, match=f"the replayed chain of night does not end on its "
+                                            f"best commit {elsewhere[:7]}; nothing was made"):
+        finalize(store, repo, sweep)
+    assert not [b.name for b in git.Repo(target).branches
+                if b.name.startswith("overnight-final/")]

@@ -1,8 +1,9 @@
 """Knob discovery: the hyper-parameters of editable files, wherever they live.
 
 Python files: agent.proposers.knob_python (config-block globals of any case, UPPER_CASE
-constants, argparse defaults, dataclass fields). Config files: numeric/boolean keys of YAML
-(named by their nested path, `model.optimizer.lr`), TOML (`section.key`) and JSON. A target's
+constants, argparse, typer, click, fire and jsonargparse defaults, dataclass fields). Config
+files: numeric/boolean keys of YAML (named by their nested path, `model.optimizer.lr`), TOML
+(`section.key`) and JSON. A target's
 `args_file` (command-line arguments, one or more a line): `--lr=0.1`, `--lr 0.1`, hydra's
 `model.lr=0.1`. Each Knob knows the column of its literal, so `Knob.rewrite` changes exactly
 that literal in its line. Pure: the stdlib and agent.core.diff.
@@ -102,6 +103,7 @@ def no_knobs_message(files: dict[str, str], dead: list[str] | None = None) -> st
                 "command's flags), or use --proposer llm:<profile> or queue")
     return (f"no knobs found in {names}: the knobs proposer changes literals of a script's "
             "config block (module globals before the first statement that does something), "
-            "UPPER_CASE constants, argparse defaults, dataclass field defaults, numeric keys of "
-            "YAML/TOML/JSON files listed in `editable` and the lines of `args_file`; see "
+            "UPPER_CASE constants, the defaults of argparse, typer, click, fire and jsonargparse "
+            "options, dataclass field defaults, numeric keys of YAML/TOML/JSON files"
+            " listed in `editable` and the lines of `args_file`; see "
             "docs/adopt.md 'Knobs'. Add one of those, or use --proposer llm:<profile> or queue")

@@ -40,7 +40,7 @@ import shlex
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -48,8 +48,10 @@ from pathlib import Path
 from agent.core.config import CONFIG_FILE, TargetConfig, extra_args
 from agent.git.repo import GitRepo
 from agent.ops.adopt_contract import fit_progress, training_loop
+from agent.ops.budget_caps import BUDGET_VARIABLE, cap_advice, find_cap
 from agent.ops.sweeps import asset_hashes, dirty_files, link_assets
-from agent.proposers.knob_chain import KnobState, flag_key, resolve, script_word
+from agent.proposers.knob_chain import KnobState, flag_key, parse_words, resolve, script_word
+from agent.proposers.knob_sources import how_to_give_knobs
 from agent.rules.conditions import Sample
 from agent.rules.contract import (
     Check,
@@ -60,6 +62,7 @@ from agent.rules.contract import (
     check_run,
     check_seed,
     check_speed,
+    underrun,
 )
 from agent.rules.throughput import ProgressMeter, speed
 from runner.environment import guest_environment
@@ -286,8 +289,7 @@ def knob_checks(config: TargetConfig, files: dict[str, str]) -> list[Check]:
     summary = Check("knobs", "ok" if searched else "warn",
                     f"{searched} searched, {len(dead)} dead, "
                     f"{len(states) - searched - len(dead)} not searched (bookkeeping or text)",
-                    "" if searched else "nothing for the knobs proposer to change: see the dead "
-                    "knobs below for what wins, or use --proposer llm:<profile>")
+                    "" if searched else _no_knobs_fix(config, files, bool(dead)))
     by_command = sorted({s.why.split(":")[0].removeprefix("the command sets ")
                          for s in dead if s.why.startswith("the command sets")})
     checks = [summary]
@@ -300,6 +302,18 @@ def knob_checks(config: TargetConfig, files: dict[str, str]) -> list[Check]:
             "\"overnight.args\", listed in editable too; one flag a line) so a sweep can "
             "search them, or drop them from `command`"))
     return checks + [_state_line(s) for s in states]
+
+
+def _no_knobs_fix(config: TargetConfig, files: dict[str, str], dead: bool) -> str:
+    """What to do when nothing is searched: what wins over the dead knobs listed below, or
+    how to give the script knobs at all."""
+    if dead:
+        return ("nothing for the knobs proposer to change: see the dead knobs below for what "
+                "wins, or use --proposer llm:<profile>")
+    script = parse_words(shlex.split(config.command), config.workdir).script or "the script"
+    return (f"nothing for the knobs proposer to change: "
+            f"{how_to_give_knobs(script, files.get(script, ''), config.command)}; or use "
+            "--proposer llm:<profile>")
 
 
 def _close(a: float, b: float) -> bool:
@@ -347,6 +361,23 @@ def ignored_missing(target: Path, config: TargetConfig, error: str | None) -> st
     return (f"{rel.as_posix()} is git-ignored, so a run's fresh worktree does not have it: add "
             f'it to assets in {CONFIG_FILE} (assets = ["{rel.as_posix()}"], or its folder '
             f'"{parent}" if everything in it is data)')
+
+
+def budget_cap(config: TargetConfig, files: dict[str, str],
+               summary: Mapping[str, float | str]) -> tuple[str, str] | None:
+    """(detail, fix) for a run that trained less than half its budget although the script
+    reads OVERNIGHT_BUDGET_S: the step or epoch count that ends it first, with its file and
+    line (None: the run trained long enough, or the script reads no budget)."""
+    trained = summary.get("training_seconds")
+    code = {p: t for p, t in files.items() if p.endswith(".py")}
+    if not isinstance(trained, int | float) or underrun(float(trained), config.budget_s) is None \
+            or not any(BUDGET_VARIABLE in t for t in code.values()):
+        return None
+    cap = find_cap(code)
+    count_at = next((s.knob.where for s in knob_states(config, files) if s.live and cap and
+                     flag_key(s.knob.name).rsplit(".", 1)[-1] == cap.count), None)
+    what, fix = cap_advice(cap, count_at)
+    return f"trained only {trained:g} s of a {config.budget_s:g} s budget: {what}", fix
 
 
 PROGRESS_LINE = "`step 120 | loss 3.41 | elapsed 31.2s`"
@@ -518,6 +549,10 @@ def _first_run_checks(target: Path, config: TargetConfig, files: dict[str, str],
     late = timeout_fix(files, text.splitlines()) if result.outcome is Outcome.TIMED_OUT else None
     if late:
         checks = [replace(c, fix=late) if c.name == "budget honoured" else c for c in checks]
+    early = budget_cap(config, files, result.summary)
+    if early:
+        checks = [replace(c, detail=early[0], fix=early[1]) if c.name == "budget honoured" else c
+                  for c in checks]
     timed = meter.last_timed
     stop = check_early_stop(config, meter.lines, timed.elapsed_s if timed is not None else None)
     failed = any(c.name == "runs" and c.status == "fail" for c in checks)

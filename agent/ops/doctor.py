@@ -3,7 +3,9 @@
 Runs the command twice, with seeds seed and seed + 1 as a sweep's baseline does, in a throw-away
 worktree (assets linked as for a sweep), outside any database (with --db its logs are kept in
 the database's work folder); the checks themselves are agent.rules.contract's pure functions
-(the summary, the budget, is the seed used, where does the throughput come from).
+(the summary, the budget, is the seed used, where does the throughput come from). A run that
+trained less than half its budget although the script reads it is told the step or epoch count
+that ends training first, with its file and line (agent.ops.budget_caps).
 
 The knob checks: every knob, where it is set and whether a change to it reaches the run.
 Static, from the override chain (agent.proposers.knob_chain): each knob with its file and line,

@@ -7,6 +7,7 @@ prints (a live knob does, a dead one does not)."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -144,6 +145,17 @@ def test_doctor_names_the_epoch_cap_and_reads_the_elapsed_time(tmp_path: Path):
     (stop,) = [line for line in out.splitlines() if "early stop" in line]
     assert "elapsed time reaches" in stop and "print no elapsed time" not in out, out
     assert "see the dead knobs below" not in out
+    # a short sweep: each proposal changes one searched knob, a typer default or the args line
+    db = str(tmp_path / "o.db")
+    proc = overnight("run", "--target", str(root), "--experiments", "3", "--budget", "1",
+                     "--sweep", "t1", "--db", db)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    data = json.loads(overnight("results", "--sweep", "t1", "--format", "json", "--db",
+                                db).stdout)
+    changed = data["experiments"][1:]
+    assert len(changed) == 3 and {e["status"] for e in changed} <= {"kept", "discarded"}
+    searched = {n for n, s in knob_states(root).items() if s.searched} | {"--hidden"}
+    assert {e["description"].split(" ")[0] for e in changed} <= searched, changed
 
 
 def test_adopt_and_doctor_on_a_click_script(tmp_path: Path):

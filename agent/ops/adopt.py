@@ -55,7 +55,7 @@ from agent.ops.adopt_contract import (
     training_loss,
 )
 from agent.ops.adopt_probe import Probe, budget_for, probe
-from agent.ops.budget_caps import cap_advice, find_cap
+from agent.ops.budget_caps import cap_advice, count_site, find_cap
 from agent.ops.doctor import check_imports, repo_packages, worktree_command
 from agent.proposers.knob_chain import (
     PLUMBING,
@@ -505,9 +505,7 @@ def _budget(probed: Probe | None, files: dict[str, str], states: list[KnobState]
         return DEFAULT_BUDGET_S
     budget = budget_for(trained)
     cap = find_cap({p: t for p, t in files.items() if p.endswith(".py")})
-    count_at = next((s.knob.where for s in states if s.live and cap is not None
-                     and flag_key(s.knob.name).rsplit(".", 1)[-1] == cap.count), None)
-    why = f": {cap_advice(cap, count_at)[0]}" if cap is not None else ""
+    why = f": {cap_advice(cap, count_site(cap, states))[0]}" if cap is not None else ""
     how = "trained" if "training_seconds" in probed.summary else "ran"
     notes.append(f"budget_s = {budget:g}: the probe's run {how} {trained:.1f} s and ended by "
                  f"itself{why}; runs with a longer budget end as early (pass --budget to choose "

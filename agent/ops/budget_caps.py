@@ -8,15 +8,21 @@ a `while True:` with another `if ...: break` (`if step >= max_steps: break`) is 
 ends training before the budget when the run is shorter than the budget. A `while` whose test
 reads the budget, a `for` over `itertools.count()` or over a `range` of a million or more, are
 not. A script that does not read the budget: its training loop as adopt finds it
-(agent.ops.adopt_contract). Pure, over the files' text.
+(agent.ops.adopt_contract). `short_run` is doctor's finding for a run that trained less than
+half its budget (agent.rules.contract's underrun) and adopt's note on a probe that ended by
+itself uses the same words, with where the count's live knob is set. Pure, over the files'
+text and the knob chain's states.
 """
 
 from __future__ import annotations
 
 import ast
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from agent.ops.adopt_contract import training_loop
+from agent.proposers.knob_chain import KnobState, flag_key
+from agent.rules.contract import underrun
 
 BUDGET_VARIABLE = "OVERNIGHT_BUDGET_S"
 ENDLESS = 1_000_000  # a range this long is no cap
@@ -194,3 +200,26 @@ def cap_advice(cap: Cap | None, count_at: str | None = None) -> tuple[str, str]:
             f"{cap.check_line} breaks only the loop inside it)") if cap.nested else ""
     return f"`{cap.code}` ({where}) ends training first", f"let the budget end training: {how}" \
         f"{also}{higher}"
+
+
+def count_site(cap: Cap | None, states: list[KnobState]) -> str | None:
+    """Where the live knob of the cap's count is set (`train.py:27`), if it is one."""
+    if cap is None or cap.count is None:
+        return None
+    return next((s.knob.where for s in states if s.live
+                 and flag_key(s.knob.name).rsplit(".", 1)[-1] == cap.count), None)
+
+
+def short_run(budget_s: float, files: dict[str, str], summary: Mapping[str, float | str],
+              states: list[KnobState]) -> tuple[str, str] | None:
+    """(detail, fix) for a run that trained less than half its budget although the script
+    reads OVERNIGHT_BUDGET_S: the count that ends it first, with its file and line (None: the
+    run trained long enough, or the script reads no budget: read it is the fix then)."""
+    trained = summary.get("training_seconds")
+    code = {p: t for p, t in files.items() if p.endswith(".py")}
+    if not isinstance(trained, int | float) or underrun(float(trained), budget_s) is None \
+            or not any(BUDGET_VARIABLE in t for t in code.values()):
+        return None
+    cap = find_cap(code)
+    what, fix = cap_advice(cap, count_site(cap, states))
+    return f"trained only {trained:g} s of a {budget_s:g} s budget: {what}", fix

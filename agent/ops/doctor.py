@@ -42,7 +42,7 @@ import shlex
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -50,7 +50,7 @@ from pathlib import Path
 from agent.core.config import CONFIG_FILE, TargetConfig, extra_args
 from agent.git.repo import GitRepo
 from agent.ops.adopt_contract import fit_progress, training_loop
-from agent.ops.budget_caps import BUDGET_VARIABLE, cap_advice, find_cap
+from agent.ops.budget_caps import short_run
 from agent.ops.sweeps import asset_hashes, dirty_files, link_assets
 from agent.proposers.knob_chain import KnobState, flag_key, parse_words, resolve, script_word
 from agent.proposers.knob_sources import how_to_give_knobs
@@ -64,7 +64,6 @@ from agent.rules.contract import (
     check_run,
     check_seed,
     check_speed,
-    underrun,
 )
 from agent.rules.throughput import ProgressMeter, speed
 from runner.environment import guest_environment
@@ -365,23 +364,6 @@ def ignored_missing(target: Path, config: TargetConfig, error: str | None) -> st
             f'"{parent}" if everything in it is data)')
 
 
-def budget_cap(config: TargetConfig, files: dict[str, str],
-               summary: Mapping[str, float | str]) -> tuple[str, str] | None:
-    """(detail, fix) for a run that trained less than half its budget although the script
-    reads OVERNIGHT_BUDGET_S: the step or epoch count that ends it first, with its file and
-    line (None: the run trained long enough, or the script reads no budget)."""
-    trained = summary.get("training_seconds")
-    code = {p: t for p, t in files.items() if p.endswith(".py")}
-    if not isinstance(trained, int | float) or underrun(float(trained), config.budget_s) is None \
-            or not any(BUDGET_VARIABLE in t for t in code.values()):
-        return None
-    cap = find_cap(code)
-    count_at = next((s.knob.where for s in knob_states(config, files) if s.live and cap and
-                     flag_key(s.knob.name).rsplit(".", 1)[-1] == cap.count), None)
-    what, fix = cap_advice(cap, count_at)
-    return f"trained only {trained:g} s of a {config.budget_s:g} s budget: {what}", fix
-
-
 PROGRESS_LINE = "`step 120 | loss 3.41 | elapsed 31.2s`"
 
 
@@ -551,7 +533,8 @@ def _first_run_checks(target: Path, config: TargetConfig, files: dict[str, str],
     late = timeout_fix(files, text.splitlines()) if result.outcome is Outcome.TIMED_OUT else None
     if late:
         checks = [replace(c, fix=late) if c.name == "budget honoured" else c for c in checks]
-    early = budget_cap(config, files, result.summary)
+    states = knob_states(config, files)
+    early = short_run(config.budget_s, files, result.summary, states)
     if early:
         checks = [replace(c, detail=early[0], fix=early[1]) if c.name == "budget honoured" else c
                   for c in checks]
@@ -563,7 +546,7 @@ def _first_run_checks(target: Path, config: TargetConfig, files: dict[str, str],
     if progress:
         checks = [replace(c, fix=progress) if c.name == "progress lines" else c for c in checks]
         stop = replace(stop, detail=f"{stop.detail}; to turn it on: {progress}", fix=progress)
-    return [*checks, *printed_values(knob_states(config, files), text), stop]
+    return [*checks, *printed_values(states, text), stop]
 
 
 def _work_root(work_dir: Path | None, stack: ExitStack) -> Path:

@@ -84,7 +84,9 @@ def adopt(
     command: Annotated[str | None, typer.Option(help="command run from the repo root")] = None,
     editable: Annotated[list[str] | None, typer.Option(help="a file proposals may change "
                                                        "(repeat the option)")] = None,
-    budget: Annotated[float, typer.Option(help="training seconds per run")] = 300.0,
+    budget: Annotated[float | None, typer.Option(
+        help="training seconds per run (default: the probe's training time when it ends by "
+             "itself, else 300)")] = None,
     force: Annotated[bool, typer.Option(help=f"overwrite an existing {CONFIG_FILE}")] = False,
     probe: Annotated[float, typer.Option(
         min=0, help="seconds the command may run once to show what it prints (0: no run)")
@@ -108,7 +110,8 @@ def adopt(
              "--probe 0")
     try:
         found = inspect_repo(root, Path(script) if script else None, command,
-                             has_gpu=bool(detect_devices()), metric=metric, probe_s=probe)
+                             has_gpu=bool(detect_devices()), metric=metric, probe_s=probe,
+                             budget_s=budget)
     except ValueError as exc:
         fail(str(exc))
     if found.args_file and (root / found.args_file).exists() and not force:
@@ -120,7 +123,7 @@ def adopt(
     found = replace(found, editable=editable or found.editable, metric=chosen,
                     direction=direction or _ask("direction (minimize/maximize)", way) or way,
                     direction_why="as given" if direction else why)
-    text = render_toml(found, budget)
+    text = render_toml(found)
     try:
         import tomllib
 
@@ -150,9 +153,7 @@ def _report(root: Path, found, text: str) -> None:  # type: ignore[no-untyped-de
     console.print(f"{found.knobs} knob(s) will be searched"
                   + (f"; {len(found.dead)} dead (something later sets them)" if found.dead
                      else "")
-                  + ("" if found.knobs else ": the knobs proposer needs config-block globals, "
-                     "argparse defaults, UPPER_CASE constants, dataclass fields, config-file "
-                     "keys or args_file lines that nothing later overrides"), soft_wrap=True)
+                  + ("" if found.knobs else f": {escape(found.no_knobs)}"), soft_wrap=True)
     if found.todo:
         console.print(f"\n[bold]{found.script} still needs, for the contract:[/bold] (each "
                       "line goes in verbatim, as it is after `| `)")

@@ -18,8 +18,14 @@ _NUMBER = r"[-+]?(?:nan|inf(?:inity)?|\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|\.\d+(?:[eE
 # `x.loss`), and may be followed by `:`, `=` or spaces before its value.
 _STEP = re.compile(r"(?<![\w.])step\s*[:=]?\s*(\d+)", re.IGNORECASE)
 _LOSS = re.compile(rf"(?<![\w.])loss\s*[:=]?\s*({_NUMBER})(?![\w.])", re.IGNORECASE)
-_ELAPSED = re.compile(
-    rf"(?<![\w.])elapsed\s*[:=]?\s*({_NUMBER})\s*(?:seconds|secs?|s)?(?![\w.])", re.IGNORECASE
+_SECONDS = r"\s*(?:seconds|secs?|s)"
+# The training time a progress line prints: `elapsed 31.2s`, `elapsed=3.4`, `time 1.2s` (in
+# seconds; not a step's, an epoch's or a batch's time), or a field of its own, `| 0.7s`.
+_ELAPSED = (
+    re.compile(rf"(?<![\w.])elapsed\s*[:=]?\s*({_NUMBER})(?:{_SECONDS})?(?![\w.])", re.I),
+    re.compile(rf"(?<![\w.])(?<!step )(?<!iter )(?<!epoch )(?<!batch )time\s*[:=]?\s*"
+               rf"({_NUMBER}){_SECONDS}(?![\w./])", re.I),
+    re.compile(rf"(?:^|\|)\s*({_NUMBER}){_SECONDS}\s*(?=\||$)", re.I),
 )
 
 
@@ -69,9 +75,19 @@ def has_fail_marker(text: str) -> bool:
     return any(line.strip() == FAIL_MARKER for line in text.splitlines())
 
 
+def find_elapsed(line: str) -> float | None:
+    """The training seconds a progress line prints (see `_ELAPSED`), else None."""
+    for pattern in _ELAPSED:
+        found = pattern.search(line)
+        if found is not None:
+            return float(found.group(1))
+    return None
+
+
 def parse_custom_progress(line: str, pattern: re.Pattern[str]) -> ProgressPoint | None:
     """Parse a line with a target's own `progress_regex`: named groups `loss` (required),
-    `step` and `elapsed` (optional; without `step` the caller numbers the points, step -1)."""
+    `step` and `elapsed` (optional; without `step` the caller numbers the points, step -1;
+    without an `elapsed` group, the line's elapsed time as find_elapsed reads it)."""
     match = pattern.search(line)
     if match is None:
         return None
@@ -79,7 +95,8 @@ def parse_custom_progress(line: str, pattern: re.Pattern[str]) -> ProgressPoint 
     try:
         loss = float(groups["loss"])
         step = int(groups["step"]) if groups.get("step") else -1
-        elapsed = float(groups["elapsed"]) if groups.get("elapsed") else None
+        elapsed = float(groups["elapsed"]) if groups.get("elapsed") else (
+            None if "elapsed" in pattern.groupindex else find_elapsed(line))
     except (KeyError, TypeError, ValueError):
         return None
     return ProgressPoint(step=step, loss=loss, elapsed_s=elapsed)
@@ -89,8 +106,9 @@ def parse_progress(line: str, pattern: re.Pattern[str] | None = None) -> Progres
     """Parse a progress line such as ``step 120 | loss 3.41 | elapsed 31.2s``.
 
     Tolerates ``step 00120/01000 (12.0%) | loss: 3.41 | elapsed: 31.2s``, ``step=120 loss=3.41``
-    and extra fields in any order. Returns None unless both a step and a loss are present.
-    With a `pattern` (a target's `progress_regex`), lines it matches are parsed by it first.
+    and extra fields in any order; the elapsed time may also read ``time 1.2s`` or ``| 1.2s``.
+    Returns None unless both a step and a loss are present. With a `pattern` (a target's
+    `progress_regex`), lines it matches are parsed by it first.
     """
     if pattern is not None:
         custom = parse_custom_progress(line, pattern)
@@ -100,9 +118,5 @@ def parse_progress(line: str, pattern: re.Pattern[str] | None = None) -> Progres
     loss = _LOSS.search(line)
     if step is None or loss is None:
         return None
-    elapsed = _ELAPSED.search(line)
-    return ProgressPoint(
-        step=int(step.group(1)),
-        loss=float(loss.group(1)),
-        elapsed_s=float(elapsed.group(1)) if elapsed else None,
-    )
+    return ProgressPoint(step=int(step.group(1)), loss=float(loss.group(1)),
+                         elapsed_s=find_elapsed(line))

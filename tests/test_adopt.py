@@ -4,6 +4,7 @@ defaults (data outside git as an asset, evaluation protected, its own progress f
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import tomllib
@@ -19,9 +20,12 @@ from db.store import SqlStore
 
 
 def adopt(*args: str) -> subprocess.CompletedProcess[str]:
+    # A bare environment (no virtualenv on PATH), but this checkout's code when PYTHONPATH
+    # names it (a worktree beside an editable install of another).
+    keep = {k: os.environ[k] for k in ("PYTHONPATH",) if k in os.environ}
     return subprocess.run([OVERNIGHT, "adopt", *args], capture_output=True, text=True,
-                          stdin=subprocess.DEVNULL, timeout=60, env={"COLUMNS": "200",
-                                                                      "PATH": "/usr/bin:/bin"})
+                          stdin=subprocess.DEVNULL, timeout=60,
+                          env={"COLUMNS": "200", "PATH": "/usr/bin:/bin", **keep})
 
 
 def wordlm(tmp_path: Path) -> Path:

@@ -101,6 +101,35 @@ def test_progress_parsed(line: str, expected: ProgressPoint) -> None:
     assert parse_progress(line) == expected
 
 
+@pytest.mark.parametrize(
+    ("line", "elapsed"),
+    [
+        ("step 3 | loss 0.63 | 0.7s", 0.7),  # a field of its own
+        ("step 3 | loss 0.63 | time 1.2s", 1.2),
+        ("step=3 loss=0.63 elapsed=3.4", 3.4),
+        ("step 3 | loss 0.63 | 12 sec", 12.0),
+        ("step 3: loss 0.63, time 9.70ms, mfu 0.01%", None),  # a step's time, in ms (nanoGPT)
+        ("step 3 | loss 0.63 | epoch time 3.2s", None),  # an epoch's time, not the run's
+        ("step 3 | loss 0.63 | step time 0.3s", None),
+        ("step 3 | loss 0.63 | 3.18s/it", None),  # tqdm: seconds per step
+        ("step 3 | loss 0.63 | remaining: 290s", None),
+    ],
+)
+def test_the_elapsed_time_a_progress_line_prints(line: str, elapsed: float | None) -> None:
+    point = parse_progress(line)
+    assert point is not None and point.elapsed_s == elapsed
+
+
+def test_a_progress_regex_without_an_elapsed_group_still_reads_the_elapsed_time() -> None:
+    import re
+
+    made = re.compile(r"loss\s+(?P<loss>[\d.]+)")  # what adopt fits to `epoch 0 | loss ...`
+    assert parse_progress("epoch   3 | loss 0.6312 | 0.7s", made) == ProgressPoint(-1, 0.6312,
+                                                                                  0.7)
+    own = re.compile(r"loss\s+(?P<loss>[\d.]+)(?: \| (?P<elapsed>[\d.]+)m)?")
+    assert parse_progress("epoch 3 | loss 0.5 | 0.7s", own) == ProgressPoint(-1, 0.5, None)
+
+
 def test_progress_nan_loss() -> None:
     point = parse_progress("step 2 | loss nan | elapsed 0.2s")
     assert point is not None and point.step == 2 and math.isnan(point.loss)

@@ -21,12 +21,11 @@ skip`). Hydra scripts: the config files their defaults list selects.
 The repository: its training entry point, the modules it imports, data outside git, the
 packages this interpreter lacks (files read, and git's list of ignored paths).
 
-The probe: the committed HEAD is checked out in a temporary worktree (the data adopt found
-outside git linked in, as for a sweep's runs) and the full command runs there with
-`OVERNIGHT_BUDGET_S` set to the probe's seconds. It is stopped after a few lines with a
-training loss, at the end of its wall limit, or when it ends. What it printed decides the
-progress_regex adopt offers; where it imported the repository's own packages from
-(agent.ops.doctor) decides the command; a failure is reported with its last traceback line.
+The probe (agent.ops.adopt_probe): the command runs briefly from a worktree of HEAD; what it
+printed decides the progress_regex, where it imported the repository's packages from decides
+the command, and a run that ended by itself gives budget_s its training time (naming the step
+or epoch count that ended it, agent.ops.budget_caps). A script with no searchable knob is told,
+in one sentence, how to give it some.
 """
 
 from __future__ import annotations
@@ -37,13 +36,10 @@ import re
 import shlex
 import subprocess
 import sys
-import tempfile
-import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from agent.core.config import CONFIG_FILE, args_words
-from agent.git.repo import GitRepo
 from agent.ops.adopt_contract import (
     Metric,
     Todo,
@@ -54,21 +50,22 @@ from agent.ops.adopt_contract import (
     library_todos,
     lightning_todos,
     loop_todos,
-    loss_lines,
     seed_todos,
     trainer_todos,
     training_loss,
 )
-from agent.ops.doctor import (
-    ImportFacts,
-    check_imports,
-    import_facts,
-    repo_packages,
-    worktree_command,
+from agent.ops.adopt_probe import Probe, budget_for, probe
+from agent.ops.budget_caps import cap_advice, count_site, find_cap
+from agent.ops.doctor import check_imports, repo_packages, worktree_command
+from agent.proposers.knob_chain import (
+    PLUMBING,
+    KnobState,
+    flag_key,
+    resolve,
+    script_word,
+    takes_value,
 )
-from agent.proposers.knob_chain import PLUMBING, flag_key, resolve, script_word, takes_value
-from runner.process import resolve_command, run_command
-from runner.result import Outcome
+from agent.proposers.knob_sources import how_to_give_knobs
 
 # --- the command a user really runs, and the files it names -----------------------------------
 ARGS_FILE = "overnight.args"
@@ -230,9 +227,13 @@ def _python_files(root: Path) -> list[Path]:
     return found
 
 
+CLI_WORDS = re.compile(r"\bargparse\b|add_argument|\bimport (?:typer|click|fire|jsonargparse)\b"
+                       r"|\bfrom (?:typer|click|fire|jsonargparse)\b")
+
+
 def entry_score(text: str, name: str = "") -> int:
     """How much a file looks like a training entry point."""
-    score = 3 * ("__main__" in text) + 2 * ("argparse" in text or "add_argument" in text)
+    score = 3 * ("__main__" in text) + 2 * bool(CLI_WORDS.search(text))
     score += 2 * bool(re.search(r"\.backward\(|optimizer\.step\(|\bfor\s+epoch\b", text))
     score += 2 * bool(re.search(r"@hydra\.main|\btrainer\.(fit|train)\(|\bTrainer\(", text))
     score += 2 * bool(re.search(r"^(while|for)\b", text, re.M) and ".backward(" in text)
@@ -353,70 +354,6 @@ def metric_sources(root: Path, script: Path, texts: dict[str, str]) -> list[str]
     return [script.relative_to(root).as_posix(), *local_imports(root, script), *paths]
 
 
-# --- the probe: the command run briefly -------------------------------------------------------
-PROBE_S = 60.0  # the wall limit of the probe run
-ENOUGH_LINES = 3  # lines with a loss: enough to fit a progress_regex
-
-
-@dataclass(frozen=True)
-class Probe:
-    """What the probe run printed and how it ended."""
-
-    lines: list[str]
-    wall_s: float
-    ended: str  # how: stopped after enough lines, stopped at the limit, finished, failed
-    error: str | None = None
-    imports: ImportFacts | None = None
-
-
-def _link(worktree: Path, root: Path, assets: list[str]) -> None:
-    for asset in assets:
-        if Path(asset).is_absolute():
-            continue
-        link = worktree / asset
-        link.parent.mkdir(parents=True, exist_ok=True)
-        link.symlink_to(root / asset)
-
-
-def probe(root: Path, command: str, assets: list[str], seconds: float = PROBE_S) -> Probe:
-    """Run `command` (as the user runs it, flags included) from a worktree of HEAD."""
-    repo = GitRepo(root)
-    head = repo.head("HEAD")
-    stop = threading.Event()
-    losses: list[str] = []
-
-    def on_line(line: str) -> None:
-        losses.extend(loss_lines([line]))
-        if len(losses) >= ENOUGH_LINES:
-            stop.set()
-
-    with tempfile.TemporaryDirectory(prefix="overnight-adopt-") as tmp:
-        worktree = Path(tmp) / "wt"
-        repo.add_worktree(worktree, head)
-        try:
-            _link(worktree, root, assets)
-            argv = resolve_command(command)
-            env = {"OVERNIGHT_BUDGET_S": f"{seconds:g}", "OVERNIGHT_SEED": "42",
-                   "OVERNIGHT_EXPERIMENT_ID": "adopt-probe"}
-            imports = import_facts(argv, worktree, worktree, env, command)
-            result = run_command(argv, cwd=worktree, log_path=Path(tmp) / "probe.log",
-                                 timeout_s=seconds, env=env, grace_s=2.0, on_line=on_line,
-                                 stop_event=stop)
-            lines = (Path(tmp) / "probe.log").read_text(errors="replace").splitlines()
-        finally:
-            repo.remove_worktree(worktree)
-    if stop.is_set():
-        ended = f"stopped after {ENOUGH_LINES} lines with a loss"
-    elif result.outcome is Outcome.TIMED_OUT:
-        ended = f"stopped at the probe's {seconds:g} s limit"
-    elif result.exit_code == 0:
-        ended = "finished"
-    else:
-        ended = "failed"
-    error = (result.error or f"exit code {result.exit_code}") if ended == "failed" else None
-    return Probe(lines, result.wall_s, ended, error, imports)
-
-
 # --- adopt ------------------------------------------------------------------------------------
 PROTECTED_HINT = re.compile(r"eval|metric|score|data|prepare|dataset|corpus", re.IGNORECASE)
 # Words of a metric's name that say which way is better (the last such word decides).
@@ -424,6 +361,7 @@ MAXIMIZE = frozenset({"acc", "accuracy", "f1", "bleu", "rouge", "rougel", "rewar
                       "return", "auc", "auroc", "map", "precision", "recall", "score", "iou",
                       "miou", "dice", "r2", "top1", "top5", "ndcg", "mrr", "psnr", "ssim",
                       "correct", "win", "exact"})
+DEFAULT_BUDGET_S = 300.0  # budget_s when neither given nor learnt from the probe
 MINIMIZE = frozenset({"loss", "error", "err", "perplexity", "ppl", "bpb", "bpc", "nll", "mse",
                       "mae", "rmse", "wer", "cer", "fid", "regret", "cost", "distance"})
 
@@ -450,6 +388,8 @@ class Adoption:
     direction_why: str = ""
     notes: list[str] = field(default_factory=list)  # what adopt decided for the user, and why
     probe: Probe | None = None
+    budget_s: float = 300.0  # given, or the probe's training time when it ended by itself
+    no_knobs: str = ""  # with no searched knob: how to give the script some
 
 
 def direction_for(metric: str) -> tuple[str, str]:
@@ -505,14 +445,17 @@ def contract_todo(text: str, metric: Metric | None,
 
 
 def adopt(root: Path, script: Path | None = None, command: str | None = None,
-          has_gpu: bool = False, metric: str | None = None, probe_s: float = 0.0) -> Adoption:
+          has_gpu: bool = False, metric: str | None = None, probe_s: float = 0.0,
+          budget_s: float | None = None) -> Adoption:
     """Inspect a repository (and, with `probe_s`, run its command that long at most to see
-    what it prints); raise ValueError when no entry point is found."""
+    what it prints and how long it trains, which sets budget_s unless `budget_s` is given);
+    raise ValueError when no entry point is found."""
     root = root.resolve()
     script = (root / script) if script else find_entry(root, metric)
     if script is None or not script.is_file():
         raise ValueError(f"no training script found in {root} (a .py file with a training "
-                         "loop, argparse, hydra or `if __name__ == '__main__'`); pass --script")
+                         "loop, a command line (argparse, typer, click, ...), hydra or "
+                         "`if __name__ == '__main__'`); pass --script")
     text = script.read_text(errors="replace")
     rel = script.relative_to(root).as_posix()
     commands = readme_commands(root, rel)
@@ -540,15 +483,34 @@ def adopt(root: Path, script: Path | None = None, command: str | None = None,
     run = " ".join([base, *map(shlex.quote, args_words(args_text))])
     probed = probe(root, run, assets, probe_s) if probe_s > 0 else None
     library = {p: t for p, t in texts_of(root, imports).items() if p != rel}
+    searched = sum(s.searched for s in states)
     return Adoption(
         script=rel, command=base, editable=editable, protected=[*protected, CONFIG_FILE],
         assets=assets, metric=chosen.name if chosen else None, direction=direction,
-        progress_regex=_progress(probed, notes), knobs=sum(s.searched for s in states),
+        progress_regex=_progress(probed, notes), knobs=searched,
         dead=[f"{s.knob.name} at {s.knob.where}: {s.why}" for s in states if not s.live],
         todo=_interpreter_todo(root, script, text, base) + _probe_todo(probed, editable)
         + contract_todo(text, chosen, library),
         args_file=args_file, args_text=args_text, commands=commands, full_command=full,
-        direction_why=why, notes=notes, probe=probed)
+        direction_why=why, notes=notes, probe=probed,
+        budget_s=budget_s or _budget(probed, files, states, notes),
+        no_knobs="" if searched else how_to_give_knobs(rel, text, base, adopted=str(root)))
+
+
+def _budget(probed: Probe | None, files: dict[str, str], states: list[KnobState],
+            notes: list[str]) -> float:
+    """The probe's training time, rounded up, when it ended by itself; else DEFAULT_BUDGET_S."""
+    trained = probed.trained_s if probed is not None else None
+    if probed is None or trained is None:
+        return DEFAULT_BUDGET_S
+    budget = budget_for(trained)
+    cap = find_cap({p: t for p, t in files.items() if p.endswith(".py")})
+    why = f": {cap_advice(cap, count_site(cap, states))[0]}" if cap is not None else ""
+    how = "trained" if "training_seconds" in probed.summary else "ran"
+    notes.append(f"budget_s = {budget:g}: the probe's run {how} {trained:.1f} s and ended by "
+                 f"itself{why}; runs with a longer budget end as early (pass --budget to choose "
+                 "another)")
+    return budget
 
 
 def _from_worktree(root: Path, rel: str, text: str, base: str) -> tuple[str, list[str]]:
@@ -631,7 +593,8 @@ def _toml_list(items: list[str]) -> str:
     return "[" + ", ".join(f'"{i}"' for i in items) + "]"
 
 
-def render_toml(a: Adoption, budget_s: float = 300.0) -> str:
+def render_toml(a: Adoption, budget_s: float | None = None) -> str:
+    budget_s = a.budget_s if budget_s is None else budget_s
     command = a.command.replace("\\", "\\\\").replace('"', '\\"')
     lines = ["[target]", f'command   = "{command}"', f"editable  = {_toml_list(a.editable)}",
              f"protected = {_toml_list(a.protected)}", f'metric    = "{a.metric}"',

@@ -3,7 +3,9 @@
 Runs the command twice, with seeds seed and seed + 1 as a sweep's baseline does, in a throw-away
 worktree (assets linked as for a sweep), outside any database (with --db its logs are kept in
 the database's work folder); the checks themselves are agent.rules.contract's pure functions
-(the summary, the budget, is the seed used, where does the throughput come from).
+(the summary, the budget, is the seed used, where does the throughput come from). A run that
+trained less than half its budget although the script reads it is told the step or epoch count
+that ends training first, with its file and line (agent.ops.budget_caps).
 
 The knob checks: every knob, where it is set and whether a change to it reaches the run.
 Static, from the override chain (agent.proposers.knob_chain): each knob with its file and line,
@@ -48,8 +50,10 @@ from pathlib import Path
 from agent.core.config import CONFIG_FILE, TargetConfig, extra_args
 from agent.git.repo import GitRepo
 from agent.ops.adopt_contract import fit_progress, training_loop
+from agent.ops.budget_caps import short_run
 from agent.ops.sweeps import asset_hashes, dirty_files, link_assets
-from agent.proposers.knob_chain import KnobState, flag_key, resolve, script_word
+from agent.proposers.knob_chain import KnobState, flag_key, parse_words, resolve, script_word
+from agent.proposers.knob_sources import how_to_give_knobs
 from agent.rules.conditions import Sample
 from agent.rules.contract import (
     Check,
@@ -286,8 +290,7 @@ def knob_checks(config: TargetConfig, files: dict[str, str]) -> list[Check]:
     summary = Check("knobs", "ok" if searched else "warn",
                     f"{searched} searched, {len(dead)} dead, "
                     f"{len(states) - searched - len(dead)} not searched (bookkeeping or text)",
-                    "" if searched else "nothing for the knobs proposer to change: see the dead "
-                    "knobs below for what wins, or use --proposer llm:<profile>")
+                    "" if searched else _no_knobs_fix(config, files, bool(dead)))
     by_command = sorted({s.why.split(":")[0].removeprefix("the command sets ")
                          for s in dead if s.why.startswith("the command sets")})
     checks = [summary]
@@ -300,6 +303,18 @@ def knob_checks(config: TargetConfig, files: dict[str, str]) -> list[Check]:
             "\"overnight.args\", listed in editable too; one flag a line) so a sweep can "
             "search them, or drop them from `command`"))
     return checks + [_state_line(s) for s in states]
+
+
+def _no_knobs_fix(config: TargetConfig, files: dict[str, str], dead: bool) -> str:
+    """What to do when nothing is searched: what wins over the dead knobs listed below, or
+    how to give the script knobs at all."""
+    if dead:
+        return ("nothing for the knobs proposer to change: see the dead knobs below for what "
+                "wins, or use --proposer llm:<profile>")
+    script = parse_words(shlex.split(config.command), config.workdir).script or "the script"
+    return (f"nothing for the knobs proposer to change: "
+            f"{how_to_give_knobs(script, files.get(script, ''), config.command)}; or use "
+            "--proposer llm:<profile>")
 
 
 def _close(a: float, b: float) -> bool:
@@ -518,6 +533,11 @@ def _first_run_checks(target: Path, config: TargetConfig, files: dict[str, str],
     late = timeout_fix(files, text.splitlines()) if result.outcome is Outcome.TIMED_OUT else None
     if late:
         checks = [replace(c, fix=late) if c.name == "budget honoured" else c for c in checks]
+    states = knob_states(config, files)
+    early = short_run(config.budget_s, files, result.summary, states)
+    if early:
+        checks = [replace(c, detail=early[0], fix=early[1]) if c.name == "budget honoured" else c
+                  for c in checks]
     timed = meter.last_timed
     stop = check_early_stop(config, meter.lines, timed.elapsed_s if timed is not None else None)
     failed = any(c.name == "runs" and c.status == "fail" for c in checks)
@@ -526,7 +546,7 @@ def _first_run_checks(target: Path, config: TargetConfig, files: dict[str, str],
     if progress:
         checks = [replace(c, fix=progress) if c.name == "progress lines" else c for c in checks]
         stop = replace(stop, detail=f"{stop.detail}; to turn it on: {progress}", fix=progress)
-    return [*checks, *printed_values(knob_states(config, files), text), stop]
+    return [*checks, *printed_values(states, text), stop]
 
 
 def _work_root(work_dir: Path | None, stack: ExitStack) -> Path:

@@ -34,13 +34,13 @@ class Knob:
     name: str
     raw: str
     value: Value
-    # constant (UPPER) | global (a config-block global) | argparse | dataclass | yaml | toml
-    # | json | args (a line of the target's args_file)
+    # constant (UPPER) | global (a config-block global) | argparse | typer | click | fire |
+    # jsonargparse | dataclass | yaml | toml | json | args (a line of the target's args_file)
     kind: str = "constant"
     col: int = -1  # column of `raw` in the line; -1: its first occurrence
     choices: tuple[str, ...] = ()  # literals it may take (argparse choices), as source text
-    flag: str = ""  # the argparse option string, e.g. "--lr"
-    flags: tuple[str, ...] = ()  # every option string of an argparse knob ("-l", "--lr")
+    flag: str = ""  # a CLI option's long flag, e.g. "--lr" (argparse, typer, click, ...)
+    flags: tuple[str, ...] = ()  # every flag that sets it ("-l", "--lr")
 
     @property
     def key(self) -> str:

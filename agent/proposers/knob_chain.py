@@ -1,12 +1,14 @@
 """The override chain: for each knob, does a change to its literal reach the run, and if not why.
 
 A run's value of a hyper-parameter is set, last one winning, by: the script's literal (a
-config-block global, an argparse default, a dataclass default, a YAML/TOML/JSON key), then a
+config-block global, an argparse, typer, click, fire or jsonargparse default, a dataclass
+default, a YAML/TOML/JSON key), then a
 Python config file the command names and the script exec()s over its globals (nanoGPT's
 configurator), then the command's own flags (`--lr=0.1`, `--lr 0.1`, hydra's `model.lr=0.1`),
 then the target's `args_file` (appended to the command; editable, so its lines are knobs).
-A knob some later layer sets is dead; so is a global assigned again further down, and a
-dataclass default every construction of the class passes explicitly. Attribute-style configs
+A knob some later layer sets is dead; so is a global assigned again further down, a CLI
+option its function assigns again, and a dataclass default every construction of the class
+passes explicitly. Attribute-style configs
 (`C.trainer.learning_rate = 5e-4`, agent.proposers.knob_attrs) are followed from the script in
 the order a run sets them: a default a later key, section or flag sets is dead, and so is a flag
 the script sets again after merging the flags. Everything else is live.
@@ -24,6 +26,7 @@ from dataclasses import dataclass, field, replace
 
 from agent.core.config import args_words
 from agent.proposers.knob_attrs import Step, covers, flatten, scope_of
+from agent.proposers.knob_cli import CLI_KINDS
 from agent.proposers.knob_python import ALL, PythonFacts, python_knobs
 from agent.proposers.knob_sources import Knob, find_knobs
 
@@ -238,6 +241,14 @@ class _Chain:
                     "is never used")
         return None
 
+    def option_setter(self, knob: Knob) -> str | None:
+        """A CLI option: its function sets it again, else a flag of args_file or the command."""
+        again = self.facts.get(knob.path, PythonFacts()).set_again.get((knob.line_no, knob.col))
+        if again is not None:
+            return (f"set again at {knob.path}:{again + 1}: the function overwrites its "
+                    f"{knob.flag} before using it")
+        return self.flag_setter([flag_key(f) for f in knob.flags or (knob.flag,)])
+
     def config_key_setter(self, knob: Knob) -> str | None:
         prefix = self.hydra_prefix(knob.path)
         return None if prefix is None else self.flag_setter([prefix + knob.name])
@@ -268,8 +279,8 @@ class _Chain:
             return self.args_setter(knob)
         if knob.kind in ("constant", "global"):
             return self.global_setter(knob)
-        if knob.kind == "argparse":
-            return self.flag_setter([flag_key(f) for f in knob.flags or (knob.flag,)])
+        if knob.kind == "argparse" or knob.kind in CLI_KINDS:
+            return self.option_setter(knob)
         if knob.kind == "dataclass":
             return self.dataclass_setter(knob)
         if knob.kind == "attr":

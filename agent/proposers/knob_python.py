@@ -3,12 +3,14 @@
 Finds the literals of a script's config block (module-level `name = <literal>` of any case
 before the first top-level statement that does something, so `exec(open('configurator.py')
 .read())` or `if ddp:` ends it; UPPER_CASE constants count anywhere at module level),
-argparse `add_argument(..., default=<literal>)`, dataclass fields (`x: int = 3` and
+argparse `add_argument(..., default=<literal>)`, the options of typer, click, fire and
+jsonargparse (agent.proposers.knob_cli), dataclass fields (`x: int = 3` and
 `x: int = field(default=3)`) and attribute-style config keys (`C.model.n_layer = 6`, found by
-agent.proposers.knob_attrs). Alongside, per file: module globals assigned again later, the
-calls that construct each dataclass (with the fields they pass explicitly), the dataclasses
-parsed from the command line (HfArgumentParser, tyro, simple_parsing) and whether the file
-exec()s code over its globals. Pure: the stdlib, agent.core.diff and the knob modules.
+agent.proposers.knob_attrs). Alongside, per file: module globals assigned again later, CLI
+options their function sets again, the calls that construct each dataclass (with the fields
+they pass explicitly), the dataclasses parsed from the command line (HfArgumentParser, tyro,
+simple_parsing, jsonargparse, fire) and whether the file exec()s code over its globals. Pure:
+the stdlib, agent.core.diff and the knob modules.
 """
 
 from __future__ import annotations
@@ -19,9 +21,11 @@ from dataclasses import dataclass, field
 from agent.core.diff import split_lines
 from agent.proposers.knob_attrs import AttrFacts, attr_facts, attr_knobs
 from agent.proposers.knob_base import Knob, find_constants, knob_at, literal_value
+from agent.proposers.knob_cli import cli_knobs
 
 ALL = frozenset({"*"})  # a construction whose keyword set is unknown (`Cls(**kwargs)`)
-CLI_PARSERS = ("HfArgumentParser", "cli", "parse", "add_arguments", "ArgumentParser")
+CLI_PARSERS = ("HfArgumentParser", "cli", "parse", "add_arguments", "ArgumentParser", "CLI",
+               "auto_cli", "Fire", "add_class_arguments")
 
 
 @dataclass
@@ -29,6 +33,7 @@ class PythonFacts:
     """What one file says about the liveness of knobs (merged across files by knob_chain)."""
 
     reassigned: dict[str, int] = field(default_factory=dict)  # global -> line it is set again
+    set_again: dict[tuple[int, int], int] = field(default_factory=dict)  # CLI option -> line
     constructions: dict[str, list[frozenset[str]]] = field(default_factory=dict)
     fields: dict[str, list[str]] = field(default_factory=dict)  # dataclass -> field order
     parsed_from_cli: set[str] = field(default_factory=set)  # dataclasses parsed from argv
@@ -198,6 +203,9 @@ def python_knobs(path: str, text: str, classes: set[str] | None = None,
             found.append(_argparse_knob(path, lines, node))
         elif isinstance(node, ast.ClassDef) and _is_dataclass(node):
             found += _dataclass_knobs(path, lines, node, facts)
+    options = cli_knobs(path, lines, tree)
+    found += options.knobs
+    facts.set_again = options.set_again
     facts.attrs = attr_facts(path, text, tree, known, getters)
     found += attr_knobs(facts.attrs)
     facts.reassigned = _reassigned(tree)

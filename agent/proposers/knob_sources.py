@@ -1,8 +1,9 @@
 """Knob discovery: the hyper-parameters of editable files, wherever they live.
 
 Python files: agent.proposers.knob_python (config-block globals of any case, UPPER_CASE
-constants, argparse defaults, dataclass fields). Config files: numeric/boolean keys of YAML
-(named by their nested path, `model.optimizer.lr`), TOML (`section.key`) and JSON. A target's
+constants, argparse, typer, click, fire and jsonargparse defaults, dataclass fields). Config
+files: numeric/boolean keys of YAML (named by their nested path, `model.optimizer.lr`), TOML
+(`section.key`) and JSON. A target's
 `args_file` (command-line arguments, one or more a line): `--lr=0.1`, `--lr 0.1`, hydra's
 `model.lr=0.1`. Each Knob knows the column of its literal, so `Knob.rewrite` changes exactly
 that literal in its line. Pure: the stdlib and agent.core.diff.
@@ -12,6 +13,7 @@ A line that carries the comment `knobs: skip` is left alone.
 from __future__ import annotations
 
 import re
+import shlex
 from pathlib import PurePosixPath
 
 from agent.core.diff import split_lines
@@ -32,6 +34,7 @@ _CONFIG_LINE = {  # key, then the literal; a trailing comment is allowed
 }
 _YAML_OPEN = re.compile(r"^(?P<indent>\s*)(?P<key>[A-Za-z_][\w.-]*)\s*:\s*(?:#.*)?$")
 _CONFIG_SUFFIX = {".yaml": "yaml", ".yml": "yaml", ".toml": "toml", ".json": "json"}
+_QUOTED_FLAG = re.compile(r"""["'](--[A-Za-z][\w-]*)["']""")
 _ARG = re.compile(rf"(?:^|\s)(?P<key>(?:--?|\+{{0,2}})[A-Za-z_][\w.-]*)(?:=|\s+)"
                   rf"(?P<value>true|false|True|False|{_NUMBER})(?=\s|$)")
 
@@ -102,6 +105,24 @@ def no_knobs_message(files: dict[str, str], dead: list[str] | None = None) -> st
                 "command's flags), or use --proposer llm:<profile> or queue")
     return (f"no knobs found in {names}: the knobs proposer changes literals of a script's "
             "config block (module globals before the first statement that does something), "
-            "UPPER_CASE constants, argparse defaults, dataclass field defaults, numeric keys of "
-            "YAML/TOML/JSON files listed in `editable` and the lines of `args_file`; see "
+            "UPPER_CASE constants, the defaults of argparse, typer, click, fire and jsonargparse "
+            "options, dataclass field defaults, numeric keys of YAML/TOML/JSON files"
+            " listed in `editable` and the lines of `args_file`; see "
             "docs/adopt.md 'Knobs'. Add one of those, or use --proposer llm:<profile> or queue")
+
+
+def how_to_give_knobs(script: str, text: str, command: str, adopted: str | None = None) -> str:
+    """One sentence: how to give a script with no searchable knob some (`text`: the script's,
+    whose quoted `--flags` make the example; `adopted`: the repository adopt is adopting, to
+    say it again with the flags; None: a target's overnight.toml exists)."""
+    flags = [f for f in dict.fromkeys(_QUOTED_FLAG.findall(text)) if f != "--help"][:3]
+    example = " ".join(f"{f} <value>" for f in flags) or "--lr 0.001"
+    if adopted is not None:
+        where = (f"in adopt's command (`overnight adopt {shlex.quote(adopted)} --force --command "
+                 f"{shlex.quote(f'{command} {example}')}` writes them into overnight.args, "
+                 "for a sweep to change)")
+    else:
+        where = (f"in an args_file (`{example}` in overnight.args, with args_file = "
+                 "\"overnight.args\" in overnight.toml and in editable)")
+    return (f"give {script} the hyper-parameters to search as flags {where}, or as constants "
+            "at its top (`LR = 0.001`)")

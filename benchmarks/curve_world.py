@@ -39,9 +39,9 @@ from dataclasses import dataclass, field, replace
 from keep_world import Commit, Night, Tally, World, _effect
 
 from agent.rules.categories import Category
-from agent.rules.conditions import Sample
 from agent.rules.decide import Rule, incumbent_due, stop_level
 from agent.rules.noise import speed_tolerance
+from agent.rules.placement import Sample
 from agent.rules.prune import PrunePolicy, check, loss_over
 
 SCHEDULE = Category.DATA_SCHEDULE.value

@@ -28,9 +28,9 @@ import statistics
 from dataclasses import dataclass, field, replace
 
 from agent.core.domain import ExperimentStatus
-from agent.rules.conditions import Sample, best_of, within
 from agent.rules.decide import Evidence, Rule, Verdict, decide, incumbent_due
 from agent.rules.noise import speed_noise, speed_tolerance
+from agent.rules.placement import Sample, best_of, noise_part
 
 PROPOSALS = 100
 BUDGET_S, LINE_EVERY_S = 300.0, 2.0
@@ -147,7 +147,7 @@ class Night:
         self.effects = effects or rng
         self.machine = Machine(world, machine or rng)
         self.head = Commit(0.0)
-        self.others = (0.0, 0)  # squares() of retired commits' runs per condition
+        self.others = (0.0, 0)  # squared_deviations() of retired commits' runs per condition
         self.next_id, self.runs, self.beside, self.periodic = 1, 0, 0, 0
         self.started: list[tuple[str, str | None, float | None]] = []  # commit, device, speed
         self.offset = 0.0  # the slow drift's current offset, in σ
@@ -256,11 +256,11 @@ class Night:
             self.retire(change)
 
     def retire(self, c: Commit) -> None:
-        """σ̂'s prior gains the commit's runs per condition (agent.rules.conditions.within, at
+        """σ̂'s prior gains the commit's runs per condition (agent.rules.placement.within, at
         the tolerance when it retires; the loop works it out again at each decision)."""
         if c is self.head:
             c.suspect = best_of(c.runs, self.tolerance())[1]
-        ss, df = within(c.runs, self.tolerance())
+        ss, df = noise_part(c.runs, self.tolerance())
         self.others = (self.others[0] + ss, self.others[1] + df)
 
 

@@ -59,7 +59,7 @@ from agent.core.ports import ProposalContext  # noqa: E402
 from agent.proposers.knobs import Knob, KnobsProposer, find_knobs  # noqa: E402
 from agent.proposers.llm import apply_unified_diff  # noqa: E402
 from agent.rules.decide import is_improvement  # noqa: E402
-from agent.rules.knob_space import from_u, scale_of, to_u  # noqa: E402
+from agent.rules.knob_space import from_coordinate, scale_of, to_coordinate  # noqa: E402
 
 CHECKPOINTS = (20, 30, 50, 100)
 PROPOSERS = ("knobs-naive", "random", "optuna-tpe", "knobs")
@@ -75,7 +75,7 @@ def literal(name: str, raw: str, u: float) -> str:
     """A literal for coordinate u on the knob's scale (ints rounded, at least 1)."""
     value = find_knobs("t.py", f"{name} = {raw}\n")[0].value
     scale = scale_of(name, value)
-    new = from_u(scale, u)
+    new = from_coordinate(scale, u)
     if isinstance(value, int):
         return str(max(1, round(new)))
     return f"{new:.4g}" if "e" not in raw else f"{new:.2e}"
@@ -104,7 +104,7 @@ class RandomOneKnob:
         if scale in ("bool", "zero"):
             new = "False" if knob.value is True else "True"
         else:
-            u = to_u(scale, float(knob.value)) + self.rng.uniform(-SPAN, SPAN)
+            u = to_coordinate(scale, float(knob.value)) + self.rng.uniform(-SPAN, SPAN)
             new = literal(knob.name, knob.raw, u)
         if new == knob.raw:
             return self.propose(ctx)
@@ -147,7 +147,7 @@ class OptunaOneKnob:
         for k in knobs.values():
             scale = scale_of(k.name, k.value)
             if scale not in ("bool", "zero"):
-                u = to_u(scale, float(k.value))
+                u = to_coordinate(scale, float(k.value))
                 self.ranges[k.name] = (u - SPAN, u + SPAN)
 
     def _sample(self, knobs: dict[str, Knob]) -> tuple[Any, str, str]:

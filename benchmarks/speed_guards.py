@@ -23,9 +23,9 @@ import keep_world
 from keep_rule import ablation
 from keep_world import World
 
-import agent.rules.conditions as conditions
 import agent.rules.decide as decide
 import agent.rules.noise as noise
+import agent.rules.placement as conditions
 
 WORLDS = (World("steady GPU (speed 0.5 %)", shifting=True, tp_noise=0.005),
           World("noisy shared box (speed 10 %)", shifting=True, tp_noise=0.10,

@@ -74,7 +74,7 @@ def describe(exp: Experiment, ev: ExperimentEvidence | None = None) -> str:
     record = exp.record
     plain = record is not None and record.ending in (Ending.KEPT, Ending.NOT_BETTER,
                                                      Ending.BASELINE)
-    now = ev.remeasured(exp.metric, "measured" if exp.is_baseline else "kept") \
+    now = ev.remeasured_text(exp.metric, "measured" if exp.is_baseline else "kept") \
         if ev is not None else ""
     return (exp.description + (f"  [{exp.reason}]" if exp.reason and not plain else "")
             + (f"  [{now}]" if now else ""))

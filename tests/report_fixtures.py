@@ -67,7 +67,7 @@ def noisy_night(root: Path, name: str = "night", experiments: int = 9,
 
 def recorded(runs: list[Run], commit: str) -> tuple[float, int]:
     """A commit's value as the keep rule records it, and its runs in the usual condition."""
-    from agent.rules.conditions import recorded_best
+    from agent.rules.run_records import recorded_best
 
     value, _, off = recorded_best(runs, commit)
     assert value is not None
@@ -103,7 +103,7 @@ def expected(night: Night) -> dict[str, object]:
     runs = store.list_runs(sweep_id=sweep.id)
     base = next(e for e in exps if e.is_baseline)
     # the baseline and the best are the keep rule's record of them (the sweep's, as
-    # agent.rules.conditions.recorded_best defines them: on their runs in the usual condition)
+    # agent.rules.placement.recorded_best defines them: on their runs in the usual condition)
     base_value, base_n = recorded(runs, base.commit or "")
     best_value, best_n = recorded(runs, sweep.best_commit or "")
     assert (base_value, best_value) == pytest.approx((sweep.baseline_metric, sweep.best_metric))

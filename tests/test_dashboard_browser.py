@@ -337,7 +337,7 @@ def test_progress_plot_shows_every_run_and_the_best_with_its_band(tmp_path, brow
         expect(page.locator("#value")).to_contain_text(f"(the mean of {n} runs: " + ", ".join(
             str(i) for i in record.change.runs))
         if theirs:
-            words = ev.experiments[kept.id].remeasured(kept.metric)
+            words = ev.experiments[kept.id].remeasured_text(kept.metric)
             assert words.startswith(f"kept at {kept.metric:.6f} on {n} runs; now ")
             expect(page.locator("#now")).to_have_text(words)
         page.close()

@@ -14,7 +14,6 @@ from agent.core.domain import ExperimentStatus as S
 from agent.core.record import Ending
 from agent.rules import fdr
 from agent.rules.classify import CrashFacts
-from agent.rules.conditions import conditions, place
 from agent.rules.contract import contract_warnings
 from agent.rules.decide import (
     NOT_BETTER,
@@ -24,11 +23,12 @@ from agent.rules.decide import (
     Sample,
     decide,
     incumbent_due,
+    look_share,
     next_seed,
-    share,
     stop_level,
 )
-from agent.rules.noise import pooled_of, speed_noise, speed_tolerance, squares, t_sf
+from agent.rules.noise import pooled_of, speed_noise, speed_tolerance, squared_deviations, t_sf
+from agent.rules.placement import conditions, place
 
 SEQ = Rule()  # defaults: fdr 0.2, discard below 0.5·k, 4 looks, 5 baseline runs
 MAX = Rule(direction=Direction.MAXIMIZE)
@@ -91,15 +91,15 @@ def test_decision_table(name, evidence, rule, status, seed, keep):
 
 def test_a_keep_states_its_test_and_the_numbers_are_the_models():
     """t = gain / (σ̂·√(1/n + 1/m)) on the pooled σ̂'s degrees of freedom; kept when
-    P(T ≥ t) ≤ α_t · share(k); P(better) is P(T ≤ t) (Student's t, not Φ)."""
+    P(T ≥ t) ≤ α_t · look_share(k); P(better) is P(T ≤ t) (Student's t, not Φ)."""
     v = decide(ev([0.3, 0.31]), SEQ)
-    sigma, df = pooled_of([squares([[b.metric for b in BASE], [0.3, 0.31]])])
+    sigma, df = pooled_of([squared_deviations([[b.metric for b in BASE], [0.3, 0.31]])])
     se = sigma * math.sqrt(1 / 2 + 1 / 5)
     t = (1.0 - 0.305) / se
     assert (v.sigma, v.df, v.n) == (pytest.approx(sigma), df, 2) and df == 5
     assert v.p_better == pytest.approx(stats.t.cdf(t, df))
     assert v.level == pytest.approx(fdr.level((), 0.2))  # the night's level α_t
-    spent = share(2, 4, v.level)
+    spent = look_share(2, 4, v.level)
     assert v.p_value == pytest.approx(stats.t.sf(t, df) / spent)  # kept: p ≤ α_t
     assert v.p_value <= v.level
     assert v.metric == pytest.approx(0.305)  # the best (1.0) less the gain
@@ -118,18 +118,18 @@ def obrien_fleming(s: float, alpha: float) -> float:
 def test_the_levels_spent_by_look_are_obrien_flemings_and_none_on_the_first(alpha, looks):
     """Look k of K spends α(k/K) − α((k−1)/K) of the level (its share of the change's runs as
     the information); look 1 keeps nothing and leaves its α(1/K) to look 2; 1 in all."""
-    assert share(1, looks, alpha) == 0.0
-    assert sum(share(k, looks, alpha) for k in range(1, looks + 1)) == pytest.approx(1.0)
+    assert look_share(1, looks, alpha) == 0.0
+    assert sum(look_share(k, looks, alpha) for k in range(1, looks + 1)) == pytest.approx(1.0)
     for k in range(2, looks + 1):
         before = obrien_fleming((k - 1) / looks, alpha) if k > 2 else 0.0
         want = (obrien_fleming(k / looks, alpha) - before) / alpha
-        assert share(k, looks, alpha) == pytest.approx(want, rel=1e-4, abs=1e-12)
-    assert share(looks + 1, looks, alpha) == share(looks, looks, alpha)  # past K: look K
+        assert look_share(k, looks, alpha) == pytest.approx(want, rel=1e-4, abs=1e-12)
+    assert look_share(looks + 1, looks, alpha) == look_share(looks, looks, alpha)  # past K: look K
 
 
 def test_a_smaller_level_spends_less_early():
-    assert share(2, 4, 1e-4) < share(2, 4, 1e-2) < share(2, 4, 0.1)
-    assert [round(share(k, 4, 0.0125), 4) for k in range(2, 5)] == [0.033, 0.2811, 0.686]
+    assert look_share(2, 4, 1e-4) < look_share(2, 4, 1e-2) < look_share(2, 4, 0.1)
+    assert [round(look_share(k, 4, 0.0125), 4) for k in range(2, 5)] == [0.033, 0.2811, 0.686]
 
 
 def test_the_early_stop_is_clearly_worse_at_one_runs_level():
@@ -138,7 +138,7 @@ def test_the_early_stop_is_clearly_worse_at_one_runs_level():
     assert stop_level((), SEQ) == pytest.approx(obrien_fleming(1 / 4, alpha), rel=1e-4)
     assert stop_level((), Rule(max_runs=2)) == pytest.approx(obrien_fleming(1 / 2, alpha),
                                                              rel=1e-4)
-    assert stop_level((), Rule(max_runs=2)) < alpha * share(2, 2, alpha)  # below any keep's
+    assert stop_level((), Rule(max_runs=2)) < alpha * look_share(2, 2, alpha)  # below any keep's
 
 
 def test_the_night_level_is_addis():
@@ -307,10 +307,11 @@ def test_a_later_baseline_run_failing_fails_the_baseline():
 
 
 def test_noise_helpers():
-    assert pooled_of([squares([[1.0], [2.0]])]) == (None, 0)
-    sigma, df = pooled_of([squares([[1.0, 3.0]])], prior=squares([[0.0, 2.0, 4.0]]))
+    assert pooled_of([squared_deviations([[1.0], [2.0]])]) == (None, 0)
+    sigma, df = pooled_of([squared_deviations([[1.0, 3.0]])],
+                          prior=squared_deviations([[0.0, 2.0, 4.0]]))
     assert df == 3 and sigma == pytest.approx(math.sqrt(10 / 3))
-    assert pooled_of([squares([[1.0, 1.0], [2.0, 2.0, 2.0]])]) == (None, 0)  # identical
+    assert pooled_of([squared_deviations([[1.0, 1.0], [2.0, 2.0, 2.0]])]) == (None, 0)  # identical
     for t, df in ((0.3, 1), (-2.0, 3), (4.2, 7), (1.5, 100)):
         assert t_sf(t, df) == pytest.approx(stats.t.sf(t, df), abs=1e-12)
     assert t_sf(1.0, None) == pytest.approx(stats.norm.sf(1.0)) and t_sf(math.inf, 3) == 0

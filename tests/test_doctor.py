@@ -122,8 +122,8 @@ def test_a_script_that_ignores_the_seed_and_reports_no_speed_is_told_both(tmp_pa
 
 
 def test_runs_at_very_different_speeds_blame_the_machine():
-    from agent.rules.conditions import Sample
     from agent.rules.contract import check_speed
+    from agent.rules.placement import Sample
 
     steady = [Sample(1.0, 100.0, source="summary: num_steps"), Sample(1.1, 95.0)]
     assert check_speed(steady).status == "ok"

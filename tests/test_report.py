@@ -120,7 +120,7 @@ def test_a_suspect_run_is_set_aside_and_said(night: Night, tmp_path: Path):
     from dataclasses import replace
 
     from agent.core.domain import RunStatus
-    from agent.rules.conditions import recorded_best
+    from agent.rules.run_records import recorded_best
     from db.engine import open_database
     from db.store import SqlStore
 
@@ -178,7 +178,7 @@ def test_every_screen_reads_one_number_per_fact(remeasured: Night):
     from rich.console import Console
 
     from agent.core.domain import ExperimentStatus, RunRole
-    from agent.rules.conditions import recorded_best
+    from agent.rules.run_records import recorded_best
     from overnight.console import LineLog
 
     night = remeasured

@@ -25,7 +25,7 @@ from agent.engine.recovery import recover
 from agent.git.repo import GitRepo
 from agent.ops.sweeps import create_sweep
 from agent.proposers.knobs import make_diff
-from agent.rules.conditions import recorded_best
+from agent.rules.run_records import recorded_best
 from db.engine import make_engine, migrate, open_database
 from db.store import SqlStore
 from runner.groups import process_group_alive

@@ -18,7 +18,7 @@ from test_store_contract import CONFIG, spec
 
 import agent.analysis.evidence as evidence_module
 import agent.engine.gather as gather_module
-import agent.rules.conditions as conditions_module
+import agent.rules.run_records as run_records_module
 from agent.analysis.evidence import sweep_evidence
 from agent.analysis.folds import Ordered
 from agent.analysis.insights_fold import digest
@@ -34,7 +34,7 @@ from agent.core.domain import (
     RunStatus,
     utcnow,
 )
-from agent.engine.gather import gather, night_noise
+from agent.engine.gather import gather, noise_parts
 from agent.rules.endings import finish_of, refused
 from agent.rules.noise import pooled_of, speed_noise
 from api.dashboard import views
@@ -270,7 +270,8 @@ def test_a_kept_commit_re_run_as_the_incumbent_shows_all_its_runs(sweep: Sweep) 
 
 def test_identical_repeats_measure_no_sigma_on_any_screen(sweep: Sweep) -> None:
     """A script that ignores its seed repeats its metric to the digit: the keep rule leaves those
-    runs out of σ̂ (agent.rules.noise.squares), and so does the evidence every screen reads,
+    runs out of σ̂ (agent.rules.noise.squared_deviations), and so does the evidence every screen
+    reads,
     which would otherwise say "σ̂ 0 (2 df)" beside keeps "on one run: the noise was not
     measured". Runs that differ measure it, in the fold and in the whole-sweep evidence alike."""
     base = sweep.store.list_experiments(sweep.sid)[0]
@@ -301,14 +302,14 @@ def test_the_headers_sigma_is_the_keep_rules_per_machine_condition(sweep: Sweep)
     # 1.0 twice (the baseline's runs, speed unknown), 1.2 and 1.1 at 100 steps/s: squares
     # 0.0275 on 3 df; 2.0 and 2.2 at 50 steps/s: 0.02 on 1
     assert ev.df == 4 and ev.sigma == pytest.approx((0.0475 / 4) ** 0.5)
-    ss, df = night_noise(sweep.store.run_metrics(sweep.sid))
+    ss, df = noise_parts(sweep.store.run_metrics(sweep.sid))
     assert (ev.sigma, ev.df) == pooled_of([(ss, df)])
 
 
 def test_a_decision_measures_the_sweeps_speed_noise_once(sweep: Sweep,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """The rule's tolerance and σ̂'s come from one measurement of the sweep's speed noise (it
-    was measured twice per decision: once for the rule, once inside night_noise)."""
+    was measured twice per decision: once for the rule, once inside noise_parts)."""
     base = sweep.store.list_experiments(sweep.sid)[0]
     for metric, speed in ((1.2, 100.0), (1.1, 101.0), (2.0, 50.0), (2.2, 51.0)):
         rid = sweep.store.start_run(RunSpec(sweep.sid, base.id, base.commit or "", 42,
@@ -322,11 +323,11 @@ def test_a_decision_measures_the_sweeps_speed_noise_once(sweep: Sweep,
         return speed_noise(rows)
 
     monkeypatch.setattr(gather_module, "speed_noise", counted)
-    monkeypatch.setattr(conditions_module, "speed_noise", counted)
+    monkeypatch.setattr(run_records_module, "speed_noise", counted)
     head = base.commit or ""
     got = gather(sweep.store, sweep.sid, base, head, "a change")
     assert len(calls) == 1
-    assert got.others == night_noise(sweep.store.run_metrics(sweep.sid), (head, "a change"))
+    assert got.others == noise_parts(sweep.store.run_metrics(sweep.sid), (head, "a change"))
 
 
 def test_a_kept_value_that_is_not_its_value_now_says_so_without_a_re_run(sweep: Sweep) -> None:
@@ -341,12 +342,12 @@ def test_a_kept_value_that_is_not_its_value_now_says_so_without_a_re_run(sweep: 
     ev = sweep_evidence(s, sweep.store.list_experiments(sweep.sid),
                         sweep.store.list_runs(sweep_id=sweep.sid)).experiments[eid]
     assert ev.reruns == 0
-    assert ev.remeasured(0.95) == "kept at 0.950000 on 2 runs; now 0.925000 on 2"
-    assert ev.remeasured(0.925) == ""  # the same value: nothing to say
+    assert ev.remeasured_text(0.95) == "kept at 0.950000 on 2 runs; now 0.925000 on 2"
+    assert ev.remeasured_text(0.925) == ""  # the same value: nothing to say
     base = sweep.store.list_experiments(sweep.sid)[0]
     base_ev = sweep_evidence(s, sweep.store.list_experiments(sweep.sid),
                              sweep.store.list_runs(sweep_id=sweep.sid)).experiments[base.id]
-    assert base_ev.remeasured(base.metric) == ""  # the baseline: its value is its mean
+    assert base_ev.remeasured_text(base.metric) == ""  # the baseline: its value is its mean
 
 
 def test_every_rows_interval_does_not_solve_the_same_t_quantile_again(

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from agent.rules.conditions import Sample
 from agent.rules.contract import baseline_warnings, identical_repeats, load_unchecked, seed_ignored
+from agent.rules.placement import Sample
 from agent.rules.throughput import ProgressMeter, from_progress, speed
 
 

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from agent.core.config import Direction
-from agent.rules.noise import mean, pooled_of, squares
+from agent.rules.noise import mean, pooled_of, squared_deviations
 
 Z95 = 1.96
 DEFAULT_SEEDS = 3  # runs per variant (`overnight finalize --ablate --seeds`)
@@ -106,7 +106,7 @@ def attribute(sweep: str, direction: Direction, kept: Sequence[KeptChange],
     key's metrics)."""
     sign = 1.0 if direction is Direction.MINIMIZE else -1.0
     groups = [list(v) for v in (variants.values() if samples is None else samples) if v]
-    sigma, df = pooled_of([squares(groups)])
+    sigma, df = pooled_of([squared_deviations(groups)])
     best = list(variants.get((BEST, None), ()))
     base = list(variants.get((BASELINE, None), ()))
     total, total_ci = _gap(base, best, sigma, sign)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from agent.core.config import Direction
 from agent.core.errors import ConfigError
-from agent.rules.noise import mean, pooled_of, squares
+from agent.rules.noise import mean, pooled_of, squared_deviations
 
 Z95 = 1.96
 DEFAULT_SEEDS = 3  # runs of the baseline and of the best at the larger setting
@@ -118,7 +118,7 @@ def confirm(sweep: str, at: str, direction: Direction, baseline: Sequence[float]
     """The verdict from the metrics of the baseline's and the best's runs at the setting.
     `night`: the night's (gain, its 95 % half-width, its baseline's mean)."""
     sign = 1.0 if direction is Direction.MINIMIZE else -1.0
-    sigma, _ = pooled_of([squares([list(baseline), list(best)])])
+    sigma, _ = pooled_of([squared_deviations([list(baseline), list(best)])])
     a, b = mean(baseline), mean(best)
     gain = gain_ci = rel = rel_ci = None
     if a is not None and b is not None:

@@ -8,7 +8,7 @@ improvement ± CI and an honest statement.
 Pure: stdlib, the domain, config and the rules. An experiment's numbers are its record's, never
 computed again (one still running: its good runs so far). σ̂ now is pooled from the run records
 as the keep rule pools it. The best, the baseline and a kept commit's value now are the keep
-rule's one value of a commit (agent.rules.conditions.usual_runs, stored on the sweep as its best
+rule's one value of a commit (agent.rules.placement.usual_runs, stored on the sweep as its best
 and baseline), so the improvement is the sweep's baseline less its best.
 """
 
@@ -34,9 +34,10 @@ from agent.core.domain import (
 )
 from agent.core.record import JUDGED, VerdictRecord
 from agent.rules import fdr
-from agent.rules.conditions import GOOD, recorded_best, runs_tolerance, sample, within
-from agent.rules.decide import share
+from agent.rules.decide import look_share
 from agent.rules.noise import mean, pooled_of, t_sf
+from agent.rules.placement import noise_part
+from agent.rules.run_records import USABLE, recorded_best, runs_tolerance, sample
 
 
 @dataclass(frozen=True)
@@ -51,13 +52,13 @@ class ExperimentEvidence:
     set_aside: tuple[tuple[int, str], ...] = ()  # (its run in no value, why: the note)
     record: VerdictRecord | None = None  # every number its verdict rested on
     # the commit it made, re-run as the incumbent: those runs, and its value now as the keep
-    # rule records the best (agent.rules.conditions.recorded_best: what the later changes'
+    # rule records the best (agent.rules.placement.recorded_best: what the later changes'
     # deltas are measured against) with the runs it rests on
     reruns: int = 0
     commit_mean: float | None = None
     commit_n: int = 0
 
-    def remeasured(self, value: float | None, verb: str = "kept") -> str:
+    def remeasured_text(self, value: float | None, verb: str = "kept") -> str:
         """"kept at 3.309303 on 2 runs; now 3.255591 on 3" when its commit's value now (the keep
         rule's record of it) is not its value then (`value`): measured again since, or its
         runs in its own machine condition are not the comparison it was kept on; else ""."""
@@ -135,7 +136,7 @@ class EvidenceFold:
         self.by_exp: dict[int, list[float]] = {}  # good non-incumbent runs' per experiment
         self.bases: dict[int, str | None] = {}  # base commit ("" if none); None: a baseline
         self.based_on: dict[str, list[int]] = {}
-        # per commit: σ̂'s part (agent.rules.conditions.within) and the (runs, tolerance) it is of
+        # per commit: σ̂'s part (agent.rules.placement.within) and the (runs, tolerance) it is of
         self.parts: dict[str, tuple[tuple[int, float], tuple[float, int]]] = {}
         self.baseline: tuple[int, str] | None = None  # the first baseline: id, commit
         self.commit_of: dict[int, str] = {}  # kept experiments and baselines → their commit
@@ -172,7 +173,7 @@ class EvidenceFold:
         self._mark(r)
         if r.metric is not None:
             self.speeds = (self.speeds[0] + 1, self.speeds[1] + (r.throughput is not None))
-        if r.status in GOOD and r.metric is not None:
+        if r.status in USABLE and r.metric is not None:
             appended(self.good, self.owned, "good", 0, r)
             if r.role is RunRole.INCUMBENT:  # a run of a kept commit after its verdict
                 self.reruns[r.experiment_id] += 1
@@ -236,25 +237,25 @@ class EvidenceFold:
             self.last, self.changed = per, set()
         order = sorted(self.ledger, key=lambda t: (t[2] is None, str(t[2]), t[3]))
         alpha = fdr.level([(p, k) for p, k, _, _ in order], config.fdr)
-        level = alpha * share(config.max_runs, config.max_runs, alpha)
+        level = alpha * look_share(config.max_runs, config.max_runs, alpha)
         ev = _sweep_evidence(sweep, per, baseline, self.by_commit, self.kept, df, level)
         seen, fast = self.speeds
         return replace(ev, load_checked=bool(fast) if seen else None, load_shifts=sum(
             1 for e in ev.experiments.values() if e.set_aside or e.pairs))
 
-    def _recorded(self, sweep: Sweep, baseline: tuple[int, str] | None) -> Recorded:
+    def _recorded(self, sweep: Sweep, baseline: tuple[int, str] | None) -> BestRecord:
         """The record of the best, the last one while no good run came and the sweep's best
         and baseline are the same (its per-commit values are worked out once)."""
         good = self.good.get(0, [])
         last = self.last.recorded if self.last is not None else None
-        if last is not None and len(last.good) == len(good) and last.key == Recorded.key_of(
+        if last is not None and len(last.good) == len(good) and last.key == BestRecord.key_of(
                 sweep) and last.base_commit == (baseline[1] if baseline else ""):
             return last
-        return Recorded.of(sweep, tuple(good), baseline)
+        return BestRecord.of(sweep, tuple(good), baseline)
 
-    def _pooled(self, recorded: Recorded) -> tuple[float | None, int]:
+    def _pooled(self, recorded: BestRecord) -> tuple[float | None, int]:
         """σ̂ as the keep rule pools it (agent.engine.gather.night_noise): each commit's good
-        runs per machine condition (agent.rules.conditions.within; identical repeats left
+        runs per machine condition (agent.rules.placement.within; identical repeats left
         out), at the sweep's speed tolerance. A commit's part is worked out again only when its
         runs (they only grow) or the tolerance moved; summed in the commits' order. A commit
         with one run has no part (most of a long night's)."""
@@ -265,7 +266,7 @@ class EvidenceFold:
             key = (len(runs), recorded.tolerance)
             hit = self.parts.get(c)
             if hit is None or hit[0] != key:
-                hit = self.parts[c] = (key, within([sample(r) for r in runs], key[1]))
+                hit = self.parts[c] = (key, noise_part([sample(r) for r in runs], key[1]))
             parts.append(hit[1])
         return pooled_of(parts)
 
@@ -273,7 +274,7 @@ class EvidenceFold:
                  sweep: Sweep) -> dict[int, ExperimentEvidence]:
         last = self.last
         if last is None or last.sigma != sigma or last.df != df or \
-                last.recorded.key != Recorded.key_of(sweep):
+                last.recorded.key != BestRecord.key_of(sweep):
             return {}
         gone = self.changed | {e.id for e in open_experiments}
         return {k: v for k, v in last.done.items() if k not in gone}
@@ -307,10 +308,10 @@ def _sweep_evidence(sweep: Sweep, per: PerExperiment, baseline: tuple[int, str] 
 
 
 @dataclass(frozen=True)
-class Recorded:
+class BestRecord:
     """The keep rule's record of the best as the screens read it: the sweep's best and
     baseline values (stored by agent.engine.incumbent.record_best) and, per commit, its value
-    and the runs it rests on (agent.rules.conditions.recorded_best over the good runs)."""
+    and the runs it rests on (agent.rules.placement.recorded_best over the good runs)."""
 
     good: Sequence[Run]
     best_commit: str
@@ -324,7 +325,7 @@ class Recorded:
 
     @classmethod
     def of(cls, sweep: Sweep, good: Sequence[Run], baseline: tuple[int, str] | None
-           ) -> Recorded:
+           ) -> BestRecord:
         out = cls(good, sweep.best_commit or "", sweep.best_metric,
                   baseline[1] if baseline else "", sweep.baseline_metric)
         return replace(out, best_n=out.value(out.best_commit)[1],
@@ -363,7 +364,7 @@ class Recorded:
 
 def recorded_value(runs: Sequence[Run], commit: str | None) -> tuple[float | None, int]:
     """A commit's value now and the runs it rests on (its runs in its usual machine
-    condition): agent.rules.conditions.recorded_best, as agent.engine.incumbent stores the
+    condition): agent.rules.placement.recorded_best, as agent.engine.incumbent stores the
     sweep's best and baseline."""
     if not commit:
         return None, 0
@@ -382,10 +383,10 @@ class PerExperiment(Mapping[int, ExperimentEvidence]):
                  marked: Mapping[int, list[Run]] | None = None,
                  commit_of: Mapping[int, str] | None = None,
                  records: Mapping[int, VerdictRecord] | None = None, df: int = 0,
-                 recorded: Recorded | None = None,
+                 recorded: BestRecord | None = None,
                  reruns: Mapping[int, int] | None = None) -> None:
         self._bases, self._by_exp, self._by_commit = bases, by_exp, by_commit
-        self.recorded = recorded or Recorded((), "", None, "", None)
+        self.recorded = recorded or BestRecord((), "", None, "", None)
         self._marked = marked or {}
         self._commit_of = commit_of or {}
         self._records = records or {}

@@ -246,7 +246,7 @@ def kept_change(e: Experiment, ev: SweepEvidence) -> KeptChange:
         p_better=p, delta=e.delta, se=e.record.se if e.record is not None else None,
         added=added, removed=removed, files=files, proposer=e.proposer, reason=e.reason or "",
         supported=e.record is not None and e.record.tested,
-        now=one.remeasured(e.metric) if one else "")
+        now=one.remeasured_text(e.metric) if one else "")
 
 
 def crash_groups(exps: Sequence[Experiment]) -> list[CrashGroup]:

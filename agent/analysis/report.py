@@ -51,7 +51,7 @@ def results_tsv(
             status, value = "stopped", "" if exp.metric is None else value
             desc += f" [{stop.text()}]"
         one = evidence.experiments.get(exp.id) if evidence is not None else None
-        now = one.remeasured(exp.metric, "measured" if exp.is_baseline else "kept") \
+        now = one.remeasured_text(exp.metric, "measured" if exp.is_baseline else "kept") \
             if one is not None else ""
         desc += f" [{now}]" if now else ""
         cells = [(exp.commit or "")[:7], value, f"{memory_gb(exp):.1f}", status, desc]

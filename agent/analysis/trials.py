@@ -192,8 +192,8 @@ def _median_deviation(ordered: list[float], mid: float) -> float:
     above = _Deviations(ordered, mid, split, 1)
     n = len(ordered)
     if n % 2:
-        return _kth(below, above, n // 2)
-    return (_kth(below, above, n // 2 - 1) + _kth(below, above, n // 2)) / 2
+        return _kth_smallest(below, above, n // 2)
+    return (_kth_smallest(below, above, n // 2 - 1) + _kth_smallest(below, above, n // 2)) / 2
 
 
 class _Deviations:
@@ -208,7 +208,7 @@ class _Deviations:
         return abs(self.ordered[at] - self.mid)
 
 
-def _kth(a: _Deviations, b: _Deviations, k: int) -> float:
+def _kth_smallest(a: _Deviations, b: _Deviations, k: int) -> float:
     """The k-th smallest (from 0) of two non-decreasing sequences together."""
     lo, hi = max(0, k + 1 - b.n), min(k + 1, a.n)
     while lo < hi:  # i: how many of the k + 1 smallest come from a

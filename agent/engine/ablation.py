@@ -25,9 +25,9 @@ from agent.engine.attempt import EventFn, LoopSettings, TrainingRuns, emit_to
 from agent.git.repo import hash_worktree_files
 from agent.ops.sweeps import link_assets
 from agent.rules.classify import CrashFacts
-from agent.rules.conditions import runs_tolerance, sample
 from agent.rules.decide import Evidence, Rule, RunFailure, Verdict, decide
 from agent.rules.endings import cancelled, finish_of, interrupted, measured_variant, refused
+from agent.rules.run_records import runs_tolerance, sample
 from runner.result import Outcome, RunResult
 
 logger = logging.getLogger(__name__)

@@ -39,7 +39,7 @@ from agent.engine.early_stop import (
     earlier_curves,
     may_stop_early,
 )
-from agent.engine.gather import GOOD, earlier_tests, sweep_speed_noise
+from agent.engine.gather import USABLE, earlier_tests, sweep_speed_noise
 from agent.engine.salvage import (
     CHECKPOINT_ENV,
     EVAL_LOG_SUFFIX,
@@ -323,7 +323,7 @@ class TrainingRuns:
         rule = Rule.of(sweep.config)
         level = stop_level(earlier_tests(self.store, sweep.id), rule)
         speed = speed_tolerance(sweep_speed_noise(
-            [r for r in self.store.run_metrics(sweep.id) if r.status in GOOD]))
+            [r for r in self.store.run_metrics(sweep.id) if r.status in USABLE]))
         return EarlyStop(build_reference(exp, runs, spec.seed, base, sweep.config.budget_s,
                                          level, speed, policy=policy, earlier=earlier), run_stop)
 

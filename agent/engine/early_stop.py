@@ -34,7 +34,7 @@ from agent.core.domain import (
 )
 from agent.core.ports import Store
 from agent.rules.categories import category_of
-from agent.rules.conditions import agrees
+from agent.rules.placement import agrees
 from agent.rules.prune import PruneCall, PrunePolicy, check, next_check
 from runner.summary import ProgressPoint
 

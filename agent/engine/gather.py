@@ -1,7 +1,7 @@
 """What the keep rule sees of a sweep, read from the store, and each run's status written back.
 
 The change's good runs and its incumbent's (the runs of the commit it was built on, those
-started paired with it included) as agent.rules.conditions Samples; the other commits' good
+started paired with it included) as agent.rules.placement Samples; the other commits' good
 runs, per machine condition, as σ̂'s prior; the night's earlier tests (for the
 false-discovery-rate level); after the verdict, each run's status (ok or suspect) and the
 rule's note on how it was placed. Talks to the Store port only.
@@ -14,11 +14,12 @@ from dataclasses import dataclass
 
 from agent.core.domain import Experiment, ExperimentStatus, Run, RunRole, RunStatus
 from agent.core.ports import Store
-from agent.rules.conditions import GOOD, Sample, runs_tolerance, sample, within
 from agent.rules.decide import Verdict
 from agent.rules.noise import speed_noise, speed_tolerance
+from agent.rules.placement import Sample, noise_part
+from agent.rules.run_records import USABLE, runs_tolerance, sample
 
-__all__ = ["GOOD", "GatheredRuns", "earlier_tests", "gather", "night_noise", "sample",
+__all__ = ["USABLE", "GatheredRuns", "earlier_tests", "gather", "noise_parts", "sample",
            "sweep_speed_noise", "write_run_statuses"]
 
 
@@ -26,7 +27,7 @@ __all__ = ["GOOD", "GatheredRuns", "earlier_tests", "gather", "night_noise", "sa
 class GatheredRuns:
     change_runs: list[Run]  # the change's good runs, oldest first
     incumbent_runs: list[Run]  # its incumbent's (none for a baseline)
-    others: tuple[float, int]  # night_noise of the other commits
+    others: tuple[float, int]  # noise_parts of the other commits
     speed_noise: float | None  # noise.speed_noise of the sweep's good runs
     incumbent_seeds: frozenset[int]  # seeds the incumbent's runs started with, finished or not
 
@@ -34,27 +35,27 @@ class GatheredRuns:
 def gather(store: Store, sweep_id: int, exp: Experiment, head: str, commit: str) -> GatheredRuns:
     every = store.run_metrics(sweep_id)
     runs = [r for r in every if r.metric is not None]
-    good = [r for r in runs if r.status in GOOD]
+    good = [r for r in runs if r.status in USABLE]
     change_runs = [r for r in good
                    if r.experiment_id == exp.id and r.role is not RunRole.INCUMBENT]
     incumbent_runs = [] if exp.is_baseline else [r for r in good if r.commit == head]
     seeds = frozenset(r.seed for r in every if r.commit == head and r.seed is not None)
     speed = sweep_speed_noise(good)  # measured once: the rule's and σ̂'s tolerance
     return GatheredRuns(change_runs, incumbent_runs,
-                        night_noise(good, (head, commit), speed_tolerance(speed)), speed, seeds)
+                        noise_parts(good, (head, commit), speed_tolerance(speed)), speed, seeds)
 
 
-def night_noise(runs: Sequence[Run], leave_out: Collection[str | None] = (),
+def noise_parts(runs: Sequence[Run], leave_out: Collection[str | None] = (),
                 tolerance: float | None = None) -> tuple[float, int]:
     """σ̂'s parts from the good runs of every commit but `leave_out`: each one's runs per
-    machine condition (agent.rules.conditions.within), at the sweep's speed tolerance (worked
+    machine condition (agent.rules.placement.within), at the sweep's speed tolerance (worked
     out from `runs` unless given)."""
     commits: dict[str | None, list[Sample]] = {}
     for r in runs:
-        if r.status in GOOD and r.metric is not None and r.commit not in leave_out:
+        if r.status in USABLE and r.metric is not None and r.commit not in leave_out:
             commits.setdefault(r.commit, []).append(sample(r))
     tol = runs_tolerance(runs) if tolerance is None else tolerance
-    parts = [within(c, tol) for c in commits.values()]
+    parts = [noise_part(c, tol) for c in commits.values()]
     return sum(ss for ss, _ in parts), sum(df for _, df in parts)
 
 

@@ -4,7 +4,7 @@ asks, and the lock a sweep's decisions take turns on.
 Every `incumbent_every` decided proposals a slot runs the best commit again before its own change
 (agent.rules.decide.incumbent_due: the paired runs count), so the reference follows a machine
 that drifts. The recorded best is the mean of the best commit's runs in its most common speed
-group (agent.rules.conditions.best_of, the keep rule's own definition); a run of it at another
+group (agent.rules.placement.best_of, the keep rule's own definition); a run of it at another
 speed is marked suspect. When the keep rule asks, the commit a change was built on runs paired
 with the change's latest run, with the seed the rule names, in the same slot (same
 device): the same-window pair. Slots of one process each have their own Loop; the per-sweep
@@ -23,10 +23,10 @@ from pathlib import Path
 from agent.core.domain import Experiment, ExperimentStatus, Run, RunRole, RunSpec, RunStatus, Sweep
 from agent.core.ports import Repo, Store
 from agent.engine.attempt import LoopSettings, TrainingRuns
-from agent.engine.gather import night_noise
+from agent.engine.gather import noise_parts
 from agent.ops.sweeps import link_assets
-from agent.rules.conditions import recorded_best
 from agent.rules.decide import Rule, incumbent_due, next_seed
+from agent.rules.run_records import recorded_best
 
 _DECISION_LOCKS: dict[tuple[str, str], threading.Lock] = {}
 _DECISION_LOCKS_GUARD = threading.Lock()
@@ -85,7 +85,7 @@ class Incumbent:
             sweep.id, [ExperimentStatus.KEPT, ExperimentStatus.DISCARDED], is_baseline=False
         )
         reruns = sum(r.role is RunRole.INCUMBENT for r in runs)
-        noise_measured = night_noise(runs)[1] > 0
+        noise_measured = noise_parts(runs)[1] > 0
         with _claim_rerun_if_due(sweep, decided, reruns, rule, noise_measured) as due:
             if not due:
                 return
@@ -101,7 +101,7 @@ class Incumbent:
 
     def value_of(self, sweep: Sweep, commit: str) -> float | None:
         """The value `commit` has as the best: the keep rule's one value of a commit (agent.
-        rules.conditions.usual_runs: the mean of its good runs in its usual machine condition).
+        rules.placement.usual_runs: the mean of its good runs in its usual machine condition).
         A keep writes it with the verdict; `record_best` writes it again as re-runs come."""
         return recorded_best(self.store.run_metrics(sweep.id), commit)[0]
 

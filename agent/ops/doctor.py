@@ -54,7 +54,6 @@ from agent.ops.budget_caps import short_run
 from agent.ops.sweeps import asset_hashes, dirty_files, link_assets
 from agent.proposers.knob_chain import KnobState, flag_key, parse_words, resolve, script_word
 from agent.proposers.knob_sources import how_to_give_knobs
-from agent.rules.conditions import Sample
 from agent.rules.contract import (
     Check,
     RunFacts,
@@ -65,6 +64,7 @@ from agent.rules.contract import (
     check_seed,
     check_speed,
 )
+from agent.rules.placement import Sample
 from agent.rules.throughput import ProgressMeter, speed
 from runner.environment import guest_environment
 from runner.process import resolve_command, run_command

@@ -96,7 +96,7 @@ def commit_message(e: Experiment, sweep: Sweep, ev: ExperimentEvidence | None) -
         # its record as every screen shows it: what its runs measured, its difference from the
         # incumbent runs it was compared with (inferred) and P(better)
         p = f"; P(better) {ev.p_better:.3f}" if ev.p_better is not None else ""
-        now = ev.remeasured(e.metric)
+        now = ev.remeasured_text(e.metric)
         lines.append(f"Evidence: {sweep.metric} {comparison_line(e, sweep.direction)}{p}"
                      + (f"; {now}" if now else "") + ".")
     if e.reason:

@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass, field
 
 from agent.analysis.trials import Trial
-from agent.rules.knob_space import FIRST_STEP, KnobValue, parse_literal, to_u
+from agent.rules.knob_space import FIRST_STEP, KnobValue, parse_literal, to_coordinate
 
 PRIOR_SD_STEPS = 2.0  # a ×2 move changes the metric by about this many gain scales a priori
 PRIOR_CURVATURE = 1.0  # ...and, slope aside, costs this many (the local optimum is near)
@@ -147,7 +147,7 @@ def prior_of(name: str) -> float:
     return 1.0
 
 
-def u_on(scale: str, raw: str) -> float | None:
+def coordinate_of(scale: str, raw: str) -> float | None:
     """The coordinate of a literal on a given scale, None where it has none."""
     try:
         value = parse_literal(raw)
@@ -157,7 +157,7 @@ def u_on(scale: str, raw: str) -> float | None:
         return None
     if scale in ("log", "int") and value <= 0 or scale == "fraction" and not 0 < value < 1:
         return None
-    return to_u(scale, float(value))
+    return to_coordinate(scale, float(value))
 
 
 def switched_on(raw: str) -> float:
@@ -175,7 +175,7 @@ def fit(knob: KnobValue, items: list[Trial], scale: float, generation: int) -> E
         model = Switch(scale, prior_of(knob.name))
     else:
         model = Effect(scale, FIRST_STEP, prior_of(knob.name))
-    u0 = u_on(knob.scale, knob.raw)
+    u0 = coordinate_of(knob.scale, knob.raw)
     for t in items:
         if t.gain is None or not t.pure or len(t.changes) != 1 or t.changes[0].name != knob.name:
             continue
@@ -183,7 +183,7 @@ def fit(knob: KnobValue, items: list[Trial], scale: float, generation: int) -> E
         if isinstance(model, Switch):
             model.observe(switched_on(c.new) - switched_on(c.old), -t.gain, weight)
             continue
-        old, new = u_on(knob.scale, c.old), u_on(knob.scale, c.new)
+        old, new = coordinate_of(knob.scale, c.old), coordinate_of(knob.scale, c.new)
         if old is None or new is None or u0 is None:
             continue
         x_old, x_new = old - u0, new - u0

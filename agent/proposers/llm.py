@@ -495,7 +495,7 @@ def category_of_answer(raw: str, description: str, diff: str, stated: str | None
 
 
 @dataclass(frozen=True)
-class Valid:
+class ValidAnswer:
     description: str
     diff: str
     shape: str
@@ -503,7 +503,7 @@ class Valid:
 
 
 def validate(ctx: ProposalContext, raw: str, fallback: str | None, finish: str = "",
-             tokens_out: int = 0) -> Valid:
+             tokens_out: int = 0) -> ValidAnswer:
     """The usable proposal in `raw` (fallback: a repair's description). Raises AdmissionError."""
     try:
         parsed = parse_answer(raw, ctx.files)
@@ -531,7 +531,7 @@ def validate(ctx: ProposalContext, raw: str, fallback: str | None, finish: str =
         raise AdmissionError("category_exhausted", f"the {category.value} category has used "
                              f"its share of this sweep ({capped[category]}); propose a "
                              "different kind of change")
-    return Valid(description, parsed.diff, parsed.shape, category)
+    return ValidAnswer(description, parsed.diff, parsed.shape, category)
 
 
 def salvage(raw: str, fallback: str | None) -> tuple[str, str] | None:
@@ -839,7 +839,7 @@ class LLMProposer:
             meta["repairs"] = repairs
         return meta
 
-    def _proposal(self, valid: Valid, conv: Conversation, raw: str,
+    def _proposal(self, valid: ValidAnswer, conv: Conversation, raw: str,
                   repairs: int | None) -> Proposal:
         return Proposal(description=valid.description, diff=valid.diff, proposer=self.name,
                         meta=self._meta(conv, raw, valid.shape, valid.category, repairs))

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from itertools import combinations
 
 from agent.analysis.trials import PLATEAU_AFTER, Change, Trial, near_misses
-from agent.proposers.effects import Effect, Switch, fit, switched_on, u_on
+from agent.proposers.effects import Effect, Switch, coordinate_of, fit, switched_on
 from agent.proposers.search_state import SearchState, beyond, config_key, read_state, safe, single
 from agent.rules.categories import Category, category_of_knob
 from agent.rules.knob_space import FIRST_STEP, MIN_STEP, KnobValue, coordinate, moved
@@ -78,7 +78,7 @@ def _bounded(state: SearchState, knob: KnobValue, direction: int, literal: str) 
     return literal if literal and not beyond(state, knob.name, direction, literal) else None
 
 
-def _resting(state: SearchState) -> set[str]:
+def _knobs_to_rest(state: SearchState) -> set[str]:
     if state.stall < PLATEAU_AFTER:
         return set()
     return {c.name for t in state.items[-RESTING_KNOBS:] for c in t.changes}
@@ -127,7 +127,8 @@ def predicted(model: Effect | Switch, knob: KnobValue, change: Change,
     if isinstance(model, Switch):
         c = model.mean() if coef is None else float(coef)  # type: ignore[arg-type]
         return -c * (switched_on(change.new) - switched_on(change.old))
-    x = (u_on(knob.scale, change.new) or 0.0) - (u_on(knob.scale, knob.raw) or 0.0)
+    x = (coordinate_of(knob.scale, change.new) or 0.0) - (
+        coordinate_of(knob.scale, knob.raw) or 0.0)
     return model.gain(x, coef if isinstance(coef, tuple) else None)
 
 
@@ -141,7 +142,7 @@ def _kind(state: SearchState, change: Change, mean: float) -> str:
 def model_moves(state: SearchState, knobs: list[KnobValue], rng: random.Random,
                 blocked: set[Category]) -> list[Move]:
     """Thompson sampling: one posterior draw per knob, every candidate scored under it."""
-    resting = _resting(state)
+    resting = _knobs_to_rest(state)
     moves = []
     for knob in knobs:
         category = category_of_knob(knob.name)

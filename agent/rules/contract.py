@@ -18,7 +18,7 @@ from typing import Literal
 
 from agent.core.config import CONFIG_FILE, TargetConfig
 from agent.core.prune_policy import PrunePolicy
-from agent.rules.conditions import Sample
+from agent.rules.placement import Sample
 
 NONE_HINT = (
     "the machine's load cannot be checked: the summary has no num_steps or total_tokens_M "

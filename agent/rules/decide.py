@@ -15,17 +15,17 @@ from agent.core.domain import CrashKind, ExperimentStatus
 from agent.core.record import Ending, Measured, StopPoint, VerdictRecord
 from agent.rules import fdr
 from agent.rules.classify import CrashFacts, classify
-from agent.rules.conditions import (
-    Key,
+from agent.rules.noise import pooled_of, speed_tolerance, squared_deviations, t_score, t_sf
+from agent.rules.placement import (
+    Condition,
     Placement,
     Sample,
     blocks,
     conditions,
+    most_common,
     place,
-    usual,
     usual_runs,
 )
-from agent.rules.noise import pooled_of, speed_tolerance, squares, t_score, t_sf
 from agent.rules.wording import comparison
 
 SEQUENTIAL, STRICT = "sequential", "strict"
@@ -185,19 +185,20 @@ def incumbent_due(decided: int, incumbent_runs: int, rule: Rule,
 def stop_level(tests: Sequence[tuple[float, bool]], rule: Rule) -> float:
     """The early stop's bar (agent.rules.prune), which a run clearly worse fails: α(1/K), the
     level of one run of the change's K, which the first look leaves to the second."""
-    return spent(1 / rule.max_runs, fdr.level(tests, rule.fdr))
+    return alpha_spent(1 / rule.max_runs, fdr.level(tests, rule.fdr))
 
 
-def share(k: int, looks: int, alpha: float) -> float:
+def look_share(k: int, looks: int, alpha: float) -> float:
     """s_k, the share of α spent at look k of K = `looks`, α(k/K) by look k; they sum to 1. The
     first keeps nothing (one run can be a spike or a heavy tail): its part goes to the second."""
     k = min(k, looks)
     if k < 2 or alpha <= 0:
         return 0.0
-    return (spent(k / looks, alpha) - (spent((k - 1) / looks, alpha) if k > 2 else 0.0)) / alpha
+    before = alpha_spent((k - 1) / looks, alpha) if k > 2 else 0.0
+    return (alpha_spent(k / looks, alpha) - before) / alpha
 
 
-def spent(s: float, alpha: float) -> float:
+def alpha_spent(s: float, alpha: float) -> float:
     """Lan and DeMets's O'Brien–Fleming-type spending function: α(s) = 2 − 2Φ(Φ⁻¹(1 − α/2)/√s)
     spent by information fraction s. It has no constant and spends less early the smaller α."""
     return math.erfc(-NormalDist().inv_cdf(alpha / 2) / math.sqrt(2 * s)) if alpha > 0 else 0.0
@@ -300,7 +301,7 @@ class Comparison:
 
 
 def compare(runs: Sequence[Sample], best: Sequence[Sample], pl: Placement,
-            keys: Sequence[Key], others: tuple[float, int], rule: Rule, tol: float
+            keys: Sequence[Condition], others: tuple[float, int], rule: Rule, tol: float
             ) -> Comparison | None:
     """The change against its incumbent within conditions (docs/keep-rule.md#the-model);
     None when none of its runs is placed."""
@@ -316,7 +317,7 @@ def compare(runs: Sequence[Sample], best: Sequence[Sample], pl: Placement,
         weight += w
     if not weight:
         return None
-    sigma, df = pooled_of([squares(blocks(runs, pl.keys) + blocks(best, keys))],
+    sigma, df = pooled_of([squared_deviations(blocks(runs, pl.keys) + blocks(best, keys))],
                           others)
     value = usual_runs(best, tol)[0]
     assert value.n
@@ -335,7 +336,7 @@ def _change(ev: Evidence, rule: Rule) -> Verdict:
     tol = speed_tolerance(ev.speed_noise)
     pl = place(ev.runs, ev.best, tol)
     keys = conditions(ev.best, tol)
-    usual_key = usual(keys)
+    usual_key = most_common(keys)
     base = Verdict(None, suspect=tuple(k is None for k in pl.keys),  # set aside: in no value
                    change=_own([r for r, k in zip(ev.runs, pl.keys, strict=True)
                                 if k is not None]),
@@ -407,7 +408,7 @@ def _without_noise(ev: Evidence, rule: Rule, cmp: Comparison, base: Verdict) -> 
                    ending=Ending.KEPT)
 
 
-def _test(ev: Evidence, rule: Rule, pl: Placement, keys: Sequence[Key], cmp: Comparison,
+def _test(ev: Evidence, rule: Rule, pl: Placement, keys: Sequence[Condition], cmp: Comparison,
           base: Verdict) -> Verdict:
     """Look k of the sequential test: discard, balance the latest condition, keep, or run."""
     t, base, text = _look(ev, rule, cmp, base)
@@ -437,7 +438,7 @@ def _look(ev: Evidence, rule: Rule, cmp: Comparison, base: Verdict) -> tuple[flo
     first look, which keeps nothing) and the night's level, and the reason's text."""
     assert cmp.se is not None
     level = fdr.level(ev.tests, rule.fdr)
-    s_k = share(len(ev.runs), rule.max_runs, level)
+    s_k = look_share(len(ev.runs), rule.max_runs, level)
     t = t_score(cmp.gain - rule.min_delta, cmp.se)
     p = min(1.0, t_sf(t, cmp.df or None) / s_k) if s_k else 1.0
     base = replace(base, p_better=1.0 - t_sf(t_score(cmp.gain, cmp.se), cmp.df or None),
@@ -448,7 +449,7 @@ def _look(ev: Evidence, rule: Rule, cmp: Comparison, base: Verdict) -> tuple[flo
         + (f"p {p:.2g}, level {level:.2g}" if len(ev.runs) > 1 else "a first run keeps nothing"))
 
 
-def _incumbent_short(ev: Evidence, pl: Placement, keys: Sequence[Key]) -> bool:
+def _incumbent_short(ev: Evidence, pl: Placement, keys: Sequence[Condition]) -> bool:
     """The change's latest run has no pair and its condition holds fewer incumbent runs than
     change runs (equal numbers halve the standard error most for the runs spent)."""
     key, last = pl.keys[-1], ev.runs[-1]

@@ -17,8 +17,8 @@ from typing import Any
 
 from agent.core.domain import CrashKind, ExperimentStatus, Finish
 from agent.core.record import Ending, StopPoint, VerdictRecord
-from agent.rules.conditions import Sample, usual_runs
 from agent.rules.decide import Verdict
+from agent.rules.placement import Sample, usual_runs
 
 # A change whose code was running each time the service died, this many times in a row, is given
 # up with a verdict (it may be what takes the service down); a baseline is never given up.

@@ -61,7 +61,7 @@ def scale_of(name: str, value: float | int | bool) -> str:
     return "log"
 
 
-def to_u(scale: str, value: float) -> float:
+def to_coordinate(scale: str, value: float) -> float:
     if scale in ("log", "int"):
         return math.log(value)
     if scale == "fraction":
@@ -70,7 +70,7 @@ def to_u(scale: str, value: float) -> float:
     return float(value)
 
 
-def from_u(scale: str, u: float) -> float:
+def from_coordinate(scale: str, u: float) -> float:
     if scale in ("log", "int"):
         return math.exp(u)
     if scale == "fraction":
@@ -78,7 +78,7 @@ def from_u(scale: str, u: float) -> float:
     return u
 
 
-def _granule(value: float) -> int:
+def _integer_step(value: float) -> int:
     """Integers are rounded to about 1/16 of their size, in powers of two: 200 ×√2 → 280,
     128 ×√2 → 184, 100 stays 100, 6 and 3 move by 1."""
     return int(2 ** max(0, int(math.floor(math.log2(max(value, 1) / 16)))))
@@ -105,7 +105,7 @@ def _fraction_literal(new: float, raw: str) -> str:
 
 def _int_step(value: int, factor: float) -> int | None:
     target = value * factor
-    grain = _granule(min(value, target))
+    grain = _integer_step(min(value, target))
     new = int(target / grain + 0.5) * grain
     if new == value:
         new = value + (grain if factor > 1 else -grain)
@@ -129,7 +129,7 @@ def moved(knob: KnobValue, direction: int, step: float) -> str | None:
         if isinstance(v, int):
             return str(int(v) + direction * max(1, int(round(abs(v) * step))))
         return fmt_float(float(v) + direction * abs(float(v)) * step, knob.raw)
-    new = from_u(scale, to_u(scale, float(v)) + direction * step)
+    new = from_coordinate(scale, to_coordinate(scale, float(v)) + direction * step)
     if scale == "fraction":
         return _fraction_literal(new, knob.raw)
     return fmt_float(new, knob.raw)
@@ -141,7 +141,7 @@ def coordinate(name: str, raw: str) -> float | None:
     scale = scale_of(name, value)
     if scale in ("bool", "zero"):
         return None
-    return to_u(scale, float(value))
+    return to_coordinate(scale, float(value))
 
 
 def direction_of(name: str, old: str, new: str) -> int:
@@ -166,4 +166,4 @@ def step_between(name: str, old: str, new: str) -> float | None:
     scale = scale_of(name, a)
     if scale == "fraction" and not 0 < b < 1:
         return None
-    return abs(to_u(scale, float(b)) - to_u(scale, float(a)))
+    return abs(to_coordinate(scale, float(b)) - to_coordinate(scale, float(a)))

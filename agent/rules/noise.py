@@ -25,16 +25,16 @@ def group_squares(g: Sequence[float]) -> float:
     return sum((v - m) ** 2 for v in g)
 
 
-def informative(g: Sequence[float]) -> bool:
+def measures_noise(g: Sequence[float]) -> bool:
     """Whether a commit's runs measure the noise: two or more, not all identical (identical
     repeats, a script that ignores OVERNIGHT_SEED, are no evidence of zero noise)."""
     return len(g) >= 2 and any(v != g[0] for v in g)
 
 
-def squares(groups: Sequence[Sequence[float]]) -> tuple[float, int]:
+def squared_deviations(groups: Sequence[Sequence[float]]) -> tuple[float, int]:
     """(Σ squared deviations from each group's mean, degrees of freedom) over the informative
     groups."""
-    measured = [g for g in groups if informative(g)]
+    measured = [g for g in groups if measures_noise(g)]
     return sum(map(group_squares, measured)), sum(len(g) - 1 for g in measured)
 
 

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from agent.core.prune_policy import PrunePolicy
-from agent.rules.noise import pooled_of, squares, t_score, t_sf
+from agent.rules.noise import pooled_of, squared_deviations, t_score, t_sf
 
 __all__ = ["PruneCall", "PrunePolicy", "check", "loss_over", "next_check"]
 Curve = Sequence[tuple[float, float]]
@@ -93,7 +93,7 @@ def check(challenger: Curve, incumbents: Sequence[Curve], index: int, level: flo
         return PruneCall(False, fraction, "no progress line since the check before")
     incumbent_losses = _column(incumbents, part)
     groups = [incumbent_losses, *(_column(g, part) for g in earlier)]
-    sd, df = pooled_of([squares(groups)])
+    sd, df = pooled_of([squared_deviations(groups)])
     if not incumbent_losses or sd is None:
         return PruneCall(False, fraction, "the incumbent's curves show no spread here yet")
     reference = statistics.fmean(incumbent_losses)

@@ -69,3 +69,32 @@ def best_then_text(best: Measured | None) -> str:
     if best is None or best.mean is None:
         return "no best then"
     return f"the best then, {value_text(best)}"
+
+
+def speed_text(speed: float, source: str | None) -> str:
+    """A throughput as a person reads it: 16,320 tokens/s, 2.41 steps/s."""
+    unit = "tokens/s" if source and "tokens" in source else "steps/s"
+    return f"{speed:,.0f} {unit}" if speed >= 100 else f"{speed:.3g} {unit}"
+
+
+def other_speed_note(speed: float | None, usual_speed: float | None, source: str | None) -> str:
+    """The note of a run placed in another machine condition than the usual one."""
+    at = "an unknown speed" if speed is None else speed_text(speed, source)
+    usual = (f" (the incumbent usually runs at {speed_text(usual_speed, source)})"
+             if usual_speed else "")
+    return (f"ran at {at}{usual}: the machine's load changed, so it is compared with the "
+            "incumbent's runs at that speed")
+
+
+def set_aside_note(incumbent_run: int) -> str:
+    """The note of a run whose pair disagrees with its other pairs on its speed."""
+    return (f"set aside: its speed relative to the incumbent's run {incumbent_run} beside it "
+            "differs from its other pairs, so the machine's speed changed between the two runs")
+
+
+def unplaced_note(speed: float, source: str | None, ratio_known: bool) -> str:
+    """The note of a run at a speed the incumbent has not run at: set aside until the
+    incumbent runs beside it."""
+    return (f"ran at {speed_text(speed, source)}, a speed the incumbent has not run at"
+            + ("" if ratio_known else " (this change's own effect on speed is not measured "
+               "yet)") + ", so the incumbent runs next to it")

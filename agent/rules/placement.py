@@ -1,6 +1,8 @@
-"""The machine's conditions, the blocks of the keep rule's model (docs/keep-rule.md#the-model):
-the incumbent's runs grouped by speed, each run of a change placed in one of them (or not yet),
-and the incumbent's value. Pure: stdlib, the domain's run records and agent.rules.noise only.
+"""Placement: the machine's conditions, the blocks of the keep rule's model
+(docs/keep-rule.md#the-model). The incumbent's runs are grouped by speed, each run of a change is
+placed in one of them (or not yet), and a commit's value is its runs in its most common
+condition. Pure: stdlib, the record and agent.rules.noise and wording only; run records become
+Samples in agent.rules.run_records.
 """
 from __future__ import annotations
 
@@ -9,12 +11,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from statistics import median
 
-from agent.core.domain import Run, RunStatus
 from agent.core.record import Measured
-from agent.rules.noise import speed_noise, speed_tolerance, squares
+from agent.rules.noise import squared_deviations
+from agent.rules.wording import other_speed_note, set_aside_note, unplaced_note
 
-Key = tuple[str | None, int]  # (device, the incumbent's condition on it)
-GOOD = (RunStatus.OK, RunStatus.SUSPECT)  # runs with a metric the rule decides on
+Condition = tuple[str | None, int]  # (device, the incumbent's condition on it)
 
 
 @dataclass(frozen=True)
@@ -34,7 +35,7 @@ class Sample:
 class Placement:
     """A change's runs placed in the incumbent's conditions."""
 
-    keys: tuple[Key | None, ...]  # per change run: its condition (None: not placed)
+    keys: tuple[Condition | None, ...]  # per change run: its condition (None: not placed)
     notes: tuple[str, ...]  # per change run: how it was placed, when not plainly
     pending: bool  # its latest run is not placed and has no incumbent run beside it
     ratio_confirmed: bool  # its speed ratio is 1 or two pairs agree on it
@@ -49,15 +50,15 @@ def agrees(value: float | None, reference: float | None, tolerance: float) -> bo
     return abs(value - reference) / reference <= tolerance
 
 
-def conditions(best: Sequence[Sample], tolerance: float) -> list[Key]:
+def conditions(best: Sequence[Sample], tolerance: float) -> list[Condition]:
     """Each incumbent run's condition (docs/keep-rule.md#the-model)."""
-    keys: list[Key] = []
-    speeds: dict[Key, list[float]] = {}
-    latest: dict[str | None, Key] = {}
+    keys: list[Condition] = []
+    speeds: dict[Condition, list[float]] = {}
+    latest: dict[str | None, Condition] = {}
     for b in best:
         key = latest.get(b.device)
         if key is None or not agrees(b.throughput, _median_speed(speeds[key]), tolerance):
-            usual_key = _usual_of(keys, b.device)
+            usual_key = _most_common_on(keys, b.device)
             usual_speeds = {usual_key: speeds[usual_key]} if usual_key else {}
             key = _nearest(b.throughput, b.device, usual_speeds, tolerance) or (
                 b.device, sum(1 for k in speeds if k[0] == b.device))
@@ -73,8 +74,8 @@ def _median_speed(values: Sequence[float]) -> float | None:
     return median(values) if values else None
 
 
-def _nearest(speed: float | None, device: str | None, speeds: dict[Key, list[float]],
-             tolerance: float) -> Key | None:
+def _nearest(speed: float | None, device: str | None, speeds: dict[Condition, list[float]],
+             tolerance: float) -> Condition | None:
     """The condition on `device` whose median speed is nearest `speed`, within tolerance."""
     if speed is None or speed <= 0:
         return None
@@ -88,11 +89,11 @@ def _nearest(speed: float | None, device: str | None, speeds: dict[Key, list[flo
     return found
 
 
-def _usual_of(keys: Sequence[Key], device: str | None) -> Key | None:
-    return usual([k for k in keys if k[0] == device])
+def _most_common_on(keys: Sequence[Condition], device: str | None) -> Condition | None:
+    return most_common([k for k in keys if k[0] == device])
 
 
-def usual(keys: Sequence[Key]) -> Key | None:
+def most_common(keys: Sequence[Condition]) -> Condition | None:
     """The condition with the most runs (the earliest on a tie)."""
     return max(dict.fromkeys(keys), key=keys.count) if keys else None
 
@@ -101,7 +102,7 @@ def usual_runs(best: Sequence[Sample], tolerance: float) -> tuple[Measured, list
     """The one definition of a commit's value (the best's, the baseline's): its runs in its
     usual condition, measured; and per run whether it is off that condition (set aside)."""
     keys = conditions(best, tolerance)
-    usual_key = usual(keys)
+    usual_key = most_common(keys)
     on = [(b.run_id, b.metric) for b, k in zip(best, keys, strict=True) if k == usual_key]
     return (Measured(tuple(i for i, _ in on), tuple(v for _, v in on)),
             [k != usual_key for k in keys])
@@ -118,57 +119,34 @@ def best_of(best: Sequence[Sample], tolerance: float) -> tuple[float | None, lis
 class _Incumbent:
     """The incumbent's conditions as a change's runs are placed in them."""
 
-    keys: list[Key]
-    speeds: dict[Key, list[float]]  # per condition, its runs' speeds
-    latest: dict[str | None, Key]  # per device, its latest condition
+    keys: list[Condition]
+    speeds: dict[Condition, list[float]]  # per condition, its runs' speeds
+    latest: dict[str | None, Condition]  # per device, its latest condition
 
     @classmethod
     def of(cls, best: Sequence[Sample], tolerance: float) -> _Incumbent:
         keys = conditions(best, tolerance)
-        speeds: dict[Key, list[float]] = {}
+        speeds: dict[Condition, list[float]] = {}
         for b, k in zip(best, keys, strict=True):
             speeds.setdefault(k, []).extend([b.throughput] if b.throughput is not None else [])
         return cls(keys, speeds, {b.device: k for b, k in zip(best, keys, strict=True)})
 
-    def joinable(self, device: str | None) -> dict[Key, list[float]]:
+    def conditions_to_join(self, device: str | None) -> dict[Condition, list[float]]:
         """The conditions a run not beside the incumbent may join: the usual and the latest."""
         return {k: v for k, v in self.speeds.items()
-                if k in (_usual_of(self.keys, device), self.latest.get(device))}
+                if k in (_most_common_on(self.keys, device), self.latest.get(device))}
 
 
-def sample(r: Run) -> Sample:
-    assert r.metric is not None
-    return Sample(r.metric, r.throughput, r.id, r.seed, r.device, r.pair_run_id,
-                  r.throughput_source)
-
-
-def recorded_best(runs: Sequence[Run], commit: str, tolerance: float | None = None
-                  ) -> tuple[float | None, list[Run], list[bool]]:
-    """The best as every screen shows it: best_of the commit's good runs, at the sweep's
-    measured speed tolerance (`tolerance`: runs_tolerance of the sweep's runs, when known);
-    with those runs and whether each is off the usual condition."""
-    good = [r for r in runs if r.status in GOOD and r.metric is not None]
-    change_runs = [r for r in good if r.commit == commit]
-    tol = runs_tolerance(good) if tolerance is None else tolerance
-    value, other_speed = best_of([sample(r) for r in change_runs], tol)
-    return value, change_runs, other_speed
-
-
-def runs_tolerance(runs: Sequence[Run]) -> float:
-    """The speed tolerance measured on a sweep's good runs (in start order)."""
-    good = [r for r in runs if r.status in GOOD and r.metric is not None]
-    return speed_tolerance(speed_noise([(r.commit, r.device, r.throughput) for r in good]))
-
-
-def blocks(runs: Sequence[Sample], keys: Sequence[Key | None]) -> list[list[float]]:
+def blocks(runs: Sequence[Sample], keys: Sequence[Condition | None]) -> list[list[float]]:
     """The runs' metrics per condition (those in none left out)."""
     return [[r.metric for r, k in zip(runs, keys, strict=True) if k == key]
             for key in dict.fromkeys(k for k in keys if k is not None)]
 
 
-def within(runs: Sequence[Sample], tolerance: float) -> tuple[float, int]:
-    """A commit's part of σ̂: squares() of its runs per condition (docs/keep-rule.md#the-model)."""
-    return squares(blocks(runs, conditions(runs, tolerance)))
+def noise_part(runs: Sequence[Sample], tolerance: float) -> tuple[float, int]:
+    """A commit's part of σ̂: the squared deviations of its runs within each condition
+    (docs/keep-rule.md#the-model)."""
+    return squared_deviations(blocks(runs, conditions(runs, tolerance)))
 
 
 def place(runs: Sequence[Sample], best: Sequence[Sample], tolerance: float) -> Placement:
@@ -177,22 +155,23 @@ def place(runs: Sequence[Sample], best: Sequence[Sample], tolerance: float) -> P
     change_ids = {r.run_id for r in runs if r.run_id}
     pair = {b.pair_of: (b, k) for b, k in zip(best, inc.keys, strict=True)
             if b.pair_of in change_ids}
-    usual_key = usual(inc.keys)
+    usual_key = most_common(inc.keys)
     seen_apart = {k for b, k in zip(best, inc.keys, strict=True) if b.pair_of not in change_ids}
     ratios = {r.run_id: x for r in runs if r.run_id in pair
               and (x := _ratio(r, pair[r.run_id][0])) is not None}
     ratio = _own_ratio(ratios, pair, seen_apart, tolerance)
     placed = [_place_one(r, pair.get(r.run_id), ratio, inc, tolerance) for r in runs]
     level = _median_speed(inc.speeds.get(usual_key, [])) if usual_key is not None else None
-    notes = [n or ("" if k in (None, usual_key) else _other_speed_note(r, level))
+    notes = [n or ("" if k in (None, usual_key) else other_speed_note(r.throughput, level,
+                                                                           r.source))
              for r, (k, n) in zip(runs, placed, strict=True)]
     pending = bool(runs) and placed[-1][0] is None and runs[-1].run_id not in pair
     return Placement(tuple(k for k, _ in placed), tuple(notes), pending, ratio is not None,
                      len(pair), tuple(ratios.values()))
 
 
-def _own_ratio(ratios: dict[int, float], pair: dict[int, tuple[Sample, Key]],
-               seen_apart: set[Key], tolerance: float) -> float | None:
+def _own_ratio(ratios: dict[int, float], pair: dict[int, tuple[Sample, Condition]],
+               seen_apart: set[Condition], tolerance: float) -> float | None:
     """The change's speed over the incumbent's beside it: the median of `ratios` (per pair)
     whose incumbent run is in a condition known from runs not beside this change (else the
     machine may have moved between the two), once two agree; ~1 when every pair says so."""
@@ -204,42 +183,24 @@ def _own_ratio(ratios: dict[int, float], pair: dict[int, tuple[Sample, Key]],
     return None
 
 
-def _other_speed_note(r: Sample, usual_speed: float | None) -> str:
-    """The note of a run placed in another machine condition than the usual one."""
-    speed = "an unknown speed" if r.throughput is None else speed_text(r.throughput, r)
-    usual = f" (the incumbent usually runs at {speed_text(usual_speed, r)})" if usual_speed else ""
-    return (f"ran at {speed}{usual}: the machine's load changed, so it is compared with the "
-            "incumbent's runs at that speed")
-
-
-def speed_text(speed: float, r: Sample) -> str:
-    """A throughput as a person reads it: 16,320 tokens/s, 2.41 steps/s."""
-    unit = "tokens/s" if r.source and "tokens" in r.source else "steps/s"
-    return f"{speed:,.0f} {unit}" if speed >= 100 else f"{speed:.3g} {unit}"
-
-
 def _ratio(r: Sample, b: Sample) -> float | None:
     """A change run's speed over the incumbent run's beside it (None: either unknown)."""
     return r.throughput / b.throughput if r.throughput and b.throughput else None
 
 
-def _place_one(r: Sample, paired: tuple[Sample, Key] | None, ratio: float | None, inc: _Incumbent,
-         tolerance: float) -> tuple[Key | None, str]:
+def _place_one(r: Sample, paired: tuple[Sample, Condition] | None, ratio: float | None,
+               inc: _Incumbent, tolerance: float) -> tuple[Condition | None, str]:
     """One change run's condition and, when it is not plain, why; `ratio`: the change's
     speed ratio, None while it is not confirmed."""
     if paired is not None:
         b, key = paired
         if ratio is not None and not agrees(_ratio(r, b), ratio, tolerance):
-            return None, (f"left out: its speed relative to the incumbent's run {b.run_id} "
-                          "beside it differs from its other pairs, so the machine's speed "
-                          "changed between the two runs")
+            return None, set_aside_note(b.run_id)
         return key, ""
     if r.throughput is None:
         return inc.latest.get(r.device), ""
     found = None if ratio is None else _nearest(r.throughput / ratio, r.device,
-                                                inc.joinable(r.device), tolerance)
+                                                inc.conditions_to_join(r.device), tolerance)
     if found is not None:
         return found, ""
-    return None, (f"ran at {speed_text(r.throughput, r)}, a speed the incumbent has not run at"
-                  + ("" if ratio is not None else " (this change's own effect on speed is not "
-                     "measured yet)") + ", so the incumbent runs next to it")
+    return None, unplaced_note(r.throughput, r.source, ratio is not None)

@@ -174,15 +174,17 @@ def _fmt(value: float | None, sign: bool = False) -> str:
 def _row(exp: Experiment) -> str:
     crash = exp.crash_kind.value if exp.crash_kind else ""
     desc = " ".join(exp.description.split())[:120]
-    return (f"| {exp.id} | {exp.status.value} | {crash} | {_fmt(exp.metric)} | "
+    n = exp.record.n if exp.record is not None else 0
+    return (f"| {exp.id} | {exp.status.value} | {crash} | {_fmt(exp.metric)} | {n} | "
             f"{_fmt(exp.delta, sign=True)} | {desc} |")
 
 
 def history_table(sweep: Sweep, history: list[Experiment], budget_tokens: int,
                   chars_per_token: float = PRIOR_CHARS_PER_TOKEN) -> str:
     """Kept changes first (they make up the current best), then the newest others."""
-    header = ["| id | status | crash | metric | delta | description |",
-              "|---|---|---|---|---|---|"]
+    header = ["| id | status | crash | metric (mean of its runs) | runs | delta (vs the "
+              "incumbent runs it was compared with) | description |",
+              "|---|---|---|---|---|---|---|"]
     kept = [e for e in reversed(history) if e.status is ExperimentStatus.KEPT]
     others = [e for e in reversed(history) if e.status is not ExperimentStatus.KEPT
               and e.status.is_finished()]

@@ -42,7 +42,7 @@ def test_digest_of_a_recorded_sweep():
                                    "D_MODEL ≥ 256: oom (#5, #6); avoid it"]
     assert len(found.near_misses) == 1 and found.near_misses[0].startswith(
         "#7 set {'WARMUP': '0.2'}: worse than the incumbent runs it was compared with by "
-        "0.0005")
+        "0.000500")
     cats = {c.category: c for c in found.categories}
     assert cats["architecture"].runs == 8 and cats["architecture"].note.startswith(
         "over-explored")
@@ -95,7 +95,7 @@ def test_a_free_form_change_is_better_or_worse_than_its_incumbent_runs_in_words(
     area = area_insight("architecture", 3, 0, 0, trial)
     # not "+0.009345", and not "than the best": the reference it was compared with, named
     assert area.best == ("#12 use SwiGLU (better than the incumbent runs it was compared with "
-                         "by 0.009345 ± 0.004)")
+                         "by 0.009345 ± 0.004)")  # six decimals, as every screen writes a gain
     worse = area_insight("architecture", 3, 0, 0, replace(trial, gain=-0.02, se=None))
     assert worse.best == ("#12 use SwiGLU (worse than the incumbent runs it was compared with "
-                          "by 0.02)")
+                          "by 0.020000)")

@@ -180,7 +180,7 @@ def test_mcp_stdio_session_end_to_end(setup, tmp_path):
     assert "LR 0.01 -> 0.04" in seen["table"] and seen["table"].startswith("# sweep night")
     insights = seen["insights"]
     print("\n--- get_insights as the agent sees it ---\n" + insights["text"])
-    assert "val_bpb (lower is better): baseline 1.3, best 1.1" in insights["text"]
+    assert "val_bpb (lower is better): baseline 1.300000, best 1.100000" in insights["text"]
     assert "- LR [hyperparameter] now 0.04; 1 runs; tried 0.04; gain by direction: up +0.2" \
         in insights["text"]
     assert [k["name"] for k in insights["data"]["knobs"]] == ["LR"]

@@ -231,7 +231,7 @@ def test_the_digest_gains_are_the_records(night: Night) -> None:
         gain = record.gain(minimize=False)
         assert gain is not None
         word = "better" if gain >= 0 else "worse"
-        assert f"{word} than the incumbent runs it was compared with by {abs(gain):.4g}" in line
+        assert f"{word} than the incumbent runs it was compared with by {abs(gain):.6f}" in line
 
 
 def test_an_ending_is_built_in_one_place_and_no_screen_reads_a_sentence() -> None:

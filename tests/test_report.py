@@ -225,7 +225,7 @@ def test_every_screen_reads_one_number_per_fact(remeasured: Night):
         gain = f"better than the incumbent's {record.incumbent.n if record.incumbent else 0} " \
             if record.incumbent and record.incumbent.n > 1 else "better than the incumbent's run"
         assert f"val_bpb {said}: {gain}" in lines[e.id]  # the console line
-        assert f"by {abs(e.delta):.3g} ± {record.se:.3g}" in lines[e.id]
+        assert f"by {abs(e.delta):.6f} ± {record.se:.3g}" in lines[e.id]
         assert float(by_commit[(e.commit or "")[:7]][1]) == pytest.approx(value, abs=5e-7)
         mine = rows_json[e.id]
         assert (mine["metric"], mine["n"], mine["p_better"]) == (value, n, p_better)

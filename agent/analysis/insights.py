@@ -141,11 +141,11 @@ def against_incumbent(t: Trial) -> str:
     """Its gain in words, the reference named, as every digest line says it: "better than
     the incumbent runs it was compared with by 0.0031 ± 0.002" (inferred)."""
     gain = t.gain or 0.0
-    se = f" ± {t.se:.2g}" if t.se is not None else ""
+    se = f" ± {t.se:.3g}" if t.se is not None else ""
     if gain == 0:
         return f"equal to the incumbent runs it was compared with{se}"
     return (f"{'better' if gain > 0 else 'worse'} than the incumbent runs it was compared "
-            f"with by {abs(gain):.4g}{se}")
+            f"with by {abs(gain):.6f}{se}")
 
 
 def near_miss_text(found: list[Trial], generation: int) -> list[str]:
@@ -214,7 +214,7 @@ def scale_notes(scale: float | None, tolerance: float) -> list[str]:
 
 
 def _fmt(value: float | None) -> str:
-    return "-" if value is None else f"{value:.6g}"
+    return "-" if value is None else f"{value:.6f}"
 
 
 def _effect_text(e: DirectionEffect) -> str:

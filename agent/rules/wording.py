@@ -45,11 +45,13 @@ def reference_text(compared: Measured, beside: bool, conditions: int = 1) -> str
 
 
 def gain_text(difference: float, se: float | None, direction: Direction) -> tuple[str, str]:
-    """("better", "by 0.176 ± 0.302") from a difference (change − reference, signed as the
-    metric) and its standard error."""
+    """("better than", " by 0.175947 ± 0.302") from a difference (change − reference, signed
+    as the metric) and its standard error: the gain with six decimals, as every screen writes
+    a metric, the standard error with three significant digits."""
     gain = -difference if direction is Direction.MINIMIZE else difference
     word = "better than" if gain > 0 else "worse than" if gain < 0 else "equal to"
-    by = "" if gain == 0 else f" by {abs(gain):.3g}" + (f" ± {se:.3g}" if se is not None else "")
+    by = "" if gain == 0 else f" by {metric_text(abs(gain))}" + (
+        f" ± {se:.3g}" if se is not None else "")
     return word, by
 
 

@@ -141,10 +141,10 @@ class ExperimentViews(ReadsBase):
             latest = select(E.sweep_id, func.max(E.id)).where(
                 E.is_baseline.is_(True), E.sweep_id.in_(ids)).group_by(E.sweep_id).subquery()
             baseline = dict(s.execute(select(E.sweep_id, E.status).join(
-                latest, E.id == latest.c[1])).tuples().all())
+                latest, E.id == latest.c[1])).all())
             reruns = dict(s.execute(select(R.sweep_id, func.count()).where(
                 R.sweep_id.in_(ids), R.role == RunRole.INCUMBENT.value,
-                R.metric.is_not(None)).group_by(R.sweep_id)).tuples().all())
+                R.metric.is_not(None)).group_by(R.sweep_id)).all())
         return {i: Counts.of(by_status.get(i, {}), STATUS[baseline[i]] if i in baseline else None,
                              runs.get(i, {}), int(reruns.get(i, 0)))
                 for i in ids}

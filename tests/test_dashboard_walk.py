@@ -162,15 +162,18 @@ class Records:
         return sum(r["status"] == "suspect" and r["role"] != "incumbent"
                    for r in e["run_records"])
 
-    def reruns(self, e: dict[str, Any]) -> int:
+    def reruns(self, e: dict[str, Any], set_aside: bool = False) -> int:
         return sum(r["role"] == "incumbent" and r["metric"] is not None
-                   and r["status"] in ("ok", "suspect") for r in e["run_records"])
+                   and r["status"] in (("suspect",) if set_aside else ("ok", "suspect"))
+                   for r in e["run_records"])
 
     def runs_cell(self, e: dict[str, Any]) -> str:
         n, aside, again = self.n(e), self.set_aside(e), self.reruns(e)
         parts = [str(n)] if n or e["status"] not in ("queued", "running") else []
         parts += [f"+{aside} set aside"] if aside else []
-        parts += [f"+{again} re-run{'s' if again != 1 else ''}"] if again else []
+        again_aside = self.reruns(e, set_aside=True)
+        parts += [f"+{again} re-run{'s' if again != 1 else ''}" + (
+            f" ({again_aside} set aside)" if again_aside else "")] if again else []
         return " ".join(parts)
 
     def delta_cell(self, e: dict[str, Any], se_fmt: str = ".3g") -> str:
@@ -376,8 +379,8 @@ def walk_sweep(page: Any, rec: Records, run_hours: str) -> None:
     better = "lower" if s["direction"] == "minimize" else "higher"
     tally = ", ".join(f"{n} {k}" for k, n in sorted({**c, "kept": c["kept"] - 1}.items()) if n)
     assert page.locator("#insights .insight-lines li").first.inner_text() == (
-        f"{s['metric']} ({better} is better): baseline {s['baseline_metric']:.6g}, best "
-        f"{s['best_metric']:.6g}; experiments: {tally}")
+        f"{s['metric']} ({better} is better): baseline {f6(s['baseline_metric'])}, best "
+        f"{f6(s['best_metric'])}; experiments: {tally}")
 
     walk_plot(page, rec)
 

@@ -192,6 +192,11 @@ def test_the_counts_read_the_same_on_every_screen(night: Night) -> None:
     said = f"{kept} of {tried} change{'s' if tried != 1 else ''} kept (the baseline aside)"
     assert said in table
     assert said in night.cli("report", "--sweep", "load")
+    # the runs set aside, row by row (its own, and its re-runs as the incumbent), add up to the
+    # night's
+    rows, _ = night.table
+    per_row = [re.findall(r"(\d+) set aside", row[4]) for row in rows.values() if row[0].isdigit()]
+    assert sum(int(n) for found in per_row for n in found) == aside
     status = rows_of(night.cli("status"))["load"]
     assert (status[2], status[3], status[6]) == (str(tried), str(kept), f"{runs} ({aside} set "
                                                                          "aside)")

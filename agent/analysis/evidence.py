@@ -55,6 +55,7 @@ class ExperimentEvidence:
     # rule records the best (agent.rules.placement.recorded_best: what the later changes'
     # deltas are measured against) with the runs it rests on
     reruns: int = 0
+    reruns_set_aside: int = 0  # of those re-runs, the ones in no value (another speed)
     commit_mean: float | None = None
     commit_n: int = 0
 
@@ -143,6 +144,7 @@ class EvidenceFold:
         self.kept: list[int] = []  # kept changes (not the baseline)
         self.records: dict[int, VerdictRecord] = {}  # each finished experiment's record
         self.reruns: Counter[int] = Counter()  # per kept experiment: its commit's later runs
+        self.reruns_aside: Counter[int] = Counter()  # of those, the ones set aside
         self.ledger: list[tuple[float, bool, object, int]] = []  # (p, kept, finished, id)
         self.run_exp: dict[int, int] = {}  # a change's run → its experiment
         self.marked: dict[int, list[Run]] = {}  # per experiment: runs paired or with a note
@@ -161,7 +163,7 @@ class EvidenceFold:
         out.parts = dict(self.parts)
         out.baseline, out.kept, out.changed = self.baseline, list(self.kept), set(self.changed)
         out.records, out.ledger = dict(self.records), list(self.ledger)
-        out.reruns = Counter(self.reruns)
+        out.reruns, out.reruns_aside = Counter(self.reruns), Counter(self.reruns_aside)
         out.commit_of = dict(self.commit_of)
         out.run_exp, out.marked = dict(self.run_exp), dict(self.marked)
         out.good = dict(self.good)
@@ -177,6 +179,7 @@ class EvidenceFold:
             appended(self.good, self.owned, "good", 0, r)
             if r.role is RunRole.INCUMBENT:  # a run of a kept commit after its verdict
                 self.reruns[r.experiment_id] += 1
+                self.reruns_aside[r.experiment_id] += r.status is RunStatus.SUSPECT
         if r.status is not RunStatus.OK or r.metric is None:
             return
         appended(self.by_commit, self.owned, "commit", r.commit, r.metric)
@@ -233,7 +236,7 @@ class EvidenceFold:
                                 1.0 if sweep.direction is Direction.MINIMIZE else -1.0,
                                 self._carried(sigma, df, open_experiments, sweep),
                                 self.marked, self.commit_of, self.records, df, recorded,
-                                dict(self.reruns))
+                                dict(self.reruns), dict(self.reruns_aside))
             self.last, self.changed = per, set()
         order = sorted(self.ledger, key=lambda t: (t[2] is None, str(t[2]), t[3]))
         alpha = fdr.level([(p, k) for p, k, _, _ in order], config.fdr)
@@ -290,7 +293,7 @@ def _sweep_evidence(sweep: Sweep, per: PerExperiment, baseline: tuple[int, str] 
             and sweep.best_metric is not None:
         # the keep rule's record of both (the sweep's baseline and best), on their runs in
         # their usual machine conditions
-        improvement = sign * (sweep.baseline_metric - sweep.best_metric)
+        improvement = sign * (sweep.baseline_metric - sweep.best_metric) + 0.0  # not -0.0
         if sigma is not None:
             ci = (
                 0.0
@@ -384,13 +387,14 @@ class PerExperiment(Mapping[int, ExperimentEvidence]):
                  commit_of: Mapping[int, str] | None = None,
                  records: Mapping[int, VerdictRecord] | None = None, df: int = 0,
                  recorded: BestRecord | None = None,
-                 reruns: Mapping[int, int] | None = None) -> None:
+                 reruns: Mapping[int, int] | None = None,
+                 reruns_aside: Mapping[int, int] | None = None) -> None:
         self._bases, self._by_exp, self._by_commit = bases, by_exp, by_commit
         self.recorded = recorded or BestRecord((), "", None, "", None)
         self._marked = marked or {}
         self._commit_of = commit_of or {}
         self._records = records or {}
-        self._reruns = reruns or {}
+        self._reruns, self._reruns_aside = reruns or {}, reruns_aside or {}
         self.sigma, self.sign, self.df = sigma, sign, df
         self.done: dict[int, ExperimentEvidence] = done or {}
 
@@ -404,7 +408,7 @@ class PerExperiment(Mapping[int, ExperimentEvidence]):
             if commit:  # a kept commit (or a baseline): its value now, as the rule records it
                 value, n = self.recorded.value(commit)
                 hit = replace(hit, reruns=self._reruns.get(key, 0), commit_mean=value,
-                              commit_n=n)
+                              commit_n=n, reruns_set_aside=self._reruns_aside.get(key, 0))
             self.done[key] = hit
         return hit
 

@@ -164,7 +164,8 @@ def runs_cell(exp: Experiment, ev: ExperimentEvidence | None) -> str:
     if ev.set_aside:
         parts.append(f"+{len(ev.set_aside)} set aside")
     if ev.reruns:
-        parts.append(f"+{ev.reruns} re-run{'s' if ev.reruns != 1 else ''}")
+        parts.append(f"+{ev.reruns} re-run{'s' if ev.reruns != 1 else ''}" + (
+            f" ({ev.reruns_set_aside} set aside)" if ev.reruns_set_aside else ""))
     return " ".join(parts)
 
 
@@ -187,4 +188,4 @@ def improvement(sweep: Sweep) -> float | None:
     if base is None or best is None or base == 0:
         return None
     rel = (base - best) / abs(base)
-    return rel if sweep.direction.value == "minimize" else -rel
+    return (rel if sweep.direction.value == "minimize" else -rel) + 0.0  # never -0.0

@@ -98,11 +98,6 @@ class LLMSpend(BaseModel):
         return cls(tokens_in=usage[0], tokens_out=usage[1], usd=round(usage[2], 6))
 
 
-def _round(value: float | None) -> float | None:
-    """Deltas without float noise (-0.19999999999999996 → -0.2)."""
-    return None if value is None else round(value, 9)
-
-
 class RunView(BaseModel):
     """One run of an experiment (its own, or the incumbent's recorded under it)."""
 
@@ -187,7 +182,7 @@ class ExperimentView(BaseModel):
             crash_kind=e.crash_kind.value if e.crash_kind else None, crash_cause=e.crash_cause,
             description=e.description,
             diff=e.diff if with_diff else None, metric=e.metric,
-            n=e.record.n if e.record is not None else 0, delta=_round(e.delta),
+            n=e.record.n if e.record is not None else 0, delta=e.delta,
             delta_se=e.record.se if e.record is not None else None, best_before=e.best_before,
             commit=e.commit, ref=e.ref, parent_id=e.parent_id,
             attempt=e.attempt, is_baseline=e.is_baseline, priority=e.priority,

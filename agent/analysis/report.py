@@ -8,6 +8,7 @@ from agent.analysis.evidence import ExperimentEvidence, SweepEvidence
 from agent.analysis.projection import memory_gb
 from agent.core.config import Direction
 from agent.core.domain import Experiment, ExperimentStatus, Sweep, stopped_at
+from agent.core.record import Ending
 from agent.rules.wording import comparison, metric_text
 
 TSV_HEADER = ("commit", "val_bpb", "memory_gb", "status", "description")
@@ -129,9 +130,13 @@ def evidence_header(ev: SweepEvidence, metric: str) -> str:
 
 def shown_status(exp: Experiment) -> str:
     """The status a person reads: `stopped` for a change the early stop ended (recorded as
-    discarded), with the crash kind of a crash."""
+    discarded), `not started` for one the executor could not start (recorded as cancelled),
+    with the crash kind of a crash."""
     if stopped_at(exp.meta) is not None:
         return "stopped"
+    record = exp.record
+    if record is not None and record.ending is Ending.NOT_STARTED:
+        return Ending.NOT_STARTED.value
     return exp.status.value + (f" ({exp.crash_kind.value})" if exp.crash_kind else "")
 
 

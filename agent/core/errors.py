@@ -51,6 +51,14 @@ class WorkerLostError(OvernightError):
     """
 
 
+class RunNotStartedError(OvernightError):
+    """The executor could not start a run: sbatch refused its job, no node of the Ray cluster
+    can hold it, a GPU was asked for where there is none. Raised by a Runner before the
+    training command starts; the message is one sentence, with the fix. Neither the change's
+    fault nor an interruption: the experiment is recorded `not started` and queued again, and
+    its sweep pauses until the fix (agent.engine.scheduler)."""
+
+
 LOST_PREFIX = "the worker running it was lost: "
 INTERRUPT_PREFIX = "interrupted by "
 

@@ -323,7 +323,9 @@ class Runner(Protocol):
         run); `on_submit(job_id)` when a batch scheduler (Slurm) has the run as a job.
 
         Raises WorkerLostError (a remote runner only) when the machine running it went away
-        before reporting a result; a local run always returns a RunResult.
+        before reporting a result; RunNotStartedError, before the command starts, when the
+        executor cannot start it (a refused job, no node that fits, no GPU where one is asked
+        for). A run that started always returns a RunResult.
         """
 
 

@@ -48,6 +48,7 @@ class Ending(str, enum.Enum):
     CANCELLED = "cancelled"
     INTERRUPTED = "interrupted"  # the service, its worker or the disk went under it; run again
     SHUT_DOWN = "shut down"  # interrupted on purpose (a shutdown, Ctrl-C, SIGTERM); run again
+    NOT_STARTED = "not started"  # the executor could not start its run; run again after the fix
 
 
 JUDGED = frozenset({Ending.KEPT, Ending.NOT_BETTER})  # endings the test (or strict) decided

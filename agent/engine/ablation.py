@@ -8,7 +8,8 @@ for a sweep whose proposer is "ablation:<sweep>"): claim → worktree → k runs
 baseline is the best (every kept change), recorded kept so the slots' baseline-first rule holds;
 the variants (the baseline, the best minus each kept change) are recorded discarded with the
 mean of their runs: measured, never the sweep's head. A failed run ends its variant (crashed or
-timeout, classified as any run is), a stop ends it cancelled.
+timeout, classified as any run is), a stop ends it cancelled, a run the executor could not start
+ends it not started (queued again).
 """
 
 from __future__ import annotations
@@ -19,14 +20,22 @@ from pathlib import Path
 from typing import Any
 
 from agent.core.domain import Experiment, Run, RunRole, RunSpec, RunStatus, Sweep, utcnow
-from agent.core.errors import interrupt_reason
+from agent.core.errors import RunNotStartedError, interrupt_reason
 from agent.core.ports import Repo, Runner, Store
 from agent.engine.attempt import EventFn, LoopSettings, TrainingRuns, emit_to
+from agent.engine.recovery import requeue_once
 from agent.git.repo import hash_worktree_files
 from agent.ops.sweeps import link_assets
 from agent.rules.classify import CrashFacts
 from agent.rules.decide import Evidence, Rule, RunFailure, Verdict, decide
-from agent.rules.endings import cancelled, finish_of, interrupted, measured_variant, refused
+from agent.rules.endings import (
+    cancelled,
+    finish_of,
+    interrupted,
+    measured_variant,
+    not_started,
+    refused,
+)
 from agent.rules.run_records import runs_tolerance, sample
 from runner.result import Outcome, RunResult
 
@@ -77,6 +86,12 @@ class AblationLoop:
             added_worktree = True
             link_assets(wt, Path(sweep.target_path), sweep.config)
             return self._measure(sweep, exp, commit, wt, stop)
+        except RunNotStartedError as exc:  # queued again; the engine pauses the sweep
+            done = self._end(exp, not_started(str(exc)[:500]))
+            retry = requeue_once(self.store, done)
+            if retry is not None:
+                self.emit("queued", retry)
+            return done
         except BaseException as exc:
             self._record_failure(exp, exc)
             raise

@@ -27,7 +27,13 @@ from typing import Any
 
 from agent.core.config import TargetConfig, extra_args
 from agent.core.domain import Experiment, Run, RunEnd, RunSpec, RunStatus, Sweep, utcnow
-from agent.core.errors import ConfigError, OutOfSpaceError, StoreError, WorkerLostError
+from agent.core.errors import (
+    ConfigError,
+    OutOfSpaceError,
+    RunNotStartedError,
+    StoreError,
+    WorkerLostError,
+)
 from agent.core.ports import Runner, Store
 from agent.core.private import DIR_MODE
 from agent.core.record import StopPoint
@@ -283,6 +289,9 @@ class TrainingRuns:
             result, holdout = seal_result(result, config.holdout_metric)
         except (WorkerLostError, OutOfSpaceError):  # no result: the machine or the disk went
             self.store.end_run(run.id, RunEnd(RunStatus.INTERRUPTED))
+            raise
+        except RunNotStartedError as exc:  # the executor never started it: nothing to judge
+            self.store.end_run(run.id, RunEnd(RunStatus.CANCELLED, note=str(exc)[:500]))
             raise
         finally:
             if writer is not None:

@@ -32,6 +32,7 @@ from agent.core.errors import (
     NO_SPACE_PREFIX,
     AdmissionError,
     PatchError,
+    RunNotStartedError,
     WorkerLostError,
     interrupt_reason,
     is_out_of_space,
@@ -50,7 +51,7 @@ from agent.rules.admit import check_changes
 from agent.rules.classify import CrashFacts
 from agent.rules.contract import baseline_warnings, contract_warnings
 from agent.rules.decide import Evidence, Rule, RunFailure, Verdict, decide
-from agent.rules.endings import cancelled, finish_of, interrupted, refused
+from agent.rules.endings import cancelled, finish_of, interrupted, not_started, refused
 from runner.result import Outcome, RunResult
 
 logger = logging.getLogger(__name__)
@@ -166,6 +167,8 @@ class Loop:
             return self._run_until_verdict(sweep, exp, head, commit, wt, stop)
         except WorkerLostError as exc:
             return self._interrupt_and_requeue(exp, f"{LOST_PREFIX}{exc}")
+        except RunNotStartedError as exc:
+            return self._not_started(exp, str(exc))
         except BaseException as exc:
             if not self.disk_space.stopped and self.disk_space.note_failure(
                     exc, f"experiment {exp.id}", probe=True):
@@ -417,6 +420,16 @@ class Loop:
             logger.error("sweep %s paused: %s", sweep.name, pause)
             if sweep.status is SweepStatus.RUNNING:
                 self.store.set_sweep_status(sweep.name, SweepStatus.PAUSED)
+        return done
+
+    def _not_started(self, exp: Experiment, why: str) -> Experiment:
+        """The executor could not start its run: recorded `not started` (no result, nothing
+        judged) and queued again as a linked row; the engine pauses the sweep until the fix."""
+        logger.info("experiment %s was not started: %s", exp.id, why)  # the engine says it
+        done = self._end(exp, not_started(why[:500]))
+        retry = requeue_once(self.store, done)
+        if retry is not None:
+            self.emit("queued", retry)
         return done
 
     def _record_failure(self, exp: Experiment, exc: BaseException) -> None:

@@ -34,6 +34,7 @@ from agent.core.domain import (
 from agent.core.errors import ConflictError
 from agent.core.ports import Repo, Store
 from agent.core.private import private_file
+from agent.core.record import Ending
 from agent.engine.attempt import run_id_prefix, stop_point
 from agent.rules.endings import (
     MAX_CRASH_RETRIES,
@@ -215,10 +216,11 @@ def baseline_pause_reason(retry: Experiment) -> str | None:
 
 
 def requeue_once(store: Store, exp: Experiment) -> Experiment | None:
-    """The one follow-up of an interrupted experiment, a new row linked by retry_of: its
-    retry, or, once its code was running each of more than MAX_CRASH_RETRIES service deaths,
-    its verdict (agent.rules.endings.gave_up). A baseline is always queued again.
-    Only interruptions while its code ran count; a clean stop or Ctrl-C/SIGTERM never does.
+    """The one follow-up of an interrupted (or not started) experiment, a new row linked by
+    retry_of: its retry, or, once its code was running each of more than MAX_CRASH_RETRIES
+    service deaths, its verdict (agent.rules.endings.gave_up). A baseline is always queued
+    again. Only interruptions while its code ran count; a clean stop, Ctrl-C/SIGTERM or a run
+    the executor never started does not.
 
     Returns None when the experiment already has its follow-up (the store refuses a second:
     ConflictError), so two callers can never queue it twice.
@@ -243,7 +245,10 @@ def requeue_once(store: Store, exp: Experiment) -> Experiment | None:
         logger.error("experiment %d: its run was cut off each of the %d times the service or "
                      "its worker died; recorded as crashed (%d)", exp.id, crashes, follow_up.id)
     else:
-        logger.warning("re-queued interrupted experiment %d as %d", exp.id, follow_up.id)
+        ended = exp.record.ending if exp.record is not None else None
+        logger.log(logging.INFO if ended is Ending.NOT_STARTED else logging.WARNING,
+                   "re-queued %s experiment %d as %d", ended.value if ended else "interrupted",
+                   exp.id, follow_up.id)
     return follow_up
 
 

@@ -28,6 +28,7 @@ from agent.core.domain import (
 )
 from agent.core.errors import ConflictError, NotFoundError, StoreError
 from agent.core.ports import Clock, Store
+from agent.core.record import Ending
 from agent.engine.claims import (
     claim_continuation,
     claim_queued,
@@ -320,6 +321,12 @@ class SlotScheduler:
                 self._running.pop(exp.id, None)
                 self._cancel_requests.discard(exp.id)
             self.wake()  # a finished run may open the gate for others (the baseline)
+        record = result.record
+        if record is not None and record.ending is Ending.NOT_STARTED:
+            # the executor could not start it (a refused job, no node or GPU for it): the next
+            # run would meet the same refusal, so the sweep waits for the fix; it is queued again
+            self._pause_sweep(sweep, f"experiment {exp.id} was not started: {result.reason}")
+            return
         crashed = result.status in (ExperimentStatus.CRASHED, ExperimentStatus.TIMEOUT)
         self.devices.record_run(
             slot, crashed and is_device_failure(result.reason, result.log_tail), result.reason)
@@ -438,13 +445,13 @@ class SlotScheduler:
         logger.info("slot %d: experiment %s of %s", slot, exp.id, sweep.name)
         return sweep, exp, loop
 
-    def _pause_sweep(self, sweep: Sweep, why: str, exc: BaseException) -> None:
-        """A sweep that cannot run (target gone, proposer unloadable) waits for its owner
-        instead of failing on every tick; resuming it tries again. A lack of space pauses
-        nothing in the database: the engine waits it out (self.disk_space) and goes on by
-        itself."""
-        if self._stopping.is_set() or self.disk_space.note_failure(exc, f"sweep {sweep.name}",
-                                                                   probe=True):
+    def _pause_sweep(self, sweep: Sweep, why: str, exc: BaseException | None = None) -> None:
+        """A sweep that cannot run (target gone, proposer unloadable, its runs refused by the
+        executor) waits for its owner instead of failing on every tick; resuming it tries
+        again. A lack of space (`exc`) pauses nothing in the database: the engine waits it out
+        (self.disk_space) and goes on by itself."""
+        if self._stopping.is_set() or (exc is not None and self.disk_space.note_failure(
+                exc, f"sweep {sweep.name}", probe=True)):
             return  # a shutdown's side effects (or a full disk) are not the sweep's fault
         logger.error("sweep %s paused: %s; fix the problem, then resume the sweep", sweep.name,
                      why)

@@ -4,9 +4,10 @@ what is written with the experiment (agent.core.domain.Finish, its record in met
 The keep rule's own endings come from agent.rules.decide.decide (keep, not better, not judged,
 stopped early, no comparison, re-queued, conflict, a failed or tampered run, a crash). The rest
 are here, each a pure function of what happened: a proposal refused before it ran, a cancel, an
-interruption, the crash cap (a change whose run was cut off each time the service died), a run
-that had been stopped early when the service went, and an ablation or confirmation variant's
-measurement. Pure: the stdlib, the domain, the record and the rules' placement only.
+interruption, a run the executor could not start, the crash cap (a change whose run was cut off
+each time the service died), a run that had been stopped early when the service went, and an
+ablation or confirmation variant's measurement. Pure: the stdlib, the domain, the record and the
+rules' placement only.
 """
 
 from __future__ import annotations
@@ -40,6 +41,14 @@ def interrupted(why: str, on_purpose: bool = False) -> Verdict:
     `on_purpose`: a shutdown, Ctrl-C or SIGTERM, which the crash cap does not count."""
     return Verdict(ExperimentStatus.INTERRUPTED, why,
                    ending=Ending.SHUT_DOWN if on_purpose else Ending.INTERRUPTED)
+
+
+def not_started(why: str) -> Verdict:
+    """The executor could not start its run (sbatch refused the job, no node fits, no GPU): no
+    result, not judged, not a crash; `why` is the executor's sentence with the fix. Recorded
+    `cancelled` (a run the service did not make, which uses none of the sweep's experiments);
+    queued again."""
+    return Verdict(ExperimentStatus.CANCELLED, why, ending=Ending.NOT_STARTED)
 
 
 def on_purpose(record: VerdictRecord | None) -> bool:

@@ -447,6 +447,28 @@ def _drive(rt: Runtime, sweep: Sweep, target: Path, settings: SchedulerSettings,
     except KeyboardInterrupt as exc:
         _interrupted(rt, sweep, target, exc, since)
         raise
+    _stop_if_not_started(rt, sweep, target, since)
+
+
+def _stop_if_not_started(rt: Runtime, sweep: Sweep, target: Path, since: datetime) -> None:
+    """A run the executor could not start (a refused job, no node or GPU for it) paused the
+    sweep: say so in the executor's one sentence, with the fix, and end with exit status 2
+    (RunNotStartedError) instead of summing up a night that did not run."""
+    from agent.core.domain import ExperimentStatus
+    from agent.core.errors import RunNotStartedError
+    from agent.core.record import Ending
+
+    hit = [e for e in rt.store.list_experiments(sweep.id, [ExperimentStatus.CANCELLED])
+           if e.record is not None and e.record.ending is Ending.NOT_STARTED
+           and e.finished_at is not None and e.finished_at >= since]
+    if not hit:
+        return
+    label = "the baseline" if hit[0].is_baseline else f"experiment {hit[0].id}"
+    command = shlex.join(["overnight", "run", "--target", str(target), "--sweep", sweep.name,
+                          "--resume", "--db", str(rt.db)])
+    console.print(f"sweep {sweep.name} is paused: {label} was not started and is queued again; "
+                  f"once fixed, resume with: {command}", soft_wrap=True, markup=False)
+    raise RunNotStartedError(hit[0].reason or "the executor could not start a run")
 
 
 # --- confirm: does the gain hold at a larger setting ------------------------------------------

@@ -212,11 +212,19 @@ def doctor(
         raise typer.Exit(1)
 
 
+# Endings without a run's output to check: never started, cancelled, refused, interrupted.
+NO_OUTPUT = (ExperimentStatus.CANCELLED, ExperimentStatus.REJECTED, ExperimentStatus.INTERRUPTED)
+
+
 def baseline_checks(reads: Reads, sweep: Sweep) -> list[Check]:
-    """The cheap contract checks on a sweep's baseline record; only what went wrong."""
-    base = next((e for e in reads.store.list_experiments(sweep.id) if e.is_baseline), None)
-    if base is None or not base.status.is_finished() or base.status is ExperimentStatus.CANCELLED:
+    """The cheap contract checks on a sweep's baseline record (its last that ran: one the
+    executor never started, one cancelled or interrupted has no output to check); only what
+    went wrong."""
+    ran = [e for e in reads.store.list_experiments(sweep.id) if e.is_baseline
+           and e.status.is_finished() and e.status not in NO_OUTPUT]
+    if not ran:
         return []
+    base = ran[-1]
     # one run's wall time, as the summary's training_seconds is one run's (the experiment's
     # span covers all its runs: five baseline runs read as 80 % overhead)
     walls = [(r.ended_at - r.started_at).total_seconds()

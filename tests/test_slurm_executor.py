@@ -5,7 +5,8 @@ Runs go through the real engine (SlotScheduler in burst mode, or the `overnight`
 script), real git worktrees, real SQLite and real sbatch/squeue/scancel/scontrol. Covered:
 keep/discard/tamper results equal to the local executor's on the same proposals, a timeout, a
 cancel (scancel), a job Slurm requeues (run again, not blamed), a kill -9 of the service while
-jobs run (adopted by the retries, not submitted again), and the refusals at the start. No
+jobs run (adopted by the retries, not submitted again), the refusals at the start, and a job
+sbatch refuses (not started: the sweep pauses, saying why, and nothing blames the script). No
 assertion is about wall-clock time: each waits on a state.
 """
 
@@ -24,6 +25,7 @@ from typing import TypeVar
 import pytest
 
 from agent.core.domain import Experiment, ExperimentStatus, Proposal, RunStatus, Sweep
+from agent.core.record import Ending
 from agent.engine.attempt import run_id_prefix
 from agent.engine.scheduler import SchedulerSettings, SlotScheduler
 from agent.executors.slurm import RUN_ID_PREFIX, work_key
@@ -440,13 +442,102 @@ def test_a_job_its_node_cannot_run_pauses_the_sweep_with_the_jobs_output(
     runtime, sweep, engine = night(tmp_path, "slurm", [])
     runtime.slurm_executor(engine.settings).python = "/nonexistent/bin/python3"
     engine.run_burst(["n"])
-    (base,) = runtime.store.list_experiments(sweep.id)
+    base, retry = runtime.store.list_experiments(sweep.id)
     assert runtime.store.get_sweep("n").status is SweepStatus.PAUSED
-    assert base.status is ExperimentStatus.INTERRUPTED and base.crash_kind is None
+    assert base.record is not None and base.record.ending is Ending.NOT_STARTED
+    assert base.status is ExperimentStatus.CANCELLED and base.crash_kind is None
+    assert retry.retry_of == base.id and retry.status is ExperimentStatus.QUEUED
     why = base.reason or ""
-    assert "SlurmJobError" in why and "/nonexistent/bin/python3" in why, why
+    assert "/nonexistent/bin/python3" in why, why
     job = runtime.store.list_runs(experiment_id=base.id)[0].slurm_job_id
     assert f"Slurm job {job} on {slurm_cluster.node}" in why
+    runtime.close()
+
+
+GRES_REFUSAL = ("sbatch refused the job: Invalid generic resource (gres) specification; this "
+                "cluster may have no GPUs: run with --slurm-gpus 0, or name its gres with "
+                "--slurm-gres")
+
+
+def test_a_job_sbatch_refuses_is_not_started_and_the_command_says_why(slurm_cluster, tmp_path):
+    """The test node has no GPUs, so sbatch refuses the `--gres=gpu:1` every job asks for by
+    default: `overnight run` says so in one sentence with the fix and exits 2; the baseline is
+    recorded not started (not crashed, not interrupted) and queued again, the sweep paused,
+    and nothing blames the script. Resumed with --slurm-gpus 0, the night runs."""
+    from agent.core.domain import SweepStatus
+    from db.location import DbLocation
+    from db.reads import Reads
+    from overnight.cli_setup import baseline_checks
+
+    make_target(tmp_path / "target", tmp_path / "release")
+    db = tmp_path / "o.db"
+    work = DbLocation.parse(db.resolve()).default_work_dir()
+    argv = [OVERNIGHT, "run", "--target", str(tmp_path / "target"), "--sweep", "s",
+            "--experiments", "2", "--executor", "slurm", "--db", str(db)]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=240, check=False)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == f"error: {GRES_REFUSAL}", proc.stderr
+    assert "Traceback" not in proc.stderr
+    for blame in ("summary block", "budget honoured", "✗", "crash"):
+        assert blame not in proc.stdout + proc.stderr, (blame, proc.stdout, proc.stderr)
+    assert "sweep s is paused: the baseline was not started" in proc.stdout
+    runtime = Runtime(db)
+    try:
+        store = runtime.store
+        sweep = store.get_sweep("s")
+        assert sweep.status is SweepStatus.PAUSED
+        base, retry = store.list_experiments(sweep.id)
+        assert base.status is ExperimentStatus.CANCELLED and base.reason == GRES_REFUSAL
+        assert base.record is not None and base.record.ending is Ending.NOT_STARTED
+        assert base.crash_kind is None and base.crash_cause is None
+        assert not base.meta.get("warnings")  # no contract warning
+        (run,) = store.list_runs(experiment_id=base.id)
+        assert run.status is RunStatus.CANCELLED and run.note == GRES_REFUSAL
+        assert run.slurm_job_id is None and not our_jobs(work)  # nothing was submitted
+        assert retry.is_baseline and retry.retry_of == base.id
+        assert retry.status is ExperimentStatus.QUEUED
+        assert baseline_checks(Reads(store), sweep) == []  # doctor's checklist: nothing
+    finally:
+        runtime.close()
+    fixed = subprocess.run([*argv, "--resume", "--slurm-gpus", "0"], capture_output=True,
+                           text=True, timeout=240, check=False)
+    assert fixed.returncode == 0, fixed.stdout + fixed.stderr
+    runtime = Runtime(db)
+    try:
+        exps = runtime.store.list_experiments(runtime.store.get_sweep("s").id)
+        assert exps[0].record is not None and exps[0].record.ending is Ending.NOT_STARTED
+        assert exps[1].retry_of == exps[0].id and exps[1].status is ExperimentStatus.KEPT
+        assert len(exps) == 4 and all(e.status.is_finished() for e in exps), [
+            (e.id, e.status, e.reason) for e in exps]
+    finally:
+        runtime.close()
+
+
+def test_a_refused_change_pauses_the_sweep_before_the_next_one(slurm_cluster, tmp_path):
+    """The baseline is in; the first change's job is refused: it is not started and queued
+    again, the sweep pauses, and the changes queued behind it are not run (nor refused)."""
+    from agent.core.domain import SweepStatus
+
+    runtime, sweep, engine = night(tmp_path, "local", [])
+    engine.run_burst(["n"])  # the baseline, here
+    train = (tmp_path / "target" / "train.py").read_text()
+    for description, old, new in PROPOSALS[1:]:
+        runtime.store.add_experiment(sweep.id, Proposal(description, diff(train, old, new)))
+    refusing = SchedulerSettings(executor="slurm", grace_s=0.5, poll_interval_s=0.1)  # a GPU
+    runtime.recover(refusing)
+    SlotScheduler(runtime.store, refusing, runtime.loop_factory(refusing)).run_burst(["n"])
+    store = runtime.store
+    assert store.get_sweep("n").status is SweepStatus.PAUSED
+    exps = store.list_experiments(sweep.id)
+    assert [e.status for e in exps] == [
+        ExperimentStatus.KEPT, ExperimentStatus.CANCELLED, ExperimentStatus.QUEUED,
+        ExperimentStatus.QUEUED, ExperimentStatus.QUEUED]
+    refused = exps[1]
+    assert refused.record is not None and refused.record.ending is Ending.NOT_STARTED
+    assert refused.reason == GRES_REFUSAL and exps[-1].retry_of == refused.id
+    assert not store.list_runs(experiment_id=exps[2].id)  # the next change never ran
+    assert not our_jobs(runtime.work_dir)
+    assert store.get_sweep("n").baseline_metric is not None
     runtime.close()
 
 
@@ -463,3 +554,27 @@ def test_a_job_gets_what_a_run_may_get_of_the_environment_and_never_a_secret(mon
     assert env["PATH"] == "/usr/bin" and env["SLURM_CONF"] == "/etc/slurm/test.conf"
     assert env["HF_TOKEN"] == "hf"  # the target asked for it (pass_env)
     assert not {"OVERNIGHT_TOKEN", "OPENAI_API_KEY", "OVERNIGHT_DB", "MY_DATA"} & set(env)
+
+
+def test_each_refusal_names_the_setting_that_fixes_it():
+    """sbatch's words for a refused job, each with the fix for the setting at fault."""
+    from agent.executors.slurm import SlurmSettings, refusal
+
+    gres = "Invalid generic resource (gres) specification"
+    assert refusal(gres, SlurmSettings(), 300) == GRES_REFUSAL
+    assert "name one they have with --slurm-gres" in refusal(
+        gres, SlurmSettings(gres="gpu:a100:1"), 300)
+    assert "drop the GPU request from --slurm-option" in refusal(
+        gres, SlurmSettings(gpus=0, options=("--gpus=1",)), 300)
+    cases = {"Invalid account or account/partition combination specified": "--slurm-account",
+             "Invalid partition name specified": "--slurm-partition",
+             "Invalid qos specification": "--slurm-qos",
+             "Job violates accounting/QOS policy (job submit limit, user's size and/or time "
+             "limits)": "lower --slots",
+             "Requested time limit is invalid (missing or exceeds some limit)": "--time=8 ",
+             "Requested node configuration is not available": "ask for less"}
+    for words, fix in cases.items():
+        said = refusal(words, SlurmSettings(), 300)
+        assert said.startswith(f"sbatch refused the job: {words}; ") and fix in said, said
+    assert refusal("Something new", SlurmSettings(), 300) == (
+        "sbatch refused the job: Something new")

@@ -28,6 +28,7 @@ import json
 import logging
 import math
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -39,10 +40,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agent.core.domain import Sweep
-from agent.core.errors import ConfigError
+from agent.core.errors import ConfigError, RunNotStartedError
 from agent.core.private import DIR_MODE
 from agent.executors import slurm_cli
 from agent.executors.slurm_adopt import Orphan, discard, remove_worktree, take_over
+from agent.executors.slurm_cli import SlurmError
 from agent.executors.slurm_follow import JobBoard, JobFollow
 from agent.executors.slurm_job import JobFiles, JobRequest
 from runner.environment import is_allowed
@@ -69,10 +71,13 @@ class SlurmSettings:
     grace_s: float = 5.0  # SIGTERM → SIGKILL inside the job
     backstop_s: float = 60.0  # past timeout + grace: the job is cancelled from here
 
+    def minutes(self, timeout_s: float) -> int:
+        """A job's --time: the run's timeout, the grace, the backstop and a minute."""
+        return max(1, math.ceil((timeout_s + self.grace_s + self.backstop_s + 60) / 60))
+
     def sbatch_options(self, timeout_s: float) -> list[str]:
         """The options every job of these settings is submitted with."""
-        minutes = max(1, math.ceil((timeout_s + self.grace_s + self.backstop_s + 60) / 60))
-        options = [f"--time={minutes}", "--requeue", "--nodes=1", "--ntasks=1"]
+        options = [f"--time={self.minutes(timeout_s)}", "--requeue", "--nodes=1", "--ntasks=1"]
         for flag, value in (("partition", self.partition), ("account", self.account),
                             ("qos", self.qos)):
             if value:
@@ -81,6 +86,38 @@ class SlurmSettings:
         if gres:
             options.append(f"--gres={gres}")
         return options
+
+
+# sbatch's refusals by their words (Slurm's own), each with the setting that fixes it.
+REFUSALS = (
+    (r"polic", "the cluster's limits refuse it (how many jobs, their size or time): lower "
+     "--slots, timeout_s or what each job asks for"),
+    (r"contact slurm controller", "is slurmctld up? (`scontrol ping` says)"),
+    (r"\baccount\b", "name an account of yours with --slurm-account (`sacctmgr show assoc "
+     "user=$USER` lists them)"),
+    (r"partition", "name one of `sinfo`'s partitions with --slurm-partition"),
+    (r"\bqos\b", "name a QOS of yours with --slurm-qos, or leave it out"),
+    (r"time limit", "each job asks for --time={minutes} (timeout_s, the grace and a margin): "
+     "lower timeout_s in overnight.toml, or pick a partition that allows it"),
+    (r"node configuration", "no node of the partition has what each job asks for: ask for "
+     "less (--slurm-gpus, --slurm-option) or pick another --slurm-partition"),
+)
+
+
+def refusal(words: str, settings: SlurmSettings, timeout_s: float) -> str:
+    """The one sentence a user reads when sbatch refuses a run's job: Slurm's words, then the
+    fix where they name the setting at fault (a GPU asked for by default, first)."""
+    said = words.lower()
+    fix = next((f.format(minutes=settings.minutes(timeout_s)) for pattern, f in REFUSALS
+                if re.search(pattern, said)), None)
+    if "gres" in said or "generic resource" in said:
+        fix = ("this cluster may have no GPUs: run with --slurm-gpus 0, or name its gres with "
+               "--slurm-gres" if settings.gpus and not settings.gres else
+               f"the nodes may have no gres {settings.gres!r}: name one they have with "
+               "--slurm-gres (`scontrol show node` lists them), or run with --slurm-gpus 0"
+               if settings.gres else
+               "this cluster may have no GPUs: drop the GPU request from --slurm-option")
+    return f"sbatch refused the job: {words}" + (f"; {fix}" if fix else "")
 
 
 def sbatch_line(line: str) -> str:
@@ -155,6 +192,10 @@ class SlurmExecutor:
                    f"--chdir={files.root}", *self.settings.sbatch_options(timeout_s)]
         try:
             job_id = slurm_cli.submit(files.script, options, job_environment(request.pass_env))
+        except SlurmError as exc:  # the run cannot start: the sweep pauses with the sentence
+            shutil.rmtree(files.root, ignore_errors=True)
+            raise RunNotStartedError(refusal(exc.refusal, self.settings, timeout_s)
+                                     if exc.refusal else str(exc)) from None
         except Exception:
             shutil.rmtree(files.root, ignore_errors=True)
             raise
@@ -263,7 +304,8 @@ class SlurmRunner:
     ) -> RunResult:
         """Submit (or adopt) the run's job and follow it; `on_start` is never called (no local
         process group exists). Raises WorkerLostError when Slurm requeued, preempted or lost
-        it, SlurmJobError when its node could not run it."""
+        it; RunNotStartedError when sbatch refused the job, or SlurmJobError (one) when its
+        node could not run it."""
         del on_start
         executor, settings = self.executor, self.executor.settings
         wt = Path(_git(cwd, "rev-parse", "--show-toplevel"))

@@ -35,7 +35,12 @@ SHARED_FILESYSTEMS = frozenset({"nfs", "nfs4", "lustre", "gpfs", "beegfs", "ceph
 
 
 class SlurmError(OvernightError):
-    """A Slurm command failed; the message is Slurm's own."""
+    """A Slurm command failed; the message is Slurm's own. `refusal`: the command answered
+    with an error (its words without the "sbatch: error:" prefixes), rather than not at all."""
+
+    def __init__(self, message: str, refusal: str | None = None) -> None:
+        super().__init__(message)
+        self.refusal = refusal
 
 
 @dataclass(frozen=True)
@@ -66,8 +71,17 @@ def _run(argv: list[str], what: str, env: dict[str, str] | None = None) -> str:
                          f"{COMMAND_TIMEOUT_S:.0f} s (is slurmctld up?)") from None
     if proc.returncode != 0:
         lines = (proc.stderr or proc.stdout).strip().splitlines()
-        raise SlurmError(f"{what}: {lines[-1] if lines else f'exit status {proc.returncode}'}")
+        last = lines[-1] if lines else f"exit status {proc.returncode}"
+        raise SlurmError(f"{what}: {last}", _words(last, argv[0]))
     return proc.stdout
+
+
+def _words(line: str, command: str) -> str:
+    """Slurm's own words in an error line ("sbatch: error: Batch job submission failed: X" →
+    "X")."""
+    for prefix in (f"{command}: ", "error: ", "Batch job submission failed: "):
+        line = line.removeprefix(prefix)
+    return line.strip()
 
 
 def submit(script: Path, options: list[str], env: dict[str, str] | None = None) -> str:

@@ -10,7 +10,8 @@ How it ended is read from the job's own result file first, and Slurm's word only
 cannot say: a signal the coordinator did not send, or no file at all. A job Slurm requeued,
 preempted or lost with its node raises WorkerLostError (the change is not at fault: it runs
 again); Slurm's time limit is a timeout, a cancel from outside a cancel. A job that ended
-without its half ever writing a result (the node could not run it) raises SlurmJobError.
+without its half ever writing a result (the node could not run it) raises SlurmJobError, a
+RunNotStartedError.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, NoReturn
 
-from agent.core.errors import OvernightError, WorkerLostError
+from agent.core.errors import RunNotStartedError, WorkerLostError
 from agent.executors import slurm_cli
 from agent.executors.slurm_cli import JobState, SlurmError
 from agent.executors.slurm_job import ENDED_BY_ITSELF, JobFiles, result_of
@@ -43,10 +44,10 @@ LOST = frozenset({"PREEMPTED", "NODE_FAIL", "BOOT_FAIL", "REQUEUED", "REQUEUE_HO
 TIMED_OUT = frozenset({"TIMEOUT", "DEADLINE"})
 
 
-class SlurmJobError(OvernightError):
+class SlurmJobError(RunNotStartedError):
     """A job ended without overnight's half of it ever writing a result: the node could not
-    run it (the work dir or the interpreter not there). Not the change's fault: the sweep
-    pauses with the reason."""
+    run it (the work dir or the interpreter not there), so the run never started. Not the
+    change's fault: it is recorded `not started` and the sweep pauses with the reason."""
 
 
 class JobBoard:

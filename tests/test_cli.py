@@ -317,3 +317,60 @@ def test_resuming_a_done_sweep_takes_its_branch_back(tmp_path: Path, target: Pat
     out = run("run", "--target", str(target), "--sweep", "n1", "--resume", "--db", db).stdout
     assert f"was at {mine[:7]}: reset to the sweep's best {sweep.best_commit[:7]}" in out
     assert repo.head(sweep.branch) == sweep.best_commit
+
+
+def test_a_cuda_device_where_no_gpu_shows_is_not_started(tmp_path: Path, target: Path):
+    """`run --device cuda` on a machine without a GPU (on a GPU host, CUDA_VISIBLE_DEVICES=-1
+    hides them): the local executor does not start the run. The command says so in one
+    sentence with the fix and exits 2; the baseline is recorded not started (not crashed) and
+    queued again, the sweep paused, and nothing blames the script. With --device cpu the
+    resumed sweep runs."""
+    import glob
+
+    from agent.core.domain import ExperimentStatus, RunStatus, SweepStatus
+    from agent.core.record import Ending
+    from agent.executors.local import GPU_FILES
+    from db.reads import Reads
+    from overnight.cli_setup import baseline_checks
+    from overnight.runtime import Runtime
+
+    env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
+    if any(glob.glob(pattern) for pattern in GPU_FILES):
+        env["CUDA_VISIBLE_DEVICES"] = "-1"
+        where = "CUDA_VISIBLE_DEVICES='-1' hides every GPU"
+    else:
+        where = "this machine has no GPU (no NVIDIA or AMD device under /dev)"
+    sentence = (f"the run asks for device 'cuda' and {where}: run it on the CPU (--device cpu), "
+                "or on a machine with a GPU")
+    db = tmp_path / "o.db"
+    argv = [OVERNIGHT, "run", "--target", str(target), "--sweep", "gpu", "--experiments", "1",
+            "--db", str(db)]
+    proc = subprocess.run([*argv, "--device", "cuda"], capture_output=True, text=True,
+                          timeout=300, env={**env, "COLUMNS": "200"}, check=False)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == f"error: {sentence}", proc.stderr
+    for blame in ("summary block", "budget honoured", "✗", "crash", "Traceback"):
+        assert blame not in proc.stdout + proc.stderr, (blame, proc.stdout, proc.stderr)
+    runtime = Runtime(db)
+    try:
+        sweep = runtime.store.get_sweep("gpu")
+        assert sweep.status is SweepStatus.PAUSED
+        base, retry = runtime.store.list_experiments(sweep.id)
+        assert base.record is not None and base.record.ending is Ending.NOT_STARTED
+        assert base.status is ExperimentStatus.CANCELLED and base.reason == sentence
+        assert base.crash_kind is None and not base.meta.get("warnings")
+        assert [r.status for r in runtime.store.list_runs(experiment_id=base.id)] == [
+            RunStatus.CANCELLED]
+        assert retry.retry_of == base.id and retry.status is ExperimentStatus.QUEUED
+        assert baseline_checks(Reads(runtime.store), sweep) == []
+    finally:
+        runtime.close()
+    resumed = subprocess.run([*argv, "--resume", "--device", "cpu"], capture_output=True,
+                             text=True, timeout=300, env={**env, "COLUMNS": "200"}, check=False)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    runtime = Runtime(db)
+    try:
+        exps = runtime.store.list_experiments(runtime.store.get_sweep("gpu").id)
+        assert exps[1].retry_of == exps[0].id and exps[1].status is ExperimentStatus.KEPT
+    finally:
+        runtime.close()

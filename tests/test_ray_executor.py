@@ -405,3 +405,44 @@ def test_a_force_cancel_sweeps_the_runs_processes_off_its_node(cluster, tmp_path
         for pid in pids_with_env(RUN_ID_ENV, run_id):
             os.kill(pid, 9)
         executor.close()
+
+
+def test_a_run_no_node_can_hold_is_not_started_and_pauses_the_sweep(cluster, tmp_path):
+    """Each run asks for 4 GPUs and the largest node has 2: no task is submitted; the baseline
+    is recorded not started with the sentence that says what is short and the fix, queued
+    again, and the sweep paused (not left waiting for a node that never comes)."""
+    from agent.core.domain import SweepStatus
+    from agent.core.record import Ending
+
+    target, _ = make_target(tmp_path / "target", tmp_path / "release")
+    runtime = Runtime(tmp_path / "o.db")
+    sweep = create_sweep(runtime.store, runtime.repo_at(target), target, name="n",
+                         proposer="queue")
+    chosen = settings("ray", ray_gpus=4)
+    SlotScheduler(runtime.store, chosen, runtime.loop_factory(chosen)).run_burst(["n"])
+    store = runtime.store
+    assert store.get_sweep("n").status is SweepStatus.PAUSED
+    base, retry = store.list_experiments(sweep.id)
+    assert base.record is not None and base.record.ending is Ending.NOT_STARTED
+    assert base.status is ExperimentStatus.CANCELLED and base.crash_kind is None
+    assert base.reason == ("no node of the Ray cluster has 4 GPU(s) for a run (the most a node "
+                           "has is 2): run with --ray-gpus 0, or join a node with GPUs")
+    assert retry.retry_of == base.id and retry.status is ExperimentStatus.QUEUED
+    assert not leftovers(runtime, base.id)
+    runtime.close()
+
+
+def test_what_no_node_can_hold_is_named_with_its_fix():
+    from agent.executors.ray import RaySettings, unfit
+
+    nodes = [{"CPU": 1.0}, {"CPU": 2.0, "GPU": 2.0}, {"CPU": 8.0, "A100": 1.0}]
+    assert unfit(nodes, RaySettings()) is None
+    assert unfit(nodes, RaySettings(num_gpus=0, num_cpus=8)) is None
+    assert unfit(nodes, RaySettings(num_cpus=4)) == (
+        "no single node of the Ray cluster has all a run asks for (GPU=1, CPU=4): ask for less "
+        "(--ray-gpus, --ray-cpus, --ray-resource), or join a node that has it all")
+    assert "has the resource H100=1 for a run (the most a node has is 0): leave out " \
+        "--ray-resource" in (unfit(nodes, RaySettings(resources={"H100": 1.0})) or "")
+    assert unfit([], RaySettings(num_gpus=0)) == (
+        "no node of the Ray cluster has 1 CPU(s) for a run (the most a node has is 0): lower "
+        "--ray-cpus, or join a larger node")

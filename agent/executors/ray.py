@@ -9,7 +9,9 @@ asks for `num_gpus` (1 by default) and runs it with the same runner on the worke
 node, and go to the local log file and the same line callback (the loss curve) as a local run.
 
 Guaranteed: Ray never retries a run by itself (max_retries=0): a task whose worker or node
-died raises WorkerLostError, which the loop records `interrupted` and re-queues once. A stop
+died raises WorkerLostError, which the loop records `interrupted` and re-queues once. A run that
+no node alive can hold (its GPUs, CPUs and resources, against each node's totals) is not
+submitted: RunNotStartedError says which resource is short and the fix. A stop
 is first asked of the worker (the runner ends the whole process tree); a worker that does not
 answer within the grace is force-cancelled and its node swept for the run's processes by their
 OVERNIGHT_RUN_ID; the same happens to a run that overstays its deadline by `backstop_s`. No
@@ -34,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.core.domain import Sweep
-from agent.core.errors import ConfigError
+from agent.core.errors import ConfigError, RunNotStartedError
 from agent.executors.ray_follow import Follow, Link
 from agent.executors.remote_run import RemoteOutcome, RemoteRequest, local_result, run_remote
 from runner.result import RunResult
@@ -81,10 +83,6 @@ class RayExecutor:
         self._task = ray.remote(max_calls=0, max_retries=0, retry_exceptions=False)(
             _remote_task).options(num_gpus=s.num_gpus, num_cpus=s.num_cpus,
                                   resources=dict(s.resources) or None)
-        gpus = ray.cluster_resources().get("GPU", 0)
-        if s.num_gpus and gpus < s.num_gpus:
-            logger.warning("the Ray cluster has %g GPU(s) and each run asks for %g: runs wait "
-                           "until a node with GPUs joins", gpus, s.num_gpus)
 
     def _new_channel(self) -> Any:
         """The channel actor, on this machine's node when it is one (it lives as long as we
@@ -109,6 +107,12 @@ class RayExecutor:
         return Link(ray, self._task, self.channel(), self.channel, self.settings.grace_s,
                     self.settings.stop_wait_s, self.settings.backstop_s)
 
+    def unfit(self) -> str | None:
+        """Why no node of the cluster can hold a run (one sentence, with the fix), or None."""
+        ray = self.connect()
+        return unfit([n.get("Resources") or {} for n in ray.nodes() if n.get("Alive")],
+                     self.settings)
+
     def runner(self, sweep: Sweep, expected: Callable[[], Mapping[str, str]]) -> RayRunner:
         """The Runner of one loop of `sweep`; `expected` gives the watched files' hashes."""
         config = sweep.config
@@ -123,6 +127,29 @@ class RayExecutor:
             if self._ray is not None and self._connected_here:
                 self._ray.shutdown()
             self._ray = self._channel = self._task = None
+
+
+def unfit(nodes: Sequence[Mapping[str, float]], s: RaySettings) -> str | None:
+    """Why none of `nodes` (each alive node's total resources: a busy node that fits is waited
+    for) can hold a run of settings `s`, in one sentence with the fix; None when one can."""
+    asked = {k: v for k, v in {"GPU": s.num_gpus, "CPU": s.num_cpus, **s.resources}.items()
+             if v > 0}
+    if any(all(node.get(k, 0) >= v for k, v in asked.items()) for node in nodes):
+        return None
+    most = {k: max((node.get(k, 0) for node in nodes), default=0) for k in asked}
+    short = [k for k, v in asked.items() if most[k] < v]
+    if not short:
+        listed = ", ".join(f"{k}={v:g}" for k, v in asked.items())
+        return (f"no single node of the Ray cluster has all a run asks for ({listed}): ask for "
+                "less (--ray-gpus, --ray-cpus, --ray-resource), or join a node that has it all")
+    k = short[0]
+    what, fix = {
+        "GPU": (f"{asked[k]:g} GPU(s)", "run with --ray-gpus 0, or join a node with GPUs"),
+        "CPU": (f"{asked[k]:g} CPU(s)", "lower --ray-cpus, or join a larger node"),
+    }.get(k, (f"the resource {k}={asked[k]:g}", "leave out --ray-resource, or join a node "
+              "that has it (ray start --resources)"))
+    return (f"no node of the Ray cluster has {what} for a run (the most a node has is "
+            f"{most[k]:g}): {fix}")
 
 
 class Channel:
@@ -219,9 +246,13 @@ class RayRunner:
         """Run remotely; `on_start` and `on_submit` are never called (no local process group
         exists, no batch scheduler is involved).
 
-        Raises WorkerLostError when the worker or its node died before reporting a result.
+        Raises WorkerLostError when the worker or its node died before reporting a result;
+        RunNotStartedError, before submitting it, when no node of the cluster can hold it.
         """
         del on_start, on_submit
+        why = self.executor.unfit()
+        if why is not None:
+            raise RunNotStartedError(why)
         wt, commit = worktree_of(cwd)
         request = self._request(argv, wt, cwd, commit, timeout_s, env, pass_env)
         follow = Follow(self.executor.link(), request, log_path, on_line, stop_event)

@@ -111,12 +111,14 @@ def refusal(words: str, settings: SlurmSettings, timeout_s: float) -> str:
     fix = next((f.format(minutes=settings.minutes(timeout_s)) for pattern, f in REFUSALS
                 if re.search(pattern, said)), None)
     if "gres" in said or "generic resource" in said:
-        fix = ("this cluster may have no GPUs: run with --slurm-gpus 0, or name its gres with "
-               "--slurm-gres" if settings.gpus and not settings.gres else
-               f"the nodes may have no gres {settings.gres!r}: name one they have with "
-               "--slurm-gres (`scontrol show node` lists them), or run with --slurm-gpus 0"
-               if settings.gres else
-               "this cluster may have no GPUs: drop the GPU request from --slurm-option")
+        if settings.gres:
+            fix = (f"the nodes may have no gres {settings.gres!r}: name one they have with "
+                   "--slurm-gres (`scontrol show node` lists them), or run with --slurm-gpus 0")
+        elif settings.gpus:
+            fix = ("this cluster may have no GPUs: run with --slurm-gpus 0, or name its gres "
+                   "with --slurm-gres")
+        else:
+            fix = "this cluster may have no GPUs: drop the GPU request from --slurm-option"
     return f"sbatch refused the job: {words}" + (f"; {fix}" if fix else "")
 
 

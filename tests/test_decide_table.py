@@ -205,6 +205,31 @@ def timed(runs, best):
     return ev(runs, best=best, speed_noise=0.01)
 
 
+COMPUTE = Rule(time_budget=False)  # a compute budget: "600 steps"
+
+
+def test_a_compute_budget_puts_runs_at_any_speed_in_one_condition():
+    """On a compute budget every run trains the same steps, so its speed says nothing of its
+    metric (docs/keep-rule.md#the-model): the incumbent's runs at 100 and 30 tokens/s are one
+    condition, a change run at 45 is compared at once (no incumbent run beside it), and a clear
+    gain is kept; on a time budget the same runs are split and the change waits for a pair."""
+    inc = (*INC[:3], run(1.05, 30.0, 4, seed=45), run(0.95, 31.0, 5, seed=46))
+    change = [run(0.31, 45.0, 10, seed=42), run(0.3, 80.0, 12, seed=43)]
+    v = decide(timed(change, inc), COMPUTE)
+    assert v.status is S.KEPT and v.ending is Ending.KEPT and not v.set_aside
+    assert v.compared_with is not None and v.compared_with.n == 5 and len(v.blocks) == 1
+    assert v.best is not None and v.best.n == 5 and not any(v.suspect)
+    assert len(set(conditions(inc, COMPUTE.tolerance(0.01)))) == 1
+    # the same runs on a time budget: two conditions, the first change run is in neither
+    assert len(set(conditions(inc, SEQ.tolerance(0.01)))) == 2
+    v = decide(timed(change[:1], inc), SEQ)
+    assert v.incumbent and v.pair_of == 10 and v.set_aside == (10,)
+    # the baseline's own runs at two speeds: all of them make its value on a compute budget
+    base = decide(Evidence(True, inc, speed_noise=0.01), COMPUTE)
+    assert base.ending is Ending.BASELINE and base.change.n == 5 and not base.set_aside
+    assert decide(Evidence(True, inc, speed_noise=0.01), SEQ).change.n == 3
+
+
 def test_a_run_at_a_speed_the_incumbent_never_ran_gets_the_incumbent_beside_it():
     v = decide(timed([run(0.9, 70.0, 10)], INC), SEQ)
     assert v.status is None and v.incumbent and v.pair_of == 10 and v.seed == 50

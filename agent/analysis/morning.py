@@ -220,8 +220,9 @@ def headline_of(sweep: Sweep, ev: SweepEvidence, runs: Sequence[Run],
     """The baseline and the best as the keep rule records them (the sweep's, from agent.rules.
     conditions.recorded_best) on their runs in their usual machine conditions."""
     base = next((e for e in exps if e.is_baseline and e.commit), None)
-    base_value, base_n = recorded_value(runs, base.commit if base else None)
-    value, best_n = recorded_value(runs, sweep.best_commit)
+    by_time = sweep.config.time_budget
+    base_value, base_n = recorded_value(runs, base.commit if base else None, by_time)
+    value, best_n = recorded_value(runs, sweep.best_commit, by_time)
     baseline = sweep.baseline_metric if sweep.baseline_metric is not None else base_value
     best = sweep.best_metric if sweep.best_metric is not None else value
     rel = (ev.improvement / abs(baseline) if ev.improvement is not None and baseline

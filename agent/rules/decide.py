@@ -46,12 +46,17 @@ class Rule:
     baseline_runs: int = 5
     incumbent_every: int = 8
     confirm_runs: int = 0  # strict only: extra runs of a would-be keep and of the baseline
+    time_budget: bool = True  # False: a compute budget, where speed splits no condition
 
     @classmethod
     def of(cls, config: TargetConfig) -> Rule:
         return cls(Direction(config.direction), config.decision, config.min_delta, config.seed,
                    config.fdr, config.discard_below, config.max_runs, config.baseline_runs,
-                   config.incumbent_every, config.confirm_runs)
+                   config.incumbent_every, config.confirm_runs, config.time_budget)
+
+    def tolerance(self, speed_noise: float | None) -> float:
+        """The speed tolerance of the machine's conditions (docs/keep-rule.md#the-model)."""
+        return speed_tolerance(speed_noise, self.time_budget)
 
 
 @dataclass(frozen=True)
@@ -139,7 +144,7 @@ def decide(ev: Evidence, rule: Rule) -> Verdict:
     if ev.failed is not None:
         v = _failure(ev, rule)
         if ev.best and not ev.is_baseline:  # the best then, for its record
-            v = replace(v, best=usual_runs(ev.best, speed_tolerance(ev.speed_noise))[0])
+            v = replace(v, best=usual_runs(ev.best, rule.tolerance(ev.speed_noise))[0])
         return v
     if ev.is_baseline:
         return _baseline(ev, rule)
@@ -248,7 +253,7 @@ def _baseline(ev: Evidence, rule: Rule) -> Verdict:
     when the first repeats are identical; its value is the mean in its usual condition."""
     n = len(ev.runs)
     want = rule.baseline_runs if rule.decision == SEQUENTIAL else 1 + rule.confirm_runs
-    usual_of, other_speed = usual_runs(ev.runs, speed_tolerance(ev.speed_noise))
+    usual_of, other_speed = usual_runs(ev.runs, rule.tolerance(ev.speed_noise))
     base = Verdict(None, change=usual_of, suspect=tuple(other_speed),
                    set_aside=tuple(r.run_id for r, o in zip(ev.runs, other_speed, strict=True)
                                    if o),
@@ -270,7 +275,7 @@ def _strict(ev: Evidence, rule: Rule) -> Verdict:
     (with `confirm_runs`, a would-be keep runs again and the mean is judged); the best is the
     rule's one value of it (its runs in its usual condition)."""
     own = _own(ev.runs)
-    best = usual_runs(ev.best, speed_tolerance(ev.speed_noise))[0]
+    best = usual_runs(ev.best, rule.tolerance(ev.speed_noise))[0]
     m, b = own.mean, best.mean
     base = Verdict(None, change=own, compared_with=best, best=best,
                    difference=None if m is None or b is None else m - b,
@@ -333,7 +338,7 @@ def compare(runs: Sequence[Sample], best: Sequence[Sample], pl: Placement,
 
 def _change(ev: Evidence, rule: Rule) -> Verdict:
     """The sequential test of a change (docs/keep-rule.md#the-four-outcomes)."""
-    tol = speed_tolerance(ev.speed_noise)
+    tol = rule.tolerance(ev.speed_noise)
     pl = place(ev.runs, ev.best, tol)
     keys = conditions(ev.best, tol)
     usual_key = most_common(keys)

@@ -92,7 +92,7 @@ class LineLog:
             return
         secs = exp.summary.get("training_seconds")
         trained = f"train {secs:.1f}s" if isinstance(secs, float) else ""
-        compared = comparison_line(exp, self.sweep.direction)
+        compared = comparison_line(exp, self.sweep.direction, self.sweep.config.time_budget)
         line = (f"#{exp.id} {shown_status(exp):<9} {self.sweep.metric} {compared or '-'}  "
                 f"{trained}  {describe(exp)}")
         self.console.print(Text(" ".join(line.split(" ")).rstrip()), soft_wrap=True)

@@ -217,6 +217,7 @@ def test_a_compute_budget_puts_runs_at_any_speed_in_one_condition():
     change = [run(0.31, 45.0, 10, seed=42), run(0.3, 80.0, 12, seed=43)]
     v = decide(timed(change, inc), COMPUTE)
     assert v.status is S.KEPT and v.ending is Ending.KEPT and not v.set_aside
+    assert "the incumbent's 5 runs (mean 1.000000)" in v.reason  # no speed named: none matters
     assert v.compared_with is not None and v.compared_with.n == 5 and len(v.blocks) == 1
     assert v.best is not None and v.best.n == 5 and not any(v.suspect)
     assert len(set(conditions(inc, COMPUTE.tolerance(0.01)))) == 1

@@ -280,7 +280,7 @@ def _strict(ev: Evidence, rule: Rule) -> Verdict:
     base = Verdict(None, change=own, compared_with=best, best=best,
                    difference=None if m is None or b is None else m - b,
                    suspect=(False,) * own.n)
-    text = compared_text(base, rule.direction)
+    text = compared_text(base, rule.direction, rule.time_budget)
     if not is_improvement(m, b, rule.direction, rule.min_delta):
         return replace(base, status=ExperimentStatus.DISCARDED, ending=Ending.NOT_BETTER,
                        reason=f"{NOT_BETTER} (strict): {text}")
@@ -403,7 +403,7 @@ def _without_noise(ev: Evidence, rule: Rule, cmp: Comparison, base: Verdict) -> 
     why = ("the noise is not measured (the baseline's repeats were identical: does the script "
            "ignore OVERNIGHT_SEED?)" if rule.baseline_runs >= 2 else
            "the noise is not measured (baseline_runs = 1)")
-    text = f"{compared_text(base, rule.direction)}; {why}"
+    text = f"{compared_text(base, rule.direction, rule.time_budget)}; {why}"
     if cmp.gain - rule.min_delta <= 0:
         return replace(base, status=ExperimentStatus.DISCARDED, reason=f"{NOT_BETTER}: {text}",
                        ending=Ending.NOT_BETTER)
@@ -449,7 +449,7 @@ def _look(ev: Evidence, rule: Rule, cmp: Comparison, base: Verdict) -> tuple[flo
     base = replace(base, p_better=1.0 - t_sf(t_score(cmp.gain, cmp.se), cmp.df or None),
                    p_value=p, level=level)
     return t, base, (
-        f"{compared_text(base, rule.direction)} (σ̂ {cmp.sigma:.3g}, "
+        f"{compared_text(base, rule.direction, rule.time_budget)} (σ̂ {cmp.sigma:.3g}, "
         f"{cmp.df or '∞'} df): t {t:.2f}, "
         + (f"p {p:.2g}, level {level:.2g}" if len(ev.runs) > 1 else "a first run keeps nothing"))
 
@@ -470,8 +470,8 @@ def _branch_moved(ev: Evidence, base: Verdict) -> Verdict:
                    ending=Ending.CONFLICT if ev.conflict else Ending.REQUEUED)
 
 
-def compared_text(v: Verdict, direction: Direction) -> str:
+def compared_text(v: Verdict, direction: Direction, by_speed: bool = True) -> str:
     """The comparison as a reason says it: what its own runs measured, then its difference from
     the incumbent runs it was compared with, naming them (agent.rules.wording.comparison)."""
     return comparison(v.change, v.compared_with, v.difference, v.se, direction, v.beside,
-                      len(v.blocks))
+                      len(v.blocks), by_speed)

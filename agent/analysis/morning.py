@@ -159,6 +159,7 @@ class Report:
     branch: str
     proposer: str
     budget_s: float
+    budget_text: str  # "300 s" or a compute budget's "600 steps"
     created_at: datetime
     last_finish: datetime | None
     counts: dict[str, int]  # experiments by status (the baseline's row included)
@@ -197,6 +198,7 @@ def build_report(sweep: Sweep, experiments: Sequence[Experiment], runs: Sequence
     report = Report(
         sweep=sweep.name, status=sweep.status.value, target=sweep.target_path,
         branch=sweep.branch, proposer=sweep.proposer, budget_s=sweep.budget_s,
+        budget_text=sweep.config.budget_text,
         created_at=sweep.created_at, last_finish=max(finished) if finished else None,
         counts=dict(Counter(e.status.value for e in exps)), headline=headline, kept=kept,
         learned=[(h, lines) for h, lines in sections(ins)[1:] if lines], plateau=ins.plateau,

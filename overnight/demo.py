@@ -34,10 +34,10 @@ def demo_plan(budget: str | None, experiments: int) -> DemoPlan:
     except ValueError as exc:
         fail(f"--budget: {exc}")
     plan = plan_demo(machine_now(), given, experiments)
-    console.print(f"{plan.machine.line()};", soft_wrap=True, markup=False)
-    console.print(f"{'given --budget ' + budget + ', ' if budget else ''}{plan.budget_line()}.",
-                  soft_wrap=True, markup=False)
-    console.print(f"Expect {plan.cost_line()}.", soft_wrap=True, markup=False)
+    console.print(plan.machine.line(), soft_wrap=True, markup=False)
+    console.print(("(--budget given) " if budget else "") + plan.budget_line(), soft_wrap=True,
+                  markup=False)
+    console.print(plan.cost_line(), soft_wrap=True, markup=False)
     return plan
 
 

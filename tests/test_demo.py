@@ -3,6 +3,7 @@ the one sentence the demo ends with, read from the records (never from reasons).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 
 import pytest
@@ -27,15 +28,18 @@ JARGON = ("σ", "incumbent", "sigma", "condition", "p-value", "FDR", "df")
 def test_a_busy_machine_gets_steps_on_the_cores_it_leaves_free():
     busy = plan_demo(Machine(load=4.6, cores=2))
     assert busy.budget == ComputeBudget(BUSY_STEPS, "steps") and busy.threads == 1
-    assert busy.changes == STEP_CHANGES and busy.runs == 5 + 2 * 4
+    assert busy.changes == STEP_CHANGES and busy.runs == 5 + 4 + 1  # the winner runs twice
+    assert plan_demo(Machine(4.6, 2), experiments=6).runs == 10 + 2 * 2  # the search's: ~2
     assert "busy" in busy.machine.line() and "4.60 on 2 cores" in busy.machine.line()
     assert "one thread" in busy.budget_line() and "not what it learns" in busy.budget_line()
     assert busy.timeout_s >= 180 and "minute" in busy.cost_line()
     assert plan_demo(Machine(1.0, 8)).threads == 8  # quiet: every core, a time budget
     assert plan_demo(Machine(3.0, 8)).threads == 5  # the cores the other jobs leave
     quiet = plan_demo(Machine(load=0.2, cores=2), experiments=2)
-    assert quiet.budget == QUIET_BUDGET_S and quiet.threads == 2 and "quiet" in quiet.machine.line()
-    assert quiet.changes == TIME_CHANGES[:2] and "6 s" in quiet.budget_line()
+    assert quiet.budget == QUIET_BUDGET_S and quiet.threads == 2
+    assert "quiet" in quiet.machine.line()
+    assert quiet.changes == (TIME_CHANGES[0], TIME_CHANGES[-1])  # fewer: the winner stays
+    assert "6 s" in quiet.budget_line()
     # a --budget given wins over the load: steps on a quiet machine, seconds on a busy one
     assert plan_demo(Machine(0.2, 2), ComputeBudget(50, "steps")).changes == STEP_CHANGES
     given = plan_demo(Machine(4.0, 2), 3.0)
@@ -71,8 +75,9 @@ CLOSE = exp(3, ExperimentStatus.DISCARDED, "WARMDOWN_FRAC 0.3 -> 0.1", Ending.NO
      "Kept USE_MUON False -> True: val_bpb 3.4150, the mean of its 2 run(s), against 3.5300, "
      "the mean of the 5 run(s) it was compared with (lower is better)."),
     ([WORSE, CLOSE], "Nothing was kept: the closest, WARMDOWN_FRAC 0.3 -> 0.1, came out better "
-     "by 0.008 on the mean of its 2 run(s), but two runs of the same code differ by about "
-     "0.012, too close to call"),
+     "by 0.008 on the mean of its 2 run(s), but repeated runs of the same code scatter by about "
+     "0.012, too close to call; a longer budget tells them apart: `overnight demo --budget "
+     "\"60 steps\"`."),
     ([WORSE], "Nothing was kept: no change of the 1 tried did better than the baseline"),
     ([WORSE, exp(4, ExperimentStatus.DISCARDED, "DEPTH 4 -> 2", Ending.NOT_JUDGED, (3.3,),
                  -0.2)],
@@ -84,3 +89,11 @@ def test_the_demo_ends_with_one_plain_sentence_from_the_records(night, says):
     said = closing_sentence(SWEEP, [BASELINE, *night], "/tmp/demo-target")
     assert said.startswith(says) and said.endswith(".") and said.count(". ") == 0
     assert not any(word in said for word in JARGON), said
+
+
+def test_a_close_call_on_a_time_budget_points_to_a_compute_budget():
+    timed = replace(SWEEP, config=CONFIG.with_budget(6.0))
+    said = closing_sentence(timed, [BASELINE, CLOSE], "/tmp/demo-target")
+    assert said.endswith(f'too close to call; `overnight demo --budget "{BUSY_STEPS} steps"` '
+                         "trains the same amount in every run, so the machine's speed no longer "
+                         "adds to the scatter.")

@@ -22,7 +22,7 @@ QUIET_BUDGET_S = 6.0  # a quiet machine: training seconds a run
 BUSY_STEPS = 20  # a busy machine: optimizer steps a run (benchmarks/README.md, the demo's rows)
 # What a run of the gpt target costs on one idle core: start-up and evaluation, and a step.
 RUN_OVERHEAD_S, STEP_S = 3.5, 0.3
-RUNS_PER_CHANGE = 2  # about: a clear loser stops after one run, a clear winner is kept at two
+RUNS_PER_CHANGE = 2  # about, for a change of the knobs search (a clear loser stops at one run)
 # The changes tried, in order (the knobs search fills in past them): two learning rates and a
 # warm-up the target does clearly worse with (each decided on one run), then the change that
 # usually wins at that budget, last (so the others are compared with the baseline's runs): on a
@@ -52,9 +52,9 @@ class Machine:
 
     def line(self) -> str:
         """One line: how busy it is."""
-        state = (f"busy: about {self.load:.0f} processes want its {self.cores} cores at once"
+        state = (f"busy (about {self.load:.0f} processes want its {self.cores} cores at once)"
                  if self.busy else "quiet")
-        return f"this machine: load average {self.load:.2f} on {self.cores} cores, {state}"
+        return f"This machine: load average {self.load:.2f} on {self.cores} cores: {state}."
 
 
 @dataclass(frozen=True)
@@ -82,15 +82,15 @@ class DemoPlan:
         """One plain line: which budget, and why."""
         if isinstance(self.budget, ComputeBudget):
             threads = "one thread" if self.threads == 1 else f"{self.threads} threads"
-            return (f"so each run trains {self.budget} on {threads}: a fixed amount of "
-                    "training, so the load changes how long a run takes, not what it learns")
-        return (f"so each run trains for {self.budget:g} s on {self.threads} threads: a change "
-                "that trains faster gets more steps, and can win by it")
+            return (f"Each run trains {self.budget} on {threads}: a fixed amount of training, "
+                    "so the load changes how long a run takes, not what it learns.")
+        return (f"Each run trains for {self.budget:g} s on {self.threads} thread(s): a change "
+                "that trains faster gets more steps in that time, and can win by it.")
 
     def cost_line(self) -> str:
         minutes = self.runs * (self.run_s + 1.0) / 60
-        return (f"about {self.runs} runs of ~{self.run_s:.0f} s each: ~{max(1, round(minutes))} "
-                "minute(s)")
+        return (f"Expect about {self.runs} runs of ~{self.run_s:.0f} s each: "
+                f"~{max(1, round(minutes))} minute(s).")
 
 
 def plan_demo(machine: Machine, budget: float | ComputeBudget | None = None,
@@ -101,9 +101,11 @@ def plan_demo(machine: Machine, budget: float | ComputeBudget | None = None,
         budget = ComputeBudget(BUSY_STEPS, "steps") if machine.busy else QUIET_BUDGET_S
     compute = isinstance(budget, ComputeBudget)
     threads = machine.threads if compute or machine.busy else machine.cores
-    changes = (STEP_CHANGES if compute else TIME_CHANGES)[:experiments]
-    return DemoPlan(machine, budget, threads, changes,
-                    baseline_runs + RUNS_PER_CHANGE * experiments)
+    chosen = STEP_CHANGES if compute else TIME_CHANGES
+    changes = chosen if experiments >= len(chosen) else (*chosen[:experiments - 1], chosen[-1])
+    # the chosen changes: one run each, the winner (last) two; the search's: about two each
+    runs = baseline_runs + len(changes) + 1 + RUNS_PER_CHANGE * (experiments - len(changes))
+    return DemoPlan(machine, budget, threads, changes, runs)
 
 
 # --- the one sentence it ends with --------------------------------------------------------------
@@ -136,12 +138,22 @@ def closing_sentence(sweep: Sweep, experiments: Sequence[Experiment], target: st
     rec = closest.record
     if gain > 0 and rec is not None and rec.sigma is not None:
         return (f"Nothing was kept: the closest, {closest.description}, came out better by "
-                f"{gain:.3g} on the mean of its {rec.n} run(s), but two runs of the same code "
-                f"differ by about {rec.sigma:.2g}, too close to call; a longer run of the "
-                f"same target settles more: `overnight run --target {target} --experiments 20`.")
+                f"{gain:.3g} on the mean of its {rec.n} run(s), but repeated runs of the same "
+                f"code scatter by about {rec.sigma:.2g}, too close to call; "
+                f"{_less_scatter(sweep.config.budget)}.")
     return (f"Nothing was kept: no change of the {len(changes)} tried did better than the "
             f"baseline ({better} {sweep.metric} is better); a longer night tries more: "
             f"`overnight run --target {target} --experiments 20`.")
+
+
+def _less_scatter(budget: ComputeBudget | None) -> str:
+    """What makes a close call clearer: a compute budget on a time one (the machine's speed is
+    part of a time budget's scatter), else a longer one."""
+    if budget is None:
+        return (f"`overnight demo --budget \"{BUSY_STEPS} steps\"` trains the same amount in "
+                "every run, so the machine's speed no longer adds to the scatter")
+    longer = ComputeBudget(3 * budget.amount, budget.unit)
+    return f"a longer budget tells them apart: `overnight demo --budget \"{longer}\"`"
 
 
 def _kept(e: Experiment, metric: str, better: str) -> str:

@@ -377,3 +377,21 @@ def test_contract_warnings():
     assert "OVERNIGHT_BUDGET_S" in contract_warnings({"training_seconds": 20.0}, 300)[0]
     assert "no training_seconds" in contract_warnings({"val_bpb": 1.0}, 300)[0]
     assert contract_warnings({}, 300) == []
+
+
+def test_contract_warnings_on_a_compute_budget():
+    """Steps or tokens trained against the compute budget; the seconds they took are the
+    machine's, never a warning."""
+    from agent.core.budget import ComputeBudget
+
+    steps, tokens = ComputeBudget(600, "steps"), ComputeBudget(2_000_000, "tokens")
+    assert contract_warnings({"training_seconds": 9000.0, "num_steps": 600}, 300, steps) == []
+    assert contract_warnings({"training_seconds": 1.0, "num_steps": 600}, 300, steps) == []
+    assert contract_warnings({"training_seconds": 30.0, "num_steps": 412}, 300, steps) == [
+        "trained 412 steps of a 600 steps budget: runs are not comparable; does the script read "
+        "OVERNIGHT_BUDGET_STEPS?"]
+    # tokens: within one step of the budget (whole steps of 4,096 tokens)
+    near = {"training_seconds": 30.0, "num_steps": 489, "total_tokens_M": 2.003}
+    assert contract_warnings(near, 300, tokens) == []
+    far = {"training_seconds": 30.0, "num_steps": 100, "total_tokens_M": 0.41}
+    assert "OVERNIGHT_BUDGET_TOKENS" in contract_warnings(far, 300, tokens)[0]

@@ -165,9 +165,13 @@ def test_demo_on_the_real_gpt_target(tmp_path: Path):
     assert good and float(rows[0][1]) == pytest.approx(statistics.fmean(good), abs=1e-5)
     assert len(rows) == 3
     assert all(r[3] in ("keep", "discard", "crash") and len(r[0]) == 7 for r in rows)
-    # it ends with an honest statement of what the noise supports
+    # it ends with one plain sentence: the change kept, or why none was and what to do (no
+    # σ̂, no incumbent: agent.ops.demo.closing_sentence)
     last = out.strip().splitlines()[-1]
-    assert "kept by the test" in last or "nothing beat the noise" in last or "one run each" in last
+    assert last.startswith(("Kept ", "Nothing was kept: ")) and last.endswith("."), last
+    assert "σ" not in last and "incumbent" not in last
+    # before the first run it said how busy the machine is and what that will cost
+    assert out.startswith("This machine: load average ") and "Expect about " in out
     # the dashboard line names the command that prints the token its login form asks for
     hint = next(line for line in out.splitlines() if line.startswith("see it in the dashboard"))
     assert f"serve --db {db}" in hint

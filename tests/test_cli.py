@@ -103,6 +103,28 @@ def test_user_errors_are_one_line(tmp_path: Path, target: Path):
     assert proc.returncode == 2 and "gpt" in proc.stderr
 
 
+def test_run_takes_a_compute_budget(tmp_path: Path, target: Path):
+    """`--budget "5 steps"` in place of seconds: the sweep's budget, said as such, and each run
+    checked against its steps (the fake trainer trains 3 whatever it is told), not its seconds."""
+    db = str(tmp_path / "o.db")
+    out = run("run", "--target", str(target), "--experiments", "1", "--db", db, "--sweep",
+              "steps", "--budget", "5 steps").stdout
+    assert "budget 5 steps" in out and "trained only" not in out
+    assert "trained 3 steps of a 5 steps budget" in out
+    from agent.core.budget import ComputeBudget
+    from db.engine import open_database
+    from db.store import SqlStore
+
+    engine = open_database(db)
+    try:
+        config = SqlStore(engine).get_sweep("steps").config
+    finally:
+        engine.dispose()
+    assert config.budget == ComputeBudget(5, "steps") and config.timeout_s == 20
+    bad = run("run", "--target", str(target), "--budget", "600 laps", "--db", db, check=False)
+    assert bad.returncode == 2 and "--budget: must be" in bad.stderr
+
+
 def test_init_makes_a_committed_gpt_target(tmp_path: Path):
     dest = tmp_path / "night"
     run("init", str(dest), "--template", "gpt")

@@ -17,9 +17,9 @@ from __future__ import annotations
 import logging
 import shlex
 import signal
-import statistics
 import sys
 import threading
+from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -30,13 +30,13 @@ from typer.models import CommandInfo
 
 from agent.analysis.ablation import DEFAULT_SEEDS as ABLATION_SEEDS
 from agent.analysis.confirm import DEFAULT_SEEDS as CONFIRM_SEEDS
+from agent.core.budget import ComputeBudget, parse_budget
 from agent.core.config import load_config
-from agent.core.domain import Sweep
+from agent.core.domain import Proposal, Sweep
 from agent.core.errors import Interrupted, OvernightError
 from agent.engine.interrupts import raise_when_safe
 from agent.ops.track import OFF
 from db.location import DbLocation
-from db.reads import Reads
 from overnight import (  # noqa: F401  (they register their commands)
     cli_gc,
     cli_results,
@@ -103,7 +103,9 @@ SeedsOpt = Annotated[int, typer.Option(min=2, max=20, help="runs of the baseline
 def run(
     target: Annotated[Path, typer.Option(help="target git repository with overnight.toml")],
     experiments: Annotated[int, typer.Option(min=0, help="experiments after the baseline")] = 20,
-    budget: Annotated[float | None, typer.Option(help="training seconds per run")] = None,
+    budget: Annotated[str | None, typer.Option(
+        help="training seconds per run, or a compute budget: \"600 steps\", \"2M tokens\"")
+    ] = None,
     sweep: Annotated[str | None, typer.Option(help="sweep name (default: a date tag)")] = None,
     proposer: Annotated[str, typer.Option(help="knobs | llm:<profile>")] = "knobs",
     device: Annotated[str | None, typer.Option(help="OVERNIGHT_DEVICE for the script")] = None,
@@ -151,7 +153,7 @@ def run(
         target,
         sweep_name=sweep,
         experiments=experiments,
-        budget=budget,
+        budget=budget_option(budget),
         proposer=proposer,
         device=device,
         resume=resume,
@@ -178,14 +180,19 @@ def run(
 
 @app.command()
 def demo(
-    budget: Annotated[float, typer.Option(help="training seconds per run")] = 6.0,
+    budget: Annotated[str | None, typer.Option(help="training seconds per run, or a compute "
+                                               "budget such as \"20 steps\" (default: by "
+                                               "the machine's load)")] = None,
     experiments: Annotated[int, typer.Option(min=1, help="experiments after baseline")] = 4,
     dir: Annotated[Path | None, typer.Option("--dir", help="where to make the target")] = None,
     db: DbOpt = None,
 ) -> None:
     """A real short sweep on CPU: makes a throw-away gpt target, runs baseline + knobs."""
+    from agent.analysis.evidence import sweep_evidence
     from agent.ops.sweeps import default_sweep_name
+    from overnight import demo as screen
 
+    plan = screen.demo_plan(budget, experiments)
     where = db_location(db)
     store = runtime_for(where).store
     name = default_sweep_name(store, prefix="demo-")
@@ -197,10 +204,12 @@ def demo(
         target,
         sweep_name=name,
         experiments=experiments,
-        budget=budget,
+        budget=plan.budget,
         proposer="knobs",
         device="cpu",
-        timeout=max(budget * 4, budget + 120),
+        timeout=plan.timeout_s,
+        runs_on={"extra_env": screen.run_env(plan)},
+        proposals=screen.proposals(plan, target),
     )
     print_results(done, store, "table", statement=False)
     console.print("\n[bold]results.tsv[/bold]")
@@ -208,36 +217,22 @@ def demo(
     console.print(f"\n[bold]git log {done.branch}[/bold] (baseline + kept only)")
     for sha, subject in open_target(target).log(done.branch, limit=20):
         console.print(f"  {sha} {subject}")
-    gaps = _overheads(runtime_for(where).reads, done)
-    if gaps:
-        console.print(f"\nservice overhead between runs: median {statistics.median(gaps):.3f}s")
     console.print(
         f"\nsee it in the dashboard: {own_command()} serve --db {where}  then open "
         f"http://127.0.0.1:8000/ and sign in with the token that {token_command(where)} "
         "prints", soft_wrap=True,
     )
-    from agent.analysis.evidence import sweep_evidence
-
-    ev = sweep_evidence(done, store.list_experiments(done.id), store.list_runs(sweep_id=done.id))
-    console.print(f"\n{demo_legend(done, budget, ev.load_shifts)}", soft_wrap=True)
-    console.print(f"\n[bold]{ev.statement()}[/bold]")
+    exps = store.list_experiments(done.id)
+    ev = sweep_evidence(done, exps, store.list_runs(sweep_id=done.id))
+    screen.print_end(runtime_for(where).reads, done, exps, target, ev.load_shifts)
 
 
-def demo_legend(sweep: Sweep, budget: float, shifts: int) -> str:
-    """The one line that says what the demo's numbers mean."""
-    load = (f"; {shifts} experiment(s) met another machine speed and were compared beside the "
-            "incumbent in the same conditions" if shifts else "")
-    return (f"What the numbers mean: {sweep.metric} is bits per byte of held-out text (lower is "
-            f"better) after {budget:g} s of CPU training; a change is kept only when a t-test "
-            "against the incumbent's runs, on σ̂ (the run-to-run noise of seed and machine), "
-            f"passes the night's level, which holds false keeps to {sweep.config.fdr:.0%} of "
-            f"all keeps{load}.")
-
-
-def _overheads(reads: Reads, sweep: Sweep) -> list[float]:
-    """Seconds from one run's exit to the next run's start."""
-    times = [(a, b) for a, b in reads.timestamps(sweep.id) if a and b]
-    return [(b[0] - a[1]).total_seconds() for a, b in zip(times, times[1:], strict=False)]
+def budget_option(text: str | None) -> float | ComputeBudget | None:
+    """--budget: seconds (300) or a compute budget ("600 steps"); a bad one exits naming it."""
+    try:
+        return None if text is None else parse_budget(text)
+    except ValueError as exc:
+        fail(f"--budget: {exc}")
 
 
 # --- the foreground run: the lock, the engine, a resumable stop -------------------------------
@@ -247,7 +242,7 @@ def run_foreground(
     *,
     sweep_name: str | None,
     experiments: int,
-    budget: float | None,
+    budget: float | ComputeBudget | None,
     proposer: str,
     device: str | None,
     timeout: float | None = None,
@@ -261,12 +256,14 @@ def run_foreground(
     work_dir: Path | None = None,
     notify: NotifyConfig | None = None,
     track: Choice = None,
+    proposals: Sequence[Proposal] = (),
 ) -> Sweep:
     """Hold the database's instance lock, recover leftovers, then run one sweep to its end.
 
     `runs_on`: the executor's SchedulerSettings fields (executor_options). `notify`: where
     notifications go (none by default). `track`: the --track choice (by default the sweep's
-    own [track] table, if any, names its tracker)."""
+    own [track] table, if any, names its tracker). `proposals`: queued on a new sweep, after
+    its baseline, before its proposer's own."""
     from agent.engine.scheduler import SchedulerSettings
 
     rt = runtime_for(db, work_dir)
@@ -279,7 +276,8 @@ def run_foreground(
         return _run_locked(rt, target, sweep_name=sweep_name, experiments=experiments,
                            budget=budget, proposer=proposer, settings=settings,
                            timeout=timeout, quiet=quiet, resume=resume, llm_config=llm_config,
-                           allow_dirty=allow_dirty, notifier=notifier, track=track)
+                           allow_dirty=allow_dirty, notifier=notifier, track=track,
+                           proposals=proposals)
     finally:
         for signum, handler in previous.items():
             if handler is not None:  # None: not installed from Python; nothing to put back
@@ -334,9 +332,10 @@ def _interrupted(rt: Runtime, sweep: Sweep, target: Path, exc: KeyboardInterrupt
 
 def _run_locked(
     rt: Runtime, target: Path, *, sweep_name: str | None, experiments: int,
-    budget: float | None, proposer: str, settings: SchedulerSettings, timeout: float | None,
-    quiet: bool, resume: bool, llm_config: Path | None, allow_dirty: bool = False,
-    notifier: Notifier | None = None, track: Choice = None,
+    budget: float | ComputeBudget | None, proposer: str, settings: SchedulerSettings,
+    timeout: float | None, quiet: bool, resume: bool, llm_config: Path | None,
+    allow_dirty: bool = False, notifier: Notifier | None = None, track: Choice = None,
+    proposals: Sequence[Proposal] = (),
 ) -> Sweep:
     config = None if resume else load_config(target).with_budget(budget, timeout)
     repo = open_target(target)
@@ -351,6 +350,8 @@ def _run_locked(
         assert config is not None
         sweep = _new_sweep(rt, repo, target, config, sweep_name=sweep_name, proposer=proposer,
                            experiments=experiments, allow_dirty=allow_dirty)
+        for proposal in proposals:
+            rt.service.queue(sweep.name, proposal)
     llm_kwargs = ({"config_path": llm_config}
                   if llm_config and sweep.proposer.startswith("llm:") else {})
     mirror = None
@@ -400,7 +401,7 @@ def _new_sweep(rt: Runtime, repo: GitRepo, target: Path, config: TargetConfig, *
                          max_experiments=experiments, allow_dirty=allow_dirty)
     console.print(
         f"sweep [bold]{name}[/bold] on branch {sweep.branch}: baseline + "
-        f"{experiments} experiments, budget {config.budget_s:g}s, db {rt.db}"
+        f"{experiments} experiments, budget {config.budget_text}, db {rt.db}"
     )
     return sweep
 

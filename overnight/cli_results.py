@@ -43,8 +43,9 @@ def closing_line(sweep: Sweep, exps: list, runs: list | None = None  # type: ign
         return f"no baseline metric: {counts.tried} change(s) tried, nothing compared"
     base = next((e for e in exps if e.is_baseline and e.metric is not None), None)
     every = runs or []
-    base_n = recorded_value(every, base.commit if base else None)[1] if every else 0
-    best_n = recorded_value(every, sweep.best_commit)[1] if every else 0
+    by_time = sweep.config.time_budget if every else True  # runs in one condition or by speed
+    base_n = recorded_value(every, base.commit if base else None, by_time)[1] if every else 0
+    best_n = recorded_value(every, sweep.best_commit, by_time)[1] if every else 0
     # the baseline as the rule records it now; its value at its verdict too when re-measured
     then = (f", {base.metric:.6f} at its verdict" if base is not None
             and abs(base.metric - sweep.baseline_metric) > 1e-12 else "")

@@ -18,6 +18,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
+from agent.core.budget import parse_budget
 from agent.core.config import CONFIG_FILE, load_config, parse_config
 from agent.core.domain import ExperimentStatus, Sweep
 from agent.core.errors import ConfigError
@@ -183,9 +184,11 @@ def print_checks(checks: list[Check]) -> None:
 @app.command()
 def doctor(
     target: Annotated[Path, typer.Option(help="target git repository with overnight.toml")],
-    budget: Annotated[float, typer.Option(help="training seconds for the check runs")] = 20.0,
+    budget: Annotated[str, typer.Option(help="training seconds for the check runs, or a "
+                                        "compute budget (\"50 steps\")")] = "20",
     timeout: Annotated[float | None, typer.Option(help="hard kill per run (default 4x budget, "
-                                                  "at least budget + 120)")] = None,
+                                                  "at least budget + 120; on a compute "
+                                                  "budget the target's)")] = None,
     runs: Annotated[int, typer.Option(min=1, max=5, help="runs of HEAD (2 measure noise)")] = 2,
     db: DbOpt = None,
 ) -> None:
@@ -193,9 +196,14 @@ def doctor(
     and of every knob (where it is set, whether a change to it reaches the run)."""
     from agent.ops.doctor import diagnose
 
+    try:
+        given = parse_budget(budget)
+    except ValueError as exc:
+        fail(f"--budget: {exc}")
     # Generous: a slow start-up on a busy machine is a finding to report, not a run to kill.
-    config = load_config(target).with_budget(budget, timeout or max(budget * 4, budget + 120))
-    console.print(f"doctor: {runs} run(s) of {target} HEAD at a {config.budget_s:g} s budget "
+    config = load_config(target).with_budget(given, timeout or (
+        max(given * 4, given + 120) if isinstance(given, float) else None))
+    console.print(f"doctor: {runs} run(s) of {target} HEAD at a {config.budget_text} budget "
                   f"(timeout {config.timeout_s:g} s): {escape(config.command)}", soft_wrap=True)
     work = work_dir_of(db_location(db), None) if db is not None else None
     try:

@@ -92,7 +92,7 @@ class LineLog:
             return
         secs = exp.summary.get("training_seconds")
         trained = f"train {secs:.1f}s" if isinstance(secs, float) else ""
-        compared = comparison_line(exp, self.sweep.direction)
+        compared = comparison_line(exp, self.sweep.direction, self.sweep.config.time_budget)
         line = (f"#{exp.id} {shown_status(exp):<9} {self.sweep.metric} {compared or '-'}  "
                 f"{trained}  {describe(exp)}")
         self.console.print(Text(" ".join(line.split(" ")).rstrip()), soft_wrap=True)
@@ -100,16 +100,20 @@ class LineLog:
 
 
 class LiveView:
-    """Current run (elapsed vs budget, last loss) above the last finished experiments."""
+    """Current run (elapsed vs budget, or steps on a budget of steps; last loss) above the last
+    finished experiments."""
 
     def __init__(self, console: Console, sweep: Sweep) -> None:
         self.console, self.sweep = console, sweep
         self.finished: list[Experiment] = []
         self.current: Experiment | None = None
         self.started = 0.0
-        self.budget = sweep.budget_s
+        compute = sweep.config.budget
+        self.steps = compute.amount if compute is not None and compute.unit == "steps" else None
+        self.budget = float(self.steps) if self.steps else sweep.budget_s
         self.last_loss: float | None = None
         self.trained_s: float | None = None
+        self.step = 0
         self.live = Live(
             self.render(),
             console=console,
@@ -131,11 +135,13 @@ class LiveView:
             clock = (f"training {trained:5.1f}s / budget {self.budget:g}s (wall {wall:.1f}s)"
                      if trained is not None else
                      f"wall {wall:5.1f}s incl. start-up (budget {self.budget:g}s of training)")
+            if self.steps:
+                clock = f"step {self.step} / {self.steps} (wall {wall:.1f}s)"
             parts.append(
                 Text(f"running #{self.current.id}: {self.current.description}  {clock}  "
                      f"loss {loss}")
             )
-            done = trained if trained is not None else 0.0
+            done = float(self.step) if self.steps else trained if trained is not None else 0.0
             parts.append(
                 ProgressBar(total=self.budget, completed=min(done, self.budget), width=60)
             )
@@ -144,10 +150,10 @@ class LiveView:
     def on_event(self, kind: str, exp: Experiment, data: dict[str, Any]) -> None:
         if kind == "started":
             self.current, self.started, self.last_loss = exp, time.monotonic(), None
-            self.trained_s = None
+            self.trained_s, self.step = None, 0
         elif kind == "line" and data.get("point") is not None:
             self.last_loss = data["point"].loss
-            self.trained_s = data["point"].elapsed_s
+            self.trained_s, self.step = data["point"].elapsed_s, data["point"].step
         elif kind == "finished":
             self.finished.append(exp)
             if self.current is not None and self.current.id == exp.id:

@@ -27,22 +27,27 @@ EVERY = 5  # runs per spell
 
 
 class Machine:
-    """Switches the machine's speed every EVERY runs (each run announces itself first)."""
+    """Switches the machine's speed every `every` runs (each run announces itself first)."""
 
-    def __init__(self, path: Path) -> None:
-        self.path, self.runs = path, 0
-        path.write_text(str(SPEEDS[0]))
+    def __init__(self, path: Path, speeds: tuple[float, ...] = SPEEDS,
+                 every: int = EVERY) -> None:
+        self.path, self.runs, self.speeds, self.every = path, 0, speeds, every
+        path.write_text(str(speeds[0]))
 
     def __call__(self, kind: str, exp: Experiment, data: dict[str, Any]) -> None:
         if kind in ("started", "confirming"):
-            self.path.write_text(str(SPEEDS[(self.runs // EVERY) % 2]))
+            self.path.write_text(str(self.speeds[(self.runs // self.every) % len(self.speeds)]))
             self.runs += 1
 
 
 def load_night(root: Path, proposals: int = 12, gains: dict[int, float] | None = None,
-               incumbent_every: int = 8) -> tuple[SqlStore, int, Path]:
+               incumbent_every: int = 8, budget: str = "budget_s  = 0.05",
+               machine_speeds: tuple[tuple[float, ...], int] = (SPEEDS, EVERY)
+               ) -> tuple[SqlStore, int, Path]:
     """The sweep "load" run to its end: (its store, sweep id, database file). `gains`: the
-    proposals (by number) that really add work, and how much (the rest are null changes)."""
+    proposals (by number) that really add work, and how much (the rest are null changes).
+    `budget`: its overnight.toml line (`budget = "200 steps"`: a compute budget);
+    `machine_speeds`: the speeds the machine switches between, and every how many runs."""
     machine = root / "machine.txt"
     toml = textwrap.dedent("""\
         [target]
@@ -51,9 +56,8 @@ def load_night(root: Path, proposals: int = 12, gains: dict[int, float] | None =
         protected = ["prepare.py", "overnight.toml"]
         metric    = "work"
         direction = "maximize"
-        budget_s  = 0.05
         timeout_s = 30
-        """) + f"incumbent_every = {incumbent_every}\n"
+        """) + f"{budget}\nincumbent_every = {incumbent_every}\n"
     train = TRAINER.replace('MACHINE = "machine.txt"', f"MACHINE = {str(machine)!r}").replace(
         "GAINS: dict[int, float] = {}", f"GAINS: dict[int, float] = {dict(gains or {})!r}")
     target = make_target(root / "target", edits={"train.py": train, "overnight.toml": toml})
@@ -63,7 +67,7 @@ def load_night(root: Path, proposals: int = 12, gains: dict[int, float] | None =
                          config=load_config(target), max_experiments=proposals)
     loop = Loop(store, GitRepo(target), SubprocessRunner(grace_s=0.5),
                 LoopSettings(root / "work", grace_s=0.5), proposer=Ideas(),
-                on_event=Machine(machine))
+                on_event=Machine(machine, *machine_speeds))
     run_sweep(loop, sweep.name)
     return store, sweep.id, db
 

@@ -103,6 +103,28 @@ def test_user_errors_are_one_line(tmp_path: Path, target: Path):
     assert proc.returncode == 2 and "gpt" in proc.stderr
 
 
+def test_run_takes_a_compute_budget(tmp_path: Path, target: Path):
+    """`--budget "5 steps"` in place of seconds: the sweep's budget, said as such, and each run
+    checked against its steps (the fake trainer trains 3 whatever it is told), not its seconds."""
+    db = str(tmp_path / "o.db")
+    out = run("run", "--target", str(target), "--experiments", "1", "--db", db, "--sweep",
+              "steps", "--budget", "5 steps").stdout
+    assert "budget 5 steps" in out and "trained only" not in out
+    assert "trained 3 steps of a 5 steps budget" in out
+    from agent.core.budget import ComputeBudget
+    from db.engine import open_database
+    from db.store import SqlStore
+
+    engine = open_database(db)
+    try:
+        config = SqlStore(engine).get_sweep("steps").config
+    finally:
+        engine.dispose()
+    assert config.budget == ComputeBudget(5, "steps") and config.timeout_s == 20
+    bad = run("run", "--target", str(target), "--budget", "600 laps", "--db", db, check=False)
+    assert bad.returncode == 2 and "--budget: must be" in bad.stderr
+
+
 def test_init_makes_a_committed_gpt_target(tmp_path: Path):
     dest = tmp_path / "night"
     run("init", str(dest), "--template", "gpt")
@@ -165,9 +187,13 @@ def test_demo_on_the_real_gpt_target(tmp_path: Path):
     assert good and float(rows[0][1]) == pytest.approx(statistics.fmean(good), abs=1e-5)
     assert len(rows) == 3
     assert all(r[3] in ("keep", "discard", "crash") and len(r[0]) == 7 for r in rows)
-    # it ends with an honest statement of what the noise supports
+    # it ends with one plain sentence: the change kept, or why none was and what to do (no
+    # σ̂, no incumbent: agent.ops.demo.closing_sentence)
     last = out.strip().splitlines()[-1]
-    assert "kept by the test" in last or "nothing beat the noise" in last or "one run each" in last
+    assert last.startswith(("Kept ", "Nothing was kept: ")) and last.endswith("."), last
+    assert "σ" not in last and "incumbent" not in last
+    # before the first run it said how busy the machine is and what that will cost
+    assert out.startswith("This machine: load average ") and "Expect about " in out
     # the dashboard line names the command that prints the token its login form asks for
     hint = next(line for line in out.splitlines() if line.startswith("see it in the dashboard"))
     assert f"serve --db {db}" in hint

@@ -1,3 +1,4 @@
+import re
 from pathlib import Path
 
 import pytest
@@ -90,6 +91,49 @@ def test_budget_override_keeps_timeout_above_budget():
     cfg = parse_config(GOOD).with_budget(10)
     assert cfg.budget_s == 10 and cfg.timeout_s > 10
     assert parse_config(GOOD).with_budget(600).timeout_s >= 1200
+
+
+def test_a_compute_budget_in_place_of_budget_s(tmp_path: Path):
+    """`budget = "600 steps"` (or tokens) instead of budget_s: handed to the script by its own
+    variable, the hard kill kept, stored and read back, and switched by an override."""
+    from agent.core.budget import ComputeBudget
+
+    (tmp_path / "overnight.toml").write_text(
+        '[target]\ncommand = "python train.py"\neditable = ["train.py"]\nmetric = "val_bpb"\n'
+        'budget = "600 steps"\n')
+    steps = load_config(tmp_path)
+    assert steps.budget == ComputeBudget(600, "steps") and not steps.time_budget
+    assert steps.budget_env() == {"OVERNIGHT_BUDGET_STEPS": "600"}
+    assert steps.budget_text == "600 steps" and steps.timeout_s == 900
+    assert type(steps).from_dict(steps.to_dict()) == steps == parse_config(steps.to_dict())
+    tokens = parse_config({k: v for k, v in GOOD.items() if k not in ("budget_s", "timeout_s")}
+                          | {"budget": "2M tokens"})
+    assert tokens.budget_env() == {"OVERNIGHT_BUDGET_TOKENS": "2000000"}
+    assert tokens.budget_text == "2M tokens" and tokens.timeout_s == 900
+    assert parse_config(GOOD).budget_env() == {"OVERNIGHT_BUDGET_S": "300"}
+    assert parse_config(GOOD).time_budget and "budget" not in parse_config(GOOD).to_dict()
+    # an override switches kinds: seconds drop the compute budget, and the other way round
+    assert steps.with_budget(20).budget is None and steps.with_budget(20).budget_s == 20
+    to_steps = parse_config(GOOD).with_budget(ComputeBudget(50, "steps"))
+    assert to_steps.budget_text == "50 steps" and to_steps.timeout_s == 900
+
+
+@pytest.mark.parametrize(
+    "budget_keys, says",
+    [
+        ({"budget_s": 300, "budget": "600 steps"}, "budget_s and budget: set one"),
+        ({}, "missing required key 'budget_s'"),
+        ({"budget": "600"}, "budget: training seconds are budget_s = 600"),
+        ({"budget": 600}, "budget: must be a string such as"),
+        ({"budget": "600 laps"}, "budget: must be"),
+        ({"budget": "0 steps"}, "budget: must be a whole number of steps ≥ 1"),
+        ({"budget": "1.5 tokens"}, "budget: must be a whole number of tokens ≥ 1"),
+    ],
+)
+def test_a_budget_is_one_of_the_two_keys(budget_keys, says):
+    data = {k: v for k, v in GOOD.items() if k not in ("budget_s", "timeout_s")}
+    with pytest.raises(ConfigError, match=re.escape(says)):
+        parse_config({**data, **budget_keys})
 
 
 def test_cli_reports_config_error_without_traceback(tmp_path: Path, target: Path):

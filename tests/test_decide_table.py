@@ -205,6 +205,32 @@ def timed(runs, best):
     return ev(runs, best=best, speed_noise=0.01)
 
 
+COMPUTE = Rule(time_budget=False)  # a compute budget: "600 steps"
+
+
+def test_a_compute_budget_puts_runs_at_any_speed_in_one_condition():
+    """On a compute budget every run trains the same steps, so its speed says nothing of its
+    metric (docs/keep-rule.md#the-model): the incumbent's runs at 100 and 30 tokens/s are one
+    condition, a change run at 45 is compared at once (no incumbent run beside it), and a clear
+    gain is kept; on a time budget the same runs are split and the change waits for a pair."""
+    inc = (*INC[:3], run(1.05, 30.0, 4, seed=45), run(0.95, 31.0, 5, seed=46))
+    change = [run(0.31, 45.0, 10, seed=42), run(0.3, 80.0, 12, seed=43)]
+    v = decide(timed(change, inc), COMPUTE)
+    assert v.status is S.KEPT and v.ending is Ending.KEPT and not v.set_aside
+    assert "the incumbent's 5 runs (mean 1.000000)" in v.reason  # no speed named: none matters
+    assert v.compared_with is not None and v.compared_with.n == 5 and len(v.blocks) == 1
+    assert v.best is not None and v.best.n == 5 and not any(v.suspect)
+    assert len(set(conditions(inc, COMPUTE.tolerance(0.01)))) == 1
+    # the same runs on a time budget: two conditions, the first change run is in neither
+    assert len(set(conditions(inc, SEQ.tolerance(0.01)))) == 2
+    v = decide(timed(change[:1], inc), SEQ)
+    assert v.incumbent and v.pair_of == 10 and v.set_aside == (10,)
+    # the baseline's own runs at two speeds: all of them make its value on a compute budget
+    base = decide(Evidence(True, inc, speed_noise=0.01), COMPUTE)
+    assert base.ending is Ending.BASELINE and base.change.n == 5 and not base.set_aside
+    assert decide(Evidence(True, inc, speed_noise=0.01), SEQ).change.n == 3
+
+
 def test_a_run_at_a_speed_the_incumbent_never_ran_gets_the_incumbent_beside_it():
     v = decide(timed([run(0.9, 70.0, 10)], INC), SEQ)
     assert v.status is None and v.incumbent and v.pair_of == 10 and v.seed == 50
@@ -351,3 +377,21 @@ def test_contract_warnings():
     assert "OVERNIGHT_BUDGET_S" in contract_warnings({"training_seconds": 20.0}, 300)[0]
     assert "no training_seconds" in contract_warnings({"val_bpb": 1.0}, 300)[0]
     assert contract_warnings({}, 300) == []
+
+
+def test_contract_warnings_on_a_compute_budget():
+    """Steps or tokens trained against the compute budget; the seconds they took are the
+    machine's, never a warning."""
+    from agent.core.budget import ComputeBudget
+
+    steps, tokens = ComputeBudget(600, "steps"), ComputeBudget(2_000_000, "tokens")
+    assert contract_warnings({"training_seconds": 9000.0, "num_steps": 600}, 300, steps) == []
+    assert contract_warnings({"training_seconds": 1.0, "num_steps": 600}, 300, steps) == []
+    assert contract_warnings({"training_seconds": 30.0, "num_steps": 412}, 300, steps) == [
+        "trained 412 steps of a 600 steps budget: runs are not comparable; does the script read "
+        "OVERNIGHT_BUDGET_STEPS?"]
+    # tokens: within one step of the budget (whole steps of 4,096 tokens)
+    near = {"training_seconds": 30.0, "num_steps": 489, "total_tokens_M": 2.003}
+    assert contract_warnings(near, 300, tokens) == []
+    far = {"training_seconds": 30.0, "num_steps": 100, "total_tokens_M": 0.41}
+    assert "OVERNIGHT_BUDGET_TOKENS" in contract_warnings(far, 300, tokens)[0]

@@ -44,10 +44,15 @@ def prepare(target, data_dir, monkeypatch):
     return module
 
 
-def run_train(target: Path, data_dir: Path, budget: float, timeout: float):
-    env = {k: v for k, v in os.environ.items() if k != "OVERNIGHT_SHARDS"}
-    env.update(OVERNIGHT_BUDGET_S=str(budget), OVERNIGHT_DATA_DIR=str(data_dir),
+def run_train(target: Path, data_dir: Path, budget: float, timeout: float,
+              **compute: str):
+    """train.py on a time budget of `budget` seconds, or on `compute` (OVERNIGHT_BUDGET_STEPS=
+    "12"), which a compute budget hands the script instead."""
+    env = {k: v for k, v in os.environ.items()
+           if k != "OVERNIGHT_SHARDS" and not k.startswith("OVERNIGHT_BUDGET_")}
+    env.update(OVERNIGHT_DATA_DIR=str(data_dir),
                OVERNIGHT_DEVICE=os.environ.get("OVERNIGHT_DEVICE", "cpu"))
+    env.update(compute or {"OVERNIGHT_BUDGET_S": str(budget)})
     return subprocess.run([sys.executable, "train.py"], cwd=target, env=env,
                           capture_output=True, text=True, timeout=timeout)
 
@@ -93,6 +98,27 @@ def test_short_real_run_prints_summary(target, data_dir):
     assert int(s["depth"]) > 0
     progress = [line for line in proc.stdout.splitlines() if line.startswith("step ")]
     assert progress and all(PROGRESS.match(line) for line in progress), progress
+
+
+@pytest.mark.timeout(900)  # a hang bound: a busy machine takes long over a few steps
+@pytest.mark.parametrize("compute, steps", [({"OVERNIGHT_BUDGET_STEPS": "7"}, 7),
+                                            ({"OVERNIGHT_BUDGET_TOKENS": "20000"}, 5)])
+def test_a_compute_budget_trains_exactly_its_steps(target, data_dir, compute, steps):
+    """OVERNIGHT_BUDGET_STEPS trains that many steps (tokens: rounded up to whole steps of
+    BATCH_SIZE × SEQ_LEN = 4,096), however long they take; the speed is still reported, and
+    the schedule ends on the budget (the last step's LR at the bottom of its warm-down)."""
+    proc = run_train(target, data_dir, budget=0, timeout=600, **compute)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    s = summary(proc.stdout)
+    assert list(s) == SUMMARY_KEYS and int(s["num_steps"]) == steps
+    assert float(s["total_tokens_M"]) == pytest.approx(steps * 4096 / 1e6, abs=1e-3)
+    assert float(s["training_seconds"]) > 0  # the speed: tokens of the timed steps over it
+    assert f"budget {steps} steps" in proc.stdout.splitlines()[0]
+    last = [line for line in proc.stdout.splitlines() if line.startswith(f"step {steps} ")]
+    assert last and "| lr " in last[0], proc.stdout[-2000:]
+    peak = 3e-3 * (128 / 768) ** -0.5  # LR at width D_MODEL = 128
+    assert float(last[0].split("| lr ")[1].split()[0]) < 0.7 * peak  # in its warm-down
+    assert "OVERNIGHT_BUDGET_STEPS" not in (target / "train.py").read_text()
 
 
 def test_nan_run_fails_fast(target, data_dir):
@@ -148,6 +174,15 @@ def test_budget_lives_in_the_protected_harness(prepare, target, monkeypatch):
         monkeypatch.setenv("OVERNIGHT_BUDGET_S", bad)
         with pytest.raises(ValueError, match="OVERNIGHT_BUDGET_S"):
             prepare.time_budget_s()
+    assert prepare.step_budget(4096) is None  # no compute budget: the time budget rules
+    monkeypatch.setenv("OVERNIGHT_BUDGET_TOKENS", "8193")
+    assert prepare.step_budget(4096) == 3  # whole steps, rounded up
+    monkeypatch.setenv("OVERNIGHT_BUDGET_STEPS", "600")
+    assert prepare.step_budget(4096) == 600
+    for bad in ("many", "0", "2.5"):
+        monkeypatch.setenv("OVERNIGHT_BUDGET_STEPS", bad)
+        with pytest.raises(ValueError, match="OVERNIGHT_BUDGET_STEPS"):
+            prepare.step_budget(4096)
 
 
 def test_bpb_matches_independent_formula(prepare):

@@ -323,6 +323,7 @@ class BestRecord:
     base: float | None
     best_n: int = 0
     base_n: int = 0
+    time_budget: bool = True  # False: a compute budget, where speed splits no condition
     _values: dict[str, tuple[float | None, int]] = field(  # per commit, kept by replace()
         default_factory=dict, compare=False, repr=False)
 
@@ -330,7 +331,8 @@ class BestRecord:
     def of(cls, sweep: Sweep, good: Sequence[Run], baseline: tuple[int, str] | None
            ) -> BestRecord:
         out = cls(good, sweep.best_commit or "", sweep.best_metric,
-                  baseline[1] if baseline else "", sweep.baseline_metric)
+                  baseline[1] if baseline else "", sweep.baseline_metric,
+                  time_budget=sweep.config.time_budget)
         return replace(out, best_n=out.value(out.best_commit)[1],
                        base_n=out.value(out.base_commit)[1])
 
@@ -354,7 +356,7 @@ class BestRecord:
 
     @functools.cached_property
     def tolerance(self) -> float:
-        return runs_tolerance(self.good)
+        return runs_tolerance(self.good, self.time_budget)
 
     @functools.cached_property
     def by_commit(self) -> dict[str, list[Run]]:
@@ -365,13 +367,14 @@ class BestRecord:
 
 
 
-def recorded_value(runs: Sequence[Run], commit: str | None) -> tuple[float | None, int]:
+def recorded_value(runs: Sequence[Run], commit: str | None, time_budget: bool = True
+                   ) -> tuple[float | None, int]:
     """A commit's value now and the runs it rests on (its runs in its usual machine
     condition): agent.rules.placement.recorded_best, as agent.engine.incumbent stores the
     sweep's best and baseline."""
     if not commit:
         return None, 0
-    value, _, off = recorded_best(runs, commit)
+    value, _, off = recorded_best(runs, commit, time_budget=time_budget)
     return value, sum(not o for o in off)
 
 

@@ -159,6 +159,7 @@ class Report:
     branch: str
     proposer: str
     budget_s: float
+    budget_text: str  # "300 s" or a compute budget's "600 steps"
     created_at: datetime
     last_finish: datetime | None
     counts: dict[str, int]  # experiments by status (the baseline's row included)
@@ -197,6 +198,7 @@ def build_report(sweep: Sweep, experiments: Sequence[Experiment], runs: Sequence
     report = Report(
         sweep=sweep.name, status=sweep.status.value, target=sweep.target_path,
         branch=sweep.branch, proposer=sweep.proposer, budget_s=sweep.budget_s,
+        budget_text=sweep.config.budget_text,
         created_at=sweep.created_at, last_finish=max(finished) if finished else None,
         counts=dict(Counter(e.status.value for e in exps)), headline=headline, kept=kept,
         learned=[(h, lines) for h, lines in sections(ins)[1:] if lines], plateau=ins.plateau,
@@ -220,8 +222,9 @@ def headline_of(sweep: Sweep, ev: SweepEvidence, runs: Sequence[Run],
     """The baseline and the best as the keep rule records them (the sweep's, from agent.rules.
     conditions.recorded_best) on their runs in their usual machine conditions."""
     base = next((e for e in exps if e.is_baseline and e.commit), None)
-    base_value, base_n = recorded_value(runs, base.commit if base else None)
-    value, best_n = recorded_value(runs, sweep.best_commit)
+    by_time = sweep.config.time_budget
+    base_value, base_n = recorded_value(runs, base.commit if base else None, by_time)
+    value, best_n = recorded_value(runs, sweep.best_commit, by_time)
     baseline = sweep.baseline_metric if sweep.baseline_metric is not None else base_value
     best = sweep.best_metric if sweep.best_metric is not None else value
     rel = (ev.improvement / abs(baseline) if ev.improvement is not None and baseline

@@ -95,7 +95,7 @@ def _head(r: Report) -> str:
     if h.set_aside:
         lines += ["", f"{set_aside(h.set_aside)}."]
     lines += ["", f"**{h.statement}**", "",
-              f"Status {r.status}, {span(r)}; {counts_line(r.night)}; budget {r.budget_s:g} s "
+              f"Status {r.status}, {span(r)}; {counts_line(r.night)}; budget {r.budget_text} "
               f"per run; proposer `{r.proposer}`; branch `{r.branch}`; target `{r.target}`."]
     return "\n".join(lines)
 

@@ -174,7 +174,7 @@ def runs_cell(exp: Experiment, ev: ExperimentEvidence | None) -> str:
     return " ".join(parts)
 
 
-def comparison_line(exp: Experiment, direction: Direction) -> str:
+def comparison_line(exp: Experiment, direction: Direction, by_speed: bool = True) -> str:
     """What its runs measured and how it compared, each number's reference named (agent.rules.
     wording): "3.3755 on 1 run: better than the incumbent's run beside it (3.5515) by 0.176 ±
     0.302"; a baseline "mean 3.58402 of 3 runs"; "" when its record has no runs."""
@@ -184,7 +184,7 @@ def comparison_line(exp: Experiment, direction: Direction) -> str:
     if not record.change.n:
         return ""
     return comparison(record.change, record.incumbent, record.difference, record.se, direction,
-                      record.beside, len(record.conditions))
+                      record.beside, len(record.conditions), by_speed)
 
 
 def improvement(sweep: Sweep) -> float | None:

@@ -28,6 +28,7 @@ from pydantic import (
     model_validator,
 )
 
+from agent.core.budget import EXAMPLES, ComputeBudget, budget_text, parse_budget
 from agent.core.errors import ConfigError
 from agent.core.prune_policy import PrunePolicy
 from agent.core.tracking import TrackTable
@@ -52,7 +53,7 @@ PRUNE_DEFAULT: Literal["auto", "off"] = "auto"
 # The kinds of change a proposal can be (agent.rules.categories.Category has the same values).
 CATEGORY_NAMES = ("hyperparameter", "architecture", "optimizer", "data/schedule",
                   "simplification")
-_REQUIRED = ("command", "editable", "metric", "budget_s")
+_REQUIRED = ("command", "editable", "metric")
 
 
 class Direction(str, enum.Enum):
@@ -142,8 +143,10 @@ class TargetConfig(BaseModel):
     protected: tuple[Path_, ...] = ()
     metric: str
     direction: Literal["minimize", "maximize"] = Direction.MINIMIZE.value
-    budget_s: float = Field(300.0, gt=0)  # training seconds
-    timeout_s: float = 900.0  # hard kill; default max(3 x budget, budget + 60)
+    budget_s: float = Field(300.0, gt=0)  # training seconds (unless `budget` is set)
+    # a compute budget instead: train exactly this many steps or tokens (agent.core.budget)
+    budget: ComputeBudget | None = None
+    timeout_s: float = 900.0  # hard kill; default max(3 x budget_s, budget_s + 60), else 900
     seed: StrictInt = 42
     min_delta: float = Field(0.0, ge=0)
     # strict: extra runs of a would-be keep; sequential (deprecated there): max_runs = k + 1
@@ -227,6 +230,23 @@ class TargetConfig(BaseModel):
             raise ValueError(f"must be a number, got {v!r}")
         return float(v)
 
+    @field_validator("budget", mode="before")
+    @classmethod
+    def _compute_budget(cls, v: Any) -> Any:
+        if v is None or isinstance(v, ComputeBudget):
+            return v
+        if not isinstance(v, str):
+            raise ValueError(f"must be a string such as {EXAMPLES}, got {v!r}")
+        parsed = parse_budget(v)  # ValueError: pydantic names the key
+        if not isinstance(parsed, ComputeBudget):
+            raise ValueError(f"training seconds are budget_s = {parsed:g}; budget is a compute "
+                             f"budget: {EXAMPLES}")
+        return parsed
+
+    @field_serializer("budget")
+    def _dump_budget(self, v: ComputeBudget | None) -> str | None:
+        return None if v is None else str(v)
+
     @field_validator("category_shares", mode="before")
     @classmethod
     def _shares(cls, v: Any) -> tuple[tuple[str, float], ...]:
@@ -300,17 +320,36 @@ class TargetConfig(BaseModel):
             raise ValueError(f"holdout_metric: must differ from metric ({self.metric})")
         if self.args_file is not None and self.args_file not in self.editable:
             raise ValueError(f"args_file: {self.args_file} must also be listed in editable")
-        if self.timeout_s <= self.budget_s:
+        if self.budget is None and self.timeout_s <= self.budget_s:
             raise ValueError(f"timeout_s: must be greater than budget_s ({self.budget_s:g}), "
                              f"got {self.timeout_s:g}")
         return self
+
+    @property
+    def time_budget(self) -> bool:
+        """Whether runs train for `budget_s` seconds (the machine's speed is then part of their
+        metric) rather than for a compute budget (docs/keep-rule.md#the-model)."""
+        return self.budget is None
+
+    @property
+    def budget_text(self) -> str:
+        """The budget as a person reads it: "300 s" or "600 steps"."""
+        return budget_text(self.budget_s, self.budget)
+
+    def budget_env(self) -> dict[str, str]:
+        """What the script is handed: OVERNIGHT_BUDGET_S, or the compute budget's variable."""
+        return {"OVERNIGHT_BUDGET_S": f"{self.budget_s:g}"} if self.budget is None \
+            else self.budget.env
 
     def early_stop_policy(self) -> PrunePolicy:
         """The early stop's policy: the [prune] table's, its budget cut into `max_runs` parts."""
         return self.prune_policy.policy(self.max_runs)
 
     def to_dict(self) -> dict[str, Any]:
-        return self.model_dump(mode="json")
+        """Every key, as stored with a sweep: of the budget's two keys, the one in use."""
+        data = self.model_dump(mode="json")
+        del data["budget_s" if self.budget is not None else "budget"]
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | TargetConfig) -> TargetConfig:
@@ -320,22 +359,31 @@ class TargetConfig(BaseModel):
         if isinstance(data, TargetConfig):  # already typed (Sweep.config): nothing to parse
             return data
         data = {k: v for k, v in data.items() if k not in REMOVED_KEYS}
+        if data.get("budget") is not None:  # every key is stored: budget_s is its default
+            data.pop("budget_s", None)
         table = data.get("prune_policy")
         if isinstance(table, dict):
             data["prune_policy"] = {k: v for k, v in table.items()
                                     if k not in REMOVED_PRUNE_KEYS}
         return parse_config(data, source="config")
 
-    def with_budget(self, budget_s: float | None, timeout_s: float | None = None) -> TargetConfig:
-        """Override the budget; the hard timeout keeps its ratio unless given (never below 2x).
-        The keys the target did not set stay unset (defaults, as `doctor` tells them apart)."""
+    def with_budget(self, budget_s: float | ComputeBudget | None,
+                    timeout_s: float | None = None) -> TargetConfig:
+        """Override the budget (seconds, or a compute budget in place of either); a time
+        budget's hard timeout keeps its ratio unless given (never below 2x), a compute budget
+        keeps the timeout. The keys the target did not set stay unset (defaults, as `doctor`
+        tells them apart)."""
         if budget_s is None and timeout_s is None:
             return self
         data = self.model_dump(mode="json", exclude_unset=True)
-        if budget_s is not None:
+        if isinstance(budget_s, ComputeBudget):
+            data.pop("budget_s", None)
+            data["budget"], data["timeout_s"] = str(budget_s), self.timeout_s
+        elif budget_s is not None:
+            data.pop("budget", None)
             data["budget_s"] = budget_s
             if timeout_s is None:
-                ratio = max(self.timeout_s / self.budget_s, 2.0)
+                ratio = max(self.timeout_s / self.budget_s, 2.0) if self.time_budget else 3.0
                 data["timeout_s"] = max(budget_s * ratio, budget_s + 60.0)
         if timeout_s is not None:
             data["timeout_s"] = timeout_s
@@ -364,6 +412,12 @@ def parse_config(data: dict[str, Any], source: str = CONFIG_FILE) -> TargetConfi
     for key in _REQUIRED:
         if key not in data:
             raise ConfigError(f"{source}: missing required key '{key}' in [target]")
+    if "budget_s" in data and data.get("budget") is not None:
+        raise ConfigError(f"{source}: budget_s and budget: set one, training seconds "
+                          f"(budget_s = 300) or a compute budget (budget = {EXAMPLES})")
+    if "budget_s" not in data and data.get("budget") is None:
+        raise ConfigError(f"{source}: missing required key 'budget_s' in [target] (training "
+                          f"seconds; or a compute budget: budget = {EXAMPLES})")
     try:
         return TargetConfig.model_validate(data)
     except ValidationError as exc:

@@ -137,7 +137,7 @@ class AblationLoop:
         assert result is not None
         what = "the best (every kept change)" if exp.is_baseline else exp.description
         kind = "confirm" if isinstance(exp.meta.get("confirm"), dict) else "ablation"
-        tolerance = runs_tolerance(self.store.run_metrics(sweep.id))
+        tolerance = runs_tolerance(self.store.run_metrics(sweep.id), sweep.config.time_budget)
         verdict = measured_variant([sample(r) for r in runs], tolerance, kind, what,
                                    best=exp.is_baseline)
         return self._end(exp, verdict, summary=result.summary, log_tail=result.log_tail,

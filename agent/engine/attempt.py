@@ -56,7 +56,6 @@ from agent.engine.salvage import (
 )
 from agent.rules.decide import Rule, stop_level
 from agent.rules.holdout import redact, redact_bytes, seal_summary
-from agent.rules.noise import speed_tolerance
 from agent.rules.throughput import ProgressMeter, speed
 from runner.process import resolve_command
 from runner.result import Outcome, RunResult
@@ -131,16 +130,18 @@ class LossCurve:
 class ProgressLines:
     """Reads a run's progress lines into its ProgressMeter (its throughput when the summary
     block has none) and its curve by fraction of the budget (elapsed / budget from the line,
-    else the service's clock since the run started): every run has one; the experiment's
+    else the service's clock since the run started; on a budget of steps, step / steps; on
+    one of tokens, none: the lines do not count tokens): every run has one; the experiment's
     first run's also keeps the step-wise loss curve. A challenger run's early stop
     (agent.engine.early_stop) is fed each point."""
 
     def __init__(self, pattern: re.Pattern[str] | None = None, budget_s: float | None = None,
-                 early_stop: EarlyStop | None = None) -> None:
+                 early_stop: EarlyStop | None = None, budget_steps: int | None = None) -> None:
         self.pattern = pattern
         self.count = 0
         self.meter = ProgressMeter()
         self.budget_s, self.early_stop = budget_s, early_stop
+        self.budget_steps = budget_steps
         self.curve = early_stop.curve if early_stop is not None else RunCurve()
         self.started = time.monotonic()
 
@@ -156,10 +157,13 @@ class ProgressLines:
         return point
 
     def _add_to_budget_curve(self, point: ProgressPoint, now: float) -> None:
-        if not self.budget_s:
+        if self.budget_steps:
+            fraction = point.step / self.budget_steps
+        elif self.budget_s:
+            seconds = point.elapsed_s if point.elapsed_s is not None else now - self.started
+            fraction = seconds / self.budget_s
+        else:
             return
-        seconds = point.elapsed_s if point.elapsed_s is not None else now - self.started
-        fraction = seconds / self.budget_s
         if self.early_stop is not None:
             self.early_stop.add(fraction, point)  # adds the point to self.curve too
         else:
@@ -175,8 +179,8 @@ class LossCurveWriter(ProgressLines):
 
     def __init__(self, store: Store, exp: Experiment, emit: EventFn,
                  pattern: re.Pattern[str] | None = None, budget_s: float | None = None,
-                 early_stop: EarlyStop | None = None) -> None:
-        super().__init__(pattern, budget_s, early_stop)
+                 early_stop: EarlyStop | None = None, budget_steps: int | None = None) -> None:
+        super().__init__(pattern, budget_s, early_stop, budget_steps)
         self.store, self.exp, self.emit = store, exp, emit
         self.step_curve = LossCurve()
         self.points_written = 0  # how many of step_curve.kept the store holds
@@ -242,12 +246,13 @@ class TrainingRuns:
         run_stop = RunStop(stop)  # its own: an early stop is not the experiment's cancel
         early_stop = self.make_early_stop(sweep, exp, spec, run_stop)
         writer: LossCurveWriter | None = None
-        lines = ProgressLines(pattern, config.budget_s, early_stop)
+        seconds, steps = budget_parts(config)
+        lines = ProgressLines(pattern, seconds, early_stop, steps)
         if is_first_run:
             self.store.mark_started(exp.id, log_path=str(log_path), run_started_at=utcnow())
             writer = lines = LossCurveWriter(self.store, exp, self.emit, pattern,
-                                             config.budget_s, early_stop)
-            self.emit("started", self.store.get_experiment(exp.id), {"budget_s": config.budget_s})
+                                             seconds, early_stop, steps)
+            self.emit("started", self.store.get_experiment(exp.id), {"budget_s": seconds})
         else:
             self.emit("confirming", exp, {"run": k + 1, "role": spec.role.value})
 
@@ -308,7 +313,7 @@ class TrainingRuns:
                       curve=lines.curve.points() or None, holdout=holdout)
         if (early_stop is not None and early_stop.stopping_check is not None
                 and result.outcome is Outcome.STOPPED):
-            end = pruned_end(end, early_stop, config.budget_s)
+            end = pruned_end(end, early_stop, budget_parts(config)[0])
             self.emit("pruned", exp, {"reason": end.note, "run": run.id})
         return self.store.end_run(run.id, end)
 
@@ -331,7 +336,7 @@ class TrainingRuns:
         earlier = earlier_curves(self.store, sweep.id, base)
         rule = Rule.of(sweep.config)
         level = stop_level(earlier_tests(self.store, sweep.id), rule)
-        speed = speed_tolerance(sweep_speed_noise(
+        speed = rule.tolerance(sweep_speed_noise(
             [r for r in self.store.run_metrics(sweep.id) if r.status in USABLE]))
         return EarlyStop(build_reference(exp, runs, spec.seed, base, sweep.config.budget_s,
                                          level, speed, policy=policy, earlier=earlier), run_stop)
@@ -384,7 +389,7 @@ class TrainingRuns:
     def env(self, sweep: Sweep, exp: Experiment, seed: int, run: int = 0) -> dict[str, str]:
         config = sweep.config
         env = {
-            "OVERNIGHT_BUDGET_S": f"{config.budget_s:g}",
+            **config.budget_env(),
             "OVERNIGHT_SEED": str(seed),
             "OVERNIGHT_EXPERIMENT_ID": str(exp.id),
             RUN_ID_ENV: run_id_prefix(self.settings.work_dir, exp.id) + str(run),
@@ -421,7 +426,15 @@ def run_end(result: RunResult, metric_key: str, meter: ProgressMeter | None = No
     )
 
 
-def pruned_end(end: RunEnd, early_stop: EarlyStop, budget_s: float) -> RunEnd:
+def budget_parts(config: TargetConfig) -> tuple[float | None, int | None]:
+    """What a run's fraction of its budget is measured against: (seconds, None) on a time
+    budget, (None, steps) on a budget of steps, (None, None) on one of tokens."""
+    if config.budget is None:
+        return config.budget_s, None
+    return None, config.budget.amount if config.budget.unit == "steps" else None
+
+
+def pruned_end(end: RunEnd, early_stop: EarlyStop, budget_s: float | None) -> RunEnd:
     """A run the early stop ended: `pruned`, no metric, why in its note, the training seconds
     it had when stopped."""
     check = early_stop.stopping_check
@@ -429,7 +442,8 @@ def pruned_end(end: RunEnd, early_stop: EarlyStop, budget_s: float) -> RunEnd:
     return replace(end, status=RunStatus.PRUNED, metric=None, note=check.reason(),
                    stop_fraction=check.fraction,
                    training_s=(end.training_s
-                               or round(early_stop.curve.last_fraction * budget_s, 3)))
+                               or (round(early_stop.curve.last_fraction * budget_s, 3)
+                                   if budget_s else None)))
 
 
 def stop_point(run: Run, budget_s: float | None = None) -> StopPoint:

@@ -32,7 +32,8 @@ class GatheredRuns:
     incumbent_seeds: frozenset[int]  # seeds the incumbent's runs started with, finished or not
 
 
-def gather(store: Store, sweep_id: int, exp: Experiment, head: str, commit: str) -> GatheredRuns:
+def gather(store: Store, sweep_id: int, exp: Experiment, head: str, commit: str,
+           time_budget: bool = True) -> GatheredRuns:
     every = store.run_metrics(sweep_id)
     runs = [r for r in every if r.metric is not None]
     good = [r for r in runs if r.status in USABLE]
@@ -42,11 +43,12 @@ def gather(store: Store, sweep_id: int, exp: Experiment, head: str, commit: str)
     seeds = frozenset(r.seed for r in every if r.commit == head and r.seed is not None)
     speed = sweep_speed_noise(good)  # measured once: the rule's and σ̂'s tolerance
     return GatheredRuns(change_runs, incumbent_runs,
-                        noise_parts(good, (head, commit), speed_tolerance(speed)), speed, seeds)
+                        noise_parts(good, (head, commit), speed_tolerance(speed, time_budget)),
+                        speed, seeds)
 
 
 def noise_parts(runs: Sequence[Run], leave_out: Collection[str | None] = (),
-                tolerance: float | None = None) -> tuple[float, int]:
+                tolerance: float | None = None, time_budget: bool = True) -> tuple[float, int]:
     """σ̂'s parts from the good runs of every commit but `leave_out`: each one's runs per
     machine condition (agent.rules.placement.within), at the sweep's speed tolerance (worked
     out from `runs` unless given)."""
@@ -54,7 +56,7 @@ def noise_parts(runs: Sequence[Run], leave_out: Collection[str | None] = (),
     for r in runs:
         if r.status in USABLE and r.metric is not None and r.commit not in leave_out:
             commits.setdefault(r.commit, []).append(sample(r))
-    tol = runs_tolerance(runs) if tolerance is None else tolerance
+    tol = runs_tolerance(runs, time_budget) if tolerance is None else tolerance
     parts = [noise_part(c, tol) for c in commits.values()]
     return sum(ss for ss, _ in parts), sum(df for _, df in parts)
 

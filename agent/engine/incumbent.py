@@ -85,7 +85,7 @@ class Incumbent:
             sweep.id, [ExperimentStatus.KEPT, ExperimentStatus.DISCARDED], is_baseline=False
         )
         reruns = sum(r.role is RunRole.INCUMBENT for r in runs)
-        noise_measured = noise_parts(runs)[1] > 0
+        noise_measured = noise_parts(runs, time_budget=rule.time_budget)[1] > 0
         with _claim_rerun_if_due(sweep, decided, reruns, rule, noise_measured) as due:
             if not due:
                 return
@@ -103,7 +103,8 @@ class Incumbent:
         """The value `commit` has as the best: the keep rule's one value of a commit (agent.
         rules.placement.usual_runs: the mean of its good runs in its usual machine condition).
         A keep writes it with the verdict; `record_best` writes it again as re-runs come."""
-        return recorded_best(self.store.run_metrics(sweep.id), commit)[0]
+        return recorded_best(self.store.run_metrics(sweep.id), commit,
+                             time_budget=sweep.config.time_budget)[0]
 
     def record_best(self, sweep: Sweep, head: str) -> None:
         """The recorded best, the one writer of its value after a keep: `value_of` the best
@@ -115,7 +116,7 @@ class Incumbent:
         if current.best_commit != head or current.best_experiment_id is None:
             return
         best, good_runs, outside_common_speed = recorded_best(
-            self.store.run_metrics(sweep.id), head)
+            self.store.run_metrics(sweep.id), head, time_budget=sweep.config.time_budget)
         for run, outside in zip(good_runs, outside_common_speed, strict=True):
             want = RunStatus.SUSPECT if outside else RunStatus.OK
             if run.role is RunRole.INCUMBENT and run.status is not want:

@@ -38,7 +38,14 @@ from agent.core.errors import (
     is_out_of_space,
 )
 from agent.core.ports import Proposer, Repo, Runner, Store
-from agent.engine.attempt import EventFn, LoopSettings, TrainingRuns, emit_to, stop_point
+from agent.engine.attempt import (
+    EventFn,
+    LoopSettings,
+    TrainingRuns,
+    budget_parts,
+    emit_to,
+    stop_point,
+)
 from agent.engine.gather import earlier_tests, gather, sample, write_run_statuses
 from agent.engine.incumbent import Incumbent, decision_lock
 from agent.engine.recovery import baseline_pause_reason, requeue_once
@@ -267,7 +274,8 @@ class Loop:
     ) -> RunFailure | None:
         """The latest run as a failure, or None when it produced a usable metric."""
         if run.status is RunStatus.PRUNED:  # clearly behind: the rule discards it
-            return RunFailure(early_stop=stop_point(run, sweep.budget_s), error=run.note or "")
+            return RunFailure(early_stop=stop_point(run, budget_parts(config)[0]),
+                              error=run.note or "")
         if result.outcome is Outcome.STOPPED:
             return RunFailure(stopped=True)
         tampered = self._changed_protected_files(sweep, config, wt)
@@ -305,7 +313,7 @@ class Loop:
         self, sweep: Sweep, exp: Experiment, head: str, commit: str, failed: RunFailure | None
     ) -> tuple[Evidence, str, list[Run], list[Run]]:
         """What the decision needs, from the store and git: runs, the incumbent's, the head."""
-        gathered = gather(self.store, sweep.id, exp, head, commit)
+        gathered = gather(self.store, sweep.id, exp, head, commit, sweep.config.time_budget)
         now_head = head if exp.is_baseline else self.repo.head(sweep.branch)
         moved = now_head != head
         evidence = Evidence(
@@ -336,7 +344,8 @@ class Loop:
         by agent.engine.incumbent), then the branch moves. The baseline also says when its
         repeats cannot measure the noise or the load."""
         raw = result.summary.get(sweep.config.metric)
-        warnings = tuple(contract_warnings(result.summary, sweep.budget_s)) + (
+        warnings = tuple(contract_warnings(result.summary, sweep.budget_s,
+                                           sweep.config.budget)) + (
             baseline_warnings([sample(r) for r in change_runs], sweep.config.metric)
             if exp.is_baseline else ())
         printed = float(raw) if isinstance(raw, int | float) else None

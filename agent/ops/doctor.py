@@ -466,7 +466,7 @@ def facts_of(result: RunResult, progress_points: int, after_summary_s: float | N
 
 
 def _env(config: TargetConfig, seed: int) -> dict[str, str]:
-    return {"OVERNIGHT_BUDGET_S": f"{config.budget_s:g}", "OVERNIGHT_SEED": str(seed),
+    return {**config.budget_env(), "OVERNIGHT_SEED": str(seed),
             "OVERNIGHT_EXPERIMENT_ID": "doctor"}
 
 
@@ -534,7 +534,8 @@ def _first_run_checks(target: Path, config: TargetConfig, files: dict[str, str],
     if late:
         checks = [replace(c, fix=late) if c.name == "budget honoured" else c for c in checks]
     states = knob_states(config, files)
-    early = short_run(config.budget_s, files, result.summary, states)
+    early = short_run(config.budget_s, files, result.summary, states) if config.time_budget \
+        else None
     if early:
         checks = [replace(c, detail=early[0], fix=early[1]) if c.name == "budget honoured" else c
                   for c in checks]

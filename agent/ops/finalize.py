@@ -97,8 +97,9 @@ def commit_message(e: Experiment, sweep: Sweep, ev: ExperimentEvidence | None) -
         # incumbent runs it was compared with (inferred) and P(better)
         p = f"; P(better) {ev.p_better:.3f}" if ev.p_better is not None else ""
         now = ev.remeasured_text(e.metric)
-        lines.append(f"Evidence: {sweep.metric} {comparison_line(e, sweep.direction)}{p}"
-                     + (f"; {now}" if now else "") + ".")
+        compared = comparison_line(e, sweep.direction, sweep.config.time_budget)
+        lines.append(f"Evidence: {sweep.metric} {compared}{p}" + (f"; {now}" if now else "")
+                     + ".")
     if e.reason:
         lines.append(f"Decision: {e.reason}")
     lines += ["", f"Overnight-Sweep: {sweep.name}", f"Overnight-Experiment: {e.id}",

@@ -109,7 +109,8 @@ class Watch:
         if not self._count(state, e):
             return []
         if e.status is S.KEPT:
-            what = f"{sweep.metric} {comparison_line(e, sweep.direction) or 'kept'}"
+            compared = comparison_line(e, sweep.direction, sweep.config.time_budget)
+            what = f"{sweep.metric} {compared or 'kept'}"
             return [Notice(KEEP, sweep.name, f"{sweep.name}: kept #{e.id} {e.description[:80]}",
                            what, _brief(e), sweep.status.value)]
         out = []

@@ -22,7 +22,7 @@ from agent.core.ports import ProposalContext
 from agent.proposers.knob_chain import resolve
 from agent.proposers.knob_sources import Knob, find_knobs, no_knobs_message
 from agent.proposers.policy import Move, plateau_status, ranked_moves
-from agent.rules.categories import exhausted
+from agent.rules.categories import category_of_knob, exhausted
 from agent.rules.knob_space import KnobValue
 
 
@@ -53,7 +53,30 @@ def _meta(move: Move, status: str) -> dict[str, Any]:
     return meta
 
 
-__all__ = ["Knob", "KnobsProposer", "find_knobs", "make_diff"]
+__all__ = ["Knob", "KnobsProposer", "find_knobs", "knob_proposal", "make_diff"]
+
+
+def knob_proposal(files: dict[str, str], values: tuple[tuple[str, str], ...],
+                  proposer: str = "knobs") -> Proposal:
+    """A chosen move: each named constant set to a literal (("DEPTH", "2"),), described and
+    recorded as the search's own moves are. Raises ValueError for a knob the files lack or a
+    value that changes nothing."""
+    knobs: dict[str, Knob] = {}
+    for path, text in files.items():
+        for knob in find_knobs(path, text):
+            knobs.setdefault(knob.name, knob)
+    missing = [name for name, _ in values if name not in knobs]
+    if missing:
+        raise ValueError(f"no knob {', '.join(missing)} in {', '.join(sorted(files))}")
+    changes = tuple(Change(name, knobs[name].raw, new) for name, new in values)
+    diff = edit(files, knobs, changes)
+    if not diff:
+        raise ValueError(f"{values} changes nothing")
+    move = Move(changes, "chosen", 0.0, "chosen before the night",
+                category_of_knob(changes[0].name))
+    meta = _meta(move, "")
+    del meta["plateau"]
+    return Proposal(description=describe(move), diff=diff, proposer=proposer, meta=meta)
 
 
 class KnobsProposer:

@@ -221,6 +221,9 @@ def _program(ctx: ProposalContext) -> str:
 
 
 def _budget_line(sweep: Sweep) -> str:
+    if sweep.config.budget is not None:
+        return (f"Each run trains {sweep.config.budget} (hard limit {sweep.timeout_s:g} s of "
+                "wall clock); a faster change gains nothing but time.")
     return (f"Each run trains for {sweep.budget_s:g} s of wall clock (hard limit "
             f"{sweep.timeout_s:g} s); a faster change that sees more data can win.")
 

@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from agent.core.budget import ComputeBudget
 from agent.core.config import CONFIG_FILE, TargetConfig
 from agent.core.prune_policy import PrunePolicy
 from agent.rules.placement import Sample
@@ -93,11 +94,17 @@ def check_summary(config: TargetConfig, run: RunFacts) -> list[Check]:
 
 
 def check_budget(config: TargetConfig, run: RunFacts) -> Check:
-    """training_seconds against OVERNIGHT_BUDGET_S; a timeout says the budget was ignored."""
+    """training_seconds against OVERNIGHT_BUDGET_S (num_steps or total_tokens_M against a
+    compute budget); a timeout says the budget was ignored."""
     budget = config.budget_s
     if run.timed_out:
         return Check("budget honoured", "fail", f"killed at the {config.timeout_s:g} s timeout "
-                     f"with a {budget:g} s budget", BUDGET_FIX)
+                     f"with a {config.budget_text} budget", BUDGET_FIX)
+    if config.budget is not None:
+        off = compute_off(run.summary, config.budget)
+        return Check("budget honoured", "fail" if off else "ok",
+                     off or f"trained {config.budget}", "" if not off else
+                     f"train exactly {config.budget.env_name}'s amount, and print it")
     trained = _number(run.summary, "training_seconds")
     if trained is None:
         return Check("budget honoured", "fail", "no training_seconds in the summary block",
@@ -244,8 +251,27 @@ def check_evaluation(config: TargetConfig, files: Mapping[str, str]) -> Check:
                  "e.g. prepare.py, and import it from the script")
 
 
-def contract_warnings(summary: Mapping[str, float | str], budget_s: float) -> list[str]:
+def compute_off(summary: Mapping[str, float | str], budget: ComputeBudget) -> str | None:
+    """What a run that did not train its compute budget says (None: it did, or its summary
+    does not say): num_steps against steps, total_tokens_M against tokens (within a step)."""
+    steps, tokens_m = _number(summary, "num_steps"), _number(summary, "total_tokens_M")
+    if budget.unit == "steps" and steps is not None and steps != budget.amount:
+        done = f"{steps:g} steps"
+    elif budget.unit == "tokens" and tokens_m is not None and abs(
+            tokens_m * 1e6 - budget.amount) > max(tokens_m * 1e6 / max(steps or 1, 1), 1e3):
+        done = f"{tokens_m * 1e6:,.0f} tokens"
+    else:
+        return None
+    return (f"trained {done} of a {budget} budget: runs are not comparable; does the script "
+            f"read {budget.env_name}?")
+
+
+def contract_warnings(summary: Mapping[str, float | str], budget_s: float,
+                      compute: ComputeBudget | None = None) -> list[str]:
     """Problems with one run's summary that make runs incomparable (none: an empty list)."""
+    if compute is not None:
+        off = compute_off(summary, compute)
+        return [off] if off else []
     seconds = summary.get("training_seconds")
     if not isinstance(seconds, int | float) or not math.isfinite(seconds):
         return ["the summary has no training_seconds: the budget cannot be checked"] \

@@ -46,12 +46,17 @@ class Rule:
     baseline_runs: int = 5
     incumbent_every: int = 8
     confirm_runs: int = 0  # strict only: extra runs of a would-be keep and of the baseline
+    time_budget: bool = True  # False: a compute budget, where speed splits no condition
 
     @classmethod
     def of(cls, config: TargetConfig) -> Rule:
         return cls(Direction(config.direction), config.decision, config.min_delta, config.seed,
                    config.fdr, config.discard_below, config.max_runs, config.baseline_runs,
-                   config.incumbent_every, config.confirm_runs)
+                   config.incumbent_every, config.confirm_runs, config.time_budget)
+
+    def tolerance(self, speed_noise: float | None) -> float:
+        """The speed tolerance of the machine's conditions (docs/keep-rule.md#the-model)."""
+        return speed_tolerance(speed_noise, self.time_budget)
 
 
 @dataclass(frozen=True)
@@ -139,7 +144,7 @@ def decide(ev: Evidence, rule: Rule) -> Verdict:
     if ev.failed is not None:
         v = _failure(ev, rule)
         if ev.best and not ev.is_baseline:  # the best then, for its record
-            v = replace(v, best=usual_runs(ev.best, speed_tolerance(ev.speed_noise))[0])
+            v = replace(v, best=usual_runs(ev.best, rule.tolerance(ev.speed_noise))[0])
         return v
     if ev.is_baseline:
         return _baseline(ev, rule)
@@ -248,7 +253,7 @@ def _baseline(ev: Evidence, rule: Rule) -> Verdict:
     when the first repeats are identical; its value is the mean in its usual condition."""
     n = len(ev.runs)
     want = rule.baseline_runs if rule.decision == SEQUENTIAL else 1 + rule.confirm_runs
-    usual_of, other_speed = usual_runs(ev.runs, speed_tolerance(ev.speed_noise))
+    usual_of, other_speed = usual_runs(ev.runs, rule.tolerance(ev.speed_noise))
     base = Verdict(None, change=usual_of, suspect=tuple(other_speed),
                    set_aside=tuple(r.run_id for r, o in zip(ev.runs, other_speed, strict=True)
                                    if o),
@@ -270,12 +275,12 @@ def _strict(ev: Evidence, rule: Rule) -> Verdict:
     (with `confirm_runs`, a would-be keep runs again and the mean is judged); the best is the
     rule's one value of it (its runs in its usual condition)."""
     own = _own(ev.runs)
-    best = usual_runs(ev.best, speed_tolerance(ev.speed_noise))[0]
+    best = usual_runs(ev.best, rule.tolerance(ev.speed_noise))[0]
     m, b = own.mean, best.mean
     base = Verdict(None, change=own, compared_with=best, best=best,
                    difference=None if m is None or b is None else m - b,
                    suspect=(False,) * own.n)
-    text = compared_text(base, rule.direction)
+    text = compared_text(base, rule.direction, rule.time_budget)
     if not is_improvement(m, b, rule.direction, rule.min_delta):
         return replace(base, status=ExperimentStatus.DISCARDED, ending=Ending.NOT_BETTER,
                        reason=f"{NOT_BETTER} (strict): {text}")
@@ -333,7 +338,7 @@ def compare(runs: Sequence[Sample], best: Sequence[Sample], pl: Placement,
 
 def _change(ev: Evidence, rule: Rule) -> Verdict:
     """The sequential test of a change (docs/keep-rule.md#the-four-outcomes)."""
-    tol = speed_tolerance(ev.speed_noise)
+    tol = rule.tolerance(ev.speed_noise)
     pl = place(ev.runs, ev.best, tol)
     keys = conditions(ev.best, tol)
     usual_key = most_common(keys)
@@ -398,7 +403,7 @@ def _without_noise(ev: Evidence, rule: Rule, cmp: Comparison, base: Verdict) -> 
     why = ("the noise is not measured (the baseline's repeats were identical: does the script "
            "ignore OVERNIGHT_SEED?)" if rule.baseline_runs >= 2 else
            "the noise is not measured (baseline_runs = 1)")
-    text = f"{compared_text(base, rule.direction)}; {why}"
+    text = f"{compared_text(base, rule.direction, rule.time_budget)}; {why}"
     if cmp.gain - rule.min_delta <= 0:
         return replace(base, status=ExperimentStatus.DISCARDED, reason=f"{NOT_BETTER}: {text}",
                        ending=Ending.NOT_BETTER)
@@ -444,7 +449,7 @@ def _look(ev: Evidence, rule: Rule, cmp: Comparison, base: Verdict) -> tuple[flo
     base = replace(base, p_better=1.0 - t_sf(t_score(cmp.gain, cmp.se), cmp.df or None),
                    p_value=p, level=level)
     return t, base, (
-        f"{compared_text(base, rule.direction)} (σ̂ {cmp.sigma:.3g}, "
+        f"{compared_text(base, rule.direction, rule.time_budget)} (σ̂ {cmp.sigma:.3g}, "
         f"{cmp.df or '∞'} df): t {t:.2f}, "
         + (f"p {p:.2g}, level {level:.2g}" if len(ev.runs) > 1 else "a first run keeps nothing"))
 
@@ -465,8 +470,8 @@ def _branch_moved(ev: Evidence, base: Verdict) -> Verdict:
                    ending=Ending.CONFLICT if ev.conflict else Ending.REQUEUED)
 
 
-def compared_text(v: Verdict, direction: Direction) -> str:
+def compared_text(v: Verdict, direction: Direction, by_speed: bool = True) -> str:
     """The comparison as a reason says it: what its own runs measured, then its difference from
     the incumbent runs it was compared with, naming them (agent.rules.wording.comparison)."""
     return comparison(v.change, v.compared_with, v.difference, v.se, direction, v.beside,
-                      len(v.blocks))
+                      len(v.blocks), by_speed)

@@ -106,8 +106,11 @@ def speed_noise(rows: Sequence[tuple[str, str | None, float | None]]) -> float |
     return math.sqrt(median(sq) / _MEDIAN_CHI2_1 / 2.0)
 
 
-def speed_tolerance(noise: float | None) -> float:
+def speed_tolerance(noise: float | None, time_budget: bool = True) -> float:
     """How far (a share) a run's throughput may be off a condition's and still be in it:
-    SPEED_Z run-to-run σ, within SPEED_TOLERANCE (its cap before σ is measured)."""
+    SPEED_Z run-to-run σ, within SPEED_TOLERANCE (its cap before σ is measured). On a compute
+    budget the speed does not change what a run trains: any speed agrees (one condition)."""
+    if not time_budget:
+        return math.inf
     low, high = SPEED_TOLERANCE
     return high if noise is None else min(high, max(low, math.expm1(SPEED_Z * noise)))

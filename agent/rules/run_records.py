@@ -19,19 +19,21 @@ def sample(r: Run) -> Sample:
                   r.throughput_source)
 
 
-def recorded_best(runs: Sequence[Run], commit: str, tolerance: float | None = None
-                  ) -> tuple[float | None, list[Run], list[bool]]:
+def recorded_best(runs: Sequence[Run], commit: str, tolerance: float | None = None,
+                  time_budget: bool = True) -> tuple[float | None, list[Run], list[bool]]:
     """The best as every screen shows it: best_of the commit's good runs, at the sweep's
     measured speed tolerance (`tolerance`: runs_tolerance of the sweep's runs, when known);
     with those runs and whether each is off the usual condition."""
     good = [r for r in runs if r.status in USABLE and r.metric is not None]
     change_runs = [r for r in good if r.commit == commit]
-    tol = runs_tolerance(good) if tolerance is None else tolerance
+    tol = runs_tolerance(good, time_budget) if tolerance is None else tolerance
     value, other_speed = best_of([sample(r) for r in change_runs], tol)
     return value, change_runs, other_speed
 
 
-def runs_tolerance(runs: Sequence[Run]) -> float:
-    """The speed tolerance measured on a sweep's good runs (in start order)."""
+def runs_tolerance(runs: Sequence[Run], time_budget: bool = True) -> float:
+    """The speed tolerance measured on a sweep's good runs (in start order); on a compute
+    budget (`time_budget` False) any speed agrees."""
     good = [r for r in runs if r.status in USABLE and r.metric is not None]
-    return speed_tolerance(speed_noise([(r.commit, r.device, r.throughput) for r in good]))
+    return speed_tolerance(speed_noise([(r.commit, r.device, r.throughput) for r in good]),
+                           time_budget)

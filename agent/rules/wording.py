@@ -29,19 +29,22 @@ def value_text(m: Measured | None) -> str:
     return f"mean {metric_text(m.mean)} of {m.n} runs"
 
 
-def reference_text(compared: Measured, beside: bool, conditions: int = 1) -> str:
+def reference_text(compared: Measured, beside: bool, conditions: int = 1,
+                   by_speed: bool = True) -> str:
     """The incumbent runs a change was compared with: "the incumbent's run beside it (3.5515)",
     "the incumbent's 3 runs at its speed (mean 6.05583)"; compared in several machine
     conditions, no single mean stands for them: "the incumbent's 8 runs at its speed, in 2
-    machine conditions (within each)"."""
-    which = "beside it" if beside else "at its speed"
+    machine conditions (within each)". On a compute budget (`by_speed` False) no speed is
+    named: "the incumbent's 5 runs (mean 3.524966)"."""
+    which = "beside it" if beside else "at its speed" if by_speed else ""
+    which = f" {which}" if which else ""
     if conditions > 1:
-        return (f"the incumbent's {compared.n} runs {which}, in {conditions} machine conditions "
+        return (f"the incumbent's {compared.n} runs{which}, in {conditions} machine conditions "
                 "(within each)")
     assert compared.mean is not None
     if compared.n == 1:
-        return f"the incumbent's run {which} ({metric_text(compared.mean)})"
-    return f"the incumbent's {compared.n} runs {which} (mean {metric_text(compared.mean)})"
+        return f"the incumbent's run{which} ({metric_text(compared.mean)})"
+    return f"the incumbent's {compared.n} runs{which} (mean {metric_text(compared.mean)})"
 
 
 def gain_text(difference: float, se: float | None, direction: Direction) -> tuple[str, str]:
@@ -57,13 +60,13 @@ def gain_text(difference: float, se: float | None, direction: Direction) -> tupl
 
 def comparison(change: Measured, compared: Measured | None, difference: float | None,
                se: float | None, direction: Direction, beside: bool = False,
-               conditions: int = 1) -> str:
+               conditions: int = 1, by_speed: bool = True) -> str:
     """"3.3755 on 1 run: better than the incumbent's run beside it (3.5515) by 0.176 ± 0.302"."""
     own = value_text(change)
     if compared is None or compared.mean is None or difference is None:
         return own
     word, by = gain_text(difference, se, direction)
-    return f"{own}: {word} {reference_text(compared, beside, conditions)}{by}"
+    return f"{own}: {word} {reference_text(compared, beside, conditions, by_speed)}{by}"
 
 
 def best_then_text(best: Measured | None) -> str:

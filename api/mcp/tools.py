@@ -74,6 +74,7 @@ class TargetInfo(BaseModel):
     budget_s: float
     timeout_s: float
     max_experiments: int | None
+    budget: str | None = None  # a compute budget ("600 steps"), in place of budget_s
     experiments_done: int
     experiments_left: int | None
     deadline: str | None
@@ -155,6 +156,7 @@ class AgentTools:
             sweep=s.name, status=s.status.value, proposer=s.proposer, target_path=s.target_path,
             branch=s.branch, editable=list(config.editable), protected=list(config.protected),
             metric=config.metric, direction=config.direction, budget_s=config.budget_s,
+            budget=None if config.budget is None else str(config.budget),
             timeout_s=config.timeout_s, max_experiments=s.max_experiments,
             experiments_done=usage.used, experiments_left=usage.left,
             deadline=s.deadline.isoformat() if s.deadline else None, program=read_program(s))
@@ -302,6 +304,11 @@ def agent_instructions(tools: AgentTools, sweep: str) -> str:
     if t.deadline:
         limit += f"; the deadline is {t.deadline}"
     files = ", ".join(t.editable)
+    run_budget = (f"Every run trains for {t.budget_s:g} s of wall clock (killed at "
+                  f"{t.timeout_s:g} s), so a\n  faster change that sees more data can win."
+                  if t.budget is None else
+                  f"Every run trains {t.budget} (killed at {t.timeout_s:g} s of wall clock), "
+                  "so\n  a faster change gains nothing but time.")
     text = f"""# Research loop for sweep `{t.sweep}` (driven through the overnight tools)
 
 You are an autonomous researcher. The overnight service owns the git state, the time budget
@@ -313,8 +320,7 @@ wait_for_experiment, get_log, list_experiments, get_results_table, cancel_experi
 
 - Metric: `{t.metric}`, {better} is better. A change is kept only if it improves the best;
   otherwise the service resets it. Equal is not better.
-- Every run trains for {t.budget_s:g} s of wall clock (killed at {t.timeout_s:g} s), so a
-  faster change that sees more data can win.
+- {run_budget}
 - You may change only: {files}. Never try to change {', '.join(t.protected) or 'the harness'}:
   such proposals are refused.
 - Limits: {limit}. The service stops the sweep there.

@@ -239,6 +239,24 @@ def time_budget_s() -> float:
     return value
 
 
+def step_budget(tokens_per_step: int) -> int | None:
+    """Optimizer steps for this run on a compute budget: OVERNIGHT_BUDGET_STEPS, or
+    OVERNIGHT_BUDGET_TOKENS rounded up to whole steps of `tokens_per_step`; None on a time
+    budget (then time_budget_s() is the budget)."""
+    for name, per in (("OVERNIGHT_BUDGET_STEPS", 1), ("OVERNIGHT_BUDGET_TOKENS", tokens_per_step)):
+        raw = os.environ.get(name, "")
+        if not raw:
+            continue
+        try:
+            value = int(raw)
+        except ValueError:
+            raise ValueError(f"{name}={raw!r} is not a whole number") from None
+        if value < 1:
+            raise ValueError(f"{name}={raw!r} must be at least 1")
+        return -(-value // per)
+    return None
+
+
 # ---------------------------------------------------------------------------------------------
 # Metric
 

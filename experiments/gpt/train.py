@@ -1,8 +1,10 @@
-"""Byte-level GPT pre-training under a fixed wall-clock budget. THE file the experiment loop edits.
+"""Byte-level GPT pre-training under a fixed budget. THE file the experiment loop edits.
 
-Run: `python train.py` (no flags). The training budget comes from the protected harness
-(prepare.time_budget_s(): the service's budget, default 300 s); env OVERNIGHT_SEED (default
-42), OVERNIGHT_DEVICE (cuda / mps / cpu; default: best available).
+Run: `python train.py` (no flags). The training budget comes from the protected harness:
+prepare.step_budget() on a compute budget (train exactly that many steps), else
+prepare.time_budget_s() (the service's seconds, default 300 s); env OVERNIGHT_SEED (default
+42), OVERNIGHT_DEVICE (cuda / mps / cpu; default: best available), OMP_NUM_THREADS (CPU
+threads; default: every core this process may use).
 Data, tokenizer, the metric and the checkpoint live in prepare.py (protected); evaluate.py
 (protected) scores the saved model again when the evaluation here crashed. Ends with a summary block
 (`---` then `key: value` lines); val_bpb is the metric (lower is better).
@@ -29,6 +31,7 @@ from prepare import (  # noqa: E402
     evaluate_bpb,
     make_batches,
     save_checkpoint,
+    step_budget,
     time_budget_s,
 )
 
@@ -53,8 +56,8 @@ MUON_MOMENTUM = 0.95  # Muon (Nesterov) momentum
 ADAM_BETA1 = 0.9  # AdamW beta1
 ADAM_BETA2 = 0.95  # AdamW beta2
 WEIGHT_DECAY = 0.1  # decoupled weight decay, 2-D matrices only (not embeddings/norms/scalars)
-WARMUP_FRAC = 0.01  # linear LR warm-up over this fraction of the time budget
-WARMDOWN_FRAC = 0.3  # linear LR decay over the last fraction of the time budget
+WARMUP_FRAC = 0.01  # linear LR warm-up over this fraction of the budget
+WARMDOWN_FRAC = 0.3  # linear LR decay over the last fraction of the budget
 FINAL_LR_FRAC = 0.0  # LR at the end of the warm-down, as a fraction of the peak
 GRAD_CLIP = 1.0  # max global gradient norm; 0 disables
 
@@ -247,7 +250,7 @@ def build_optimizers(model):
 
 
 def lr_multiplier(progress):
-    """Warm-up, constant, linear warm-down; progress = fraction of the time budget elapsed."""
+    """Warm-up, constant, linear warm-down; progress = fraction of the budget done."""
     if progress < WARMUP_FRAC:
         return progress / WARMUP_FRAC
     if progress > 1 - WARMDOWN_FRAC:
@@ -302,7 +305,9 @@ def peak_memory_mb(device):
 
 
 def main():
-    budget_s = time_budget_s()
+    tokens_per_step = BATCH_SIZE * SEQ_LEN
+    budget_steps = step_budget(tokens_per_step)  # None: a time budget
+    budget_s = time_budget_s() if budget_steps is None else float("inf")
     seed = int(os.environ.get("OVERNIGHT_SEED", "42"))
     device = pick_device()
     torch.manual_seed(seed)
@@ -310,7 +315,8 @@ def main():
         torch.set_float32_matmul_precision("high")
     elif device.type == "cpu":
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-        torch.set_num_threads(cores or 1)
+        asked = os.environ.get("OMP_NUM_THREADS", "")  # one thread beats two on a busy machine
+        torch.set_num_threads(int(asked) if asked.isdigit() and int(asked) > 0 else cores or 1)
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda")
     untimed_steps = 10 if device.type == "cuda" else 3  # compile / warm-up, not on the clock
 
@@ -318,16 +324,17 @@ def main():
     optimizers = build_optimizers(model)
     train_model = torch.compile(model) if device.type == "cuda" else model
     num_params = sum(p.numel() for p in model.parameters())
-    tokens_per_step = BATCH_SIZE * SEQ_LEN
     batches = make_batches("train", BATCH_SIZE, SEQ_LEN, device, seed)
     print(f"device {device} | data {data_source()} | params {num_params / 1e6:.2f}M | "
-          f"tokens/step {tokens_per_step} | budget {budget_s:g}s", flush=True)
+          f"tokens/step {tokens_per_step} | budget "
+          f"{f'{budget_s:g}s' if budget_steps is None else f'{budget_steps} steps'}", flush=True)
 
     step, training_time, smooth_loss = 0, 0.0, 0.0
     last_print_t, last_print_step = time.time(), 0
     x, y = next(batches)
     while True:
-        mult = lr_multiplier(min(training_time / budget_s, 1.0))
+        done_frac = training_time / budget_s if budget_steps is None else step / budget_steps
+        mult = lr_multiplier(min(done_frac, 1.0))
         for opt in optimizers:
             for g in opt.param_groups:
                 g["lr"] = g["initial_lr"] * mult
@@ -355,7 +362,8 @@ def main():
             gc.freeze()
             gc.disable()  # avoid GC pauses in the loop
         smooth_loss = 0.9 * smooth_loss + 0.1 * loss_f
-        done = step > untimed_steps and training_time >= budget_s
+        done = (step >= budget_steps if budget_steps is not None
+                else step > untimed_steps and training_time >= budget_s)
         now = time.time()
         if now - last_print_t >= 2.0 or done or step == 1:
             tok_s = (step - last_print_step) * tokens_per_step / max(now - last_print_t, 1e-9)
@@ -366,8 +374,9 @@ def main():
         if done:
             break
 
-    timed_tokens = (step - untimed_steps) * tokens_per_step
-    mfu = 100 * model.flops_per_token() * timed_tokens / training_time / peak_flops(device)
+    timed_tokens = max(step - untimed_steps, 0) * tokens_per_step
+    mfu = 100 * model.flops_per_token() * timed_tokens / max(training_time, 1e-9) / \
+        peak_flops(device)
     # saved before evaluating: a crash in the evaluation then loses no training (evaluate.py)
     save_checkpoint(model, {"training_seconds": round(training_time, 1),
                             "peak_memory_mb": round(peak_memory_mb(device), 1),

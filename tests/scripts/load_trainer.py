@@ -4,8 +4,10 @@ and the metric is that work plus seed noise (higher is better).
 
 Its knob IDEA changes nothing (every proposal is a null change) unless the test names it in
 GAINS (the share of work it adds): on a time budget a faster stretch of the machine trains more
-steps and looks better, which is all a null change's runs then measure. Same output contract as
-a real trainer: progress lines with elapsed seconds, then the summary block with num_steps.
+steps and looks better, which is all a null change's runs then measure. On a compute budget
+(OVERNIGHT_BUDGET_STEPS) it trains exactly those steps, the machine's speed setting only how
+long they take. Same output contract as a real trainer: progress lines with elapsed seconds,
+then the summary block with num_steps.
 """
 
 import os
@@ -26,12 +28,19 @@ with open(MACHINE) as fh:
 rng = random.Random(seed * 1_000_003 + IDEA)
 start = time.time()
 effect = 1 + GAINS.get(IDEA, 0.0)
-steps = int(STEPS * speed * effect * (1 + rng.gauss(0.0, 0.002)))
+fixed = os.environ.get("OVERNIGHT_BUDGET_STEPS")
+if fixed:  # a compute budget: its steps, in as long as the machine's speed takes
+    steps = int(fixed)
+    budget = 0.25 * steps / (STEPS * speed)
+    work = steps * effect
+else:
+    steps = int(STEPS * speed * effect * (1 + rng.gauss(0.0, 0.002)))
+    work = steps
 for k in (1, 2, 3, 4):
-    print(f"step {steps * k // 4} | loss {1000.0 / steps:.4f} | elapsed {budget * k / 4:.3f}s")
+    print(f"step {steps * k // 4} | loss {1000.0 / work:.4f} | elapsed {budget * k / 4:.3f}s")
 time.sleep(budget)
 print("---")
-print(f"work:             {steps * (1 + rng.gauss(0.0, NOISE)):.2f}")
+print(f"work:             {work * (1 + rng.gauss(0.0, NOISE)):.2f}")
 print(f"training_seconds: {budget:.3f}")
 print(f"total_seconds:    {time.time() - start:.3f}")
 print(f"num_steps:        {steps}")

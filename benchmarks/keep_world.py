@@ -256,7 +256,7 @@ class Night:
             self.retire(change)
 
     def retire(self, c: Commit) -> None:
-        """σ̂'s prior gains the commit's runs per condition (agent.rules.placement.within, at
+        """σ̂'s prior gains the commit's runs per condition (agent.rules.placement.noise_part, at
         the tolerance when it retires; the loop works it out again at each decision)."""
         if c is self.head:
             c.suspect = best_of(c.runs, self.tolerance())[1]

@@ -137,7 +137,7 @@ class EvidenceFold:
         self.by_exp: dict[int, list[float]] = {}  # good non-incumbent runs' per experiment
         self.bases: dict[int, str | None] = {}  # base commit ("" if none); None: a baseline
         self.based_on: dict[str, list[int]] = {}
-        # per commit: σ̂'s part (agent.rules.placement.within) and the (runs, tolerance) it is of
+        # per commit: σ̂'s part (agent.rules.placement.noise_part) and the (runs, tolerance) it is of
         self.parts: dict[str, tuple[tuple[int, float], tuple[float, int]]] = {}
         self.baseline: tuple[int, str] | None = None  # the first baseline: id, commit
         self.commit_of: dict[int, str] = {}  # kept experiments and baselines → their commit
@@ -258,7 +258,7 @@ class EvidenceFold:
 
     def _pooled(self, recorded: BestRecord) -> tuple[float | None, int]:
         """σ̂ as the keep rule pools it (agent.engine.gather.night_noise): each commit's good
-        runs per machine condition (agent.rules.placement.within; identical repeats left
+        runs per machine condition (agent.rules.placement.noise_part; identical repeats left
         out), at the sweep's speed tolerance. A commit's part is worked out again only when its
         runs (they only grow) or the tolerance moved; summed in the commits' order. A commit
         with one run has no part (most of a long night's)."""

@@ -50,7 +50,7 @@ def gather(store: Store, sweep_id: int, exp: Experiment, head: str, commit: str,
 def noise_parts(runs: Sequence[Run], leave_out: Collection[str | None] = (),
                 tolerance: float | None = None, time_budget: bool = True) -> tuple[float, int]:
     """σ̂'s parts from the good runs of every commit but `leave_out`: each one's runs per
-    machine condition (agent.rules.placement.within), at the sweep's speed tolerance (worked
+    machine condition (agent.rules.placement.noise_part), at the sweep's speed tolerance (worked
     out from `runs` unless given)."""
     commits: dict[str | None, list[Sample]] = {}
     for r in runs:

@@ -4,7 +4,7 @@ asks, and the lock a sweep's decisions take turns on.
 Every `incumbent_every` decided proposals a slot runs the best commit again before its own change
 (agent.rules.decide.incumbent_due: the paired runs count), so the reference follows a machine
 that drifts. The recorded best is the mean of the best commit's runs in its most common speed
-group (agent.rules.placement.best_of, the keep rule's own definition); a run of it at another
+group (agent.rules.placement.usual_runs, the keep rule's own definition); a run of it at another
 speed is marked suspect. When the keep rule asks, the commit a change was built on runs paired
 with the change's latest run, with the seed the rule names, in the same slot (same
 device): the same-window pair. Slots of one process each have their own Loop; the per-sweep

@@ -325,7 +325,8 @@ def walk_sweep(page: Any, rec: Records, run_hours: str) -> None:
     if not rec.shifted:  # on a night with load shifts σ̂ pools within machine conditions too
         assert shown_sigma == f"{sd:.3g} ({df} df)"
     sd = float(shown_sigma.split()[0])
-    assert same(ev["Improvement ± 95 % CI"], f"{rec.gain:+.4g} ± {ci_text(rec.gain_ci(), '.3g')}")
+    gain = f"{rec.gain:+.6f}" if round(rec.gain, 6) != 0 else "0.000000"
+    assert same(ev["Improvement ± 95 % CI"], f"{gain} ± {ci_text(rec.gain_ci(), '.3g')}")
     plural = "s" if rec.supported != 1 else ""
     kept_changes = c["kept"] - 1
     assert ev["Verdict"] == (
@@ -513,7 +514,7 @@ def walk_report(page: Any, rec: Records, statement: str) -> None:
     assert same(head, f"{s['metric']} {f6(s['baseline_metric'])} → {f6(s['best_metric'])} "
                     f"({'lower' if s['direction'] == 'minimize' else 'higher'} is better; "
                     f"baseline n={count(base_n)}, best n={count(best_n)}): gain "
-                    f"{rec.gain:+.6f} ± {ci_text(rec.gain_ci(), '.6f')} "
+                    f"{rec.gain:+.6f} ± {ci_text(rec.gain_ci(), '.3g')} "
                     f"({rec.gain / abs(s['baseline_metric']) * 100 + 0.0:+.2f} %)")
     assert page.locator("#statement").inner_text() == statement  # the sweep page's verdict
     kept_text = f"{c['kept'] - 1} of {rec.tried} change{'s' if rec.tried != 1 else ''} kept " \

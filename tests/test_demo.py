@@ -72,12 +72,12 @@ CLOSE = exp(3, ExperimentStatus.DISCARDED, "WARMDOWN_FRAC 0.3 -> 0.1", Ending.NO
 @pytest.mark.parametrize("night, says", [
     ([WORSE, exp(4, ExperimentStatus.KEPT, "USE_MUON False -> True", Ending.KEPT,
                   (3.42, 3.41), -0.115)],
-     "Kept USE_MUON False -> True: val_bpb 3.4150, the mean of its 2 run(s), against 3.5300, "
-     "the mean of the 5 run(s) it was compared with (lower is better)."),
+     "Kept USE_MUON False -> True: val_bpb 3.415000, the mean of its 2 runs, against 3.530000, "
+     "the mean of the 5 runs it was compared with (lower is better)."),
     ([WORSE, CLOSE], "Nothing was kept: the closest, WARMDOWN_FRAC 0.3 -> 0.1, came out better "
-     "by 0.008 on the mean of its 2 run(s), but repeated runs of the same code scatter by about "
-     "0.012, too close to call; a longer budget tells them apart: `overnight demo --budget "
-     "\"60 steps\"`."),
+     "by 0.008000 on the mean of its 2 runs, but repeated runs of the same code scatter by "
+     "about 0.012, too close to call; a longer budget tells them apart: `overnight demo "
+     "--budget \"60 steps\"`."),
     ([WORSE], "Nothing was kept: no change of the 1 tried did better than the baseline"),
     ([WORSE, exp(4, ExperimentStatus.DISCARDED, "DEPTH 4 -> 2", Ending.NOT_JUDGED, (3.3,),
                  -0.2)],

@@ -125,7 +125,7 @@ def test_a_night_posts_each_event_in_three_shapes(tmp_path):
     assert [e["event"] for e in events] == ["keep", "crash_streak", "plateau", "paused", "done"]
     keep, streak, plateau, paused, done = events
     assert keep["experiment"]["description"] == "LR 0.01 -> 0.04"
-    assert keep["headline"].startswith("val_bpb 1.3 → 1.1")
+    assert keep["headline"].startswith("val_bpb 1.300000 → 1.100000")
     assert streak["text"].count("CUDA out of memory") == 3
     assert plateau["text"].startswith("6 runs without a keep")
     assert paused["status"] == "paused" and done["status"] == "done"

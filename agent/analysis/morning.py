@@ -71,8 +71,8 @@ class Headline:
         if self.improvement is not None:
             ci = f" ± {self.improvement_ci:.3g}" if self.improvement_ci is not None else ""
             rel = f", {self.relative:+.2%}" if self.relative is not None else ""
-            gain = f" (gain {self.improvement:+.4g}{ci}{rel})"
-        return (f"{self.metric} {self.baseline:.6g} → {best:.6g}{gain}; {self.statement}")
+            gain = f" (gain {self.improvement + 0.0:+.6f}{ci}{rel})"
+        return (f"{self.metric} {self.baseline:.6f} → {best:.6f}{gain}; {self.statement}")
 
 
 @dataclass(frozen=True)

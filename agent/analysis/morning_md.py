@@ -33,6 +33,14 @@ def pm(v: float | None, ci: float | None) -> str:
     return signed(v) + (f" ± {ci:.6f}" if ci is not None else "")
 
 
+def headline_gain(v: float | None, ci: float | None) -> str:
+    """The night's gain as every screen's headline writes it: six decimals ± three digits."""
+    if v is None:
+        return "–"
+    return (f"{v + 0.0:+.6f}" if round(v, 6) != 0 else "0.000000") + (
+        f" ± {ci:.3g}" if ci is not None else "")
+
+
 def hours(v: float) -> str:
     """Hours to four significant digits, never in exponent form (a short night's runs
     take a few thousandths of an hour), at least three decimals."""
@@ -91,7 +99,7 @@ def _head(r: Report) -> str:
     else:
         lines.append(f"**{h.metric} {metric(h.baseline)} → {metric(h.best)}** ({better} is "
                      f"better; baseline n={h.baseline_n}, best n={h.best_n}): gain "
-                     f"{pm(h.improvement, h.improvement_ci)}{rel} (95 % interval).")
+                     f"{headline_gain(h.improvement, h.improvement_ci)}{rel} (95 % interval).")
     if h.set_aside:
         lines += ["", f"{set_aside(h.set_aside)}."]
     lines += ["", f"**{h.statement}**", "",

@@ -124,7 +124,7 @@ def evidence_header(ev: SweepEvidence, metric: str) -> str:
         parts.append(f"smallest detectable effect {ev.detectable:.3g}")
     if ev.improvement is not None and ev.kept:
         ci = f" ± {ev.improvement_ci:.3g}" if ev.improvement_ci is not None else ""
-        parts.append(f"improvement {ev.improvement:+.4g}{ci} {metric}")
+        parts.append(f"improvement {fmt_delta(ev.improvement)}{ci} {metric}")
     return "; ".join(parts)
 
 

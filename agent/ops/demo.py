@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from agent.core.budget import ComputeBudget
 from agent.core.domain import Experiment, ExperimentStatus, Sweep
 from agent.core.record import Ending
+from agent.rules.wording import metric_text, runs_word
 
 BUSY_PER_CORE = 0.25  # a load average per core from which other jobs move a run's speed
 QUIET_BUDGET_S = 6.0  # a quiet machine: training seconds a run
@@ -54,7 +55,9 @@ class Machine:
 
     def line(self) -> str:
         """One line: how busy it is."""
-        state = (f"busy (about {self.load:.0f} processes want its {self.cores} cores at once)"
+        want = max(1, round(self.load))
+        state = (f"busy (about {want} process{'es' if want != 1 else ''} want"
+                 f"{'' if want != 1 else 's'} its {self.cores} cores at once)"
                  if self.busy else "quiet")
         return f"This machine: load average {self.load:.2f} on {self.cores} cores: {state}."
 
@@ -140,8 +143,8 @@ def closing_sentence(sweep: Sweep, experiments: Sequence[Experiment], target: st
     rec = closest.record
     if gain > 0 and rec is not None and rec.sigma is not None:
         return (f"Nothing was kept: the closest, {closest.description}, came out better by "
-                f"{gain:.3g} on the mean of its {rec.n} run(s), but repeated runs of the same "
-                f"code scatter by about {rec.sigma:.2g}, too close to call; "
+                f"{metric_text(gain)} on the mean of its {runs_word(rec.n)}, but repeated runs "
+                f"of the same code scatter by about {rec.sigma:.3g}, too close to call; "
                 f"{_less_scatter(sweep.config.budget)}.")
     return (f"Nothing was kept: no change of the {len(changes)} tried did better than the "
             f"baseline ({better} {sweep.metric} is better); a longer night tries more: "
@@ -164,9 +167,9 @@ def _kept(e: Experiment, metric: str, better: str) -> str:
     own, base = rec.change, rec.incumbent
     if base is None or base.mean is None or own.mean is None:
         return f"Kept {e.description}"
-    return (f"Kept {e.description}: {metric} {own.mean:.4f}, the mean of its {own.n} run(s), "
-            f"against {base.mean:.4f}, the mean of the {base.n} run(s) it was compared with "
-            f"({better} is better)")
+    return (f"Kept {e.description}: {metric} {metric_text(own.mean)}, the mean of its "
+            f"{runs_word(own.n)}, against {metric_text(base.mean)}, the mean of the "
+            f"{runs_word(base.n)} it was compared with ({better} is better)")
 
 
 def _gain(e: Experiment, lower: bool) -> float:

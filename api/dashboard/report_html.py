@@ -18,6 +18,7 @@ from agent.analysis.morning import Report
 from agent.analysis.morning_md import (
     VERDICT_WORDS,
     counts_line,
+    headline_gain,
     hours,
     metric,
     pm,
@@ -40,7 +41,7 @@ def _env() -> Environment:
                       lstrip_blocks=True)
     env.filters.update(metric=metric, signed=signed, hours=hours, code=code_spans)
     env.globals.update(pm=pm, counts_line=counts_line, span=span, set_aside=set_aside,
-                       rel=relative, verdict_words=VERDICT_WORDS)
+                       rel=relative, verdict_words=VERDICT_WORDS, headline_gain=headline_gain)
     return env
 
 

@@ -24,6 +24,7 @@ from fastapi.responses import (
 )
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
+from agent.analysis.report import fmt_delta
 from agent.core.domain import utcnow
 from agent.core.errors import NotFoundError
 from agent.ops.service import holdout_key, read_log
@@ -71,7 +72,7 @@ def _metric(v: float | None) -> str:
 
 
 def _delta(v: float | None) -> str:
-    return "" if v is None else f"{v:+.6f}"
+    return fmt_delta(v)
 
 
 def _pct(v: float | None) -> str:

@@ -56,7 +56,10 @@ class SweepPublic(BaseModel):
     proposer: str
     metric: str
     direction: str
-    budget_s: float
+    budget: str = Field(description="each run's training budget as a person reads it: "
+                        "\"300 s\", or a compute budget, \"600 steps\"")
+    budget_s: float | None = Field(description="the budget in seconds; null on a compute "
+                                   "budget (runs train a fixed number of steps or tokens)")
     timeout_s: float
     max_experiments: int | None
     deadline: datetime | None
@@ -78,7 +81,9 @@ class SweepPublic(BaseModel):
         return cls(
             id=s.id, name=s.name, status=s.status.value, target=s.target_path, branch=s.branch,
             proposer=s.proposer, metric=s.metric, direction=s.direction.value,
-            budget_s=s.budget_s, timeout_s=s.timeout_s, max_experiments=s.max_experiments,
+            budget=s.config.budget_text,
+            budget_s=s.budget_s if s.config.time_budget else None, timeout_s=s.timeout_s,
+            max_experiments=s.max_experiments,
             deadline=s.deadline, window=s.window, baseline_metric=s.baseline_metric,
             best_metric=s.best_metric, best_commit=s.best_commit,
             best_experiment_id=s.best_experiment_id, created_at=s.created_at,

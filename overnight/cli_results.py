@@ -20,6 +20,7 @@ from agent.analysis.counts import Counts
 from agent.analysis.evidence import recorded_value
 from agent.analysis.projection import ExperimentView, LLMSpend
 from agent.analysis.report import improvement, results_tsv
+from agent.analysis.words import legend
 from agent.core.domain import Run, Sweep
 from agent.core.errors import NotFoundError
 from agent.core.ports import Store
@@ -116,6 +117,11 @@ def print_results(sweep: Sweep, store, fmt: str,  # type: ignore[no-untyped-def]
         console.print(results_table(sweep, exps, evidence=ev))
         console.print(closing_line(sweep, exps, runs))
         console.print(evidence_header(ev, sweep.metric))
+        counts = Counts.of_records(exps, runs)
+        keys = ("measured", "delta", "incumbent", "p_better", "sigma", "df") \
+            + (("set_aside",) if counts.set_aside else ()) + (("reruns",) if counts.reruns else ())
+        for line in legend(keys):
+            console.print(f"[dim]{escape(line)}[/dim]")
         warned: dict[str, list[int]] = {}
         for e in exps:
             for warning in e.meta.get("warnings", []):

@@ -20,6 +20,7 @@ from agent.analysis.report import (
     runs_cell,
     shown_status,
 )
+from agent.analysis.words import why_not_kept
 from agent.core.domain import Experiment, ExperimentStatus, Sweep
 from agent.core.record import Ending
 
@@ -93,8 +94,9 @@ class LineLog:
         secs = exp.summary.get("training_seconds")
         trained = f"train {secs:.1f}s" if isinstance(secs, float) else ""
         compared = comparison_line(exp, self.sweep.direction, self.sweep.config.time_budget)
+        plain = why_not_kept(exp.record)
         line = (f"#{exp.id} {shown_status(exp):<9} {self.sweep.metric} {compared or '-'}  "
-                f"{trained}  {describe(exp)}")
+                f"{trained}  {describe(exp)}" + (f"  [{plain}]" if plain else ""))
         self.console.print(Text(" ".join(line.split(" ")).rstrip()), soft_wrap=True)
         self.console.file.flush()
 

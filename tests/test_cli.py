@@ -46,7 +46,7 @@ def test_run_results_and_status(tmp_path: Path, target: Path):
     assert "warning #1, #2, #3, #4, #5 … (6): trained only 0 s of a 1 s budget" in out
     # the noise-free fake trainer ignores its seed: σ̂ is not measured (no interval claims a
     # width its identical repeats cannot show), and every gain is kept on one run, saying so
-    assert re.search(r"\nσ̂ not measured; improvement \+0\.\d+ val_bpb\n", out), out
+    assert re.search(r"\nσ̂ not measured; improvement baseline → best \+0\.\d+ val_bpb\n", out), out
     assert "│ 1.300000           │ 5    │" in out  # the baseline: the mean of its 5 runs
     statement = re.fullmatch(r"(\d+) change\(s\) kept on one run each: the noise was not "
                              r"measured \(identical repeats\), so no keep is a tested claim",

@@ -103,3 +103,37 @@ def test_the_results_table_leaves_memory_blank_when_the_script_reported_none() -
             for line in out.export_text().splitlines() if line.startswith("│")}
     assert rows["1"][8] == "" and rows["2"][8] == "2.0", rows
     assert results_tsv(sweep, [cpu]).splitlines()[1].split("\t")[2] == "0.0"
+
+
+@pytest.mark.parametrize("ending, p_better, p, expected", [
+    # judged not better although it was probably better: the sentence says what it lacked
+    (Ending.NOT_BETTER, 0.97, 0.042, "P(better) 0.97 is not enough: a keep needs p at or below "
+     "the level, and its p was 0.042 against a level of 0.013."),  # as the reason writes p, level
+    (Ending.NOT_BETTER, 0.64, None, "P(better) 0.64 is not enough: a keep needs a test at the "
+     "night's level, and this change was not given one."),
+    (Ending.NOT_BETTER, 0.26, 1.0, None),  # probably worse: nothing to explain
+    (Ending.KEPT, 0.999, 0.0001, None),
+])
+def test_a_discard_that_was_probably_better_says_why_that_was_not_enough(
+        ending: Ending, p_better: float, p: float | None, expected: str | None) -> None:
+    import io
+
+    from rich.console import Console
+    from test_store_contract import CONFIG
+
+    from agent.analysis.words import why_not_kept
+    from agent.core.domain import Sweep, SweepStatus
+    from overnight.console import LineLog
+
+    found = record(ending, [3.41, 3.40], compared=[3.45, 3.46], se=0.02, p_better=p_better,
+                   p=p, level=0.0125 if p is not None else None)
+    assert why_not_kept(found) == expected
+    status = ExperimentStatus.KEPT if ending == Ending.KEPT else ExperimentStatus.DISCARDED
+    exp = recorded(_exp(status, "not better: …"), found)
+    from datetime import UTC, datetime
+    sweep = Sweep(1, "s", "/t", "overnight/s", SweepStatus.RUNNING, "knobs", CONFIG, None, 1.0,
+                  1.0, None, None, datetime(2026, 12, 1, tzinfo=UTC))
+    out = io.StringIO()
+    LineLog(Console(file=out, width=300), sweep).on_event("finished", exp, {})
+    line = out.getvalue()
+    assert (f"[{expected}]" in line) if expected else "is not enough" not in line, line

@@ -181,12 +181,12 @@ class Records:
             f" ({again_aside} set aside)" if again_aside else "")] if again else []
         return " ".join(parts)
 
-    def delta_cell(self, e: dict[str, Any], se_fmt: str = ".3g") -> str:
+    def delta_cell(self, e: dict[str, Any]) -> str:
         d, se = e["delta"], self.test(e).get("se")
         if d is None:
             return ""
         text = f"{d:+.6f}" if round(d, 6) != 0 else "0.000000"
-        return text + (f" ± {format(se, se_fmt)}" if se is not None else "")
+        return text + (f" ± {se:.3g}" if se is not None else "")  # one precision everywhere
 
     @cached_property
     def shifted(self) -> bool:
@@ -480,6 +480,16 @@ def walk_experiment(page: Any, rec: Records, e: dict[str, Any]) -> bool:
         else:
             assert (m["p"], m["level"]) == (f"{test['p']:.2g}", f"{test['level']:.2g}")
         assert page.locator(".reason-box").first.inner_text() == f"Why: {e['reason']}"
+    # a discard that was probably better says, in one sentence, why that was not enough
+    plain = page.locator("#why-not-kept")
+    if test and test.get("ending") == "not better" and (test.get("p_better") or 0) >= 0.5:
+        lacked = (f"p at or below the level, and its p was {test['p']:.2g} against a level of "
+                  f"{test['level']:.2g}." if test.get("p") is not None else
+                  "a test at the night's level, and this change was not given one.")
+        assert plain.inner_text() == \
+            f"P(better) {test['p_better']:.2f} is not enough: a keep needs {lacked}"
+    else:
+        assert plain.count() == 0
 
     # its runs: exactly its run records, the incumbent runs started beside them (recorded
     # under the commit they re-ran) and those its record says it was compared with
@@ -541,8 +551,8 @@ def walk_report(page: Any, rec: Records, statement: str) -> None:
         now = rec.now(e)
         if now:
             assert same(row[2], f"now {f6(now[0])} on {count(now[1])}", "search"), row
-        assert row[3] == str(n) and row[4] == rec.delta_cell(e, ".6f"), row
-        assert row[5].startswith(f"{rec.test(e)['p_better']:.3f}"), row
+        assert row[3] == str(n) and row[4] == rec.delta_cell(e), row
+        assert row[5].startswith(f"{rec.test(e)['p_better']:.2f}"), row
     cost = page.locator("table", has_text="hours").locator("tr", has_text="total")
     assert cells(cost)[1] == str(rec.runs)
     marks = page.locator("svg.progress a.pt")

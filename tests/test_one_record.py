@@ -233,7 +233,7 @@ def test_the_counts_read_the_same_on_every_screen(night: Night) -> None:
 def test_sigma_now_is_named_so_and_each_reason_names_its_reference(night: Night) -> None:
     sigma = night.json["evidence"]["sigma"]
     _, table = night.table
-    assert f"σ̂ now {sigma:.3g} (" in table
+    assert f"σ̂ now {sigma:.3g} {night.metric} (" in table  # with its unit
     assert text_of(night.pages["sweep"], "sigma").startswith(f"{sigma:.3g} ")
     for e in night.exps:
         record = e.record
@@ -247,6 +247,39 @@ def test_sigma_now_is_named_so_and_each_reason_names_its_reference(night: Night)
         page = night.pages[f"exp{e.id}"]
         assert f"σ̂ at its decision {record.sigma:.3g}, {record.df} df" in \
             text_of(page, "difference")
+
+
+def test_each_term_a_newcomer_meets_is_explained_where_it_appears(night: Night) -> None:
+    """σ̂, df, P(better), incumbent, Δ: a legend line under the console's table, a tooltip where
+    each appears on the dashboard and a list at the page's end, a section at the report's end;
+    each the one sentence agent.analysis.words has for it."""
+    from html import escape
+
+    from agent.analysis.words import TERMS, term
+
+    _, table = night.table
+    flat = " ".join(table.split())
+    for key in ("measured", "delta", "incumbent", "p_better", "sigma", "df"):
+        assert " ".join(term(key).split()) in flat, key
+    sweep = night.pages["sweep"]
+    for key, shown in (("sigma", "σ̂"), ("df", "df"), ("p_better", "P(better)"),
+                       ("incumbent", "incumbent"), ("delta", "Δ"), ("measured", "measured")):
+        title = escape(TERMS[key][1], quote=True).replace("&#x27;", "&#39;")
+        assert f'<abbr class="term" title="{title}">{shown}</abbr>' in sweep, key
+    words = text_of(sweep, "words")
+    assert all(TERMS[k][0] in words for k in ("sigma", "p_better", "incumbent", "set_aside"))
+    judged = 0
+    for e in night.exps:
+        record = e.record
+        page = night.pages[f"exp{e.id}"]
+        assert 'id="words"' in page
+        if record is not None and record.p_better is not None and record.sigma is not None \
+                and record.incumbent:
+            judged += 1
+            assert ">P(better)</abbr> " in page and ">σ̂</abbr> at its decision" in page, e.id
+    assert judged, "the night has changes judged on σ̂"
+    assert 'id="words"' in night.pages["report"]
+    assert "## What the words mean" in night.cli("report", "--sweep", night.name)
 
 
 def test_the_digest_gains_are_the_records(night: Night) -> None:

@@ -232,10 +232,10 @@ def test_every_screen_reads_one_number_per_fact(remeasured: Night):
         row = kept_md[e.id]
         assert float(row[2].split()[0]) == pytest.approx(value, abs=5e-7) and int(row[3]) == n
         assert float(row[4].split(" ± ")[0]) == pytest.approx(e.delta, abs=5e-7)
-        assert row[5].startswith(f"{p_better:.3f}")
+        assert row[5].startswith(f"{p_better:.2f}")
         message = by_exp[e.id]
         assert f"Evidence: val_bpb {said}: {gain}" in message
-        assert f"P(better) {p_better:.3f}" in message
+        assert f"P(better) {p_better:.2f}" in message
         reruns = sum(r.role is RunRole.INCUMBENT and r.commit == e.commit for r in runs)
         assert mine["reruns"] == reruns
         if reruns:  # measured again since the keep: every screen says so, in the same words

@@ -16,6 +16,7 @@ from agent.analysis.ablation import Attribution
 from agent.analysis.confirm import FLIPS, HOLDS, SHRINKS, Confirmation
 from agent.analysis.counts import Counts
 from agent.analysis.morning import Cost, CrashGroup, Holdout, HoldoutRow, KeptChange, Report
+from agent.analysis.words import REPORT_TERMS, TERMS
 
 
 def metric(v: float | None) -> str:
@@ -30,7 +31,7 @@ def pm(v: float | None, ci: float | None) -> str:
     """A signed value ± its 95 % half-width."""
     if v is None:
         return "–"
-    return signed(v) + (f" ± {ci:.6f}" if ci is not None else "")
+    return signed(v) + (f" ± {ci:.3g}" if ci is not None else "")
 
 
 def headline_gain(v: float | None, ci: float | None) -> str:
@@ -85,8 +86,14 @@ def render_markdown(r: Report) -> str:
     parts = [_head(r), _kept(r), attribution_markdown(r.attribution) if r.attribution else "",
              confirmation_markdown(r.confirmation) if r.confirmation else "",
              holdout_markdown(r.holdout) if r.holdout else "",
-             _learned(r), _crashes(r.crashes), _cost(r.cost), _next(r)]
+             _learned(r), _crashes(r.crashes), _cost(r.cost), _next(r), _words()]
     return "\n\n".join(p for p in parts if p).rstrip() + "\n"
+
+
+def _words() -> str:
+    """The terms the report uses, each in one sentence (agent.analysis.words)."""
+    return "\n".join(["## What the words mean", "",
+                      *[f"- **{TERMS[k][0]}**: {TERMS[k][1]}" for k in REPORT_TERMS]])
 
 
 def _head(r: Report) -> str:
@@ -126,9 +133,9 @@ def _kept(r: Report) -> str:
 
 def _kept_row(k: KeptChange) -> str:
     mean = metric(k.mean) + (f" ({k.now})" if k.now else "")
-    p = "–" if k.p_better is None else f"{k.p_better:.3f}" + (" ✓" if k.supported else "")
+    p = "–" if k.p_better is None else f"{k.p_better:.2f}" + (" ✓" if k.supported else "")
     files = ", ".join(k.files) or "–"
-    delta = signed(k.delta) + (f" ± {k.se:.6f}" if k.delta is not None and k.se is not None
+    delta = signed(k.delta) + (f" ± {k.se:.3g}" if k.delta is not None and k.se is not None
                                else "")
     return (f"| {k.id} | {cell(k.description)} (`{k.commit}`) | {mean} | {k.n} | "
             f"{delta} | {p} | {cell(files)} +{k.added} −{k.removed} |")
@@ -137,7 +144,7 @@ def _kept_row(k: KeptChange) -> str:
 def attribution_markdown(a: Attribution) -> str:
     lines = [f"## Attribution (leave-one-out, sweep `{a.sweep}`, {a.seeds} seeds per variant, "
              f"{a.runs} runs)", ""]
-    sigma = f"σ̂ {a.sigma:.6f} ({a.df} df)" if a.sigma is not None else "σ̂ not measured"
+    sigma = f"σ̂ {a.sigma:.3g} ({a.df} df)" if a.sigma is not None else "σ̂ not measured"
     lines.append(f"Measured again now: baseline {metric(a.baseline)} → best {metric(a.best)}, "
                  f"gain {pm(a.total, a.total_ci)}; {sigma}.")
     alone = len(a.changes) == 1  # one kept change: there are no others to be on top of
@@ -213,7 +220,7 @@ def relative(v: float | None, ci: float | None) -> str:
 
 
 def _gain(v: float | None, ci: float | None) -> str:
-    return "–" if v is None else f"{v:+.6f}" + (f" ± {ci:.6f}" if ci is not None else "")
+    return "–" if v is None else f"{v:+.6f}" + (f" ± {ci:.3g}" if ci is not None else "")
 
 
 def confirmation_markdown(c: Confirmation) -> str:

@@ -71,7 +71,7 @@ def _full_cells(ev: ExperimentEvidence | None, exp: Experiment) -> list[str]:
     return [
         str(ev.n),
         "" if ev.sd is None else f"{ev.sd:.6f}",
-        "" if ev.p_better is None else f"{ev.p_better:.3f}",
+        "" if ev.p_better is None else f"{ev.p_better:.2f}",
         ",".join(f"{v:.6f}" for v in ev.runs),
         difference,
         se,
@@ -118,13 +118,14 @@ def sweep_evidence_row(ev: SweepEvidence) -> dict[str, Any]:
 def evidence_header(ev: SweepEvidence, metric: str) -> str:
     """σ̂ now, the smallest detectable effect and the improvement ± CI, in one line."""
     df = f"{ev.df} df" if ev.df else "known"
-    parts = [f"σ̂ now {ev.sigma:.3g} ({df}; the run-to-run noise, pooled over the night)"
-             if ev.sigma is not None else "σ̂ not measured"]
+    parts = [f"σ̂ now {ev.sigma:.3g} {metric} ({df}; the run-to-run noise, pooled over the "
+             "night)" if ev.sigma is not None else "σ̂ not measured"]
     if ev.detectable is not None:
         parts.append(f"smallest detectable effect {ev.detectable:.3g}")
     if ev.improvement is not None and ev.kept:
-        ci = f" ± {ev.improvement_ci:.3g}" if ev.improvement_ci is not None else ""
-        parts.append(f"improvement {fmt_delta(ev.improvement)}{ci} {metric}")
+        ci = f" (95 % interval ± {ev.improvement_ci:.3g})" if ev.improvement_ci is not None \
+            else ""
+        parts.append(f"improvement baseline → best {fmt_delta(ev.improvement)} {metric}{ci}")
     return "; ".join(parts)
 
 

@@ -95,7 +95,7 @@ def commit_message(e: Experiment, sweep: Sweep, ev: ExperimentEvidence | None) -
     if ev is not None and e.metric is not None:
         # its record as every screen shows it: what its runs measured, its difference from the
         # incumbent runs it was compared with (inferred) and P(better)
-        p = f"; P(better) {ev.p_better:.3f}" if ev.p_better is not None else ""
+        p = f"; P(better) {ev.p_better:.2f}" if ev.p_better is not None else ""
         now = ev.remeasured_text(e.metric)
         compared = comparison_line(e, sweep.direction, sweep.config.time_budget)
         lines.append(f"Evidence: {sweep.metric} {compared}{p}" + (f"; {now}" if now else "")

@@ -27,6 +27,7 @@ from agent.analysis.morning_md import (
     signed,
     span,
 )
+from agent.analysis.words import REPORT_TERMS, TERMS
 
 from .plot import draw_progress
 from .plot_data import PlotFold
@@ -41,7 +42,8 @@ def _env() -> Environment:
                       lstrip_blocks=True)
     env.filters.update(metric=metric, signed=signed, hours=hours, code=code_spans)
     env.globals.update(pm=pm, counts_line=counts_line, span=span, set_aside=set_aside,
-                       rel=relative, verdict_words=VERDICT_WORDS, headline_gain=headline_gain)
+                       rel=relative, verdict_words=VERDICT_WORDS, headline_gain=headline_gain,
+                       terms=TERMS, report_terms=REPORT_TERMS)
     return env
 
 

@@ -25,6 +25,7 @@ from fastapi.responses import (
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from agent.analysis.report import fmt_delta
+from agent.analysis.words import TERMS, why_not_kept
 from agent.core.domain import utcnow
 from agent.core.errors import NotFoundError
 from agent.ops.service import holdout_key, read_log
@@ -64,6 +65,7 @@ def templates() -> Environment:
         lstrip_blocks=True,
     )
     env.filters.update(metric=_metric, delta=_delta, pct=_pct, secs=_secs, ts=_ts, hours=_hours)
+    env.globals.update(terms=TERMS, why_not_kept=why_not_kept)
     return env
 
 

@@ -5,9 +5,17 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Generic, TypeVar
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator
+from pydantic import (
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
 
 from agent.analysis.projection import ExperimentView, LLMSpend
+from agent.core.budget import ComputeBudget, parse_budget
 from agent.core.domain import Sweep
 from agent.rules.gate import parse_hhmm
 
@@ -35,6 +43,10 @@ class SweepCreate(BaseModel):
     target: str = Field(min_length=1, description="path of the target git repository on the "
                         "server (it must hold overnight.toml)")
     budget_s: float | None = Field(None, gt=0, le=86400, description="training seconds per run")
+    budget: str | None = Field(None, max_length=40, examples=["600 steps", "2M tokens"],
+                               description="each run's budget as text, in place of budget_s: "
+                               "seconds (\"300 s\") or a compute budget (\"600 steps\", "
+                               "\"2M tokens\"), for a machine shared with other jobs")
     timeout_s: float | None = Field(None, gt=0, le=4 * 86400)
     max_experiments: int | None = Field(None, ge=0, le=100_000)
     deadline: AwareDatetime | None = None
@@ -45,6 +57,25 @@ class SweepCreate(BaseModel):
     paused: bool = False
     allow_dirty: bool = Field(False, description="run the committed HEAD although the target's "
                               "checkout has uncommitted changes (refused otherwise)")
+
+    @field_validator("budget")
+    @classmethod
+    def _budget(cls, v: str | None) -> str | None:
+        if v is not None:
+            given = parse_budget(v)  # a ValueError names what is accepted
+            if isinstance(given, float) and given > 86400:
+                raise ValueError(f"at most 86400 seconds, got {v!r}")
+        return v
+
+    @model_validator(mode="after")
+    def _one_budget(self) -> SweepCreate:
+        if self.budget is not None and self.budget_s is not None:
+            raise ValueError("give budget_s or budget, not both")
+        return self
+
+    def run_budget(self) -> float | ComputeBudget | None:
+        """Each run's budget as given: seconds, a compute budget, or None (the target's)."""
+        return parse_budget(self.budget) if self.budget is not None else self.budget_s
 
 
 class SweepPublic(BaseModel):

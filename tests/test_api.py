@@ -216,12 +216,28 @@ def test_does_not_apply_names_the_failing_file(client: TestClient, target: Path)
     ({"name": "ok", "window": {"start": "25:00", "stop": "07:00"}}, 422),
     ({"name": "ok", "proposer": "magic"}, 422),
     ({"name": "ok", "deadline": "2030-01-01T00:00:00"}, 422),  # naive: ambiguous
+    ({"name": "ok", "budget": "600 parsecs"}, 422), ({"name": "ok", "budget": "0.5 steps"}, 422),
+    ({"name": "ok", "budget": "2 days"}, 422),
+    ({"name": "ok", "budget": "600 steps", "budget_s": 300}, 422),  # one budget, not two
 ])
 def test_bad_sweep_input(client: TestClient, target: Path, body: dict, status: int) -> None:
     r = client.post("/sweeps", json={"target": str(target), **body}, headers=AUTH)
     assert r.status_code == status, r.text
     assert r.json()["detail"]["message"]
     assert client.get("/sweeps").json()["count"] == 0
+
+
+def test_a_sweep_takes_a_compute_budget_as_the_cli_does(client: TestClient,
+                                                        target: Path) -> None:
+    r = client.post("/sweeps", json={"name": "steps", "target": str(target), "budget": "5 steps",
+                                     "proposer": "queue"}, headers=AUTH)
+    assert r.status_code == 201, r.text
+    assert (r.json()["budget"], r.json()["budget_s"]) == ("5 steps", None)
+    timed = _sweep(client, target, name="timed", budget_s=None, budget="3 s")
+    assert (timed["budget"], timed["budget_s"]) == ("3 s", 3.0)
+    bad = client.post("/sweeps", json={"name": "x", "target": str(target), "budget": "5 miles"},
+                      headers=AUTH)
+    assert bad.status_code == 422 and "budget" in bad.json()["detail"]["message"]
 
 
 def test_duplicate_sweep_name_conflicts(client: TestClient, target: Path) -> None:

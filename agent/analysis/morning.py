@@ -380,7 +380,7 @@ def _from_crashes(report: Report) -> list[str]:
 def _pm(value: float | None, ci: float | None) -> str:
     if value is None:
         return "not measured"
-    return f"{value:+.4g}" + (f" ± {ci:.2g}" if ci is not None else "")
+    return f"{value:+.6f}" + (f" ± {ci:.3g}" if ci is not None else "")  # as every screen
 
 
 # --- beyond the night: the confirmation and the holdout ---------------------------------------

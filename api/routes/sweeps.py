@@ -64,7 +64,7 @@ def create(body: SweepCreate, services: ServicesDep, _auth: WriteAuth) -> SweepP
     check_sweep_name(body.name)
     services.runtime.make_proposer(body.proposer, 0)  # unknown: refused before anything
     target = target_dir(body.target)
-    config = load_config(target).with_budget(body.budget_s, body.timeout_s)
+    config = load_config(target).with_budget(body.run_budget(), body.timeout_s)
     sched = services.scheduler
     if body.start_at is not None and sched is None:
         raise ConflictError("start_at needs the scheduler, which is not running in this server")

@@ -207,6 +207,37 @@ def test_live_endpoint_reads_the_growing_log(client: TestClient, filled: Filled)
     assert client.get("/ui/sweeps/night/live").json()["running"] == []
 
 
+def test_the_live_bar_counts_steps_on_a_budget_of_steps(client: TestClient,
+                                                         filled: Filled) -> None:
+    """A compute budget: the live panel counts the run's steps against the budget's, not
+    seconds against a budget in seconds the sweep does not have."""
+    from agent.core.budget import ComputeBudget
+    from agent.core.ports import SweepSpec
+
+    night = filled.store.get_sweep("night")
+    sweep = filled.store.create_sweep(SweepSpec(
+        "steps", night.target_path, "overnight/steps", "queue",
+        night.config.with_budget(ComputeBudget(5, "steps"))))
+    exp = filled.store.add_experiment(sweep.id, Proposal("a run on five steps", ""))
+    filled.store.claim(exp.id)
+    log = filled.work / "steps.log"
+    log.write_text("step 1 | loss 4.0 | elapsed 0.5s\nstep 2 | loss 3.0 | elapsed 1.0s\n")
+    filled.store.mark_started(exp.id, log_path=str(log), run_started_at=utcnow())
+    try:
+        (run,) = client.get("/ui/sweeps/steps/live").json()["running"]
+        assert (run["done"], run["of"], run["unit"], run["budget"]) == (2, 5, "steps", "5 steps")
+        assert run["budget_s"] is None or run["budget_s"] > 0
+        page = " ".join(re.sub(r"<[^>]+>", " ", client.get("/ui/sweeps/steps").text).split())
+        assert "step 2 of 5 steps · 1.0 s trained" in page
+        assert 'aria-valuemax="5"' in client.get("/ui/sweeps/steps").text
+        timed = client.get("/ui/sweeps/night").text  # a time budget keeps its seconds
+        assert "s trained of" in timed or "Nothing running" in timed
+    finally:
+        from agent.core.domain import Finish
+
+        filled.store.finish(exp.id, Finish(ExperimentStatus.CANCELLED, reason="test"))
+
+
 # --- pagination and speed on a big sweep ----------------------------------------------------
 def test_pagination(tmp_path: Path) -> None:
     name = fill_direct(tmp_path, 2 * PAGE_SIZE + 7, name="big")

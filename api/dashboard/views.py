@@ -361,6 +361,13 @@ def live_run(reads: Reads, sweep: Sweep, e: Experiment, with_points: bool = True
     started = e.run_started_at or e.started_at
     end = e.run_ended_at or (None if e.status is S.RUNNING else e.finished_at) or utcnow()
     elapsed = (end - started).total_seconds() if started else 0.0
+    training_s = round(trained[-1], 1) if trained else 0.0
+    # the bar: training seconds of a time budget, steps of a budget of steps; none for tokens,
+    # which no progress line counts
+    compute = sweep.config.budget
+    done, of, unit = ((training_s, sweep.budget_s, "s") if compute is None else
+                      (points[-1][0] if points else 0, compute.amount, "steps")
+                      if compute.unit == "steps" else (None, None, "tokens"))
     return {
         "id": e.id,
         "href": f"/ui/experiments/{e.id}",
@@ -368,8 +375,9 @@ def live_run(reads: Reads, sweep: Sweep, e: Experiment, with_points: bool = True
         "status": e.status.value,
         "finished": e.status.is_finished(),
         "elapsed_s": round(max(elapsed, 0.0), 1),
-        "training_s": round(trained[-1], 1) if trained else 0.0,
+        "training_s": training_s,
         "budget_s": sweep.budget_s,
+        "done": done, "of": of, "unit": unit, "budget": sweep.config.budget_text,
         "timeout_s": sweep.timeout_s,
         "last_loss": points[-1][1] if points else None,
         "loss_svg": str(loss_svg(points)),

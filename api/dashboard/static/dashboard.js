@@ -48,19 +48,31 @@
     h.appendChild(document.createTextNode(" "));
     h.appendChild(el("span", "live-desc", run.description));
     art.appendChild(h);
-    var bar = el("div", run.training_s > run.budget_s ? "bar over" : "bar");
-    bar.setAttribute("role", "progressbar");
-    bar.setAttribute("aria-label", "training time versus budget");
-    bar.setAttribute("aria-valuemin", "0");
-    bar.setAttribute("aria-valuemax", String(run.budget_s));
-    bar.setAttribute("aria-valuenow", String(Math.min(run.training_s, run.budget_s)));
-    var fill = el("span");
-    fill.style.width = Math.min(100, run.budget_s ? (run.training_s / run.budget_s) * 100 : 0) + "%";
-    bar.appendChild(fill);
-    art.appendChild(bar);
+    if (run.of) {  // training seconds of a time budget, or steps of a budget of steps
+      var bar = el("div", run.done > run.of ? "bar over" : "bar");
+      bar.setAttribute("role", "progressbar");
+      bar.setAttribute("aria-label", (run.unit === "steps" ? "steps" : "training time") +
+        " versus budget");
+      bar.setAttribute("aria-valuemin", "0");
+      bar.setAttribute("aria-valuemax", String(run.of));
+      bar.setAttribute("aria-valuenow", String(Math.min(run.done, run.of)));
+      var fill = el("span");
+      fill.style.width = Math.min(100, (run.done / run.of) * 100) + "%";
+      bar.appendChild(fill);
+      art.appendChild(bar);
+    }
     var p = el("p", "small");
-    p.appendChild(el("span", "live-training", String(run.training_s)));
-    p.appendChild(document.createTextNode(" s trained of " + run.budget_s + " s budget · "));
+    if (run.unit === "steps") {
+      p.appendChild(document.createTextNode("step "));
+      p.appendChild(el("span", "live-done", String(run.done)));
+      p.appendChild(document.createTextNode(" of " + run.of + " steps · "));
+      p.appendChild(el("span", "live-training", String(run.training_s)));
+      p.appendChild(document.createTextNode(" s trained · "));
+    } else {
+      p.appendChild(el("span", "live-training", String(run.training_s)));
+      p.appendChild(document.createTextNode(run.unit === "tokens" ?
+        " s trained of a " + run.budget + " budget · " : " s trained of " + run.of + " s budget · "));
+    }
     p.appendChild(el("span", "live-elapsed", String(run.elapsed_s)));
     p.appendChild(document.createTextNode(" s since start, start-up included "));
     p.appendChild(el("span", "muted", "(hard limit " + run.timeout_s + " s)"));

@@ -91,8 +91,9 @@ if TYPE_CHECKING:
     from agent.ops.notify import Notifier, NotifyConfig
     from agent.ops.track import Choice
 
-AT_HELP = ("the larger setting: budget=SECONDS, device=NAME (OVERNIGHT_DEVICE) or a size "
-           "knob NAME=VALUE (the same one-line change to the baseline and to the best)")
+AT_HELP = ("the larger setting: budget=SECONDS (or a compute budget, \"budget=2000 steps\"), "
+           "device=NAME (OVERNIGHT_DEVICE) or a size knob NAME=VALUE (the same one-line change "
+           "to the baseline and to the best)")
 SeedsOpt = Annotated[int, typer.Option(min=2, max=20, help="runs of the baseline and of the "
                                        "best each, seeds seed … seed+k−1")]
 

@@ -20,6 +20,7 @@ from conftest import FIXTURES, make_target
 from foreground import run_sweep
 
 from agent.analysis.confirm import FLIPS, HOLDS
+from agent.core.budget import ComputeBudget
 from agent.core.config import load_config
 from agent.core.diff import make_diff
 from agent.core.domain import Proposal, RunStatus
@@ -178,7 +179,8 @@ def test_a_gain_that_flips_at_a_larger_size_knob(fast, tmp_path):
 
 @pytest.mark.parametrize(("at", "words"), [
     ("budget", "expected KEY=VALUE"),
-    ("budget=long", "budget must be a positive number of seconds, got 'long'"),
+    ("budget=long", "budget must be \"600 steps\" or \"2M tokens\" (or seconds: 300), got 'long'"),
+    ("budget=0.5 steps", "budget must be a whole number of steps ≥ 1, got '0.5 steps'"),
     ("budget=-5", "budget must be a positive number of seconds"),
     ("9lives=3", "unknown key '9lives'"),
     ("DEPTH=8", "has no size knob DEPTH"),
@@ -192,6 +194,26 @@ def test_bad_settings_are_refused_and_change_nothing(fast, tmp_path, at, words):
     assert proc.returncode != 0 and words in proc.stderr.replace("\n", " "), proc.stderr
     assert [s.name for s in store.list_sweeps()] == sweeps
     assert git.Repo(target).git.for_each_ref() == refs
+
+
+@pytest.mark.parametrize(("at", "budget", "text"), [
+    ("budget=1800", 1800.0, "budget=1800"), ("budget= 90 s", 90.0, "budget=90"),
+    ("budget=2000 steps", ComputeBudget(2000, "steps"), "budget=2k steps"),
+    ("budget=4M tokens", ComputeBudget(4_000_000, "tokens"), "budget=4M tokens"),
+])
+def test_a_confirmation_takes_a_budget_of_seconds_or_a_compute_budget(at, budget, text):
+    """A night on a compute budget is confirmed on a larger one: the setting is the budget the
+    confirmation sweep's config gets (agent.ops.confirm.prepare_confirm: with_budget)."""
+    from agent.analysis.confirm import parse_at
+    from agent.core.config import TargetConfig
+
+    found = parse_at(at)
+    assert (found.budget, found.text()) == (budget, text)
+    config = TargetConfig.from_dict({"command": "python train.py", "metric": "val_bpb",
+                                     "editable": ["train.py"], "budget": "20 steps"}
+                                    ).with_budget(found.budget)
+    assert (config.budget, config.time_budget) == (
+        (budget, False) if isinstance(budget, ComputeBudget) else (None, True))
 
 
 def test_run_refuses_a_bad_confirm_at_before_the_night(tmp_path):

@@ -15,6 +15,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from agent.core.budget import ComputeBudget, parse_budget
 from agent.core.config import Direction
 from agent.core.errors import ConfigError
 from agent.rules.noise import mean, pooled_of, squared_deviations
@@ -37,8 +38,9 @@ class ConfirmAt:
     value: str
 
     @property
-    def budget_s(self) -> float | None:
-        return float(self.value) if self.key == BUDGET else None
+    def budget(self) -> float | ComputeBudget | None:
+        """Seconds, or a compute budget ("2000 steps"), of a `budget=` setting."""
+        return parse_budget(self.value) if self.key == BUDGET else None
 
     @property
     def device(self) -> str | None:
@@ -53,19 +55,23 @@ class ConfirmAt:
 
 
 def parse_at(text: str) -> ConfirmAt:
-    """`budget=1800`, `device=cuda:1` or `NAME=VALUE` (a numeric value): ConfigError naming the
-    problem otherwise."""
+    """`budget=1800` (or a compute budget, `budget=2000 steps`), `device=cuda:1` or `NAME=VALUE`
+    (a numeric value): ConfigError naming the problem otherwise."""
     key, sep, value = (text or "").partition("=")
     key, value = key.strip(), value.strip()
     if not sep or not key or not value:
-        raise ConfigError(f"--confirm-at: expected KEY=VALUE (budget=1800, device=cuda, or a "
-                          f"size knob such as DEPTH=8), got {text!r}")
+        raise ConfigError(f"--confirm-at: expected KEY=VALUE (budget=1800 or budget=2000 steps, "
+                          f"device=cuda, or a size knob such as DEPTH=8), got {text!r}")
     if key == BUDGET:
         seconds = _number(value)
-        if seconds is None or not math.isfinite(seconds) or seconds <= 0:
+        if seconds is not None and (not math.isfinite(seconds) or seconds <= 0):
             raise ConfigError(f"--confirm-at: budget must be a positive number of seconds, "
                               f"got {value!r}")
-        return ConfirmAt(BUDGET, f"{seconds:g}")
+        try:
+            given = seconds if seconds is not None else parse_budget(value)
+        except ValueError as exc:
+            raise ConfigError(f"--confirm-at: budget {exc}") from None
+        return ConfirmAt(BUDGET, f"{given:g}" if isinstance(given, float) else str(given))
     if key == DEVICE:
         if not _DEVICE.match(value):
             raise ConfigError(f"--confirm-at: device must be a device name such as cuda:1, "

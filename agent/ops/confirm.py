@@ -90,7 +90,7 @@ def prepare_confirm(store: Store, repo: ChainRepo, sweep: Sweep, at: ConfirmAt,
     base, kept = kept_chain(store, sweep)
     if not kept or not sweep.best_commit or sweep.best_commit == base.commit:
         raise ConflictError(f"sweep {sweep.name} kept no change: there is no gain to confirm")
-    config = TargetConfig.from_dict({**sweep.config.with_budget(at.budget_s).to_dict(),
+    config = TargetConfig.from_dict({**sweep.config.with_budget(at.budget).to_dict(),
                                      "baseline_runs": seeds})
     best, baseline = sweep.best_commit, base.commit or ""
     if at.knob is not None:  # both checked before either is committed

@@ -121,7 +121,7 @@ def evidence_header(ev: SweepEvidence, metric: str) -> str:
     parts = [f"σ̂ now {ev.sigma:.3g} {metric} ({df}; the run-to-run noise, pooled over the "
              "night)" if ev.sigma is not None else "σ̂ not measured"]
     if ev.detectable is not None:
-        parts.append(f"smallest detectable effect {ev.detectable:.3g}")
+        parts.append(f"smallest detectable effect {ev.detectable:.3g} {metric}")
     if ev.improvement is not None and ev.kept:
         ci = f" (95 % interval ± {ev.improvement_ci:.3g})" if ev.improvement_ci is not None \
             else ""

@@ -20,6 +20,7 @@ from agent.analysis.counts import Counts
 from agent.analysis.evidence import recorded_value
 from agent.analysis.projection import ExperimentView, LLMSpend
 from agent.analysis.report import improvement, results_tsv
+from agent.analysis.secondary import secondary_json, secondary_means
 from agent.analysis.words import legend
 from agent.core.domain import Run, Sweep
 from agent.core.errors import NotFoundError
@@ -87,14 +88,19 @@ def print_results(sweep: Sweep, store, fmt: str,  # type: ignore[no-untyped-def]
     runs = store.list_runs(sweep_id=sweep.id)
     ev = sweep_evidence(sweep, exps, runs)
     if fmt in ("tsv", "tsv-full"):
-        sys.stdout.write(results_tsv(sweep, exps, ev if fmt == "tsv-full" else None))
+        full = fmt == "tsv-full"
+        sys.stdout.write(results_tsv(sweep, exps, ev if full else None, runs if full else None))
     elif fmt == "json":
         by_exp: dict[int, list[Run]] = {}
         for r in runs:
             by_exp.setdefault(r.experiment_id, []).append(r)
+        # each `[target] secondary` key's mean over the runs its value rests on (none: no key)
+        keys = sweep.config.secondary
         rows = [{**ExperimentView.of(e, sweep.name, with_conversation=True,
                                      runs=by_exp.get(e.id, [])).model_dump(mode="json"),
-                 **evidence_row(ev.experiments.get(e.id))} for e in exps]
+                 **evidence_row(ev.experiments.get(e.id)),
+                 **({"secondary": secondary_json(secondary_means(
+                     e.record, by_exp.get(e.id, []), keys))} if keys else {})} for e in exps]
         print(
             json.dumps(
                 {
@@ -114,7 +120,7 @@ def print_results(sweep: Sweep, store, fmt: str,  # type: ignore[no-untyped-def]
             )
         )
     elif fmt == "table":
-        console.print(results_table(sweep, exps, evidence=ev))
+        console.print(results_table(sweep, exps, evidence=ev, runs=runs))
         console.print(closing_line(sweep, exps, runs))
         console.print(evidence_header(ev, sweep.metric))
         counts = Counts.of_records(exps, runs)

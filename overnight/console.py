@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from rich.console import Console, Group
@@ -20,8 +21,9 @@ from agent.analysis.report import (
     runs_cell,
     shown_status,
 )
+from agent.analysis.secondary import by_experiment
 from agent.analysis.words import why_not_kept
-from agent.core.domain import Experiment, ExperimentStatus, Sweep
+from agent.core.domain import Experiment, ExperimentStatus, Run, Sweep
 from agent.core.record import Ending
 
 STYLE = {
@@ -40,14 +42,19 @@ def results_table(
     experiments: list[Experiment],
     title: str | None = None,
     evidence: SweepEvidence | None = None,
+    runs: Sequence[Run] | None = None,
 ) -> Table:
     """One row per experiment: its value (the mean of the runs its record names: measured) and
     those runs, its difference from the incumbent runs it was compared with ± se (inferred) and
-    P(better); a kept commit measured again since says its value now."""
+    P(better); a kept commit measured again since says its value now. With the sweep's `runs`,
+    each `[target] secondary` key's mean over the same runs (measured; agent.analysis.secondary)
+    in a column of its own."""
     table = Table(title=title or f"sweep {sweep.name} ({sweep.metric}, {sweep.direction.value})")
+    keys = sweep.config.secondary if runs is not None else ()
+    secondary = by_experiment(experiments, runs or (), keys)
     cols = ["#", "commit", "status", f"{sweep.metric} (measured)", "runs",
-            "Δ vs its incumbent runs (inferred)", "P(better)", "mem GB", "train s",
-            "description"]
+            "Δ vs its incumbent runs (inferred)", "P(better)",
+            *(f"{key} (measured)" for key in keys), "mem GB", "train s", "description"]
     for col in cols:
         table.add_column(col, overflow="fold")
     for exp in experiments:
@@ -61,6 +68,7 @@ def results_table(
             runs_cell(exp, ev),
             difference_cell(exp),
             f"{ev.p_better:.2f}" if ev is not None and ev.p_better is not None else "",
+            *(m.text for m in secondary.get(exp.id, ())),
             "" if (gb := reported_memory_gb(exp)) is None else f"{gb:.1f}",
             f"{secs:.1f}" if isinstance(secs, float) else "",
             Text(describe(exp, ev)),  # plain text: a reason in brackets is not rich markup

@@ -42,12 +42,14 @@ class Machine:
 
 def load_night(root: Path, proposals: int = 12, gains: dict[int, float] | None = None,
                incumbent_every: int = 8, budget: str = "budget_s  = 0.05",
-               machine_speeds: tuple[tuple[float, ...], int] = (SPEEDS, EVERY)
-               ) -> tuple[SqlStore, int, Path]:
+               machine_speeds: tuple[tuple[float, ...], int] = (SPEEDS, EVERY),
+               secondary: tuple[str, ...] = ()) -> tuple[SqlStore, int, Path]:
     """The sweep "load" run to its end: (its store, sweep id, database file). `gains`: the
     proposals (by number) that really add work, and how much (the rest are null changes).
     `budget`: its overnight.toml line (`budget = "200 steps"`: a compute budget);
-    `machine_speeds`: the speeds the machine switches between, and every how many runs."""
+    `machine_speeds`: the speeds the machine switches between, and every how many runs;
+    `secondary`: its `[target] secondary` keys (the trainer then prints peak_vram_mb,
+    tokens_per_s and, on odd seeds, mfu_percent)."""
     machine = root / "machine.txt"
     toml = textwrap.dedent("""\
         [target]
@@ -57,9 +59,11 @@ def load_night(root: Path, proposals: int = 12, gains: dict[int, float] | None =
         metric    = "work"
         direction = "maximize"
         timeout_s = 30
-        """) + f"{budget}\nincumbent_every = {incumbent_every}\n"
+        """) + f"{budget}\nincumbent_every = {incumbent_every}\n" + (
+        f"secondary = {list(secondary)!r}\n".replace("'", '"') if secondary else "")
     train = TRAINER.replace('MACHINE = "machine.txt"', f"MACHINE = {str(machine)!r}").replace(
-        "GAINS: dict[int, float] = {}", f"GAINS: dict[int, float] = {dict(gains or {})!r}")
+        "GAINS: dict[int, float] = {}", f"GAINS: dict[int, float] = {dict(gains or {})!r}"
+    ).replace("SECONDARY = False", f"SECONDARY = {bool(secondary)}")
     target = make_target(root / "target", edits={"train.py": train, "overnight.toml": toml})
     db = root / "overnight.db"
     store = SqlStore(open_database(db))

@@ -1,3 +1,4 @@
+import json
 import re
 from pathlib import Path
 
@@ -198,3 +199,35 @@ def test_a_stated_noise_sigma_is_refused_with_why_and_a_stored_one_still_loads()
         parse_config({**stored, "keep_z": 1.75, "futility": 0.5})
     assert "futility, keep_z: no longer settings: the keep rule's level" in str(both.value)
     assert "; noise_sigma: no longer a setting" in str(both.value)
+
+
+def test_secondary_names_summary_keys_and_round_trips_with_the_sweep():
+    cfg = parse_config({**GOOD, "secondary": ["peak_vram_mb", "tokens_per_s"]})
+    assert cfg.secondary == ("peak_vram_mb", "tokens_per_s")
+    assert cfg.to_dict()["secondary"] == ["peak_vram_mb", "tokens_per_s"]
+    assert type(cfg).from_dict(cfg.to_dict()) == cfg
+    assert parse_config(GOOD).secondary == ()  # none unless named
+    stored = {k: v for k, v in parse_config(GOOD).to_dict().items() if k != "secondary"}
+    assert type(cfg).from_dict(stored).secondary == ()  # a sweep stored before the key
+
+
+@pytest.mark.parametrize("value, says", [
+    ("peak_vram_mb", "must be a list of summary-block keys"),
+    ([1, "tokens_per_s"], "must be a list of summary-block keys"),
+    (["peak vram"], "'peak vram' is not a summary-block key"),
+    (["tokens_per_s", "peak_vram_mb", "tokens_per_s"], "tokens_per_s listed more than once"),
+    (["val_bpb"], "val_bpb is the metric itself"),
+    (["holdout_bpb"], "holdout_bpb is the sealed holdout_metric"),
+])
+def test_a_bad_secondary_is_refused_naming_the_key(tmp_path: Path, value, says: str):
+    data = {**GOOD, "holdout_metric": "holdout_bpb", "secondary": value}
+    with pytest.raises(ConfigError, match=r"secondary: ") as exc:
+        parse_config(data)
+    assert says in str(exc.value), str(exc.value)
+    assert data["secondary"] == value  # nothing changed
+    # the same from a target's overnight.toml
+    (tmp_path / "overnight.toml").write_text(
+        "[target]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in data.items()))
+    with pytest.raises(ConfigError, match=r"secondary: ") as exc:
+        load_config(tmp_path)
+    assert says in str(exc.value)

@@ -137,3 +137,51 @@ def test_a_discard_that_was_probably_better_says_why_that_was_not_enough(
     LineLog(Console(file=out, width=300), sweep).on_event("finished", exp, {})
     line = out.getvalue()
     assert (f"[{expected}]" in line) if expected else "is not enough" not in line, line
+
+
+def test_the_results_table_shows_each_secondary_key_over_the_records_runs_only() -> None:
+    """A kept change on runs 1 and 2 with run 3 set aside: each `[target] secondary` key's
+    column is the mean of runs 1 and 2 that printed it ("–" when none did); without the key
+    the table has no such column."""
+    from datetime import UTC, datetime
+
+    from rich.console import Console
+    from test_store_contract import CONFIG
+
+    from agent.analysis.secondary import secondary_json, secondary_means
+    from agent.core.config import TargetConfig
+    from agent.core.domain import Run, RunRole, RunStatus, Sweep, SweepStatus
+    from overnight.console import results_table
+
+    def sweep(config: TargetConfig) -> Sweep:
+        return Sweep(1, "s", "/t", "overnight/s", SweepStatus.DONE, "knobs", config, None, 1.0,
+                     1.0, None, None, datetime(2026, 12, 1, tzinfo=UTC))
+
+    def run(i: int, status: RunStatus, **summary: float) -> Run:
+        return Run(i, 1, 1, "c", 41 + i, RunRole.SCREEN, status, 3.4, summary=summary)
+
+    exp = recorded(_exp(ExperimentStatus.KEPT, None),
+                   record(Ending.KEPT, [3.41, 3.39], set_aside=(3,)))
+    runs = [run(1, RunStatus.OK, peak_vram_mb=40960.0, mfu_percent=31.0),
+            run(2, RunStatus.OK, peak_vram_mb=40000.0),
+            run(3, RunStatus.SUSPECT, peak_vram_mb=99999.0, mfu_percent=90.0, tokens_per_s=1.0)]
+    keys = ["peak_vram_mb", "mfu_percent", "tokens_per_s"]
+    named = sweep(TargetConfig.from_dict({**CONFIG.to_dict(), "secondary": keys}))
+    assert secondary_json(secondary_means(exp.record, runs, keys)) == {
+        "peak_vram_mb": {"mean": 40480.0, "n": 2}, "mfu_percent": {"mean": 31.0, "n": 1},
+        "tokens_per_s": {"mean": None, "n": 0}}
+
+    def table(s: Sweep) -> tuple[list[str], list[str]]:
+        out = Console(width=300, record=True)
+        out.print(results_table(s, [exp], runs=runs))
+        lines = out.export_text().splitlines()
+        head = [c.strip() for c in [x for x in lines if x.startswith("┃")][-1].split("┃")]
+        row = [c.strip() for c in [x for x in lines if x.startswith("│")][0].split("│")]
+        return head, row
+
+    head, row = table(named)
+    assert head[8:11] == [f"{k} (measured)" for k in keys]
+    assert row[8:11] == ["4.048e+04", "31", "–"]
+    head, row = table(sweep(CONFIG))  # no secondary key: the columns of today
+    assert not any(h.endswith("(measured)") for h in head if not h.startswith(CONFIG.metric))
+    assert head[8:11] == ["mem GB", "train s", "description"]

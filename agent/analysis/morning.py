@@ -28,6 +28,7 @@ from agent.analysis.counts import Counts
 from agent.analysis.evidence import SweepEvidence, recorded_value, sweep_evidence
 from agent.analysis.insights import Insights, sections
 from agent.analysis.insights_fold import digest
+from agent.analysis.secondary import SecondaryMean, by_experiment
 from agent.analysis.trials import PLATEAU_AFTER
 from agent.core.diff import diff_stats, parse
 from agent.core.domain import (
@@ -93,6 +94,8 @@ class KeptChange:
     reason: str
     supported: bool
     now: str = ""  # "kept at 3.309 on 2 runs; now 3.256 on 3" when measured again since
+    # each `[target] secondary` key's mean over the same runs as `mean` (measured)
+    secondary: tuple[SecondaryMean, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -178,6 +181,7 @@ class Report:
     night: Counts = field(default_factory=lambda: Counts(0, 0, 0, 0, 0))  # every screen's
     confirmation: Confirmation | None = None  # `overnight confirm`: the gain at a larger setting
     holdout: Holdout | None = None  # a target with a holdout_metric: validation vs holdout
+    secondary: tuple[str, ...] = ()  # the target's `[target] secondary` keys (each kept row's)
 
 
 # --- the report built from the records --------------------------------------------------------
@@ -192,7 +196,10 @@ def build_report(sweep: Sweep, experiments: Sequence[Experiment], runs: Sequence
     exps = list(experiments)
     ev = sweep_evidence(sweep, exps, list(runs))
     ins = digest(sweep, exps)
-    kept = [kept_change(e, ev) for e in exps if e.status is S.KEPT and not e.is_baseline]
+    changes = [e for e in exps if e.status is S.KEPT and not e.is_baseline]
+    keys = sweep.config.secondary
+    secondary = by_experiment(changes, runs, keys)
+    kept = [kept_change(e, ev, secondary.get(e.id, ())) for e in changes]
     finished = [e.finished_at for e in exps if e.finished_at is not None]
     headline = headline_of(sweep, ev, runs, exps)
     report = Report(
@@ -205,7 +212,8 @@ def build_report(sweep: Sweep, experiments: Sequence[Experiment], runs: Sequence
         crashes=crash_groups(exps), cost=cost_of(exps, runs, llm_usage, now),
         next_steps=[], attribution=attribution,
         experiments=tuple(e for e in exps if e.status in RAN_STATUSES), evidence=ev,
-        ablation_cost=ablation_runs(len(kept), seeds), night=Counts.of_records(exps, runs))
+        ablation_cost=ablation_runs(len(kept), seeds), night=Counts.of_records(exps, runs),
+        secondary=keys)
     return replace(report, next_steps=next_steps(report, ins))
 
 
@@ -235,7 +243,8 @@ def headline_of(sweep: Sweep, ev: SweepEvidence, runs: Sequence[Run],
                     sum(r.status is RunStatus.SUSPECT for r in runs))
 
 
-def kept_change(e: Experiment, ev: SweepEvidence) -> KeptChange:
+def kept_change(e: Experiment, ev: SweepEvidence,
+                secondary: tuple[SecondaryMean, ...] = ()) -> KeptChange:
     one = ev.experiments.get(e.id)
     added, removed = diff_stats(e.diff)
     try:
@@ -249,7 +258,7 @@ def kept_change(e: Experiment, ev: SweepEvidence) -> KeptChange:
         p_better=p, delta=e.delta, se=e.record.se if e.record is not None else None,
         added=added, removed=removed, files=files, proposer=e.proposer, reason=e.reason or "",
         supported=e.record is not None and e.record.tested,
-        now=one.remeasured_text(e.metric) if one else "")
+        now=one.remeasured_text(e.metric) if one else "", secondary=secondary)
 
 
 def crash_groups(exps: Sequence[Experiment]) -> list[CrashGroup]:

@@ -119,9 +119,10 @@ def _kept(r: Report) -> str:
     lines = ["## Kept changes (baseline → best)", ""]
     if not r.kept:
         return "\n".join([*lines, "Nothing was kept: the branch is the baseline."])
+    extra = "".join(f" {key}: mean of its runs (measured) |" for key in r.secondary)
     lines += [f"| # | change | {r.headline.metric}: mean of its runs (measured) | n | "
-              "Δ vs the incumbent runs it was compared with (inferred, ± se) | P(better) | "
-              "diff |", "| --- | --- | --- | --- | --- | --- | --- |"]
+              "Δ vs the incumbent runs it was compared with (inferred, ± se) | P(better) |"
+              f"{extra} diff |", "| --- " * (7 + len(r.secondary)) + "|"]
     lines += [_kept_row(k) for k in r.kept]
     lines += ["", "The value is the mean of the change's own runs; Δ is the keep rule's estimate "
               "of its difference from the incumbent runs it was compared with (within machine "
@@ -137,8 +138,9 @@ def _kept_row(k: KeptChange) -> str:
     files = ", ".join(k.files) or "–"
     delta = signed(k.delta) + (f" ± {k.se:.3g}" if k.delta is not None and k.se is not None
                                else "")
+    extra = "".join(f" {m.text} |" for m in k.secondary)  # agent.analysis.secondary
     return (f"| {k.id} | {cell(k.description)} (`{k.commit}`) | {mean} | {k.n} | "
-            f"{delta} | {p} | {cell(files)} +{k.added} −{k.removed} |")
+            f"{delta} | {p} |{extra} {cell(files)} +{k.added} −{k.removed} |")
 
 
 def attribution_markdown(a: Attribution) -> str:

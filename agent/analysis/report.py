@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from agent.analysis.evidence import ExperimentEvidence, SweepEvidence
 from agent.analysis.projection import memory_gb
+from agent.analysis.secondary import by_experiment
 from agent.core.config import Direction
-from agent.core.domain import Experiment, ExperimentStatus, Sweep, stopped_at
+from agent.core.domain import Experiment, ExperimentStatus, Run, Sweep, stopped_at
 from agent.core.record import Ending
 from agent.rules.wording import comparison, metric_text
 
@@ -21,7 +23,8 @@ _TSV_STATUS = {
 
 
 def results_tsv(
-    sweep: Sweep, experiments: list[Experiment], evidence: SweepEvidence | None = None
+    sweep: Sweep, experiments: list[Experiment], evidence: SweepEvidence | None = None,
+    runs: Sequence[Run] | None = None,
 ) -> str:
     """autoresearch's results.tsv: only runs (kept, discarded, crashed); crash metric 0.000000.
 
@@ -33,12 +36,17 @@ def results_tsv(
     empty too; a kept commit measured again since says its value now in its description. With
     `evidence` (`--format tsv-full`), six more columns: n, sd, p_better, the runs' metrics
     (comma-separated), and the inferred difference from the incumbent runs it was compared
-    with and its standard error.
+    with and its standard error; with the sweep's `runs` too, two more per `[target] secondary`
+    key: its mean over the runs the value rests on (four significant digits, empty when none
+    reported it) and how many of them did (`<key>_n`).
     """
     header = list(TSV_HEADER)
     header[1] = sweep.metric
     if evidence is not None:
         header += ["n", "sd", "p_better", "runs", "difference", "se"]
+    keys = sweep.config.secondary if evidence is not None and runs is not None else ()
+    secondary = by_experiment(experiments, runs or (), keys)
+    header += [col for key in keys for col in (key, f"{key}_n")]
     lines = ["\t".join(header)]
     for exp in experiments:
         status = _TSV_STATUS.get(exp.status)
@@ -58,6 +66,8 @@ def results_tsv(
         cells = [(exp.commit or "")[:7], value, f"{memory_gb(exp):.1f}", status, desc]
         if evidence is not None:
             cells += _full_cells(one, exp)
+        for m in secondary.get(exp.id, ()):
+            cells += ["" if m.mean is None else m.text, str(m.n)]
         lines.append("\t".join(cells))
     return "\n".join(lines) + "\n"
 

@@ -185,6 +185,9 @@ class TargetConfig(BaseModel):
     # a summary-block key the protected harness prints that no proposer sees during the night
     # (recorded per run, out of the summary and the logs; the report shows it after the night)
     holdout_metric: str | None = None
+    # summary-block keys recorded and shown beside the metric (the mean of the runs a change's
+    # value rests on, agent.analysis.secondary); the keep rule never reads them
+    secondary: tuple[str, ...] = ()
     # the tracker that mirrors the sweep: the [track] table of overnight.toml (not a key of
     # [target]); None: none (unless `--track` names one)
     track: TrackTable | None = None
@@ -307,6 +310,20 @@ class TargetConfig(BaseModel):
     def _holdout_metric(cls, v: str | None) -> str | None:
         return None if v is None else cls._metric(v)
 
+    @field_validator("secondary", mode="before")
+    @classmethod
+    def _secondary(cls, v: Any) -> tuple[str, ...]:
+        example = 'such as ["peak_vram_mb", "tokens_per_s"]'
+        if not isinstance(v, list | tuple) or not all(isinstance(k, str) for k in v):
+            raise ValueError(f"must be a list of summary-block keys {example}, got {v!r}")
+        bad = [k for k in v if not k.isidentifier()]
+        if bad:
+            raise ValueError(f"{bad[0]!r} is not a summary-block key ({example})")
+        twice = sorted({k for k in v if v.count(k) > 1})
+        if twice:
+            raise ValueError(f"{', '.join(twice)} listed more than once")
+        return tuple(v)
+
     @model_validator(mode="after")
     def _consistent(self) -> TargetConfig:
         both = sorted(set(self.editable) & set(self.protected))
@@ -318,6 +335,12 @@ class TargetConfig(BaseModel):
                              "assets are files outside git")
         if self.holdout_metric is not None and self.holdout_metric == self.metric:
             raise ValueError(f"holdout_metric: must differ from metric ({self.metric})")
+        if self.metric in self.secondary:
+            raise ValueError(f"secondary: {self.metric} is the metric itself; list other "
+                             "summary-block keys")
+        if self.holdout_metric is not None and self.holdout_metric in self.secondary:
+            raise ValueError(f"secondary: {self.holdout_metric} is the sealed holdout_metric, "
+                             "shown only after the night")
         if self.args_file is not None and self.args_file not in self.editable:
             raise ValueError(f"args_file: {self.args_file} must also be listed in editable")
         if self.budget is None and self.timeout_s <= self.budget_s:

@@ -36,6 +36,7 @@ from agent.analysis.evidence import ExperimentEvidence, SweepEvidence
 from agent.analysis.insights import Insights, sections
 from agent.analysis.projection import LLMView, reported_memory_gb
 from agent.analysis.report import difference_cell, evidence_header, improvement, runs_cell
+from agent.analysis.secondary import SecondaryMean, fmt_secondary, run_value, secondary_means
 from agent.core.diff import diff_stats, view_lines
 from agent.core.domain import Experiment, ExperimentStatus, Run, RunRole, Sweep, utcnow
 from agent.ops.service import Service, read_log
@@ -289,8 +290,11 @@ def table_page(reads: Reads, sweep: Sweep, status: str, page: int, before: int |
         got = listed(limit=page * PAGE_SIZE + 1, newest_first=True)
         rows = got[(page - 1) * PAGE_SIZE: page * PAGE_SIZE]
         newer, older = page > 1, len(got) > page * PAGE_SIZE
+    keys = sweep.config.secondary  # each row's runs are read only when the target names keys
     return {
-        "rows": [table_row(e, ev.experiments.get(e.id)) for e in rows],
+        "rows": [table_row(e, ev.experiments.get(e.id), secondary_of(reads, e, keys))
+                 for e in rows],
+        "secondary_keys": keys,
         "row_count": total,
         "page": page,
         "pages": pages,
@@ -304,11 +308,23 @@ def insights_panel_of(found: Insights) -> list[dict[str, Any]]:
             for h, lines in sections(found) if lines]
 
 
-def table_row(e: Experiment, ev: ExperimentEvidence | None = None) -> dict[str, Any]:
+def secondary_of(reads: Reads, e: Experiment, keys: Sequence[str],
+                 runs: Sequence[Run] | None = None) -> tuple[SecondaryMean, ...]:
+    """Each `[target] secondary` key's mean over the runs the experiment's value rests on
+    (agent.analysis.secondary); its runs read from the store unless given; () without keys."""
+    if not keys:
+        return ()
+    return secondary_means(e.record, reads.store.list_runs(experiment_id=e.id)
+                           if runs is None else runs, keys)
+
+
+def table_row(e: Experiment, ev: ExperimentEvidence | None = None,
+              secondary: tuple[SecondaryMean, ...] = ()) -> dict[str, Any]:
     secs = e.summary.get("training_seconds")
     return {
         "exp": e,
         "ev": ev,
+        "secondary": secondary,
         "runs": runs_cell(e, ev),
         "difference": difference_cell(e),
         "memory_gb": reported_memory_gb(e),
@@ -412,7 +428,12 @@ def experiment_page(reads: Reads, e: Experiment) -> dict[str, Any]:
     shown = next((r for r in reversed(own) if r.experiment_id == e.id and e.log_path
                   and r.log_path == e.log_path and r.role is not RunRole.INCUMBENT), None)
     summary = shown.summary if shown is not None and shown.summary else e.summary
+    keys = sweep.config.secondary
     return {
+        # each secondary key's mean over the runs its value rests on, and each run's own value
+        "secondary": secondary_of(reads, e, keys, own),
+        "run_secondary": {r.id: [fmt_secondary(run_value(r.summary, k)) for k in keys]
+                          for r in own},
         "sweep": sweep,
         "exp": e,
         "ev": ev,

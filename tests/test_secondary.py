@@ -47,7 +47,9 @@ def console_head(table: str) -> list[str]:
 
 
 def shown(value: float | None) -> str:
-    return "–" if value is None else f"{value:.4g}"
+    if value is None:
+        return "–"
+    return f"{value:.0f}" if abs(value) >= 1000 else f"{value:.4g}"  # no exponent
 
 
 def test_the_night_has_changes_with_runs_set_aside_and_keys_some_runs_did_not_print(night):

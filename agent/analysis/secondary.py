@@ -20,8 +20,11 @@ BLANK = "–"  # a key with no value (no run it rests on reported it)
 
 
 def fmt_secondary(value: float | None) -> str:
-    """A secondary value as every screen writes it: four significant digits; "–" for none."""
-    return BLANK if value is None else f"{value:.4g}"
+    """A secondary value as every screen writes it: four significant digits, whole numbers from
+    1000 up ("15813", never "1.581e+04"); "–" for none."""
+    if value is None:
+        return BLANK
+    return f"{value:.0f}" if abs(value) >= 1000 else f"{value:.4g}"
 
 
 def run_value(summary: Mapping[str, Any], key: str) -> float | None:

@@ -7,8 +7,9 @@
 #                           (default ~/.cache/overnight/image)
 #   OVERNIGHT_DEBIAN_MIRROR the mirror for debootstrap (default: apt's, from /etc/apt/sources*)
 #   TORCH_SPEC              the torch the image gets (default torch==2.13.0, the CPU build here)
-# pip's cache (`pip cache dir`, ~/.cache/pip) is mounted into the build, so a second build
-# downloads nothing; podman's own layer cache makes an unchanged rebuild quicker still.
+# pip's cache (`pip cache dir`, ~/.cache/pip) is mounted into the build, so what pip caches is
+# reused by the next build (downloads whose responses allow caching, wheels it built); podman's
+# layer cache makes a rebuild with unchanged sources take seconds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -74,6 +75,7 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
+trap 'exit 130' INT TERM  # the EXIT trap cleans up on these too
 
 # The host's pip settings (index, extra indexes, find-links, CA bundle) in a pip.conf for the
 # build, and the local files and folders they name mounted read-only. The Dockerfile depends
@@ -117,6 +119,10 @@ build_start=$SECONDS
   || { tail -40 "$work/build.log" >&2; fail "podman build failed"; }
 build_s=$(( SECONDS - build_start ))
 echo "build time: ${build_s} s"
+# what earlier builds left: untagged images, and the bases of other weeks
+"${PODMAN[@]}" image prune -f >/dev/null || true
+"${PODMAN[@]}" images --format '{{.Repository}}:{{.Tag}}' localhost/overnight-base \
+  | grep -v -x "$base" | xargs -r "${PODMAN[@]}" rmi >/dev/null 2>&1 || true
 
 # --- the target, mounted into the container; /data and the target belong to its uid 1000 ---
 mkdir -p "$work/data/targets"

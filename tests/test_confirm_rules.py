@@ -26,14 +26,14 @@ def runs(centre: float, spread: float = 0.002) -> list[float]:
 
 
 def test_parse_at():
-    assert parse_at("budget=1800").budget_s == 1800.0
+    assert parse_at("budget=1800").budget == 1800.0
     assert parse_at(" budget = 90.5 ").text() == "budget=90.5"
     at = parse_at("device=cuda:1")
-    assert at.device == "cuda:1" and at.budget_s is None and at.knob is None
+    assert at.device == "cuda:1" and at.budget is None and at.knob is None
     at = parse_at("DEPTH=8")
-    assert at.knob == "DEPTH" and at.value == "8" and at.budget_s is None
+    assert at.knob == "DEPTH" and at.value == "8" and at.budget is None
     for bad, words in [("budget", "expected KEY=VALUE"), ("=3", "expected KEY=VALUE"),
-                       ("budget=", "expected KEY=VALUE"), ("budget=soon", "positive number"),
+                       ("budget=", "expected KEY=VALUE"), ("budget=soon", "2M tokens"),
                        ("budget=0", "positive number"), ("budget=inf", "positive number"),
                        ("budget=nan", "positive number"), ("device=a b", "device name"),
                        ("my-knob=3", "unknown key 'my-knob'"), ("DEPTH=deep", "a number")]:

@@ -231,3 +231,22 @@ def test_a_script_without_knobs_is_told_how_to_give_them_and_that_works(tmp_path
     proc = overnight("adopt", str(root), "--force", "--command",
                      "python train.py --lr 0.5 --hidden 8")
     assert "2 knob(s) will be searched" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_adopt_varies_the_global_seed_not_the_fixed_data_split_s():
+    """A script that splits its data with its own generator (fixed, as it should stay) and
+    seeds the model from a --seed option: the seed to vary is the global one, wherever it is."""
+    from agent.ops.adopt_contract import seed_todos
+
+    text = ("import torch\n\n\ndef main(seed: int = 0):\n"
+            "    gen = torch.Generator().manual_seed(1234)\n"
+            "    data = torch.rand(10, generator=gen)\n"
+            "    torch.manual_seed(seed)\n")
+    (todo,) = seed_todos(text)
+    assert todo.where == "in place of `seed` on line 7", todo
+    assert todo.lines == ["int(os.environ.get('OVERNIGHT_SEED', 0)) + seed"]
+    # two on one line, and only a generator's: the first global one, else the generator's
+    (same,) = seed_todos("import random, torch\nrandom.seed(3); torch.manual_seed(4)\n")
+    assert same.where == "in place of `3` on line 2"
+    (only,) = seed_todos("import torch\ng = torch.Generator().manual_seed(7)\n")
+    assert only.where == "in place of `7` on line 2"

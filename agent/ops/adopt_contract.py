@@ -301,25 +301,40 @@ def lightning_todos(text: str, metric: Metric | None, t0: str, hydra: bool) -> l
 
 
 def seed_todos(text: str) -> list[Todo]:
-    """Seeding from a constant: repeats are identical and say nothing about the noise."""
+    """Seeding from a constant: repeats are identical and say nothing about the noise. The
+    global seed (`torch.manual_seed(seed)`, `random.seed`, `set_seed`) is the one to vary,
+    before a dedicated generator's (`torch.Generator().manual_seed(1234)`, often the fixed
+    data split, which repeats should share); the first in the file of each kind."""
     if "OVERNIGHT_SEED" in text:
         return []
     try:
         tree = ast.parse(text)
     except SyntaxError:
         return []
-    for node in ast.walk(tree):
-        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute | ast.Name)
-                and (getattr(node.func, "attr", None) or getattr(node.func, "id", None))
-                in SEED_CALLS and node.args):
-            arg = ast.get_source_segment(text, node.args[0]) or ""
-            return [Todo(f"line {node.lineno} seeds with `{arg}`: use the run's seed so that "
-                         "repeats measure the noise",
-                         [f"int(os.environ.get('OVERNIGHT_SEED', 0)) + {arg}"
-                          if not re.fullmatch(r"\d+", arg)
-                          else f"int(os.environ.get('OVERNIGHT_SEED', {arg}))"],
-                         f"in place of `{arg}` on line {node.lineno}")]
+    calls = sorted((node for node in ast.walk(tree)
+                    if isinstance(node, ast.Call)
+                    and isinstance(node.func, ast.Attribute | ast.Name)
+                    and (getattr(node.func, "attr", None) or getattr(node.func, "id", None))
+                    in SEED_CALLS and node.args),
+                   key=lambda n: (not _global_seed(n), n.lineno, n.col_offset))
+    for node in calls[:1]:
+        arg = ast.get_source_segment(text, node.args[0]) or ""
+        return [Todo(f"line {node.lineno} seeds with `{arg}`: use the run's seed so that "
+                     "repeats measure the noise",
+                     [f"int(os.environ.get('OVERNIGHT_SEED', 0)) + {arg}"
+                      if not re.fullmatch(r"\d+", arg)
+                      else f"int(os.environ.get('OVERNIGHT_SEED', {arg}))"],
+                     f"in place of `{arg}` on line {node.lineno}")]
     return []
+
+
+def _global_seed(call: ast.Call) -> bool:
+    """`set_seed(…)`, or a seed function of a module (`torch.manual_seed`, `np.random.seed`,
+    `torch.cuda.manual_seed_all`), not of an object made on the spot (`torch.Generator()`)."""
+    func: ast.expr = call.func
+    while isinstance(func, ast.Attribute):
+        func = func.value
+    return isinstance(func, ast.Name)
 
 
 # --- a training loop in a library module ------------------------------------------------------

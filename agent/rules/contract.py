@@ -150,8 +150,9 @@ def underrun(trained: float, budget: float) -> str | None:
     budget; None when it did not."""
     if trained >= budget * BUDGET_UNDERSHOOT:
         return None
-    return (f"trained only {trained:g} s of a {budget:g} s budget: a fixed number of steps? "
-            "does the script read OVERNIGHT_BUDGET_S?")
+    return (f"trained only {trained:g} s of a {budget:g} s budget: something ends training "
+            "first, a step or epoch cap or a loop that does not read OVERNIGHT_BUDGET_S "
+            "(`overnight doctor` names the line)")
 
 
 def check_progress(config: TargetConfig, run: RunFacts) -> Check:

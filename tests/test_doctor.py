@@ -327,7 +327,7 @@ def test_a_run_past_its_budget_is_told_what_the_loop_tells_each_run():
     assert told({"training_seconds": 19.5, "num_steps": 6}, "ok") == "trained 19.5 s of 20 s"
     assert told({"training_seconds": 9.0}, "warn") == (
         "trained only 9 s of a 20 s budget: something ends training first, a step or epoch cap "
-        "or a loop that does not read OVERNIGHT_BUDGET_S (`overnight doctor` names the line)")
+        "or a loop that does not read OVERNIGHT_BUDGET_S")
     assert told({"training_seconds": 40.0}, "fail").endswith("stop at OVERNIGHT_BUDGET_S?")
     # two 20 s steps: far past the budget, but its last step explains it: raise the budget
     assert told({"training_seconds": 40.0, "num_steps": 2}, "warn").endswith(

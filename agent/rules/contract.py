@@ -151,8 +151,7 @@ def underrun(trained: float, budget: float) -> str | None:
     if trained >= budget * BUDGET_UNDERSHOOT:
         return None
     return (f"trained only {trained:g} s of a {budget:g} s budget: something ends training "
-            "first, a step or epoch cap or a loop that does not read OVERNIGHT_BUDGET_S "
-            "(`overnight doctor` names the line)")
+            "first, a step or epoch cap or a loop that does not read OVERNIGHT_BUDGET_S")
 
 
 def check_progress(config: TargetConfig, run: RunFacts) -> Check:

@@ -16,6 +16,7 @@ import sys
 import tomllib
 from pathlib import Path
 
+import pytest
 from conftest import FIXTURES
 from test_cli import OVERNIGHT
 
@@ -245,8 +246,26 @@ def test_adopt_varies_the_global_seed_not_the_fixed_data_split_s():
     (todo,) = seed_todos(text)
     assert todo.where == "in place of `seed` on line 7", todo
     assert todo.lines == ["int(os.environ.get('OVERNIGHT_SEED', 0)) + seed"]
-    # two on one line, and only a generator's: the first global one, else the generator's
-    (same,) = seed_todos("import random, torch\nrandom.seed(3); torch.manual_seed(4)\n")
-    assert same.where == "in place of `3` on line 2"
+    # every global seed (random's, numpy's and torch's: each one left constant repeats its
+    # part of the noise), and a generator's only when there is no other
+    many = seed_todos("import random, torch\nrandom.seed(0)\nrandom.seed(3); torch.manual_seed(4)"
+                      "\nrng = torch.Generator().manual_seed(5)\n")
+    assert [t.where for t in many] == ["in place of `0` on line 2", "in place of `3` on line 3",
+                                       "in place of `4` on line 3"]
     (only,) = seed_todos("import torch\ng = torch.Generator().manual_seed(7)\n")
     assert only.where == "in place of `7` on line 2"
+
+
+@pytest.mark.parametrize(("line", "name", "expr"), [
+    ('print(f"val_mse {val:.6f}")', "val_mse", "val"),
+    ('print(f"valid rmse: {err:.3f}")', "valid_rmse", "err"),
+    ('print(f"test auc={auc_score}")', "test_auc", "auc_score"),
+    ('print(f"eval top1 {acc1:.2f}")', "eval_top1", "acc1"),
+])
+def test_adopt_finds_a_metric_of_any_kind_its_direction_knows(line: str, name: str, expr: str):
+    """val_mse, rmse, auc, top1: the words adopt's direction knows are metrics it finds, with
+    the expression to print in the summary block (not `<its value>`)."""
+    from agent.ops.adopt_contract import find_metrics
+
+    (found,) = find_metrics(line)
+    assert (found.name, found.expr) == (name, expr)

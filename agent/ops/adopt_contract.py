@@ -36,7 +36,8 @@ from dataclasses import dataclass, field
 from runner.summary import SUMMARY_SEPARATOR, parse_custom_progress, parse_progress
 
 # --- the script's own training loop -----------------------------------------------------------
-_KIND = r"(?:loss|ppl|perplexity|bpb|acc\w*|error|f1|score)"
+_KIND = (r"(?:loss|ppl|perplexity|bpb|bpc|nll|r?mse|mae|wer|cer|acc\w*|error|f1|score|bleu|"
+         r"rouge\w*|auc|auroc|m?iou|dice|top[15])")
 METRIC_TEXT = re.compile(rf"\b((?:val|valid|validation|test|eval)[ _/]?{_KIND})\b", re.I)
 TRAIN_LOSS_TEXT = re.compile(r"\b((?:train|training)[ _/]?loss)\b", re.I)
 SEED_CALLS = ("manual_seed", "set_seed", "seed_everything", "seed")
@@ -302,9 +303,9 @@ def lightning_todos(text: str, metric: Metric | None, t0: str, hydra: bool) -> l
 
 def seed_todos(text: str) -> list[Todo]:
     """Seeding from a constant: repeats are identical and say nothing about the noise. The
-    global seed (`torch.manual_seed(seed)`, `random.seed`, `set_seed`) is the one to vary,
-    before a dedicated generator's (`torch.Generator().manual_seed(1234)`, often the fixed
-    data split, which repeats should share); the first in the file of each kind."""
+    global seeds (`torch.manual_seed(seed)`, `random.seed`, `set_seed`) are the ones to vary,
+    each of them, before a dedicated generator's (`torch.Generator().manual_seed(1234)`, often
+    the fixed data split, which repeats should share; then the first)."""
     if "OVERNIGHT_SEED" in text:
         return []
     try:
@@ -317,15 +318,17 @@ def seed_todos(text: str) -> list[Todo]:
                     and (getattr(node.func, "attr", None) or getattr(node.func, "id", None))
                     in SEED_CALLS and node.args),
                    key=lambda n: (not _global_seed(n), n.lineno, n.col_offset))
-    for node in calls[:1]:
+    chosen = [n for n in calls if _global_seed(n)] or calls[:1]
+    todos = []
+    for node in chosen:
         arg = ast.get_source_segment(text, node.args[0]) or ""
-        return [Todo(f"line {node.lineno} seeds with `{arg}`: use the run's seed so that "
-                     "repeats measure the noise",
-                     [f"int(os.environ.get('OVERNIGHT_SEED', 0)) + {arg}"
-                      if not re.fullmatch(r"\d+", arg)
-                      else f"int(os.environ.get('OVERNIGHT_SEED', {arg}))"],
-                     f"in place of `{arg}` on line {node.lineno}")]
-    return []
+        todos.append(Todo(f"line {node.lineno} seeds with `{arg}`: use the run's seed so that "
+                          "repeats measure the noise",
+                          [f"int(os.environ.get('OVERNIGHT_SEED', 0)) + {arg}"
+                           if not re.fullmatch(r"\d+", arg)
+                           else f"int(os.environ.get('OVERNIGHT_SEED', {arg}))"],
+                          f"in place of `{arg}` on line {node.lineno}"))
+    return todos
 
 
 def _global_seed(call: ast.Call) -> bool:

@@ -514,7 +514,8 @@ def walk_experiment(page: Any, rec: Records, e: dict[str, Any]) -> bool:
                 "compared with" if r["id"] in compared else "")
         assert row[3] == r["status"] and row[4] == used and row[5] == f6(r["metric"]), row
         speed = r["throughput"]
-        assert row[6] == ("" if speed is None else f"{speed:.4g} {r['throughput_unit']}"), row
+        shown = "" if speed is None else (f"{speed:.0f}" if abs(speed) >= 1000 else f"{speed:.4g}")
+        assert row[6] == (f"{shown} {r['throughput_unit']}" if shown else ""), row  # no exponent
     # the summary block and the log tail are of one run, named, and show its value
     named = re.search(r"of run (\d+)", page.locator("#sum-h").inner_text())
     if named and records[int(named[1])]["metric"] is not None:

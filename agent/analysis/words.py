@@ -41,6 +41,10 @@ TERMS: dict[str, tuple[str, str]] = {
     "reruns": ("re-runs",
                "runs of a kept commit made later, beside newer changes; they update its value "
                "now."),
+    "role": ("role",
+             "baseline: a run of the unchanged script that starts the night; screen: a change's "
+             "first run; confirm: its later runs; incumbent: the kept commit run again, beside "
+             "a change's run (\"beside run N\")."),
     "detectable": ("smallest detectable effect",
                    "the smallest true gain a change would have kept half the time, by its "
                    "last run, at the night's noise."),

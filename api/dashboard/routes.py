@@ -25,6 +25,7 @@ from fastapi.responses import (
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from agent.analysis.report import fmt_delta
+from agent.analysis.secondary import fmt_secondary
 from agent.analysis.words import TERMS, why_not_kept
 from agent.core.domain import utcnow
 from agent.core.errors import NotFoundError
@@ -64,7 +65,8 @@ def templates() -> Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters.update(metric=_metric, delta=_delta, pct=_pct, secs=_secs, ts=_ts, hours=_hours)
+    env.filters.update(metric=_metric, delta=_delta, pct=_pct, secs=_secs, ts=_ts, hours=_hours,
+                       num4=fmt_secondary)
     env.globals.update(terms=TERMS, why_not_kept=why_not_kept)
     return env
 

@@ -329,6 +329,9 @@ def walk_sweep(page: Any, rec: Records, run_hours: str) -> None:
     assert got["Budget"] == f"{s['budget']} (hard limit {s['timeout_s']:g} s)"
     assert s["budget_s"] is None or s["budget"] == f"{s['budget_s']:g} s"
     ev = facts(page, "#evidence")
+    # the labels are upper-cased by the style, the terms in them are not: σ̂ must not read Σ̂
+    sigma = page.locator("#evidence dt abbr.term").first
+    assert sigma.inner_text() == "σ̂" and sigma.get_attribute("title")
     shown_sigma = ev["σ̂ now (run-to-run sd, pooled over the night)"]
     if not rec.shifted:  # on a night with load shifts σ̂ pools within machine conditions too
         assert shown_sigma == f"{sd:.3g} ({df} df)"

@@ -70,7 +70,8 @@ def legend(keys: tuple[str, ...] = ("measured", "delta", "incumbent", "p_better"
 def why_not_kept(rec: VerdictRecord | None) -> str | None:
     """A change judged and not kept, in one sentence that names what it lacked: "P(better) 0.64
     is not enough: a keep needs p at or below the level, and its p was 0.31 against a level of
-    0.0125." None where there is nothing to say (kept, or never judged)."""
+    0.013" (p and the level with two digits, as the reason writes them). None where there is
+    nothing to say (kept, probably worse, or never judged)."""
     if rec is None or rec.ending not in (Ending.NOT_BETTER, Ending.STOPPED_EARLY):
         return None
     if rec.p_better is None or rec.p_better < 0.5:

@@ -20,7 +20,7 @@ from agent.analysis.counts import Counts
 from agent.analysis.evidence import recorded_value
 from agent.analysis.projection import ExperimentView, LLMSpend
 from agent.analysis.report import improvement, results_tsv
-from agent.analysis.secondary import secondary_json, secondary_means
+from agent.analysis.secondary import by_experiment, secondary_json
 from agent.analysis.words import legend
 from agent.core.domain import Run, Sweep
 from agent.core.errors import NotFoundError
@@ -95,12 +95,12 @@ def print_results(sweep: Sweep, store, fmt: str,  # type: ignore[no-untyped-def]
         for r in runs:
             by_exp.setdefault(r.experiment_id, []).append(r)
         # each `[target] secondary` key's mean over the runs its value rests on (none: no key)
-        keys = sweep.config.secondary
+        secondary = by_experiment(exps, runs, sweep.config.secondary)
         rows = [{**ExperimentView.of(e, sweep.name, with_conversation=True,
                                      runs=by_exp.get(e.id, [])).model_dump(mode="json"),
                  **evidence_row(ev.experiments.get(e.id)),
-                 **({"secondary": secondary_json(secondary_means(
-                     e.record, by_exp.get(e.id, []), keys))} if keys else {})} for e in exps]
+                 **({"secondary": secondary_json(secondary[e.id])} if secondary else {})}
+                for e in exps]
         print(
             json.dumps(
                 {

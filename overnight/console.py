@@ -118,8 +118,7 @@ class LiveView:
         self.finished: list[Experiment] = []
         self.current: Experiment | None = None
         self.started = 0.0
-        compute = sweep.config.budget
-        self.steps = compute.amount if compute is not None and compute.unit == "steps" else None
+        self.steps = sweep.config.budget_steps
         self.budget = float(self.steps) if self.steps else sweep.budget_s
         self.last_loss: float | None = None
         self.trained_s: float | None = None

@@ -57,7 +57,8 @@ def secondary_means(record: VerdictRecord | None, runs: Iterable[Any],
     """Per key, the mean of the runs `record` names as its change's (record.change.runs) that
     reported it, read from `runs` (Run records with their summaries; any others are ignored)."""
     named = record.change.runs if record is not None else ()
-    by_id = {r.id: r for r in runs if r.id in set(named)}
+    wanted = set(named)
+    by_id = {r.id: r for r in runs if r.id in wanted}
     out = []
     for key in keys:
         got = [(i, v) for i in named if i in by_id

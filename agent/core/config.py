@@ -355,6 +355,13 @@ class TargetConfig(BaseModel):
         return self.budget is None
 
     @property
+    def budget_steps(self) -> int | None:
+        """The steps a run trains on a budget of steps (None: seconds or tokens), what its
+        progress lines are counted against."""
+        return self.budget.amount if self.budget is not None and self.budget.unit == "steps" \
+            else None
+
+    @property
     def budget_text(self) -> str:
         """The budget as a person reads it: "300 s" or "600 steps"."""
         return budget_text(self.budget_s, self.budget)

@@ -429,9 +429,7 @@ def run_end(result: RunResult, metric_key: str, meter: ProgressMeter | None = No
 def budget_parts(config: TargetConfig) -> tuple[float | None, int | None]:
     """What a run's fraction of its budget is measured against: (seconds, None) on a time
     budget, (None, steps) on a budget of steps, (None, None) on one of tokens."""
-    if config.budget is None:
-        return config.budget_s, None
-    return None, config.budget.amount if config.budget.unit == "steps" else None
+    return (config.budget_s if config.time_budget else None), config.budget_steps
 
 
 def pruned_end(end: RunEnd, early_stop: EarlyStop, budget_s: float | None) -> RunEnd:

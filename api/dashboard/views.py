@@ -380,10 +380,10 @@ def live_run(reads: Reads, sweep: Sweep, e: Experiment, with_points: bool = True
     training_s = round(trained[-1], 1) if trained else 0.0
     # the bar: training seconds of a time budget, steps of a budget of steps; none for tokens,
     # which no progress line counts
-    compute = sweep.config.budget
-    done, of, unit = ((training_s, sweep.budget_s, "s") if compute is None else
-                      (points[-1][0] if points else 0, compute.amount, "steps")
-                      if compute.unit == "steps" else (None, None, "tokens"))
+    steps = sweep.config.budget_steps
+    done, of, unit = ((training_s, sweep.budget_s, "s") if sweep.config.time_budget else
+                      (points[-1][0] if points else 0, steps, "steps") if steps else
+                      (None, None, "tokens"))
     return {
         "id": e.id,
         "href": f"/ui/experiments/{e.id}",

@@ -28,6 +28,8 @@ from pydantic import (
     model_validator,
 )
 
+from agent.core.bounds import EXAMPLES as BOUND_EXAMPLES
+from agent.core.bounds import Bound, bounds_table, parse_bounds
 from agent.core.budget import EXAMPLES, ComputeBudget, budget_text, parse_budget
 from agent.core.errors import ConfigError
 from agent.core.prune_policy import PrunePolicy
@@ -188,6 +190,12 @@ class TargetConfig(BaseModel):
     # summary-block keys recorded and shown beside the metric (the mean of the runs a change's
     # value rests on, agent.analysis.secondary); the keep rule never reads them
     secondary: tuple[str, ...] = ()
+    # bounds on summary-block keys ([target.constraints], agent.core.bounds): a hard one
+    # discards a change past it, a soft one asks it for more gain
+    constraints: tuple[Bound, ...] = ()
+    # a change that removes lines is kept unless worse than the incumbent by more than this
+    # (a non-inferiority test, docs/keep-rule.md); 0: a simplification must be better too
+    simplicity_margin: float = Field(0.0, ge=0)
     # the tracker that mirrors the sweep: the [track] table of overnight.toml (not a key of
     # [target]); None: none (unless `--track` names one)
     track: TrackTable | None = None
@@ -225,7 +233,8 @@ class TargetConfig(BaseModel):
         return data
 
     @field_validator(
-        "budget_s", "timeout_s", "min_delta", "fdr", "discard_below", mode="before",
+        "budget_s", "timeout_s", "min_delta", "fdr", "discard_below", "simplicity_margin",
+        mode="before",
     )
     @classmethod
     def _number(cls, v: Any) -> float:
@@ -324,6 +333,20 @@ class TargetConfig(BaseModel):
             raise ValueError(f"{', '.join(twice)} listed more than once")
         return tuple(v)
 
+    @field_validator("constraints", mode="before")
+    @classmethod
+    def _constraints(cls, v: Any) -> tuple[Bound, ...]:
+        if isinstance(v, tuple) and all(isinstance(b, Bound) for b in v):
+            return v
+        if not isinstance(v, dict):
+            raise ValueError(f"must be a table of bounds such as {{ peak_memory_mb = "
+                             f"\"<= 70000\" }}: {BOUND_EXAMPLES}; got {v!r}")
+        return parse_bounds(v)  # ValueError: pydantic names the key
+
+    @field_serializer("constraints")
+    def _dump_constraints(self, v: tuple[Bound, ...]) -> dict[str, str | list[str]]:
+        return bounds_table(v)
+
     @model_validator(mode="after")
     def _consistent(self) -> TargetConfig:
         both = sorted(set(self.editable) & set(self.protected))
@@ -341,6 +364,14 @@ class TargetConfig(BaseModel):
         if self.holdout_metric is not None and self.holdout_metric in self.secondary:
             raise ValueError(f"secondary: {self.holdout_metric} is the sealed holdout_metric, "
                              "shown only after the night")
+        bounded = {b.key for b in self.constraints}
+        if self.metric in bounded:
+            raise ValueError(f"constraints: {self.metric} is the metric, which the keep rule "
+                             "judges; bound other summary-block keys (min_delta asks a larger "
+                             "gain)")
+        if self.holdout_metric is not None and self.holdout_metric in bounded:
+            raise ValueError(f"constraints: {self.holdout_metric} is the sealed holdout_metric, "
+                             "which no decision may read during the night")
         if self.args_file is not None and self.args_file not in self.editable:
             raise ValueError(f"args_file: {self.args_file} must also be listed in editable")
         if self.budget is None and self.timeout_s <= self.budget_s:

@@ -2,8 +2,9 @@
 measured (a mean of named runs) or inferred (the keep rule's estimate), written once with the
 experiment (meta["verdict"]) and read, never worked out again, by every screen.
 
-Pure: the stdlib only. The keep rule (agent.rules.decide) fills it; the store writes it with the
-experiment's end; agent.analysis and the screens read it through `VerdictRecord.of(meta)`.
+Pure: the stdlib and agent.core.bounds only. The keep rule (agent.rules.decide) fills it; the
+store writes it with the experiment's end; agent.analysis and the screens read it through
+`VerdictRecord.of(meta)`.
 
 - `Measured`: runs that each printed the metric, by id, and their mean. What a screen shows as a
   change's value is always one of these, with its n.
@@ -21,6 +22,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from agent.core.bounds import BoundCheck
+
 RECORD_KEY = "verdict"  # where a finished experiment's meta keeps its record
 _LEGACY_TEST_KEY, _LEGACY_STOPPED_KEY = "test", "stopped"  # records written before the record
 RECORD_KEYS = (RECORD_KEY, _LEGACY_TEST_KEY, _LEGACY_STOPPED_KEY)  # what a light row keeps
@@ -35,6 +38,7 @@ class Ending(str, enum.Enum):
     NOT_BETTER = "not better"  # discarded on its runs
     NOT_JUDGED = "not judged"  # discarded: the machine's speed kept changing around its runs
     STOPPED_EARLY = "stopped early"  # discarded: its run was clearly behind part-way
+    OVER_BOUND = "over a bound"  # discarded: past a hard bound of [target.constraints]
     NO_COMPARISON = "no comparison"  # discarded: no incumbent run to compare it with
     REQUEUED = "requeued"  # discarded here: the branch moved; the diff is queued on the new head
     CONFLICT = "conflict"  # discarded: it conflicts with a change kept meanwhile
@@ -143,6 +147,18 @@ class VerdictRecord:
     # per machine condition it was compared in: (its runs there, the incumbent's there); the
     # difference is their means' differences averaged with weights 1/(1/n_change + 1/n_inc)
     blocks: tuple[tuple[Measured, Measured], ...] = ()
+    # what the test asked the gain to exceed (min_delta, plus the soft bounds' costs, less the
+    # simplicity margin for a change that removes lines); None: min_delta alone, or no test
+    margin: float | None = None
+    lines: int | None = None  # net lines the change adds to the editable files (<0: removes)
+    bounds: tuple[BoundCheck, ...] = ()  # [target.constraints] as checked on its runs
+
+    @property
+    def simpler(self) -> bool:
+        """Kept or judged as a simplification: it removes lines and was tested on the
+        simplicity margin (not worse by more than it)."""
+        return self.lines is not None and self.lines < 0 and self.margin is not None \
+            and self.margin < 0
 
     @property
     def n(self) -> int:
@@ -186,6 +202,12 @@ class VerdictRecord:
         if len(self.blocks) > 1:  # one block is `change` and `incumbent` themselves
             out["blocks"] = [{"change": c.to_json(), "incumbent": i.to_json()}
                              for c, i in self.blocks]
+        if self.margin is not None:
+            out["margin"] = self.margin
+        if self.lines is not None:
+            out["lines"] = self.lines
+        if self.bounds:
+            out["bounds"] = [b.to_json() for b in self.bounds]
         return out
 
     @classmethod
@@ -208,7 +230,11 @@ class VerdictRecord:
                 df=int(data["df"]) if _number(data.get("df")) else 0,
                 p=_float(data.get("p")), level=_float(data.get("level")),
                 p_better=_float(data.get("p_better")), stopped=StopPoint.of(data.get("stopped")),
-                beside=data.get("beside") is True, blocks=_blocks(data.get("blocks")))
+                beside=data.get("beside") is True, blocks=_blocks(data.get("blocks")),
+                margin=_float(data.get("margin")),
+                lines=int(data["lines"]) if _number(data.get("lines")) else None,
+                bounds=tuple(b for b in map(BoundCheck.of, data.get("bounds") or ())
+                             if b is not None))
         return _legacy(meta)
 
 

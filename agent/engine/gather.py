@@ -10,7 +10,7 @@ rule's note on how it was placed. Talks to the Store port only.
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from agent.core.domain import Experiment, ExperimentStatus, Run, RunRole, RunStatus
 from agent.core.ports import Store
@@ -33,8 +33,13 @@ class GatheredRuns:
 
 
 def gather(store: Store, sweep_id: int, exp: Experiment, head: str, commit: str,
-           time_budget: bool = True) -> GatheredRuns:
+           time_budget: bool = True, keys: Sequence[str] = ()) -> GatheredRuns:
+    """`keys`: summary-block keys the rule's bounds read; the runs then carry their summaries
+    (a fuller read, only when a target has [target.constraints])."""
     every = store.run_metrics(sweep_id)
+    if keys:
+        summaries = {r.id: r.summary for r in store.list_runs(sweep_id)}
+        every = [replace(r, summary=summaries.get(r.id) or {}) for r in every]
     runs = [r for r in every if r.metric is not None]
     good = [r for r in runs if r.status in USABLE]
     change_runs = [r for r in good

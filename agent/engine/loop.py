@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.core.config import TargetConfig
-from agent.core.diff import PathChange
+from agent.core.diff import PathChange, diff_stats
 from agent.core.domain import (
     CONTINUATION_PRIORITY,
     Experiment,
@@ -313,13 +313,17 @@ class Loop:
         self, sweep: Sweep, exp: Experiment, head: str, commit: str, failed: RunFailure | None
     ) -> tuple[Evidence, str, list[Run], list[Run]]:
         """What the decision needs, from the store and git: runs, the incumbent's, the head."""
-        gathered = gather(self.store, sweep.id, exp, head, commit, sweep.config.time_budget)
+        keys = tuple(dict.fromkeys(b.key for b in sweep.config.constraints))
+        gathered = gather(self.store, sweep.id, exp, head, commit, sweep.config.time_budget,
+                          keys)
         now_head = head if exp.is_baseline else self.repo.head(sweep.branch)
         moved = now_head != head
+        added, removed = diff_stats(exp.diff) if not exp.is_baseline else (0, 0)
         evidence = Evidence(
             is_baseline=exp.is_baseline,
-            runs=tuple(sample(r) for r in gathered.change_runs),
-            best=tuple(sample(r) for r in gathered.incumbent_runs),
+            runs=tuple(sample(r, keys) for r in gathered.change_runs),
+            best=tuple(sample(r, keys) for r in gathered.incumbent_runs),
+            lines=added - removed,
             others=gathered.others,
             speed_noise=gathered.speed_noise,
             failed=failed,

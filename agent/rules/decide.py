@@ -10,6 +10,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field, replace
 from statistics import NormalDist, fmean
 
+from agent.core.bounds import Bound, BoundCheck, check
 from agent.core.config import Direction, TargetConfig
 from agent.core.domain import CrashKind, ExperimentStatus
 from agent.core.record import Ending, Measured, StopPoint, VerdictRecord
@@ -26,7 +27,7 @@ from agent.rules.placement import (
     place,
     usual_runs,
 )
-from agent.rules.wording import comparison
+from agent.rules.wording import comparison, margin_text
 
 SEQUENTIAL, STRICT = "sequential", "strict"
 NOT_BETTER = "not better"  # how a discard judged on its runs starts (its reason's first words)
@@ -47,12 +48,15 @@ class Rule:
     incumbent_every: int = 8
     confirm_runs: int = 0  # strict only: extra runs of a would-be keep and of the baseline
     time_budget: bool = True  # False: a compute budget, where speed splits no condition
+    constraints: tuple[Bound, ...] = ()  # [target.constraints] (agent.core.bounds)
+    simplicity_margin: float = 0.0  # a change removing lines may be this much worse
 
     @classmethod
     def of(cls, config: TargetConfig) -> Rule:
         return cls(Direction(config.direction), config.decision, config.min_delta, config.seed,
                    config.fdr, config.discard_below, config.max_runs, config.baseline_runs,
-                   config.incumbent_every, config.confirm_runs, config.time_budget)
+                   config.incumbent_every, config.confirm_runs, config.time_budget,
+                   config.constraints, config.simplicity_margin)
 
     def tolerance(self, speed_noise: float | None) -> float:
         """The speed tolerance of the machine's conditions (docs/keep-rule.md#the-model)."""
@@ -85,6 +89,7 @@ class Evidence:
     conflict: str | None = None  # git's message when the diff no longer applies there
     tests: tuple[tuple[float, bool], ...] = ()  # the night's earlier tests: (p-value, kept)
     started_seeds: frozenset[int] = frozenset()  # seeds the incumbent's runs started with
+    lines: int = 0  # net lines the change adds to the editable files (< 0: it removes code)
 
 
 @dataclass(frozen=True)
@@ -120,6 +125,9 @@ class Verdict:
     best_notes: tuple[str, ...] = ()  # per run of `best`
     incumbent: bool = False  # the next run is the incumbent's, beside run `pair_of`
     pair_of: int | None = None
+    margin: float | None = None  # what the gain had to exceed, when not min_delta alone
+    lines: int | None = None  # the change's net lines, when the simplicity margin is on
+    bounds: tuple[BoundCheck, ...] = ()  # its bounds, as checked on its runs
 
     @property
     def metric(self) -> float | None:
@@ -136,7 +144,7 @@ class Verdict:
         return VerdictRecord(self.ending, self.change, self.set_aside, self.compared_with,
                              self.best, self.difference, self.se, self.sigma, self.df,
                              self.p_value, self.level, self.p_better, self.stopped,
-                             self.beside, self.blocks)
+                             self.beside, self.blocks, self.margin, self.lines, self.bounds)
 
 
 def decide(ev: Evidence, rule: Rule) -> Verdict:
@@ -277,11 +285,13 @@ def _strict(ev: Evidence, rule: Rule) -> Verdict:
     own = _own(ev.runs)
     best = usual_runs(ev.best, rule.tolerance(ev.speed_noise))[0]
     m, b = own.mean, best.mean
-    base = Verdict(None, change=own, compared_with=best, best=best,
-                   difference=None if m is None or b is None else m - b,
-                   suspect=(False,) * own.n)
-    text = compared_text(base, rule.direction, rule.time_budget)
-    if not is_improvement(m, b, rule.direction, rule.min_delta):
+    base = _weighed(ev, rule, Verdict(
+        None, change=own, compared_with=best, best=best,
+        difference=None if m is None or b is None else m - b, suspect=(False,) * own.n))
+    if any(c.broken for c in base.bounds):
+        return _over_bound(base)
+    text = compared_text(base, rule.direction, rule.time_budget) + _asked(base)
+    if not is_improvement(m, b, rule.direction, _delta(base, rule)):
         return replace(base, status=ExperimentStatus.DISCARDED, ending=Ending.NOT_BETTER,
                        reason=f"{NOT_BETTER} (strict): {text}")
     if own.n < 1 + rule.confirm_runs:
@@ -356,12 +366,16 @@ def _change(ev: Evidence, rule: Rule) -> Verdict:
                        change=_own(ev.runs), set_aside=(),
                        reason="no incumbent runs to compare with")
     cmp = None if pl.pending else compare(ev.runs, ev.best, pl, keys, ev.others, rule, tol)
+    if cmp is not None:
+        sign = 1.0 if rule.direction is Direction.MINIMIZE else -1.0
+        base = replace(base, change=cmp.change, compared_with=cmp.compared_with, best=cmp.best,
+                       difference=-sign * cmp.gain, se=cmp.se, sigma=cmp.sigma, df=cmp.df,
+                       beside=cmp.beside, blocks=cmp.blocks)
+    base = _weighed(ev, rule, base)
+    if any(c.broken for c in base.bounds):
+        return _over_bound(base)
     if cmp is None:
         return _unplaced(ev, rule, pl, base)
-    sign = 1.0 if rule.direction is Direction.MINIMIZE else -1.0
-    base = replace(base, change=cmp.change, compared_with=cmp.compared_with, best=cmp.best,
-                   difference=-sign * cmp.gain, se=cmp.se, sigma=cmp.sigma, df=cmp.df,
-                   beside=cmp.beside, blocks=cmp.blocks)
     if cmp.se is None:
         return _without_noise(ev, rule, cmp, base)
     return _test(ev, rule, pl, keys, cmp, base)
@@ -403,8 +417,8 @@ def _without_noise(ev: Evidence, rule: Rule, cmp: Comparison, base: Verdict) -> 
     why = ("the noise is not measured (the baseline's repeats were identical: does the script "
            "ignore OVERNIGHT_SEED?)" if rule.baseline_runs >= 2 else
            "the noise is not measured (baseline_runs = 1)")
-    text = f"{compared_text(base, rule.direction, rule.time_budget)}; {why}"
-    if cmp.gain - rule.min_delta <= 0:
+    text = f"{compared_text(base, rule.direction, rule.time_budget)}; {why}{_asked(base)}"
+    if cmp.gain - _delta(base, rule) <= 0:
         return replace(base, status=ExperimentStatus.DISCARDED, reason=f"{NOT_BETTER}: {text}",
                        ending=Ending.NOT_BETTER)
     if ev.head_moved:
@@ -444,14 +458,15 @@ def _look(ev: Evidence, rule: Rule, cmp: Comparison, base: Verdict) -> tuple[flo
     assert cmp.se is not None
     level = fdr.level(ev.tests, rule.fdr)
     s_k = look_share(len(ev.runs), rule.max_runs, level)
-    t = t_score(cmp.gain - rule.min_delta, cmp.se)
+    t = t_score(cmp.gain - _delta(base, rule), cmp.se)
     p = min(1.0, t_sf(t, cmp.df or None) / s_k) if s_k else 1.0
     base = replace(base, p_better=1.0 - t_sf(t_score(cmp.gain, cmp.se), cmp.df or None),
                    p_value=p, level=level)
     return t, base, (
         f"{compared_text(base, rule.direction, rule.time_budget)} (σ̂ {cmp.sigma:.3g}, "
         f"{cmp.df or '∞'} df): t {t:.2f}, "
-        + (f"p {p:.2g}, level {level:.2g}" if len(ev.runs) > 1 else "a first run keeps nothing"))
+        + (f"p {p:.2g}, level {level:.2g}" if len(ev.runs) > 1 else "a first run keeps nothing")
+        + _asked(base))
 
 
 def _incumbent_short(ev: Evidence, pl: Placement, keys: Sequence[Condition]) -> bool:
@@ -475,3 +490,43 @@ def compared_text(v: Verdict, direction: Direction, by_speed: bool = True) -> st
     the incumbent runs it was compared with, naming them (agent.rules.wording.comparison)."""
     return comparison(v.change, v.compared_with, v.difference, v.se, direction, v.beside,
                       len(v.blocks), by_speed)
+
+
+def _weighed(ev: Evidence, rule: Rule, base: Verdict) -> Verdict:
+    """What the change is weighed on besides its metric (docs/keep-rule.md#constraints-and-
+    simplicity): its bounds, checked on the runs its value rests on (all its runs before one
+    is placed) against the incumbent runs it was compared with (the best's before); and the
+    margin its gain must exceed: min_delta, plus each soft bound's cost, less
+    `simplicity_margin` when it removes lines."""
+    checks: tuple[BoundCheck, ...] = ()
+    if rule.constraints:
+        ids = set(base.change.runs) or {r.run_id for r in ev.runs}
+        against = base.compared_with if base.compared_with is not None else base.best
+        ref = set(against.runs) if against is not None else set()
+        own = [r for r in ev.runs if r.run_id in ids]
+        inc = [b for b in ev.best if b.run_id in ref]
+        checks = tuple(check(b, [v for r in own if (v := r.value(b.key)) is not None],
+                             [v for r in inc if (v := r.value(b.key)) is not None])
+                       for b in rule.constraints)
+    simpler = rule.simplicity_margin if ev.lines < 0 else 0.0
+    margin = rule.min_delta + sum(c.cost for c in checks) - simpler
+    return replace(base, bounds=checks, lines=ev.lines or None,
+                   margin=None if margin == rule.min_delta else margin)
+
+
+def _asked(v: Verdict) -> str:
+    """What the test asked beyond min_delta, for the reason's end (wording.margin_text)."""
+    return margin_text(v.bounds, v.lines, v.margin)
+
+
+def _delta(v: Verdict, rule: Rule) -> float:
+    """What the gain must exceed: min_delta, or the margin `_weighed` set."""
+    return rule.min_delta if v.margin is None else v.margin
+
+
+def _over_bound(base: Verdict) -> Verdict:
+    """Past a hard bound: discarded with the bound, whatever its metric; no test in the night's
+    ledger."""
+    why = "; ".join(c.text() for c in base.bounds if c.broken)
+    return replace(base, status=ExperimentStatus.DISCARDED, reason=f"over a bound: {why}",
+                   ending=Ending.OVER_BOUND, p_value=None, level=None)

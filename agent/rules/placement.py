@@ -29,6 +29,10 @@ class Sample:
     device: str | None = None
     pair_of: int | None = None  # an incumbent run: the change's run it was started beside
     source: str | None = None  # where the throughput came from (agent.rules.throughput)
+    values: tuple[tuple[str, float], ...] = ()  # the summary-block keys its bounds read
+
+    def value(self, key: str) -> float | None:
+        return next((v for k, v in self.values if k == key), None)
 
 
 @dataclass(frozen=True)

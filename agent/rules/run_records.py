@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from agent.core.bounds import finite_number
 from agent.core.domain import Run, RunStatus
 from agent.rules.noise import speed_noise, speed_tolerance
 from agent.rules.placement import Sample, best_of
@@ -13,10 +14,14 @@ from agent.rules.placement import Sample, best_of
 USABLE = (RunStatus.OK, RunStatus.SUSPECT)  # runs with a metric the rule decides on
 
 
-def sample(r: Run) -> Sample:
+def sample(r: Run, keys: Sequence[str] = ()) -> Sample:
+    """The run as the rule reads it; `keys`: the summary-block keys its bounds read (from
+    r.summary, where the store loaded it)."""
     assert r.metric is not None
+    values = tuple((k, v) for k in keys if (v := finite_number((r.summary or {}).get(k)))
+                   is not None)
     return Sample(r.metric, r.throughput, r.id, r.seed, r.device, r.pair_run_id,
-                  r.throughput_source)
+                  r.throughput_source, values)
 
 
 def recorded_best(runs: Sequence[Run], commit: str, tolerance: float | None = None,

@@ -2,11 +2,14 @@
 rule inferred (a difference ± its standard error), and the reference each comparison is against,
 named. The reasons the rule writes and every screen use these, so one fact reads one way.
 
-Pure: the stdlib, config and the record only.
+Pure: the stdlib, config, bounds and the record only.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+from agent.core.bounds import BoundCheck
 from agent.core.config import Direction
 from agent.core.record import Measured
 
@@ -103,3 +106,23 @@ def unplaced_note(speed: float, source: str | None, ratio_known: bool) -> str:
     return (f"ran at {speed_text(speed, source)}, a speed the incumbent has not run at"
             + ("" if ratio_known else " (this change's own effect on speed is not measured "
                "yet)") + ", so the incumbent runs next to it")
+
+
+def lines_text(lines: int) -> str:
+    """"12 lines fewer" / "1 line more"."""
+    n = abs(lines)
+    return f"{n} line{'s' if n != 1 else ''} {'fewer' if lines < 0 else 'more'}"
+
+
+def margin_text(bounds: Sequence[BoundCheck], lines: int | None, margin: float | None) -> str:
+    """What a test asked beyond min_delta, for a reason's end: "; peak_vram_mb 1300 (mean of 2
+    runs) is 30 % over its bound <= 1 x incumbent = 1000: it asks 0.015000 more gain", "; a
+    simplification (12 lines fewer): kept unless worse by more than 0.010000"; "" when nothing
+    was asked beyond min_delta."""
+    notes = [f"{c.text()}: it asks {metric_text(c.cost)} more gain" for c in bounds if c.cost]
+    if margin is not None and margin < 0 and lines is not None and lines < 0:
+        notes.append(f"a simplification ({lines_text(lines)}): kept unless worse by more than "
+                     f"{metric_text(-margin)}")
+    elif margin is not None and notes:
+        notes.append(f"so the gain must exceed {metric_text(margin)}")
+    return "".join(f"; {n}" for n in notes)

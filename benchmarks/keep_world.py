@@ -130,6 +130,8 @@ class Commit:
     runs: list[Sample] = field(default_factory=list)
     suspect: list[bool] = field(default_factory=list)  # per run: its status in the store
     busy: int = 0  # its runs, and incumbent runs beside it, that met a busy phase
+    lines: int = 0  # net lines it adds (< 0: a simplification; benchmarks/weigh_world.py)
+    memory: float | None = None  # its peak memory, when the world has a cost (weigh_world)
     # who it is: id() is reused once a retired commit is freed (two commits then one, and the
     # night's numbers vary with the allocator); replace() keeps it (the same commit)
     key: int = field(default_factory=itertools.count().__next__)
@@ -163,8 +165,10 @@ class Night:
         noise = _noise(self.rng, self.world.noise) * c.scale
         metric = c.truth + (shift + self.offset + noise) * self.world.sigma
         speed = c.speed * factor * self.rng.lognormvariate(0.0, self.world.tp_noise)
+        memory = () if c.memory is None else (
+            ("memory", c.memory * self.rng.lognormvariate(0.0, 0.01)),)
         run = Sample(metric, self._seen(speed), self.next_id, seed, None, pair_of,
-                     self.world.source)
+                     self.world.source, memory)
         self.started.append((str(c.key), None, run.throughput))
         self.next_id += 1
         self.runs += 1
@@ -187,7 +191,8 @@ class Night:
         while True:
             best = () if baseline else tuple(self.head.runs)
             ev = Evidence(baseline, tuple(c.runs), best, self.others,
-                          speed_noise=speed_noise(self.started), tests=tuple(self.tests))
+                          speed_noise=speed_noise(self.started), tests=tuple(self.tests),
+                          lines=c.lines)
             verdict = decide(ev, rule)
             c.suspect = list(verdict.suspect)
             if verdict.status is not None:

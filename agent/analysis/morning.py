@@ -30,6 +30,8 @@ from agent.analysis.insights import Insights, sections
 from agent.analysis.insights_fold import digest
 from agent.analysis.secondary import SecondaryMean, by_experiment
 from agent.analysis.trials import PLATEAU_AFTER
+from agent.analysis.words import weighed
+from agent.core.config import Direction
 from agent.core.diff import diff_stats, parse
 from agent.core.domain import (
     RAN_STATUSES,
@@ -96,6 +98,7 @@ class KeptChange:
     now: str = ""  # "kept at 3.309 on 2 runs; now 3.256 on 3" when measured again since
     # each `[target] secondary` key's mean over the same runs as `mean` (measured)
     secondary: tuple[SecondaryMean, ...] = ()
+    weighed: str = ""  # what it weighed besides the metric (agent.analysis.words.weighed)
 
 
 @dataclass(frozen=True)
@@ -199,7 +202,8 @@ def build_report(sweep: Sweep, experiments: Sequence[Experiment], runs: Sequence
     changes = [e for e in exps if e.status is S.KEPT and not e.is_baseline]
     keys = sweep.config.secondary
     secondary = by_experiment(changes, runs, keys)
-    kept = [kept_change(e, ev, secondary.get(e.id, ())) for e in changes]
+    kept = [kept_change(e, ev, secondary.get(e.id, ()), sweep.config.simplicity_margin,
+                        sweep.direction is Direction.MINIMIZE) for e in changes]
     finished = [e.finished_at for e in exps if e.finished_at is not None]
     headline = headline_of(sweep, ev, runs, exps)
     report = Report(
@@ -244,7 +248,8 @@ def headline_of(sweep: Sweep, ev: SweepEvidence, runs: Sequence[Run],
 
 
 def kept_change(e: Experiment, ev: SweepEvidence,
-                secondary: tuple[SecondaryMean, ...] = ()) -> KeptChange:
+                secondary: tuple[SecondaryMean, ...] = (), simplicity_margin: float = 0.0,
+                minimize: bool = True) -> KeptChange:
     one = ev.experiments.get(e.id)
     added, removed = diff_stats(e.diff)
     try:
@@ -258,7 +263,8 @@ def kept_change(e: Experiment, ev: SweepEvidence,
         p_better=p, delta=e.delta, se=e.record.se if e.record is not None else None,
         added=added, removed=removed, files=files, proposer=e.proposer, reason=e.reason or "",
         supported=e.record is not None and e.record.tested,
-        now=one.remeasured_text(e.metric) if one else "", secondary=secondary)
+        now=one.remeasured_text(e.metric) if one else "", secondary=secondary,
+        weighed=weighed(e.record, simplicity_margin, minimize))
 
 
 def crash_groups(exps: Sequence[Experiment]) -> list[CrashGroup]:

@@ -128,7 +128,9 @@ def _kept(r: Report) -> str:
               "of its difference from the incumbent runs it was compared with (within machine "
               "conditions), ± its standard error. P(better) is the keep rule's; ✓ marks a keep "
               "the test made at the night's false-discovery level (the others were kept on one "
-              "run, the noise not measured)."]
+              "run, the noise not measured). A change that removes lines is kept when it is not "
+              "worse by more than the simplicity margin (\"simpler\"), and a keep that adds "
+              "lines for a gain under that margin is flagged."]
     return "\n".join(lines)
 
 
@@ -139,7 +141,8 @@ def _kept_row(k: KeptChange) -> str:
     delta = signed(k.delta) + (f" ± {k.se:.3g}" if k.delta is not None and k.se is not None
                                else "")
     extra = "".join(f" {m.text} |" for m in k.secondary)  # agent.analysis.secondary
-    return (f"| {k.id} | {cell(k.description)} (`{k.commit}`) | {mean} | {k.n} | "
+    note = f" — {cell(k.weighed)}" if k.weighed else ""
+    return (f"| {k.id} | {cell(k.description)} (`{k.commit}`){note} | {mean} | {k.n} | "
             f"{delta} | {p} |{extra} {cell(files)} +{k.added} −{k.removed} |")
 
 

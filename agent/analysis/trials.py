@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from agent.core.config import Direction
 from agent.core.domain import RAN_STATUSES, CrashKind, Experiment, ExperimentStatus
+from agent.core.record import Ending
 from agent.rules.crash_causes import crash_family
 from agent.rules.knob_space import direction_of, step_between
 
@@ -59,7 +60,9 @@ class Trial:
     changes: tuple[Change, ...]
     pure: bool  # only constants changed (no other code)
     gain: float | None  # inferred: better than the incumbent runs it was compared with (> 0)
-    crash: str | None  # oom | nan | timeout | crash, for fundamental failures only
+    # oom | nan | timeout | crash, for fundamental failures only; "over a bound": discarded
+    # past a hard bound of [target.constraints] (a region the search avoids as a crash's)
+    crash: str | None
     generation: int  # how many keeps came before it (which head it ran on)
     meta: dict[str, object]
     se: float | None = None  # the gain's standard error (None: the noise was not measured)
@@ -134,8 +137,11 @@ def trial(exp: Experiment, direction: Direction, generation: int) -> Trial:
     if hit is not None and hit[0]() is exp and hit[1] is direction and hit[2] == generation:
         return hit[3]
     changes, pure = constant_changes(exp.diff)
-    gain = gain_of(exp, direction) if exp.status in RUN_STATUSES[:2] else None
-    trial = Trial(exp.id, exp.status, exp.description, changes, pure, gain, crash_class(exp),
+    # past a hard bound: a region to avoid, as a crash is, and no gain the rule judged
+    bound = exp.record is not None and exp.record.ending is Ending.OVER_BOUND
+    gain = gain_of(exp, direction) if exp.status in RUN_STATUSES[:2] and not bound else None
+    trial = Trial(exp.id, exp.status, exp.description, changes, pure, gain,
+                  Ending.OVER_BOUND.value if bound else crash_class(exp),
                   generation, dict(exp.meta),
                   exp.record.se if gain is not None and exp.record is not None else None)
     gone = functools.partial(_forget, key)

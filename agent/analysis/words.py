@@ -3,12 +3,13 @@ dashboard's tooltips and its "What the words mean" list, and the morning report'
 these, so a term means the same everywhere. `why_not_kept` says in one sentence why a change
 whose P(better) was high was still not kept.
 
-Pure: the stdlib and the record only.
+Pure: the stdlib, the record and the rules' wording only.
 """
 
 from __future__ import annotations
 
 from agent.core.record import Ending, VerdictRecord
+from agent.rules.wording import lines_text, metric_text
 
 # term -> one plain sentence; the keys are what templates and the console look up
 TERMS: dict[str, tuple[str, str]] = {
@@ -45,6 +46,14 @@ TERMS: dict[str, tuple[str, str]] = {
              "baseline: a run of the unchanged script that starts the night; screen: a change's "
              "first run; confirm: its later runs; incumbent: the kept commit run again, beside "
              "a change's run (\"beside run N\")."),
+    "simpler": ("simpler",
+                "a change that removes lines (net, in the editable files), kept because it is not "
+                "worse than the incumbent by more than the simplicity margin the target sets; "
+                "a keep that adds lines for a gain under that margin is flagged."),
+    "bound": ("over a bound",
+              "discarded because a summary key its runs printed (peak memory, throughput) is "
+              "past a hard bound of the target's [target.constraints], whatever its metric; a "
+              "soft bound instead asks a larger gain for a larger cost."),
     "detectable": ("smallest detectable effect",
                    "the smallest true gain a change would have kept half the time, by its "
                    "last run, at the night's noise."),
@@ -81,3 +90,25 @@ def why_not_kept(rec: VerdictRecord | None) -> str | None:
                 f"level, and its p was {rec.p:.2g} against a level of {rec.level:.2g}.")
     return (f"P(better) {rec.p_better:.2f} is not enough: a keep needs a test at the night's "
             "level, and this change was not given one.")
+
+
+def weighed(rec: VerdictRecord | None, simplicity_margin: float, minimize: bool) -> str:
+    """What a keep weighed besides its metric, in one sentence (every screen that shows a
+    keep's gain says it beside it): "simpler: 9 lines fewer, kept as not worse than the
+    incumbent by more than 0.050000"; "small gain for its code: 40 lines more for a gain of
+    0.001000, under the simplicity margin 0.050000"; "peak_memory_mb is 30 % over its bound
+    …: it was asked 0.015000 more gain". "" when it weighed nothing else."""
+    if rec is None or rec.ending is not Ending.KEPT:
+        return ""
+    notes = [f"{c.text()}: it was asked {metric_text(c.cost)} more gain"
+             for c in rec.bounds if c.cost]
+    gain = rec.gain(minimize)
+    if rec.simpler and rec.margin is not None and rec.lines is not None:
+        notes.insert(0, f"simpler: {lines_text(rec.lines)}, kept as not worse than the incumbent "
+                        f"by more than {metric_text(simplicity_margin)}")
+    elif simplicity_margin > 0 and rec.lines is not None and rec.lines > 0 and gain is not None \
+            and gain < simplicity_margin:
+        notes.insert(0, f"small gain for its code: {lines_text(rec.lines)} for a gain of "
+                        f"{metric_text(gain)}, under the simplicity margin "
+                        f"{metric_text(simplicity_margin)}")
+    return "; ".join(notes)

@@ -26,7 +26,7 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from agent.analysis.report import fmt_delta
 from agent.analysis.secondary import fmt_secondary
-from agent.analysis.words import TERMS, why_not_kept
+from agent.analysis.words import TERMS, weighed, why_not_kept
 from agent.core.domain import utcnow
 from agent.core.errors import NotFoundError
 from agent.ops.service import holdout_key, read_log
@@ -67,7 +67,7 @@ def templates() -> Environment:
     )
     env.filters.update(metric=_metric, delta=_delta, pct=_pct, secs=_secs, ts=_ts, hours=_hours,
                        num4=fmt_secondary)
-    env.globals.update(terms=TERMS, why_not_kept=why_not_kept)
+    env.globals.update(terms=TERMS, why_not_kept=why_not_kept, weighed=weighed)
     return env
 
 

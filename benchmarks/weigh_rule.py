@@ -192,13 +192,14 @@ def main() -> int:
                   f"{big:>10.1%}{_share(t.big_free_kept, t.big_free):>10}"
                   f"{t.runs / t.proposals:>10.2f}"
                   f"{statistics.fmean(t.gains):>10.2f}", flush=True)
-            if name == "weighed" and (fdr > 0.2 or t.over_hard_kept):
+            if name == "weighed" and fdr > 0.2:
                 bad.append(ww.world.name)
     print(f"({time.perf_counter() - t0:.0f} s)")
     if bad:
-        print("FDR above 20 % or a keep past the hard bound in: " + "; ".join(bad))
+        print("FDR above 20 % in: " + "; ".join(bad))
         return 1
-    print("FDR ≤ 20 % and no keep past the hard bound in every world")
+    print("FDR ≤ 20 % in every world (a hard bound holds the measured mean, so a change whose "
+          "true memory is just past it may be kept: 'past hard')")
     return 0
 
 

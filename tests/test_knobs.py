@@ -163,6 +163,23 @@ def test_crash_region_is_avoided(seed):
         h.run({p.meta["knob"]: p.meta["new"]}, D, gain=-0.003)
 
 
+@pytest.mark.parametrize("seed", range(5))
+def test_a_region_past_a_hard_bound_is_avoided_as_a_crash_region_is(seed):
+    """[target.constraints]: D_MODEL 256 was far better but over the memory ceiling, so it
+    was discarded over a bound; the search neither goes there again nor re-tests it as a
+    near-miss."""
+    h = History()
+    over = h.run({"D_MODEL": "256"}, D, gain=0.3)
+    h.exps[-1] = recorded(over, record(Ending.OVER_BOUND, [BASE - 0.3], compared=[BASE]))
+    for _ in range(25):
+        p = KnobsProposer(seed=seed).propose(h.ctx())
+        changes = {c["knob"]: c["new"] for c in p.meta.get("changes", [])} or {
+            p.meta["knob"]: p.meta["new"]}
+        assert float(changes.get("D_MODEL", "128")) < 256, p.description
+        assert "near-miss" not in p.description
+        h.run(changes, D, gain=-0.003)
+
+
 def test_plateau_switches_to_a_knob_not_tried_lately():
     h = History()
     h.run({"LR": "6e-3"}, K, gain=0.05)

@@ -169,3 +169,17 @@ def test_without_measured_noise_a_simplification_is_judged_on_the_margin_too():
     assert decide(Evidence(False, (Sample(1.05, run_id=3),), same, lines=-5), r).status is S.KEPT
     assert decide(Evidence(False, (Sample(1.15, run_id=3),), same, lines=-5),
                   r).status is S.DISCARDED
+
+
+def test_the_baseline_warns_of_a_bound_it_cannot_check_or_is_already_past():
+    from agent.rules.contract import baseline_warnings
+
+    base = tuple(Sample(m, run_id=i + 1, seed=42 + i, values=(("mem", 90000.0),))
+                 for i, m in enumerate((1.0, 1.1)))
+    said = baseline_warnings(base, "val", (parse_bound("mem", "<= 70000"),
+                                           parse_bound("tps", ">= 0.9 x incumbent")))
+    assert any("bounds tps, which the baseline's runs do not print" in w for w in said)
+    assert any("the baseline's mem (mean 90000) is already past its bound <= 70000" in w
+               for w in said)
+    assert not any("mem" in w for w in baseline_warnings(base, "val", (
+        parse_bound("mem", "<= 1 x incumbent"),)))

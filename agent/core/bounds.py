@@ -150,11 +150,11 @@ class BoundCheck:
             return f"{b.key} was not reported by its runs, and it is bounded ({b.text})"
         runs = f"{self.n} run{'s' if self.n != 1 else ''}"
         bound = b.text if self.limit is None or not b.relative else \
-            f"{_num(self.limit)} ({b.text})"
+            f"{number_text(self.limit)} ({b.text})"
         if self.past <= 0:
-            return f"{b.key} {_num(self.value)} (mean of {runs}) is within its bound {bound}"
+            return f"{b.key} {number_text(self.value)} (mean of {runs}) is within its bound {bound}"
         where = "over" if b.at_most else "under"
-        return (f"{b.key} {_num(self.value)} (mean of {runs}) is {round(self.past * 100)} % "
+        return (f"{b.key} {number_text(self.value)} (mean of {runs}) is {round(self.past * 100)} % "
                 f"{where} its bound {bound}")
 
     def to_json(self) -> dict[str, Any]:
@@ -197,5 +197,6 @@ def _count(value: object) -> int:
     return int(n) if n is not None and n >= 0 else 0
 
 
-def _num(value: float) -> str:
+def number_text(value: float) -> str:
+    """A bounded value as every reason writes it: whole from 1000 up, else 4 digits."""
     return f"{value:.0f}" if abs(value) >= 1000 else f"{value:.4g}"

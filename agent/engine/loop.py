@@ -350,7 +350,9 @@ class Loop:
         raw = result.summary.get(sweep.config.metric)
         warnings = tuple(contract_warnings(result.summary, sweep.budget_s,
                                            sweep.config.budget)) + (
-            baseline_warnings([sample(r) for r in change_runs], sweep.config.metric)
+            baseline_warnings([sample(r, [b.key for b in sweep.config.constraints])
+                               for r in change_runs], sweep.config.metric,
+                              sweep.config.constraints)
             if exp.is_baseline else ())
         printed = float(raw) if isinstance(raw, int | float) else None
         if not verdict.keep:

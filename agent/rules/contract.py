@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from agent.core.bounds import Bound, number_text
 from agent.core.budget import ComputeBudget
 from agent.core.config import CONFIG_FILE, TargetConfig
 from agent.core.prune_policy import PrunePolicy
@@ -321,8 +322,29 @@ def load_unchecked(runs: Sequence[Sample]) -> str | None:
     return f"{NONE_HINT}. Fix: {NONE_FIX}"
 
 
-def baseline_warnings(runs: Sequence[Sample], metric: str) -> tuple[str, ...]:
-    return tuple(w for w in (seed_ignored(runs, metric), load_unchecked(runs)) if w)
+def baseline_warnings(runs: Sequence[Sample], metric: str,
+                      bounds: Sequence[Bound] = ()) -> tuple[str, ...]:
+    return tuple(w for w in (seed_ignored(runs, metric), load_unchecked(runs),
+                             *bound_warnings(runs, bounds)) if w)
+
+
+def bound_warnings(runs: Sequence[Sample], bounds: Sequence[Bound]) -> list[str]:
+    """[target.constraints] as the baseline's runs meet them: a bounded key none of them
+    printed (the bound then checks nothing), and an absolute hard bound the baseline is
+    already past (every change that keeps its value is discarded)."""
+    out = []
+    for key in dict.fromkeys(b.key for b in bounds):
+        if not any(r.value(key) is not None for r in runs):
+            out.append(f"[target.constraints] bounds {key}, which the baseline's runs do not "
+                       f"print: the bound checks nothing until they do. Fix: print `{key}: "
+                       "<value>` in the summary block")
+    for b in bounds:
+        values = [v for r in runs if (v := r.value(b.key)) is not None]
+        mean = sum(values) / len(values) if values else None
+        if b.hard and not b.relative and mean is not None and b.past(mean, b.value):
+            out.append(f"the baseline's {b.key} (mean {number_text(mean)}) is already past its "
+                       f"bound {b.text}: a change that does not bring it within is discarded")
+    return out
 
 
 def check_seed(runs: Sequence[Sample], metric: str) -> Check:

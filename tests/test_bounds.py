@@ -183,3 +183,23 @@ def test_the_baseline_warns_of_a_bound_it_cannot_check_or_is_already_past():
                for w in said)
     assert not any("mem" in w for w in baseline_warnings(base, "val", (
         parse_bound("mem", "<= 1 x incumbent"),)))
+
+
+def test_the_language_models_prompt_says_what_is_weighed_besides_the_metric():
+    from agent.core.domain import Sweep, SweepStatus, utcnow
+    from agent.core.ports import ProposalContext
+    from agent.proposers.llm import propose_prompt
+
+    config = TargetConfig(command="python train.py", metric="val", editable=["train.py"],
+                          simplicity_margin=0.01,
+                          constraints={"peak_memory_mb": "<= 1.2 x incumbent"})
+    sweep = Sweep(1, "s", "/t", "overnight/s", SweepStatus.RUNNING, "llm", config, None, 1.0,
+                  1.0, None, None, utcnow())
+    prompt = str(propose_prompt(ProposalContext(sweep, {"train.py": "X = 1\n"}, []), 2000))
+    assert "a change that removes lines is kept unless worse by more than 0.01" in prompt
+    assert "peak_memory_mb <= 1.2 x incumbent." in prompt
+    plain = Sweep(1, "s", "/t", "overnight/s", SweepStatus.RUNNING, "llm", TargetConfig(
+        command="python train.py", metric="val", editable=["train.py"]), None, 1.0, 1.0, None,
+        None, utcnow())
+    assert "Simpler is better" not in str(
+        propose_prompt(ProposalContext(plain, {"train.py": "X = 1\n"}, []), 2000))

@@ -51,6 +51,7 @@ from typing import Any
 from agent.analysis.insights import render
 from agent.analysis.insights_fold import digest
 from agent.analysis.trials import constant_changes
+from agent.core.config import TargetConfig
 from agent.core.diff import files_diff, lines_with_ends, loose_hunks, split_lines
 from agent.core.diff import normalize as normalize_diff
 from agent.core.domain import Experiment, ExperimentStatus, Proposal, Sweep
@@ -201,11 +202,27 @@ def history_table(sweep: Sweep, history: list[Experiment], budget_tokens: int,
         used += cost
     lines = [f"Metric: {sweep.metric} ({sweep.direction.value}); baseline "
              f"{_fmt(sweep.baseline_metric)}, current best {_fmt(sweep.best_metric)}.",
+             *weighed_besides(sweep.config),
              "Kept changes first, then the most recent experiments (newest first):", *header,
              *rows]
     if dropped:
         lines.append(f"({dropped} older experiments not shown)")
     return "\n".join(lines)
+
+
+def weighed_besides(config: TargetConfig) -> list[str]:
+    """What a keep weighs besides the metric (docs/keep-rule.md#constraints-and-simplicity), as
+    the prompt tells the model: simpler is better, and the bounds a change must stay within."""
+    out = []
+    if config.simplicity_margin > 0:
+        out.append(f"Simpler is better: a change that removes lines is kept unless worse by more "
+                   f"than {config.simplicity_margin:g}; one that adds code should gain at least "
+                   "that.")
+    if config.constraints:
+        out.append("Bounds on the summary (a change past a hard one is discarded whatever its "
+                   "metric; a soft one asks more gain): " + "; ".join(
+                       f"{b.key} {b.text}" for b in config.constraints) + ".")
+    return out
 
 
 def _files_block(files: dict[str, str]) -> str:

@@ -126,7 +126,7 @@ class Verdict:
     incumbent: bool = False  # the next run is the incumbent's, beside run `pair_of`
     pair_of: int | None = None
     margin: float | None = None  # what the gain had to exceed, when not min_delta alone
-    lines: int | None = None  # the change's net lines, when the simplicity margin is on
+    lines: int | None = None  # the net lines a change adds (None: none, or the baseline)
     bounds: tuple[BoundCheck, ...] = ()  # its bounds, as checked on its runs
 
     @property

@@ -46,7 +46,7 @@ from db.models import (
     TrackSweepRow,
     UTCDateTime,
 )
-from db.rows import BRIEF_FIELDS, utc
+from db.rows import BRIEF_FIELDS, sweep_config, utc
 from db.store import SqlStore
 from runner.summary import ProgressPoint
 
@@ -236,11 +236,17 @@ class SweepViews(ReadsBase):
         return tuple(map(tuple, exps)), tuple(map(tuple, runs))
 
     def sweep_names(self, ids: Collection[int]) -> dict[int, str]:
+        return {i: name for i, (name, _) in self.sweep_heads(ids).items()}
+
+    def sweep_heads(self, ids: Collection[int]) -> dict[int, tuple[str, tuple[str, ...]]]:
+        """The sweeps' names and `[target] secondary` keys, in one read (an API page's)."""
         if not ids:
             return {}
-        q = select(SweepRow.id, SweepRow.name).where(SweepRow.id.in_(list(ids)))
+        q = select(SweepRow.id, SweepRow.name, SweepRow.config).where(
+            SweepRow.id.in_(list(ids)))
         with self.session("reading sweep names") as s:
-            return {i: name for i, name in s.execute(q)}
+            return {i: (name, sweep_config(config).secondary)
+                    for i, name, config in s.execute(q)}
 
 
 # --- the trackers' progress -------------------------------------------------------------------

@@ -428,7 +428,11 @@ def _drive(rt: Runtime, sweep: Sweep, target: Path, settings: SchedulerSettings,
     from agent.engine.scheduler import SlotScheduler
     from overnight.console import LineLog, LiveView
 
-    view = LiveView(console, sweep) if console.is_terminal else LineLog(console, sweep)
+    def runs_of(experiment_id: int) -> list[Any]:  # the `[target] secondary` keys' runs
+        return rt.store.list_runs(experiment_id=experiment_id)
+
+    view = (LiveView(console, sweep, runs_of) if console.is_terminal
+            else LineLog(console, sweep, runs_of))
     hear = [f for f in (None if quiet else view.on_event, also) if f is not None]
 
     def on_event(kind: str, exp: Any, data: dict[str, Any]) -> None:

@@ -20,7 +20,6 @@ from agent.analysis.counts import Counts
 from agent.analysis.evidence import recorded_value
 from agent.analysis.projection import ExperimentView, LLMSpend
 from agent.analysis.report import improvement, results_tsv
-from agent.analysis.secondary import by_experiment, secondary_json
 from agent.analysis.words import legend
 from agent.core.domain import Run, Sweep
 from agent.core.errors import NotFoundError
@@ -94,12 +93,12 @@ def print_results(sweep: Sweep, store, fmt: str,  # type: ignore[no-untyped-def]
         by_exp: dict[int, list[Run]] = {}
         for r in runs:
             by_exp.setdefault(r.experiment_id, []).append(r)
-        # each `[target] secondary` key's mean over the runs its value rests on (none: no key)
-        secondary = by_experiment(exps, runs, sweep.config.secondary)
+        # each `[target] secondary` key's mean over the runs its value rests on, and each
+        # run's own value, in the projection as the API gives them (null without a key)
         rows = [{**ExperimentView.of(e, sweep.name, with_conversation=True,
-                                     runs=by_exp.get(e.id, [])).model_dump(mode="json"),
-                 **evidence_row(ev.experiments.get(e.id)),
-                 **({"secondary": secondary_json(secondary[e.id])} if secondary else {})}
+                                     runs=by_exp.get(e.id, []), keys=sweep.config.secondary)
+                 .model_dump(mode="json"),
+                 **evidence_row(ev.experiments.get(e.id))}
                 for e in exps]
         print(
             json.dumps(

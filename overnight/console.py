@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from rich.console import Console, Group
@@ -21,7 +21,7 @@ from agent.analysis.report import (
     runs_cell,
     shown_status,
 )
-from agent.analysis.secondary import by_experiment
+from agent.analysis.secondary import by_experiment, secondary_means
 from agent.analysis.words import why_not_kept
 from agent.core.domain import Experiment, ExperimentStatus, Run, Sweep
 from agent.core.record import Ending
@@ -89,12 +89,26 @@ def describe(exp: Experiment, ev: ExperimentEvidence | None = None) -> str:
             + (f"  [{now}]" if now else ""))
 
 
+RunsOf = Callable[[int], Sequence[Run]]  # an experiment's runs by its id (the store's)
+
+
+def secondary_text(sweep: Sweep, exp: Experiment, runs_of: RunsOf | None) -> str:
+    """Each `[target] secondary` key's mean over the runs the experiment's value rests on
+    (agent.analysis.secondary), "peak_vram_mb 812.4  tokens_per_s 15813"; "" without keys."""
+    keys = sweep.config.secondary
+    if not keys or runs_of is None:
+        return ""
+    return "  ".join(f"{m.key} {m.text}" for m in secondary_means(exp.record, runs_of(exp.id),
+                                                                    keys))
+
+
 class LineLog:
     """Off a terminal (piped, logged): one plain line per finished experiment, as it happens:
-    what its runs measured and how it compared, each reference named."""
+    what its runs measured and how it compared, each reference named; with `runs_of` and a
+    target that names `[target] secondary` keys, each key's mean over the same runs."""
 
-    def __init__(self, console: Console, sweep: Sweep) -> None:
-        self.console, self.sweep = console, sweep
+    def __init__(self, console: Console, sweep: Sweep, runs_of: RunsOf | None = None) -> None:
+        self.console, self.sweep, self.runs_of = console, sweep, runs_of
 
     def on_event(self, kind: str, exp: Experiment, data: dict[str, Any]) -> None:
         if kind != "finished":
@@ -103,18 +117,23 @@ class LineLog:
         trained = f"train {secs:.1f}s" if isinstance(secs, float) else ""
         compared = comparison_line(exp, self.sweep.direction, self.sweep.config.time_budget)
         plain = why_not_kept(exp.record)
+        extra = secondary_text(self.sweep, exp, self.runs_of)
         line = (f"#{exp.id} {shown_status(exp):<9} {self.sweep.metric} {compared or '-'}  "
-                f"{trained}  {describe(exp)}" + (f"  [{plain}]" if plain else ""))
+                f"{trained}  " + (f"{extra}  " if extra else "") + describe(exp)
+                + (f"  [{plain}]" if plain else ""))
         self.console.print(Text(" ".join(line.split(" ")).rstrip()), soft_wrap=True)
         self.console.file.flush()
 
 
 class LiveView:
     """Current run (elapsed vs budget, or steps on a budget of steps; last loss) above the last
-    finished experiments."""
+    finished experiments; with `runs_of` and `[target] secondary` keys, each key's mean over
+    the runs each one's value rests on (their runs read once, as it finishes)."""
 
-    def __init__(self, console: Console, sweep: Sweep) -> None:
+    def __init__(self, console: Console, sweep: Sweep, runs_of: RunsOf | None = None) -> None:
         self.console, self.sweep = console, sweep
+        self.runs_of = runs_of if sweep.config.secondary else None
+        self.runs: dict[int, Sequence[Run]] = {}  # a finished experiment's runs, by its id
         self.finished: list[Experiment] = []
         self.current: Experiment | None = None
         self.started = 0.0
@@ -134,7 +153,10 @@ class LiveView:
     def render(self) -> Group:
         parts: list[Any] = []
         if self.finished:
-            parts.append(results_table(self.sweep, self.finished[-12:], title="recent"))
+            recent = self.finished[-12:]
+            runs = [r for e in recent for r in self.runs.get(e.id, ())] \
+                if self.runs_of is not None else None
+            parts.append(results_table(self.sweep, recent, title="recent", runs=runs))
         if self.current is not None:
             wall = time.monotonic() - self.started
             loss = f"{self.last_loss:.4f}" if self.last_loss is not None else "-"
@@ -164,6 +186,10 @@ class LiveView:
             self.last_loss = data["point"].loss
             self.trained_s, self.step = data["point"].elapsed_s, data["point"].step
         elif kind == "finished":
+            if self.runs_of is not None:  # read here, on the engine's thread, not each frame
+                self.runs = {**self.runs, exp.id: self.runs_of(exp.id)}
             self.finished.append(exp)
+            shown = {e.id for e in self.finished[-12:]}  # the runs of the rows shown only
+            self.runs = {i: r for i, r in self.runs.items() if i in shown}
             if self.current is not None and self.current.id == exp.id:
                 self.current = None

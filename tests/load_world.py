@@ -5,6 +5,7 @@ switching every five runs. Used by tests/test_load_blocking.py and the browser t
 from __future__ import annotations
 
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,8 @@ from foreground import run_sweep
 from null_proposer import Ideas
 
 from agent.core.config import load_config
-from agent.core.domain import Experiment
+from agent.core.domain import Experiment, Sweep
+from agent.engine.attempt import EventFn
 from agent.engine.loop import Loop, LoopSettings
 from agent.executors.local import SubprocessRunner
 from agent.git.repo import GitRepo
@@ -43,13 +45,16 @@ class Machine:
 def load_night(root: Path, proposals: int = 12, gains: dict[int, float] | None = None,
                incumbent_every: int = 8, budget: str = "budget_s  = 0.05",
                machine_speeds: tuple[tuple[float, ...], int] = (SPEEDS, EVERY),
-               secondary: tuple[str, ...] = ()) -> tuple[SqlStore, int, Path]:
+               secondary: tuple[str, ...] = (),
+               listen: Callable[[SqlStore, Sweep], EventFn] | None = None,
+               ) -> tuple[SqlStore, int, Path]:
     """The sweep "load" run to its end: (its store, sweep id, database file). `gains`: the
     proposals (by number) that really add work, and how much (the rest are null changes).
     `budget`: its overnight.toml line (`budget = "200 steps"`: a compute budget);
     `machine_speeds`: the speeds the machine switches between, and every how many runs;
     `secondary`: its `[target] secondary` keys (the trainer then prints peak_vram_mb,
-    tokens_per_s and, on odd seeds, mfu_percent)."""
+    tokens_per_s and, on odd seeds, mfu_percent); `listen(store, sweep)`: a listener that hears
+    the loop's events as they happen (the console's LineLog, its live view)."""
     machine = root / "machine.txt"
     toml = textwrap.dedent("""\
         [target]
@@ -69,9 +74,17 @@ def load_night(root: Path, proposals: int = 12, gains: dict[int, float] | None =
     store = SqlStore(open_database(db))
     sweep = create_sweep(store, GitRepo(target), target, name="load",
                          config=load_config(target), max_experiments=proposals)
+    machine_of = Machine(machine, *machine_speeds)
+    heard = listen(store, sweep) if listen is not None else None
+
+    def on_event(kind: str, exp: Experiment, data: dict[str, Any]) -> None:
+        machine_of(kind, exp, data)
+        if heard is not None:
+            heard(kind, exp, data)
+
     loop = Loop(store, GitRepo(target), SubprocessRunner(grace_s=0.5),
                 LoopSettings(root / "work", grace_s=0.5), proposer=Ideas(),
-                on_event=Machine(machine, *machine_speeds))
+                on_event=on_event)
     run_sweep(loop, sweep.name)
     return store, sweep.id, db
 

@@ -8,26 +8,73 @@ them printed it; a run set aside is in no mean.
 
 from __future__ import annotations
 
+import io
+import json
 import re
 import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
+import anyio
+import httpx
 import pytest
+from browser_helpers import make_app, serve
+from conftest import make_target
 from load_world import load_night
-from test_one_record import Night, text_of
+from mcp import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+from rich.console import Console
+from test_cli import run
+from test_one_record import Night, rows_of, text_of
 
-from agent.core.domain import Experiment, ExperimentStatus, RunStatus
+from agent.core.domain import Experiment, ExperimentStatus, RunStatus, Sweep
+from db.store import SqlStore
+from overnight.console import LineLog, LiveView
 
 KEYS = ("peak_vram_mb", "tokens_per_s", "mfu_percent")
 S = ExperimentStatus
 
 
+@dataclass
+class Heard:
+    """What the console printed as the night went: the LineLog's lines (off a terminal) and
+    each frame of the live view's "recent" table after an experiment finished (on one)."""
+
+    log: io.StringIO = field(default_factory=io.StringIO)
+    frames: list[str] = field(default_factory=list)
+
+    def listen(self, store: SqlStore, sweep: Sweep) -> Any:
+        def runs_of(experiment_id: int) -> list[Any]:  # as overnight run reads them
+            return store.list_runs(experiment_id=experiment_id)
+
+        lines = LineLog(Console(file=self.log, width=400), sweep, runs_of)
+        live = LiveView(Console(file=io.StringIO(), width=400), sweep, runs_of)
+
+        def hear(kind: str, exp: Experiment, data: dict[str, Any]) -> None:
+            lines.on_event(kind, exp, data)
+            live.on_event(kind, exp, data)
+            if kind == "finished":
+                frame = io.StringIO()
+                Console(file=frame, width=400, color_system=None).print(live.render())
+                self.frames.append(frame.getvalue())
+        return hear
+
+
+@dataclass
+class HeardNight(Night):
+    heard: Heard = field(default_factory=Heard)
+
+
 @pytest.fixture(scope="module")
-def night(tmp_path_factory: pytest.TempPathFactory) -> Night:
+def night(tmp_path_factory: pytest.TempPathFactory) -> HeardNight:
     # the machine switches every 3 runs: the baseline and a kept change have runs set aside
+    heard = Heard()
     store, sweep_id, db = load_night(tmp_path_factory.mktemp("secondary"), proposals=10,
                                      gains={3: 0.08, 6: 0.05}, incumbent_every=3,
-                                     machine_speeds=((0.6, 1.0), 3), secondary=KEYS)
-    return Night(store, sweep_id, db)
+                                     machine_speeds=((0.6, 1.0), 3), secondary=KEYS,
+                                     listen=heard.listen)
+    return HeardNight(store, sweep_id, db, heard=heard)
 
 
 def expected(night: Night, e: Experiment, key: str) -> tuple[float | None, int]:
@@ -163,14 +210,21 @@ def test_the_morning_report_gives_each_kept_change_its_means(night):
 
 def test_without_the_key_the_screens_are_as_before_and_with_it_only_its_columns_are_added(
         night, tmp_path_factory: pytest.TempPathFactory):
-    """A night whose target names no secondary key: no `secondary` in the JSON, no column on
-    the console, tsv-full, the dashboard or the report; the night above has exactly its keys'
-    columns more, each where the others stand."""
+    """A night whose target names no secondary key: `secondary` null in the JSON (each run's
+    too) and the API, no column on the console, tsv-full, the dashboard or the report; the
+    night above has exactly its keys' columns more, each where the others stand."""
     store, sweep_id, db = load_night(tmp_path_factory.mktemp("plain"), proposals=3,
                                      gains={2: 0.08}, incumbent_every=3)
     plain = Night(store, sweep_id, db)
     assert plain.sweep.config.secondary == ()
-    assert all("secondary" not in row for row in plain.json["experiments"])
+    for row in plain.json["experiments"]:
+        assert row["secondary"] is None
+        assert all(r["secondary"] is None for r in row["run_records"])
+    with serve(make_app(plain.db)) as base, httpx.Client(base_url=base, timeout=30) as http:
+        for e in plain.exps:
+            got = http.get(f"/experiments/{e.id}").json()
+            assert got["secondary"] is None and got["run_records"]
+            assert all(r["secondary"] is None for r in got["run_records"])
 
     def heads(n: Night) -> dict[str, list[str]]:
         _, table = n.table
@@ -195,3 +249,152 @@ def test_without_the_key_the_screens_are_as_before_and_with_it_only_its_columns_
     assert after["md"] == before["md"][:7] + [
         f"{key}: mean of its runs (measured)" for key in KEYS] + before["md"][7:]
     assert not any("(measured)" in h for h in before["console"][4:] + before["page"][3:])
+
+
+def means_json(night: Night, e: Experiment) -> dict[str, dict[str, Any]]:
+    """{key: {"mean": …, "n": …}} as the API, the MCP tools and results json give it."""
+    out = {}
+    for key in KEYS:
+        mean, n = expected(night, e, key)
+        out[key] = {"mean": None if mean is None else pytest.approx(mean), "n": n}
+    return out
+
+
+def test_the_api_gives_each_experiment_its_means_and_each_run_its_own_values(night):
+    """GET /experiments/{id} and the list, through the real server: `secondary` is each key's
+    mean over the runs the record names (the same numbers as results json), and each run of
+    `run_records`, the set-aside ones too, carries its own value; the schema says so."""
+    with serve(make_app(night.db)) as base, httpx.Client(base_url=base, timeout=30) as http:
+        listed = http.get("/experiments", params={"sweep": night.name, "limit": 200}).json()
+        every = http.get("/experiments", params={"limit": 200}).json()  # no sweep named
+        one = {e.id: http.get(f"/experiments/{e.id}").json() for e in night.exps}
+        schema = http.get("/openapi.json").json()["components"]["schemas"]
+    by_id = {row["id"]: row for row in listed["data"]}
+    results = {row["id"]: row for row in night.json["experiments"]}
+    assert set(by_id) == {e.id for e in night.exps}
+    assert every["data"] == listed["data"]
+    for e in night.exps:
+        assert by_id[e.id]["secondary"] == means_json(night, e), e.id
+        assert one[e.id]["secondary"] == means_json(night, e), e.id
+        assert one[e.id]["secondary"] == results[e.id]["secondary"]  # one number everywhere
+        assert by_id[e.id]["run_records"] is None  # runs come with one experiment only
+        runs = one[e.id]["run_records"]
+        assert [r["id"] for r in runs] == [r.id for r in night.runs.values()
+                                           if r.experiment_id == e.id]
+        for r in runs:
+            summary = night.runs[r["id"]].summary
+            assert r["secondary"] == {k: summary.get(k) for k in KEYS}, (e.id, r["id"])
+        assert results[e.id]["run_records"] == runs
+    view = schema["ExperimentView"]["properties"]["secondary"]
+    assert {"$ref": "#/components/schemas/SecondaryValue"} in [
+        branch.get("additionalProperties") for branch in view["anyOf"]]
+    assert schema["SecondaryValue"]["required"] == ["mean", "n"]
+    assert "secondary" in schema["RunView"]["properties"]
+
+
+def test_the_mcp_tools_give_the_means(night):
+    """Over the real server's MCP mount: list_experiments and wait_for_experiment carry each
+    experiment's means (wait_for_experiment each run's own values too), and
+    get_results_table has the tsv-full columns of each key."""
+
+    async def call(base: str) -> tuple[dict[str, Any], dict[int, dict[str, Any]], str]:
+        async with httpx.AsyncClient(timeout=60) as http, \
+                streamable_http_client(f"{base}/mcp", http_client=http) as (read, write, _), \
+                ClientSession(read, write) as session:
+            await session.initialize()
+
+            async def tool(name: str, **args: Any) -> Any:
+                got = await session.call_tool(name, args)
+                assert not got.isError, got.content
+                text = got.content[0].text  # type: ignore[union-attr]
+                return text if name == "get_results_table" else json.loads(text)
+
+            listed = await tool("list_experiments", sweep=night.name, limit=500)
+            waited = {e.id: await tool("wait_for_experiment", id=e.id, timeout_s=0)
+                      for e in night.exps}
+            return listed, waited, await tool("get_results_table", sweep=night.name)
+
+    with serve(make_app(night.db)) as base:
+        listed, waited, table = anyio.run(call, base)
+    by_id = {row["id"]: row for row in listed["data"]}
+    for e in night.exps:
+        assert by_id[e.id]["secondary"] == means_json(night, e), e.id
+        assert waited[e.id]["secondary"] == means_json(night, e), e.id
+        for r in waited[e.id]["run_records"]:
+            summary = night.runs[r["id"]].summary
+            assert r["secondary"] == {k: summary.get(k) for k in KEYS}
+    lines = [line for line in table.splitlines() if not line.startswith("#")]
+    assert lines[0] == night.cli("results", "--sweep", night.name, "--format",
+                                 "tsv-full").splitlines()[0]
+    assert lines[0].split("\t")[-6:] == [c for k in KEYS for c in (k, f"{k}_n")]
+    rows = {row.split("\t")[0]: row.split("\t") for row in lines[1:]}
+    for e in night.exps:
+        if e.commit and e.status in (S.KEPT, S.DISCARDED):
+            for i, key in enumerate(KEYS):
+                mean, n = expected(night, e, key)
+                assert rows[e.commit[:7]][-6 + 2 * i:][:2] == [
+                    "" if mean is None else shown(mean), str(n)], (e.id, key)
+
+
+def said(night: Night, e: Experiment) -> str:
+    """The keys' means as the console's line says them: "peak_vram_mb 1081  tokens_per_s …"."""
+    return "  ".join(f"{key} {shown(expected(night, e, key)[0])}" for key in KEYS)
+
+
+def test_the_line_log_says_each_finished_experiments_means(night):
+    """Off a terminal, the line printed as each experiment finished names each key's mean over
+    the runs its record names (set-aside runs in none), after its training time."""
+    lines = night.heard.log.getvalue().splitlines()
+    for e in night.exps:
+        line = next((x for x in lines if x.startswith(f"#{e.id} ")), None)
+        assert line is not None, e.id
+        assert re.search(rf"train \d+\.\ds  {re.escape(said(night, e))}  ", line), line
+    assert len(lines) == len(night.exps)
+
+
+def test_the_live_views_recent_table_has_a_column_per_key(night):
+    """On a terminal, each frame of the live view drawn after an experiment finished: the
+    "recent" table's columns of the keys, each row's value its mean, as `results` prints."""
+    frames = night.heard.frames
+    assert len(frames) == len(night.exps)
+    by_id = {e.id: e for e in night.exps}
+    results, _ = night.table
+    for frame in frames:
+        head = console_head(frame)
+        at = {key: head.index(f"{key} (measured)") for key in KEYS}
+        rows = {i: cells for i, cells in rows_of(frame).items() if i.isdigit()}
+        assert rows and len(rows) <= 12
+        for i, cells in rows.items():
+            for key in KEYS:
+                value = shown(expected(night, by_id[int(i)], key)[0])
+                assert cells[at[key]] == value == results[i][at[key]], (i, key)
+
+
+def test_overnight_run_prints_the_means_on_each_line(tmp_path: Path):
+    """`overnight run` off a terminal (its LineLog): a target whose runs print a seed-dependent
+    peak_memory_mb names it and num_steps as secondary; each experiment's line says the same
+    means as `results --format json`; a key no run printed reads "–"."""
+    toml = (Path(__file__).parent / "fixtures" / "fake_target" / "overnight.toml").read_text()
+    train = (Path(__file__).parent / "fixtures" / "fake_target" / "train.py").read_text()
+    assert 'print("peak_memory_mb:   2048.0")' in train
+    target = make_target(tmp_path / "target", edits={
+        "overnight.toml": toml.replace("timeout_s = 20", 'timeout_s = 20\nsecondary = '
+                                       '["peak_memory_mb", "num_steps", "tokens_per_s"]'),
+        "train.py": train.replace('print("peak_memory_mb:   2048.0")',
+                                  'print(f"peak_memory_mb:   {2000.5 + seed:.1f}")')})
+    db = str(tmp_path / "o.db")
+    out = run("run", "--target", str(target), "--experiments", "2", "--db", db, "--sweep",
+              "sec").stdout
+    rows = json.loads(run("results", "--sweep", "sec", "--format", "json", "--db", db).stdout)
+    finished = [row for row in rows["experiments"] if row["status"] in ("kept", "discarded")]
+    assert len(finished) >= 2
+    for row in finished:
+        means = row["secondary"]
+        assert means["tokens_per_s"] == {"mean": None, "n": 0}
+        assert means["num_steps"]["mean"] == 3.0
+        assert means["peak_memory_mb"]["n"] == row["n"] >= 1
+        text = "  ".join(f"{k} {shown(m['mean'])}" for k, m in means.items())
+        line = next(x for x in out.splitlines() if x.startswith(f"#{row['id']} "))
+        assert f"  {text}  " in line, line
+    base = next(row for row in finished if row["is_baseline"])  # its runs, seeds 42, 43 …
+    assert base["n"] > 1 and 2042.5 < base["secondary"]["peak_memory_mb"]["mean"] < 2050

@@ -3,8 +3,10 @@
 `ExperimentView.of(experiment, sweep_name)` is the only serialization of an experiment: the API's
 `ExperimentPublic` is this model, the MCP tools list it and extend it (a waited-for result), and
 `overnight results --format json` prints it beside each experiment's evidence. A new field on
-an experiment is added here once and appears everywhere. `llm` is a language model's part in
-it (LLMView: the conversation, errors, tokens), `LLMSpend` a sweep's total.
+an experiment is added here once and appears everywhere. `secondary` holds the means of the
+target's `[target] secondary` keys (agent.analysis.secondary) when the caller gives the keys.
+`llm` is a language model's part in it (LLMView: the conversation, errors, tokens), `LLMSpend`
+a sweep's total.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from agent.analysis.secondary import SecondaryMean, run_value, secondary_means
 from agent.core.domain import Experiment, Run, RunStatus
 
 
@@ -98,6 +101,14 @@ class LLMSpend(BaseModel):
         return cls(tokens_in=usage[0], tokens_out=usage[1], usd=round(usage[2], 6))
 
 
+class SecondaryValue(BaseModel):
+    """One `[target] secondary` key of an experiment (agent.analysis.secondary)."""
+
+    mean: float | None = Field(description="measured: the mean of the runs `metric` rests on "
+                               "that printed the key; null when none of them did")
+    n: int = Field(description="how many of those runs printed it")
+
+
 class RunView(BaseModel):
     """One run of an experiment (its own, or the incumbent's recorded under it)."""
 
@@ -118,15 +129,19 @@ class RunView(BaseModel):
                                      "restart)")
     pair_run_id: int | None = Field(None, description="an incumbent run started beside a "
                                     "change's run (in the same machine conditions): that run")
+    secondary: dict[str, float | None] | None = Field(
+        None, description="this run's own value of each `[target] secondary` key (null: it "
+        "printed none); null when the target names no key")
 
     @classmethod
-    def of(cls, r: Run) -> RunView:
+    def of(cls, r: Run, keys: Sequence[str] = ()) -> RunView:
         pruned = r.status is RunStatus.PRUNED
         return cls(id=r.id, role=r.role.value, seed=r.seed, status=r.status.value,
                    metric=r.metric, training_seconds=r.training_s, throughput=r.throughput,
                    throughput_unit=r.throughput_unit, stop_reason=r.note if pruned else None,
                    note=None if pruned else r.note, slurm_job_id=r.slurm_job_id,
-                   pair_run_id=r.pair_run_id)
+                   pair_run_id=r.pair_run_id,
+                   secondary={k: run_value(r.summary or {}, k) for k in keys} if keys else None)
 
 
 class ExperimentView(BaseModel):
@@ -141,6 +156,11 @@ class ExperimentView(BaseModel):
     metric: float | None = Field(description="measured: the mean of the runs its value rests "
                                  "on (meta.verdict.change names them)")
     n: int = Field(0, description="how many runs `metric` is the mean of")
+    secondary: dict[str, SecondaryValue] | None = Field(
+        None, description="each `[target] secondary` key (peak_vram_mb, tokens_per_s …): its "
+        "mean over the runs `metric` rests on that printed it, and how many did; never read by "
+        "the keep rule; null when the target names no key, and in the answer to a POST (a "
+        "queued experiment: no run yet)")
     delta: float | None = Field(description="inferred: its difference from the incumbent runs "
                                 "it was compared with (meta.verdict.incumbent), within machine "
                                 "conditions, signed as the metric (change − incumbent)")
@@ -172,17 +192,26 @@ class ExperimentView(BaseModel):
     @classmethod
     def fields_of(cls, e: Experiment, sweep_name: str, with_diff: bool = False,
                   with_conversation: bool | None = None,
-                  runs: Sequence[Run] | None = None) -> dict[str, Any]:
+                  runs: Sequence[Run] | None = None, keys: Sequence[str] = (),
+                  secondary: Sequence[SecondaryMean] | None = None) -> dict[str, Any]:
         """The projection's values, for models that extend it. The diff and a language model's
-        conversation come with one experiment (with_diff), not in lists; its runs when given."""
+        conversation come with one experiment (with_diff), not in lists; its runs when given.
+        `secondary`: its `[target] secondary` keys' means when read already (a list's, by
+        agent.analysis.secondary); else with the sweep's `keys` they are computed from `runs`
+        (none given: a queued experiment's, no run yet); with `keys` each run's own value."""
         talk = with_diff if with_conversation is None else with_conversation
+        if keys and secondary is None:
+            secondary = secondary_means(e.record, runs or (), keys)
         seconds = e.summary.get("training_seconds")
         return dict(
             id=e.id, sweep=sweep_name, status=e.status.value,
             crash_kind=e.crash_kind.value if e.crash_kind else None, crash_cause=e.crash_cause,
             description=e.description,
             diff=e.diff if with_diff else None, metric=e.metric,
-            n=e.record.n if e.record is not None else 0, delta=e.delta,
+            n=e.record.n if e.record is not None else 0,
+            secondary=None if secondary is None else {
+                m.key: SecondaryValue(mean=m.mean, n=m.n) for m in secondary},
+            delta=e.delta,
             delta_se=e.record.se if e.record is not None else None, best_before=e.best_before,
             commit=e.commit, ref=e.ref, parent_id=e.parent_id,
             attempt=e.attempt, is_baseline=e.is_baseline, priority=e.priority,
@@ -192,11 +221,13 @@ class ExperimentView(BaseModel):
             meta={k: v for k, v in e.meta.items() if k != CONVERSATION_KEY},
             created_at=e.created_at, started_at=e.started_at, finished_at=e.finished_at,
             log_path=e.log_path,
-            run_records=None if runs is None else [RunView.of(r) for r in runs],
+            run_records=None if runs is None else [RunView.of(r, keys) for r in runs],
         )
 
     @classmethod
     def of(cls, e: Experiment, sweep_name: str, with_diff: bool = False,
            with_conversation: bool | None = None,
-           runs: Sequence[Run] | None = None) -> ExperimentView:
-        return cls(**cls.fields_of(e, sweep_name, with_diff, with_conversation, runs))
+           runs: Sequence[Run] | None = None, keys: Sequence[str] = (),
+           secondary: Sequence[SecondaryMean] | None = None) -> ExperimentView:
+        return cls(**cls.fields_of(e, sweep_name, with_diff, with_conversation, runs, keys,
+                                   secondary))

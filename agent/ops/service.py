@@ -107,9 +107,12 @@ class Service:
         return sweep_evidence(sweep, self.store.list_experiments(sweep.id), runs)
 
     def results_tsv(self, sweep: Sweep, full: bool = False) -> str:
-        """autoresearch's results.tsv; `full` adds n, sd, P(better) and the runs."""
+        """autoresearch's results.tsv; `full` adds n, sd, P(better) and the runs, and each
+        `[target] secondary` key's mean and n (as `overnight results --format tsv-full`)."""
         exps = self.store.list_experiments(sweep.id)
-        return results_tsv(sweep, exps, self.evidence(sweep) if full else None)
+        runs = self.store.list_runs(sweep_id=sweep.id) if full and sweep.config.secondary \
+            else None
+        return results_tsv(sweep, exps, self.evidence(sweep) if full else None, runs)
 
     # --- acting ---------------------------------------------------------------------------
     def queue(self, sweep_name: str, proposal: Proposal, priority: int = 0) -> Experiment:

@@ -20,6 +20,7 @@ from agent.analysis.insights import render
 from agent.analysis.insights_fold import digest
 from agent.analysis.projection import ExperimentView
 from agent.analysis.report import evidence_header, fmt_metric
+from agent.analysis.secondary import by_experiment
 from agent.core.domain import ExperimentStatus, Proposal, as_utc
 from agent.core.errors import AdmissionError
 from agent.core.ports import Store
@@ -45,7 +46,8 @@ DESCRIPTIONS = {
                           "against the current best files; refused at once with the reason.",
     "wait_for_experiment": "Block until an experiment finishes (or timeout_s passes); returns "
                            "status, metric (the mean of its runs), delta vs the incumbent "
-                           "runs it was compared with, crash class and the log tail.",
+                           "runs it was compared with, the target's secondary keys' means, "
+                           "crash class and the log tail.",
     "list_experiments": "List the sweep's experiments, newest first (optionally one status, "
                         "or those created since/until a time).",
     "get_results_table": "The sweep's results as autoresearch's results.tsv, with baseline and "
@@ -186,8 +188,13 @@ class AgentTools:
         exps = self.store.list_experiments(s.id, statuses, limit=limit, newest_first=True,
                                            since=_when("since", since),
                                            until=_when("until", until))
+        # each `[target] secondary` key's mean over the runs its value rests on
+        keys = s.config.secondary
+        runs = [r for e in exps for r in self.store.list_runs(experiment_id=e.id)] if keys else []
+        secondary = by_experiment(exps, runs, keys)
         return ExperimentList(sweep=s.name, count=len(exps),
-                              data=[ExperimentView.of(e, s.name) for e in exps])
+                              data=[ExperimentView.of(e, s.name, secondary=secondary.get(e.id))
+                                    for e in exps])
 
     def get_results_table(self, sweep: SweepArg) -> str:
         s = self.store.get_sweep(sweep)
@@ -248,7 +255,8 @@ class AgentTools:
         tail = "\n".join((exp.log_tail or "").splitlines()[-LOG_TAIL_LINES:]) if crashed else None
         return ExperimentResult(
             **ExperimentView.fields_of(exp, s.name, runs=self.store.list_runs(
-                experiment_id=id) if exp.status is not ExperimentStatus.QUEUED else None),
+                experiment_id=id) if exp.status is not ExperimentStatus.QUEUED else None,
+                keys=s.config.secondary),
             finished=exp.status.is_finished(),
             improved=exp.status is ExperimentStatus.KEPT, best_metric=s.best_metric,
             log_tail=tail, waited_s=round(waited_s, 1))

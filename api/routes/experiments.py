@@ -12,6 +12,7 @@ import anyio
 from fastapi import APIRouter, Query, Response, status
 from fastapi.responses import PlainTextResponse, StreamingResponse
 
+from agent.analysis.secondary import SecondaryMean, secondary_means
 from agent.core.domain import CrashKind, Experiment, ExperimentStatus, Proposal
 from agent.ops.service import holdout_key, read_log
 from agent.rules.holdout import redact
@@ -50,7 +51,7 @@ async def queue(body: ExperimentCreate, services: ServicesDep,
     # Blocking work (database, git) in the admissions' own worker threads, per-sweep bounded.
     exp = await services.admissions.run(body.sweep, partial(
         services.service.queue, body.sweep, proposal, priority=body.priority))
-    return ExperimentPublic.of(exp, body.sweep)
+    return ExperimentPublic.of(exp, body.sweep)  # queued: no run, no `secondary` read
 
 
 @router.get("", response_model=Page[ExperimentPublic], responses={**READ, **errors(404)})
@@ -76,14 +77,31 @@ def list_experiments(
         rows = store.list_experiments(sweep_id, status_, limit=limit, newest_first=True,
                                       before_id=cursor, crash_kind=crash_kind,
                                       since=since, until=until)
-        # The names of the page's sweeps only (a year of nights is hundreds of sweeps).
-        names = {one.id: one.name} if one else services.reads.sweep_names(
-            {e.sweep_id for e in rows})
+        # The names and secondary keys of the page's sweeps only (a year of nights is hundreds
+        # of sweeps); a row's runs only when its sweep names keys.
+        heads = {one.id: (one.name, one.config.secondary)} if one else \
+            services.reads.sweep_heads({e.sweep_id for e in rows})
+        names = {i: name for i, (name, _) in heads.items()}
+        secondary = page_secondary(services, rows, {i: keys for i, (_, keys) in heads.items()})
         total = None if since or until else store.count_experiments(
             sweep_id, status_, crash_kind)
     nxt = rows[-1].id if len(rows) == limit and rows[-1].id > 1 else None
-    return Page(data=[ExperimentPublic.of(e, names.get(e.sweep_id, "?")) for e in rows],
+    return Page(data=[ExperimentPublic.of(e, names.get(e.sweep_id, "?"),
+                                          secondary=secondary.get(e.id)) for e in rows],
                 count=total, next_cursor=nxt)
+
+
+def page_secondary(services: Services, rows: list[Experiment],
+                   keys_of: dict[int, tuple[str, ...]]) -> dict[int, tuple[SecondaryMean, ...]]:
+    """Each row's `[target] secondary` keys' means over the runs its value rests on
+    (agent.analysis.secondary), by id; a row's runs are read only when its sweep names keys."""
+    out = {}
+    for e in rows:
+        keys = keys_of.get(e.sweep_id, ())
+        if keys:
+            runs = services.store.list_runs(experiment_id=e.id)
+            out[e.id] = secondary_means(e.record, runs, keys)
+    return out
 
 
 @router.get("/{experiment_id}", response_model=ExperimentPublic,
@@ -94,7 +112,8 @@ def get_experiment(experiment_id: ExperimentId, services: ServicesDep,
         exp = services.store.get_experiment(experiment_id)
         sweep = services.store.get_sweep_by_id(exp.sweep_id)
         runs = services.store.list_runs(experiment_id=experiment_id)
-    return ExperimentPublic.of(exp, sweep.name, with_diff=True, runs=runs)
+    return ExperimentPublic.of(exp, sweep.name, with_diff=True, runs=runs,
+                               keys=sweep.config.secondary)
 
 
 @router.get("/{experiment_id}/diff", response_class=PlainTextResponse,
@@ -117,7 +136,11 @@ def cancel(experiment_id: ExperimentId, services: ServicesDep, _auth: WriteAuth,
     if pending:
         response.status_code = status.HTTP_202_ACCEPTED
     sweep = services.store.get_sweep_by_id(exp.sweep_id)
-    return CancelPublic(experiment=ExperimentPublic.of(exp, sweep.name), pending=pending)
+    keys = sweep.config.secondary
+    runs = services.store.list_runs(experiment_id=exp.id) if keys else None
+    return CancelPublic(experiment=ExperimentPublic.of(
+        exp, sweep.name, secondary=None if runs is None else secondary_means(
+            exp.record, runs, keys)), pending=pending)
 
 
 def _sse(event: str | None, data: str) -> str:

@@ -298,7 +298,7 @@ def _strict(ev: Evidence, rule: Rule) -> Verdict:
         return replace(base, seed=next_seed({r.seed for r in ev.runs}, rule))
     if ev.head_moved:
         return _branch_moved(ev, base)
-    return replace(base, status=ExperimentStatus.KEPT, reason=f"better (strict): {text}",
+    return replace(base, status=ExperimentStatus.KEPT, reason=f"{_kept_word(base)} (strict): {text}",
                    keep=True, ending=Ending.KEPT)
 
 
@@ -423,7 +423,7 @@ def _without_noise(ev: Evidence, rule: Rule, cmp: Comparison, base: Verdict) -> 
                        ending=Ending.NOT_BETTER)
     if ev.head_moved:
         return _branch_moved(ev, base)
-    return replace(base, status=ExperimentStatus.KEPT, reason=f"better: {text}", keep=True,
+    return replace(base, status=ExperimentStatus.KEPT, reason=f"{_kept_word(base)}: {text}", keep=True,
                    ending=Ending.KEPT)
 
 
@@ -442,7 +442,7 @@ def _test(ev: Evidence, rule: Rule, pl: Placement, keys: Sequence[Condition], cm
     if ev.head_moved and (not last or better and pl.ratio_confirmed):
         return _branch_moved(ev, base)
     if better and pl.ratio_confirmed:
-        return replace(base, status=ExperimentStatus.KEPT, reason=f"better: {text}", keep=True,
+        return replace(base, status=ExperimentStatus.KEPT, reason=f"{_kept_word(base)}: {text}", keep=True,
                        ending=Ending.KEPT)
     if last:
         return _speed_kept_changing(pl, base, text) if better else replace(
@@ -517,6 +517,13 @@ def _weighed(ev: Evidence, rule: Rule, base: Verdict) -> Verdict:
 def _asked(v: Verdict) -> str:
     """What the test asked beyond min_delta, for the reason's end (wording.margin_text)."""
     return margin_text(v.bounds, v.lines, v.margin)
+
+
+def _kept_word(v: Verdict) -> str:
+    """How a keep's reason starts: "better", or "not worse" for a simplification kept on the
+    simplicity margin (its gain need not be positive)."""
+    return "not worse" if v.margin is not None and v.margin < 0 and (v.lines or 0) < 0 \
+        else "better"
 
 
 def _delta(v: Verdict, rule: Rule) -> float:

@@ -277,6 +277,28 @@ def test_a_change_s_own_speed_ratio_is_confirmed_by_two_agreeing_pairs_not_by_on
     assert not one.ratio_confirmed and one.pending and one.keys[1] is None
 
 
+def test_a_speed_ratio_that_holds_while_the_machine_s_speed_moves_between_pairs_counts():
+    """The demo beside other jobs: the change trains twice as fast as the incumbent run beside
+    it (×2.0, ×2.0, ×1.95) while the machine's speed moved between pairs (the incumbent beside it
+    at 30, 90 and 20, none of them a speed its other runs know). The pair cancels the machine,
+    so a ratio that holds across machine speeds is the change's own: it is judged, and kept."""
+    pairs = [(0.60, 60.0, 1.02, 30.0), (0.62, 180.0, 0.98, 90.0), (0.61, 39.0, 1.01, 20.0),
+             (0.59, 100.0, 1.0, 50.0)]
+    mine: list[Sample] = []
+    inc = INC
+    for k, (m, speed, im, ispeed) in enumerate(pairs):
+        mine.append(run(m, speed, 10 + 2 * k, seed=42 + k))
+        inc = (*inc, run(im, ispeed, 11 + 2 * k, seed=42 + k, pair_of=10 + 2 * k))
+        if k == 1:
+            two = place(mine, inc, speed_tolerance(0.01))
+            assert two.ratios == pytest.approx((2.0, 2.0)) and two.ratio_confirmed
+        v = decide(timed(mine, inc), SEQ)
+        if v.status is not None:
+            break
+    assert v.keep and v.ending is Ending.KEPT, v.reason
+    assert v.n >= 2 and not v.set_aside
+
+
 def test_a_change_whose_pairs_never_agree_on_its_speed_is_not_judged_not_called_worse():
     # a demo night beside other jobs: each run of the change won its pair by ~2 units, but the
     # load moved between a run and its pair (ratios 2.4, 1.6, 1.7, 1.3): its value is what its

@@ -176,14 +176,22 @@ def place(runs: Sequence[Sample], best: Sequence[Sample], tolerance: float) -> P
 
 def _own_ratio(ratios: dict[int, float], pair: dict[int, tuple[Sample, Condition]],
                seen_apart: set[Condition], tolerance: float) -> float | None:
-    """The change's speed over the incumbent's beside it: the median of `ratios` (per pair)
-    whose incumbent run is in a condition known from runs not beside this change (else the
-    machine may have moved between the two), once two agree; ~1 when every pair says so."""
+    """The change's speed over the incumbent's beside it, once two pairs agree on it (~1 when
+    every pair says so): the median of the pairs whose incumbent run is in a condition known
+    from runs not beside this change, or of pairs that agree while their incumbent runs ran in
+    two or more conditions. A pair cancels the machine's speed; a ratio that holds while the
+    machine's speed moved between pairs is the change's own. Pairs in one condition no run
+    apart from them shows may each straddle the same change of load: they do not count."""
     measured = [x for i, x in ratios.items() if pair[i][1] in seen_apart]
     ratio = median(measured) if measured else 1.0
     if all(agrees(x, 1.0, tolerance) for x in ratios.values()) or sum(
             agrees(x, ratio, tolerance) for x in measured) >= 2:
         return ratio
+    for x in sorted(ratios.values(), key=lambda x: -sum(agrees(y, x, tolerance)
+                                                         for y in ratios.values())):
+        held = [i for i, y in ratios.items() if agrees(y, x, tolerance)]
+        if len(held) >= 2 and len({pair[i][1] for i in held}) >= 2:
+            return median(ratios[i] for i in held)
     return None
 
 

@@ -68,11 +68,12 @@ class HeardNight(Night):
 
 @pytest.fixture(scope="module")
 def night(tmp_path_factory: pytest.TempPathFactory) -> HeardNight:
-    # the machine switches every 3 runs: the baseline and a kept change have runs set aside
+    # the machine moves between three speeds every 3 runs: the baseline and a kept change have
+    # runs set aside (a change whose pairs agree on its speed at two machine speeds is placed)
     heard = Heard()
     store, sweep_id, db = load_night(tmp_path_factory.mktemp("secondary"), proposals=10,
                                      gains={3: 0.08, 6: 0.05}, incumbent_every=3,
-                                     machine_speeds=((0.6, 1.0), 3), secondary=KEYS,
+                                     machine_speeds=((0.6, 1.0, 0.8), 3), secondary=KEYS,
                                      listen=heard.listen)
     return HeardNight(store, sweep_id, db, heard=heard)
 

@@ -298,8 +298,8 @@ def _strict(ev: Evidence, rule: Rule) -> Verdict:
         return replace(base, seed=next_seed({r.seed for r in ev.runs}, rule))
     if ev.head_moved:
         return _branch_moved(ev, base)
-    return replace(base, status=ExperimentStatus.KEPT, reason=f"{_kept_word(base)} (strict): {text}",
-                   keep=True, ending=Ending.KEPT)
+    return replace(base, status=ExperimentStatus.KEPT, keep=True, ending=Ending.KEPT,
+                   reason=f"{_kept_word(base)} (strict): {text}")
 
 
 @dataclass(frozen=True)
@@ -423,8 +423,8 @@ def _without_noise(ev: Evidence, rule: Rule, cmp: Comparison, base: Verdict) -> 
                        ending=Ending.NOT_BETTER)
     if ev.head_moved:
         return _branch_moved(ev, base)
-    return replace(base, status=ExperimentStatus.KEPT, reason=f"{_kept_word(base)}: {text}", keep=True,
-                   ending=Ending.KEPT)
+    return replace(base, status=ExperimentStatus.KEPT, reason=f"{_kept_word(base)}: {text}",
+                   keep=True, ending=Ending.KEPT)
 
 
 def _test(ev: Evidence, rule: Rule, pl: Placement, keys: Sequence[Condition], cmp: Comparison,
@@ -442,8 +442,8 @@ def _test(ev: Evidence, rule: Rule, pl: Placement, keys: Sequence[Condition], cm
     if ev.head_moved and (not last or better and pl.ratio_confirmed):
         return _branch_moved(ev, base)
     if better and pl.ratio_confirmed:
-        return replace(base, status=ExperimentStatus.KEPT, reason=f"{_kept_word(base)}: {text}", keep=True,
-                       ending=Ending.KEPT)
+        return replace(base, status=ExperimentStatus.KEPT, reason=f"{_kept_word(base)}: {text}",
+                       keep=True, ending=Ending.KEPT)
     if last:
         return _speed_kept_changing(pl, base, text) if better else replace(
             base, status=ExperimentStatus.DISCARDED, reason=f"{NOT_BETTER}: {text}",

@@ -73,6 +73,8 @@ def report_budget(sweeps: int, seed: int) -> int:
           f"winners stopped ±{_se(r['winners_stopped'], d.helpful):.2%}; true gain − strict's "
           f"{_paired(d, strict)} (paired)")
     _behind(tallies["sequential"])
+    print("changes stopped early (" + DEFAULT + "), by effect and shape: " + ", ".join(
+        f"{k} {n}" for k, n in sorted(d.stops.items())) + f" (of {d.proposals} proposals)")
     broken = replace(world, broken=0.25)
     print("with broken changes (a quarter of the harmful ones 20–200σ worse from the start; "
           "strict pays one full run for each, as for any harmful change):")

@@ -217,7 +217,7 @@ class BudgetNight(Night):
             return 1.0
         ratio = c.speed / self.head.speed * math.exp(self.rng.gauss(0, self.cw.tp_noise))
         off = abs(ratio - 1) > speed_tolerance(self.cw.tp_noise)
-        level = stop_level(self.tests, self.rule)
+        level = stop_level(self.rule)
         for i, f in enumerate(pol.checks):
             call = check(points, incumbents, i, level, pol, category=change.category,
                          speed_off=off, earlier=self.past)

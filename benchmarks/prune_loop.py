@@ -22,6 +22,7 @@ learning rate) and ROPE_BASE = 10001.0 (null); `--modes auto` runs only the nigh
 early stop (a harmful change's run then says what it saved against its budget).
 
     .venv/bin/python benchmarks/prune_loop.py --target gpt --budget 60 --modes auto
+    .venv/bin/python benchmarks/prune_loop.py --target gpt --budget-steps 48 --modes auto
 
 `--prune-table` appends a [prune] table to the target's overnight.toml (docs/target.md), e.g.
 `--prune-table 'exempt = []'`: every kind of change may be stopped early.
@@ -98,10 +99,11 @@ def make_target(dest: Path, n_shifts: int, budget: float, prune: str, table: str
     return dest
 
 
-def make_gpt(dest: Path, budget: float, prune: str, table: str = "") -> Path:
+def make_gpt(dest: Path, budget: float, prune: str, table: str = "", steps: int = 0) -> Path:
     shutil.copytree(GPT, dest, ignore=shutil.ignore_patterns("__pycache__"))
     toml = (dest / "overnight.toml").read_text()
-    toml = toml.replace("budget_s  = 300", f"budget_s  = {budget:g}")
+    toml = toml.replace("budget_s  = 300", f'budget    = "{steps} steps"' if steps
+                        else f"budget_s  = {budget:g}")
     toml = toml.replace("timeout_s = 900", f"timeout_s = {budget * 4 + 120:g}")
     (dest / "overnight.toml").write_text(
         toml + f'prune = "{prune}"\nincumbent_every = 0\n'
@@ -118,9 +120,9 @@ def knob_diff(target: Path, name: str, value: str) -> str:
 
 
 def run_night(root: Path, mode: str, plan: list[Change], budget: float, slots: int,
-              gpt: bool = False, table: str = "") -> Night:
+              gpt: bool = False, table: str = "", steps: int = 0) -> Night:
     n_shifts = sum(c.name.startswith("SHIFT_") for c in plan)
-    target = (make_gpt(root / f"gpt-{mode}", budget, mode, table) if gpt
+    target = (make_gpt(root / f"gpt-{mode}", budget, mode, table, steps) if gpt
               else make_target(root / f"target-{mode}", n_shifts, budget, mode, table))
     rt = Runtime(root / f"{mode}.db")
     sweep = create_sweep(rt.store, rt.repo_at(target), target, name=mode, proposer="queue")
@@ -165,6 +167,9 @@ def main() -> None:
     ap.add_argument("--modes", nargs="+", choices=("off", "auto"), default=["off", "auto"])
     ap.add_argument("--prune-table", default="",
                     help='a [prune] table\'s body for the target, e.g. "exempt = []"')
+    ap.add_argument("--budget-steps", type=int, default=0,
+                    help="--target gpt: a compute budget of this many steps instead of --budget "
+                         "seconds (a shared machine's load then moves no curve)")
     ap.add_argument("--checks", action="store_true",
                     help="print every early-stop check (stopped or not, and why)")
     args = ap.parse_args()
@@ -175,7 +180,7 @@ def main() -> None:
     plan = [Change(*c) for c in GPT_PLAN] if gpt else changes(args.harmful, args.null)
     with tempfile.TemporaryDirectory(prefix="prune-loop-") as tmp:
         nights = [run_night(Path(tmp), mode, plan, args.budget, args.slots, gpt,
-                            args.prune_table.replace("\\n", "\n"))
+                            args.prune_table.replace("\\n", "\n"), args.budget_steps)
                   for mode in args.modes]
     print(f"{len(plan)} changes ({', '.join(f'{c.name} = {c.value} ({c.kind})' for c in plan)})"
           if gpt else f"{len(plan)} changes ({args.harmful} harmful, {args.null} null, "

@@ -16,6 +16,7 @@ from agent.rules import fdr
 from agent.rules.classify import CrashFacts
 from agent.rules.contract import contract_warnings
 from agent.rules.decide import (
+    FUTILITY_ERROR,
     NOT_BETTER,
     Evidence,
     Rule,
@@ -132,13 +133,13 @@ def test_a_smaller_level_spends_less_early():
     assert [round(look_share(k, 4, 0.0125), 4) for k in range(2, 5)] == [0.033, 0.2811, 0.686]
 
 
-def test_the_early_stop_is_clearly_worse_at_one_runs_level():
-    """A run stopped early is at most one of the change's K runs: its bar is α(1/K)."""
-    alpha = fdr.level((), 0.2)
-    assert stop_level((), SEQ) == pytest.approx(obrien_fleming(1 / 4, alpha), rel=1e-4)
-    assert stop_level((), Rule(max_runs=2)) == pytest.approx(obrien_fleming(1 / 2, alpha),
-                                                             rel=1e-4)
-    assert stop_level((), Rule(max_runs=2)) < alpha * look_share(2, 2, alpha)  # below any keep's
+def test_the_early_stop_spends_its_futility_error_evenly_over_every_check():
+    """β = 1 % over a change's K runs × (K − 1) checks: each check's level is β / (K(K − 1)),
+    whatever the night's tests (non-binding: the keep's α is not touched)."""
+    assert FUTILITY_ERROR == 0.01
+    assert stop_level(SEQ) == pytest.approx(0.01 / 12)
+    assert stop_level(Rule(max_runs=2)) == pytest.approx(0.01 / 2)
+    assert stop_level(Rule(max_runs=5)) * 5 * 4 == pytest.approx(FUTILITY_ERROR)
 
 
 def test_the_night_level_is_addis():

@@ -11,6 +11,7 @@ import math
 import os
 import random
 import shutil
+import statistics
 import subprocess
 import sys
 import threading
@@ -26,11 +27,12 @@ from agent.engine.recovery import recover
 from agent.engine.scheduler import SchedulerSettings, SlotScheduler
 from agent.git.repo import init_repo
 from agent.ops.sweeps import create_sweep
-from agent.rules.prune import PrunePolicy, check
+from agent.rules.decide import Rule, stop_level
+from agent.rules.prune import PrunePolicy, check, loss_over
 from overnight.runtime import Runtime
 from runner.summary import ProgressPoint
 
-LEVEL = 0.001  # a bar for the tests (agent.rules.decide.stop_level: ~6e-7 early in a night)
+LEVEL = 0.001  # a bar for the tests (agent.rules.decide.stop_level: 1 %/12 ≈ 8.3e-4)
 
 CURVES = Path(__file__).parent / "fixtures" / "curve_target"
 # Far past any margin: under load the line timings spread the incumbent's curves on the steep
@@ -102,8 +104,10 @@ def test_a_clearly_losing_change_is_stopped_and_its_process_is_gone(auto_night) 
     assert run.pgid is not None and gone(run.pgid)
     assert run.curve is not None and run.curve[-1][0] < 1.0  # it did not train to the end
     assert run.training_s is not None and run.training_s < sweep.config.budget_s
-    # stopped is not crashed: the record keeps where it was stopped, as the run recorded it
-    assert run.stop_fraction in PrunePolicy().checks
+    # 100 seed spreads worse from its first line (A_SHIFT 1.0, SEED_NOISE 0.01): stopped at the
+    # first check, 25 % of its budget. Stopped is not crashed: the record keeps where it was
+    # stopped, as the run recorded it
+    assert run.stop_fraction == PrunePolicy().checks[0]
     record = losing.record
     assert record is not None and record.ending is Ending.STOPPED_EARLY
     assert record.stopped == StopPoint(run.id, run.stop_fraction, int(run.curve[-1][2]))
@@ -352,6 +356,23 @@ def test_a_run_a_little_behind_goes_on_and_one_clearly_behind_is_stopped() -> No
     behind = _fed(EarlyStop(Reference(base, "hyperparameter", 10.0, LEVEL, 0.3),
                             threading.Event()), 0.5)
     assert behind.stopping_check is not None and behind.stop.is_set()
+
+
+def test_a_run_ten_spreads_worse_from_its_first_line_stops_at_the_first_check() -> None:
+    """Through the engine's early stop, fed progress lines, at the engine's bar (the default
+    rule's) against the default baseline's 5 curves: 10 times their spread worse over the first
+    quarter is stopped there, and no later check is made."""
+    base = tuple(_curve(0.0, s) for s in range(5))
+    part = PrunePolicy().part(0)
+    here = [loss_over(loss_pairs(c), part) or math.nan for c in base]
+    own = loss_over(loss_pairs(_curve(0.0, 99)), part) or math.nan
+    shift = statistics.fmean(here) - own + 10 * statistics.stdev(here)
+    early = _fed(EarlyStop(Reference(base, "hyperparameter", 10.0, stop_level(Rule()), 0.3),
+                           threading.Event()), shift)
+    assert early.stop.is_set() and early.stopping_check is not None
+    assert early.stopping_check.fraction == 0.25 and len(early.checks) == 1
+    assert early.stopping_check.p_worse is not None
+    assert early.stopping_check.p_worse <= stop_level(Rule())
 
 
 def test_the_keys_of_the_earlier_rule_are_refused_with_what_replaced_them() -> None:

@@ -18,7 +18,7 @@ from agent.ops.sweeps import create_sweep
 from agent.rules.prune import check
 from overnight.runtime import Runtime
 
-LEVEL = 0.001  # a bar for the tests (agent.rules.decide.stop_level: ~6e-7 early in a night)
+LEVEL = 0.001  # a bar for the tests (agent.rules.decide.stop_level: 1 %/12 ≈ 8.3e-4)
 
 CURVES = Path(__file__).parent / "fixtures" / "curve_target"
 FIRST = ("SHIFT_FIRST", "-0.3", "a first gain")

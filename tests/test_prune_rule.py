@@ -11,7 +11,7 @@ from scipy import stats
 
 from agent.rules.prune import PrunePolicy, check, loss_over, next_check
 
-LEVEL = 0.001  # a bar for the tests (agent.rules.decide.stop_level: ~6e-7 early in a night)
+LEVEL = 0.001  # a bar for the tests (agent.rules.decide.stop_level: 1 %/12 ≈ 8.3e-4)
 
 
 def curve(offset: float = 0.0, seed: int = 0, noise: float = 0.01,
@@ -130,3 +130,42 @@ def test_next_check() -> None:
 def test_a_bad_policy_is_refused_by_name(kwargs: dict[str, object]) -> None:
     with pytest.raises(ValueError, match="prune policy"):
         PrunePolicy(**kwargs)  # type: ignore[arg-type]
+
+
+def _worse_by(spreads: float, incumbents: list[list[tuple[float, float]]],
+              index: int = 0) -> tuple[list[tuple[float, float]], float]:
+    """A run `spreads` times the incumbents' spread over the part behind their mean there (an
+    incumbent's curve moved), and that spread."""
+    part = PrunePolicy().part(index)
+    here = [loss_over(c, part) or math.nan for c in incumbents]
+    spread = stats.tstd(here)
+    move = sum(here) / len(here) - here[0] + spreads * spread
+    return [(f, v + move) for f, v in incumbents[0]], spread
+
+
+@pytest.mark.parametrize("draw", range(20))
+def test_a_run_ten_spreads_worse_from_the_start_is_stopped_at_the_first_check(draw: int) -> None:
+    """At the engine's bar (the default rule's, K = 4) and the default baseline's 5 curves (4
+    degrees of freedom), 10 spreads worse is t = 10/√1.2 = 9.1, past t₄'s 7.5 at 1 %/12: stopped
+    at 25 %, the first check. At the earlier bar α(1/K) ≈ 6e-7 (t₄ 47) it went on."""
+    from agent.rules.decide import Rule, stop_level
+
+    incumbents = [curve(seed=100 * draw + s) for s in range(5)]
+    run, spread = _worse_by(10.0, incumbents)
+    call = check(run, incumbents, 0, stop_level(Rule()))
+    assert call.stop and call.fraction == 0.25, call.reason()
+    assert call.loss is not None and call.reference is not None
+    assert call.loss - call.reference == pytest.approx(10 * spread)
+    assert call.p_worse is not None and call.p_worse > 6e-7  # the earlier bar kept it running
+
+
+def test_the_futility_error_holds_for_a_run_no_worse_than_the_incumbent() -> None:
+    """The guarantee by construction: a run exchangeable with the incumbent's (no worse) is
+    stopped at a check with probability at most its level (here a large one, to count it)."""
+    rng = random.Random(5)
+    level, stopped, draws = 0.05, 0, 4000
+    for _ in range(draws):
+        offsets = [rng.gauss(0, 1) for _ in range(6)]
+        curves = [[(f / 4, 3.0 + o) for f in range(1, 5)] for o in offsets]
+        stopped += check(curves[0], curves[1:], 0, level).stop
+    assert abs(stopped / draws - level) < 4 * math.sqrt(level * (1 - level) / draws)

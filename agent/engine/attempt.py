@@ -45,7 +45,7 @@ from agent.engine.early_stop import (
     earlier_curves,
     may_stop_early,
 )
-from agent.engine.gather import USABLE, earlier_tests, sweep_speed_noise
+from agent.engine.gather import USABLE, sweep_speed_noise
 from agent.engine.salvage import (
     CHECKPOINT_ENV,
     EVAL_LOG_SUFFIX,
@@ -335,7 +335,7 @@ class TrainingRuns:
         policy = sweep.config.early_stop_policy()
         earlier = earlier_curves(self.store, sweep.id, base)
         rule = Rule.of(sweep.config)
-        level = stop_level(earlier_tests(self.store, sweep.id), rule)
+        level = stop_level(rule)
         speed = rule.tolerance(sweep_speed_noise(
             [r for r in self.store.run_metrics(sweep.id) if r.status in USABLE]))
         return EarlyStop(build_reference(exp, runs, spec.seed, base, sweep.config.budget_s,

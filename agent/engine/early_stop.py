@@ -7,8 +7,8 @@ this stops a live run. Guaranteed: only a change's own runs (screen, confirm) of
 incumbent's curves are read once, before the run starts, so the line callback never waits on
 the store; the spread also pools the curves of every earlier incumbent of the sweep (each
 kept commit before the current one: `earlier_curves`), as the keep rule's σ̂ pools the night,
-so a new incumbent with its 2 runs judges its first challengers; the bar is the keep rule's
-(agent.rules.decide.stop_level, from the night's tests before the run starts); a stop sets the
+so a new incumbent with its 2 runs judges its first challengers; the bar is the futility
+boundary's (agent.rules.decide.stop_level: β = 1 % over a change's checks); a stop sets the
 run's own stop event (the runner then ends its process tree) and leaves the experiment's stop
 event alone (a stop asked by a person stays a cancel).
 """
@@ -106,7 +106,7 @@ class Reference:
     curves: tuple[CurvePoints, ...]  # the incumbent's runs', same seed first
     category: str | None
     budget_s: float
-    level: float  # the keep rule's bar for "clearly worse" (agent.rules.decide.stop_level)
+    level: float  # the futility boundary's bar for "behind" (agent.rules.decide.stop_level)
     tolerance: float  # the keep rule's speed tolerance: a run outside it is not judged
     policy: PrunePolicy = field(default_factory=PrunePolicy)
     # the earlier incumbents' curves, one group per commit, newest first (the spread pools them)

@@ -195,10 +195,18 @@ def incumbent_due(decided: int, incumbent_runs: int, rule: Rule,
     return decided // rule.incumbent_every > incumbent_runs
 
 
-def stop_level(tests: Sequence[tuple[float, bool]], rule: Rule) -> float:
-    """The early stop's bar (agent.rules.prune), which a run clearly worse fails: α(1/K), the
-    level of one run of the change's K, which the first look leaves to the second."""
-    return alpha_spent(1 / rule.max_runs, fdr.level(tests, rule.fdr))
+# The futility stop's error (agent.rules.prune): a change whose curve is not behind the incumbent's
+# at any check is stopped with probability at most this, over all its runs and checks.
+FUTILITY_ERROR = 0.01
+
+
+def stop_level(rule: Rule) -> float:
+    """The early stop's bar (agent.rules.prune), a futility boundary spent evenly: each of the
+    K − 1 checks of each of a change's K runs stops at level β / (K(K − 1)), β =
+    FUTILITY_ERROR, so by Bonferroni a change not behind at any check is stopped with
+    probability at most β. Non-binding: the keep's α is spent as if no run were stopped."""
+    k = rule.max_runs
+    return FUTILITY_ERROR / (k * (k - 1)) if k > 1 else 0.0
 
 
 def look_share(k: int, looks: int, alpha: float) -> float:

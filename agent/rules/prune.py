@@ -1,5 +1,6 @@
-"""The early stop: the keep rule's test taken at a fraction of the budget, on the training loss
-(docs/keep-rule.md#the-early-stop). Pure: the stdlib, the policy and agent.rules.noise only. A
+"""The early stop: a futility boundary beside the keep rule's test, taken at a fraction of the
+budget on the training loss (docs/keep-rule.md#the-early-stop): behind at P(T ≤ t) ≤ the level
+(agent.rules.decide.stop_level). Pure: the stdlib, the policy and agent.rules.noise only. A
 curve is ``(fraction of the training budget, training loss)`` points, lower is better whatever
 the metric's direction. Not guaranteed: that a stopped change would have lost at the end.
 """

@@ -27,10 +27,19 @@ run may be stopped at agent.rules.prune's checks (clearly behind over a part of 
 budget cut into the rule's max_runs parts as in the engine), which discards the change;
 incumbent and baseline runs are never stopped. As in the engine, the spread pools every earlier
 incumbent's curves.
+
+A promotion ladder (`Policy(ladder=Ladder(...))`, issue #52 item 2; a spike, no product code):
+a change's first run is a screen, a run of its own seed trained to a fraction f of the budget
+(it costs f), judged by agent.rules.prune.check at f against the incumbent's curves there at a
+stated level γ; only a promoted change gets full-budget runs, and decide() keeps or discards it
+on those alone (the screen's run is not one of them: its seed's offset would bias the first).
+Exempt categories (the early stop's: data/schedule, curves that cross late) and runs off the
+incumbent's speed skip the screen, as check() does not judge them.
 """
 
 from __future__ import annotations
 
+import copy
 import math
 import random
 from collections.abc import Sequence
@@ -137,13 +146,34 @@ class CurveTally(Tally):
     behind: dict[tuple[str, float], list[int]] = field(default_factory=dict)
     finished_nights: int = 0
     stops: dict[str, int] = field(default_factory=dict)  # "helpful crossing": stopped changes
+    # the ladder: by kind ("null", "harmful", "helpful"), changes screened and those not promoted
+    screens: dict[str, int] = field(default_factory=dict)
+    screened_out: dict[str, int] = field(default_factory=dict)
+    lost_keeps: int = 0  # winners screened out that the night would have kept without the screen
+    lost_big: int = 0  # of those, gains ≥ 3σ
+
+
+@dataclass(frozen=True)
+class Ladder:
+    """The screen: a run to `fraction` of the budget (one of the early stop's checks, j/K, read
+    over the part of the budget that check reads), promoted unless behind the incumbent there
+    with P(T ≤ t) ≤ `level` (check()'s test at that level). Its error, by construction: a change
+    no worse than the incumbent at the fraction is screened out with probability at most
+    `level` (exactly `level` for one equal to it there); what it costs a change that wins at the
+    end depends on how far ahead it is at the fraction, which is why the exempt categories are
+    not screened."""
+
+    fraction: float = 0.25
+    level: float = 0.5
 
 
 @dataclass
 class Policy:
-    """Whether the night stops clearly losing runs early (agent.rules.prune), and where."""
+    """Whether the night stops clearly losing runs early (agent.rules.prune), and where; whether
+    a change is screened short first (a Ladder)."""
 
     prune: PrunePolicy | None = None
+    ladder: Ladder | None = None
 
 
 class BudgetNight(Night):
@@ -167,15 +197,21 @@ class BudgetNight(Night):
         self._last_e = 0.0  # the last run's final-metric noise
         self.means: dict[int, list[float]] = {self.head.key: self.base}
         self.change: Change | None = None
+        self.screen = PrunePolicy(looks=rule.max_runs)  # the ladder's fractions: the same cut
+        if policy.ladder is not None and not any(
+                abs(f - policy.ladder.fraction) < 1e-9 for f in self.screen.checks):
+            raise ValueError(f"ladder: the fraction must be one of {self.screen.checks}")
 
     def _level(self, f: float) -> float:
         w = self.cw
         return w.level + w.drop * w.level * (math.exp(-f / w.tau) - math.exp(-1 / w.tau))
 
-    def curve(self, c: Commit) -> tuple[list[tuple[float, float]], float]:
-        """One run's logged curve and its final metric's noise e(1)."""
+    def curve(self, c: Commit, j: int | None = None) -> tuple[list[tuple[float, float]], float]:
+        """One run's logged curve and its final metric's noise e(1); `j`: the run's stream (by
+        default its index among the commit's runs; the ladder's screen has one of its own)."""
         w = self.cw
-        rng = random.Random(self.key + self.serial[c.key] * 64 + len(c.runs))
+        j = len(c.runs) if j is None else j
+        rng = random.Random(self.key + self.serial[c.key] * 64 + j)
         z, o, prev = rng.gauss(0, 1), rng.gauss(0, 1), 0.0
         norm = 1 + w.early_spread * math.exp(-1 / w.tau)
         mean, points, e = self.means[c.key], [], 0.0
@@ -225,6 +261,45 @@ class BudgetNight(Night):
                 self.stopped = "check"
                 return f
         return 1.0
+
+    def _promoted(self, c: Commit, tally: CurveTally) -> bool:
+        """The ladder's screen: True when the change goes on to full-budget runs."""
+        lad, change = self.policy.ladder, self.change
+        assert change is not None
+        if lad is None or change.category in self.screen.exempt:
+            return True
+        if self.spent >= self.cw.budget:
+            raise _Spent
+        own = random.Random(self.key + self.serial[c.key] * 64 + 62)  # the night's rng untouched
+        ratio = c.speed / self.head.speed * math.exp(own.gauss(0, self.cw.tp_noise))
+        if abs(ratio - 1) > speed_tolerance(self.cw.tp_noise):
+            return True  # check() would not judge it: its curve measures the machine
+        points, _ = self.curve(c, j=63)  # a seed of its own, not one of the keep's runs
+        self.spent += lad.fraction
+        self.tally_spent[self.kind] += lad.fraction
+        tally.screens[self.kind] = tally.screens.get(self.kind, 0) + 1
+        index = self.screen.checks.index(
+            min(self.screen.checks, key=lambda f: abs(f - lad.fraction)))
+        call = check(points, self.curves.get(self.head.key, []), index, lad.level,
+                     self.screen, earlier=self.past)
+        if not call.stop:
+            return True
+        tally.screened_out[self.kind] = tally.screened_out.get(self.kind, 0) + 1
+        if change.effect < 0 and self._would_keep(c):
+            tally.lost_keeps += 1
+            tally.lost_big += -change.effect >= 3 * self.cw.sigma
+        return False
+
+    def _would_keep(self, c: Commit) -> bool:
+        """Whether this night, as it stands, would have kept the change without the screen
+        (given the GPU-seconds to decide it): a copy of the night decides it; this one is
+        untouched."""
+        shadow, twin = copy.deepcopy((self, c))
+        shadow.cw = replace(self.cw, budget=math.inf)
+        try:
+            return shadow.settle(twin, baseline=False)
+        except _Stopped:
+            return False
 
     def _looked_behind(self, points: Sequence[tuple[float, float]],
                        incumbents: list[list[tuple[float, float]]]) -> None:
@@ -276,7 +351,7 @@ class BudgetNight(Night):
         self.kind = "null" if effect == 0 else "harmful" if effect > 0 else "helpful"
         big = -effect >= 3 * self.cw.sigma
         try:
-            kept = self.settle(c, baseline=False)
+            kept = self._promoted(c, tally) and self.settle(c, baseline=False)
         except _Stopped:
             kept = False
             tally.stopped[self.stopped] += 1

@@ -184,6 +184,28 @@ def test_curve_world_shapes_and_a_fixed_budget_night(monkeypatch: pytest.MonkeyP
     assert broken.stopped["check"] > 0  # a change 20–200σ worse is stopped early
 
 
+def test_the_ladder_screens_at_a_fraction_that_costs_that_fraction(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    cw = importlib.import_module("curve_world")
+    from agent.rules.decide import Rule
+
+    world = cw.CurveWorld(budget=20.0)
+    policy = cw.Policy(ladder=cw.Ladder(0.25, 0.5))  # no early stop: every full run costs 1
+    a = cw.simulate_budget(Rule(), world, policy, 3, seed=5)
+    assert a.gains == cw.simulate_budget(Rule(), world, policy, 3, seed=5).gains
+    screens = sum(a.screens.values())
+    assert screens > 0 and 0 < sum(a.screened_out.values()) < screens
+    # the GPU-seconds: one per full run, a quarter per screen; the screen is not a keep run
+    assert sum(a.spent.values()) == pytest.approx(a.runs + 0.25 * screens)
+    assert 3 * 20.0 <= sum(a.spent.values()) < 3 * 21.0
+    assert a.lost_big <= a.lost_keeps <= a.screened_out.get("helpful", 0)
+    plain = cw.simulate_budget(Rule(), world, cw.Policy(), 3, seed=5)
+    assert not plain.screens and sum(plain.spent.values()) == plain.runs
+    with pytest.raises(ValueError, match="fraction"):  # only at one of the early stop's checks
+        cw.simulate_budget(Rule(), world, cw.Policy(ladder=cw.Ladder(0.3)), 1, seed=5)
+
+
 def test_the_keep_worlds_are_seeded_and_the_held_out_ones_differ(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))

@@ -132,10 +132,14 @@ def main() -> int:
                     help="100 proposals per night (default), or a fixed budget on curves")
     ap.add_argument("--heldout", action="store_true",
                     help="the worlds the rule was never tuned against (FDR and null keeps)")
+    ap.add_argument("--ladder", action="store_true",
+                    help="with --night budget: the promotion ladder's table instead (a spike)")
     args = ap.parse_args()
     if args.night == "budget":
-        from budget_report import report_budget
+        from budget_report import report_budget, report_ladder
 
+        if args.ladder:
+            return report_ladder(args.sweeps, args.seed)
         return report_budget(args.sweeps, args.seed)
     if args.heldout:
         return held_out(args.sweeps, args.seed, args.only)

@@ -100,6 +100,8 @@ def report_budget(sweeps: int, seed: int) -> int:
 # screen at the early stop's first check (25 %) or second (50 %), promoted unless behind there
 # at γ = 1/2 (a change no worse than the incumbent at the screen is lost with probability ≤ ½)
 LADDERS = {"ladder 25 %, γ = ½": Ladder(0.25, 0.5), "ladder 50 %, γ = ½": Ladder(0.5, 0.5)}
+# why: the same 25 % screen if it never lost a winner (no real screen can: a diagnostic)
+ORACLE = {"oracle: 25 %, no winner out": Ladder(0.25, 0.5, oracle=True)}
 
 
 def report_ladder(sweeps: int, seed: int) -> int:
@@ -116,7 +118,8 @@ def report_ladder(sweeps: int, seed: int) -> int:
         print(world.name)
         rule, policy = budget_rules()[DEFAULT]
         base = None
-        for name, lad in {DEFAULT: None, **LADDERS}.items():
+        shapes = {}
+        for name, lad in {DEFAULT: None, **LADDERS, **ORACLE}.items():
             t = simulate_budget(rule, world, replace(policy, ladder=lad), sweeps, seed)
             base = base or t
             r = figures(t)
@@ -126,6 +129,12 @@ def report_ladder(sweeps: int, seed: int) -> int:
             print(f"  {name:<26}{r['gain']:>10.2f}{_paired(t, base):>16}{r['fdr']:>7.1%}"
                   f"{r['big_kept']:>10.1%}{out:>22}{lost:>12}"
                   f"{t.spent['null'] / max(t.nulls, 1):>7.2f}{r['proposals']:>10.1f}", flush=True)
+            if name in LADDERS:
+                shapes[name] = ", ".join(
+                    f"{s} {t.screened_out.get(f'helpful {s}', 0) / n:.0%}" for s in
+                    ("early", "late", "crossing") if (n := t.screens.get(f"helpful {s}", 0)))
+        for name, text in shapes.items():
+            print(f"    winners screened out by shape, {name}: {text}")
     print("(screened out: of the changes screened, by kind (exempt ones and runs off the "
           "incumbent's speed are not); keeps lost: of all winners, and of the ≥3σ ones; GPU-s a "
           f"null: in full runs, screens included; {time.perf_counter() - t0:.0f} s)")

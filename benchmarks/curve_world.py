@@ -165,6 +165,7 @@ class Ladder:
 
     fraction: float = 0.25
     level: float = 0.5
+    oracle: bool = False  # a diagnostic: winners are always promoted (no real screen can)
 
 
 @dataclass
@@ -277,14 +278,16 @@ class BudgetNight(Night):
         points, _ = self.curve(c, j=63)  # a seed of its own, not one of the keep's runs
         self.spent += lad.fraction
         self.tally_spent[self.kind] += lad.fraction
-        tally.screens[self.kind] = tally.screens.get(self.kind, 0) + 1
+        for what in (self.kind, f"{self.kind} {change.shape}"):
+            tally.screens[what] = tally.screens.get(what, 0) + 1
         index = self.screen.checks.index(
             min(self.screen.checks, key=lambda f: abs(f - lad.fraction)))
         call = check(points, self.curves.get(self.head.key, []), index, lad.level,
                      self.screen, earlier=self.past)
-        if not call.stop:
+        if not call.stop or (lad.oracle and change.effect < 0):
             return True
-        tally.screened_out[self.kind] = tally.screened_out.get(self.kind, 0) + 1
+        for what in (self.kind, f"{self.kind} {change.shape}"):
+            tally.screened_out[what] = tally.screened_out.get(what, 0) + 1
         if change.effect < 0 and self._would_keep(c):
             tally.lost_keeps += 1
             tally.lost_big += -change.effect >= 3 * self.cw.sigma

@@ -162,6 +162,30 @@ def test_search_simulation_of_the_coupled_family_gains_and_never_repeats() -> No
     assert search.closed(a, 30) > 0.5  # a wide margin: the median is ~0.94
 
 
+def _search_rule(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))  # it imports keep_world
+    return importlib.import_module("search_rule")  # dataclasses need it in sys.modules
+
+
+def test_search_rule_breakdown_adds_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    sr = _search_rule(monkeypatch)
+    heldout = sr.problem_of("coupled", 1, 0)
+    assert heldout.live() == set(sr.values_of(sr.TRAIN_PY)) - {"ROPE_BASE", "SOFTCAP"}
+    assert heldout.crash({**heldout.base, "BATCH_SIZE": 1000}) == "oom"
+    assert heldout.crash({**heldout.base, "LR": 0.1}) == "nan"
+    assert sr.problem_of(None, 1, 0).live() == set(sr.draw(sr.random.Random("problem-1-0")).weight)
+    out = sr.one((7, 0, 12, "coupled"))
+    n = sr.counts(out)
+    assert len(out.steps) == 12 and sum(n[k] for k in sr.KINDS) == 12
+    assert all(s.kind in sr.KINDS for s in out.steps)
+    assert min(out.split) >= 0.0
+    assert out.closed + sum(out.split) == pytest.approx(1.0)  # the split is the regret left
+    assert n["revisit"] == 0  # the search never runs a configuration twice
+    assert out.runs >= sum(s.runs for s in out.steps) >= 12
+    table = sr.breakdown([out, out], 12, per_problem=True)
+    assert table.count("\n") == 4 and "| all 2 " in table
+
+
 def test_curve_world_shapes_and_a_fixed_budget_night(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))  # it imports keep_world
     cw = importlib.import_module("curve_world")  # dataclasses need it in sys.modules

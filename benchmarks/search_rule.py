@@ -60,6 +60,7 @@ from agent.core.domain import (  # noqa: E402
     utcnow,
 )
 from agent.core.ports import ProposalContext  # noqa: E402
+from agent.core.record import RECORD_KEY  # noqa: E402
 from agent.proposers.knobs import KnobsProposer, find_knobs  # noqa: E402
 from agent.proposers.llm import apply_unified_diff  # noqa: E402
 
@@ -255,7 +256,11 @@ class SearchNight(Night):
         kept = self.settle(change, baseline=False)
         self.runs -= 1  # settle counted its first run
         status = ExperimentStatus.KEPT if kept else ExperimentStatus.DISCARDED
-        self.history.append(replace(exp, status=status, metric=self._mean(change)))
+        assert self.verdict is not None
+        # the verdict's record in meta, as the engine writes it (domain.finished_meta): the
+        # search reads each run's gain from it (agent.analysis.trials.gain_of)
+        meta = {**p.meta, RECORD_KEY: self.verdict.record().to_json()}
+        self.history.append(replace(exp, status=status, metric=self._mean(change), meta=meta))
         gain = self._true(self.text) - self._true(new)
         moved_knobs = {n for n in values if values[n] != old_values.get(n)}
         if not moved_knobs & self.live:

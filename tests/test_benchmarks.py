@@ -186,6 +186,27 @@ def test_search_rule_breakdown_adds_up(monkeypatch: pytest.MonkeyPatch) -> None:
     assert table.count("\n") == 4 and "| all 2 " in table
 
 
+def test_search_benchmarks_hand_the_search_its_gains(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The search reads a run's gain from its verdict's record (agent.analysis.trials.gain_of):
+    a benchmark that leaves the record out measures a search that learns nothing."""
+    from agent.analysis.trials import trials
+    from agent.core.domain import Direction
+
+    sr = _search_rule(monkeypatch)
+    night = sr.SearchNight(sr.problem_of("coupled", 7, 0), 7000)
+    night.start()
+    for k in range(8):
+        night.step(k)
+    ran = [t for t in trials(night.history, Direction.MINIMIZE) if t.crash is None]
+    assert ran and all(t.gain is not None for t in ran)
+    sim = _search().Simulation("coupled", "knobs", 3)
+    for _ in range(8):
+        sim.step()
+    ran = [t for t in trials(sim.history, Direction.MINIMIZE)
+           if t.status.value in ("kept", "discarded")]
+    assert ran and all(t.gain is not None for t in ran)
+
+
 def test_curve_world_shapes_and_a_fixed_budget_night(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))  # it imports keep_world
     cw = importlib.import_module("curve_world")  # dataclasses need it in sys.modules

@@ -313,6 +313,53 @@ class Outcome:
     runs: int
     steps: tuple[Step, ...]
     split: tuple[float, float, float]  # never tried, tried not kept, kept then lost (÷ base)
+    knobs: dict[str, float]  # one-knob gains left at the final head by why (÷ base), KNOB_WHY
+
+
+KNOB_WHY = ("never moved", "only the other way", "the right way from here, not kept",
+            "the right way, not from here")
+LOGIT = ("WARMUP_FRAC", "ADAM_BETA2", "WEIGHT_DECAY")
+
+
+def knobs_left(night: SearchNight) -> dict[str, float]:
+    """Per numeric knob at the final head: the most a change of it alone would still gain (a
+    grid of ±4 octaves, or logits, in twelfths; feasible values only), filed under why it is
+    left: the knob never moved; moved only the other way; moved the right way, and a move that
+    way from its final value ran and was not kept; moved the right way, but never on from its
+    final value. Summed per why, in the baseline regret's units (the parts overlap where two
+    knobs' gains interact, so they need not add up to the regret left)."""
+    c, f0 = values_of(night.text), night._true(night.text)
+    moves: list[tuple[str, float, float]] = []
+    for e in night.history[1:]:
+        for ch in e.meta.get("changes") or [e.meta]:
+            try:
+                moves.append((str(ch["knob"]), float(ch["old"]), float(ch["new"])))
+            except (KeyError, TypeError, ValueError):
+                continue  # a flip of a bool, or no change
+    out = dict.fromkeys(KNOB_WHY, 0.0)
+    for name, v in c.items():
+        if name == "USE_SWIGLU":
+            continue
+        best_v, best_f = v, f0
+        for j in range(-48, 49):
+            if name in LOGIT and 0 < v < 1:
+                u = math.log(v / (1 - v)) + j / 12 * math.log(2)
+                new = 1 / (1 + math.exp(-u))
+            else:
+                new = v * 2 ** (j / 12)
+            f = night.problem({**c, name: new})
+            if f is not None and f < best_f:
+                best_v, best_f = new, f
+        if best_f >= f0:
+            continue
+        need = 1 if best_v > v else -1
+        ways = {1 if new > old else -1 for n, old, new in moves if n == name and new != old}
+        here = any(n == name and math.isclose(old, v) and (new - old) * need > 0
+                   for n, old, new in moves)
+        why = (KNOB_WHY[0] if not ways else KNOB_WHY[1] if need not in ways
+               else KNOB_WHY[2] if here else KNOB_WHY[3])
+        out[why] += f0 - best_f
+    return out
 
 
 def problem_of(family: str | None, seed: int, index: int) -> Problem | Heldout:
@@ -329,8 +376,9 @@ def one(args: tuple[int, int, int, str | None]) -> Outcome:
     for k in range(proposals):
         night.step(k)
     split = tuple(part / base for part in night.split())
+    left = {why: gain / base for why, gain in knobs_left(night).items()}
     return Outcome((base - night.regret()) / base, night.runs, tuple(night.steps),
-                   split)  # type: ignore[arg-type]
+                   split, left)  # type: ignore[arg-type]
 
 
 def counts(o: Outcome) -> dict[str, int]:
@@ -370,6 +418,9 @@ def breakdown(outs: list[Outcome], proposals: int, per_problem: bool = False) ->
         lines += [row(str(i), [o], False) for i, o in enumerate(outs)]
     lines.append(row(f"all {len(outs)} (median closed; mean splits; share of proposals)",
                      outs, True))
+    lines += ["", "one-knob gains left at the end, by why (mean, share of the baseline's regret): "
+              + "; ".join(f"{why} {statistics.fmean(o.knobs[why] for o in outs):.3f}"
+                          for why in KNOB_WHY)]
     return "\n".join(lines)
 
 

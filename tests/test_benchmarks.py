@@ -182,8 +182,12 @@ def test_search_rule_breakdown_adds_up(monkeypatch: pytest.MonkeyPatch) -> None:
     assert out.closed + sum(out.split) == pytest.approx(1.0)  # the split is the regret left
     assert n["revisit"] == 0  # the search never runs a configuration twice
     assert out.runs >= sum(s.runs for s in out.steps) >= 12
+    assert set(out.knobs) == set(sr.KNOB_WHY) and min(out.knobs.values()) >= 0.0
     table = sr.breakdown([out, out], 12, per_problem=True)
-    assert table.count("\n") == 4 and "| all 2 " in table
+    assert table.count("\n") == 6 and "| all 2 " in table and "never moved" in table
+    idle = sr.one((7, 0, 0, "coupled"))  # no proposal: all the regret is in knobs never moved
+    assert idle.closed == 0.0 and idle.split[0] == pytest.approx(1.0)
+    assert idle.knobs["never moved"] > 0.5 and sum(idle.knobs.values()) == idle.knobs["never moved"]
 
 
 def test_search_benchmarks_hand_the_search_its_gains(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -56,6 +56,7 @@ from agent.core.domain import (  # noqa: E402
     utcnow,
 )
 from agent.core.ports import ProposalContext  # noqa: E402
+from agent.core.record import RECORD_KEY, Ending, VerdictRecord  # noqa: E402
 from agent.proposers.knobs import Knob, KnobsProposer, find_knobs  # noqa: E402
 from agent.proposers.llm import apply_unified_diff  # noqa: E402
 from agent.rules.decide import is_improvement  # noqa: E402
@@ -257,15 +258,22 @@ class Simulation:
                         reason=CRASH_LOG[crash].splitlines()[0], log_tail=CRASH_LOG[crash],
                         best_before=self.best)
         elif is_improvement(value, self.best, Direction.MINIMIZE):
-            self.record(p, ExperimentStatus.KEPT, metric=value, best_before=self.best)
+            self.record(p, ExperimentStatus.KEPT, metric=value, best_before=self.best,
+                        ending=Ending.KEPT)
             self.best, self.head = value, new_text
         else:
-            self.record(p, ExperimentStatus.DISCARDED, metric=value, best_before=self.best)
+            self.record(p, ExperimentStatus.DISCARDED, metric=value, best_before=self.best,
+                        ending=Ending.NOT_BETTER)
         return True
 
-    def record(self, p: Proposal, status: ExperimentStatus, **fields: object) -> None:
+    def record(self, p: Proposal, status: ExperimentStatus, ending: Ending | None = None,
+               **fields: object) -> None:
+        meta = dict(p.meta)
+        if ending is not None:  # the record the engine writes; its gain is what searches read
+            diff = float(fields["metric"]) - float(fields["best_before"])  # type: ignore[arg-type]
+            meta[RECORD_KEY] = VerdictRecord(ending, difference=diff).to_json()
         exp = Experiment(len(self.history) + 1, 1, status, p.description, p.diff, p.proposer,
-                         meta=p.meta)
+                         meta=meta)
         self.history.append(replace(exp, **fields))  # type: ignore[arg-type]
 
 

@@ -162,6 +162,55 @@ def test_search_simulation_of_the_coupled_family_gains_and_never_repeats() -> No
     assert search.closed(a, 30) > 0.5  # a wide margin: the median is ~0.94
 
 
+def _search_rule(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))  # it imports keep_world
+    return importlib.import_module("search_rule")  # dataclasses need it in sys.modules
+
+
+def test_search_rule_breakdown_adds_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    sr = _search_rule(monkeypatch)
+    heldout = sr.problem_of("coupled", 1, 0)
+    assert heldout.live() == set(sr.values_of(sr.TRAIN_PY)) - {"ROPE_BASE", "SOFTCAP"}
+    assert heldout.crash({**heldout.base, "BATCH_SIZE": 1000}) == "oom"
+    assert heldout.crash({**heldout.base, "LR": 0.1}) == "nan"
+    assert sr.problem_of(None, 1, 0).live() == set(sr.draw(sr.random.Random("problem-1-0")).weight)
+    out = sr.one((7, 0, 12, "coupled"))
+    n = sr.counts(out)
+    assert len(out.steps) == 12 and sum(n[k] for k in sr.KINDS) == 12
+    assert all(s.kind in sr.KINDS for s in out.steps)
+    assert min(out.split) >= 0.0
+    assert out.closed + sum(out.split) == pytest.approx(1.0)  # the split is the regret left
+    assert n["revisit"] == 0  # the search never runs a configuration twice
+    assert out.runs >= sum(s.runs for s in out.steps) >= 12
+    assert set(out.knobs) == set(sr.KNOB_WHY) and min(out.knobs.values()) >= 0.0
+    table = sr.breakdown([out, out], 12, per_problem=True)
+    assert table.count("\n") == 6 and "| all 2 " in table and "never moved" in table
+    idle = sr.one((7, 0, 0, "coupled"))  # no proposal: all the regret is in knobs never moved
+    assert idle.closed == 0.0 and idle.split[0] == pytest.approx(1.0)
+    assert idle.knobs["never moved"] > 0.5 and sum(idle.knobs.values()) == idle.knobs["never moved"]
+
+
+def test_search_benchmarks_hand_the_search_its_gains(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The search reads a run's gain from its verdict's record (agent.analysis.trials.gain_of):
+    a benchmark that leaves the record out measures a search that learns nothing."""
+    from agent.analysis.trials import trials
+    from agent.core.domain import Direction
+
+    sr = _search_rule(monkeypatch)
+    night = sr.SearchNight(sr.problem_of("coupled", 7, 0), 7000)
+    night.start()
+    for k in range(8):
+        night.step(k)
+    ran = [t for t in trials(night.history, Direction.MINIMIZE) if t.crash is None]
+    assert ran and all(t.gain is not None for t in ran)
+    sim = _search().Simulation("coupled", "knobs", 3)
+    for _ in range(8):
+        sim.step()
+    ran = [t for t in trials(sim.history, Direction.MINIMIZE)
+           if t.status.value in ("kept", "discarded")]
+    assert ran and all(t.gain is not None for t in ran)
+
+
 def test_curve_world_shapes_and_a_fixed_budget_night(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))  # it imports keep_world
     cw = importlib.import_module("curve_world")  # dataclasses need it in sys.modules

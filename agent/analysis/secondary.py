@@ -9,11 +9,11 @@ reported has no value ("–", never 0). The keep rule never reads these.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from agent.core.bounds import finite_number
 from agent.core.record import VerdictRecord
 
 BLANK = "–"  # a key with no value (no run it rests on reported it)
@@ -28,11 +28,9 @@ def fmt_secondary(value: float | None) -> str:
 
 
 def run_value(summary: Mapping[str, Any], key: str) -> float | None:
-    """The key's value in one run's summary: a finite number, else None (not printed)."""
-    v = summary.get(key)
-    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
-        return None
-    return float(v)
+    """The key's value in one run's summary: a finite number, else None (not printed); the
+    same reading as a bound's (agent.core.bounds.finite_number)."""
+    return finite_number(summary.get(key))
 
 
 @dataclass(frozen=True)

@@ -135,6 +135,8 @@ def test_every_screen_says_what_each_weighed(night):
     assert rows[wide.id]["reason"].startswith("over a bound: peak_memory_mb")
     # the search learns the bound: a region to avoid, and no near-miss to re-test
     assert "- LAYERS ≥ 12: over a bound (#3); avoid it" in md
+    knob = next(line for line in md.splitlines() if line.startswith("- LAYERS [architecture]"))
+    assert "crashed" not in knob  # discarded past a bound, not a crash
     assert "Near-misses" not in md
 
 

@@ -126,7 +126,7 @@ def _knob(name: str, items: list[Trial], scale: float | None) -> KnobInsight:
     kept = [c.new for t in items if t.kept for c in t.changes if c.name == name]
     current = kept[-1] if kept else items[0].changes[0].old
     return KnobInsight(name, category_of_knob(name).value, len(items), sum(t.kept for t in items),
-                       sum(t.crash is not None for t in items), current, values[-MAX_VALUES:],
+                       sum(t.crashed for t in items), current, values[-MAX_VALUES:],
                        [_effect(d, ts, scale) for d, ts in sorted(by_dir.items())])
 
 

@@ -122,7 +122,7 @@ class DigestFold:
         top = t if t.gain is not None and (was.top is None or t.gain > (was.top.gain or 0.0)) \
             else was.top
         self.areas[category] = _Area(was.runs + 1, was.kept + t.kept,
-                                     was.crashed + (t.crash is not None), top)
+                                     was.crashed + t.crashed, top)
 
     def insights(self, sweep: Sweep, open_experiments: list[Experiment]) -> Insights:
         """The digest of the folded experiments and these open (queued, running) ones."""

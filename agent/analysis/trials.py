@@ -71,6 +71,11 @@ class Trial:
     def kept(self) -> bool:
         return self.status is ExperimentStatus.KEPT
 
+    @property
+    def crashed(self) -> bool:
+        """A fundamental failure (a region to avoid that crashed), not a discard past a bound."""
+        return self.crash is not None and self.crash != Ending.OVER_BOUND.value
+
 
 def _constants(lines: tuple[str, ...]) -> dict[str, str]:
     out = {}

@@ -254,6 +254,11 @@ class Night:
         tally.count(effect, big, kept)
         if big and not kept and self.verdict is not None:
             tally.lost.append((self.verdict, change.busy))
+        self.conclude(change, kept)
+
+    def conclude(self, change: Commit, kept: bool) -> None:
+        """After a change's verdict: kept, it is the new head (the old one retires); else it
+        retires."""
         if kept:
             self.retire(self.head)
             self.head = replace(change, runs=list(change.runs), suspect=list(change.suspect))

@@ -27,7 +27,7 @@ import random
 import statistics
 import sys
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -90,11 +90,7 @@ class SwingNight(Night):
             tally.fast_kept += kept
             tally.fast_not_judged += self.verdict is not None and \
                 self.verdict.ending is Ending.NOT_JUDGED
-        if kept:
-            self.retire(self.head)
-            self.head = replace(change, runs=list(change.runs), suspect=list(change.suspect))
-        else:
-            self.retire(change)
+        self.conclude(change, kept)
 
 
 def worlds() -> list[SwingWorld]:

@@ -33,7 +33,7 @@ import random
 import statistics
 import sys
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -136,11 +136,7 @@ class WeighNight(Night):
         if big and memory <= head.memory * 1.0001:
             tally.big_free += 1
             tally.big_free_kept += kept
-        if kept:
-            self.retire(self.head)
-            self.head = replace(change, runs=list(change.runs), suspect=list(change.suspect))
-        else:
-            self.retire(change)
+        self.conclude(change, kept)
 
 
 def simulate(rule: Rule, ww: WeighWorld, sweeps: int, seed: int,

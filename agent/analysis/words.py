@@ -103,7 +103,7 @@ def weighed(rec: VerdictRecord | None, simplicity_margin: float, minimize: bool)
     notes = [f"{c.text()}: it was asked {metric_text(c.cost)} more gain"
              for c in rec.bounds if c.cost]
     gain = rec.gain(minimize)
-    if rec.simpler and rec.margin is not None and rec.lines is not None:
+    if rec.simpler and rec.lines is not None:
         notes.insert(0, f"simpler: {lines_text(rec.lines)}, kept as not worse than the incumbent "
                         f"by more than {metric_text(simplicity_margin)}")
     elif simplicity_margin > 0 and rec.lines is not None and rec.lines > 0 and gain is not None \

@@ -364,7 +364,7 @@ class TargetConfig(BaseModel):
         if self.holdout_metric is not None and self.holdout_metric in self.secondary:
             raise ValueError(f"secondary: {self.holdout_metric} is the sealed holdout_metric, "
                              "shown only after the night")
-        bounded = {b.key for b in self.constraints}
+        bounded = self.bounded_keys
         if self.metric in bounded:
             raise ValueError(f"constraints: {self.metric} is the metric, which the keep rule "
                              "judges; bound other summary-block keys (min_delta asks a larger "
@@ -378,6 +378,11 @@ class TargetConfig(BaseModel):
             raise ValueError(f"timeout_s: must be greater than budget_s ({self.budget_s:g}), "
                              f"got {self.timeout_s:g}")
         return self
+
+    @property
+    def bounded_keys(self) -> tuple[str, ...]:
+        """The summary-block keys `constraints` bounds, each once, in order."""
+        return tuple(dict.fromkeys(b.key for b in self.constraints))
 
     @property
     def time_budget(self) -> bool:

@@ -313,7 +313,7 @@ class Loop:
         self, sweep: Sweep, exp: Experiment, head: str, commit: str, failed: RunFailure | None
     ) -> tuple[Evidence, str, list[Run], list[Run]]:
         """What the decision needs, from the store and git: runs, the incumbent's, the head."""
-        keys = tuple(dict.fromkeys(b.key for b in sweep.config.constraints))
+        keys = sweep.config.bounded_keys
         gathered = gather(self.store, sweep.id, exp, head, commit, sweep.config.time_budget,
                           keys)
         now_head = head if exp.is_baseline else self.repo.head(sweep.branch)
@@ -350,9 +350,8 @@ class Loop:
         raw = result.summary.get(sweep.config.metric)
         warnings = tuple(contract_warnings(result.summary, sweep.budget_s,
                                            sweep.config.budget)) + (
-            baseline_warnings([sample(r, [b.key for b in sweep.config.constraints])
-                               for r in change_runs], sweep.config.metric,
-                              sweep.config.constraints)
+            baseline_warnings([sample(r, sweep.config.bounded_keys) for r in change_runs],
+                              sweep.config.metric, sweep.config.constraints)
             if exp.is_baseline else ())
         printed = float(raw) if isinstance(raw, int | float) else None
         if not verdict.keep:

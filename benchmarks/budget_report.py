@@ -25,6 +25,10 @@ DEFAULT = "sequential + stop"  # the engine's default: prune = "auto"
 # seed noise that wanders more along the curve, and more changes that act late.
 HELDOUT = CurveWorld(name="held-out curves", point_noise=3.0, tau=0.35, ou_length=0.1,
                      seed_share=0.25, early_spread=2.0, shapes=(0.25, 0.5, 0.25))
+# Each run's progress lines at its own steps (every 2–8 % of the budget, a random phase), as a
+# script that prints every few seconds logs them: built to test the matched points of the early
+# stop's check (agent.rules.prune.matched), never tuned against.
+OWN_LINES = (2, 8)
 
 
 def budget_rules() -> dict[str, tuple[Rule, Policy]]:
@@ -86,6 +90,13 @@ def report_budget(sweeps: int, seed: int) -> int:
             for name, (rule, policy) in budget_rules().items() if name != "strict"}
     print(f"  the early stop's true gain, paired: {_paired(held[DEFAULT], held['sequential'])} "
           f"held out, {_paired(d, tallies['sequential'])} above")
+    print("each run's lines at its own steps (every 2–8 % of the budget; never tuned against):")
+    for base in (world, HELDOUT):
+        lined = replace(base, name=f"{base.name}, own lines", lines=OWN_LINES)
+        own = {name: _row(f"{name} ({base.name})", rule, lined, policy, sweeps, seed)
+               for name, (rule, policy) in budget_rules().items() if name != "strict"}
+        print(f"  the early stop's true gain, paired: "
+              f"{_paired(own[DEFAULT], own['sequential'])}")
     print(f"(true gain: final best's true improvement over the baseline, in σ; winners stopped: "
           f"helpful changes stopped early, of all helpful; {time.perf_counter() - t0:.0f} s)")
     bad = _misses(r, figures(strict)["gain"])

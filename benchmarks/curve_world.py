@@ -69,6 +69,9 @@ class CurveWorld:
     early_spread: float = 1.0  # the seed's sd at f=0 is (1 + this)× its sd late
     point_noise: float = 1.0  # per logged point, in σ
     step: float = 0.01  # a progress line every 1 % of the budget
+    # each run's lines every k steps, k drawn from this range, at a random phase (a real script
+    # prints every few seconds: runs' lines fall at their own steps); (1, 1): every step
+    lines: tuple[int, int] = (1, 1)
     shapes: tuple[float, float, float] = (0.4, 0.35, 0.25)  # early, late, crossing
     labelled: float = 0.8  # crossing changes categorised data/schedule
     slower: float = 0.5  # of the other crossing changes (a bigger model), those 10–40 % slower
@@ -222,6 +225,12 @@ class BudgetNight(Night):
             sd = w.sigma * (1 + w.early_spread * math.exp(-f / w.tau)) / norm
             e = sd * (math.sqrt(w.seed_share) * z + math.sqrt(1 - w.seed_share) * o)
             points.append((f, m + e + rng.gauss(0, w.point_noise)))
+        if w.lines != (1, 1):  # its own stream: the default world's draws are untouched
+            own = random.Random(f"lines-{self.key + self.serial[c.key] * 64 + j}")
+            k = own.randint(*w.lines)
+            phase = own.randrange(k)
+            last = len(points) - 1
+            points = [p for i, p in enumerate(points) if i in (0, last) or i % k == phase]
         return points, e
 
     def measure(self, c: Commit, seed: int, pair_of: int | None = None,

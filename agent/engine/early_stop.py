@@ -35,11 +35,12 @@ from agent.core.domain import (
 from agent.core.ports import Store
 from agent.rules.categories import category_of
 from agent.rules.placement import agrees
-from agent.rules.prune import PruneCall, PrunePolicy, check, next_check
+from agent.rules.prune import GRID, PruneCall, PrunePolicy, check, next_check
 from runner.summary import ProgressPoint
 
 logger = logging.getLogger(__name__)
-CURVE_BINS = 200  # a run's recorded curve: the mean point of each 1/200 of the budget
+# a run's recorded curve: the mean point of each 1/200 of the budget, the check's matched points
+CURVE_BINS = GRID
 CHALLENGER_ROLES = (RunRole.SCREEN, RunRole.CONFIRM)
 # The incumbent's runs a challenger is judged against: those at its most common speed (a suspect
 # run measured a slower or faster machine; its curve would move the reference and the speed).

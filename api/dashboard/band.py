@@ -17,7 +17,7 @@ from markupsafe import Markup, escape
 
 from agent.core.domain import CurvePoints, Experiment, ExperimentStatus, Run, RunStatus, Sweep
 from agent.engine.early_stop import REFERENCE_STATUSES
-from agent.rules.prune import PrunePolicy, loss_over
+from agent.rules.prune import PrunePolicy, loss_over, matched
 from db.reads import Reads
 
 GRID = 60  # fractions of the budget the band is drawn at
@@ -60,6 +60,7 @@ def band_svg(mine: Sequence[Run], theirs: Sequence[Run], width: int = 640,
     one. None when there is nothing to compare (no curve, or fewer than two incumbent runs)."""
     policy = policy or PrunePolicy()
     zone = band([r.curve for r in theirs if r.curve])
+    reference = [[(p[0], p[1]) for p in r.curve] for r in theirs if r.curve]
     lines = [r for r in mine if r.curve]
     if not zone or not lines:
         return None
@@ -97,22 +98,25 @@ def band_svg(mine: Sequence[Run], theirs: Sequence[Run], width: int = 640,
                        if math.isfinite(p[1]))
         parts.append(f'<polyline class="curve" points="{pts}"><title>run {r.id} '
                      f'({r.role.value}, seed {r.seed})</title></polyline>')
-        parts += _checks(r, policy, judged, sx, sy, (mt, height - mb))
+        parts += _checks(r, policy, judged, sx, sy, (mt, height - mb), reference)
     parts.append("</svg>")
     return Markup("".join(parts))
 
 
 def _checks(r: Run, policy: PrunePolicy, judged: bool, sx: Callable[[float], float],
-            sy: Callable[[float], float], ys: tuple[float, float]) -> list[str]:
+            sy: Callable[[float], float], ys: tuple[float, float],
+            reference: Sequence[Sequence[tuple[float, float]]]) -> list[str]:
     """The run's check dots and, for a pruned run, the marker of the check that stopped it
-    (at its curve's end when its record names no check: a run recorded before it did)."""
+    (at its curve's end when its record names no check: a run recorded before it did); each
+    at the run's loss over the part as the check reads it, matched to the `reference`
+    curves' points (agent.rules.prune.matched)."""
     curve = [(p[0], p[1]) for p in r.curve or ()]
     named = r.stop_fraction if r.status is RunStatus.PRUNED else None
     stop = None if named is None else _snap(named, policy.checks)
     last = curve[-1][0] if curve else 0.0
     out = []
     for i, f in enumerate(policy.checks if judged else ()):
-        v = loss_over(curve, policy.part(i))
+        v = matched(curve, reference, policy.part(i)).loss
         if v is None or f > (stop if stop is not None else last) + 1e-9 or f == stop:
             continue
         out.append(f'<circle class="check" data-fraction="{f:g}" data-loss="{v:.6g}" '
@@ -120,7 +124,7 @@ def _checks(r: Run, policy: PrunePolicy, judged: bool, sx: Callable[[float], flo
                    f'{round(f * 100)} % of the budget, its loss since the check before '
                    f'{v:.4g}; went on</title></circle>')
     if r.status is RunStatus.PRUNED and curve:
-        v = (loss_over(curve, policy.part(policy.checks.index(stop)))
+        v = (matched(curve, reference, policy.part(policy.checks.index(stop))).loss
              if stop in policy.checks else None)
         f, v = (stop, v) if stop is not None and v is not None else curve[-1]
         out.append(f'<g class="stopped"><line x1="{sx(f):.1f}" x2="{sx(f):.1f}" y1="{ys[0]}" '

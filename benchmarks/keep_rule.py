@@ -197,10 +197,10 @@ def held_out(sweeps: int, seed: int, only: str, pace: bool = False) -> int:
     """The default rule in the held-out worlds: FDR ≤ 20 % and null keeps ≤ 3 % in each; with
     `pace`, PACE's rows beside it (paired nights)."""
     t0 = time.perf_counter()
-    w = 24 if pace else 0
+    w, wn = (24 if pace else 0), max(len(x.name) for x in heldout()) + 2
     print(f"{sweeps} sweeps × {PROPOSALS} proposals per held-out world (FDR: the mean over "
           "nights of false keeps / max(keeps, 1); pooled: all false keeps / all keeps)")
-    print(f"{'world':<30}{'rule' if pace else '':<{w}}{'null keeps':>11}{'FDR':>7}{'pooled':>8}"
+    print(f"{'world':<{wn}}{'rule' if pace else '':<{w}}{'null keeps':>11}{'FDR':>7}{'pooled':>8}"
           f"{'≥3σ kept':>10}{'runs/prop':>10}{'keeps':>7}{'true gain':>10}")
     failures = []
     for world in heldout():
@@ -211,7 +211,7 @@ def held_out(sweeps: int, seed: int, only: str, pace: bool = False) -> int:
         for name, t in rows:
             r = row(t)
             big = "–" if r["big_kept"] != r["big_kept"] else f"{r['big_kept']:.1%}"
-            print(f"{world.name:<30}{name if pace else '':<{w}}{r['null_keep']:>11.1%}"
+            print(f"{world.name:<{wn}}{name if pace else '':<{w}}{r['null_keep']:>11.1%}"
                   f"{r['fdr']:>7.1%}{r['pooled_fdr']:>8.1%}{big:>10}{r['runs']:>10.2f}"
                   f"{t.keeps / sweeps:>7.1f}{r['gain']:>10.2f}", flush=True)
             if name == "sequential":

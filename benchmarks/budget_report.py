@@ -152,6 +152,33 @@ def report_ladder(sweeps: int, seed: int) -> int:
     return 0
 
 
+def report_pace(sweeps: int, seed: int) -> int:
+    """keep_rule.py --night budget --pace: the rule beside PACE (benchmarks/pace_gate.py) on
+    the same GPU-seconds, changes and seeds (common random numbers), on the budget night and
+    the held-out curves; true gain paired against the default's."""
+    from pace_gate import PEERS, simulate_pace_budget
+
+    t0 = time.perf_counter()
+    print(f"{sweeps} fixed-budget nights a row (100 full runs' GPU-seconds; a pair costs two "
+          "runs; PACE stops no run early)")
+    print(f"{'rule':<28}{'true gain':>10}{'paired':>16}{'FDR':>7}{'null keeps':>11}"
+          f"{'≥3σ kept':>10}{'proposals':>10}")
+    print(f"{'':<28}{'':>10}{'vs default':>16}")
+    for world in (CurveWorld(), HELDOUT):
+        print(world.name)
+        rows = {name: simulate_budget(rule, world, policy, sweeps, seed)
+                for name, (rule, policy) in budget_rules().items() if name != "strict"}
+        rows |= {name: simulate_pace_budget(gate, world, sweeps, seed)
+                 for name, gate in PEERS.items()}
+        for name, t in rows.items():
+            r = figures(t)
+            print(f"  {name:<26}{r['gain']:>10.2f}{_paired(t, rows[DEFAULT]):>16}"
+                  f"{r['fdr']:>7.1%}{r['null_keep']:>11.1%}{r['big_kept']:>10.1%}"
+                  f"{r['proposals']:>10.1f}", flush=True)
+    print(f"(FDR pooled over the nights' keeps; {time.perf_counter() - t0:.0f} s)")
+    return 0
+
+
 def _row(name: str, rule: Rule, world: CurveWorld, policy: Policy, sweeps: int,
          seed: int) -> CurveTally:
     t = simulate_budget(rule, world, policy, sweeps, seed)

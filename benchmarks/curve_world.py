@@ -42,7 +42,7 @@ from __future__ import annotations
 import copy
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from keep_world import Commit, Night, Tally, World, _effect
@@ -397,8 +397,10 @@ class _Stopped(Exception):
 
 
 def simulate_budget(rule: Rule, world: CurveWorld, policy: Policy, sweeps: int,
-                    seed: int) -> CurveTally:
+                    seed: int, night: Callable[..., BudgetNight] = BudgetNight) -> CurveTally:
+    """`sweeps` budget nights; `night`: BudgetNight or a peer's subclass
+    (benchmarks/pace_gate.py), built as BudgetNight is."""
     tally = CurveTally()
     for sweep in range(sweeps):
-        BudgetNight(rule, world, policy, seed * 100_003 + sweep).run(tally)
+        night(rule, world, policy, seed * 100_003 + sweep).run(tally)
     return tally

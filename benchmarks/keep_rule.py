@@ -15,6 +15,7 @@ the recorded best (recorded − true, in σ).
     .venv/bin/python benchmarks/keep_rule.py --sweeps 200    # quicker
     .venv/bin/python benchmarks/keep_rule.py --heldout       # the worlds nobody tuned against
     .venv/bin/python benchmarks/keep_rule.py --night budget  # a fixed-budget night on curves
+    .venv/bin/python benchmarks/keep_rule.py --pace          # the rule beside a peer, PACE
 
 `--heldout`: heavy-tailed noise, loss spikes, changes that change the noise, a slow drift the
 throughput does not show, a night of rare small gains, another mix of changes, rare gains
@@ -24,6 +25,9 @@ moves only 3 % a σ, so the mild ones hide in the speed's noise); the targets th
 
 `--night budget` (benchmarks/curve_world.py): every rule gets the same GPU-seconds (100 full
 runs); a run stopped early (agent.rules.prune) costs the share it trained.
+
+`--pace` (with any of the above): the default rule beside PACE, a paired e-process commit gate
+(benchmarks/pace_gate.py), each on the same changes in the same order (paired nights).
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ import math
 import statistics
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TypeVar
 
@@ -92,6 +96,21 @@ def heldout() -> list[World]:
 HELDOUT = {"null_keep": 0.03, "fdr": 0.20}
 
 
+def tallies(world: World, sweeps: int, seed: int, pace: bool = False
+            ) -> Iterator[tuple[str, Tally]]:
+    """Each row's nights in a world: the rules, or with `pace` the default rule and PACE's
+    variants (benchmarks/pace_gate.py) on the same changes (paired nights)."""
+    if not pace:
+        for name, rule in rules(world.sigma).items():
+            yield name, simulate(rule, world, sweeps, seed)
+        return
+    from pace_gate import PEERS, simulate_pace
+
+    yield "sequential", simulate(Rule(), world, sweeps, seed, paired=True)
+    for name, gate in PEERS.items():
+        yield name, simulate_pace(gate, world, sweeps, seed)
+
+
 def row(t: Tally) -> dict[str, float]:
     return {
         "null_keep": t.null_keeps / max(t.nulls, 1),
@@ -134,30 +153,35 @@ def main() -> int:
                     help="the worlds the rule was never tuned against (FDR and null keeps)")
     ap.add_argument("--ladder", action="store_true",
                     help="with --night budget: the promotion ladder's table instead (a spike)")
+    ap.add_argument("--pace", action="store_true",
+                    help="the default rule beside PACE (benchmarks/pace_gate.py), paired nights")
     args = ap.parse_args()
     if args.night == "budget":
-        from budget_report import report_budget, report_ladder
+        from budget_report import report_budget, report_ladder, report_pace
 
         if args.ladder:
             return report_ladder(args.sweeps, args.seed)
+        if args.pace:
+            return report_pace(args.sweeps, args.seed)
         return report_budget(args.sweeps, args.seed)
     if args.heldout:
-        return held_out(args.sweeps, args.seed, args.only)
+        return held_out(args.sweeps, args.seed, args.only, args.pace)
     t0 = time.perf_counter()
+    w = 24 if args.pace else 14
     print(f"{args.sweeps} sweeps × {PROPOSALS} proposals per rule and world (70 % null, 20 % "
-          "harmful, 10 % helpful; effects U(0.5, 4) units)")
-    print(f"{'world':<30}{'rule':<14}{'null keeps':>11}{'FDR':>7}{'≥3σ kept':>10}"
+          "harmful, 10 % helpful; effects U(0.5, 4) units)" + (", paired" if args.pace else ""))
+    print(f"{'world':<30}{'rule':<{w}}{'null keeps':>11}{'FDR':>7}{'≥3σ kept':>10}"
           f"{'runs/prop':>10}{'(beside)':>9}{'true gain':>10}{'bias (σ)':>9}")
     failures = []
     for world, targets in worlds([float(s) for s in args.sigmas.split(",")]):
         if args.only not in world.name:
             continue
-        for name, rule in rules(world.sigma).items():
-            r = row(simulate(rule, world, args.sweeps, args.seed))
+        for name, tally in tallies(world, args.sweeps, args.seed, args.pace):
+            r = row(tally)
             big = "–" if r["big_kept"] != r["big_kept"] else f"{r['big_kept']:.1%}"
-            print(f"{world.name:<30}{name:<14}{r['null_keep']:>11.1%}{r['fdr']:>7.1%}"
+            print(f"{world.name:<30}{name:<{w}}{r['null_keep']:>11.1%}{r['fdr']:>7.1%}"
                   f"{big:>10}{r['runs']:>10.2f}{r['beside']:>9.2f}{r['gain']:>10.2f}"
-                  f"{r['bias']:>9.2f}")
+                  f"{r['bias']:>9.2f}", flush=True)
             if name == "sequential" and targets is not None:
                 failures += [f"{world.name}: {m}" for m in _check(r, targets)]
     print(f"(true gain: final best's true improvement over the baseline, in σ; "
@@ -169,24 +193,29 @@ def main() -> int:
     return 0
 
 
-def held_out(sweeps: int, seed: int, only: str) -> int:
-    """The default rule in the held-out worlds: FDR ≤ 20 % and null keeps ≤ 3 % in each."""
+def held_out(sweeps: int, seed: int, only: str, pace: bool = False) -> int:
+    """The default rule in the held-out worlds: FDR ≤ 20 % and null keeps ≤ 3 % in each; with
+    `pace`, PACE's rows beside it (paired nights)."""
     t0 = time.perf_counter()
+    w, wn = (24 if pace else 0), max(len(x.name) for x in heldout()) + 2
     print(f"{sweeps} sweeps × {PROPOSALS} proposals per held-out world (FDR: the mean over "
           "nights of false keeps / max(keeps, 1); pooled: all false keeps / all keeps)")
-    print(f"{'world':<30}{'null keeps':>11}{'FDR':>7}{'pooled':>8}{'≥3σ kept':>10}"
-          f"{'runs/prop':>10}{'keeps':>7}{'true gain':>10}")
+    print(f"{'world':<{wn}}{'rule' if pace else '':<{w}}{'null keeps':>11}{'FDR':>7}{'pooled':>8}"
+          f"{'≥3σ kept':>10}{'runs/prop':>10}{'keeps':>7}{'true gain':>10}")
     failures = []
     for world in heldout():
         if only not in world.name:
             continue
-        t = simulate(Rule(), world, sweeps, seed)
-        r = row(t)
-        big = "–" if r["big_kept"] != r["big_kept"] else f"{r['big_kept']:.1%}"
-        print(f"{world.name:<30}{r['null_keep']:>11.1%}{r['fdr']:>7.1%}{r['pooled_fdr']:>8.1%}"
-              f"{big:>10}{r['runs']:>10.2f}{t.keeps / sweeps:>7.1f}{r['gain']:>10.2f}",
-              flush=True)
-        failures += [f"{world.name}: {m}" for m in _check(r, HELDOUT)]
+        rows = tallies(world, sweeps, seed, pace) if pace else iter(
+            [("sequential", simulate(Rule(), world, sweeps, seed))])
+        for name, t in rows:
+            r = row(t)
+            big = "–" if r["big_kept"] != r["big_kept"] else f"{r['big_kept']:.1%}"
+            print(f"{world.name:<{wn}}{name if pace else '':<{w}}{r['null_keep']:>11.1%}"
+                  f"{r['fdr']:>7.1%}{r['pooled_fdr']:>8.1%}{big:>10}{r['runs']:>10.2f}"
+                  f"{t.keeps / sweeps:>7.1f}{r['gain']:>10.2f}", flush=True)
+            if name == "sequential":
+                failures += [f"{world.name}: {m}" for m in _check(r, HELDOUT)]
     print(f"({time.perf_counter() - t0:.0f} s)")
     if failures:
         print("the default rule misses its targets: " + "; ".join(failures))

@@ -25,6 +25,7 @@ from __future__ import annotations
 import itertools
 import random
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from agent.core.domain import ExperimentStatus
@@ -302,18 +303,20 @@ def _noise(rng: random.Random, shape: str) -> float:
     return rng.gauss(0.0, 1.0)
 
 
-def simulate(rule: Rule, world: World, sweeps: int, seed: int, paired: bool = False) -> Tally:
+def simulate(rule: Rule, world: World, sweeps: int, seed: int, paired: bool = False,
+             night: Callable[..., Night] = Night) -> Tally:
     """`sweeps` nights from one seeded stream; `paired`: night i's effects, machine phases and
     run noise each from its own stream seeded by (seed, i), so two rules meet the same changes
     in the same order (a rule that spends other runs still meets the machine's phases at other
-    runs: the pairing is of the changes, not of every draw)."""
+    runs: the pairing is of the changes, not of every draw). `night`: Night or a peer's
+    subclass (benchmarks/pace_gate.py), built as Night is."""
     tally = Tally()
     if not paired:
         rng = random.Random(seed)
         for _ in range(sweeps):
-            Night(rule, world, rng).run(tally)
+            night(rule, world, rng).run(tally)
         return tally
     for i in range(sweeps):
         streams = (random.Random(f"{seed}-{i}-{part}") for part in ("noise", "effect", "machine"))
-        Night(rule, world, *streams).run(tally)
+        night(rule, world, *streams).run(tally)
     return tally

@@ -319,3 +319,81 @@ def test_the_addis_ablation_runs_each_variant_and_puts_the_papers_values_back(
     assert len(lines) == len(ap.worlds()) * len(ap.VARIANTS) == 15
     assert all("%" in line for line in lines)
     assert (fdr.TAU, fdr.LAMBDA) == (0.5, 0.25)
+
+
+def _pace(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))  # it imports keep_world, curve_world
+    return importlib.import_module("pace_gate")  # dataclasses need it in sys.modules
+
+
+def test_the_pace_rows_run_beside_the_rule_in_each_night(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    pg = _pace(monkeypatch)
+    kr = importlib.import_module("keep_rule")
+    for argv in (["--pace", "--sweeps", "2", "--sigmas", "1", "--only", "stationary σ"],
+                 ["--heldout", "--pace", "--sweeps", "2", "--only", "drift"],
+                 ["--night", "budget", "--pace", "--sweeps", "1"]):
+        monkeypatch.setattr(sys, "argv", ["keep_rule.py", *argv])
+        kr.main()  # 1 or 2 nights may miss the rule's targets: the rows are what is checked
+        out = capsys.readouterr().out
+        for name in ("sequential", *pg.PEERS):
+            assert sum(f"{name}  " in line and "%" in line for line in out.splitlines()) == (
+                2 if "budget" in argv else 1), (argv, name)
+    # the gate records its runs as the rule's night does: a pair is a run and one beside it
+    tally = pg.simulate_pace(pg.Pace(0.05, 2), kr.World("s"), 2, seed=3)
+    assert tally.proposals == 200 and tally.nulls > 0
+    assert tally.runs == 2 * 5 + 2 * tally.beside  # the baselines, then pairs only
+    assert 200 <= tally.beside <= 400 and len(tally.nights) == 2
+    assert tally.nights == pg.simulate_pace(pg.Pace(0.05, 2), kr.World("s"), 2, seed=3).nights
+
+
+def test_the_pace_e_value_is_the_bayes_factor_it_claims(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The closed form against the integral it stands for: a half-normal prior on the gain in σ,
+    1/σ on σ, the night's squared deviations as ν0 more observations of the noise."""
+    import math
+
+    import numpy as np
+    from scipy import integrate, stats
+
+    pg = _pace(monkeypatch)
+    g = pg.SPREAD ** 2 / 2
+
+    def like(theta: float, sig: float, x: np.ndarray, ss: float, df: int) -> float:
+        """The pairs' d/√2 ~ N(θσ, σ²) and the night's ss ~ σ²χ²(df), as a function of θ, σ."""
+        return float(sig ** -(df + len(x))
+                     * math.exp(-(ss + ((x - sig * theta) ** 2).sum()) / (2 * sig ** 2)))
+
+    for diffs, ss, df in (([1.3], 5.0, 4), ([0.4, -0.9, 2.2], 9.1, 7), ([-1.0, 0.2], 3.0, 3)):
+        x = np.array(diffs) / math.sqrt(2)
+        num = integrate.dblquad(lambda th, s, x=x, ss=ss, df=df: like(th, s, x, ss, df) * 2
+                                * stats.norm.pdf(th, 0, g ** 0.5) / s, 1e-3, 40, 0, 30)[0]
+        den = integrate.quad(lambda s, x=x, ss=ss, df=df: like(0.0, s, x, ss, df) / s, 1e-3, 40)[0]
+        assert pg.e_value(diffs, ss, df) == pytest.approx(num / den, rel=1e-6)
+    assert pg.e_value([5.0], 0.0, 0) == 1.0  # no σ̂ at all: one pair says nothing
+    assert sum(pg.lond_gamma(j) for j in range(1, 100_000)) < 1.0
+
+
+def test_the_pace_gate_keeps_a_null_change_at_most_alpha_at_any_stop(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under H0 (a change that does nothing, stationary normal noise) the gate keeps at most
+    α = 0.05, up to 3 standard errors over 400 nulls; it looks after each of 8 pairs. A gate
+    that keeps when the pairs' mean favours the change, or a z-test at 0.05 after each pair
+    (valid once, not at every stop), keeps far more and fails the same bound."""
+    import math
+    from statistics import NormalDist
+
+    pg = _pace(monkeypatch)
+    kw = importlib.import_module("keep_world")
+    bound = 0.05 + 3 * math.sqrt(0.05 * 0.95 / 400)
+    gate = pg.Pace(0.05, 8)
+    assert pg.null_keep_rate(gate, 400, seed=11) <= bound
+    z = NormalDist().inv_cdf(0.95)
+    naive = {"mean d > 0": lambda d, ss, df: math.inf if sum(d) > 0 else 0.0,
+             "z-test at every pair": lambda d, ss, df: math.inf if sum(d) / math.sqrt(
+                 2 * len(d) * ss / df) > z else 0.0}
+    for name, e_of in naive.items():
+        assert pg.null_keep_rate(gate, 400, seed=11, gate=e_of) > bound, name
+    # in the night itself: σ̂ from the night, every change null, the incumbent re-run when due
+    monkeypatch.setattr(kw, "_effect", lambda rng, mix="default": 0.0)
+    tally = pg.simulate_pace(pg.Pace(0.05, 4), kw.World("nulls", source=None), 4, seed=5)
+    assert tally.nulls == 400 and tally.null_keeps / tally.nulls <= bound

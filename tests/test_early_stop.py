@@ -383,3 +383,28 @@ def test_the_keys_of_the_earlier_rule_are_refused_with_what_replaced_them() -> N
     for key, value in (("futility", 0.5), ("keep_z", 1.75), ("discard_z", 0.6)):
         with pytest.raises(ConfigError, match=f"{key}: no longer a setting: .*fdr"):
             parse_config({**table, key: value})
+
+
+def test_a_run_stopped_on_a_budget_of_steps_keeps_the_seconds_it_trained() -> None:
+    """No summary (it never finished) and no time budget to take a share of: the seconds are its
+    last line's elapsed ones, not 0 (a night's training seconds would otherwise undercount)."""
+    from agent.engine.attempt import pruned_end
+
+    base = tuple(_curve(0.0, s) for s in range(4))
+    early = EarlyStop(Reference(base, "hyperparameter", 10.0, LEVEL, 0.3), threading.Event())
+    for f, loss, step in _curve(0.5, 99):
+        early.add(f, ProgressPoint(int(step), loss, round(f * 40, 1)))
+        if early.stop.is_set():
+            break
+    assert early.stopping_check is not None
+    end = pruned_end(RunEnd(RunStatus.FAILED), early, None)
+    assert end.status is RunStatus.PRUNED and end.training_s == pytest.approx(
+        early.curve.last_fraction * 40, abs=0.05)
+    silent = EarlyStop(Reference(base, "hyperparameter", 10.0, LEVEL, 0.3), threading.Event())
+    for f, loss, step in _curve(0.5, 99):
+        silent.add(f, ProgressPoint(int(step), loss, None))
+        if silent.stop.is_set():
+            break
+    assert pruned_end(RunEnd(RunStatus.FAILED), silent, None).training_s is None  # unknown
+    assert pruned_end(RunEnd(RunStatus.FAILED), silent, 40.0).training_s == pytest.approx(
+        silent.curve.last_fraction * 40)  # a time budget's share

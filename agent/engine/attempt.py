@@ -434,14 +434,15 @@ def budget_parts(config: TargetConfig) -> tuple[float | None, int | None]:
 
 def pruned_end(end: RunEnd, early_stop: EarlyStop, budget_s: float | None) -> RunEnd:
     """A run the early stop ended: `pruned`, no metric, why in its note, the training seconds
-    it had when stopped."""
+    it had when stopped (its summary's; else its last line's elapsed seconds, as on a budget
+    of steps; else its share of a time budget)."""
     check = early_stop.stopping_check
     assert check is not None
+    seconds = end.training_s or early_stop.elapsed_s
+    if seconds is None and budget_s:
+        seconds = round(early_stop.curve.last_fraction * budget_s, 3)
     return replace(end, status=RunStatus.PRUNED, metric=None, note=check.reason(),
-                   stop_fraction=check.fraction,
-                   training_s=(end.training_s
-                               or (round(early_stop.curve.last_fraction * budget_s, 3)
-                                   if budget_s else None)))
+                   stop_fraction=check.fraction, training_s=seconds)
 
 
 def stop_point(run: Run, budget_s: float | None = None) -> StopPoint:

@@ -169,12 +169,15 @@ class EarlyStop:
         self.checks_done = 0
         self.stopping_check: PruneCall | None = None
         self.checks: list[PruneCall] = []
+        self.elapsed_s: float | None = None  # the latest line's elapsed seconds, if printed
         self.earlier = [[loss_pairs(c) for c in g] for g in ref.earlier]
 
     def add(self, fraction: float, point: ProgressPoint) -> None:
         self.curve.add(fraction, point.loss, float(point.step))
         if self.stopping_check is not None:
             return
+        if point.elapsed_s is not None:
+            self.elapsed_s = point.elapsed_s
         index = next_check(fraction, self.checks_done, self.ref.policy)
         if index is None:
             return

@@ -190,6 +190,20 @@ def test_the_dashboard_shows_the_means_on_the_sweep_table_and_the_experiment_pag
             assert tds[5:8] == [shown(summary.get(k)) for k in KEYS], (e.id, i)
 
 
+def test_the_kept_stack_gives_each_keep_its_means(night):
+    sweep = night.pages["sweep"]
+    stack = re.search(r'<ol class="stack">(.*?)</ol>', sweep, re.S)
+    assert stack is not None
+    kept = [e for e in night.exps if e.status is S.KEPT]
+    assert len(kept) >= 2
+    for e in kept:
+        item = re.search(rf'<summary><a href="/ui/experiments/{e.id}">#{e.id}</a>(.*?)</summary>',
+                         stack.group(1), re.S)
+        assert item is not None, e.id
+        got = dict(re.findall(r'data-key="([^"]+)"[^>]*>[^ <]+ ([^<]+)</span>', item.group(1)))
+        assert got == {key: shown(expected(night, e, key)[0]) for key in KEYS}, e.id
+
+
 def test_the_morning_report_gives_each_kept_change_its_means(night):
     kept = [e for e in night.exps if e.status is S.KEPT and not e.is_baseline]
     assert kept

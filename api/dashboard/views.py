@@ -244,7 +244,8 @@ def sweep_page(service: Service, reads: Reads, sweep: Sweep, status: str, page: 
         "filters": list(FILTERS),
         "kept": [
             {"exp": e, "lines": view_lines(e.diff), "stats": diff_stats(e.diff),
-             "ev": ev.experiments.get(e.id), "difference": difference_cell(e)}
+             "ev": ev.experiments.get(e.id), "difference": difference_cell(e),
+             "secondary": secondary_of(reads, e, sweep.config.secondary)}
             for e in reversed(kept)
         ],
         "runs_ended": sum(n for _, n, _ in reads.sweep_version(sweep.id)[1]),

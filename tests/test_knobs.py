@@ -56,7 +56,7 @@ class History:
                                 is_baseline=True, metric=BASE)]
 
     def run(self, changes: dict[str, str], status: ExperimentStatus, gain: float = 0.0,
-            crash: str | None = None) -> Experiment:
+            crash: str | None = None, se: float | None = None) -> Experiment:
         new = self.src
         for name, value in changes.items():
             new = set_const(new, name, value)
@@ -67,7 +67,7 @@ class History:
             exp = replace(exp, crash_kind=CrashKind.FUNDAMENTAL, reason=crash, log_tail=crash)
         else:  # its record: one run against one run of the best
             ending = Ending.KEPT if status is ExperimentStatus.KEPT else Ending.NOT_BETTER
-            exp = recorded(exp, record(ending, [self.best - gain], compared=[self.best]))
+            exp = recorded(exp, record(ending, [self.best - gain], compared=[self.best], se=se))
         if status is ExperimentStatus.KEPT:
             self.src, self.best = new, self.best - gain
         self.exps.append(exp)
@@ -194,8 +194,8 @@ def test_plateau_switches_to_a_knob_not_tried_lately():
 
 def test_two_near_misses_are_combined_when_single_changes_stall():
     h = History()
-    h.run({"WARMUP": "0.2"}, D, gain=-0.0001)  # near-miss
-    h.run({"USE_MUON": "True"}, D, gain=-0.0002)  # near-miss
+    h.run({"WARMUP": "0.2"}, D, gain=0.0002)  # near-miss: better, not kept
+    h.run({"USE_MUON": "True"}, D, gain=0.0001)  # near-miss
     h.run({"DEPTH": "8"}, D, gain=-0.01)
     h.run({"D_MODEL": "256"}, D, gain=-0.012)
     h.run({"LR": "6e-3"}, D, gain=-0.02)
@@ -206,13 +206,33 @@ def test_two_near_misses_are_combined_when_single_changes_stall():
 
 def test_a_near_miss_is_retested_after_the_head_moved():
     h = History()
-    h.run({"WARMUP": "0.2"}, D, gain=-0.0001)  # near-miss on the first head
+    h.run({"WARMUP": "0.2"}, D, gain=0.0001)  # near-miss on the first head
     h.run({"LR": "6e-3"}, K, gain=0.05)  # the head moves
     for depth, gain in (("8", -0.008), ("2", -0.012), ("6", -0.01)):
         h.run({"DEPTH": depth}, D, gain=gain)
     p = KnobsProposer(seed=0).propose(h.ctx())
     assert p.meta["move"] == "retest" and p.meta["retest_of"] == 2
     assert p.meta["knob"] == "WARMUP" and 0.1 < float(p.meta["new"]) < 0.2
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_only_a_near_miss_that_saw_more_than_its_noise_is_re_tested_or_combined(seed):
+    """A discard within one standard error of zero saw nothing: no lead to follow. One more
+    than a standard error better than the incumbent is."""
+    def stalled(warmup_gain: float, muon_gain: float) -> History:
+        h = History()
+        h.run({"WARMUP": "0.2"}, D, gain=warmup_gain, se=0.001)
+        h.run({"USE_MUON": "True"}, D, gain=muon_gain, se=0.001)
+        h.run({"LR": "6e-3"}, K, gain=0.05, se=0.001)  # the head moves
+        for depth, gain in (("8", -0.008), ("2", -0.012), ("6", -0.01), ("5", -0.009),
+                            ("7", -0.011)):
+            h.run({"DEPTH": depth}, D, gain=gain, se=0.001)
+        return h
+
+    p = KnobsProposer(seed=seed).propose(stalled(0.0008, -0.0005).ctx())
+    assert p.meta["move"] not in ("combine", "retest"), p.description
+    p = KnobsProposer(seed=seed).propose(stalled(0.0015, 0.0012).ctx())
+    assert p.meta["move"] == "combine" and sorted(p.meta["combines"]) == [2, 3]
 
 
 def test_a_capped_category_is_left_alone():

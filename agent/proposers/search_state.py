@@ -39,6 +39,12 @@ def single(t: Trial) -> Change | None:
     return t.changes[0] if t.pure and len(t.changes) == 1 else None
 
 
+def promising(t: Trial, min_delta: float = 0.0) -> bool:
+    """Its gain is more than one standard error above zero (more than min_delta where the
+    noise was not measured): the run saw something the keep rule did not confirm."""
+    return t.gain is not None and t.gain > max(t.se or 0.0, min_delta)
+
+
 def _crash_bounds(items: list[Trial]) -> tuple[dict[tuple[str, int], float],
                                               set[tuple[str, int]]]:
     """Per (knob, direction): the nearest coordinate that crashed as a one-constant change;

@@ -20,6 +20,9 @@ the output is every candidate move, best first (the caller takes the first whose
   different knobs are combined into one change. A near-miss is a discard that measured more
   than one standard error better than its incumbent (search_state.promising): a run within
   its noise of zero saw nothing, and is no lead.
+- Null knobs: a knob moved both ways from its present value (a switch: its one way), every
+  such run within one standard error of zero, is set aside (search_state.null_knobs) until
+  no other move is left: on the local quadratic its gain within a ×4 move is about the noise.
 - Never an evaluated configuration again, whatever diff reached it.
 """
 
@@ -156,7 +159,7 @@ def model_moves(state: SearchState, knobs: list[KnobValue], rng: random.Random,
     moves = []
     for knob in knobs:
         category = category_of_knob(knob.name)
-        if category in blocked:
+        if category in blocked or knob.name in state.set_aside:
             continue
         model = fit(knob, state.items, state.scale, state.generation)
         coef = model.sample(rng)
@@ -244,12 +247,16 @@ def ranked_moves(head: list[KnobValue], items: list[Trial], *, seed: int, min_de
     knobs = {k.name: k for k in head}
     special = (combine_moves(state, min_delta, blocked)
                + retest_moves(state, knobs, min_delta, blocked))
-    for _ in range(4):  # out of moves: look closer and further rather than stop
+    moves = model_moves(state, head, rng, blocked)
+    if not moves and state.set_aside:  # out of moves: the knobs set aside come back first
+        state.set_aside = set()
         moves = model_moves(state, head, rng, blocked)
+    for _ in range(3):  # still none: look closer and further rather than stop
         if moves:
             break
         state.min_step /= 4
         state.reach *= 2
+        moves = model_moves(state, head, rng, blocked)
     return state, special + moves
 
 

@@ -17,11 +17,13 @@ the output is every candidate move, best first (the caller takes the first whose
 - Plateau: after PLATEAU_AFTER runs without a keep, the knobs of the last few runs rest and
   steps double. After RETEST_AFTER, a near-miss from an older head is re-tested (half its step,
   since the same lines would be a duplicate); after COMBINE_AFTER, two near-misses on
-  different knobs are combined into one change.
+  different knobs are combined into one change. A near-miss is a discard that measured more
+  than one standard error better than its incumbent (search_state.promising): a run within
+  its noise of zero saw nothing, and is no lead.
 - Null knobs: a knob moved both ways from its present value (a switch: its one way), every
-  such run within one standard error of zero, is set aside (search_state.null_knobs): no
-  model move, re-test or combination touches it until no other move is left. On the local
-  quadratic its gain anywhere within a ×4 move is then about the noise.
+  such run within one standard error of zero, is set aside (search_state.null_knobs) until
+  no other move is left: on the local quadratic its gain anywhere within a ×4 move is then
+  at most about two standard errors. (Its runs are no near-misses either.)
 - Never an evaluated configuration again, whatever diff reached it.
 """
 
@@ -34,7 +36,15 @@ from itertools import combinations
 
 from agent.analysis.trials import PLATEAU_AFTER, Change, Trial, near_misses
 from agent.proposers.effects import Effect, Switch, coordinate_of, fit, switched_on
-from agent.proposers.search_state import SearchState, beyond, config_key, read_state, safe, single
+from agent.proposers.search_state import (
+    SearchState,
+    beyond,
+    config_key,
+    promising,
+    read_state,
+    safe,
+    single,
+)
 from agent.rules.categories import Category, category_of_knob
 from agent.rules.knob_space import FIRST_STEP, MIN_STEP, KnobValue, coordinate, moved
 
@@ -171,10 +181,9 @@ def _applies(state: SearchState, change: Change) -> bool:
     return state.head.get(change.name) == change.old
 
 
-def _leads(state: SearchState, min_delta: float) -> list[Trial]:
-    """Near-misses, less those on a knob set aside as null (a lead there is noise)."""
-    return [t for t in near_misses(state.items, min_delta)
-            if not any(c.name in state.set_aside for c in t.changes)]
+def _promising_misses(state: SearchState, min_delta: float) -> list[Trial]:
+    """Near-misses whose gain was more than their noise (a run that saw nothing is no lead)."""
+    return [t for t in near_misses(state.items, min_delta) if promising(t, min_delta)]
 
 
 def retest_moves(state: SearchState, knobs: dict[str, KnobValue], min_delta: float,
@@ -185,7 +194,7 @@ def retest_moves(state: SearchState, knobs: dict[str, KnobValue], min_delta: flo
         return []
     retested = {t.meta.get("retest_of") for t in state.items}
     out = []
-    for t in _leads(state, min_delta):
+    for t in _promising_misses(state, min_delta):
         c = single(t)
         if c is None or t.generation >= state.generation or t.id in retested:
             continue
@@ -210,7 +219,7 @@ def combine_moves(state: SearchState, min_delta: float, blocked: set[Category]) 
     if state.stall < COMBINE_AFTER or (state.items and state.items[-1].meta.get("move") ==
                                        "combine"):
         return []
-    singles = [(t, c) for t in _leads(state, min_delta)
+    singles = [(t, c) for t in _promising_misses(state, min_delta)
                if (c := single(t)) is not None and _applies(state, c) and safe(state, c)
                and category_of_knob(c.name) not in blocked]
     best: dict[str, tuple[Trial, Change]] = {}

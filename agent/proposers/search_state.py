@@ -46,6 +46,12 @@ def measured_null(t: Trial, min_delta: float = 0.0) -> bool:
     return t.gain is not None and abs(t.gain) <= max(t.se or 0.0, min_delta)
 
 
+def promising(t: Trial, min_delta: float = 0.0) -> bool:
+    """Its gain is more than one standard error above zero (more than min_delta where the
+    noise was not measured): the run saw something the keep rule did not confirm."""
+    return t.gain is not None and t.gain > max(t.se or 0.0, min_delta)
+
+
 def null_knobs(head: dict[str, str], items: list[Trial], min_delta: float = 0.0) -> set[str]:
     """Knobs moved both ways from their present value (a switch: its one way), every such run
     measured null. On the search's local quadratic with a bowl's curvature, two runs that each

@@ -196,8 +196,8 @@ def test_plateau_switches_to_a_knob_not_tried_lately():
 
 def test_two_near_misses_are_combined_when_single_changes_stall():
     h = History()
-    h.run({"WARMUP": "0.2"}, D, gain=0.0002)  # near-miss: better, not kept
-    h.run({"USE_MUON": "True"}, D, gain=0.0001)  # near-miss
+    h.run({"WARMUP": "0.2"}, D, gain=-0.0001)  # near-miss (the noise not measured)
+    h.run({"USE_MUON": "True"}, D, gain=-0.0002)  # near-miss
     h.run({"DEPTH": "8"}, D, gain=-0.01)
     h.run({"D_MODEL": "256"}, D, gain=-0.012)
     h.run({"LR": "6e-3"}, D, gain=-0.02)
@@ -208,7 +208,7 @@ def test_two_near_misses_are_combined_when_single_changes_stall():
 
 def test_a_near_miss_is_retested_after_the_head_moved():
     h = History()
-    h.run({"WARMUP": "0.2"}, D, gain=0.0001)  # near-miss on the first head
+    h.run({"WARMUP": "0.2"}, D, gain=-0.0001)  # near-miss on the first head
     h.run({"LR": "6e-3"}, K, gain=0.05)  # the head moves
     for depth, gain in (("8", -0.008), ("2", -0.012), ("6", -0.01)):
         h.run({"DEPTH": depth}, D, gain=gain)

@@ -47,9 +47,10 @@ def measured_null(t: Trial, min_delta: float = 0.0) -> bool:
 
 
 def promising(t: Trial, min_delta: float = 0.0) -> bool:
-    """Its gain is more than one standard error above zero (more than min_delta where the
-    noise was not measured): the run saw something the keep rule did not confirm."""
-    return t.gain is not None and t.gain > max(t.se or 0.0, min_delta)
+    """Its gain is more than one standard error (and min_delta) above zero: the run saw
+    something the keep rule did not confirm. Where the noise was not measured nothing tells a
+    lead from noise, so any gain counts (the near-miss tolerance alone decides)."""
+    return t.gain is not None and (t.se is None or t.gain > max(t.se, min_delta))
 
 
 def null_knobs(head: dict[str, str], items: list[Trial], min_delta: float = 0.0) -> set[str]:

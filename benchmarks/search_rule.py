@@ -29,8 +29,11 @@ ever run is that far from the optimum), "tried, not kept" (a better configuratio
 head ran and was discarded) and "kept, then lost" (the head was better once and a later keep
 made it worse), each as a share of the baseline's regret.
 
+`--oracle` measures what the search cannot reach by itself: "dead" hides the knobs that do
+nothing from it (marked `knobs: skip`), "noise" runs without seed noise, "both".
+
     .venv/bin/python benchmarks/search_rule.py [--problems 24] [--seed N] [--proposals 30]
-        [--family coupled] [--per-problem]
+        [--family coupled] [--per-problem] [--oracle dead|noise|both]
 """
 
 from __future__ import annotations
@@ -193,12 +196,22 @@ KINDS = ("oom", "nan", "dead", "kept-helped", "kept-no-help", "discarded-gain", 
          "none")
 
 
-class SearchNight(Night):
-    """keep_world's night whose changes come from the knobs proposer on one problem."""
+ORACLES = ("dead", "noise", "both")
+SKIP = "knobs: skip"  # agent.proposers.knob_base.SKIP: the proposer leaves such a line alone
 
-    def __init__(self, problem: Problem | Heldout, seed: int) -> None:
-        super().__init__(_rule(), World("search", sigma=1.0), random.Random(f"noise-{seed}"))
+
+class SearchNight(Night):
+    """keep_world's night whose changes come from the knobs proposer on one problem.
+
+    `oracle` (what the search cannot reach by itself): "dead", the knobs that do nothing are
+    marked `knobs: skip` in the file the proposer sees, so it never moves them; "noise", runs
+    without seed noise (σ → 0); "both"."""
+
+    def __init__(self, problem: Problem | Heldout, seed: int, oracle: str | None = None) -> None:
+        sigma = 1e-6 if oracle in ("noise", "both") else 1.0
+        super().__init__(_rule(), World("search", sigma=sigma), random.Random(f"noise-{seed}"))
         self.problem, self.proposer = problem, KnobsProposer(seed=seed)
+        self.hidden = set(problem.base) - problem.live() if oracle in ("dead", "both") else set()
         self.text = TRAIN_PY
         self.history: list[Experiment] = []
         self.steps: list[Step] = []
@@ -226,14 +239,22 @@ class SearchNight(Night):
         assert value is not None
         return value
 
+    def shown(self, text: str) -> str:
+        """The file as the proposer sees it: the oracle's dead knobs marked `knobs: skip`."""
+        return "".join(line.replace("  # ", f"  # {SKIP}; ", 1)
+                       if line.split(" = ")[0] in self.hidden else line
+                       for line in text.splitlines(keepends=True))
+
     def step(self, k: int) -> None:
-        ctx = ProposalContext(self._sweep(), {"train.py": self.text}, list(self.history))
+        shown = self.shown(self.text)
+        ctx = ProposalContext(self._sweep(), {"train.py": shown}, list(self.history))
         p = self.proposer.propose(ctx)
         if p is None:
             self.steps.append(Step("none", 0, "", False, 0.0))
             return
         runs = self.runs
-        new = apply_unified_diff(p.diff, {"train.py": self.text})["train.py"]
+        new = apply_unified_diff(p.diff, {"train.py": shown})["train.py"]
+        new = new.replace(f"  # {SKIP}; ", "  # ")
         old_values, values = values_of(self.text), values_of(new)
         key = _key(values)
         revisit, move = key in self.seen, str(p.meta.get("move", ""))
@@ -368,9 +389,11 @@ def problem_of(family: str | None, seed: int, index: int) -> Problem | Heldout:
     return Heldout(family, values_of(TRAIN_PY))
 
 
-def one(args: tuple[int, int, int, str | None]) -> Outcome:
-    seed, index, proposals, family = args
-    night = SearchNight(problem_of(family, seed, index), seed * 1000 + index)
+def one(args: tuple[int, int, int, str | None] | tuple[int, int, int, str | None, str | None]
+        ) -> Outcome:
+    seed, index, proposals, family, *oracle = args
+    night = SearchNight(problem_of(family, seed, index), seed * 1000 + index,
+                        oracle[0] if oracle else None)
     night.start()
     base = night.regret()
     for k in range(proposals):
@@ -433,15 +456,18 @@ def main() -> int:
     ap.add_argument("--family", choices=sorted(FAMILIES), default=None,
                     help="a held-out family of search_families instead of generated problems")
     ap.add_argument("--per-problem", action="store_true", help="a breakdown row per problem")
+    ap.add_argument("--oracle", choices=ORACLES, default=None,
+                    help="what the search is given: the knobs that do nothing, runs without noise")
     args = ap.parse_args()
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(10**6)
-    jobs = [(seed, i, args.proposals, args.family) for i in range(args.problems)]
+    jobs = [(seed, i, args.proposals, args.family, args.oracle) for i in range(args.problems)]
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
         out = list(pool.map(one, jobs))
     shares = [o.closed for o in out]
     q = statistics.quantiles(shares, n=4)
     runs = sum(o.runs for o in out) / len(out) / args.proposals
     what = f"nights of {args.family}" if args.family else "problems drawn"
+    what += f" (oracle: {args.oracle})" if args.oracle else ""
     print(f"{args.problems} {what} with seed {seed}, {args.proposals} proposals each: "
           f"median closed share {statistics.median(shares):.3f} (quartiles {q[0]:.3f}, "
           f"{q[2]:.3f}); runs per proposal {runs:.2f}")

@@ -190,6 +190,23 @@ def test_search_rule_breakdown_adds_up(monkeypatch: pytest.MonkeyPatch) -> None:
     assert idle.knobs["never moved"] > 0.5 and sum(idle.knobs.values()) == idle.knobs["never moved"]
 
 
+def test_search_rule_oracles_hide_the_dead_knobs_and_the_noise(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    sr = _search_rule(monkeypatch)
+    night = sr.SearchNight(sr.problem_of(None, 1, 0), 1000, oracle="dead")
+    night.start()
+    for k in range(12):
+        night.step(k)
+    assert night.hidden == set(night.problem.base) - night.problem.live() != set()
+    assert "dead" not in {s.kind for s in night.steps}  # never moved a knob that does nothing
+    assert sr.SKIP not in night.text and sr.SKIP in night.shown(night.text)
+    assert sr.values_of(night.shown(night.text)).keys() == night.problem.live()
+    quiet = sr.SearchNight(sr.problem_of(None, 1, 0), 1000, oracle="noise")
+    quiet.start()
+    assert quiet.history[0].metric == pytest.approx(quiet.problem(quiet.problem.base), abs=1e-6)
+    assert sr.one((1, 0, 4, None, "both")).closed >= 0.0
+
+
 def test_search_benchmarks_hand_the_search_its_gains(monkeypatch: pytest.MonkeyPatch) -> None:
     """The search reads a run's gain from its verdict's record (agent.analysis.trials.gain_of):
     a benchmark that leaves the record out measures a search that learns nothing."""

@@ -6,13 +6,15 @@ from dataclasses import replace
 import pytest
 from record_fixtures import record, recorded
 
-from agent.core.config import TargetConfig
+from agent.analysis.trials import trials
+from agent.core.config import Direction, TargetConfig
 from agent.core.diff import make_diff
 from agent.core.domain import CrashKind, Experiment, ExperimentStatus, Sweep, SweepStatus, utcnow
 from agent.core.ports import ProposalContext
 from agent.core.record import Ending
 from agent.proposers.effects import NOISE_SHARE, Effect, Switch
 from agent.proposers.knobs import KnobsProposer, find_knobs
+from agent.proposers.search_state import null_knobs
 from agent.rules.knob_space import KnobValue, moved, parse_literal
 
 SRC = """# header
@@ -56,7 +58,7 @@ class History:
                                 is_baseline=True, metric=BASE)]
 
     def run(self, changes: dict[str, str], status: ExperimentStatus, gain: float = 0.0,
-            crash: str | None = None) -> Experiment:
+            crash: str | None = None, se: float | None = None) -> Experiment:
         new = self.src
         for name, value in changes.items():
             new = set_const(new, name, value)
@@ -67,7 +69,7 @@ class History:
             exp = replace(exp, crash_kind=CrashKind.FUNDAMENTAL, reason=crash, log_tail=crash)
         else:  # its record: one run against one run of the best
             ending = Ending.KEPT if status is ExperimentStatus.KEPT else Ending.NOT_BETTER
-            exp = recorded(exp, record(ending, [self.best - gain], compared=[self.best]))
+            exp = recorded(exp, record(ending, [self.best - gain], compared=[self.best], se=se))
         if status is ExperimentStatus.KEPT:
             self.src, self.best = new, self.best - gain
         self.exps.append(exp)
@@ -194,7 +196,7 @@ def test_plateau_switches_to_a_knob_not_tried_lately():
 
 def test_two_near_misses_are_combined_when_single_changes_stall():
     h = History()
-    h.run({"WARMUP": "0.2"}, D, gain=-0.0001)  # near-miss
+    h.run({"WARMUP": "0.2"}, D, gain=-0.0001)  # near-miss (the noise not measured)
     h.run({"USE_MUON": "True"}, D, gain=-0.0002)  # near-miss
     h.run({"DEPTH": "8"}, D, gain=-0.01)
     h.run({"D_MODEL": "256"}, D, gain=-0.012)
@@ -213,6 +215,83 @@ def test_a_near_miss_is_retested_after_the_head_moved():
     p = KnobsProposer(seed=0).propose(h.ctx())
     assert p.meta["move"] == "retest" and p.meta["retest_of"] == 2
     assert p.meta["knob"] == "WARMUP" and 0.1 < float(p.meta["new"]) < 0.2
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_only_a_near_miss_that_saw_more_than_its_noise_is_re_tested_or_combined(seed):
+    """A discard within one standard error of zero saw nothing: no lead to follow. One more
+    than a standard error better than the incumbent is."""
+    def stalled(warmup_gain: float, muon_gain: float) -> History:
+        h = History()
+        h.run({"WARMUP": "0.2"}, D, gain=warmup_gain, se=0.001)
+        h.run({"USE_MUON": "True"}, D, gain=muon_gain, se=0.001)
+        h.run({"LR": "6e-3"}, K, gain=0.05, se=0.001)  # the head moves
+        for depth, gain in (("8", -0.008), ("2", -0.012), ("6", -0.01), ("5", -0.009),
+                            ("7", -0.011)):
+            h.run({"DEPTH": depth}, D, gain=gain, se=0.001)
+        return h
+
+    p = KnobsProposer(seed=seed).propose(stalled(0.0008, -0.0005).ctx())
+    assert p.meta["move"] not in ("combine", "retest"), p.description
+    p = KnobsProposer(seed=seed).propose(stalled(0.0015, 0.0012).ctx())
+    assert p.meta["move"] == "combine" and sorted(p.meta["combines"]) == [2, 3]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_a_knob_that_measured_null_both_ways_is_set_aside(seed):
+    """LR a step up and a step down from its value: each within one standard error of zero.
+    The search spends its next proposals on the other knobs, DEPTH among them (one of its
+    runs lost four standard errors)."""
+    h = History()
+    h.run({"LR": "6e-3"}, D, gain=0.0004, se=0.001)
+    h.run({"LR": "1.5e-3"}, D, gain=-0.0009, se=0.001)
+    h.run({"DEPTH": "8"}, D, gain=-0.004, se=0.001)
+    h.run({"DEPTH": "2"}, D, gain=0.0002, se=0.001)
+    knobs = []
+    for _ in range(6):
+        p = KnobsProposer(seed=seed).propose(h.ctx())
+        knobs.append(p.meta["knob"])
+        h.run({p.meta["knob"]: p.meta["new"]}, D, gain=-0.003, se=0.001)
+    assert "LR" not in knobs and "DEPTH" in knobs, knobs
+
+
+def test_which_knobs_are_set_aside():
+    """Null both ways from the present value: set aside. A run from that value that saw
+    something (a loss of 3 standard errors), a move one way only, or null runs from a value
+    the knob has since left: not."""
+    def aside(h: History) -> set[str]:
+        head = {k.name: k.raw for k in find_knobs("train.py", h.src)}
+        return null_knobs(head, trials(h.exps, Direction.MINIMIZE))
+
+    h = History()
+    h.run({"LR": "6e-3"}, D, gain=0.0004, se=0.001)
+    h.run({"LR": "1.5e-3"}, D, gain=-0.0009, se=0.001)
+    h.run({"DEPTH": "8"}, D, gain=0.0002, se=0.001)
+    assert aside(h) == {"LR"}
+    h.run({"LR": "1.2e-2"}, D, gain=-0.003, se=0.001)
+    assert aside(h) == set()
+    h = History()
+    h.run({"LR": "6e-3"}, D, gain=0.0004, se=0.001)
+    h.run({"LR": "1.5e-3"}, K, gain=0.0009, se=0.001)  # kept: LR has a new value
+    assert aside(h) == set()
+    h = History()  # the noise not measured: null only when nothing changed at all
+    h.run({"LR": "6e-3"}, D, gain=0.0, se=None)
+    h.run({"LR": "1.5e-3"}, D, gain=-0.0001, se=None)
+    assert aside(h) == set()
+    h = History()  # a switch has one way from its value
+    h.run({"USE_MUON": "True"}, D, gain=0.0003, se=0.001)
+    assert aside(h) == {"USE_MUON"}
+
+
+def test_a_knob_set_aside_comes_back_when_nothing_else_is_left():
+    """A script with one knob, measured null both ways: the search still proposes it (closer
+    and further) rather than stop."""
+    h = History("LR = 3e-3\n")
+    h.run({"LR": "6e-3"}, D, gain=0.0, se=0.001)
+    h.run({"LR": "1.5e-3"}, D, gain=0.0, se=0.001)
+    for seed in range(3):
+        p = KnobsProposer(seed=seed).propose(h.ctx())
+        assert p is not None and p.meta["knob"] == "LR"
 
 
 def test_a_capped_category_is_left_alone():

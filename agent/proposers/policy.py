@@ -17,7 +17,13 @@ the output is every candidate move, best first (the caller takes the first whose
 - Plateau: after PLATEAU_AFTER runs without a keep, the knobs of the last few runs rest and
   steps double. After RETEST_AFTER, a near-miss from an older head is re-tested (half its step,
   since the same lines would be a duplicate); after COMBINE_AFTER, two near-misses on
-  different knobs are combined into one change.
+  different knobs are combined into one change. A near-miss is a discard that measured more
+  than one standard error better than its incumbent (search_state.promising): a run within
+  its noise of zero saw nothing, and is no lead.
+- Null knobs: a knob moved both ways from its present value (a switch: its one way), every
+  such run within one standard error of zero, is set aside (search_state.null_knobs) until
+  no other move is left: on the local quadratic its gain anywhere within a ×4 move is then
+  at most about two standard errors. (Its runs are no near-misses either.)
 - Never an evaluated configuration again, whatever diff reached it.
 """
 
@@ -30,7 +36,15 @@ from itertools import combinations
 
 from agent.analysis.trials import PLATEAU_AFTER, Change, Trial, near_misses
 from agent.proposers.effects import Effect, Switch, coordinate_of, fit, switched_on
-from agent.proposers.search_state import SearchState, beyond, config_key, read_state, safe, single
+from agent.proposers.search_state import (
+    SearchState,
+    beyond,
+    config_key,
+    promising,
+    read_state,
+    safe,
+    single,
+)
 from agent.rules.categories import Category, category_of_knob
 from agent.rules.knob_space import FIRST_STEP, MIN_STEP, KnobValue, coordinate, moved
 
@@ -146,7 +160,7 @@ def model_moves(state: SearchState, knobs: list[KnobValue], rng: random.Random,
     moves = []
     for knob in knobs:
         category = category_of_knob(knob.name)
-        if category in blocked:
+        if category in blocked or knob.name in state.set_aside:
             continue
         model = fit(knob, state.items, state.scale, state.generation)
         coef = model.sample(rng)
@@ -167,6 +181,11 @@ def _applies(state: SearchState, change: Change) -> bool:
     return state.head.get(change.name) == change.old
 
 
+def _promising_misses(state: SearchState, min_delta: float) -> list[Trial]:
+    """Near-misses whose gain was more than their noise (a run that saw nothing is no lead)."""
+    return [t for t in near_misses(state.items, min_delta) if promising(t, min_delta)]
+
+
 def retest_moves(state: SearchState, knobs: dict[str, KnobValue], min_delta: float,
                  blocked: set[Category]) -> list[Move]:
     """Near-misses from an older head, tried again at half their step on the current head
@@ -175,7 +194,7 @@ def retest_moves(state: SearchState, knobs: dict[str, KnobValue], min_delta: flo
         return []
     retested = {t.meta.get("retest_of") for t in state.items}
     out = []
-    for t in near_misses(state.items, min_delta):
+    for t in _promising_misses(state, min_delta):
         c = single(t)
         if c is None or t.generation >= state.generation or t.id in retested:
             continue
@@ -200,7 +219,7 @@ def combine_moves(state: SearchState, min_delta: float, blocked: set[Category]) 
     if state.stall < COMBINE_AFTER or (state.items and state.items[-1].meta.get("move") ==
                                        "combine"):
         return []
-    singles = [(t, c) for t in near_misses(state.items, min_delta)
+    singles = [(t, c) for t in _promising_misses(state, min_delta)
                if (c := single(t)) is not None and _applies(state, c) and safe(state, c)
                and category_of_knob(c.name) not in blocked]
     best: dict[str, tuple[Trial, Change]] = {}
@@ -229,12 +248,16 @@ def ranked_moves(head: list[KnobValue], items: list[Trial], *, seed: int, min_de
     knobs = {k.name: k for k in head}
     special = (combine_moves(state, min_delta, blocked)
                + retest_moves(state, knobs, min_delta, blocked))
-    for _ in range(4):  # out of moves: look closer and further rather than stop
+    moves = model_moves(state, head, rng, blocked)
+    if not moves and state.set_aside:  # out of moves: the knobs set aside come back first
+        state.set_aside = set()
         moves = model_moves(state, head, rng, blocked)
+    for _ in range(3):  # still none: look closer and further rather than stop
         if moves:
             break
         state.min_step /= 4
         state.reach *= 2
+        moves = model_moves(state, head, rng, blocked)
     return state, special + moves
 
 

@@ -33,10 +33,60 @@ class SearchState:
     tried_sets: set[frozenset[Change]] = field(default_factory=set)  # every change set run
     min_step: float = MIN_STEP
     reach: float = 1.0  # × MAX_STEP, widened when every closer value has been tried
+    set_aside: set[str] = field(default_factory=set)  # knobs measured null both ways (null_knobs)
 
 
 def single(t: Trial) -> Change | None:
     return t.changes[0] if t.pure and len(t.changes) == 1 else None
+
+
+def measured_null(t: Trial, min_delta: float = 0.0) -> bool:
+    """Its gain is within one standard error of zero (within min_delta where the noise was
+    not measured): the run saw nothing."""
+    return t.gain is not None and abs(t.gain) <= max(t.se or 0.0, min_delta)
+
+
+def promising(t: Trial, min_delta: float = 0.0) -> bool:
+    """Its gain is more than one standard error (and min_delta) above zero: the run saw
+    something the keep rule did not confirm. Where the noise was not measured nothing tells a
+    lead from noise, so any gain counts (the near-miss tolerance alone decides)."""
+    return t.gain is not None and (t.se is None or t.gain > max(t.se, min_delta))
+
+
+def null_knobs(head: dict[str, str], items: list[Trial], min_delta: float = 0.0) -> set[str]:
+    """Knobs moved both ways from their present value (a switch: its one way), every such run
+    measured null. On the search's local quadratic with a bowl's curvature, two runs that each
+    saw nothing a step either side bound the knob's gain to about two standard errors anywhere
+    within a ×4 move: less than the keep rule can confirm from a few runs."""
+    ways: dict[str, set[int]] = {}
+    saw_something: set[str] = set()
+    for t in items:
+        c = single(t)
+        if c is None or t.gain is None or c.name not in head or not _same(c.old, head[c.name]):
+            continue
+        if not measured_null(t, min_delta):
+            saw_something.add(c.name)
+        ways.setdefault(c.name, set()).add(c.direction)
+    return {name for name, found in ways.items()
+            if name not in saw_something and _ways_from(head[name]) <= found}
+
+
+def _same(a: str, b: str) -> bool:
+    try:
+        return parse_literal(a) == parse_literal(b)
+    except ValueError:
+        return a == b
+
+
+def _ways_from(raw: str) -> set[int]:
+    """The directions a knob can move from this literal: a switch only on or off."""
+    try:
+        value = parse_literal(raw)
+    except ValueError:
+        return {1, -1}
+    if isinstance(value, bool):
+        return {-1} if value else {1}
+    return {1} if value == 0 else {1, -1}
 
 
 def _crash_bounds(items: list[Trial]) -> tuple[dict[tuple[str, int], float],
@@ -125,7 +175,8 @@ def read_state(head: dict[str, str], items: list[Trial], min_delta: float = 0.0)
     tried = {c for t in items if (c := single(t)) is not None}
     tried_sets = {frozenset(t.changes) for t in items if t.changes}
     return SearchState(head, items, scale, last_keep, bounds, banned, _evaluated(head, items),
-                       since_last_keep(items), generation, tried, tried_sets)
+                       since_last_keep(items), generation, tried, tried_sets,
+                       set_aside=null_knobs(head, items, min_delta))
 
 
 

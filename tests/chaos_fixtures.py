@@ -354,20 +354,28 @@ class Night:
         self.restart(self.kill("mid_run"))
 
     def _after_run(self) -> None:
-        """Kill as soon as a run's summary is in its log (its end not recorded yet, or just)."""
+        """Kill as soon as a run's summary is in its log (its end not recorded yet, or just):
+        the log of any experiment seen running since, as a run that ran out of time on a busy
+        machine, or was stopped early, writes none and the next experiment runs instead."""
         logs = self.work / "logs" / SWEEP
         with self.client() as c:
-            ids = wait_for(lambda: self.running(c), 120, "a running experiment", poll_s=0.02)
+            seen = set(wait_for(lambda: self.running(c), 120, "a running experiment",
+                                poll_s=0.02))
             self.snapshot(c)
+            looked = [time.monotonic()]
 
-        def summary_written() -> bool:
-            for path in logs.glob(f"{ids[0]}*.log"):
-                with contextlib.suppress(OSError):
-                    if "num_steps:" in path.read_text(errors="replace"):
-                        return True
-            return False
+            def summary_written() -> bool:
+                if time.monotonic() - looked[0] > 0.2:  # which experiments run now
+                    seen.update(self.running(c))
+                    looked[0] = time.monotonic()
+                for path in (p for i in seen for pattern in (f"{i}.log", f"{i}.run*.log")
+                             for p in logs.glob(pattern)):
+                    with contextlib.suppress(OSError):
+                        if "num_steps:" in path.read_text(errors="replace"):
+                            return True
+                return False
 
-        wait_for(summary_written, 120, "a run's summary", poll_s=0.005)
+            wait_for(summary_written, 120, "a run's summary", poll_s=0.005)
         self.restart(self.kill("after_run"))
 
     def _at_git(self, name: str, moment: str, ask: Callable[[httpx.Client], None]) -> None:

@@ -11,7 +11,7 @@ from browser_helpers import CHROMIUM_ARGS, SCREENSHOTS, make_app, require_chromi
 from test_early_stop import night
 
 from agent.core.domain import RunRole, RunStatus
-from agent.engine.early_stop import loss_pairs
+from agent.engine.early_stop import on_steps, step_at, steps_per_budget
 from agent.rules.prune import PrunePolicy, matched
 
 # far behind at every check, whatever the timing of its lines (A_SHIFT 0.3 sits near the
@@ -53,9 +53,12 @@ def test_the_marker_sits_on_the_check_that_stopped_the_run(tmp_path: Path) -> No
     assert float(got["data-fraction"] or "nan") == stop
     assert float(got["cx"] or "nan") == grid[checks.index(stop)]  # on its check's line
     assert float(got["cx"] or "nan") <= end_x  # not where the process ended
-    base = [loss_pairs(r.curve) for r in runtime.store.list_runs(sweep_id=sweep.id)
+    base = [r.curve for r in runtime.store.list_runs(sweep_id=sweep.id)
             if r.role is RunRole.BASELINE and r.status is RunStatus.OK and r.curve]
-    v = matched(loss_pairs(run.curve), base, PrunePolicy().part(checks.index(stop))).loss
+    step = step_at(run.curve, stop)  # every curve read at the run's own steps, as the rule did
+    per = steps_per_budget(stop, step) if step is not None else None
+    v = matched(on_steps(run.curve, per), [on_steps(c, per) for c in base],
+                PrunePolicy().part(checks.index(stop))).loss
     assert v is not None and f"loss {v:.2f} over" in (run.note or "")  # the rule's reading
     assert v is not None and float(got["data-loss"] or "nan") == pytest.approx(v, rel=1e-5)
     assert dots == [f"{f:g}" for f in checks if f < stop]  # each check made before it

@@ -4,7 +4,9 @@ budget on the training loss (docs/keep-rule.md#the-early-stop): behind at P(T â‰
 curve is ``(fraction of the budget, training loss)`` points, lower is better whatever the
 metric's direction. Curves are compared at matched points: each is read, on the monotone cubic
 through its points, at every 1/GRID of the budget in the part that all of them reach, so runs
-whose progress lines fall at other steps measure the same thing. Not guaranteed: that a stopped
+whose progress lines fall at other steps measure the same thing (the engine places every curve
+by the judged run's own steps first, agent.engine.early_stop.on_steps, so that on a time budget
+the machine's pace moves no loss either). Not guaranteed: that a stopped
 change would have lost at the end.
 """
 from __future__ import annotations

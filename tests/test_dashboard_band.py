@@ -7,7 +7,7 @@ import math
 import re
 
 from agent.core.domain import Run, RunRole, RunStatus
-from agent.rules.prune import PruneCall, PrunePolicy, check, loss_over
+from agent.rules.prune import PruneCall, PrunePolicy, check
 from api.dashboard.band import band_svg
 
 
@@ -58,8 +58,9 @@ def test_the_stop_marker_is_at_the_check_that_stopped_the_run_not_its_end() -> N
     assert mark["cx"] == xs[1]  # on the 50 % check's line, left of the curve's end
     (dot,) = attrs(svg, "check")  # the 25 % check it passed, at the loss it read there
     assert dot["data-fraction"] == 0.25 and dot["cx"] == xs[0]
-    v = loss_over([(f, x) for f, x, _ in loser], PrunePolicy().part(0))
-    assert v is not None and dot["data-loss"] == float(f"{v:.6g}")
+    passed = check([(f, v) for f, v, _ in loser], [[(f, v) for f, v, _ in c.curve or ()]
+                                                    for c in THEIRS], 0, 0.001)
+    assert passed.loss is not None and dot["data-loss"] == float(f"{passed.loss:.6g}")
     assert "stopped at 50 % of the budget" in svg
 
 
@@ -79,8 +80,9 @@ def test_the_checks_drawn_are_the_target_policy() -> None:
                        policy=policy))
     (mark,) = attrs(svg, "stopped")
     assert mark["data-fraction"] == 0.6 and mark["cx"] == grid_x(svg)[2]
-    v = loss_over([(f, x) for f, x, _ in loser], (0.4, 0.6))
-    assert v is not None and mark["data-loss"] == float(f"{v:.6g}")
+    read = check([(f, v) for f, v, _ in loser], [[(f, v) for f, v, _ in c.curve or ()]
+                                                  for c in THEIRS], 2, 0.001, policy)
+    assert read.loss is not None and mark["data-loss"] == float(f"{read.loss:.6g}")
     assert [d["data-fraction"] for d in attrs(svg, "check")] == [0.2, 0.4]
 
 

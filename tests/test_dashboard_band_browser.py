@@ -10,9 +10,9 @@ import pytest
 from browser_helpers import CHROMIUM_ARGS, SCREENSHOTS, make_app, require_chromium, serve
 from test_early_stop import night
 
-from agent.core.domain import RunStatus
-from agent.engine.early_stop import loss_pairs
-from agent.rules.prune import PrunePolicy, loss_over
+from agent.core.domain import RunRole, RunStatus
+from agent.engine.early_stop import on_steps, step_at, steps_per_budget
+from agent.rules.prune import PrunePolicy, matched
 
 # far behind at every check, whatever the timing of its lines (A_SHIFT 0.3 sits near the
 # margin of a single 50 % check on 3 curves)
@@ -53,7 +53,13 @@ def test_the_marker_sits_on_the_check_that_stopped_the_run(tmp_path: Path) -> No
     assert float(got["data-fraction"] or "nan") == stop
     assert float(got["cx"] or "nan") == grid[checks.index(stop)]  # on its check's line
     assert float(got["cx"] or "nan") <= end_x  # not where the process ended
-    v = loss_over(loss_pairs(run.curve), PrunePolicy().part(checks.index(stop)))
+    base = [r.curve for r in runtime.store.list_runs(sweep_id=sweep.id)
+            if r.role is RunRole.BASELINE and r.status is RunStatus.OK and r.curve]
+    step = step_at(run.curve, stop)  # every curve read at the run's own steps, as the rule did
+    per = steps_per_budget(stop, step) if step is not None else None
+    v = matched(on_steps(run.curve, per), [on_steps(c, per) for c in base],
+                PrunePolicy().part(checks.index(stop))).loss
+    assert v is not None and f"loss {v:.2f} over" in (run.note or "")  # the rule's reading
     assert v is not None and float(got["data-loss"] or "nan") == pytest.approx(v, rel=1e-5)
     assert dots == [f"{f:g}" for f in checks if f < stop]  # each check made before it
     assert box is not None and frame is not None

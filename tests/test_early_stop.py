@@ -28,7 +28,7 @@ from agent.engine.scheduler import SchedulerSettings, SlotScheduler
 from agent.git.repo import init_repo
 from agent.ops.sweeps import create_sweep
 from agent.rules.decide import Rule, stop_level
-from agent.rules.prune import PrunePolicy, check, loss_over
+from agent.rules.prune import PrunePolicy, check, matched
 from overnight.runtime import Runtime
 from runner.summary import ProgressPoint
 
@@ -364,8 +364,8 @@ def test_a_run_ten_spreads_worse_from_its_first_line_stops_at_the_first_check() 
     quarter is stopped there, and no later check is made."""
     base = tuple(_curve(0.0, s) for s in range(5))
     part = PrunePolicy().part(0)
-    here = [loss_over(loss_pairs(c), part) or math.nan for c in base]
-    own = loss_over(loss_pairs(_curve(0.0, 99)), part) or math.nan
+    m = matched(loss_pairs(_curve(0.0, 99)), [loss_pairs(c) for c in base], part)
+    here, own = m.incumbents, m.loss or math.nan
     shift = statistics.fmean(here) - own + 10 * statistics.stdev(here)
     early = _fed(EarlyStop(Reference(base, "hyperparameter", 10.0, stop_level(Rule()), 0.3),
                            threading.Event()), shift)

@@ -6,10 +6,20 @@ from __future__ import annotations
 import math
 import random
 
+import numpy as np
 import pytest
 from scipy import stats
+from scipy.interpolate import PchipInterpolator
 
-from agent.rules.prune import PrunePolicy, check, loss_over, next_check
+from agent.rules.prune import (
+    GRID,
+    PrunePolicy,
+    check,
+    loss_at,
+    loss_over,
+    matched,
+    next_check,
+)
 
 LEVEL = 0.001  # a bar for the tests (agent.rules.decide.stop_level: 1 %/12 ≈ 8.3e-4)
 
@@ -39,17 +49,42 @@ def test_a_clearly_losing_run_is_stopped_with_a_reason_a_person_can_read() -> No
     assert " over 0–25 % vs the incumbent's" in first  # the first part: from the run's start
 
 
+def _part_mean(c: list[tuple[float, float]], start: float, end: float) -> float:
+    """A curve's median over (start, end] at every 1/GRID of the budget on the monotone cubic
+    through its points (scipy's PCHIP, not the rule's), from its first point on."""
+    grid = np.arange(round(start * GRID) + 1, round(end * GRID) + 1) / GRID
+    grid = grid[grid >= c[0][0] - 1e-9]
+    return float(np.median(PchipInterpolator(*zip(*c, strict=True))(grid)))
+
+
+def test_a_curve_is_read_between_its_lines_on_the_monotone_cubic_scipy_draws() -> None:
+    rng = random.Random(3)
+    for k in range(100):
+        xs = sorted(x / 200 for x in rng.sample(range(1, 200), rng.randint(2, 12)))
+        ys = [3 + math.exp(-5 * x) + rng.gauss(0, 0.05) * (k % 3) for x in xs]
+        grid = [i / 200 for i in range(201)]
+        ref = PchipInterpolator(xs, ys, extrapolate=False)(grid)
+        for got, want, f in zip(loss_at(list(zip(xs, ys, strict=True)), grid), ref, grid,
+                                strict=True):
+            if got is None:
+                assert math.isnan(want) and not xs[0] <= f <= xs[-1]
+            else:
+                assert got == pytest.approx(float(want), abs=1e-12)
+
+
 def test_the_test_is_the_keep_rules_t_on_the_curves_spread() -> None:
-    """t = (reference − loss) / (s·√(1 + 1/n)), s pooled over the curves at the point, P(T ≤ t)
-    on their degrees of freedom."""
+    """t = (reference − loss) / (s·√(1 + 1/n)), each curve's loss its median over the part since
+    the check before at every 1/GRID of the budget, s pooled over the curves, P(T ≤ t) on their
+    degrees of freedom."""
     loser = curve(offset=0.1, seed=9)
     call = check(loser, INCUMBENTS, 1, 0.5)
-    here = [loss_over(c, (0.25, 0.5)) for c in INCUMBENTS]  # the part since the check before
-    ref = sum(here) / 5  # type: ignore[arg-type]
+    here = [_part_mean(c, 0.25, 0.5) for c in INCUMBENTS]  # the part since the check before
+    ref = sum(here) / 5
     s = stats.tstd(here)
-    t = (ref - loss_over(loser, (0.25, 0.5))) / (s * math.sqrt(1 + 1 / 5))  # type: ignore[operator]
+    t = (ref - _part_mean(loser, 0.25, 0.5)) / (s * math.sqrt(1 + 1 / 5))
     assert call.reference == pytest.approx(ref) and call.p_worse == pytest.approx(
         stats.t.cdf(t, 4))
+    assert call.loss == pytest.approx(_part_mean(loser, 0.25, 0.5))
 
 
 @pytest.mark.parametrize("offset", [0.0, 0.05, -0.5])
@@ -73,6 +108,9 @@ def test_it_is_not_judged_without_a_spread_or_points() -> None:
 def test_exempt_categories_and_a_departed_speed_are_not_judged() -> None:
     loser = curve(offset=2.0, seed=9)
     assert not check(loser, INCUMBENTS, 0, LEVEL, category="data/schedule").stop
+    assert not check(loser, INCUMBENTS, 0, LEVEL, category="optimizer").stop  # by default
+    assert check(loser, INCUMBENTS, 0, LEVEL, PrunePolicy(exempt=frozenset()),
+                 category="optimizer").stop
     assert check(loser, INCUMBENTS, 0, LEVEL, category="architecture").stop
     slow = check(loser, INCUMBENTS, 0, LEVEL, speed_off=True)
     assert not slow.stop and "its loss curve measures the machine" in slow.why
@@ -82,7 +120,7 @@ def test_a_new_incumbent_with_two_runs_judges_with_the_earlier_incumbents_spread
     loser = curve(offset=0.7, seed=9)  # behind the new incumbent by 1.0
     call = check(loser, NEW, 0, LEVEL, earlier=EARLIER)
     assert call.stop, call.reason()
-    here = [loss_over(c, PrunePolicy().part(0)) or math.nan for c in NEW]
+    here = [_part_mean(c, 0.0, 0.25) for c in NEW]
     assert call.reference == pytest.approx(sum(here) / 2)  # its own level, not the earlier's
     level = check(curve(offset=-0.3, seed=7), NEW, 1, LEVEL, earlier=EARLIER)
     assert level.loss is not None and not level.stop
@@ -136,8 +174,7 @@ def _worse_by(spreads: float, incumbents: list[list[tuple[float, float]]],
               index: int = 0) -> tuple[list[tuple[float, float]], float]:
     """A run `spreads` times the incumbents' spread over the part behind their mean there (an
     incumbent's curve moved), and that spread."""
-    part = PrunePolicy().part(index)
-    here = [loss_over(c, part) or math.nan for c in incumbents]
+    here = matched(incumbents[0], incumbents, PrunePolicy().part(index)).incumbents
     spread = stats.tstd(here)
     move = sum(here) / len(here) - here[0] + spreads * spread
     return [(f, v + move) for f, v in incumbents[0]], spread
@@ -169,3 +206,39 @@ def test_the_futility_error_holds_for_a_run_no_worse_than_the_incumbent() -> Non
         curves = [[(f / 4, 3.0 + o) for f in range(1, 5)] for o in offsets]
         stopped += check(curves[0], curves[1:], 0, level).stop
     assert abs(stopped / draws - level) < 4 * math.sqrt(level * (1 - level) / draws)
+
+
+def lined(seed: int, offset: float = 0.0) -> list[tuple[float, float]]:
+    """A steep curve (a real first quarter: the loss falls by half) logged as a real script
+    logs it, a line every few seconds: each run's lines at its own steps (a spacing of 4–10 %
+    of the budget, a random phase), after a first line at step 1 of 48."""
+    rng = random.Random(seed)
+    shift, every = rng.gauss(0, 0.01), rng.uniform(0.04, 0.10)
+    fractions = [1 / 48, *(rng.uniform(0, every) + k * every for k in range(int(1 / every) + 2))]
+    return [(f, 2.0 + 3.5 * math.exp(-8 * f) + shift + offset + rng.gauss(0, 0.002))
+            for f in sorted({min(f, 1.0) for f in fractions})]
+
+
+def test_runs_logged_at_other_steps_are_read_at_the_same_points() -> None:
+    """On a curve that halves over the first quarter, the median of each run's own lines there
+    moves with its lines' steps (a spread of 0.32 over five runs), and a run 0.5 behind from
+    the start went on; read at the same points (a spread of 0.02) it stops at the first check."""
+    from agent.rules.decide import Rule, stop_level
+
+    incumbents = [lined(s) for s in range(5)]
+    medians = [loss_over(c, PrunePolicy().part(0)) for c in incumbents]
+    same = matched(incumbents[0], incumbents, PrunePolicy().part(0)).incumbents
+    assert stats.tstd(medians) > 10 * stats.tstd(same)
+    for draw in range(10):
+        call = check(lined(100 + draw, offset=0.5), incumbents, 0, stop_level(Rule()))
+        assert call.stop and call.fraction == 0.25, call.reason()
+
+
+def test_the_futility_error_holds_for_runs_logged_at_other_steps() -> None:
+    """Exchangeable runs (the same curve, each seed's lines at its own steps) stop at a check
+    with probability at most its level: the matched points read every run alike."""
+    level, stopped, draws = 0.05, 0, 1500
+    for d in range(draws):
+        curves = [lined(10 * d + s) for s in range(6)]
+        stopped += check(curves[0], curves[1:], d % 3, level).stop
+    assert stopped / draws <= level + 4 * math.sqrt(level * (1 - level) / draws)

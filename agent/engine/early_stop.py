@@ -35,11 +35,12 @@ from agent.core.domain import (
 from agent.core.ports import Store
 from agent.rules.categories import category_of
 from agent.rules.placement import agrees
-from agent.rules.prune import PruneCall, PrunePolicy, check, next_check
+from agent.rules.prune import GRID, PruneCall, PrunePolicy, check, next_check
 from runner.summary import ProgressPoint
 
 logger = logging.getLogger(__name__)
-CURVE_BINS = 200  # a run's recorded curve: the mean point of each 1/200 of the budget
+# a run's recorded curve: the mean point of each 1/200 of the budget, the check's matched points
+CURVE_BINS = GRID
 CHALLENGER_ROLES = (RunRole.SCREEN, RunRole.CONFIRM)
 # The incumbent's runs a challenger is judged against: those at its most common speed (a suspect
 # run measured a slower or faster machine; its curve would move the reference and the speed).
@@ -86,6 +87,22 @@ class RunCurve:
 def loss_pairs(points: CurvePoints) -> list[tuple[float, float]]:
     """The rule's curve: (fraction, loss) of each recorded point."""
     return [(f, loss) for f, loss, _ in points]
+
+
+def on_steps(points: CurvePoints, per_budget: float | None) -> list[tuple[float, float]]:
+    """The rule's curve with its points placed by step, not time: (step / `per_budget`, loss),
+    where `per_budget` is the judged run's steps over its whole budget at its pace so far. Every
+    curve is then read at the run's own steps (agent.rules.prune.matched), so a machine that
+    ran one run slower moves no loss; on a budget of steps it is the fraction itself. None:
+    by fraction (loss_pairs)."""
+    if not per_budget:
+        return loss_pairs(points)
+    return [(step / per_budget, loss) for _, loss, step in points]
+
+
+def steps_per_budget(fraction: float, step: float) -> float | None:
+    """A run's steps over its whole budget at its pace so far (None before it has any)."""
+    return step / fraction if fraction > 0 and step > 0 else None
 
 
 def step_at(points: CurvePoints, fraction: float) -> float | None:
@@ -169,7 +186,6 @@ class EarlyStop:
         self.stopping_check: PruneCall | None = None
         self.checks: list[PruneCall] = []
         self.elapsed_s: float | None = None  # the latest line's elapsed seconds, if printed
-        self.earlier = [[loss_pairs(c) for c in g] for g in ref.earlier]
 
     def add(self, fraction: float, point: ProgressPoint) -> None:
         self.curve.add(fraction, point.loss, float(point.step))
@@ -181,13 +197,14 @@ class EarlyStop:
         if index is None:
             return
         self.checks_done = index + 1
-        own_curve = loss_pairs(self.curve.points())
-        incumbent_curves = [loss_pairs(c) for c in self.ref.curves]
+        per_budget = steps_per_budget(fraction, point.step)  # read every curve at its steps
         ratio = self.speed_ratio(fraction, point.step)
         speed_differs = ratio is not None and not agrees(ratio, 1.0, self.ref.tolerance)
-        outcome = check(own_curve, incumbent_curves, index, self.ref.level, self.ref.policy,
-                        category=self.ref.category, speed_off=speed_differs,
-                        earlier=self.earlier)
+        outcome = check(on_steps(self.curve.points(), per_budget),
+                        [on_steps(c, per_budget) for c in self.ref.curves], index,
+                        self.ref.level, self.ref.policy, category=self.ref.category,
+                        speed_off=speed_differs,
+                        earlier=[[on_steps(c, per_budget) for c in g] for g in self.ref.earlier])
         self.checks.append(outcome)
         logger.info("early-stop check %d: %s", index, outcome.reason())
         if outcome.stop:

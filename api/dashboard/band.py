@@ -16,8 +16,8 @@ from collections.abc import Callable, Sequence
 from markupsafe import Markup, escape
 
 from agent.core.domain import CurvePoints, Experiment, ExperimentStatus, Run, RunStatus, Sweep
-from agent.engine.early_stop import REFERENCE_STATUSES
-from agent.rules.prune import PrunePolicy, loss_over
+from agent.engine.early_stop import REFERENCE_STATUSES, on_steps, step_at, steps_per_budget
+from agent.rules.prune import PrunePolicy, loss_over, matched
 from db.reads import Reads
 
 GRID = 60  # fractions of the budget the band is drawn at
@@ -60,6 +60,7 @@ def band_svg(mine: Sequence[Run], theirs: Sequence[Run], width: int = 640,
     one. None when there is nothing to compare (no curve, or fewer than two incumbent runs)."""
     policy = policy or PrunePolicy()
     zone = band([r.curve for r in theirs if r.curve])
+    reference = [r.curve for r in theirs if r.curve]
     lines = [r for r in mine if r.curve]
     if not zone or not lines:
         return None
@@ -97,22 +98,25 @@ def band_svg(mine: Sequence[Run], theirs: Sequence[Run], width: int = 640,
                        if math.isfinite(p[1]))
         parts.append(f'<polyline class="curve" points="{pts}"><title>run {r.id} '
                      f'({r.role.value}, seed {r.seed})</title></polyline>')
-        parts += _checks(r, policy, judged, sx, sy, (mt, height - mb))
+        parts += _checks(r, policy, judged, sx, sy, (mt, height - mb), reference)
     parts.append("</svg>")
     return Markup("".join(parts))
 
 
 def _checks(r: Run, policy: PrunePolicy, judged: bool, sx: Callable[[float], float],
-            sy: Callable[[float], float], ys: tuple[float, float]) -> list[str]:
+            sy: Callable[[float], float], ys: tuple[float, float],
+            reference: Sequence[CurvePoints]) -> list[str]:
     """The run's check dots and, for a pruned run, the marker of the check that stopped it
-    (at its curve's end when its record names no check: a run recorded before it did)."""
+    (at its curve's end when its record names no check: a run recorded before it did); each
+    at the run's loss over the part as the check reads it: every curve at the run's steps
+    (agent.engine.early_stop.on_steps), matched to the `reference` curves' points."""
     curve = [(p[0], p[1]) for p in r.curve or ()]
     named = r.stop_fraction if r.status is RunStatus.PRUNED else None
     stop = None if named is None else _snap(named, policy.checks)
     last = curve[-1][0] if curve else 0.0
     out = []
     for i, f in enumerate(policy.checks if judged else ()):
-        v = loss_over(curve, policy.part(i))
+        v = _read(r, reference, policy, i)
         if v is None or f > (stop if stop is not None else last) + 1e-9 or f == stop:
             continue
         out.append(f'<circle class="check" data-fraction="{f:g}" data-loss="{v:.6g}" '
@@ -120,14 +124,26 @@ def _checks(r: Run, policy: PrunePolicy, judged: bool, sx: Callable[[float], flo
                    f'{round(f * 100)} % of the budget, its loss since the check before '
                    f'{v:.4g}; went on</title></circle>')
     if r.status is RunStatus.PRUNED and curve:
-        v = (loss_over(curve, policy.part(policy.checks.index(stop)))
-             if stop in policy.checks else None)
+        v = _read(r, reference, policy, policy.checks.index(stop)) if stop in policy.checks \
+            else None
         f, v = (stop, v) if stop is not None and v is not None else curve[-1]
         out.append(f'<g class="stopped"><line x1="{sx(f):.1f}" x2="{sx(f):.1f}" y1="{ys[0]}" '
                    f'y2="{ys[1]}"/><circle data-fraction="{f:g}" data-loss="{v:.6g}" '
                    f'cx="{sx(f):.1f}" cy="{sy(v):.1f}" r="4"/><title>'
                    f'{escape(r.note or "stopped")}</title></g>')
     return out
+
+
+def _read(r: Run, reference: Sequence[CurvePoints], policy: PrunePolicy,
+          index: int) -> float | None:
+    """The run's loss over check `index`'s part as the check read it (agent.engine.early_stop:
+    every curve placed by the run's own steps, then matched)."""
+    f = policy.checks[index]
+    own = r.curve or ()
+    step = step_at(own, f)
+    per = steps_per_budget(f, step) if step is not None else None
+    return matched(on_steps(own, per), [on_steps(c, per) for c in reference],
+                   policy.part(index)).loss
 
 
 def _snap(named: float, checks: Sequence[float]) -> float:

@@ -33,8 +33,8 @@ a change's first run is a screen, a run of its own seed trained to a fraction f 
 (it costs f), judged by agent.rules.prune.check at f against the incumbent's curves there at a
 stated level γ; only a promoted change gets full-budget runs, and decide() keeps or discards it
 on those alone (the screen's run is not one of them: its seed's offset would bias the first).
-Exempt categories (the early stop's: data/schedule and optimizer, curves that cross late) and runs off the
-incumbent's speed skip the screen, as check() does not judge them.
+Exempt categories (the early stop's: data/schedule and optimizer, curves that cross late) and runs
+off the incumbent's speed skip the screen, as check() does not judge them.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ import logging
 import math
 import statistics
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from agent.core.domain import (
@@ -35,7 +35,7 @@ from agent.core.domain import (
 from agent.core.ports import Store
 from agent.rules.categories import category_of
 from agent.rules.placement import agrees
-from agent.rules.prune import GRID, PruneCall, PrunePolicy, check, next_check
+from agent.rules.prune import GRID, Curve, PruneCall, PrunePolicy, check, next_check
 from runner.summary import ProgressPoint
 
 logger = logging.getLogger(__name__)
@@ -103,6 +103,14 @@ def on_steps(points: CurvePoints, per_budget: float | None) -> list[tuple[float,
 def steps_per_budget(fraction: float, step: float) -> float | None:
     """A run's steps over its whole budget at its pace so far (None before it has any)."""
     return step / fraction if fraction > 0 and step > 0 else None
+
+
+def placer(fraction: float, step: float | None) -> Callable[[CurvePoints], Curve]:
+    """How a check at `fraction` places every curve (the judged run's, its references'): by
+    the judged run's own steps, it having reached `step` there (on_steps; by fraction when
+    None). The engine's checks and the dashboard's band both read curves through this."""
+    per = steps_per_budget(fraction, step) if step is not None else None
+    return lambda points: on_steps(points, per)
 
 
 def step_at(points: CurvePoints, fraction: float) -> float | None:
@@ -197,14 +205,13 @@ class EarlyStop:
         if index is None:
             return
         self.checks_done = index + 1
-        per_budget = steps_per_budget(fraction, point.step)  # read every curve at its steps
+        place = placer(fraction, point.step)  # every curve read at this run's steps
         ratio = self.speed_ratio(fraction, point.step)
         speed_differs = ratio is not None and not agrees(ratio, 1.0, self.ref.tolerance)
-        outcome = check(on_steps(self.curve.points(), per_budget),
-                        [on_steps(c, per_budget) for c in self.ref.curves], index,
-                        self.ref.level, self.ref.policy, category=self.ref.category,
+        outcome = check(place(self.curve.points()), [place(c) for c in self.ref.curves],
+                        index, self.ref.level, self.ref.policy, category=self.ref.category,
                         speed_off=speed_differs,
-                        earlier=[[on_steps(c, per_budget) for c in g] for g in self.ref.earlier])
+                        earlier=[[place(c) for c in g] for g in self.ref.earlier])
         self.checks.append(outcome)
         logger.info("early-stop check %d: %s", index, outcome.reason())
         if outcome.stop:

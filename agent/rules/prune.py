@@ -5,9 +5,9 @@ curve is ``(fraction of the budget, training loss)`` points, lower is better wha
 metric's direction. Curves are compared at matched points: each is read, on the monotone cubic
 through its points, at every 1/GRID of the budget in the part that all of them reach, so runs
 whose progress lines fall at other steps measure the same thing (the engine places every curve
-by the judged run's own steps first, agent.engine.early_stop.on_steps, so that on a time budget
-the machine's pace moves no loss either). Not guaranteed: that a stopped
-change would have lost at the end.
+by the judged run's own steps first, agent.engine.early_stop.placer, so that on a time budget
+the machine's pace moves no loss either). Not guaranteed: that a stopped change would have lost
+at the end.
 """
 from __future__ import annotations
 
@@ -135,7 +135,6 @@ class Matched:
     loss: float | None  # the run's; None when it shares no point with them there
     incumbents: list[float]  # the incumbent's curves that reach the part's end
     earlier: list[list[float]]  # per earlier group, its curves that reach every point
-    points: int
 
 
 def matched(run: Curve, incumbents: Sequence[Curve], part: tuple[float, float],
@@ -152,7 +151,7 @@ def matched(run: Curve, incumbents: Sequence[Curve], part: tuple[float, float],
     keep = [i for i, v in enumerate(mine)
             if v is not None and all(row[i] is not None for row in reach)]
     if not keep:
-        return Matched(None, [], [], 0)
+        return Matched(None, [], [])
     points = [grid[i] for i in keep]
 
     def median(row: Sequence[float | None]) -> list[float]:
@@ -162,7 +161,7 @@ def matched(run: Curve, incumbents: Sequence[Curve], part: tuple[float, float],
 
     theirs = [m for row in reach for m in median([row[i] for i in keep])]
     before = [[m for c in g for m in median(loss_at(c, points))] for g in earlier]
-    return Matched(median([mine[i] for i in keep])[0], theirs, before, len(points))
+    return Matched(median([mine[i] for i in keep])[0], theirs, before)
 
 
 def next_check(fraction_now: float, judged: int, policy: PrunePolicy) -> int | None:

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from markupsafe import Markup, escape
 
 from agent.core.domain import CurvePoints, Experiment, ExperimentStatus, Run, RunStatus, Sweep
-from agent.engine.early_stop import REFERENCE_STATUSES, on_steps, step_at, steps_per_budget
+from agent.engine.early_stop import REFERENCE_STATUSES, placer, step_at
 from agent.rules.prune import PrunePolicy, loss_over, matched
 from db.reads import Reads
 
@@ -109,7 +109,7 @@ def _checks(r: Run, policy: PrunePolicy, judged: bool, sx: Callable[[float], flo
     """The run's check dots and, for a pruned run, the marker of the check that stopped it
     (at its curve's end when its record names no check: a run recorded before it did); each
     at the run's loss over the part as the check reads it: every curve at the run's steps
-    (agent.engine.early_stop.on_steps), matched to the `reference` curves' points."""
+    (agent.engine.early_stop.placer), matched to the `reference` curves' points."""
     curve = [(p[0], p[1]) for p in r.curve or ()]
     named = r.stop_fraction if r.status is RunStatus.PRUNED else None
     stop = None if named is None else _snap(named, policy.checks)
@@ -140,10 +140,8 @@ def _read(r: Run, reference: Sequence[CurvePoints], policy: PrunePolicy,
     every curve placed by the run's own steps, then matched)."""
     f = policy.checks[index]
     own = r.curve or ()
-    step = step_at(own, f)
-    per = steps_per_budget(f, step) if step is not None else None
-    return matched(on_steps(own, per), [on_steps(c, per) for c in reference],
-                   policy.part(index)).loss
+    place = placer(f, step_at(own, f))
+    return matched(place(own), [place(c) for c in reference], policy.part(index)).loss
 
 
 def _snap(named: float, checks: Sequence[float]) -> float:

@@ -414,3 +414,32 @@ def test_the_pace_gate_keeps_a_null_change_at_most_alpha_at_any_stop(
     monkeypatch.setattr(kw, "_effect", lambda rng, mix="default": 0.0)
     tally = pg.simulate_pace(pg.Pace(0.05, 4), kw.World("nulls", source=None), 4, seed=5)
     assert tally.nulls == 400 and tally.null_keeps / tally.nulls <= bound
+
+
+def test_crossing_finds_a_change_behind_mid_run_and_better_at_the_end(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    cr = importlib.import_module("crossing")  # its dataclass needs it in sys.modules
+    src = (ROOT / "experiments" / "gpt" / "train.py").read_text()
+    changed = cr.set_knob(src, "LR", "6e-3")
+    assert "LR = 6e-3  # AdamW peak LR" in changed and "EMBED_LR = 0.1" in changed
+    with pytest.raises(SystemExit, match="NO_SUCH_KNOB"):
+        cr.set_knob(src, "NO_SUCH_KNOB", "1")
+
+    def run(knob: str, value: str, seed: int, shift, final: float) -> dict:
+        noise = (seed - 3) * 0.01
+        curve = [(i / 20, 3 + 2 * (1 - i / 20) + shift(i / 20) + noise) for i in range(1, 21)]
+        return {"knob": knob, "value": value, "seed": seed, "metric": final + noise,
+                "curve": curve}
+
+    runs = [run("baseline", "", s, lambda f: 0.0, 3.0) for s in range(1, 6)]
+    # behind by 19 spreads until the warm-down, ahead at the end: a late crosser
+    runs += [run("LR", "6e-3", s, lambda f: 0.3 if f <= 0.8 else -0.1, 2.9) for s in (1, 3, 5)]
+    # 63 spreads behind (1.0 over a spread of 0.0158) from the start: stopped at the first check
+    runs += [run("DEPTH", "2", s, lambda f: 1.0, 4.0) for s in (1, 3, 5)]
+    rows = {r["change"]: r for r in cr.analyse({"steps": 20, "load": 0.0, "runs": runs})}
+    lr, depth = rows["LR 6e-3"], rows["DEPTH 2"]
+    assert lr["better"] and lr["crosses"] and lr["winner_stopped"]
+    assert lr["category"] == "hyperparameter" and not lr["exempt"]
+    assert depth["stops"] == ["25 %"] * 3 and not depth["better"] and not depth["crosses"]
+    assert depth["gaps"][0] == pytest.approx(63.2, rel=0.01)

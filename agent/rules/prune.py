@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from agent.core.prune_policy import PrunePolicy
 from agent.rules.noise import pooled_of, squared_deviations, t_score, t_sf
 
-__all__ = ["GRID", "PruneCall", "PrunePolicy", "check", "loss_at", "loss_over", "matched",
-           "next_check"]
+__all__ = ["GRID", "PruneCall", "PrunePolicy", "catching_up", "check", "loss_at", "loss_over",
+           "matched", "next_check"]
 Curve = Sequence[tuple[float, float]]
 GRID = 200  # the matched points: every 1/GRID of the budget (a run's curve is recorded so)
 
@@ -202,4 +202,27 @@ def check(challenger: Curve, incumbents: Sequence[Curve], index: int, level: flo
     p_worse = 1.0 - t_sf(t_score(reference - m.loss, se), df)
     stop = p_worse <= level
     why = "clearly behind" if stop else f"not clearly behind (P {p_worse:.2g} > {level:.2g})"
+    if stop and (closing := catching_up(challenger, incumbents, part)) is not None:
+        first, second = closing
+        if first - second > se:
+            stop = False
+            why = (f"behind but catching up: {_fmt(first)} behind over the part's first half, "
+                   f"{_fmt(second)} over its second")
     return PruneCall(stop, fraction, why, m.loss, reference, se, p_worse, max(part[0], 0.0))
+
+
+def catching_up(run: Curve, incumbents: Sequence[Curve],
+                part: tuple[float, float]) -> tuple[float, float] | None:
+    """How far the run is behind the incumbent's mean over the first and the second half of
+    `part` (each at matched points, as `matched`); None when a half has no point. A run whose
+    gap fell by more than the check's standard error within the part is catching up (a lower
+    learning rate: behind from its start, level by the end), which the model excludes."""
+    start, end = max(part[0], 0.0), part[1]
+    mid = (start + end) / 2
+    gaps = []
+    for half in ((start, mid), (mid, end)):
+        m = matched(run, incumbents, half)
+        if m.loss is None or not m.incumbents:
+            return None
+        gaps.append(m.loss - statistics.fmean(m.incumbents))
+    return gaps[0], gaps[1]

@@ -1,13 +1,13 @@
 """The early stop: a futility boundary beside the keep rule's test, taken at a fraction of the
 budget on the training loss (docs/keep-rule.md#the-early-stop): behind at P(T ≤ t) ≤ the level
-(agent.rules.decide.stop_level). Pure: the stdlib, the policy and agent.rules.noise only. A
-curve is ``(fraction of the budget, training loss)`` points, lower is better whatever the
-metric's direction. Curves are compared at matched points: each is read, on the monotone cubic
-through its points, at every 1/GRID of the budget in the part that all of them reach, so runs
-whose progress lines fall at other steps measure the same thing (the engine places every curve
-by the judged run's own steps first, agent.engine.early_stop.placer, so that on a time budget
-the machine's pace moves no loss either). Not guaranteed: that a stopped change would have lost
-at the end.
+(agent.rules.decide.stop_level) and not catching up (`catching_up`). Pure: the stdlib, the
+policy and agent.rules.noise only. A curve is ``(fraction of the budget, training loss)``
+points, lower is better whatever the metric's direction. Curves are compared at matched points:
+each is read, on the monotone cubic through its points, at every 1/GRID of the budget in the
+part that all of them reach, so runs whose progress lines fall at other steps measure the same
+thing (the engine places every curve by the judged run's own steps first,
+agent.engine.early_stop.placer, so that on a time budget the machine's pace moves no loss
+either). Not guaranteed: that a stopped change would have lost at the end.
 """
 from __future__ import annotations
 
@@ -177,12 +177,13 @@ def next_check(fraction_now: float, judged: int, policy: PrunePolicy) -> int | N
 def check(challenger: Curve, incumbents: Sequence[Curve], index: int, level: float,
           policy: PrunePolicy = PrunePolicy(), *, category: str | None = None,
           speed_off: bool = False, earlier: Sequence[Sequence[Curve]] = ()) -> PruneCall:
-    """Judge the run at ``policy.checks[index]``: its median loss over the part of the budget
-    since the check before against the mean of the incumbent's curves' medians, at matched
-    points (`matched`), the spread pooled with ``earlier`` (the earlier incumbents'
-    curves, one group per commit), on Student's t; stopped when worse with P(T ≤ t) ≤
-    ``level``. Not judged: an exempt category, ``speed_off`` (its speed so far is off the
-    incumbent's), no point in the part, curves with no spread."""
+    """Judge the run at ``policy.checks[index]``: its median loss over the part of the budget since
+    the check before against the mean of the incumbent's curves' medians, at matched points
+    (`matched`), the spread pooled with ``earlier`` (the earlier incumbents' curves, one group
+    per commit), on Student's t; stopped when worse with P(T ≤ t) ≤ ``level``, unless its gap
+    fell by more than the standard error from the part's first half to its second
+    (`catching_up`: such a curve can cross late). Not judged: an exempt category, ``speed_off``
+    (its speed so far is off the incumbent's), no point in the part, curves with no spread."""
     fraction = policy.checks[index]
     if category is not None and category in policy.exempt:
         return PruneCall(False, fraction, f"{category} changes are not stopped early "

@@ -64,7 +64,9 @@ def test_null_sweep_keeps_at_most_one_change(tmp_path, store, make_loop):
     assert roles.count(RunRole.INCUMBENT) >= 2
     periodic = [r for r in runs if r.role is RunRole.INCUMBENT and r.pair_run_id is None]
     assert len(periodic) <= 2
-    assert all(r.pgid and r.status in (RunStatus.OK, RunStatus.SUSPECT) for r in runs)
+    odd = [(r.id, r.role.value, r.status.value, r.pgid, r.note, r.stop_fraction) for r in runs
+           if not (r.pgid and r.status in (RunStatus.OK, RunStatus.SUSPECT))]
+    assert not odd, odd
     # every experiment's metric is the best less its gain: the mean of its runs when they all
     # ran in the incumbent's usual condition (none suspect)
     for e in changes:

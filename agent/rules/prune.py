@@ -21,7 +21,7 @@ from agent.core.prune_policy import PrunePolicy
 from agent.rules.noise import pooled_of, squared_deviations, t_score, t_sf
 
 __all__ = ["GRID", "PruneCall", "PrunePolicy", "catching_up", "check", "loss_at", "loss_over",
-           "matched", "next_check"]
+           "matched", "next_check", "upto"]
 Curve = Sequence[tuple[float, float]]
 GRID = 200  # the matched points: every 1/GRID of the budget (a run's curve is recorded so)
 
@@ -142,10 +142,15 @@ def matched(run: Curve, incumbents: Sequence[Curve], part: tuple[float, float],
     """Each curve's median loss over `part` at matched points: every 1/GRID of the budget in
     (start, end] (the first part from the run's start) that the run and each incumbent curve
     reaching the part's end all reach, so runs whose progress lines fall at other steps are
-    read at the same ones. An earlier curve that misses one of those points is left out."""
+    read at the same ones. An earlier curve that misses one of those points is left out. Every
+    curve is read only as far as the run has got (`upto`)."""
     start, end = max(part[0], 0.0), part[1]
     grid = [i / GRID for i in range(math.floor(start * GRID + 1e-6) + 1,
                                     math.floor(end * GRID + 1e-6) + 1)]
+    last = max((f for f, loss in run if math.isfinite(loss)), default=None)
+    if last is not None:  # every curve read as far as the run has got: its end reads alike
+        incumbents = [upto(c, last) for c in incumbents]
+        earlier = [[upto(c, last) for c in g] for g in earlier]
     reach = [row for c in incumbents if grid and (row := loss_at(c, grid))[-1] is not None]
     mine = loss_at(run, grid)
     keep = [i for i, v in enumerate(mine)
@@ -162,6 +167,17 @@ def matched(run: Curve, incumbents: Sequence[Curve], part: tuple[float, float],
     theirs = [m for row in reach for m in median([row[i] for i in keep])]
     before = [[m for c in g for m in median(loss_at(c, points))] for g in earlier]
     return Matched(median([mine[i] for i in keep])[0], theirs, before)
+
+
+def upto(curve: Curve, last: float) -> list[tuple[float, float]]:
+    """The curve's points up to `last`, and its first point past it when none is at it: read
+    only so far, a curve's cubic near `last` is drawn as the judged run's is (its last line
+    has one neighbour, not two), so a curve with the same lines reads the same."""
+    points = sorted((f, loss) for f, loss in curve if math.isfinite(loss))
+    out = [p for p in points if p[0] <= last + 1e-9]
+    if not out or out[-1][0] < last - 1e-9:
+        out += [p for p in points if p[0] > last + 1e-9][:1]
+    return out
 
 
 def next_check(fraction_now: float, judged: int, policy: PrunePolicy) -> int | None:

@@ -25,7 +25,6 @@ import argparse
 import json
 import math
 import os
-import re
 import shutil
 import statistics
 import subprocess
@@ -39,12 +38,15 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from agent.core.prune_policy import PrunePolicy  # noqa: E402
+from agent.proposers.knobs import knob_proposal  # noqa: E402
 from agent.rules.categories import category_of_knob  # noqa: E402
 from agent.rules.decide import Rule, stop_level  # noqa: E402
 from agent.rules.prune import check, matched  # noqa: E402
+from benchmarks.demo_changes import TARGET as GPT  # noqa: E402
+from benchmarks.demo_changes import copy_with  # noqa: E402
+from benchmarks.gpt_cpu import parse_summary  # noqa: E402
 from runner.summary import parse_progress  # noqa: E402
 
-GPT = ROOT / "experiments" / "gpt"
 # (knob, new value): learning rates both ways, regularisers, architecture, and two controls the
 # default exempts (a schedule and an optimizer change). Chosen before the first run.
 CHANGES = [
@@ -67,19 +69,20 @@ class RunOut:
     curve: list[tuple[float, float]]
 
 
-def set_knob(text: str, knob: str, value: str) -> str:
-    pattern = re.compile(rf"^{knob} = [^#\n]*?(\s+#)", re.M)
-    if not pattern.search(text):
-        raise SystemExit(f"knob {knob} not found in train.py")
-    return pattern.sub(lambda m: f"{knob} = {value}{m.group(1)}", text, count=1)
+def check_changes(changes: list[tuple[str, str]]) -> None:
+    """Each change as the knobs search would make it (agent.proposers.knobs.knob_proposal): an
+    unknown knob, or a value that changes nothing, is named before any run."""
+    files = {"train.py": (GPT / "train.py").read_text()}
+    for change in changes:
+        try:
+            knob_proposal(files, (change,))
+        except ValueError as e:
+            raise SystemExit(f"--changes: {e}") from None
 
 
 def run_one(work: Path, knob: str, value: str, seed: int, steps: int, threads: int) -> RunOut:
-    dest = work / f"{knob}-{value}-{seed}"
-    shutil.copytree(GPT, dest, ignore=shutil.ignore_patterns("__pycache__"))
-    if knob != "baseline":
-        train = dest / "train.py"
-        train.write_text(set_knob(train.read_text(), knob, value))
+    change = None if knob == "baseline" else (knob, value)
+    dest = copy_with(work, f"{knob}-{value}-{seed}", change)
     env = dict(os.environ, OVERNIGHT_BUDGET_STEPS=str(steps), OVERNIGHT_SEED=str(seed),
                OMP_NUM_THREADS=str(threads), OVERNIGHT_DEVICE="cpu")
     proc = subprocess.run([sys.executable, "train.py"], cwd=dest, env=env, text=True,
@@ -89,8 +92,8 @@ def run_one(work: Path, knob: str, value: str, seed: int, steps: int, threads: i
         point = parse_progress(line)
         if point is not None:
             curve.append((point.step / steps, point.loss))
-    m = re.search(r"^val_bpb:\s+(\S+)", proc.stdout, re.M)
-    metric = float(m.group(1)) if m and proc.returncode == 0 else None
+    bpb = parse_summary(proc.stdout).get("val_bpb")
+    metric = float(bpb) if bpb is not None and proc.returncode == 0 else None
     shutil.rmtree(dest, ignore_errors=True)
     print(f"  {knob} {value} seed {seed}: {metric} ({len(curve)} lines)", flush=True)
     return RunOut(knob, value, seed, metric, curve)
@@ -98,9 +101,7 @@ def run_one(work: Path, knob: str, value: str, seed: int, steps: int, threads: i
 
 def collect(steps: int, seeds: range, baseline_seeds: range, jobs: int, threads: int,
             changes: list[tuple[str, str]]) -> dict:
-    source = (GPT / "train.py").read_text()
-    for knob, value in changes:
-        set_knob(source, knob, value)  # an unknown knob is named before any run
+    check_changes(changes)
     plan = [(*BASELINE, s) for s in baseline_seeds]
     plan += [(k, v, s) for k, v in changes for s in seeds]
     with tempfile.TemporaryDirectory(prefix="overnight-crossing-") as tmp:

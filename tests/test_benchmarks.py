@@ -417,14 +417,13 @@ def test_the_pace_gate_keeps_a_null_change_at_most_alpha_at_any_stop(
 
 
 def test_crossing_finds_a_change_behind_mid_run_and_better_at_the_end(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
     cr = importlib.import_module("crossing")  # its dataclass needs it in sys.modules
-    src = (ROOT / "experiments" / "gpt" / "train.py").read_text()
-    changed = cr.set_knob(src, "LR", "6e-3")
+    changed = (cr.copy_with(tmp_path, "LR", ("LR", "6e-3")) / "train.py").read_text()
     assert "LR = 6e-3  # AdamW peak LR" in changed and "EMBED_LR = 0.1" in changed
     with pytest.raises(SystemExit, match="NO_SUCH_KNOB"):
-        cr.set_knob(src, "NO_SUCH_KNOB", "1")
+        cr.check_changes([("LR", "6e-3"), ("NO_SUCH_KNOB", "1")])
 
     def run(knob: str, value: str, seed: int, shift, final: float) -> dict:
         noise = (seed - 3) * 0.01
